@@ -1,0 +1,199 @@
+"""Backend seam: describe a device, compile a tile config once, time it on a
+shape. Per-config failures are reported as a status, never by raising."""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+
+from ..device import DeviceSpec
+from ..space import TileConfig
+
+__all__ = ["Backend", "CompiledKernel", "Workspace", "DeviceWorkspace", "HostProblem"]
+
+
+@dataclass
+class CompiledKernel:
+    """A tile config compiled for one backend.
+
+    Attributes
+    ----------
+    config : TileConfig
+    status : {"ok", "compile_error"}
+    error : str
+        Compiler message when ``status != "ok"``.
+    registers_per_thread : int or None
+        Registers the compiled kernel uses per thread (CUDA), ``None`` where
+        the API does not report it.
+    compile_s : float
+        Wall time spent compiling, seconds.
+    handle : object
+        Backend-specific launchable object (not part of any row).
+    """
+
+    config: TileConfig
+    status: str = "ok"
+    error: str = ""
+    registers_per_thread: int | None = None
+    compile_s: float = 0.0
+    handle: object = field(default=None, repr=False)
+
+
+class Workspace(abc.ABC):
+    """Inputs and reference for one shape on one backend (a context manager)."""
+
+    @abc.abstractmethod
+    def verify(self, kernel: CompiledKernel) -> tuple[bool, float]:
+        """Must poison the output with NaN, launch once, and compare with the
+        float64 reference; returns (ok, max_abs_err)."""
+
+    @abc.abstractmethod
+    def sample(self, kernel: CompiledKernel, n_launches: int) -> float:
+        """Must run ``n_launches`` back-to-back launches between one pair of
+        device timestamps, rotating input buffer sets, and return the
+        elapsed device time in microseconds."""
+
+    def close(self) -> None:
+        """Must release device memory held by the workspace."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+class DeviceWorkspace(Workspace):
+    """Shared part of the real backends' workspaces: the host problem, the
+    buffer-set rotation and verification against the reference. Subclasses
+    provide ``_launch(kernel, set_index)``, ``_poison_output()`` (fill C with
+    NaN) and ``_read_output()`` (C as a host array), and ``sample``."""
+
+    def __init__(self, prob: "HostProblem"):
+        import numpy as np
+        self.prob = prob
+        self.mnk = (np.int32(prob.m), np.int32(prob.n), np.int32(prob.k))
+        self.n_sets = len(prob.a_sets)
+        self._next = 0
+
+    def blocks(self, config: TileConfig) -> int:
+        """Blocks on the 1-D grid: ceil(M/BM) * ceil(N/BN)."""
+        return -(-self.prob.m // config.block_m) * -(-self.prob.n // config.block_n)
+
+    def _launch_next(self, kernel: CompiledKernel):
+        """Launch on the next buffer set (rotating); returns what _launch returns."""
+        out = self._launch(kernel, self._next)
+        self._next = (self._next + 1) % self.n_sets
+        return out
+
+    @abc.abstractmethod
+    def _launch(self, kernel: CompiledKernel, s: int):
+        """Must enqueue one launch of ``kernel`` on buffer set ``s``."""
+
+    @abc.abstractmethod
+    def _poison_output(self) -> None:
+        """Must fill the output C on the device with NaN."""
+
+    @abc.abstractmethod
+    def _read_output(self):
+        """Must wait for the device and return C as a host float32 array."""
+
+    def verify(self, kernel: CompiledKernel) -> tuple[bool, float]:
+        from ..measure import check_result
+        self._poison_output()
+        self._launch(kernel, 0)
+        return check_result(self._read_output(), self.prob.reference, self.prob.tol)
+
+
+class Backend(abc.ABC):
+    """A device that compiles and times GEMM tile configs."""
+
+    name: str = ""
+
+    @property
+    @abc.abstractmethod
+    def spec(self) -> DeviceSpec:
+        """Must describe the live device (limits, peaks, identity)."""
+
+    @abc.abstractmethod
+    def provenance(self) -> dict:
+        """Must return the provenance columns for every row measured here:
+        device name, compute capability or OpenCL version, multiprocessor
+        count, driver and runtime versions, library version."""
+
+    @abc.abstractmethod
+    def compile(self, config: TileConfig, dtype: str = "float32") -> CompiledKernel:
+        """Must compile ``config`` once, returning a CompiledKernel whose
+        status is ``compile_error`` (with the message) instead of raising."""
+
+    _workspace_cls = None
+
+    def workspace(self, m: int, n: int, k: int, dtype: str = "float32",
+                  distribution: str = "normal", density: float = 1.0,
+                  seed: int = 0) -> Workspace:
+        """Allocate random inputs of the named distribution, their float64
+        reference and the rotating buffer sets for one shape (the number of
+        sets from the device's L2 size, :func:`costlearn.measure.rotation_sets`).
+
+        Raises
+        ------
+        ValueError
+            If ``dtype`` is not supported.
+        """
+        from ..space import DTYPES
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype={dtype!r}; allowed: {sorted(DTYPES)}")
+        prob = HostProblem.make(m, n, k, dtype, distribution, density, seed, self.spec.l2_bytes)
+        return self._workspace_cls(self, prob)
+
+    @abc.abstractmethod
+    def launch_overhead_us(self) -> float:
+        """Must return the measured per-launch time of an empty kernel,
+        microseconds (the floor below which a time is overhead)."""
+
+    def clocks(self) -> dict:
+        """Current clocks and temperature, where the device reports them
+        (``sm_clock_mhz``, ``mem_clock_mhz``, ``temperature_c``); empty
+        otherwise."""
+        return {}
+
+    def compile_many(self, configs, dtype: str = "float32", progress=None) -> list[CompiledKernel]:
+        """Compile several configs; backends may override to parallelise."""
+        out = []
+        for c in configs:
+            out.append(self.compile(c, dtype))
+            if progress is not None:
+                progress(1)
+        return out
+
+
+@dataclass
+class HostProblem:
+    """Host-side inputs of one shape: ``n_sets`` independent (A, B) pairs,
+    the float64 reference of the first pair and its error tolerance."""
+
+    m: int
+    n: int
+    k: int
+    a_sets: list
+    b_sets: list
+    reference: object
+    tol: object
+
+    @classmethod
+    def make(cls, m: int, n: int, k: int, dtype: str, distribution: str, density: float,
+             seed: int, cache_bytes: int) -> "HostProblem":
+        import numpy as np
+
+        from ..measure import make_inputs, rotation_sets, tolerance
+        rng = np.random.default_rng(seed)
+        bytes_per_set = 4 * (m * k + k * n)
+        n_sets = rotation_sets(bytes_per_set, cache_bytes)
+        a0, b0 = make_inputs(m, n, k, distribution, density, rng)
+        a_sets, b_sets = [a0], [b0]
+        # Further sets are the first one permuted (cheap, same distribution).
+        for s in range(1, n_sets):
+            a_sets.append(np.ascontiguousarray(np.roll(a0, s, axis=0)))
+            b_sets.append(np.ascontiguousarray(np.roll(b0, s, axis=1)))
+        ref = a0.astype(np.float64) @ b0.astype(np.float64)
+        return cls(m, n, k, a_sets, b_sets, ref, tolerance(a0, b0, dtype))

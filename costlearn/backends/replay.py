@@ -1,0 +1,109 @@
+"""Replay backend: answers from a recorded dataset (real measurements), so
+every collection, training and evaluation path can be tested without
+hardware on real numbers. Rows it produces say ``api="replay"`` in their
+provenance; they are never presented as new measurements."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..codegen import TEMPLATE_HASH
+from ..dataset import load
+from ..device import DeviceSpec
+from ..space import TileConfig
+from .base import Backend, CompiledKernel, Workspace
+
+__all__ = ["ReplayBackend"]
+
+
+class ReplayBackend(Backend):
+    """Replays recorded measurements.
+
+    Parameters
+    ----------
+    rows : DataFrame or path
+        Recorded rows, or a dataset folder (with its ``device.json``).
+    spec : DeviceSpec, optional
+        Device of the recording; read from ``device.json`` when ``rows`` is
+        a folder.
+
+    Raises
+    ------
+    ValueError
+        If there is no DeviceSpec or the rows come from several devices.
+    """
+
+    name = "replay"
+
+    @staticmethod
+    def is_available() -> bool:
+        return True
+
+    def __init__(self, rows, spec: DeviceSpec | None = None):
+        if not isinstance(rows, pd.DataFrame):
+            folder = Path(rows)
+            rows, _ = load(folder)
+            if spec is None and (folder / "device.json").is_file():
+                spec = DeviceSpec.from_dict(json.loads((folder / "device.json").read_text()))
+        if spec is None:
+            raise ValueError("ReplayBackend needs the recording's DeviceSpec (spec=... or device.json)")
+        devs = rows["device_slug"].unique()
+        if len(devs) > 1:
+            raise ValueError(f"recording mixes devices {sorted(devs)}; replay one device at a time")
+        self._spec = spec
+        self.rows = rows
+        self._index = {(int(r.m), int(r.n), int(r.k), r.config_id): (r.status, float(r.time_us))
+                       for r in rows[["m", "n", "k", "config_id", "status", "time_us"]].itertuples(index=False)}
+        self._configs = set(rows["config_id"])
+        oh = rows["overhead_us"].to_numpy(np.float64)
+        self._overhead = float(np.nanmedian(oh)) if np.isfinite(oh).any() else 0.0
+
+    @property
+    def spec(self) -> DeviceSpec:
+        return self._spec
+
+    def provenance(self) -> dict:
+        s = self._spec
+        return dict(device_name=s.name, device_slug=s.slug, api="replay",
+                    compute_capability=s.compute_capability, device_version="",
+                    multiprocessors=s.multiprocessors, driver_version=s.driver_version,
+                    runtime_version="", library_version="replay of recorded measurements",
+                    host="replay", template_hash=TEMPLATE_HASH)
+
+    def launch_overhead_us(self) -> float:
+        return self._overhead
+
+    def workspace(self, m, n, k, dtype="float32", distribution="normal", density=1.0, seed=0):
+        """A workspace answering from the recording (no inputs are made)."""
+        return _ReplayWorkspace(self, (m, n, k))
+
+    def compile(self, config: TileConfig, dtype: str = "float32") -> CompiledKernel:
+        if config.config_id not in self._configs:
+            return CompiledKernel(config, "compile_error", "config not in the recording")
+        return CompiledKernel(config, "ok", "", None, 0.0, config.config_id)
+
+
+
+class _ReplayWorkspace(Workspace):
+    def __init__(self, be: ReplayBackend, shape):
+        self.be, self.shape = be, tuple(int(x) for x in shape)
+
+    def _get(self, kernel):
+        key = (*self.shape, kernel.config.config_id)
+        if key not in self.be._index:
+            raise KeyError(f"no recording of {kernel.config.config_id} at {self.shape}")
+        return self.be._index[key]
+
+    def verify(self, kernel):
+        status, _ = self._get(kernel)
+        return (status != "wrong_result"), (0.0 if status != "wrong_result" else math.inf)
+
+    def sample(self, kernel, n_launches):
+        status, t = self._get(kernel)
+        if status != "ok" or not math.isfinite(t):
+            raise RuntimeError(f"recorded status {status}")
+        return t * n_launches

@@ -1,0 +1,286 @@
+"""Command line: ``costlearn collect | train | predict | evaluate | run | space``.
+
+Run ``costlearn <command> --help`` for each command's options.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["main"]
+
+_EPILOG = """\
+typical use, once per device class:
+  costlearn collect --budget 600          # measure random shapes x tiles into data/<device>/
+  costlearn train                         # fit models/<device>/float32/ from data/<device>/
+  costlearn predict 1 1024 1024           # best tile for M=1, N=1024, K=1024
+  costlearn evaluate                      # measure fresh shapes, print regret vs baselines
+or all four at once:
+  costlearn run --budget 240
+"""
+
+
+def _backend(name: str):
+    from .backends import get_backend
+    return get_backend(name)
+
+
+def _protocol(args):
+    from .measure import Protocol
+    return Protocol(rounds=args.rounds, distribution=args.distribution, density=args.density,
+                    seed=args.seed)
+
+
+def _add_measure_args(p):
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "opencl"],
+                   help="backend to measure on; auto = CUDA if CuPy sees a GPU, else OpenCL (default: auto)")
+    p.add_argument("--data", default="data", help="dataset root; rows go to <data>/<device>/ (default: data)")
+    p.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds per candidate (default: 7)")
+    p.add_argument("--distribution", default="normal", choices=["normal", "uniform", "sparse"],
+                   help="input value distribution (default: normal)")
+    p.add_argument("--density", type=float, default=1.0,
+                   help="non-zero fraction for --distribution sparse (default: 1.0)")
+    p.add_argument("--seed", type=int, default=0, help="seed of pool, shapes and inputs (default: 0)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _add_collect_args(p):
+    p.add_argument("--budget", type=float, default=240.0, help="seconds of measuring (default: 240)")
+    p.add_argument("--pool", type=int, default=None,
+                   help="candidate pool size, compiled once (default: 48 on a CPU, 160 on a GPU)")
+    p.add_argument("--configs-per-shape", type=int, default=None,
+                   help="pool configs measured per shape (default: all feasible)")
+    p.add_argument("--max-extent", type=int, default=None,
+                   help="largest M, N, K drawn (default: 1024 on a CPU, 8192 on a GPU)")
+    p.add_argument("--max-flops", type=float, default=None,
+                   help="largest 2*M*N*K drawn (default: 2**26 on a CPU, none on a GPU)")
+
+
+def _is_cpu(spec) -> bool:
+    return spec.registers_per_mp is None
+
+
+def cmd_collect(args) -> int:
+    from .collect import collect, dataset_summary
+    from .sampler import ShapeBounds
+    be = _backend(args.device)
+    spec = be.spec
+    cpu = _is_cpu(spec)
+    b = ShapeBounds.for_device(spec.api, cpu)
+    bounds = ShapeBounds(1, args.max_extent or b.max_extent, args.max_flops or b.max_flops)
+    out = Path(args.data) / spec.slug
+    pool = args.pool or (48 if cpu else 160)
+    print(f"device: {spec.name} ({be.name}); dataset: {out}; pool {pool} configs; "
+          f"shapes M,N,K <= {bounds.max_extent}, 2MNK <= {bounds.max_flops:.3g}", file=sys.stderr)
+    res = collect(be, out, budget_s=args.budget, pool_size=pool,
+                  configs_per_shape=args.configs_per_shape or pool, bounds=bounds,
+                  protocol=_protocol(args), seed=args.seed, progress=not args.no_progress)
+    secs = ", ".join(f"{k} {v:.1f}s" for k, v in res.seconds.items())
+    print(f"collected {res.rows_written} rows ({res.rows_valid} valid) over {res.shapes_done} shapes; "
+          f"skipped {res.skipped} already measured; {secs}")
+    print(f"noise: median relative spread (p80-p20)/median of repeated samples = {res.noise_rel:.1%}")
+    print(f"dataset {out}: {dataset_summary(out)}")
+    return 0
+
+
+def _model_dir(args, dtype="float32") -> Path:
+    from .predict import _resolve
+    return _resolve(args.model, dtype, args.models)
+
+
+def cmd_train(args) -> int:
+    from .train import train
+    data = Path(args.data)
+    if not (data / "device.json").is_file() and not list(data.glob("part-*.parquet")):
+        subs = sorted(p.parent.name for p in data.glob("*/device.json")) if data.is_dir() else []
+        if len(subs) == 1:
+            data = data / subs[0]
+        else:
+            raise SystemExit(f"error: {args.data} holds datasets for {subs or 'no device'}; "
+                             f"pass --data {args.data}/<device>")
+    t0 = time.perf_counter()
+    res = train(data, args.models, feature_set=args.feature_set)
+    print(f"trained on {res.rows} rows over {res.shapes} shapes in {time.perf_counter() - t0:.1f}s "
+          f"-> {res.path.parent}")
+    if res.holdout:
+        print("held-out shapes (20%, shape-grouped): top-1 regret mean / geomean, top-5 mean, Kendall tau")
+        for name, s in res.holdout.items():
+            print(f"  {name:<11} {s['top1_mean']:7.1%} {s['top1_geomean']:7.1%} {s['top5_mean']:7.1%} "
+                  f"{s['kendall_tau']:6.3f}")
+    return 0
+
+
+def cmd_predict(args) -> int:
+    from .predict import predict_best
+    shapes = args.shape
+    if len(shapes) % 3:
+        raise SystemExit(f"error: give shapes as M N K triples, got {len(shapes)} numbers")
+    for i in range(0, len(shapes), 3):
+        m, n, k = shapes[i:i + 3]
+        p = predict_best(m, n, k, dtype=args.dtype, device=args.model, top_k=args.top_k,
+                         models_dir=args.models)
+        if args.json:
+            print(json.dumps(dict(m=p.m, n=p.n, k=p.k, dtype=p.dtype, device=p.device,
+                                  config=p.config.to_dict(), config_id=p.config.config_id,
+                                  time_us=p.time_us, ood=p.ood, ood_reasons=list(p.ood_reasons),
+                                  top_k=[dict(config_id=c.config_id, time_us=t) for c, t in p.top_k])))
+            continue
+        print(f"M={p.m} N={p.n} K={p.k} ({p.dtype}, model {p.device}): {p.config.config_id} "
+              f"predicted {p.time_us:.1f} us" + (f"  [OOD: {'; '.join(p.ood_reasons)}]" if p.ood else ""))
+        for rank, (c, t) in enumerate(p.top_k, 1):
+            print(f"  {rank:2d}. {c.config_id:<34} {t:10.1f} us")
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from .evaluate import evaluate, format_per_shape, format_table, write_report
+    be = _backend(args.device)
+    folder = _model_dir(args) if args.model else _resolve_for_backend(be, args.models)
+    eval_dir = Path(args.data) / folder.parent.name / "eval"
+    res = evaluate(be, folder, eval_dir, n_random=args.shapes, budget_s=args.budget,
+                   protocol=_protocol(args), seed=args.seed + 1, progress=not args.no_progress)
+    print(f"fresh shapes measured on {be.spec.name}, exhaustive over the model's candidates:")
+    print(format_per_shape(res))
+    print()
+    print(format_table(res, "all"))
+    if args.report:
+        print(f"report: {write_report(res, args.report)}")
+    return 0
+
+
+def _resolve_for_backend(be, models_dir):
+    from .predict import _resolve
+    return _resolve(be.spec.slug, "float32", models_dir)
+
+
+def cmd_run(args) -> int:
+    """collect -> train -> predict -> evaluate on the local device."""
+    t0 = time.perf_counter()
+    be = _backend(args.device)
+    print(f"== costlearn run on {be.spec.name} ({be.name})", flush=True)
+    args.configs_per_shape = None
+    args.max_extent = args.max_flops = None
+    cmd_collect(args)
+    print(f"== train ({time.perf_counter() - t0:.0f}s)", flush=True)
+    args.data_root = args.data
+    data_root = args.data
+    args.data = str(Path(data_root) / be.spec.slug)
+    args.feature_set = "analytic"
+    cmd_train(args)
+    print(f"== predict ({time.perf_counter() - t0:.0f}s)", flush=True)
+    args.model = be.spec.slug
+    cpu = _is_cpu(be.spec)
+    args.shape = [1, 1024, 1024, 64, 64, 64, 300, 200, 500] if cpu else \
+        [1, 4096, 4096, 4096, 4096, 4096, 8, 8192, 1024]
+    args.dtype, args.top_k, args.json = "float32", 3, False
+    cmd_predict(args)
+    print(f"== evaluate ({time.perf_counter() - t0:.0f}s)", flush=True)
+    args.data = data_root
+    args.shapes = args.eval_shapes
+    args.budget = args.eval_budget
+    cmd_evaluate(args)
+    print(f"== done in {time.perf_counter() - t0:.0f}s")
+    return 0
+
+
+def cmd_space(args) -> int:
+    from .device import preset
+    from .space import enumerate_space
+    spec = preset(args.preset) if args.preset else _backend(args.device).spec
+    shape = tuple(args.shape) if args.shape else None
+    res = enumerate_space(spec, "float32", shape)
+    print(f"{spec.name}: " + res.summary())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="costlearn", description="Learned cost model for GPU matmul tile "
+                                 "selection: measure, learn, predict, evaluate.",
+                                 epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from . import __version__
+    ap.add_argument("--version", action="version", version=f"costlearn {__version__}")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("collect", help="measure random shapes x tile configs into a dataset",
+                       description="Measure random feasible tile configs on random shapes (batch-1 and "
+                       "skinny ones included) under a time budget; resumable.")
+    _add_measure_args(p)
+    _add_collect_args(p)
+    p.set_defaults(func=cmd_collect)
+
+    p = sub.add_parser("train", help="fit the cost model on a dataset",
+                       description="Fit the XGBoost cost model on data/<device>/ and write "
+                       "models/<device>/float32/; prints held-out regret against the baselines.")
+    p.add_argument("--data", default="data", help="dataset folder, or a root holding one device's "
+                   "folder (default: data)")
+    p.add_argument("--models", default="models", help="model store root (default: models)")
+    p.add_argument("--feature-set", default="analytic", choices=["analytic", "raw", "derived"])
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("predict", help="best tile config for shapes",
+                       description="Predict the fastest tile config for each M N K triple.")
+    p.add_argument("shape", nargs="+", type=int, metavar="M N K", help="one or more M N K triples")
+    p.add_argument("--model", default=None, help="model device folder, e.g. h200 (default: the only one)")
+    p.add_argument("--models", default=None, help="model store root (default: the repo's models/)")
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--top-k", type=int, default=5)
+    p.add_argument("--json", action="store_true", help="one JSON object per shape")
+    p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("evaluate", help="measure fresh shapes and report regret vs baselines",
+                       description="Measure fresh shapes (batch-1, skinny, small, past a tile multiple, "
+                       "random) exhaustively over the model's candidates on the local device; print "
+                       "per-shape and summary top-k regret and Kendall tau for the model and the "
+                       "roofline, best-fixed and random baselines.")
+    _add_measure_args(p)
+    p.add_argument("--model", default=None, help="model device folder (default: the local device's)")
+    p.add_argument("--models", default=None, help="model store root (default: the repo's models/)")
+    p.add_argument("--shapes", type=int, default=4, help="random fresh shapes besides the fixed set (default: 4)")
+    p.add_argument("--budget", type=float, default=600.0, help="seconds of measuring (default: 600)")
+    p.add_argument("--report", default=None, help="write markdown + CSV report here")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("run", help="collect, train, predict and evaluate on the local device",
+                       description="The main job end to end on the local device: collect for --budget "
+                       "seconds, train, predict a few shapes (M=1 included), evaluate on fresh shapes.")
+    _add_measure_args(p)
+    _add_collect_args(p)
+    p.set_defaults(budget=180.0)
+    p.add_argument("--models", default="models", help="model store root (default: models)")
+    p.add_argument("--eval-shapes", type=int, default=2, help="random fresh shapes (default: 2)")
+    p.add_argument("--eval-budget", type=float, default=100.0, help="seconds for evaluation (default: 100)")
+    p.add_argument("--report", default=None, help="write the evaluation report here")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("space", help="enumerate the feasible tile space of a device")
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "opencl"])
+    p.add_argument("--preset", default=None, help="a named device instead of the local one (h200, h100, a100)")
+    p.add_argument("--shape", type=int, nargs=3, metavar=("M", "N", "K"))
+    p.set_defaults(func=cmd_space)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, TypeError) as e:
+        print(f"costlearn {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except RuntimeError as e:
+        from .backends import BackendUnavailable
+        from .dataset import DatasetError
+        if isinstance(e, (BackendUnavailable, DatasetError)):
+            print(f"costlearn {args.command}: error: {e}", file=sys.stderr)
+            return 2
+        raise
+    except KeyboardInterrupt:
+        print("interrupted; everything measured so far is saved", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

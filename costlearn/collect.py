@@ -1,0 +1,253 @@
+"""Collection: measure random shapes x candidate configs on one backend, under
+a time budget, into a Parquet dataset.
+
+A collection is deterministic for its seed: the candidate pool and the shape
+sequence depend only on the seed and the device, so a restarted collection
+walks the same shapes and skips every (shape, config) already in the
+dataset.
+"""
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+from .backends.base import Backend
+from .dataset import load, measured_keys, valid_rows, write_part
+from .measure import Protocol, Stopwatch, measure_shape
+from .sampler import ShapeBounds, sample_shapes, select_pool
+from .space import check_config, enumerate_space, smem_bytes
+
+__all__ = ["CollectResult", "collect", "rows_for", "candidate_pool"]
+
+
+@dataclass
+class CollectResult:
+    """Summary of one :func:`collect` call.
+
+    Attributes
+    ----------
+    rows_written, rows_valid : int
+        Rows written by this call, and how many of them have status ``ok``.
+    shapes_done : int
+        Shapes measured by this call.
+    skipped : int
+        (shape, config) pairs skipped because the dataset already had them.
+    seconds : dict of str to float
+        Wall time spent compiling, measuring and writing.
+    noise_rel : float
+        Median over valid rows of the relative spread (p80 - p20) / median
+        of the repeated samples; NaN if none.
+    parts : list of Path
+    """
+
+    rows_written: int = 0
+    rows_valid: int = 0
+    shapes_done: int = 0
+    skipped: int = 0
+    seconds: dict = field(default_factory=dict)
+    noise_rel: float = math.nan
+    parts: list = field(default_factory=list)
+
+
+def candidate_pool(spec, dtype: str, size: int, seed: int):
+    """The collection's candidate pool: ``size`` configs drawn (stratified by
+    block tile height) from the feasible space of ``spec``; see
+    :func:`costlearn.sampler.select_pool`."""
+    space = enumerate_space(spec, dtype)
+    return select_pool(space.configs, size, np.random.default_rng([seed, 1]))
+
+
+def rows_for(results: list[dict], kernels: dict, shape, dtype, protocol: Protocol, prov: dict,
+             clocks: dict, overhead_us: float, run_id: str) -> list[dict]:
+    """Complete :func:`~costlearn.measure.measure_shape` results into dataset
+    rows (config parameters, protocol and provenance columns)."""
+    m, n, k = shape
+    stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    out = []
+    for r in results:
+        kern = kernels[r["config_id"]]
+        c = kern.config
+        row = dict(r)
+        row.update(m=m, n=n, k=k, dtype=dtype, **c.to_dict(), threads=c.threads,
+                   smem_bytes=smem_bytes(c, dtype),
+                   registers_per_thread=(math.nan if kern.registers_per_thread is None
+                                         else float(kern.registers_per_thread)),
+                   overhead_us=overhead_us, compile_s=kern.compile_s,
+                   sm_clock_mhz=clocks.get("sm_clock_mhz", math.nan),
+                   mem_clock_mhz=clocks.get("mem_clock_mhz", math.nan),
+                   temperature_c=clocks.get("temperature_c", math.nan),
+                   protocol_version=protocol.version, distribution=protocol.distribution,
+                   density=protocol.density, rounds=protocol.rounds,
+                   costlearn_version=__version__, schema_version=1, run_id=run_id, timestamp=stamp,
+                   **prov)
+        out.append(row)
+    return out
+
+
+def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = "float32",
+            pool_size: int = 64, configs_per_shape: int = 48, bounds: ShapeBounds | None = None,
+            protocol: Protocol | None = None, seed: int = 0, max_shapes: int | None = None,
+            shapes: list | None = None, pool: list | None = None,
+            progress: bool = True) -> CollectResult:
+    """Measure random shapes x pool configs on ``backend`` into ``out_dir``.
+
+    Parameters
+    ----------
+    backend : Backend
+        Device to measure on.
+    out_dir : path
+        Dataset folder (``data/<device slug>/`` by convention); created if
+        missing. One Parquet part is written per shape.
+    budget_s : float
+        Wall-clock budget, seconds; no new shape is started after it.
+    dtype : {"float32"}
+    pool_size : int
+        Size of the candidate pool (compiled once, reused on every shape).
+    configs_per_shape : int
+        Pool configs measured per shape (a random subset of those feasible
+        for the shape); all of them if larger.
+    bounds : ShapeBounds, optional
+        Shape bounds; :meth:`ShapeBounds.for_device` by default.
+    protocol : Protocol, optional
+        Measurement settings; ``Protocol()`` by default.
+    seed : int
+        Seed of the pool, the shapes and the config subsets.
+    max_shapes : int, optional
+        Stop after this many shapes measured by this call.
+    shapes : list of (int, int, int), optional
+        Measure these shapes (in order) instead of random ones.
+    pool : list of TileConfig, optional
+        Candidate pool to use instead of drawing one (``pool_size`` is then
+        ignored); an evaluation passes a model's candidate set.
+    progress : bool
+        Show a progress bar (tqdm) on stderr.
+
+    Returns
+    -------
+    CollectResult
+
+    Raises
+    ------
+    ValueError
+        If a setting is out of range.
+    """
+    if budget_s <= 0:
+        raise ValueError(f"budget_s={budget_s!r}; must be > 0")
+    if pool_size < 1 or configs_per_shape < 1:
+        raise ValueError(f"pool_size={pool_size!r}, configs_per_shape={configs_per_shape!r}; must be >= 1")
+    t_start = time.monotonic()
+    protocol = protocol or Protocol()
+    spec = backend.spec
+    if bounds is None:
+        bounds = ShapeBounds.for_device(spec.api, spec.registers_per_mp is None)
+    out_dir = Path(out_dir)
+    write_device_json(spec, out_dir)
+    prov = backend.provenance()
+    existing, _ = load(out_dir) if out_dir.exists() else (None, None)
+    done = measured_keys(existing) if existing is not None else set()
+    pool = list(pool) if pool is not None else candidate_pool(spec, dtype, pool_size, seed)
+    rng = np.random.default_rng([seed, 2])
+    if shapes is None:
+        shape_iter = iter(sample_shapes(100_000, bounds, rng)) if max_shapes is None \
+            else iter(sample_shapes(max_shapes, bounds, rng))
+    else:
+        shape_iter = iter([tuple(int(x) for x in s) for s in shapes])
+    overhead_us = backend.launch_overhead_us()
+    run_id = uuid.uuid4().hex[:12]
+    compiled: dict = {}
+    sw = Stopwatch()
+    res = CollectResult()
+    spreads = []
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=int(budget_s), unit="s", desc=f"collect {spec.slug}", dynamic_ncols=True,
+                   bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f}s{postfix}")
+    try:
+        for shape in shape_iter:
+            if time.monotonic() - t_start > budget_s:
+                break
+            if max_shapes is not None and res.shapes_done >= max_shapes:
+                break
+            m, n, k = shape
+            feasible = [c for c in pool if check_config(c, spec, dtype, shape) is None]
+            sub_rng = np.random.default_rng([seed, 3, m, n, k])
+            order = sub_rng.permutation(len(feasible))[:configs_per_shape]
+            chosen = [feasible[i] for i in sorted(order)]
+            todo = [c for c in chosen
+                    if (spec.slug, dtype, m, n, k, c.config_id, prov["template_hash"], protocol.version)
+                    not in done]
+            res.skipped += len(chosen) - len(todo)
+            if not todo:
+                continue
+            with sw.phase("compile"):
+                missing = [c for c in todo if c.config_id not in compiled]
+                if missing:
+                    if not compiled:
+                        # First need: compile the whole pool at once, so that
+                        # backends can parallelise code generation.
+                        missing = list(pool)
+                    for kern in backend.compile_many(missing, dtype):
+                        compiled[kern.config.config_id] = kern
+            kernels = [compiled[c.config_id] for c in todo]
+            with sw.phase("measure"):
+                clocks = backend.clocks()
+                with backend.workspace(m, n, k, dtype, protocol.distribution, protocol.density,
+                                       seed=protocol.seed + m * 7 + n * 13 + k * 17) as ws:
+                    results = measure_shape(ws, kernels, protocol, overhead_us,
+                                            rng=np.random.default_rng([seed, 4, m, n, k]))
+            rows = rows_for(results, compiled, shape, dtype, protocol, prov, clocks, overhead_us, run_id)
+            with sw.phase("write"):
+                res.parts.append(write_part(rows, out_dir))
+            for r in rows:
+                done.add((spec.slug, dtype, m, n, k, r["config_id"], prov["template_hash"], protocol.version))
+                if r["status"] == "ok":
+                    res.rows_valid += 1
+                    spreads.append((r["time_us_p80"] - r["time_us_p20"]) / r["time_us"])
+            res.rows_written += len(rows)
+            res.shapes_done += 1
+            if bar is not None:
+                bar.n = min(int(time.monotonic() - t_start), int(budget_s))
+                bar.set_postfix_str(f"shapes={res.shapes_done} rows={res.rows_written} "
+                                    f"valid={res.rows_valid / max(res.rows_written, 1):.0%}")
+                bar.refresh()
+    finally:
+        if bar is not None:
+            bar.close()
+    res.seconds = dict(sw.seconds, total=time.monotonic() - t_start)
+    res.noise_rel = float(np.median(spreads)) if spreads else math.nan
+    return res
+
+
+def write_device_json(spec, folder) -> Path:
+    """Store the DeviceSpec beside the dataset (``device.json``) so training
+    needs no device; an existing file is kept (the first description wins).
+    Written to a temporary name and renamed."""
+    import json
+    import os
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "device.json"
+    if not path.exists():
+        tmp = folder / f".device.json.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(spec.to_dict(), indent=1, sort_keys=True))
+        os.replace(tmp, path)
+    return path
+
+
+def dataset_summary(folder) -> str:
+    """One-paragraph summary of a dataset folder: rows, valid rows, shapes,
+    configs, devices, quarantined and corrupt parts."""
+    df, rep = load(folder)
+    v = valid_rows(df)
+    shapes = v[["m", "n", "k"]].drop_duplicates()
+    return (f"{len(df)} rows ({len(v)} valid) over {len(shapes)} shapes and "
+            f"{v['config_id'].nunique()} configs; devices: {sorted(df['device_slug'].unique())}; "
+            f"{rep.summary()}")

@@ -1,0 +1,229 @@
+"""Dataset: a folder of Parquet parts, one row per (device, dtype, shape,
+config) measurement.
+
+Each part is written to a temporary name, fsynced and renamed into place
+(design.md, "Dataset"), so a killed collector leaves no partial file and
+several collectors may write into one folder at once.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+import warnings
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["SCHEMA_VERSION", "COLUMNS", "write_part", "load", "LoadReport", "valid_rows",
+           "measured_keys", "KEY_COLUMNS", "DatasetError"]
+
+SCHEMA_VERSION = 1
+
+KEY_COLUMNS = ("device_slug", "dtype", "m", "n", "k", "config_id", "template_hash", "protocol_version")
+"""Columns that identify one measurement; a restarted collection skips keys
+already present."""
+
+COLUMNS = {
+    # shape
+    "m": "int64", "n": "int64", "k": "int64", "dtype": "string",
+    # config
+    "config_id": "string", "block_m": "int64", "block_n": "int64", "block_k": "int64",
+    "thread_m": "int64", "thread_n": "int64", "loop_order": "string", "smem_pad": "int64",
+    "raster": "string", "threads": "int64", "smem_bytes": "int64",
+    "registers_per_thread": "float64",
+    # outcome
+    "status": "string", "error": "string", "time_us": "float64", "time_us_p20": "float64",
+    "time_us_p80": "float64", "n_samples": "int64", "launches_per_sample": "int64",
+    "below_overhead": "bool", "max_abs_err": "float64", "overhead_us": "float64",
+    "compile_s": "float64",
+    # clocks (NaN where the device does not report them)
+    "sm_clock_mhz": "float64", "mem_clock_mhz": "float64", "temperature_c": "float64",
+    # protocol
+    "protocol_version": "int64", "distribution": "string", "density": "float64", "rounds": "int64",
+    # provenance
+    "device_slug": "string", "device_name": "string", "api": "string",
+    "compute_capability": "string", "device_version": "string", "multiprocessors": "int64",
+    "driver_version": "string", "runtime_version": "string", "library_version": "string",
+    "host": "string", "template_hash": "string", "costlearn_version": "string",
+    "schema_version": "int64", "run_id": "string", "timestamp": "string",
+}
+"""Every column of a dataset row and its pandas dtype."""
+
+
+class DatasetError(RuntimeError):
+    """A dataset folder or part cannot be used."""
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _conform(df: pd.DataFrame) -> pd.DataFrame:
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise DatasetError(f"rows lack columns {missing}")
+    out = df[list(COLUMNS)].copy()
+    for c, t in COLUMNS.items():
+        out[c] = out[c].astype(t)
+    return out
+
+
+def write_part(rows: list[dict] | pd.DataFrame, folder: str | os.PathLike) -> Path:
+    """Write rows as one new Parquet part in ``folder``, atomically.
+
+    The part is written to ``.<name>.tmp``, flushed and fsynced, then renamed
+    to ``part-<UTC time>-<host>-<pid>-<random>.parquet``; the folder is
+    fsynced after the rename.
+
+    Parameters
+    ----------
+    rows : list of dict or DataFrame
+        Rows with every column of :data:`COLUMNS`.
+    folder : path
+        Dataset folder (created if missing).
+
+    Returns
+    -------
+    Path
+        The part's final path.
+
+    Raises
+    ------
+    DatasetError
+        If a column is missing.
+    """
+    df = _conform(pd.DataFrame(rows))
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    host = "".join(ch if ch.isalnum() else "-" for ch in socket.gethostname())[:32]
+    name = f"part-{stamp}-{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}.parquet"
+    tmp = folder / f".{name}.tmp"
+    final = folder / name
+    with open(tmp, "wb") as fh:
+        df.to_parquet(fh, index=False, engine="pyarrow")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, final)
+    _fsync_dir(folder)
+    return final
+
+
+@dataclass
+class LoadReport:
+    """What :func:`load` found.
+
+    Attributes
+    ----------
+    parts : int
+        Parts read.
+    corrupt : list of (str, str)
+        Parts that could not be read, with the reason; their rows are not used.
+    quarantined : dict of str to int
+        Rows with status ``ok`` whose time cannot be used, by reason
+        (``time_not_finite``, ``time_not_positive``, ``spread_inconsistent``).
+    """
+
+    parts: int = 0
+    corrupt: list = field(default_factory=list)
+    quarantined: dict = field(default_factory=dict)
+
+    def summary(self) -> str:
+        s = f"{self.parts} parts"
+        if self.corrupt:
+            s += f"; {len(self.corrupt)} corrupt parts skipped: " + "; ".join(
+                f"{p}: {why}" for p, why in self.corrupt)
+        if self.quarantined:
+            s += "; quarantined rows: " + ", ".join(f"{k}={v}" for k, v in self.quarantined.items())
+        return s
+
+
+def load(folder: str | os.PathLike, *, strict: bool = False) -> tuple[pd.DataFrame, LoadReport]:
+    """Read every part of a dataset folder.
+
+    Temporary files (``.*.tmp``, left by a killed writer) are ignored. A part
+    that cannot be read or lacks columns is reported in the
+    :class:`LoadReport` and with a warning, and its rows are left out.
+    Rows whose status is ``ok`` but whose time is not finite and positive
+    are quarantined: their status becomes ``quarantined`` with the reason in
+    ``error``.
+
+    Parameters
+    ----------
+    folder : path
+        Dataset folder; only the parts directly in it are read (an ``eval/``
+        sub-folder of fresh measurements is a separate dataset).
+    strict : bool
+        Raise instead of warning on a corrupt part.
+
+    Returns
+    -------
+    rows : DataFrame
+        All rows, columns as in :data:`COLUMNS` (empty with those columns if
+        there are none).
+    report : LoadReport
+
+    Raises
+    ------
+    DatasetError
+        If ``folder`` does not exist, or ``strict`` and a part is corrupt.
+    """
+    folder = Path(folder)
+    if not folder.exists():
+        raise DatasetError(f"dataset folder {str(folder)!r} does not exist")
+    report = LoadReport()
+    frames = []
+    for part in sorted(folder.glob("part-*.parquet")):
+        try:
+            frames.append(_conform(pd.read_parquet(part, engine="pyarrow")))
+            report.parts += 1
+        except Exception as e:  # any unreadable part is reported, never used
+            reason = f"{type(e).__name__}: {e}"[:300]
+            if strict:
+                raise DatasetError(f"corrupt dataset part {part}: {reason}") from e
+            report.corrupt.append((str(part), reason))
+            warnings.warn(f"skipping corrupt dataset part {part}: {reason}", stacklevel=2)
+    if frames:
+        df = pd.concat(frames, ignore_index=True)
+    else:
+        df = _conform(pd.DataFrame({c: pd.Series(dtype=t) for c, t in COLUMNS.items()}))
+    ok = df["status"] == "ok"
+    t = df["time_us"].to_numpy(dtype=np.float64)
+    reasons = np.full(len(df), "", dtype=object)
+    reasons[ok & ~np.isfinite(t)] = "time_not_finite"
+    reasons[ok & np.isfinite(t) & (t <= 0)] = "time_not_positive"
+    p20, p80 = df["time_us_p20"].to_numpy(np.float64), df["time_us_p80"].to_numpy(np.float64)
+    bad_spread = ok & np.isfinite(t) & (t > 0) & ~((p20 <= t * (1 + 1e-9)) & (t <= p80 * (1 + 1e-9)))
+    reasons[bad_spread] = "spread_inconsistent"
+    q = reasons != ""
+    if q.any():
+        df.loc[q, "status"] = "quarantined"
+        df.loc[q, "error"] = reasons[q]
+        report.quarantined = pd.Series(reasons[q]).value_counts().to_dict()
+    return df, report
+
+
+def valid_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows that may train a model: status ``ok`` and a finite positive time."""
+    t = df["time_us"].to_numpy(dtype=np.float64)
+    return df[(df["status"] == "ok").to_numpy() & np.isfinite(t) & (t > 0)]
+
+
+def measured_keys(df: pd.DataFrame) -> set:
+    """Set of :data:`KEY_COLUMNS` tuples present in ``df`` (any status)."""
+    if df.empty:
+        return set()
+    return set(map(tuple, df[list(KEY_COLUMNS)].astype(object).itertuples(index=False, name=None)))

@@ -1,0 +1,213 @@
+"""Device description: the hardware limits and peaks the tile space and the
+features are computed from.
+
+A :class:`DeviceSpec` is a frozen value. It is read from the live device by a
+backend (``costlearn.backends``) or taken from a named preset, so that the
+tile space of a GPU that is not present can still be enumerated offline.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass, field
+
+__all__ = ["DeviceSpec", "PRESETS", "preset", "device_slug"]
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """Limits and peaks of one device (one device class).
+
+    Parameters
+    ----------
+    name : str
+        Device name as the driver reports it, e.g. ``"NVIDIA H200"``.
+    api : {"cuda", "opencl"}
+        Programming interface the kernels are rendered for.
+    multiprocessors : int
+        Streaming multiprocessors (CUDA) or compute units (OpenCL).
+    warp_size : int
+        Threads that execute in lock-step; a block's thread count must be a
+        whole multiple of it. 32 on NVIDIA; on an OpenCL CPU device the
+        kernel's preferred work-group size multiple.
+    max_threads_per_block : int
+        Largest block (work-group) size.
+    max_threads_per_mp : int
+        Resident threads per multiprocessor.
+    max_blocks_per_mp : int
+        Resident blocks per multiprocessor.
+    smem_per_block_bytes : int
+        Shared (local) memory one block may use without opting in
+        (48 KiB on NVIDIA).
+    smem_per_block_optin_bytes : int
+        Shared memory one block may use after opting in (CUDA
+        ``cudaFuncAttributeMaxDynamicSharedMemorySize``); equal to
+        ``smem_per_block_bytes`` where there is no opt-in.
+    smem_per_mp_bytes : int
+        Shared memory per multiprocessor.
+    smem_reserved_per_block_bytes : int
+        Shared memory the runtime reserves for each resident block (1 KiB
+        on compute capability 8.0 and later), counted against
+        ``smem_per_mp_bytes``.
+    registers_per_mp : int or None
+         32-bit registers per multiprocessor; ``None`` where the device has
+        no register file visible to the programming model (OpenCL CPU).
+    max_registers_per_thread : int or None
+        Register cap per thread (255 on NVIDIA); ``None`` as above.
+    register_alloc_unit : int
+        Registers are allocated per warp in units of this many (256 on
+        NVIDIA cc >= 5.0).
+    l2_bytes : int
+        Last-level cache size, used to size the rotating input buffers.
+    peak_gflops : float
+        Peak float32 throughput, GFLOP/s (fused multiply-add counted as 2).
+    memory_bandwidth_gbps : float
+        Peak (preset) or measured (live OpenCL) DRAM bandwidth, GB/s.
+    compute_capability : str
+        ``"9.0"`` on CUDA; the OpenCL C version on OpenCL.
+    driver_version : str
+        Driver version string, ``""`` for presets.
+    source : str
+        Where the numbers come from (``"preset: ..."`` or ``"queried: ..."``).
+
+    Notes
+    -----
+    The register and shared-memory figures for NVIDIA presets are those of
+    the CUDA C++ Programming Guide, "Technical Specifications per Compute
+    Capability"; peaks come from the vendor datasheets named in
+    :data:`PRESETS`.
+    """
+
+    name: str
+    api: str
+    multiprocessors: int
+    warp_size: int
+    max_threads_per_block: int
+    max_threads_per_mp: int
+    max_blocks_per_mp: int
+    smem_per_block_bytes: int
+    smem_per_block_optin_bytes: int
+    smem_per_mp_bytes: int
+    smem_reserved_per_block_bytes: int
+    registers_per_mp: int | None
+    max_registers_per_thread: int | None
+    register_alloc_unit: int
+    l2_bytes: int
+    peak_gflops: float
+    memory_bandwidth_gbps: float
+    compute_capability: str = ""
+    driver_version: str = ""
+    source: str = ""
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.api not in ("cuda", "opencl"):
+            raise ValueError(f"DeviceSpec.api={self.api!r}; allowed: 'cuda', 'opencl'")
+        for f in ("multiprocessors", "warp_size", "max_threads_per_block",
+                  "max_threads_per_mp", "max_blocks_per_mp", "smem_per_block_bytes",
+                  "smem_per_mp_bytes", "l2_bytes"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"DeviceSpec.{f}={v!r}; must be a positive int")
+        if not (self.peak_gflops > 0 and self.memory_bandwidth_gbps > 0):
+            raise ValueError(
+                f"DeviceSpec peaks must be positive, got peak_gflops={self.peak_gflops!r}, "
+                f"memory_bandwidth_gbps={self.memory_bandwidth_gbps!r}")
+
+    @property
+    def slug(self) -> str:
+        """Short folder name for this device class (``data/<slug>/``,
+        ``models/<slug>/``); see :func:`device_slug`."""
+        return device_slug(self.name, self.api)
+
+    def to_dict(self) -> dict:
+        """Plain-JSON form (round-trips through :meth:`from_dict`)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DeviceSpec":
+        """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"unknown DeviceSpec fields {sorted(unknown)}; known: {sorted(names)}")
+        return cls(**d)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+# --- presets -----------------------------------------------------------------
+# Sources:
+#  [CG]  NVIDIA CUDA C++ Programming Guide, "Compute Capabilities", Table
+#        "Technical Specifications per Compute Capability" (cc 8.0, 9.0):
+#        64 K registers/SM, 255 registers/thread, 2048 threads/SM, 32 blocks/SM,
+#        shared memory 164 KiB/SM and 163 KiB/block opt-in (8.0),
+#        228 KiB/SM and 227 KiB/block opt-in (9.0), 1 KiB reserved per block.
+#  [H200] NVIDIA H200 Tensor Core GPU datasheet (SXM): 4.8 TB/s HBM3e,
+#        67 TFLOPS FP32; 132 SMs (GH100, same SM count as H100 SXM5).
+#  [H100] NVIDIA H100 Tensor Core GPU datasheet (SXM5): 3.35 TB/s, 67 TFLOPS
+#        FP32; NVIDIA H100 architecture whitepaper: 132 SMs, 50 MB L2.
+#  [A100] NVIDIA A100 datasheet (SXM4 80GB): 2,039 GB/s, 19.5 TFLOPS FP32;
+#        A100 architecture whitepaper: 108 SMs, 40 MB L2.
+_HOPPER = dict(
+    api="cuda", warp_size=32, max_threads_per_block=1024, max_threads_per_mp=2048,
+    max_blocks_per_mp=32, smem_per_block_bytes=48 * 1024,
+    smem_per_block_optin_bytes=227 * 1024, smem_per_mp_bytes=228 * 1024,
+    smem_reserved_per_block_bytes=1024, registers_per_mp=65536,
+    max_registers_per_thread=255, register_alloc_unit=256,
+    compute_capability="9.0",
+)
+
+PRESETS: dict[str, DeviceSpec] = {
+    "h200": DeviceSpec(name="NVIDIA H200", multiprocessors=132, l2_bytes=50 * 1024 * 1024,
+                       peak_gflops=67_000.0, memory_bandwidth_gbps=4_800.0,
+                       source="preset: [CG] cc 9.0; [H200] datasheet SXM", **_HOPPER),
+    "h100": DeviceSpec(name="NVIDIA H100 80GB HBM3", multiprocessors=132,
+                       l2_bytes=50 * 1024 * 1024, peak_gflops=67_000.0,
+                       memory_bandwidth_gbps=3_350.0,
+                       source="preset: [CG] cc 9.0; [H100] datasheet SXM5", **_HOPPER),
+    "a100": DeviceSpec(name="NVIDIA A100-SXM4-80GB", api="cuda", multiprocessors=108,
+                       warp_size=32, max_threads_per_block=1024, max_threads_per_mp=2048,
+                       max_blocks_per_mp=32, smem_per_block_bytes=48 * 1024,
+                       smem_per_block_optin_bytes=163 * 1024,
+                       smem_per_mp_bytes=164 * 1024, smem_reserved_per_block_bytes=1024,
+                       registers_per_mp=65536, max_registers_per_thread=255,
+                       register_alloc_unit=256, l2_bytes=40 * 1024 * 1024,
+                       peak_gflops=19_500.0, memory_bandwidth_gbps=2_039.0,
+                       compute_capability="8.0",
+                       source="preset: [CG] cc 8.0; [A100] datasheet SXM4 80GB"),
+}
+
+
+def preset(name: str) -> DeviceSpec:
+    """Return the preset :class:`DeviceSpec` called ``name``.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not a preset; the message lists the presets.
+    """
+    key = str(name).lower()
+    if key not in PRESETS:
+        raise ValueError(f"unknown device preset {name!r}; known presets: {sorted(PRESETS)}")
+    return PRESETS[key]
+
+
+def device_slug(name: str, api: str = "cuda") -> str:
+    """Folder name for a device class.
+
+    An NVIDIA device whose name contains a preset's key (``H200``,
+    ``H100``, ``A100``) maps to that key, so ``data/h200`` holds every
+    H200's measurements; any other device maps to its lower-cased name with
+    runs of other characters replaced by ``-``, prefixed by ``ocl-`` for
+    OpenCL devices (``"pthread-AMD EPYC"`` -> ``"ocl-pthread-amd-epyc"``).
+    """
+    low = name.lower()
+    if api == "cuda":
+        for key in PRESETS:
+            if re.search(rf"\b{key}\b", low):
+                return key
+    slug = re.sub(r"[^a-z0-9]+", "-", low).strip("-") or "device"
+    return f"ocl-{slug}" if api == "opencl" else slug

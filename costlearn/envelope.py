@@ -1,0 +1,84 @@
+"""Training envelope: where a model has seen data, so a prediction outside it
+is flagged out-of-distribution (OOD) with reasons in words.
+
+Two checks on the shape (log2 space, where GEMM cost scales):
+
+- **Range.** Each of log2 M, N, K must lie within the trained [min, max].
+- **Density.** The Euclidean distance from (log2 M, log2 N, log2 K) to the
+  nearest training shape must not exceed a threshold calibrated on the
+  training shapes themselves: the 95th percentile of each training shape's
+  distance to its nearest other training shape, times 2 (at least 1.0, one
+  doubling of one extent).
+
+Identity checks (device, dtype, kernel template, costlearn version) are made
+by the predictor against the artifact's sidecar.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["fit_envelope", "shape_reasons"]
+
+
+def _points(shapes) -> np.ndarray:
+    a = np.asarray(shapes, dtype=np.float64).reshape(-1, 3)
+    return np.log2(a)
+
+
+def fit_envelope(shapes) -> dict:
+    """Learn the envelope of training shapes.
+
+    Parameters
+    ----------
+    shapes : array-like of int, shape (S, 3)
+        Distinct training shapes (M, N, K), S >= 1.
+
+    Returns
+    -------
+    dict
+        JSON-ready: ``min``/``max`` extents per dimension, ``shapes`` (the
+        training shapes), ``density_threshold_log2``.
+
+    Raises
+    ------
+    ValueError
+        If there are no shapes or an extent is < 1.
+    """
+    a = np.asarray(shapes, dtype=np.int64).reshape(-1, 3)
+    if len(a) == 0:
+        raise ValueError("cannot fit an envelope on zero shapes")
+    if (a < 1).any():
+        raise ValueError(f"shape extents must be >= 1, got min {a.min()}")
+    a = np.unique(a, axis=0)
+    p = _points(a)
+    if len(p) > 1:
+        d = np.sqrt(((p[:, None, :] - p[None, :, :]) ** 2).sum(-1))
+        np.fill_diagonal(d, np.inf)
+        nn = d.min(axis=1)
+        thr = max(1.0, 2.0 * float(np.quantile(nn, 0.95)))
+    else:
+        thr = 1.0
+    return dict(min=dict(M=int(a[:, 0].min()), N=int(a[:, 1].min()), K=int(a[:, 2].min())),
+                max=dict(M=int(a[:, 0].max()), N=int(a[:, 1].max()), K=int(a[:, 2].max())),
+                shapes=a.tolist(), density_threshold_log2=thr)
+
+
+def shape_reasons(envelope: dict, m: int, n: int, k: int) -> list[str]:
+    """Reasons (in words, with numbers) why shape (m, n, k) is outside the
+    envelope; empty when it is inside."""
+    reasons = []
+    for name, v in (("M", m), ("N", n), ("K", k)):
+        lo, hi = envelope["min"][name], envelope["max"][name]
+        if v < lo:
+            reasons.append(f"{name}={v} below the trained minimum {lo}")
+        elif v > hi:
+            reasons.append(f"{name}={v} above the trained maximum {hi}")
+    pts = _points(envelope["shapes"])
+    q = _points([(m, n, k)])[0]
+    dist = float(np.sqrt(((pts - q) ** 2).sum(-1)).min())
+    thr = float(envelope["density_threshold_log2"])
+    if dist > thr:
+        near = envelope["shapes"][int(np.sqrt(((pts - q) ** 2).sum(-1)).argmin())]
+        reasons.append(f"nearest trained shape {tuple(near)} is {dist:.2f} doublings away "
+                       f"(threshold {thr:.2f})")
+    return reasons

@@ -1,0 +1,208 @@
+"""Evaluation: measure fresh shapes exhaustively over a model's candidate set
+and compare the model's choices with the baselines' (design.md, "Metrics")."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .collect import collect
+from .dataset import load, valid_rows
+from .measure import Protocol
+from .metrics import evaluate_rows, summarize
+from .model import artifact as _artifact
+from .model.baselines import BestFixedModel, RandomModel, RooflineModel
+from .predict import Predictor
+from .sampler import ShapeBounds, sample_shapes, shape_class
+
+__all__ = ["fresh_shapes", "evaluate", "score", "EvalResult", "format_table", "FIXED_SHAPES"]
+
+FIXED_SHAPES = {
+    # Always part of the fresh set: batch-1, skinny, small (launch-overhead
+    # bound), just past a tile multiple, large K, square.
+    "cpu": [(1, 1024, 1024), (1, 256, 768), (4, 1024, 256), (16, 16, 16), (129, 129, 129),
+            (257, 33, 257), (48, 40, 1000), (200, 300, 150)],
+    "gpu": [(1, 4096, 4096), (4096, 4096, 4096), (8, 8192, 1024), (16, 16, 16), (129, 129, 129),
+            (257, 4096, 257), (256, 256, 8192), (2048, 1024, 768)],
+}
+
+
+def fresh_shapes(train_shapes, n_random: int, bounds: ShapeBounds, kind: str, seed: int = 1) -> list:
+    """The evaluation shapes: :data:`FIXED_SHAPES` of ``kind`` ("cpu" or
+    "gpu") plus ``n_random`` shapes drawn like training shapes (another
+    seed), none of them a training shape.
+
+    Raises
+    ------
+    ValueError
+        If ``kind`` is unknown.
+    """
+    if kind not in FIXED_SHAPES:
+        raise ValueError(f"kind={kind!r}; allowed: {sorted(FIXED_SHAPES)}")
+    train = {tuple(int(x) for x in s) for s in train_shapes}
+    out = [s for s in FIXED_SHAPES[kind] if s not in train]
+    rng = np.random.default_rng([seed, 99])
+    for s in sample_shapes(n_random * 4 + 8, bounds, rng):
+        if len(out) >= len(FIXED_SHAPES[kind]) + n_random:
+            break
+        if s not in train and s not in out:
+            out.append(s)
+    return out
+
+
+@dataclass
+class EvalResult:
+    """Per-shape and summary metrics of one evaluation.
+
+    Attributes
+    ----------
+    per_shape : DataFrame
+        One row per (model, shape): regrets, tau, MAPE, ``ood``,
+        ``shape_class``.
+    summary : dict of str to dict
+        For each model, summaries over ``all``, ``in_envelope`` and ``ood``
+        shapes (:func:`costlearn.metrics.summarize`).
+    rows : DataFrame
+        The fresh measurements used.
+    """
+
+    per_shape: pd.DataFrame
+    summary: dict
+    rows: pd.DataFrame
+
+
+def score(art_folder, rows: pd.DataFrame, seed: int = 0) -> EvalResult:
+    """Score the model in ``art_folder`` and the baselines on measured rows.
+
+    Parameters
+    ----------
+    art_folder : path
+        Model artifact folder.
+    rows : DataFrame
+        Fresh measurements (any status; only valid rows are scored), of the
+        artifact's device and dtype.
+
+    Returns
+    -------
+    EvalResult
+    """
+    pred = Predictor(art_folder)
+    art = pred.artifact
+    rows = valid_rows(rows)
+    rows = rows[rows["config_id"].isin(set(art.candidates["config_id"]))].reset_index(drop=True)
+    if rows.empty:
+        raise ValueError("no valid fresh measurements of the model's candidates to score")
+    best_fixed = BestFixedModel()
+    scores = art.sidecar["baselines"]["best_fixed"]["scores"]
+    best_fixed.scores_ = pd.Series(scores, dtype=np.float64)
+    best_fixed.best_config_id_ = art.sidecar["baselines"]["best_fixed"]["best_config_id"]
+    best_fixed.fitted_ = True
+    models = {"xgboost": art.model, "roofline": RooflineModel().fit(rows, art.spec),
+              "best_fixed": best_fixed, "random": RandomModel(seed).fit(rows, art.spec)}
+    shapes = rows[["m", "n", "k"]].drop_duplicates()
+    ood = {}
+    for m, n, k in shapes.itertuples(index=False):
+        p = pred.predict_best(int(m), int(n), int(k))
+        ood[(m, n, k)] = "; ".join(p.ood_reasons)
+    frames, summary = [], {}
+    for name, mdl in models.items():
+        per = evaluate_rows(rows, mdl.predict(rows))
+        per["model"] = name
+        per["ood_reasons"] = [ood[(m, n, k)] for m, n, k in per[["m", "n", "k"]].itertuples(index=False)]
+        per["ood"] = per["ood_reasons"] != ""
+        per["shape_class"] = [shape_class(m, n, k) for m, n, k in per[["m", "n", "k"]].itertuples(index=False)]
+        frames.append(per)
+        summary[name] = {"all": summarize(per), "in_envelope": summarize(per[~per["ood"]]),
+                         "ood": summarize(per[per["ood"]])}
+    return EvalResult(per_shape=pd.concat(frames, ignore_index=True), summary=summary, rows=rows)
+
+
+def evaluate(backend, art_folder, eval_dir, *, n_random: int = 4, budget_s: float = 600.0,
+             protocol: Protocol | None = None, seed: int = 1, progress: bool = True) -> EvalResult:
+    """Measure fresh shapes on ``backend`` and score the model.
+
+    Every candidate of the model that is feasible for a fresh shape is
+    measured (exhaustive over the candidate set). Measurements go to
+    ``eval_dir`` as a dataset, so an interrupted evaluation resumes.
+
+    Parameters
+    ----------
+    backend : Backend
+        The device to measure on; its DeviceSpec should match the model's.
+    art_folder : path
+        Model artifact folder (``models/<device>/<dtype>``).
+    eval_dir : path
+        Dataset folder for the fresh measurements (``data/<device>/eval``).
+    n_random : int
+        Random fresh shapes besides :data:`FIXED_SHAPES`.
+    budget_s : float
+        Time budget for measuring, seconds.
+
+    Returns
+    -------
+    EvalResult
+    """
+    art = _artifact.load(art_folder)
+    kind = "cpu" if art.spec.registers_per_mp is None else "gpu"
+    bounds = ShapeBounds.for_device(art.spec.api, kind == "cpu")
+    shapes = fresh_shapes(art.sidecar["envelope"]["shapes"], n_random, bounds, kind, seed)
+    pool = art.candidate_configs()
+    collect(backend, eval_dir, budget_s=budget_s, dtype=art.dtype, shapes=shapes, pool=pool,
+            configs_per_shape=len(pool), protocol=protocol, seed=seed, progress=progress)
+    rows, _ = load(eval_dir)
+    key = set(shapes)
+    rows = rows[[(m, n, k) in key for m, n, k in rows[["m", "n", "k"]].itertuples(index=False)]]
+    return score(art_folder, rows)
+
+
+def _rule(head: str) -> str:
+    return "|" + "---|" * (head.count("|") - 1)
+
+
+def format_table(res: EvalResult, subset: str = "all") -> str:
+    """Markdown summary table: one line per model, top-1/5/10 regret (mean,
+    geometric mean, p90, max), TenSet top-1 score, Kendall tau, MAPE."""
+    head = ("| model | shapes | top-1 mean | top-1 geomean | top-1 p90 | top-1 max | top-5 mean | "
+            "top-10 mean | TenSet top-1 | Kendall tau | MAPE |")
+    lines = [head, _rule(head)]
+    for name, sub in res.summary.items():
+        s = sub[subset]
+        if not s.get("shapes"):
+            continue
+        mape = f"{s['mape']:.2f}" if name in ("xgboost", "roofline") else "n/a"
+        lines.append(f"| {name} | {s['shapes']} | {s['top1_mean']:.1%} | {s['top1_geomean']:.1%} | "
+                     f"{s['top1_p90']:.1%} | {s['top1_max']:.1%} | {s['top5_mean']:.1%} | "
+                     f"{s['top10_mean']:.1%} | {s['tenset_top1']:.3f} | {s['kendall_tau']:.3f} | {mape} |")
+    return "\n".join(lines)
+
+
+def format_per_shape(res: EvalResult) -> str:
+    """Markdown per-shape table: top-1 regret of each model, the measured
+    best time, the candidate count and the OOD flag."""
+    p = res.per_shape.pivot_table(index=["m", "n", "k"], columns="model", values="top1_regret")
+    meta = res.per_shape[res.per_shape["model"] == "xgboost"].set_index(["m", "n", "k"])
+    models = [c for c in ("xgboost", "roofline", "best_fixed", "random") if c in p.columns]
+    head = ("| M | N | K | class | candidates | best µs | " + " | ".join(f"{c} top-1" for c in models)
+            + " | model top-5 | τ | OOD |")
+    lines = [head, _rule(head)]
+    for (m, n, k), r in p.iterrows():
+        mt = meta.loc[(m, n, k)]
+        lines.append(f"| {m} | {n} | {k} | {mt['shape_class']} | {int(mt['n_candidates'])} | "
+                     f"{mt['best_time_us']:.1f} | " + " | ".join(f"{r[c]:.1%}" for c in models)
+                     + f" | {mt['top5_regret']:.1%} | {mt['kendall_tau']:.2f} | "
+                     f"{'yes' if mt['ood'] else 'no'} |")
+    return "\n".join(lines)
+
+
+def write_report(res: EvalResult, path) -> Path:
+    """Write the tables (markdown) and the per-shape metrics (CSV beside it)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = ["## Summary (all fresh shapes)", "", format_table(res, "all"), "",
+            "## In-envelope shapes", "", format_table(res, "in_envelope"), "",
+            "## Per shape", "", format_per_shape(res), ""]
+    path.write_text("\n".join(text))
+    res.per_shape.to_csv(path.with_suffix(".csv"), index=False)
+    return path

@@ -1,0 +1,298 @@
+"""Measurement protocol: how candidates are verified and timed on one shape.
+
+This module is backend-independent. A backend supplies a *workspace* for a
+shape (inputs on the device, a float64 reference) with two operations,
+``verify(kernel)`` and ``sample(kernel, n_launches)``; :func:`measure_shape`
+applies the protocol of design.md ("Measurement protocol"):
+
+- **Correctness first.** Each candidate's first run writes into an output
+  poisoned with NaN and is compared with the float64 reference; a wrong
+  result is a row with status ``wrong_result``, never a time.
+- **Launch overhead.** One timed sample is ``n`` back-to-back launches
+  between one event pair; ``n`` is chosen from a short estimate (guarded
+  against a zero estimate) so a sample lasts at least
+  ``Protocol.min_sample_us``; the per-launch time is sample / n. Rows whose
+  per-launch time is below the backend's measured launch-overhead floor are
+  flagged ``below_overhead``.
+- **Clock drift.** After warm-up, candidates are interleaved: each round runs
+  every candidate once in a freshly shuffled order; a candidate's time is
+  the median over rounds, with the 20th and 80th percentiles as its spread.
+- **Caches.** Workspaces rotate among several input buffer sets (sized from
+  the device's last-level cache) so consecutive launches do not find their
+  inputs in cache.
+- **Failures are data.** Any error while verifying or timing one candidate
+  becomes that candidate's status; the others go on.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Protocol", "PROTOCOL_VERSION", "STATUSES", "measure_shape", "make_inputs",
+           "DISTRIBUTIONS", "tolerance", "check_result", "rotation_sets"]
+
+PROTOCOL_VERSION = 1
+"""Bumped whenever a change to the protocol makes old timings incomparable."""
+
+STATUSES = ("ok", "compile_error", "launch_error", "wrong_result", "timeout")
+"""Row statuses; only ``ok`` rows carry a time."""
+
+DISTRIBUTIONS = ("normal", "uniform", "sparse")
+"""Input distributions: standard normal; uniform on [-1, 1); ``sparse``:
+normal values with each element kept with probability ``density`` (the
+rest zero, at least one non-zero per matrix)."""
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """Settings of the measurement protocol.
+
+    Parameters
+    ----------
+    rounds : int
+        Interleaved rounds; each candidate gets one sample per round.
+    warmup_launches : int
+        Untimed launches of each candidate (with its real arguments) before
+        the first round.
+    min_sample_us : float
+        Target duration of one timed sample, microseconds; well above the
+        launch overhead (a few microseconds on CUDA, tens on PoCL).
+    max_launches : int
+        Cap on launches per sample.
+    timeout_us : float
+        A candidate whose single-launch estimate exceeds this is recorded
+        with status ``timeout`` and not timed further.
+    distribution : {"normal", "uniform", "sparse"}
+        Input value distribution (see :data:`DISTRIBUTIONS`).
+    density : float
+        Fraction of non-zeros for ``distribution="sparse"``, in (0, 1].
+    seed : int
+        Seed of the input values and of the round shuffles.
+    """
+
+    rounds: int = 7
+    warmup_launches: int = 2
+    min_sample_us: float = 1000.0
+    max_launches: int = 1000
+    timeout_us: float = 2_000_000.0
+    distribution: str = "normal"
+    density: float = 1.0
+    seed: int = 0
+    version: int = PROTOCOL_VERSION
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.rounds, int) or self.rounds < 1:
+            raise ValueError(f"Protocol.rounds={self.rounds!r}; must be an int >= 1")
+        if not isinstance(self.warmup_launches, int) or self.warmup_launches < 0:
+            raise ValueError(f"Protocol.warmup_launches={self.warmup_launches!r}; must be an int >= 0")
+        if not self.min_sample_us > 0:
+            raise ValueError(f"Protocol.min_sample_us={self.min_sample_us!r}; must be > 0")
+        if not isinstance(self.max_launches, int) or self.max_launches < 1:
+            raise ValueError(f"Protocol.max_launches={self.max_launches!r}; must be an int >= 1")
+        if self.distribution not in DISTRIBUTIONS:
+            raise ValueError(f"Protocol.distribution={self.distribution!r}; allowed: {DISTRIBUTIONS}")
+        if not 0 < self.density <= 1:
+            raise ValueError(f"Protocol.density={self.density!r}; must be in (0, 1]")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def make_inputs(m: int, n: int, k: int, distribution: str = "normal", density: float = 1.0,
+                rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Random float32 inputs A [m, k] and B [k, n], C-contiguous.
+
+    Never all zeros: with ``distribution="sparse"`` at least one element of
+    each matrix is non-zero.
+
+    Raises
+    ------
+    ValueError
+        If ``distribution`` is unknown or ``density`` outside (0, 1].
+    """
+    if distribution not in DISTRIBUTIONS:
+        raise ValueError(f"distribution={distribution!r}; allowed: {DISTRIBUTIONS}")
+    if not 0 < density <= 1:
+        raise ValueError(f"density={density!r}; must be in (0, 1]")
+    rng = rng or np.random.default_rng(0)
+    out = []
+    for shape in ((m, k), (k, n)):
+        if distribution == "uniform":
+            x = rng.uniform(-1.0, 1.0, size=shape).astype(np.float32)
+        else:
+            x = rng.standard_normal(size=shape, dtype=np.float32)
+        if distribution == "sparse" and density < 1:
+            mask = rng.random(size=shape) < density
+            mask.flat[rng.integers(mask.size)] = True
+            x = np.where(mask, x, np.float32(0))
+        if not np.any(x):  # guard the (measure-zero) all-zero draw
+            x.flat[0] = np.float32(1)
+        out.append(np.ascontiguousarray(x))
+    return out[0], out[1]
+
+
+def tolerance(a: np.ndarray, b: np.ndarray, dtype: str = "float32") -> np.ndarray:
+    """Per-element error bound for C = A @ B accumulated in ``dtype``.
+
+    Bound: ``|C - C_ref| <= 16 * sqrt(K) * eps * (|A| @ |B|) + tiny``, the
+    probabilistic forward error bound of a length-K dot product,
+    lambda * sqrt(K) * u (N. J. Higham and T. Mary, "A new approach to
+    probabilistic rounding error analysis", SIAM J. Sci. Comput. 41(5),
+    2019), with lambda = 16 (u = eps/2, so a factor 32 over u). It scales with
+    K and the dtype's epsilon, and is tight enough that an error of one unit
+    in one element of a K = 4096 product is caught.
+
+    Returns
+    -------
+    ndarray of float64, shape (M, N)
+    """
+    eps = float(np.finfo(np.dtype(dtype)).eps)
+    k = a.shape[1]
+    scale = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
+    return 16.0 * math.sqrt(k) * eps * scale + 1e-30
+
+
+def check_result(c: np.ndarray, ref: np.ndarray, tol: np.ndarray) -> tuple[bool, float]:
+    """Compare a kernel's output with the reference.
+
+    Returns
+    -------
+    ok : bool
+        True when every element is finite and within ``tol``. A NaN left
+        from the poisoned output (an element never written) fails.
+    max_abs_err : float
+        Largest absolute error (``inf`` where an element is not finite).
+    """
+    c = np.asarray(c, dtype=np.float64).reshape(ref.shape)
+    if not np.all(np.isfinite(c)):
+        return False, math.inf
+    err = np.abs(c - ref)
+    return bool(np.all(err <= tol)), float(err.max(initial=0.0))
+
+
+def rotation_sets(bytes_per_set: int, cache_bytes: int, max_total_bytes: int = 1 << 30) -> int:
+    """Number of input buffer sets to rotate among so that a launch does not
+    find its inputs in the last-level cache: enough sets to cover twice the
+    cache, at least 1, at most 64 and at most ``max_total_bytes`` in all."""
+    want = math.ceil(2 * cache_bytes / max(bytes_per_set, 1)) + 1
+    cap = max(1, max_total_bytes // max(bytes_per_set, 1))
+    return int(max(1, min(want, 64, cap)))
+
+
+def _quantiles(x: list[float]) -> tuple[float, float, float]:
+    a = np.asarray(x, dtype=np.float64)
+    return float(np.median(a)), float(np.quantile(a, 0.2)), float(np.quantile(a, 0.8))
+
+
+def measure_shape(workspace, kernels: list, protocol: Protocol, overhead_us: float = 0.0,
+                  rng: np.random.Generator | None = None, on_progress=None) -> list[dict]:
+    """Verify and time ``kernels`` on one shape under ``protocol``.
+
+    Parameters
+    ----------
+    workspace : object
+        Backend workspace for the shape, with ``verify(kernel) -> (bool,
+        float)`` (poisons the output, runs once, compares with the float64
+        reference) and ``sample(kernel, n) -> float`` (device time of ``n``
+        back-to-back launches, microseconds).
+    kernels : list of CompiledKernel
+        Candidates; those whose ``status`` is not ``"ok"`` are passed through
+        as rows with their compile status.
+    protocol : Protocol
+    overhead_us : float
+        Launch-overhead floor of the backend, microseconds; rows faster than
+        this are flagged ``below_overhead``.
+    rng : numpy.random.Generator, optional
+        Source of the round shuffles.
+    on_progress : callable, optional
+        Called with no argument after each round.
+
+    Returns
+    -------
+    list of dict
+        One row per kernel, in the order of ``kernels``, with keys
+        ``config_id, status, error, time_us, time_us_p20, time_us_p80,
+        n_samples, launches_per_sample, max_abs_err, below_overhead``.
+    """
+    rng = rng or np.random.default_rng(protocol.seed)
+    rows = []
+    for kern in kernels:
+        rows.append(dict(config_id=kern.config.config_id, status=kern.status, error=kern.error or "",
+                         time_us=math.nan, time_us_p20=math.nan, time_us_p80=math.nan,
+                         n_samples=0, launches_per_sample=0, max_abs_err=math.nan,
+                         below_overhead=False))
+    live: list[int] = []
+    launches: dict[int, int] = {}
+    for i, kern in enumerate(kernels):
+        if kern.status != "ok":
+            continue
+        row = rows[i]
+        try:
+            ok, err = workspace.verify(kern)
+        except Exception as e:  # a launch failure is data, not a crash
+            row.update(status="launch_error", error=f"{type(e).__name__}: {e}"[:500])
+            continue
+        row["max_abs_err"] = err
+        if not ok:
+            row.update(status="wrong_result", error=f"max abs error {err:.3g} above tolerance")
+            continue
+        try:
+            est = workspace.sample(kern, 1)
+            if est > protocol.timeout_us:
+                row.update(status="timeout",
+                           error=f"one launch took {est:.0f} us > timeout {protocol.timeout_us:.0f} us")
+                continue
+            for _ in range(protocol.warmup_launches):
+                est = min(est, workspace.sample(kern, 1))
+        except Exception as e:
+            row.update(status="launch_error", error=f"{type(e).__name__}: {e}"[:500])
+            continue
+        # Guard against a zero (or below-resolution) estimate.
+        est = max(est, 1e-3)
+        launches[i] = int(min(protocol.max_launches, max(1, math.ceil(protocol.min_sample_us / est))))
+        live.append(i)
+    samples: dict[int, list[float]] = {i: [] for i in live}
+    for _ in range(protocol.rounds):
+        order = list(live)
+        rng.shuffle(order)
+        for i in order:
+            if rows[i]["status"] != "ok":
+                continue
+            try:
+                samples[i].append(workspace.sample(kernels[i], launches[i]) / launches[i])
+            except Exception as e:
+                rows[i].update(status="launch_error", error=f"{type(e).__name__}: {e}"[:500])
+        if on_progress is not None:
+            on_progress()
+    for i in live:
+        row = rows[i]
+        if row["status"] != "ok":
+            continue
+        med, p20, p80 = _quantiles(samples[i])
+        row.update(time_us=med, time_us_p20=p20, time_us_p80=p80, n_samples=len(samples[i]),
+                   launches_per_sample=launches[i], below_overhead=bool(med < overhead_us))
+    return rows
+
+
+class Stopwatch:
+    """Accumulates wall time per phase (compile, measure, write)."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    def phase(self, name: str):
+        sw = self
+
+        class _Ctx:
+            def __enter__(self_):
+                self_.t0 = time.perf_counter()
+
+            def __exit__(self_, *exc):
+                sw.seconds[name] = sw.seconds.get(name, 0.0) + time.perf_counter() - self_.t0
+                return False
+
+        return _Ctx()

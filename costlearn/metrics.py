@@ -1,0 +1,95 @@
+"""Ranking metrics, with the fixed definitions of design.md ("Metrics").
+
+For one shape with measured candidate times t(c) and a model's predicted
+times p(c):
+
+- top-k regret = min over the k configs with the lowest p of t(c), divided by
+  min over all measured c of t(c), minus 1 (TpuGraphs' top-k error);
+- Kendall tau between p and t (tau-b, scipy);
+- APE = |p - t| / t, averaged over the shape's candidates (MAPE);
+- TenSet top-k score over a set of shapes = sum_s best_s / sum_s (min t over
+  the model's top-k).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["topk_regret", "shape_metrics", "summarize", "evaluate_rows", "KS"]
+
+KS = (1, 5, 10)
+
+
+def topk_regret(pred: np.ndarray, true: np.ndarray, k: int, noise_rel: float = 0.0) -> float:
+    """Top-k regret of one shape.
+
+    Parameters
+    ----------
+    pred, true : ndarray of float64, shape (C,)
+        Predicted score (lower is better) and measured time_us of the C
+        candidates measured on the shape.
+    k : int
+        Number of top predictions considered (k >= 1; capped at C).
+    noise_rel : float
+        Relative noise floor; a regret at or below it counts as 0 (a tie).
+
+    Returns
+    -------
+    float
+        >= 0.
+    """
+    pred, true = np.asarray(pred, np.float64), np.asarray(true, np.float64)
+    order = np.argsort(pred, kind="stable")[: max(1, int(k))]
+    r = float(true[order].min() / true.min() - 1.0)
+    return 0.0 if r <= noise_rel else r
+
+
+def shape_metrics(pred: np.ndarray, true: np.ndarray, noise_rel: float = 0.0) -> dict:
+    """All per-shape metrics: ``top{k}_regret`` for k in :data:`KS`,
+    ``kendall_tau``, ``mape``, ``top{k}_time_us`` and ``best_time_us``."""
+    from scipy.stats import kendalltau
+
+    pred, true = np.asarray(pred, np.float64), np.asarray(true, np.float64)
+    out = {f"top{k}_regret": topk_regret(pred, true, k, noise_rel) for k in KS}
+    for k in KS:
+        out[f"top{k}_time_us"] = float(true[np.argsort(pred, kind="stable")[:k]].min())
+    out["best_time_us"] = float(true.min())
+    tau = kendalltau(pred, true).statistic if len(true) > 1 else math.nan
+    out["kendall_tau"] = float(tau) if tau is not None else math.nan
+    out["mape"] = float(np.mean(np.abs(pred - true) / true))
+    return out
+
+
+def evaluate_rows(rows: pd.DataFrame, pred: np.ndarray, noise_rel: float = 0.0) -> pd.DataFrame:
+    """Per-shape metrics of predictions ``pred`` (aligned with ``rows``,
+    valid rows with ``time_us``); one row per shape (m, n, k) with the
+    candidate count ``n_candidates``."""
+    rows = rows.assign(_pred=np.asarray(pred, np.float64))
+    out = []
+    for (m, n, k), g in rows.groupby(["m", "n", "k"], sort=True):
+        d = shape_metrics(g["_pred"].to_numpy(), g["time_us"].to_numpy(), noise_rel)
+        d.update(m=int(m), n=int(n), k=int(k), n_candidates=len(g))
+        out.append(d)
+    return pd.DataFrame(out)
+
+
+def summarize(per_shape: pd.DataFrame) -> dict:
+    """Summary over shapes: for each k, mean top-k regret, geometric-mean
+    slowdown minus 1, p90 and max; TenSet top-k score; mean Kendall tau;
+    mean MAPE; shape count."""
+    s = {"shapes": int(len(per_shape))}
+    if per_shape.empty:
+        return s
+    for k in KS:
+        r = per_shape[f"top{k}_regret"].to_numpy(np.float64)
+        s[f"top{k}_mean"] = float(r.mean())
+        s[f"top{k}_geomean"] = float(np.exp(np.mean(np.log1p(r))) - 1.0)
+        s[f"top{k}_p90"] = float(np.quantile(r, 0.9))
+        s[f"top{k}_max"] = float(r.max())
+        s[f"tenset_top{k}"] = float(per_shape["best_time_us"].sum() / per_shape[f"top{k}_time_us"].sum())
+    s["kendall_tau"] = float(np.nanmean(per_shape["kendall_tau"])) if per_shape["kendall_tau"].notna().any() \
+        else math.nan
+    s["mape"] = float(per_shape["mape"].mean())
+    return s

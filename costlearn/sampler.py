@@ -1,0 +1,165 @@
+"""Sampler: which shapes and which configs to measure.
+
+Shapes are drawn log-uniformly per extent within user bounds, with batch-1
+(M = 1) and skinny shapes mixed in on purpose, since those are where the best
+tile differs most from a square GEMM's. Configs come from a fixed candidate
+pool drawn once per collection from the feasible space, stratified by block
+tile so that every block-tile class (including BM = 1 for batch 1) is present.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .space import TileConfig
+
+__all__ = ["ShapeBounds", "sample_shapes", "select_pool", "shape_class", "SHAPE_CLASSES"]
+
+SHAPE_CLASSES = ("batch1", "skinny", "small", "square", "large_k", "general")
+
+
+@dataclass(frozen=True)
+class ShapeBounds:
+    """Bounds of the shapes a collection draws.
+
+    Parameters
+    ----------
+    min_extent, max_extent : int
+        Each of M, N, K lies in [min_extent, max_extent] (M may be 1 for
+        batch-1 shapes regardless of ``min_extent``).
+    max_flops : float
+        Upper bound on 2*M*N*K, so one kernel's time stays affordable on the
+        device.
+    batch1_share, skinny_share : float
+        Fractions of shapes drawn with M = 1, and with one of M, N at most 16.
+    """
+
+    min_extent: int = 1
+    max_extent: int = 1024
+    max_flops: float = 2.0 ** 26
+    batch1_share: float = 0.15
+    skinny_share: float = 0.15
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.min_extent, int) and isinstance(self.max_extent, int)
+                and 1 <= self.min_extent <= self.max_extent):
+            raise ValueError(f"shape bounds [{self.min_extent!r}, {self.max_extent!r}]; "
+                             "need ints with 1 <= min_extent <= max_extent")
+        if not self.max_flops >= 2:
+            raise ValueError(f"max_flops={self.max_flops!r}; must be >= 2")
+        if not (0 <= self.batch1_share <= 1 and 0 <= self.skinny_share <= 1
+                and self.batch1_share + self.skinny_share <= 1):
+            raise ValueError(f"batch1_share={self.batch1_share!r}, skinny_share={self.skinny_share!r}; "
+                             "each in [0, 1] and summing to at most 1")
+
+    @classmethod
+    def for_device(cls, api: str, is_cpu: bool) -> "ShapeBounds":
+        """Default bounds: up to 1024 and 2**26 flop on a CPU OpenCL device
+        (a few ms per kernel there), up to 8192 and no flop cap on a GPU."""
+        if is_cpu:
+            return cls(1, 1024, 2.0 ** 26)
+        return cls(1, 8192, 2.0 * 8192 ** 3)
+
+
+def _log_uniform(rng, lo: int, hi: int) -> int:
+    return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi + 0.499)))))
+
+
+def sample_shapes(n: int, bounds: ShapeBounds, rng: np.random.Generator) -> list[tuple[int, int, int]]:
+    """Draw ``n`` distinct shapes (M, N, K).
+
+    Each extent is log-uniform in the bounds; a ``batch1_share`` of shapes
+    has M = 1, a ``skinny_share`` has M or N drawn from [1, 16]. Shapes over
+    ``bounds.max_flops`` are redrawn.
+
+    Returns
+    -------
+    list of (int, int, int)
+    """
+    out: list[tuple[int, int, int]] = []
+    seen = set()
+    tries = 0
+    while len(out) < n:
+        tries += 1
+        if tries > 1000 * max(n, 1):
+            raise ValueError(f"cannot draw {n} distinct shapes within {bounds}")
+        u = rng.random()
+        lo, hi = bounds.min_extent, bounds.max_extent
+        m, nn, k = (_log_uniform(rng, lo, hi) for _ in range(3))
+        if u < bounds.batch1_share:
+            m = 1
+        elif u < bounds.batch1_share + bounds.skinny_share:
+            small = _log_uniform(rng, 1, min(16, hi))
+            if rng.random() < 0.5:
+                m = small
+            else:
+                nn = max(small, lo)
+        if 2.0 * m * nn * k > bounds.max_flops:
+            continue
+        s = (m, nn, k)
+        if s in seen:
+            continue
+        seen.add(s)
+        out.append(s)
+    return out
+
+
+def select_pool(configs, size: int, rng: np.random.Generator) -> list[TileConfig]:
+    """Choose a candidate pool of ``size`` configs, stratified by block tile
+    height ``block_m`` so that every height present in ``configs`` gets an
+    equal share (BM = 1 tiles for batch-1 shapes included).
+
+    Returns
+    -------
+    list of TileConfig, sorted by config_id (all of ``configs`` if it has at
+    most ``size`` entries).
+
+    Raises
+    ------
+    ValueError
+        If ``size`` < 1 or ``configs`` is empty.
+    """
+    configs = list(configs)
+    if size < 1:
+        raise ValueError(f"pool size={size}; must be >= 1")
+    if not configs:
+        raise ValueError("no feasible configs to choose a pool from")
+    if len(configs) <= size:
+        return sorted(configs, key=lambda c: c.config_id)
+    strata: dict[int, list] = {}
+    for c in configs:
+        strata.setdefault(c.block_m, []).append(c)
+    keys = sorted(strata)
+    for key in keys:
+        rng.shuffle(strata[key])
+    pool: list[TileConfig] = []
+    i = 0
+    while len(pool) < size:
+        key = keys[i % len(keys)]
+        j = i // len(keys)
+        if j < len(strata[key]):
+            pool.append(strata[key][j])
+        i += 1
+    return sorted(pool, key=lambda c: c.config_id)
+
+
+def shape_class(m: int, n: int, k: int) -> str:
+    """Coarse class of a shape, for reporting regret by class.
+
+    ``batch1`` (M = 1), ``skinny`` (M or N <= 16), ``small`` (2MNK < 2**21),
+    ``large_k`` (K >= 4*max(M, N)), ``square`` (max/min of M, N, K <= 2),
+    else ``general``; the first that applies.
+    """
+    if m == 1:
+        return "batch1"
+    if min(m, n) <= 16:
+        return "skinny"
+    if 2 * m * n * k < 2 ** 21:
+        return "small"
+    if k >= 4 * max(m, n):
+        return "large_k"
+    if max(m, n, k) <= 2 * min(m, n, k):
+        return "square"
+    return "general"

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The test suite: creates .venv, installs costlearn with its test
+# dependencies (PyOpenCL + PoCL, so kernels run on a real CPU OpenCL device),
+# runs pytest. GPU tests skip where there is no GPU. Arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
+exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -1,0 +1,76 @@
+"""Shared fixtures and skip markers: each optional dependency is probed once;
+GPU tests skip cleanly where there is no GPU."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "data"
+MODELS = ROOT / "models"
+
+
+def _has_opencl() -> bool:
+    try:
+        from costlearn.backends import available
+        return available("opencl")
+    except Exception:
+        return False
+
+
+def _has_cuda() -> bool:
+    try:
+        from costlearn.backends import available
+        return available("cuda")
+    except Exception:
+        return False
+
+
+HAS_OPENCL = _has_opencl()
+HAS_CUDA = _has_cuda()
+HAS_NVCC = shutil.which("nvcc") is not None
+
+needs_opencl = pytest.mark.skipif(not HAS_OPENCL, reason="no OpenCL device (pip install 'pyopencl[pocl]')")
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="no CUDA GPU with CuPy")
+needs_nvcc = pytest.mark.skipif(not HAS_NVCC, reason="nvcc not installed")
+
+
+def committed_dataset() -> Path:
+    """The committed PoCL dataset folder (the only data/<device> with parts)."""
+    folders = sorted(p.parent for p in DATA.glob("*/device.json"))
+    if not folders:
+        pytest.skip("no committed dataset under data/")
+    return folders[0]
+
+
+def committed_model() -> Path:
+    folders = sorted(p.parent for p in MODELS.glob("*/*/model.json"))
+    if not folders:
+        pytest.skip("no committed model under models/")
+    return folders[0]
+
+
+@pytest.fixture(scope="session")
+def dataset_dir() -> Path:
+    return committed_dataset()
+
+
+@pytest.fixture(scope="session")
+def model_dir() -> Path:
+    return committed_model()
+
+
+@pytest.fixture(scope="session")
+def dataset_rows(dataset_dir):
+    from costlearn.dataset import load, valid_rows
+    df, _ = load(dataset_dir)
+    return valid_rows(df).reset_index(drop=True)
+
+
+@pytest.fixture(scope="session")
+def dataset_spec(dataset_dir):
+    from costlearn.device import DeviceSpec
+    return DeviceSpec.from_dict(json.loads((dataset_dir / "device.json").read_text()))

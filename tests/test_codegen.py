@@ -1,0 +1,82 @@
+import re
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import needs_nvcc, needs_opencl
+from costlearn.codegen import TEMPLATE_HASH, render
+from costlearn.device import preset
+from costlearn.space import TileConfig, enumerate_space
+
+SHAPES = [(1, 1, 1), (1, 1024, 1024), (10, 500, 64), (130, 293, 237), (257, 31, 1000), (64, 64, 1)]
+
+# A spread: both loop orders, both rasters, padding on and off, batch-1
+# tiles, thread tiles that are not square, tiles larger than some shapes.
+CONFIGS = [
+    TileConfig(64, 64, 16, 4, 4, "outer", 1, "row"),
+    TileConfig(1, 128, 32, 1, 4, "dot", 0, "col"),
+    TileConfig(32, 32, 8, 2, 2, "dot", 1, "row"),
+    TileConfig(16, 64, 8, 4, 1, "outer", 0, "col"),
+    TileConfig(128, 32, 4, 8, 2, "outer", 0, "row"),
+    TileConfig(2, 256, 64, 2, 8, "dot", 1, "col"),
+]
+
+
+def test_render_is_deterministic_and_names_the_template():
+    c = CONFIGS[0]
+    assert render(c, "cuda") == render(c, "cuda")
+    assert TEMPLATE_HASH in render(c, "opencl")
+    with pytest.raises(ValueError, match="metal"):
+        render(c, "metal")
+
+
+@needs_opencl
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.config_id)
+def test_kernel_matches_float64_reference_on_pocl(config):
+    from costlearn.backends import get_backend
+    be = get_backend("opencl")
+    kern = be.compile(config)
+    assert kern.status == "ok", kern.error
+    for m, n, k in SHAPES:
+        with be.workspace(m, n, k, seed=m + n + k) as ws:
+            ok, err = ws.verify(kern)
+            assert ok, f"{config.config_id} wrong at {(m, n, k)}: max abs err {err}"
+
+
+@needs_opencl
+def test_verification_fails_a_kernel_that_skips_part_of_c():
+    """A kernel that never writes the last row leaves NaN from the poisoned
+    output and must fail, whatever an earlier run left in C."""
+    from costlearn.backends import get_backend
+    from costlearn.codegen import kernel_name
+    be = get_backend("opencl")
+    good = be.compile(CONFIGS[2])
+    import pyopencl as cl
+    src = render(CONFIGS[2], "opencl").replace("if (gm < M && gn < N)", "if (gm < M - 1 && gn < N)")
+    prg = cl.Program(be.ctx, src).build()
+    bad = type(good)(CONFIGS[2], "ok", "", None, 0.0, getattr(prg, kernel_name(CONFIGS[2])))
+    with be.workspace(40, 40, 40) as ws:
+        assert ws.verify(good)[0]
+        ok, err = ws.verify(bad)
+        assert not ok and err == float("inf")
+
+
+def _nvcc_registers(src: str, path) -> int:
+    path.write_text(src)
+    out = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-Xptxas", "-v", "-o", str(path.with_suffix(".cubin")),
+                          str(path)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return int(re.search(r"Used (\d+) registers", out.stderr).group(1))
+
+
+@needs_nvcc
+def test_cuda_rendering_compiles_for_sm90(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+    space = enumerate_space(preset("h200")).configs
+    rng = np.random.default_rng(0)
+    sample = [space[i] for i in rng.choice(len(space), size=6, replace=False)] + [CONFIGS[1]]
+    with ThreadPoolExecutor(4) as ex:
+        regs = list(ex.map(lambda ic: _nvcc_registers(render(ic[1], "cuda"), tmp_path / f"k{ic[0]}.cu"),
+                           enumerate(sample)))
+    assert all(0 < r <= 255 for r in regs), regs

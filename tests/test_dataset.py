@@ -1,0 +1,64 @@
+import math
+import os
+
+import pytest
+
+from costlearn.dataset import COLUMNS, DatasetError, load, measured_keys, valid_rows, write_part
+
+
+def _row(**kw):
+    r = {c: (0 if t == "int64" else 0.0 if t == "float64" else False if t == "bool" else "x")
+         for c, t in COLUMNS.items()}
+    r.update(m=4, n=5, k=6, dtype="float32", config_id="m4n8k4_t1x1_outer_p0_row", status="ok",
+             time_us=10.0, time_us_p20=9.0, time_us_p80=11.0, device_slug="dev", template_hash="abc",
+             protocol_version=1)
+    r.update(kw)
+    return r
+
+
+def test_parts_round_trip_and_leave_no_temporary_file(tmp_path):
+    write_part([_row(), _row(m=7)], tmp_path)
+    write_part([_row(m=8)], tmp_path)
+    df, rep = load(tmp_path)
+    assert sorted(df["m"]) == [4, 7, 8] and rep.parts == 2 and not rep.corrupt
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+    assert ("dev", "float32", 7, 5, 6, "m4n8k4_t1x1_outer_p0_row", "abc", 1) in measured_keys(df)
+
+
+def test_corrupt_part_is_reported_not_used(tmp_path):
+    write_part([_row()], tmp_path)
+    (tmp_path / "part-broken.parquet").write_bytes(b"PAR1 this is not parquet")
+    with pytest.warns(UserWarning, match="part-broken"):
+        df, rep = load(tmp_path)
+    assert len(df) == 1 and len(rep.corrupt) == 1 and "part-broken" in rep.corrupt[0][0]
+    with pytest.raises(DatasetError, match="part-broken"):
+        load(tmp_path, strict=True)
+
+
+def test_leftover_temporary_file_of_a_killed_writer_is_ignored(tmp_path):
+    write_part([_row()], tmp_path)
+    (tmp_path / ".part-x.parquet.tmp").write_bytes(b"half a file")
+    df, rep = load(tmp_path)
+    assert len(df) == 1 and not rep.corrupt
+
+
+@pytest.mark.parametrize("t, reason", [(0.0, "time_not_positive"), (-3.0, "time_not_positive"),
+                                       (math.nan, "time_not_finite"), (math.inf, "time_not_finite")])
+def test_bad_times_are_quarantined_with_a_reason(tmp_path, t, reason):
+    write_part([_row(), _row(m=9, time_us=t)], tmp_path)
+    df, rep = load(tmp_path)
+    assert rep.quarantined == {reason: 1}
+    assert (df.loc[df["m"] == 9, "error"] == reason).all()
+    assert list(valid_rows(df)["m"]) == [4]
+
+
+def test_missing_column_is_a_clear_error(tmp_path):
+    r = _row()
+    del r["time_us"]
+    with pytest.raises(DatasetError, match="time_us"):
+        write_part([r], tmp_path)
+
+
+def test_missing_folder_is_a_clear_error(tmp_path):
+    with pytest.raises(DatasetError, match="does not exist"):
+        load(tmp_path / "nope")

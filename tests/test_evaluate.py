@@ -1,0 +1,58 @@
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from costlearn.metrics import shape_metrics, summarize, topk_regret
+
+
+def test_topk_regret_by_hand():
+    true = np.array([10.0, 12.0, 20.0, 11.0])
+    pred = np.array([3.0, 1.0, 2.0, 4.0])          # model ranks 12, 20, 10, 11
+    assert topk_regret(pred, true, 1) == pytest.approx(0.2)
+    assert topk_regret(pred, true, 2) == pytest.approx(0.2)
+    assert topk_regret(pred, true, 3) == 0.0
+    assert topk_regret(pred, true, 1, noise_rel=0.25) == 0.0     # within noise: a tie
+
+
+def test_shape_metrics_perfect_ranking():
+    t = np.array([5.0, 1.0, 3.0])
+    s = shape_metrics(t, t)
+    assert s["top1_regret"] == 0 and s["kendall_tau"] == pytest.approx(1.0) and s["mape"] == 0
+
+
+def test_summary_tenset_score_and_geomean():
+    per = pd.DataFrame(dict(top1_regret=[0.0, 1.0], top5_regret=[0.0, 0.0], top10_regret=[0.0, 0.0],
+                            top1_time_us=[1.0, 20.0], top5_time_us=[1.0, 10.0], top10_time_us=[1.0, 10.0],
+                            best_time_us=[1.0, 10.0], kendall_tau=[1.0, 0.0], mape=[0.0, 0.5]))
+    s = summarize(per)
+    assert s["top1_mean"] == 0.5 and s["top1_geomean"] == pytest.approx(math.sqrt(2) - 1)
+    assert s["tenset_top1"] == pytest.approx(11 / 21)
+
+
+def test_score_model_and_baselines_on_replayed_rows(model_dir, dataset_rows):
+    from costlearn.evaluate import format_per_shape, format_table, score
+    shapes = dataset_rows[["m", "n", "k"]].drop_duplicates().iloc[:6]
+    rows = dataset_rows.merge(shapes, on=["m", "n", "k"])
+    res = score(model_dir, rows)
+    assert set(res.per_shape["model"]) == {"xgboost", "roofline", "best_fixed", "random"}
+    assert (res.per_shape["top1_regret"] >= 0).all()
+    assert "xgboost" in format_table(res) and "| M |" in format_per_shape(res)
+
+
+def test_collect_through_replay_resumes_without_remeasuring(dataset_dir, dataset_rows, tmp_path):
+    from costlearn.backends.replay import ReplayBackend
+    from costlearn.collect import collect
+    from costlearn.space import TileConfig
+    shapes = [tuple(int(x) for x in s) for s in dataset_rows[["m", "n", "k"]].drop_duplicates().iloc[:3].to_numpy()]
+    pool = [TileConfig.from_id(c) for c in sorted(dataset_rows["config_id"].unique())]
+    be = ReplayBackend(dataset_dir)
+    first = collect(be, tmp_path, shapes=shapes, pool=pool, configs_per_shape=len(pool), progress=False)
+    assert first.rows_written > 0 and first.shapes_done == 3
+    # Replayed rows keep their recorded times and say they are a replay.
+    from costlearn.dataset import load
+    df, _ = load(tmp_path)
+    assert (df["api"] == "replay").all()
+    again = collect(be, tmp_path, shapes=shapes, pool=pool, configs_per_shape=len(pool), progress=False)
+    assert again.rows_written == 0 and again.skipped == first.rows_written

@@ -1,0 +1,89 @@
+import numpy as np
+import pandas as pd
+import pytest
+
+from costlearn.device import preset
+from costlearn.features import FEATURE_SETS, feature_version, get_feature_set
+from costlearn.features.analytic import analytic_arrays, bank_conflict_degree, occupancy
+from costlearn.space import TileConfig, enumerate_space
+
+
+def _rows(shape, configs, regs=np.nan):
+    m, n, k = shape
+    return pd.DataFrame([dict(m=m, n=n, k=k, dtype="float32", registers_per_thread=regs, **c.to_dict())
+                         for c in configs])
+
+
+def test_golden_h200_square_gemm():
+    """4096^3 with a 128x128x16 block tile, 8x8 thread tile, 128 registers, on H200:
+    - threads = 16*16 = 256; smem = (128*16 + 16*128)*4 = 16384 B
+    - blocks/SM: threads 2048/256 = 8; smem 233472/(16384+1024) = 13;
+      registers: ceil(128*32/256)*256 = 4096 per warp * 8 warps = 32768 -> 65536/32768 = 2;
+      slots 32  => 2, limited by registers; occupancy = 2*256/2048 = 0.25
+    - blocks = 32*32 = 1024; waves = 1024/(2*132) = 3.8788; last wave eff = 3.8788/4 = 0.9697
+    - AI(block tile) = 2*128*128*16 / (4*(128*16+16*128)) = 32 flop/B
+    - k_steps = 256; padding waste 0
+    """
+    f = analytic_arrays(_rows((4096, 4096, 4096), [TileConfig(128, 128, 16, 8, 8)], regs=128.0), preset("h200"))
+    assert f["smem_bytes"][0] == 16384
+    assert f["blocks_per_mp"][0] == 2 and f["limiter_registers"][0] == 1
+    assert f["occupancy_frac"][0] == pytest.approx(0.25)
+    assert f["waves"][0] == pytest.approx(1024 / 264)
+    assert f["last_wave_efficiency"][0] == pytest.approx(1024 / 264 / 4)
+    assert f["ai_block_tile_flop_per_byte"][0] == pytest.approx(32.0)
+    assert f["k_steps"][0] == 256 and f["padding_waste_frac"][0] == 0.0
+    # compute: 2*4096^3 / 67e12 flop/s = 2051.4 us; compulsory bytes 3*4096^2*4 / 4.8e12 = 41.9 us
+    assert 2 ** f["log2_compute_time_us"][0] == pytest.approx(2 * 4096**3 / 67e6, rel=1e-9)
+    assert 2 ** f["log2_memory_time_us"][0] == pytest.approx(3 * 4096**2 * 4 / 4.8e6, rel=1e-9)
+    assert f["roofline_compute_bound"][0] == 1
+
+
+def test_golden_batch1_overhang_and_tail():
+    """M=1, N=1000, K=100 with BM=1, BN=64, KS=32, TM=1, TN=2 on A100:
+    - grid 1 x ceil(1000/64)=16 blocks; threads 32; KS steps ceil(100/32)=4
+    - padded volume 1*1024*128 vs useful 1*1000*100 -> waste = 1 - 100000/131072
+    - blocks/SM: threads 2048/32 = 64; smem (1*32 + 32*64)*4 = 8320 B + 1024 reserved
+      -> 167936 // 9344 = 17; registers (estimate 1*2+1+2+32 = 37 -> ceil(37*32/256)*256
+      = 1280 per warp) -> 65536 // 1280 = 51; slots 32
+      => 17, limited by shared memory; waves = 16/(17*108)
+    """
+    f = analytic_arrays(_rows((1, 1000, 100), [TileConfig(1, 64, 32, 1, 2)]), preset("a100"))
+    assert f["log2_blocks"][0] == 4.0
+    assert f["padding_waste_frac"][0] == pytest.approx(1 - 100000 / 131072)
+    assert f["blocks_per_mp"][0] == 17 and f["limiter_smem"][0] == 1
+    assert f["waves"][0] == pytest.approx(16 / (17 * 108))
+    assert f["k_steps"][0] == 4 and f["pipeline_fill_share"][0] == pytest.approx(0.25)
+
+
+def test_bank_conflict_degree_and_padding():
+    # 32 threads reading a column of a [.][32] array: all in bank 0 -> 32-way
+    assert bank_conflict_degree(np.arange(32) * 32) == 32
+    assert bank_conflict_degree(np.arange(32) * 33) == 1       # padded by one word
+    assert bank_conflict_degree(np.zeros(32, int)) == 1         # broadcast
+    # thread tile rows 4 apart, KS=16 -> stride 64 words between thread rows
+    no_pad = analytic_arrays(_rows((64, 64, 64), [TileConfig(64, 64, 16, 4, 4, smem_pad=0)]), preset("h200"))
+    pad = analytic_arrays(_rows((64, 64, 64), [TileConfig(64, 64, 16, 4, 4, smem_pad=1)]), preset("h200"))
+    assert no_pad["bank_conflict_a_read"][0] == 2 and pad["bank_conflict_a_read"][0] == 1
+
+
+def test_occupancy_limiter_threads():
+    bpm, lim = occupancy(np.array([1024]), np.array([1024]), np.array([32.0]), preset("h200"))
+    assert bpm[0] == 2 and lim[0] == 0
+
+
+@pytest.mark.parametrize("name", sorted(FEATURE_SETS))
+def test_every_config_gets_the_same_columns_without_nan(name):
+    spec = preset("h200")
+    configs = list(enumerate_space(spec).configs[::40])
+    fs = get_feature_set(name)
+    for shape in [(1, 1, 1), (1, 4096, 4096), (8192, 8192, 8192), (129, 31, 7)]:
+        X = fs.transform(_rows(shape, configs), spec)
+        assert list(X.columns) == list(fs.feature_names)
+        assert X.dtypes.eq(np.float64).all()
+        assert np.isfinite(X.to_numpy()).all()
+
+
+def test_unknown_feature_set_lists_known():
+    with pytest.raises(ValueError, match="analytic"):
+        get_feature_set("fancy")
+    assert feature_version("analytic") != feature_version("raw")

@@ -1,0 +1,83 @@
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from costlearn.model import MODELS, NotFittedError, get_model
+from costlearn.model import artifact
+from costlearn.model.base import check_rows
+from costlearn.model.xgb import XGBCostModel, XGBParams
+
+FAST = XGBParams(n_estimators=60, max_depth=4, early_stopping_rounds=10)
+
+
+@pytest.fixture(scope="module")
+def small_rows(dataset_rows):
+    shapes = dataset_rows[["m", "n", "k"]].drop_duplicates().iloc[:40]
+    return dataset_rows.merge(shapes, on=["m", "n", "k"]).reset_index(drop=True)
+
+
+def _make(name):
+    return XGBCostModel(params=FAST) if name == "xgboost" else get_model(name)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_contract_predict_before_fit_raises(name):
+    with pytest.raises(NotFittedError, match="fit"):
+        _make(name).predict(pd.DataFrame({c: [1] for c in ("m", "n", "k")}))
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_contract_fit_returns_self_and_predicts_one_finite_value_per_row(name, small_rows, dataset_spec):
+    mdl = _make(name)
+    assert mdl.fit(small_rows, dataset_spec) is mdl
+    assert any(a.endswith("_") and not a.startswith("_") for a in vars(mdl))
+    p = mdl.predict(small_rows.iloc[:17])
+    assert p.shape == (17,) and p.dtype == np.float64 and np.isfinite(p).all() and (p > 0).all()
+
+
+def test_unknown_model_lists_known():
+    with pytest.raises(ValueError, match="xgboost"):
+        get_model("transformer")
+
+
+def test_same_seed_same_model(small_rows, dataset_spec):
+    a = XGBCostModel(params=FAST).fit(small_rows, dataset_spec).predict(small_rows)
+    b = XGBCostModel(params=FAST).fit(small_rows, dataset_spec).predict(small_rows)
+    np.testing.assert_array_equal(a, b)
+
+
+def test_save_load_round_trips_to_identical_predictions(small_rows, dataset_spec, tmp_path):
+    mdl = XGBCostModel(params=FAST).fit(small_rows, dataset_spec)
+    artifact.save(mdl, tmp_path, dtype="float32", candidates=artifact.candidate_table(small_rows),
+                  envelope={}, metrics={}, training={}, baselines={})
+    art = artifact.load(tmp_path)
+    np.testing.assert_array_equal(art.model.predict(small_rows), mdl.predict(small_rows))
+    assert art.spec == dataset_spec
+
+
+def test_loading_an_artifact_with_other_features_says_what_differs(model_dir, tmp_path):
+    dst = tmp_path / "m"
+    shutil.copytree(model_dir, dst)
+    side = json.loads((dst / "model.json").read_text())
+    side["feature_names"] = [f for f in side["feature_names"] if f != "waves"] + ["warp_specialisation"]
+    (dst / "model.json").write_text(json.dumps(side))
+    with pytest.raises(artifact.ArtifactError) as e:
+        artifact.load(dst)
+    assert "waves" in str(e.value) and "warp_specialisation" in str(e.value)
+
+
+def test_missing_artifact_is_a_clear_error(tmp_path):
+    with pytest.raises(artifact.ArtifactError, match="no model artifact"):
+        artifact.load(tmp_path)
+
+
+def test_fit_refuses_bad_times(small_rows, dataset_spec):
+    bad = small_rows.copy()
+    bad.loc[3, "time_us"] = 0.0
+    with pytest.raises(ValueError, match="finite and positive"):
+        XGBCostModel(params=FAST).fit(bad, dataset_spec)
+    with pytest.raises(ValueError, match="block_k"):
+        check_rows(small_rows.drop(columns=["block_k"]))

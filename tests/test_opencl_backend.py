@@ -1,0 +1,35 @@
+"""Real measurements on the local OpenCL device (PoCL's CPU device on CI)."""
+
+from conftest import needs_opencl
+
+pytestmark = needs_opencl
+
+
+def test_collect_on_pocl_writes_valid_rows_with_provenance_and_resumes(tmp_path):
+    from costlearn.backends import get_backend
+    from costlearn.collect import collect
+    from costlearn.dataset import load
+    from costlearn.measure import Protocol
+    from costlearn.space import TileConfig
+    be = get_backend("opencl")
+    pool = [TileConfig(16, 16, 8, 2, 2), TileConfig(1, 64, 16, 1, 2, "dot"), TileConfig(32, 64, 8, 4, 4)]
+    shapes = [(1, 200, 64), (48, 40, 33)]
+    res = collect(be, tmp_path, shapes=shapes, pool=pool, configs_per_shape=3,
+                  protocol=Protocol(rounds=3, min_sample_us=200.0), progress=False)
+    df, rep = load(tmp_path)
+    assert res.shapes_done == 2 and len(df) == res.rows_written >= 3 and not rep.corrupt
+    ok = df[df["status"] == "ok"]
+    assert len(ok) == len(df), df[["config_id", "status", "error"]]
+    assert (ok["time_us"] > 0).all() and (ok["time_us_p20"] <= ok["time_us"]).all()
+    for col in ("device_name", "driver_version", "library_version", "template_hash", "costlearn_version"):
+        assert df[col].str.len().gt(0).all(), col
+    assert (df["api"] == "opencl").all() and (tmp_path / "device.json").is_file()
+    again = collect(be, tmp_path, shapes=shapes, pool=pool, configs_per_shape=3, progress=False)
+    assert again.rows_written == 0 and again.skipped == res.rows_written
+
+
+def test_spec_is_queried_not_hard_coded():
+    from costlearn.backends import get_backend
+    s = get_backend("opencl").spec
+    assert s.api == "opencl" and s.multiprocessors >= 1 and s.memory_bandwidth_gbps > 0
+    assert s.source.startswith("queried")

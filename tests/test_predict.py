@@ -1,0 +1,61 @@
+import numpy as np
+import pytest
+
+import costlearn
+from costlearn.device import preset
+from costlearn.predict import Predictor, predict_best
+
+
+@pytest.fixture(scope="module")
+def dev(model_dir):
+    return model_dir.parent.name
+
+
+def test_keyword_order_and_numpy_ints_do_not_change_the_answer(dev, model_dir):
+    a = predict_best(37, 200, 300, device=dev, models_dir=model_dir.parents[1])
+    b = predict_best(K=300, N=200, M=37, device=dev, models_dir=model_dir.parents[1])
+    c = predict_best(np.int64(37), np.int32(200), np.uint16(300), device=dev, models_dir=model_dir.parents[1])
+    assert a == b == c
+    assert a.config == a.top_k[0][0] and a.time_us == a.top_k[0][1] > 0
+    assert [t for _, t in a.top_k] == sorted(t for _, t in a.top_k)
+
+
+def test_package_level_predict_best_uses_the_repo_models(dev):
+    p = costlearn.predict_best(1, 512, 512, device=dev)
+    assert p.config.block_m == 1          # batch-1 gets a batch-1 tile
+    assert p.device == dev
+
+
+@pytest.mark.parametrize("args, exc, says", [
+    ((0, 1, 1), ValueError, "M=0"), ((1, -5, 1), ValueError, "N=-5"), ((1, 1, 2.0), TypeError, "K=2.0"),
+    ((True, 1, 1), TypeError, "M=True"), (("64", 1, 1), TypeError, "M='64'"),
+])
+def test_bad_shapes_raise_naming_the_value(dev, args, exc, says):
+    with pytest.raises(exc, match=says):
+        predict_best(*args, device=dev)
+
+
+def test_unknown_dtype_and_device_say_what_is_allowed(dev):
+    with pytest.raises(ValueError, match="float32"):
+        predict_best(8, 8, 8, dtype="bfloat16", device=dev)
+    with pytest.raises(ValueError, match=dev):
+        predict_best(8, 8, 8, device="tpu-v9")
+    with pytest.raises(TypeError, match="device"):
+        predict_best(8, 8, 8, device=3)
+
+
+def test_ood_reasons_name_the_numbers(dev, model_dir):
+    pred = Predictor(model_dir)
+    env = pred.artifact.sidecar["envelope"]
+    inside = tuple(env["shapes"][0])
+    assert not pred.predict_best(*inside).ood
+    p = pred.predict_best(1, 1, 10 * env["max"]["K"])
+    assert p.ood and any(f"K={10 * env['max']['K']} above the trained maximum {env['max']['K']}" in r
+                         for r in p.ood_reasons)
+    q = pred.predict_best(*inside, running_on=preset("a100"))
+    assert q.ood and any("running on NVIDIA A100" in r for r in q.ood_reasons)
+
+
+def test_top_k_validation(dev):
+    with pytest.raises(ValueError, match="top_k=0"):
+        predict_best(8, 8, 8, device=dev, top_k=0)

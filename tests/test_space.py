@@ -1,0 +1,89 @@
+import pytest
+
+from costlearn.device import PRESETS, DeviceSpec, device_slug, preset
+from costlearn.space import (RULES, TileConfig, all_configs, check_config, check_shape,
+                             enumerate_space, smem_bytes)
+
+
+def test_config_id_round_trips_for_every_config():
+    for c in all_configs()[::97]:
+        assert TileConfig.from_id(c.config_id) == c
+
+
+@pytest.mark.parametrize("bad, says", [(dict(block_m=0), "block_m=0"), (dict(block_m=True), "block_m=True"),
+                                       (dict(loop_order="zigzag"), "zigzag"), (dict(raster="hilbert"), "hilbert"),
+                                       (dict(smem_pad=-1), "smem_pad=-1"), (dict(thread_m=3), "3x4 must divide")])
+def test_bad_tile_config_is_a_clear_error(bad, says):
+    kw = dict(block_m=64, block_n=64, block_k=16, thread_m=4, thread_n=4)
+    kw.update(bad)
+    with pytest.raises(ValueError, match=says):
+        TileConfig(**kw)
+
+
+def test_malformed_config_id_names_the_value():
+    with pytest.raises(ValueError, match="not-an-id"):
+        TileConfig.from_id("not-an-id")
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_preset_space_counts_every_rejection(name):
+    spec = preset(name)
+    res = enumerate_space(spec)
+    assert set(res.rejected) == set(RULES)
+    assert len(res.configs) + sum(res.rejected.values()) == res.total
+    assert len(res.configs) > 500
+    for c in res.configs[::50]:
+        assert c.threads % spec.warp_size == 0 and c.threads <= spec.max_threads_per_block
+        assert smem_bytes(c) + spec.smem_reserved_per_block_bytes <= spec.smem_per_mp_bytes
+
+
+def test_space_holds_batch1_tiles_for_h200():
+    res = enumerate_space(preset("h200"), shape=(1, 4096, 4096))
+    assert res.configs, res.summary()
+    assert all(c.block_m == 1 for c in res.configs)
+    assert res.rejected["block_tile_exceeds_problem"] > 0
+
+
+def test_smem_rule_uses_the_device_limit_not_a_constant():
+    big = TileConfig(128, 256, 64, 8, 8)      # (128*64 + 64*256)*4 = 96 KiB
+    assert smem_bytes(big) == 98304
+    assert check_config(big, preset("h200")) is None          # 227 KiB opt-in
+    small = DeviceSpec(**{**preset("h200").to_dict(), "smem_per_block_optin_bytes": 64 * 1024,
+                          "smem_per_mp_bytes": 64 * 1024})
+    assert check_config(big, small) == "smem_above_max"
+
+
+def test_register_rule_skipped_without_a_register_file():
+    spec = DeviceSpec(**{**preset("h200").to_dict(), "registers_per_mp": None,
+                         "max_registers_per_thread": None, "api": "opencl"})
+    c = TileConfig(128, 128, 8, 8, 8)
+    assert check_config(c, spec) is None
+
+
+@pytest.mark.parametrize("args, exc", [((0, 1, 1), ValueError), ((-3, 1, 1), ValueError),
+                                       ((1.5, 1, 1), TypeError), ((True, 1, 1), TypeError),
+                                       (("8", 1, 1), TypeError), ((2**31, 1, 1), ValueError)])
+def test_check_shape_rejects_bad_extents(args, exc):
+    with pytest.raises(exc, match="M="):
+        check_shape(*args)
+
+
+def test_check_shape_rejects_unknown_dtype():
+    with pytest.raises(ValueError, match="float16.*float32"):
+        check_shape(1, 1, 1, "float16")
+
+
+def test_device_slug_maps_nvidia_names_to_presets():
+    assert device_slug("NVIDIA H200") == "h200"
+    assert device_slug("NVIDIA H100 80GB HBM3") == "h100"
+    assert device_slug("pthread-AMD EPYC", "opencl") == "ocl-pthread-amd-epyc"
+
+
+def test_unknown_preset_lists_the_known_ones():
+    with pytest.raises(ValueError, match="h200"):
+        preset("v100")
+
+
+def test_device_spec_round_trips_through_dict():
+    s = preset("a100")
+    assert DeviceSpec.from_dict(s.to_dict()) == s
