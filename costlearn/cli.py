@@ -186,6 +186,13 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_compact(args) -> int:
+    from .dataset import compact
+    n_parts, n_rows = compact(args.folder)
+    print(f"{args.folder}: merged {n_parts} parts into one part of {n_rows} rows")
+    return 0
+
+
 def cmd_space(args) -> int:
     from .device import preset
     from .space import enumerate_space
@@ -254,6 +261,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-budget", type=float, default=100.0, help="seconds for evaluation (default: 100)")
     p.add_argument("--report", default=None, help="write the evaluation report here")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("compact", help="merge a dataset folder's parts into one",
+                       description="Merge every readable Parquet part of a dataset folder into one part "
+                       "(atomic; safe to interrupt). Corrupt parts are left in place.")
+    p.add_argument("folder", help="dataset folder, e.g. data/h200")
+    p.set_defaults(func=cmd_compact)
 
     p = sub.add_parser("space", help="enumerate the feasible tile space of a device")
     p.add_argument("--device", default="auto", choices=["auto", "cuda", "opencl"])

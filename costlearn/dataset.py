@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-__all__ = ["SCHEMA_VERSION", "COLUMNS", "write_part", "load", "LoadReport", "valid_rows",
+__all__ = ["SCHEMA_VERSION", "COLUMNS", "write_part", "load", "compact", "LoadReport", "valid_rows",
            "measured_keys", "KEY_COLUMNS", "DatasetError"]
 
 SCHEMA_VERSION = 1
@@ -198,6 +198,9 @@ def load(folder: str | os.PathLike, *, strict: bool = False) -> tuple[pd.DataFra
             warnings.warn(f"skipping corrupt dataset part {part}: {reason}", stacklevel=2)
     if frames:
         df = pd.concat(frames, ignore_index=True)
+        # A compaction killed between writing the merged part and removing
+        # the old ones leaves exact copies; keep one.
+        df = df.drop_duplicates(subset=list(KEY_COLUMNS) + ["run_id", "timestamp"], ignore_index=True)
     else:
         df = _conform(pd.DataFrame({c: pd.Series(dtype=t) for c, t in COLUMNS.items()}))
     ok = df["status"] == "ok"
@@ -214,6 +217,44 @@ def load(folder: str | os.PathLike, *, strict: bool = False) -> tuple[pd.DataFra
         df.loc[q, "error"] = reasons[q]
         report.quarantined = pd.Series(reasons[q]).value_counts().to_dict()
     return df, report
+
+
+def compact(folder: str | os.PathLike) -> tuple[int, int]:
+    """Merge every readable part of ``folder`` into one new part, then
+    remove the merged parts. Corrupt parts are left in place (and reported
+    by :func:`load`). Safe to kill at any point: the merged part is written
+    atomically before anything is removed, and :func:`load` drops the exact
+    copies a kill between the two steps leaves.
+
+    Returns
+    -------
+    (int, int)
+        Parts merged, rows in the merged part.
+
+    Raises
+    ------
+    DatasetError
+        If ``folder`` does not exist.
+    """
+    folder = Path(folder)
+    if not folder.exists():
+        raise DatasetError(f"dataset folder {str(folder)!r} does not exist")
+    parts, frames = [], []
+    for part in sorted(folder.glob("part-*.parquet")):
+        try:
+            frames.append(_conform(pd.read_parquet(part, engine="pyarrow")))
+            parts.append(part)
+        except Exception:  # left for load() to report
+            continue
+    if len(parts) < 2:
+        return 0, 0
+    merged = pd.concat(frames, ignore_index=True).drop_duplicates(
+        subset=list(KEY_COLUMNS) + ["run_id", "timestamp"], ignore_index=True)
+    write_part(merged, folder)
+    for part in parts:
+        part.unlink()
+    _fsync_dir(folder)
+    return len(parts), len(merged)
 
 
 def valid_rows(df: pd.DataFrame) -> pd.DataFrame:

@@ -1,6 +1,8 @@
 import math
 import os
 
+import pandas as pd
+
 import pytest
 
 from costlearn.dataset import COLUMNS, DatasetError, load, measured_keys, valid_rows, write_part
@@ -62,3 +64,18 @@ def test_missing_column_is_a_clear_error(tmp_path):
 def test_missing_folder_is_a_clear_error(tmp_path):
     with pytest.raises(DatasetError, match="does not exist"):
         load(tmp_path / "nope")
+
+
+def test_compaction_merges_parts_and_a_killed_compaction_loses_and_duplicates_nothing(tmp_path):
+    from costlearn.dataset import compact
+    for m in (1, 2, 3):
+        write_part([_row(m=m)], tmp_path)
+    before, _ = load(tmp_path)
+    # Killed after writing the merged part, before removing the old ones:
+    merged = pd.concat([before], ignore_index=True)
+    write_part(merged, tmp_path)
+    df, _ = load(tmp_path)
+    assert sorted(df["m"]) == [1, 2, 3]
+    assert compact(tmp_path) == (4, 3)
+    df, rep = load(tmp_path)
+    assert sorted(df["m"]) == [1, 2, 3] and rep.parts == 1
