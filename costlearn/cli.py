@@ -19,8 +19,50 @@ typical use, once per device class:
   costlearn predict 1 1024 1024           # best tile for M=1, N=1024, K=1024
   costlearn evaluate                      # measure fresh shapes, print regret vs baselines
 or all four at once:
-  costlearn run --budget 240
+  costlearn run --budget 180
 """
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be >= 1")
+    return v
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be >= 0")
+    return v
+
+
+def _positive_seconds(text: str) -> float:
+    import math
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number of seconds > 0")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    import math
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(v) or v <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number > 0")
+    return v
 
 
 def _backend(name: str):
@@ -34,28 +76,29 @@ def _protocol(args):
                     seed=args.seed)
 
 
-def _add_measure_args(p):
+def _add_measure_args(p, data: str = "data"):
     p.add_argument("--device", default="auto", choices=["auto", "cuda", "opencl"],
                    help="backend to measure on; auto = CUDA if CuPy sees a GPU, else OpenCL (default: auto)")
-    p.add_argument("--data", default="data", help="dataset root; rows go to <data>/<device>/ (default: data)")
-    p.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds per candidate (default: 7)")
+    p.add_argument("--data", default=data, help=f"dataset root; rows go to <data>/<device>/ (default: {data})")
+    p.add_argument("--rounds", type=_positive_int, default=7, help="interleaved timing rounds per candidate (default: 7)")
     p.add_argument("--distribution", default="normal", choices=["normal", "uniform", "sparse"],
                    help="input value distribution (default: normal)")
-    p.add_argument("--density", type=float, default=1.0,
+    p.add_argument("--density", type=_positive_float, default=1.0,
                    help="non-zero fraction for --distribution sparse (default: 1.0)")
-    p.add_argument("--seed", type=int, default=0, help="seed of pool, shapes and inputs (default: 0)")
+    p.add_argument("--seed", type=_nonneg_int, default=0, help="seed of pool, shapes and inputs (default: 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def _add_collect_args(p):
-    p.add_argument("--budget", type=float, default=240.0, help="seconds of measuring (default: 240)")
-    p.add_argument("--pool", type=int, default=None,
+def _add_collect_args(p, budget_s: float):
+    p.add_argument("--budget", type=_positive_seconds, default=budget_s,
+                   help=f"seconds of collection, compiling included (default: {budget_s:.0f})")
+    p.add_argument("--pool", type=_positive_int, default=None,
                    help="candidate pool size, compiled once (default: 48 on a CPU, 160 on a GPU)")
-    p.add_argument("--configs-per-shape", type=int, default=None,
+    p.add_argument("--configs-per-shape", type=_positive_int, default=None,
                    help="pool configs measured per shape (default: all feasible)")
-    p.add_argument("--max-extent", type=int, default=None,
+    p.add_argument("--max-extent", type=_positive_int, default=None,
                    help="largest M, N, K drawn (default: 1024 on a CPU, 8192 on a GPU)")
-    p.add_argument("--max-flops", type=float, default=None,
+    p.add_argument("--max-flops", type=_positive_float, default=None,
                    help="largest 2*M*N*K drawn (default: 2**26 on a CPU, none on a GPU)")
 
 
@@ -70,13 +113,15 @@ def cmd_collect(args) -> int:
     spec = be.spec
     cpu = _is_cpu(spec)
     b = ShapeBounds.for_device(spec.api, cpu)
-    bounds = ShapeBounds(1, args.max_extent or b.max_extent, args.max_flops or b.max_flops)
+    bounds = ShapeBounds(1, b.max_extent if args.max_extent is None else args.max_extent,
+                         b.max_flops if args.max_flops is None else args.max_flops)
     out = Path(args.data) / spec.slug
-    pool = args.pool or (48 if cpu else 160)
+    pool = args.pool if args.pool is not None else (48 if cpu else 160)
     print(f"device: {spec.name} ({be.name}); dataset: {out}; pool {pool} configs; "
           f"shapes M,N,K <= {bounds.max_extent}, 2MNK <= {bounds.max_flops:.3g}", file=sys.stderr)
     res = collect(be, out, budget_s=args.budget, pool_size=pool,
-                  configs_per_shape=args.configs_per_shape or pool, bounds=bounds,
+                  configs_per_shape=pool if args.configs_per_shape is None else args.configs_per_shape,
+                  bounds=bounds,
                   protocol=_protocol(args), seed=args.seed, progress=not args.no_progress)
     secs = ", ".join(f"{k} {v:.1f}s" for k, v in res.seconds.items())
     print(f"collected {res.rows_written} rows ({res.rows_valid} valid) over {res.shapes_done} shapes; "
@@ -94,15 +139,18 @@ def _model_dir(args, dtype="float32") -> Path:
 def cmd_train(args) -> int:
     from .train import train
     data = Path(args.data)
+    if not data.is_dir():
+        raise ValueError(f"--data {args.data}: no such folder; collect first (`costlearn collect`)")
     if not (data / "device.json").is_file() and not list(data.glob("part-*.parquet")):
         subs = sorted(p.parent.name for p in data.glob("*/device.json")) if data.is_dir() else []
         if len(subs) == 1:
             data = data / subs[0]
         else:
-            raise SystemExit(f"error: {args.data} holds datasets for {subs or 'no device'}; "
-                             f"pass --data {args.data}/<device>")
+            raise ValueError(f"--data {args.data} holds no dataset parts" if not subs else
+                             f"--data {args.data} holds datasets for {subs}; pass --data {args.data}/<device>")
     t0 = time.perf_counter()
-    res = train(data, args.models, feature_set=args.feature_set)
+    from .model.artifact import default_models_dir
+    res = train(data, args.models or default_models_dir(), feature_set=args.feature_set)
     print(f"trained on {res.rows} rows over {res.shapes} shapes in {time.perf_counter() - t0:.1f}s "
           f"-> {res.path.parent}")
     if res.holdout:
@@ -115,11 +163,14 @@ def cmd_train(args) -> int:
 
 def cmd_predict(args) -> int:
     from .predict import predict_best
+    from .space import check_shape
     shapes = args.shape
     if len(shapes) % 3:
-        raise SystemExit(f"error: give shapes as M N K triples, got {len(shapes)} numbers")
-    for i in range(0, len(shapes), 3):
-        m, n, k = shapes[i:i + 3]
+        raise ValueError(f"give shapes as M N K triples, got {len(shapes)} numbers: {shapes}")
+    triples = [tuple(shapes[i:i + 3]) for i in range(0, len(shapes), 3)]
+    for t in triples:  # every triple is checked before anything is printed
+        check_shape(*t, args.dtype)
+    for m, n, k in triples:
         p = predict_best(m, n, k, dtype=args.dtype, device=args.model, top_k=args.top_k,
                          models_dir=args.models)
         if args.json:
@@ -139,7 +190,15 @@ def cmd_evaluate(args) -> int:
     from .evaluate import evaluate, format_per_shape, format_table, write_report
     be = _backend(args.device)
     folder = _model_dir(args) if args.model else _resolve_for_backend(be, args.models)
-    eval_dir = Path(args.data) / folder.parent.name / "eval"
+    if args.out:
+        eval_dir = Path(args.out)
+    else:
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        eval_dir = Path(args.data) / folder.parent.name / f"eval-{stamp}"
+    if eval_dir.is_dir() and any(eval_dir.glob("part-*.parquet")):
+        print(f"resuming the evaluation in {eval_dir}: shapes and configs measured there are not "
+              "measured again", file=sys.stderr)
+    print(f"fresh measurements go to {eval_dir}", file=sys.stderr)
     res = evaluate(be, folder, eval_dir, n_random=args.shapes, budget_s=args.budget,
                    protocol=_protocol(args), seed=args.seed + 1, progress=not args.no_progress)
     print(f"fresh shapes measured on {be.spec.name}, exhaustive over the model's candidates:")
@@ -164,23 +223,24 @@ def cmd_run(args) -> int:
     args.configs_per_shape = None
     args.max_extent = args.max_flops = None
     cmd_collect(args)
-    print(f"== train ({time.perf_counter() - t0:.0f}s)", flush=True)
+    print(f"== train  [t={time.perf_counter() - t0:.0f}s]", flush=True)
     args.data_root = args.data
     data_root = args.data
     args.data = str(Path(data_root) / be.spec.slug)
     args.feature_set = "analytic"
     cmd_train(args)
-    print(f"== predict ({time.perf_counter() - t0:.0f}s)", flush=True)
+    print(f"== predict  [t={time.perf_counter() - t0:.0f}s]", flush=True)
     args.model = be.spec.slug
     cpu = _is_cpu(be.spec)
     args.shape = [1, 1024, 1024, 64, 64, 64, 300, 200, 500] if cpu else \
         [1, 4096, 4096, 4096, 4096, 4096, 8, 8192, 1024]
     args.dtype, args.top_k, args.json = "float32", 3, False
     cmd_predict(args)
-    print(f"== evaluate ({time.perf_counter() - t0:.0f}s)", flush=True)
+    print(f"== evaluate  [t={time.perf_counter() - t0:.0f}s]", flush=True)
     args.data = data_root
     args.shapes = args.eval_shapes
     args.budget = args.eval_budget
+    args.out = str(Path(data_root) / be.spec.slug / "eval")
     cmd_evaluate(args)
     print(f"== done in {time.perf_counter() - t0:.0f}s")
     return 0
@@ -189,14 +249,17 @@ def cmd_run(args) -> int:
 def cmd_compact(args) -> int:
     from .dataset import compact
     n_parts, n_rows = compact(args.folder)
-    print(f"{args.folder}: merged {n_parts} parts into one part of {n_rows} rows")
+    if n_parts == 0:
+        print(f"{args.folder}: nothing to merge (fewer than two readable parts)")
+    else:
+        print(f"{args.folder}: merged {n_parts} parts into one part of {n_rows} rows")
     return 0
 
 
 def cmd_space(args) -> int:
     from .device import preset
     from .space import enumerate_space
-    spec = preset(args.preset) if args.preset else _backend(args.device).spec
+    spec = preset(args.preset) if args.preset is not None else _backend(args.device).spec
     shape = tuple(args.shape) if args.shape else None
     res = enumerate_space(spec, "float32", shape)
     print(f"{spec.name}: " + res.summary())
@@ -215,7 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Measure random feasible tile configs on random shapes (batch-1 and "
                        "skinny ones included) under a time budget; resumable.")
     _add_measure_args(p)
-    _add_collect_args(p)
+    _add_collect_args(p, 240.0)
     p.set_defaults(func=cmd_collect)
 
     p = sub.add_parser("train", help="fit the cost model on a dataset",
@@ -223,8 +286,10 @@ def build_parser() -> argparse.ArgumentParser:
                        "models/<device>/float32/; prints held-out regret against the baselines.")
     p.add_argument("--data", default="data", help="dataset folder, or a root holding one device's "
                    "folder (default: data)")
-    p.add_argument("--models", default="models", help="model store root (default: models)")
-    p.add_argument("--feature-set", default="analytic", choices=["analytic", "raw", "derived"])
+    p.add_argument("--models", default=None,
+                   help="model store root (default: $COSTLEARN_MODELS, else the source tree's models/)")
+    p.add_argument("--feature-set", default="analytic", choices=["analytic", "raw", "derived"],
+                   help="features the model uses (default: analytic; raw and derived are ablations)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("predict", help="best tile config for shapes",
@@ -232,8 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("shape", nargs="+", type=int, metavar="M N K", help="one or more M N K triples")
     p.add_argument("--model", default=None, help="model device folder, e.g. h200 (default: the only one)")
     p.add_argument("--models", default=None, help="model store root (default: the repo's models/)")
-    p.add_argument("--dtype", default="float32")
-    p.add_argument("--top-k", type=int, default=5)
+    p.add_argument("--dtype", default="float32", help="element type (default: float32, the only one so far)")
+    p.add_argument("--top-k", type=_positive_int, default=5, help="how many ranked configs to list (default: 5)")
     p.add_argument("--json", action="store_true", help="one JSON object per shape")
     p.set_defaults(func=cmd_predict)
 
@@ -245,20 +310,22 @@ def build_parser() -> argparse.ArgumentParser:
     _add_measure_args(p)
     p.add_argument("--model", default=None, help="model device folder (default: the local device's)")
     p.add_argument("--models", default=None, help="model store root (default: the repo's models/)")
-    p.add_argument("--shapes", type=int, default=4, help="random fresh shapes besides the fixed set (default: 4)")
-    p.add_argument("--budget", type=float, default=600.0, help="seconds of measuring (default: 600)")
+    p.add_argument("--shapes", type=_nonneg_int, default=4, help="random fresh shapes besides the fixed set (default: 4)")
+    p.add_argument("--budget", type=_positive_seconds, default=600.0,
+                   help="seconds of measuring (default: 600)")
+    p.add_argument("--out", default=None, help="dataset folder for the fresh measurements; an existing "
+                   "one is resumed (default: a new <data>/<device>/eval-<UTC time>/)")
     p.add_argument("--report", default=None, help="write markdown + CSV report here")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("run", help="collect, train, predict and evaluate on the local device",
                        description="The main job end to end on the local device: collect for --budget "
                        "seconds, train, predict a few shapes (M=1 included), evaluate on fresh shapes.")
-    _add_measure_args(p)
-    _add_collect_args(p)
-    p.set_defaults(budget=180.0)
-    p.add_argument("--models", default="models", help="model store root (default: models)")
-    p.add_argument("--eval-shapes", type=int, default=2, help="random fresh shapes (default: 2)")
-    p.add_argument("--eval-budget", type=float, default=100.0, help="seconds for evaluation (default: 100)")
+    _add_measure_args(p, data="out/data")
+    _add_collect_args(p, 180.0)
+    p.add_argument("--models", default="out/models", help="model store root (default: out/models)")
+    p.add_argument("--eval-shapes", type=_nonneg_int, default=2, help="random fresh shapes (default: 2)")
+    p.add_argument("--eval-budget", type=_positive_seconds, default=100.0, help="seconds for evaluation (default: 100)")
     p.add_argument("--report", default=None, help="write the evaluation report here")
     p.set_defaults(func=cmd_run)
 
@@ -268,10 +335,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("folder", help="dataset folder, e.g. data/h200")
     p.set_defaults(func=cmd_compact)
 
-    p = sub.add_parser("space", help="enumerate the feasible tile space of a device")
-    p.add_argument("--device", default="auto", choices=["auto", "cuda", "opencl"])
+    p = sub.add_parser("space", help="enumerate the feasible tile space of a device",
+                       description="Count the feasible tile configs of the local device or a preset, and "
+                       "how many each feasibility rule rejected.")
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "opencl"],
+                   help="local backend to describe (default: auto)")
     p.add_argument("--preset", default=None, help="a named device instead of the local one (h200, h100, a100)")
-    p.add_argument("--shape", type=int, nargs=3, metavar=("M", "N", "K"))
+    p.add_argument("--shape", type=int, nargs=3, metavar=("M", "N", "K"),
+                   help="also reject block tiles larger than this problem")
     p.set_defaults(func=cmd_space)
     return ap
 
@@ -290,6 +361,9 @@ def main(argv=None) -> int:
             print(f"costlearn {args.command}: error: {e}", file=sys.stderr)
             return 2
         raise
+    except OSError as e:
+        print(f"costlearn {args.command}: error: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted; everything measured so far is saved", file=sys.stderr)
         return 130

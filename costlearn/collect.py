@@ -21,7 +21,7 @@ from . import __version__
 from .backends.base import Backend
 from .dataset import load, measured_keys, valid_rows, write_part
 from .measure import Protocol, Stopwatch, measure_shape
-from .sampler import ShapeBounds, sample_shapes, select_pool
+from .sampler import ShapeBounds, iter_shapes, select_pool
 from .space import check_config, enumerate_space, smem_bytes
 
 __all__ = ["CollectResult", "collect", "rows_for", "candidate_pool"]
@@ -138,8 +138,8 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = 
     ValueError
         If a setting is out of range.
     """
-    if budget_s <= 0:
-        raise ValueError(f"budget_s={budget_s!r}; must be > 0")
+    if not (isinstance(budget_s, (int, float)) and math.isfinite(budget_s) and budget_s > 0):
+        raise ValueError(f"budget_s={budget_s!r}; must be a finite number of seconds > 0")
     if pool_size < 1 or configs_per_shape < 1:
         raise ValueError(f"pool_size={pool_size!r}, configs_per_shape={configs_per_shape!r}; must be >= 1")
     t_start = time.monotonic()
@@ -155,8 +155,7 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = 
     pool = list(pool) if pool is not None else candidate_pool(spec, dtype, pool_size, seed)
     rng = np.random.default_rng([seed, 2])
     if shapes is None:
-        shape_iter = iter(sample_shapes(100_000, bounds, rng)) if max_shapes is None \
-            else iter(sample_shapes(max_shapes, bounds, rng))
+        shape_iter = iter_shapes(bounds, rng)
     else:
         shape_iter = iter([tuple(int(x) for x in s) for s in shapes])
     overhead_us = backend.launch_overhead_us()
@@ -168,7 +167,9 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = 
     bar = None
     if progress:
         from tqdm.auto import tqdm
+        # disable=None: no bar when stderr is not a terminal (logs stay clean).
         bar = tqdm(total=int(budget_s), unit="s", desc=f"collect {spec.slug}", dynamic_ncols=True,
+                   disable=None,
                    bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f}s{postfix}")
     try:
         for shape in shape_iter:
@@ -194,6 +195,8 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = 
                         # First need: compile the whole pool at once, so that
                         # backends can parallelise code generation.
                         missing = list(pool)
+                        if bar is not None:
+                            bar.set_postfix_str(f"compiling {len(missing)} configs", refresh=True)
                     for kern in backend.compile_many(missing, dtype):
                         compiled[kern.config.config_id] = kern
             kernels = [compiled[c.config_id] for c in todo]
@@ -216,7 +219,7 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = 
             if bar is not None:
                 bar.n = min(int(time.monotonic() - t_start), int(budget_s))
                 bar.set_postfix_str(f"shapes={res.shapes_done} rows={res.rows_written} "
-                                    f"valid={res.rows_valid / max(res.rows_written, 1):.0%}")
+                                    f"valid={res.rows_valid / max(res.rows_written, 1):.0%}", refresh=False)
                 bar.refresh()
     finally:
         if bar is not None:

@@ -71,6 +71,17 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _check_folder(folder) -> Path:
+    if folder is None or str(folder) == "":
+        raise DatasetError("no dataset folder given")
+    folder = Path(folder)
+    if not folder.exists():
+        raise DatasetError(f"dataset folder {str(folder)!r} does not exist")
+    if not folder.is_dir():
+        raise DatasetError(f"{str(folder)!r} is a file, not a dataset folder")
+    return folder
+
+
 def _conform(df: pd.DataFrame) -> pd.DataFrame:
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
@@ -134,7 +145,8 @@ class LoadReport:
         Parts that could not be read, with the reason; their rows are not used.
     quarantined : dict of str to int
         Rows with status ``ok`` whose time cannot be used, by reason
-        (``time_not_finite``, ``time_not_positive``, ``spread_inconsistent``).
+        (``time_not_finite``, ``time_not_positive``, ``spread_inconsistent``,
+        ``shape_invalid``, ``config_invalid``).
     """
 
     parts: int = 0
@@ -181,9 +193,7 @@ def load(folder: str | os.PathLike, *, strict: bool = False) -> tuple[pd.DataFra
     DatasetError
         If ``folder`` does not exist, or ``strict`` and a part is corrupt.
     """
-    folder = Path(folder)
-    if not folder.exists():
-        raise DatasetError(f"dataset folder {str(folder)!r} does not exist")
+    folder = _check_folder(folder)
     report = LoadReport()
     frames = []
     for part in sorted(folder.glob("part-*.parquet")):
@@ -211,6 +221,9 @@ def load(folder: str | os.PathLike, *, strict: bool = False) -> tuple[pd.DataFra
     p20, p80 = df["time_us_p20"].to_numpy(np.float64), df["time_us_p80"].to_numpy(np.float64)
     bad_spread = ok & np.isfinite(t) & (t > 0) & ~((p20 <= t * (1 + 1e-9)) & (t <= p80 * (1 + 1e-9)))
     reasons[bad_spread] = "spread_inconsistent"
+    ext = df[["m", "n", "k"]].to_numpy(np.int64)
+    reasons[(ext < 1).any(axis=1) & (reasons == "")] = "shape_invalid"
+    reasons[~df["config_id"].map(_config_ok).to_numpy(bool) & (reasons == "")] = "config_invalid"
     q = reasons != ""
     if q.any():
         df.loc[q, "status"] = "quarantined"
@@ -236,9 +249,7 @@ def compact(folder: str | os.PathLike) -> tuple[int, int]:
     DatasetError
         If ``folder`` does not exist.
     """
-    folder = Path(folder)
-    if not folder.exists():
-        raise DatasetError(f"dataset folder {str(folder)!r} does not exist")
+    folder = _check_folder(folder)
     parts, frames = [], []
     for part in sorted(folder.glob("part-*.parquet")):
         try:
@@ -257,10 +268,21 @@ def compact(folder: str | os.PathLike) -> tuple[int, int]:
     return len(parts), len(merged)
 
 
+def _config_ok(config_id) -> bool:
+    from .space import TileConfig
+    try:
+        TileConfig.from_id(config_id)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
 def valid_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows that may train a model: status ``ok`` and a finite positive time."""
+    """Rows that may train a model: status ``ok``, a finite positive time,
+    extents >= 1 (rows from :func:`load` are already quarantined otherwise)."""
     t = df["time_us"].to_numpy(dtype=np.float64)
-    return df[(df["status"] == "ok").to_numpy() & np.isfinite(t) & (t > 0)]
+    ext = df[["m", "n", "k"]].to_numpy(np.int64)
+    return df[(df["status"] == "ok").to_numpy() & np.isfinite(t) & (t > 0) & (ext >= 1).all(axis=1)]
 
 
 def measured_keys(df: pd.DataFrame) -> set:

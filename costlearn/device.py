@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -102,18 +103,22 @@ class DeviceSpec:
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"DeviceSpec.name={self.name!r}; must be a non-empty str")
         if self.api not in ("cuda", "opencl"):
             raise ValueError(f"DeviceSpec.api={self.api!r}; allowed: 'cuda', 'opencl'")
         for f in ("multiprocessors", "warp_size", "max_threads_per_block",
                   "max_threads_per_mp", "max_blocks_per_mp", "smem_per_block_bytes",
-                  "smem_per_mp_bytes", "l2_bytes"):
+                  "smem_per_block_optin_bytes", "smem_per_mp_bytes", "l2_bytes", "register_alloc_unit"):
+            _check_int(f, getattr(self, f), 1)
+        _check_int("smem_reserved_per_block_bytes", self.smem_reserved_per_block_bytes, 0)
+        for f in ("registers_per_mp", "max_registers_per_thread"):
+            if getattr(self, f) is not None:
+                _check_int(f, getattr(self, f), 1)
+        for f in ("peak_gflops", "memory_bandwidth_gbps"):
             v = getattr(self, f)
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise ValueError(f"DeviceSpec.{f}={v!r}; must be a positive int")
-        if not (self.peak_gflops > 0 and self.memory_bandwidth_gbps > 0):
-            raise ValueError(
-                f"DeviceSpec peaks must be positive, got peak_gflops={self.peak_gflops!r}, "
-                f"memory_bandwidth_gbps={self.memory_bandwidth_gbps!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"DeviceSpec.{f}={v!r}; must be a finite number > 0")
 
     @property
     def slug(self) -> str:
@@ -128,14 +133,26 @@ class DeviceSpec:
     @classmethod
     def from_dict(cls, d: dict) -> "DeviceSpec":
         """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a DeviceSpec must be a JSON object, got {type(d).__name__}")
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - names
         if unknown:
             raise ValueError(f"unknown DeviceSpec fields {sorted(unknown)}; known: {sorted(names)}")
+        required = {f.name for f in dataclasses.fields(cls)
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+        missing = required - set(d)
+        if missing:
+            raise ValueError(f"DeviceSpec lacks fields {sorted(missing)}")
         return cls(**d)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
+
+
+def _check_int(name: str, v, lo: int) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise ValueError(f"DeviceSpec.{name}={v!r}; must be an int >= {lo}")
 
 
 # --- presets -----------------------------------------------------------------

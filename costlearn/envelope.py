@@ -3,7 +3,10 @@ is flagged out-of-distribution (OOD) with reasons in words.
 
 Two checks on the shape (log2 space, where GEMM cost scales):
 
-- **Range.** Each of log2 M, N, K must lie within the trained [min, max].
+- **Range.** Each of log2 M, N, K must lie within the trained [min, max],
+  widened by ``RANGE_MARGIN_LOG2`` (a quarter doubling, 19 %) on each side so
+  that a shape at the collection's own bound (1024 when the largest drawn was
+  1016) is not flagged.
 - **Density.** The Euclidean distance from (log2 M, log2 N, log2 K) to the
   nearest training shape must not exceed a threshold calibrated on the
   training shapes themselves: the 95th percentile of each training shape's
@@ -17,7 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["fit_envelope", "shape_reasons"]
+__all__ = ["fit_envelope", "shape_reasons", "RANGE_MARGIN_LOG2"]
+
+RANGE_MARGIN_LOG2 = 0.25
 
 
 def _points(shapes) -> np.ndarray:
@@ -69,9 +74,9 @@ def shape_reasons(envelope: dict, m: int, n: int, k: int) -> list[str]:
     reasons = []
     for name, v in (("M", m), ("N", n), ("K", k)):
         lo, hi = envelope["min"][name], envelope["max"][name]
-        if v < lo:
+        if v < lo * 2.0 ** -RANGE_MARGIN_LOG2:
             reasons.append(f"{name}={v} below the trained minimum {lo}")
-        elif v > hi:
+        elif v > hi * 2.0 ** RANGE_MARGIN_LOG2:
             reasons.append(f"{name}={v} above the trained maximum {hi}")
     pts = _points(envelope["shapes"])
     q = _points([(m, n, k)])[0]

@@ -16,6 +16,7 @@ from .model import artifact as _artifact
 from .model.baselines import BestFixedModel, RandomModel, RooflineModel
 from .predict import Predictor
 from .sampler import ShapeBounds, sample_shapes, shape_class
+from .space import tile_fits_problem
 
 __all__ = ["fresh_shapes", "evaluate", "score", "EvalResult", "format_table", "FIXED_SHAPES"]
 
@@ -41,6 +42,8 @@ def fresh_shapes(train_shapes, n_random: int, bounds: ShapeBounds, kind: str, se
     """
     if kind not in FIXED_SHAPES:
         raise ValueError(f"kind={kind!r}; allowed: {sorted(FIXED_SHAPES)}")
+    if not 0 <= n_random <= 1000:
+        raise ValueError(f"n_random={n_random!r}; must be in [0, 1000]")
     train = {tuple(int(x) for x in s) for s in train_shapes}
     out = [s for s in FIXED_SHAPES[kind] if s not in train]
     rng = np.random.default_rng([seed, 99])
@@ -91,7 +94,12 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0) -> EvalResult:
     pred = Predictor(art_folder)
     art = pred.artifact
     rows = valid_rows(rows)
-    rows = rows[rows["config_id"].isin(set(art.candidates["config_id"]))].reset_index(drop=True)
+    rows = rows[rows["config_id"].isin(set(art.candidates["config_id"]))]
+    # Score exactly the candidates the predictor ranks for each shape.
+    cols = rows[["block_m", "block_n", "block_k", "m", "n", "k"]].itertuples(index=False)
+    fits = np.array([tile_fits_problem(bm, bn, bk, m, n, k, art.spec.warp_size)
+                     for bm, bn, bk, m, n, k in cols], dtype=bool)
+    rows = rows[fits].reset_index(drop=True)
     if rows.empty:
         raise ValueError("no valid fresh measurements of the model's candidates to score")
     best_fixed = BestFixedModel()

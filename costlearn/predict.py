@@ -90,11 +90,13 @@ class Predictor:
     def _feasible(self, m: int, n: int, k: int) -> np.ndarray:
         """Candidates whose block tile does not exceed the problem (the
         ``block_tile_exceeds_problem`` rule of ``costlearn.space``)."""
-        return tile_fits_problem(self._bm, self._bn, self._bk, m, n, k)
+        return tile_fits_problem(self._bm, self._bn, self._bk, m, n, k, warp_size=self.spec.warp_size)
 
     def rank(self, m: int, n: int, k: int) -> tuple[list[TileConfig], np.ndarray]:
         """All feasible candidates for (m, n, k), fastest predicted first,
-        with predicted times (microseconds, float64)."""
+        with predicted times (microseconds, float64). Where no candidate's
+        block tile fits the problem, all candidates are ranked (and
+        :meth:`predict_best` flags the answer OOD)."""
         mask = self._feasible(m, n, k)
         if not mask.any():
             mask = np.ones(len(self._cands), bool)
@@ -107,10 +109,18 @@ class Predictor:
     def predict_best(self, m, n, k, *, top_k: int = 5, running_on: DeviceSpec | None = None) -> Prediction:
         """See :func:`costlearn.predict_best`."""
         m, n, k, _ = check_shape(m, n, k, self.dtype)
-        if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1:
+        if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral):
+            raise TypeError(f"top_k={top_k!r} ({type(top_k).__name__}); must be an int >= 1")
+        if top_k < 1:
             raise ValueError(f"top_k={top_k!r}; must be an int >= 1")
+        if running_on is not None and not isinstance(running_on, DeviceSpec):
+            raise TypeError(f"running_on={running_on!r}; must be a DeviceSpec (e.g. costlearn.preset('h200')) "
+                            "or None")
         configs, times = self.rank(m, n, k)
         reasons = shape_reasons(self.artifact.sidecar["envelope"], m, n, k) + list(self._identity_reasons)
+        if not self._feasible(m, n, k).any():
+            reasons.append(f"no candidate's block tile fits {m}x{n}x{k}; ranked all "
+                           f"{len(self._configs)} candidates anyway")
         if running_on is not None and running_on.name != self.spec.name:
             reasons.append(f"trained on {self.spec.name}, running on {running_on.name}")
         top = tuple((c, float(t)) for c, t in zip(configs[:top_k], times[:top_k]))
@@ -129,6 +139,8 @@ def clear_cache() -> None:
 
 
 def _resolve(device, dtype: str, models_dir) -> Path:
+    if models_dir is not None and not isinstance(models_dir, (str, Path)):
+        raise TypeError(f"models_dir={models_dir!r}; must be a path (str or pathlib.Path) or None")
     root = Path(models_dir) if models_dir is not None else _artifact.default_models_dir()
     have = _artifact.list_models(root)
     if isinstance(device, DeviceSpec):

@@ -15,7 +15,7 @@ import numpy as np
 
 from .space import TileConfig
 
-__all__ = ["ShapeBounds", "sample_shapes", "select_pool", "shape_class", "SHAPE_CLASSES"]
+__all__ = ["ShapeBounds", "sample_shapes", "iter_shapes", "select_pool", "shape_class", "SHAPE_CLASSES"]
 
 SHAPE_CLASSES = ("batch1", "skinny", "small", "square", "large_k", "general")
 
@@ -44,9 +44,9 @@ class ShapeBounds:
 
     def __post_init__(self) -> None:
         if not (isinstance(self.min_extent, int) and isinstance(self.max_extent, int)
-                and 1 <= self.min_extent <= self.max_extent):
+                and 1 <= self.min_extent <= self.max_extent <= 2**31 - 1):
             raise ValueError(f"shape bounds [{self.min_extent!r}, {self.max_extent!r}]; "
-                             "need ints with 1 <= min_extent <= max_extent")
+                             "need ints with 1 <= min_extent <= max_extent < 2**31")
         if not self.max_flops >= 2:
             raise ValueError(f"max_flops={self.max_flops!r}; must be >= 2")
         if not (0 <= self.batch1_share <= 1 and 0 <= self.skinny_share <= 1
@@ -67,6 +67,40 @@ def _log_uniform(rng, lo: int, hi: int) -> int:
     return int(round(math.exp(rng.uniform(math.log(lo), math.log(hi + 0.499)))))
 
 
+def iter_shapes(bounds: ShapeBounds, rng: np.random.Generator):
+    """Endless stream of distinct shapes (M, N, K), drawn as
+    :func:`sample_shapes` describes.
+
+    Raises
+    ------
+    ValueError
+        If no new shape can be drawn within the bounds (after many tries).
+    """
+    seen = set()
+    misses = 0
+    lo, hi = bounds.min_extent, bounds.max_extent
+    while True:
+        u = rng.random()
+        m, nn, k = (_log_uniform(rng, lo, hi) for _ in range(3))
+        if u < bounds.batch1_share:
+            m = 1
+        elif u < bounds.batch1_share + bounds.skinny_share:
+            small = _log_uniform(rng, 1, min(16, hi))
+            if rng.random() < 0.5:
+                m = small
+            else:
+                nn = max(small, lo)
+        s = (m, nn, k)
+        if 2.0 * m * nn * k > bounds.max_flops or s in seen:
+            misses += 1
+            if misses > 100_000:
+                raise ValueError(f"cannot draw another distinct shape within {bounds}")
+            continue
+        misses = 0
+        seen.add(s)
+        yield s
+
+
 def sample_shapes(n: int, bounds: ShapeBounds, rng: np.random.Generator) -> list[tuple[int, int, int]]:
     """Draw ``n`` distinct shapes (M, N, K).
 
@@ -77,33 +111,14 @@ def sample_shapes(n: int, bounds: ShapeBounds, rng: np.random.Generator) -> list
     Returns
     -------
     list of (int, int, int)
+
+    Raises
+    ------
+    ValueError
+        If ``n`` distinct shapes do not exist within the bounds.
     """
-    out: list[tuple[int, int, int]] = []
-    seen = set()
-    tries = 0
-    while len(out) < n:
-        tries += 1
-        if tries > 1000 * max(n, 1):
-            raise ValueError(f"cannot draw {n} distinct shapes within {bounds}")
-        u = rng.random()
-        lo, hi = bounds.min_extent, bounds.max_extent
-        m, nn, k = (_log_uniform(rng, lo, hi) for _ in range(3))
-        if u < bounds.batch1_share:
-            m = 1
-        elif u < bounds.batch1_share + bounds.skinny_share:
-            small = _log_uniform(rng, 1, min(16, hi))
-            if rng.random() < 0.5:
-                m = small
-            else:
-                nn = max(small, lo)
-        if 2.0 * m * nn * k > bounds.max_flops:
-            continue
-        s = (m, nn, k)
-        if s in seen:
-            continue
-        seen.add(s)
-        out.append(s)
-    return out
+    import itertools
+    return list(itertools.islice(iter_shapes(bounds, rng), n))
 
 
 def select_pool(configs, size: int, rng: np.random.Generator) -> list[TileConfig]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import numbers
 from collections import Counter
 from dataclasses import dataclass
 
@@ -89,12 +90,14 @@ class TileConfig:
     raster: str = "row"
 
     def __post_init__(self) -> None:
-        for f in ("block_m", "block_n", "block_k", "thread_m", "thread_n"):
+        for f in ("block_m", "block_n", "block_k", "thread_m", "thread_n", "smem_pad"):
             v = getattr(self, f)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"TileConfig.{f}={v!r}; must be an int >= 1")
-        if not isinstance(self.smem_pad, int) or isinstance(self.smem_pad, bool) or self.smem_pad < 0:
-            raise ValueError(f"TileConfig.smem_pad={self.smem_pad!r}; must be an int >= 0")
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                raise TypeError(f"TileConfig.{f}={v!r} ({type(v).__name__}); must be an int")
+            lo = 0 if f == "smem_pad" else 1
+            if not lo <= int(v) <= 4096:
+                raise ValueError(f"TileConfig.{f}={v!r}; must be an int in [{lo}, 4096]")
+            object.__setattr__(self, f, int(v))  # numpy ints become Python ints
         if self.loop_order not in LOOP_ORDERS:
             raise ValueError(f"TileConfig.loop_order={self.loop_order!r}; allowed: {LOOP_ORDERS}")
         if self.raster not in RASTERS:
@@ -125,7 +128,9 @@ class TileConfig:
             If ``config_id`` is not of the form ``m<BM>n<BN>k<KS>_t<TM>x<TN>_<loop>_p<pad>_<raster>``.
         """
         import re
-        m = re.fullmatch(r"m(\d+)n(\d+)k(\d+)_t(\d+)x(\d+)_(\w+?)_p(\d+)_(\w+)", str(config_id))
+        num = r"([1-9][0-9]*)"
+        m = re.fullmatch(rf"m{num}n{num}k{num}_t{num}x{num}_([a-z]+)_p(0|[1-9][0-9]*)_([a-z]+)",
+                         str(config_id), flags=re.ASCII)
         if not m:
             raise ValueError(f"malformed config_id {config_id!r}; expected e.g. "
                              "'m64n64k16_t4x4_outer_p1_row'")
@@ -197,6 +202,8 @@ def smem_bytes(config: TileConfig, dtype: str = "float32") -> int:
     """Shared (local) memory one block allocates, in bytes:
     (BM*(KS+pad) + KS*(BN+pad)) * sizeof(dtype). The A panel is stored
     [BM][KS+pad], the B panel [KS][BN+pad] (see ``costlearn.codegen``)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r}; allowed: {sorted(DTYPES)}")
     c = config
     return (c.block_m * (c.block_k + c.smem_pad) + c.block_k * (c.block_n + c.smem_pad)) * DTYPES[dtype]
 
@@ -245,10 +252,15 @@ def check_config(config: TileConfig, spec: DeviceSpec, dtype: str = "float32",
       one block must fit ``spec.registers_per_mp``.
     - ``block_tile_exceeds_problem`` (only when ``shape`` is given): a block
       tile dimension larger than the next power of two of the problem's
-      extent computes only padding (e.g. BM=64 for M=1).
+      extent computes only padding (e.g. BM=64 for M=1); see
+      :func:`tile_fits_problem`.
     """
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r}; allowed: {sorted(DTYPES)}")
+    if not isinstance(config, TileConfig):
+        raise TypeError(f"config={config!r}; must be a TileConfig")
+    if not isinstance(spec, DeviceSpec):
+        raise TypeError(f"spec={spec!r}; must be a DeviceSpec (costlearn.preset('h200') or a backend's .spec)")
     t = config.threads
     if t % spec.warp_size:
         return "threads_not_whole_warps"
@@ -268,18 +280,27 @@ def check_config(config: TileConfig, spec: DeviceSpec, dtype: str = "float32",
             per_warp = -(-regs * spec.warp_size // spec.register_alloc_unit) * spec.register_alloc_unit
             if per_warp * (t // spec.warp_size) > spec.registers_per_mp:
                 return "registers_per_block_above_mp"
-    if shape is not None and not tile_fits_problem(config.block_m, config.block_n, config.block_k, *shape):
+    if shape is not None and not tile_fits_problem(config.block_m, config.block_n, config.block_k, *shape,
+                                                   warp_size=spec.warp_size):
         return "block_tile_exceeds_problem"
     return None
 
 
-def tile_fits_problem(block_m, block_n, block_k, m: int, n: int, k: int):
-    """Rule ``block_tile_exceeds_problem``, vectorised: True where BM <=
-    next_pow2(M), BN <= max(next_pow2(N), smallest BN) and KS <=
-    max(next_pow2(K), smallest KS). ``block_*`` may be ints or int arrays."""
+def tile_fits_problem(block_m, block_n, block_k, m: int, n: int, k: int, warp_size: int):
+    """Rule ``block_tile_exceeds_problem``, vectorised: True where
+
+    - BM <= next_pow2(M),
+    - BN <= max(next_pow2(N), smallest BN, ``warp_size``): a batch-1 block
+      (BM = 1) needs BN/TN >= one warp of threads, so a narrower cap would
+      leave shapes such as (1, 16, 1024) on a GPU with no feasible tile,
+    - KS <= max(next_pow2(K), smallest KS).
+
+    ``block_*`` may be ints or int arrays (then the result is a bool array).
+    """
     import numpy as np
+    floor_n = max(min(TILE_VALUES["block_n"]), int(warp_size))
     ok = (np.asarray(block_m) <= next_pow2(m)) \
-        & (np.asarray(block_n) <= max(next_pow2(n), min(TILE_VALUES["block_n"]))) \
+        & (np.asarray(block_n) <= max(next_pow2(n), floor_n)) \
         & (np.asarray(block_k) <= max(next_pow2(k), min(TILE_VALUES["block_k"])))
     return bool(ok) if ok.ndim == 0 else ok
 
@@ -346,6 +367,10 @@ def enumerate_space(spec: DeviceSpec, dtype: str = "float32",
     ValueError
         If ``dtype`` is unknown or ``shape`` is invalid.
     """
+    if not isinstance(spec, DeviceSpec):
+        raise TypeError(f"spec={spec!r}; must be a DeviceSpec (costlearn.preset('h200') or a backend's .spec)")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype={dtype!r}; allowed: {sorted(DTYPES)}")
     if shape is not None:
         shape = check_shape(*shape, dtype)[:3]
     rejected = Counter({r: 0 for r in RULES})

@@ -44,6 +44,9 @@ def spec_from_rows(rows: pd.DataFrame, spec: DeviceSpec | None) -> DeviceSpec:
         raise ValueError(f"training rows come from {len(devs)} devices {devs}; train one device at a time")
     if spec is None:
         raise ValueError("no DeviceSpec: pass one, or keep the device.json that collect writes")
+    if devs[0] != spec.slug:
+        raise ValueError(f"the rows were measured on device {devs[0]!r} but the DeviceSpec describes "
+                         f"{spec.name!r} ({spec.slug!r}); check device.json")
     return spec
 
 
@@ -122,7 +125,10 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, dtype: str = 
         dev_json = data_dir / "device.json"
         if dev_json.is_file():
             import json
-            spec = DeviceSpec.from_dict(json.loads(dev_json.read_text()))
+            try:
+                spec = DeviceSpec.from_dict(json.loads(dev_json.read_text()))
+            except (json.JSONDecodeError, ValueError, TypeError) as e:
+                raise ValueError(f"{dev_json}: not a valid device description ({e})") from e
     spec = spec_from_rows(rows, spec)
     params = params or XGBParams()
     summary = {}

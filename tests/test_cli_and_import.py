@@ -36,3 +36,31 @@ def test_import_without_cupy_or_pyopencl():
     assert out.returncode == 0, out.stderr
     assert "HINT" in out.stdout and "pip install" in out.stdout
     assert "UNKNOWN" in out.stdout and "opencl" in out.stdout
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["predict", "1", "2", "3", "4"], "triples"),
+    (["train", "--data", "/nonexistent/costlearn"], "no such folder"),
+    (["compact", "/nonexistent/costlearn"], "does not exist"),
+    (["space", "--preset", ""], "unknown device preset"),
+])
+def test_cli_errors_are_one_line_and_exit_2(capsys, argv, says):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv", [["collect", "--budget", "nan"], ["collect", "--budget", "inf"],
+                                  ["collect", "--pool", "0"], ["evaluate", "--shapes", "-1"],
+                                  ["predict", "1", "1", "1", "--top-k", "0"]])
+def test_cli_refuses_bad_numbers_before_doing_anything(capsys, argv):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    assert argv[-1] in capsys.readouterr().err
+
+
+def test_predict_checks_every_triple_before_printing(capsys, model_dir):
+    assert main(["predict", "1", "1", "1", "0", "1", "1", "--model", model_dir.parent.name]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "M=0" in captured.err

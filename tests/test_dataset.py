@@ -79,3 +79,19 @@ def test_compaction_merges_parts_and_a_killed_compaction_loses_and_duplicates_no
     assert compact(tmp_path) == (4, 3)
     df, rep = load(tmp_path)
     assert sorted(df["m"]) == [1, 2, 3] and rep.parts == 1
+
+
+def test_rows_with_impossible_shapes_or_config_ids_are_quarantined(tmp_path):
+    write_part([_row(), _row(m=0), _row(k=-5), _row(config_id="garbage")], tmp_path)
+    df, rep = load(tmp_path)
+    assert rep.quarantined == {"shape_invalid": 2, "config_invalid": 1}
+    assert len(valid_rows(df)) == 1
+
+
+def test_a_file_is_not_a_dataset_folder(tmp_path):
+    f = tmp_path / "x.parquet"
+    f.write_bytes(b"")
+    with pytest.raises(DatasetError, match="is a file"):
+        load(f)
+    with pytest.raises(DatasetError, match="no dataset folder"):
+        load("")

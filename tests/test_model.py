@@ -51,8 +51,10 @@ def test_same_seed_same_model(small_rows, dataset_spec):
 
 def test_save_load_round_trips_to_identical_predictions(small_rows, dataset_spec, tmp_path):
     mdl = XGBCostModel(params=FAST).fit(small_rows, dataset_spec)
+    from costlearn.envelope import fit_envelope
     artifact.save(mdl, tmp_path, dtype="float32", candidates=artifact.candidate_table(small_rows),
-                  envelope={}, metrics={}, training={}, baselines={})
+                  envelope=fit_envelope(small_rows[["m", "n", "k"]].to_numpy()), metrics={}, training={},
+                  baselines={})
     art = artifact.load(tmp_path)
     np.testing.assert_array_equal(art.model.predict(small_rows), mdl.predict(small_rows))
     assert art.spec == dataset_spec
@@ -81,3 +83,34 @@ def test_fit_refuses_bad_times(small_rows, dataset_spec):
         XGBCostModel(params=FAST).fit(bad, dataset_spec)
     with pytest.raises(ValueError, match="block_k"):
         check_rows(small_rows.drop(columns=["block_k"]))
+
+
+@pytest.mark.parametrize("breakage", ["drop_candidates", "drop_envelope", "bad_config", "bad_device",
+                                      "garbage_booster", "not_json"])
+def test_broken_artifacts_are_artifact_errors_naming_the_file(model_dir, tmp_path, breakage):
+    dst = tmp_path / "m"
+    shutil.copytree(model_dir, dst)
+    side = json.loads((dst / "model.json").read_text())
+    if breakage == "drop_candidates":
+        del side["candidates"]
+    elif breakage == "drop_envelope":
+        side["envelope"] = {"min": {}}
+    elif breakage == "bad_config":
+        side["candidates"][0]["config_id"] = "garbage"
+    elif breakage == "bad_device":
+        del side["device"]["name"]
+    (dst / "model.json").write_text(json.dumps(side))
+    if breakage == "garbage_booster":
+        (dst / "model.ubj").write_bytes(b"\x00garbage")
+    if breakage == "not_json":
+        (dst / "model.json").write_text('{"truncated": ')
+    with pytest.raises(artifact.ArtifactError) as e:
+        artifact.load(dst)
+    assert "model." in str(e.value) and "Stack trace" not in str(e.value)
+
+
+def test_train_refuses_a_device_description_of_another_device(dataset_dir, tmp_path):
+    from costlearn.device import preset
+    from costlearn.train import train
+    with pytest.raises(ValueError, match="measured on device"):
+        train(dataset_dir, tmp_path, spec=preset("h200"), holdout=False)

@@ -59,3 +59,21 @@ def test_ood_reasons_name_the_numbers(dev, model_dir):
 def test_top_k_validation(dev):
     with pytest.raises(ValueError, match="top_k=0"):
         predict_best(8, 8, 8, device=dev, top_k=0)
+
+
+def test_top_k_and_running_on_types(dev):
+    with pytest.raises(TypeError, match="top_k=1.0"):
+        predict_best(8, 8, 8, device=dev, top_k=1.0)
+    with pytest.raises(TypeError, match="running_on='h200'"):
+        predict_best(8, 8, 8, device=dev, running_on="h200")
+    with pytest.raises(TypeError, match="models_dir=5"):
+        predict_best(8, 8, 8, device=dev, models_dir=5)
+
+
+def test_tiny_shapes_never_get_a_tile_larger_than_the_problem_silently(dev, model_dir):
+    """Regression: (2, 2, 2) and (1, 8, 100) once got BM=16 / BM=8 tiles with ood=False."""
+    pred = Predictor(model_dir)
+    for shape in [(2, 2, 2), (1, 8, 100), (1, 1, 1), (2, 9, 5)]:
+        p = pred.predict_best(*shape)
+        fits = p.config.block_m <= max(1, 1 << (shape[0] - 1).bit_length())
+        assert fits or (p.ood and any("no candidate" in r for r in p.ood_reasons)), (shape, p)

@@ -10,14 +10,55 @@ def test_config_id_round_trips_for_every_config():
         assert TileConfig.from_id(c.config_id) == c
 
 
-@pytest.mark.parametrize("bad, says", [(dict(block_m=0), "block_m=0"), (dict(block_m=True), "block_m=True"),
-                                       (dict(loop_order="zigzag"), "zigzag"), (dict(raster="hilbert"), "hilbert"),
-                                       (dict(smem_pad=-1), "smem_pad=-1"), (dict(thread_m=3), "3x4 must divide")])
-def test_bad_tile_config_is_a_clear_error(bad, says):
+@pytest.mark.parametrize("bad, exc, says", [
+    (dict(block_m=0), ValueError, "block_m=0"), (dict(block_m=True), TypeError, "block_m=True"),
+    (dict(block_k=8.0), TypeError, "block_k=8.0"), (dict(block_m=2**40), ValueError, "4096"),
+    (dict(loop_order="zigzag"), ValueError, "zigzag"), (dict(raster="hilbert"), ValueError, "hilbert"),
+    (dict(smem_pad=-1), ValueError, "smem_pad=-1"), (dict(thread_m=3), ValueError, "3x4 must divide")])
+def test_bad_tile_config_is_a_clear_error(bad, exc, says):
     kw = dict(block_m=64, block_n=64, block_k=16, thread_m=4, thread_n=4)
     kw.update(bad)
-    with pytest.raises(ValueError, match=says):
+    with pytest.raises(exc, match=says):
         TileConfig(**kw)
+
+
+def test_numpy_ints_make_the_same_tile_config():
+    import numpy as np
+    assert TileConfig(np.int64(64), np.int32(64), 16, 4, 4) == TileConfig(64, 64, 16, 4, 4)
+    assert type(TileConfig(np.int64(64), 64, 16, 4, 4).block_m) is int
+
+
+@pytest.mark.parametrize("cid", ["m064n64k16_t4x4_outer_p1_row", "m\uff11n64k16_t1x4_outer_p1_row",
+                                 "m64n64k16_t4x4_outer_p01_row"])
+def test_config_ids_with_leading_zeros_or_non_ascii_digits_are_refused(cid):
+    with pytest.raises(ValueError, match="malformed"):
+        TileConfig.from_id(cid.encode().decode("unicode_escape"))
+
+
+def test_every_shape_has_a_feasible_tile_on_h200():
+    """Regression: (1, 16, 1024) once had no feasible tile (BN cap 16 < one warp of threads)."""
+    for shape in [(1, 16, 1024), (1, 1, 1), (2, 2, 2), (3, 1, 9)]:
+        assert enumerate_space(preset("h200"), shape=shape).configs, shape
+
+
+def test_wrong_argument_types_are_type_errors():
+    with pytest.raises(TypeError, match="DeviceSpec"):
+        enumerate_space("h200")
+    with pytest.raises(ValueError, match="fp16"):
+        smem_bytes(TileConfig(8, 8, 8, 1, 1), "fp16")
+
+
+@pytest.mark.parametrize("field, value", [("register_alloc_unit", 0), ("name", None), ("peak_gflops", "fast"),
+                                          ("memory_bandwidth_gbps", float("inf")), ("registers_per_mp", 0),
+                                          ("smem_per_block_optin_bytes", -1)])
+def test_bad_device_spec_fields_are_refused(field, value):
+    with pytest.raises(ValueError, match=field):
+        DeviceSpec(**{**preset("h200").to_dict(), field: value})
+
+
+def test_device_spec_from_incomplete_dict_names_the_missing_fields():
+    with pytest.raises(ValueError, match="lacks fields.*name"):
+        DeviceSpec.from_dict({"api": "cuda"})
 
 
 def test_malformed_config_id_names_the_value():

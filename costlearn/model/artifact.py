@@ -18,13 +18,16 @@ from .. import __version__
 from ..codegen import TEMPLATE_HASH
 from ..device import DeviceSpec
 from ..features import get_feature_set, feature_version
-from ..space import TileConfig, space_hash
+from ..space import DTYPES, TileConfig, space_hash
 from .xgb import XGBCostModel, XGBParams
 
 __all__ = ["ARTIFACT_SCHEMA", "save", "load", "Artifact", "ArtifactError", "default_models_dir",
            "list_models", "candidate_table"]
 
 ARTIFACT_SCHEMA = 1
+
+_REQUIRED_KEYS = ("artifact_schema", "feature_set", "feature_names", "feature_version", "device", "dtype",
+                  "candidates", "envelope", "baselines", "template_hash", "costlearn_version")
 
 
 class ArtifactError(ValueError):
@@ -177,6 +180,11 @@ def load(folder) -> Artifact:
         side = json.loads(side_path.read_text())
     except (OSError, json.JSONDecodeError) as e:
         raise ArtifactError(f"unreadable model sidecar {side_path}: {e}") from e
+    if not isinstance(side, dict):
+        raise ArtifactError(f"{side_path}: not a JSON object")
+    missing = [key for key in _REQUIRED_KEYS if key not in side]
+    if missing:
+        raise ArtifactError(f"{side_path} lacks keys {missing}; retrain with `costlearn train`")
     if side.get("artifact_schema") != ARTIFACT_SCHEMA:
         raise ArtifactError(f"{side_path}: artifact schema {side.get('artifact_schema')!r}, "
                             f"this code reads schema {ARTIFACT_SCHEMA}; retrain with `costlearn train`")
@@ -205,9 +213,23 @@ def load(folder) -> Artifact:
         booster = xgb.Booster()
         booster.load_model(str(model_path))
     except xgb.core.XGBoostError as e:
-        raise ArtifactError(f"unreadable XGBoost model {model_path}: {e}") from e
-    spec = DeviceSpec.from_dict(side["device"])
-    params = XGBParams(**side.get("params", {}))
+        first = str(e).replace("\x00", "").strip().splitlines()[0][:200] if str(e).strip() else "unknown"
+        raise ArtifactError(f"unreadable XGBoost model {model_path}: {first}") from None
+    try:
+        spec = DeviceSpec.from_dict(side["device"])
+        params = XGBParams(**side.get("params", {}))
+        cands = pd.DataFrame(side["candidates"])
+        configs = [TileConfig.from_id(c) for c in cands["config_id"]]
+        if side["dtype"] not in DTYPES:
+            raise ValueError(f"dtype {side['dtype']!r} is not one of {sorted(DTYPES)}")
+        for key in ("min", "max", "shapes", "density_threshold_log2"):
+            if key not in side["envelope"]:
+                raise ValueError(f"envelope lacks {key!r}")
+    except (KeyError, TypeError, ValueError) as e:
+        raise ArtifactError(f"{side_path}: invalid sidecar ({type(e).__name__}: {e}); "
+                            "retrain with `costlearn train`") from e
+    if not configs:
+        raise ArtifactError(f"{side_path}: no candidate configs")
     model = XGBCostModel(feature_set=fs_name, params=params)
     model.booster_ = booster
     model.spec_ = spec
@@ -215,5 +237,4 @@ def load(folder) -> Artifact:
     model.best_iteration_ = side.get("best_iteration")
     model.validation_rmse_log2_ = side.get("validation_rmse_log2")
     model.fitted_ = True
-    cands = pd.DataFrame(side["candidates"])
     return Artifact(model=model, sidecar=side, spec=spec, candidates=cands, path=folder)

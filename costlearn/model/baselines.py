@@ -62,7 +62,7 @@ class BestFixedModel(CostModel):
         n_shapes = rows[key].drop_duplicates().shape[0]
         covered = agg["size"] >= self.min_coverage * n_shapes
         # Uncovered configs rank after every covered one.
-        score = agg["mean"] + np.where(covered, 0.0, 1e3)
+        score = agg["mean"] + np.where(covered, 0.0, 100.0)
         self.scores_ = score.sort_values()
         self.best_config_id_ = str(self.scores_.index[0])
         self.fitted_ = True
@@ -74,7 +74,7 @@ class BestFixedModel(CostModel):
         self._check_fitted()
         check_rows(rows)
         s = self.scores_.reindex(rows["config_id"].to_numpy()).to_numpy(np.float64)
-        return np.exp2(np.where(np.isfinite(s), s, 1e4))
+        return np.exp2(np.where(np.isfinite(s), s, 1e3))
 
 
 class RandomModel(CostModel):
