@@ -126,7 +126,8 @@ def cmd_collect(args) -> int:
     secs = ", ".join(f"{k} {v:.1f}s" for k, v in res.seconds.items())
     print(f"collected {res.rows_written} rows ({res.rows_valid} valid) over {res.shapes_done} shapes; "
           f"skipped {res.skipped} already measured; {secs}")
-    print(f"noise: median relative spread (p80-p20)/median of repeated samples = {res.noise_rel:.1%}")
+    print(f"noise floor: two timings of the same config in one session differ by {res.noise_floor:.1%} "
+          f"(median); spread of a row's samples (p80-p20)/median: {res.noise_rel:.1%} (median)")
     print(f"dataset {out}: {dataset_summary(out)}")
     return 0
 
@@ -205,6 +206,7 @@ def cmd_evaluate(args) -> int:
     print(format_per_shape(res))
     print()
     print(format_table(res, "all"))
+    print(f"noise floor of these measurements: {res.noise_floor:.1%}; regret at or below it counts as 0 (a tie)")
     if args.report:
         print(f"report: {write_report(res, args.report)}")
     return 0

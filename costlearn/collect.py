@@ -19,7 +19,7 @@ import numpy as np
 
 from . import __version__
 from .backends.base import Backend
-from .dataset import load, measured_keys, valid_rows, write_part
+from .dataset import SCHEMA_VERSION, load, measured_keys, noise_floor, valid_rows, write_part
 from .measure import Protocol, Stopwatch, measure_shape
 from .sampler import ShapeBounds, iter_shapes, select_pool
 from .space import check_config, enumerate_space, smem_bytes
@@ -43,7 +43,11 @@ class CollectResult:
         Wall time spent compiling, measuring and writing.
     noise_rel : float
         Median over valid rows of the relative spread (p80 - p20) / median
-        of the repeated samples; NaN if none.
+        of a row's samples; NaN if none.
+    noise_floor : float
+        Median relative difference between two independent timings of the
+        same config in one session (one repeat per shape); NaN if none.
+        See :func:`costlearn.dataset.noise_floor`.
     parts : list of Path
     """
 
@@ -53,6 +57,7 @@ class CollectResult:
     skipped: int = 0
     seconds: dict = field(default_factory=dict)
     noise_rel: float = math.nan
+    noise_floor: float = math.nan
     parts: list = field(default_factory=list)
 
 
@@ -65,7 +70,7 @@ def candidate_pool(spec, dtype: str, size: int, seed: int):
 
 
 def rows_for(results: list[dict], kernels: dict, shape, dtype, protocol: Protocol, prov: dict,
-             clocks: dict, overhead_us: float, run_id: str) -> list[dict]:
+             clocks: dict, overhead_us: float, run_id: str, rotation: int = 0) -> list[dict]:
     """Complete :func:`~costlearn.measure.measure_shape` results into dataset
     rows (config parameters, protocol and provenance columns)."""
     m, n, k = shape
@@ -83,9 +88,13 @@ def rows_for(results: list[dict], kernels: dict, shape, dtype, protocol: Protoco
                    sm_clock_mhz=clocks.get("sm_clock_mhz", math.nan),
                    mem_clock_mhz=clocks.get("mem_clock_mhz", math.nan),
                    temperature_c=clocks.get("temperature_c", math.nan),
+                   throttled=bool(clocks.get("throttled", False)),
+                   throttle_reasons=str(clocks.get("throttle_reasons", "")),
+                   rotation_sets=rotation,
                    protocol_version=protocol.version, distribution=protocol.distribution,
                    density=protocol.density, rounds=protocol.rounds,
-                   costlearn_version=__version__, schema_version=1, run_id=run_id, timestamp=stamp,
+                   costlearn_version=__version__, schema_version=SCHEMA_VERSION, run_id=run_id,
+                   timestamp=stamp,
                    **prov)
         out.append(row)
     return out
@@ -164,6 +173,16 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = 
     sw = Stopwatch()
     res = CollectResult()
     spreads = []
+    written: list = []
+    # Overlapping compilation with measurement helps on a GPU; on a CPU
+    # device the compiler would compete with the kernels being timed.
+    overlap = bool(getattr(backend, "overlap_compile", False))
+    executor = None
+    futures: dict = {}
+    if overlap:
+        import os
+        from concurrent.futures import ThreadPoolExecutor
+        executor = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1))
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -190,7 +209,16 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = 
                 continue
             with sw.phase("compile"):
                 missing = [c for c in todo if c.config_id not in compiled]
-                if missing:
+                if missing and overlap:
+                    if not futures:
+                        # Compile the whole pool in background threads while
+                        # the device measures; each shape waits only for its
+                        # own configs.
+                        futures.update({c.config_id: executor.submit(backend.compile, c, dtype)
+                                        for c in pool})
+                    for c in missing:
+                        compiled[c.config_id] = futures[c.config_id].result()
+                elif missing:
                     if not compiled:
                         # First need: compile the whole pool at once, so that
                         # backends can parallelise code generation.
@@ -205,10 +233,18 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = 
                 with backend.workspace(m, n, k, dtype, protocol.distribution, protocol.density,
                                        seed=protocol.seed + m * 7 + n * 13 + k * 17) as ws:
                     results = measure_shape(ws, kernels, protocol, overhead_us,
-                                            rng=np.random.default_rng([seed, 4, m, n, k]))
-            rows = rows_for(results, compiled, shape, dtype, protocol, prov, clocks, overhead_us, run_id)
+                                            rng=np.random.default_rng([seed, 4, m, n, k]),
+                                            repeat_index=int(sub_rng.integers(len(kernels))))
+                    rotation = int(getattr(ws, "n_sets", 0))
+                after = backend.clocks()
+                if after.get("throttled"):
+                    clocks = dict(clocks, throttled=True, throttle_reasons=";".join(filter(None, (
+                        clocks.get("throttle_reasons", ""), after.get("throttle_reasons", "")))))
+            rows = rows_for(results, compiled, shape, dtype, protocol, prov, clocks, overhead_us, run_id,
+                            rotation)
             with sw.phase("write"):
                 res.parts.append(write_part(rows, out_dir))
+            written.extend(rows)
             for r in rows:
                 done.add((spec.slug, dtype, m, n, k, r["config_id"], prov["template_hash"], protocol.version))
                 if r["status"] == "ok":
@@ -218,14 +254,21 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = 
             res.shapes_done += 1
             if bar is not None:
                 bar.n = min(int(time.monotonic() - t_start), int(budget_s))
+                left = max(0.0, budget_s - (time.monotonic() - t_start))
                 bar.set_postfix_str(f"shapes={res.shapes_done} rows={res.rows_written} "
-                                    f"valid={res.rows_valid / max(res.rows_written, 1):.0%}", refresh=False)
+                                    f"valid={res.rows_valid / max(res.rows_written, 1):.0%} "
+                                    f"left={left:.0f}s", refresh=False)
                 bar.refresh()
     finally:
         if bar is not None:
             bar.close()
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
     res.seconds = dict(sw.seconds, total=time.monotonic() - t_start)
     res.noise_rel = float(np.median(spreads)) if spreads else math.nan
+    if written:
+        import pandas as pd
+        res.noise_floor = noise_floor(pd.DataFrame(written))
     return res
 
 

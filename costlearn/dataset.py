@@ -18,10 +18,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-__all__ = ["SCHEMA_VERSION", "COLUMNS", "write_part", "load", "compact", "LoadReport", "valid_rows",
+__all__ = ["SCHEMA_VERSION", "COLUMNS", "ADDED_COLUMNS", "write_part", "load", "compact", "noise_floor", "LoadReport", "valid_rows",
            "measured_keys", "KEY_COLUMNS", "DatasetError"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2 added ``repeat_time_us``, ``throttled``, ``throttle_reasons``,
+``rotation_sets``; parts written under schema 1 are read with those columns
+at their defaults (:data:`ADDED_COLUMNS`)."""
 
 KEY_COLUMNS = ("device_slug", "dtype", "m", "n", "k", "config_id", "template_hash", "protocol_version")
 """Columns that identify one measurement; a restarted collection skips keys
@@ -39,9 +42,10 @@ COLUMNS = {
     "status": "string", "error": "string", "time_us": "float64", "time_us_p20": "float64",
     "time_us_p80": "float64", "n_samples": "int64", "launches_per_sample": "int64",
     "below_overhead": "bool", "max_abs_err": "float64", "overhead_us": "float64",
-    "compile_s": "float64",
+    "compile_s": "float64", "repeat_time_us": "float64", "rotation_sets": "int64",
     # clocks (NaN where the device does not report them)
     "sm_clock_mhz": "float64", "mem_clock_mhz": "float64", "temperature_c": "float64",
+    "throttled": "bool", "throttle_reasons": "string",
     # protocol
     "protocol_version": "int64", "distribution": "string", "density": "float64", "rounds": "int64",
     # provenance
@@ -52,6 +56,15 @@ COLUMNS = {
     "schema_version": "int64", "run_id": "string", "timestamp": "string",
 }
 """Every column of a dataset row and its pandas dtype."""
+
+ADDED_COLUMNS = {"repeat_time_us": float("nan"), "rotation_sets": 0, "throttled": False,
+                 "throttle_reasons": ""}
+"""Columns added after schema 1, with the value a part written before them
+is read with."""
+
+ABSURD_TIME_US = (1e-3, 1e9)
+"""A per-launch time outside [1 ns, ~17 min] is quarantined as
+``time_absurd``: no GEMM kernel launch takes either."""
 
 
 class DatasetError(RuntimeError):
@@ -82,7 +95,9 @@ def _check_folder(folder) -> Path:
     return folder
 
 
-def _conform(df: pd.DataFrame) -> pd.DataFrame:
+def _conform(df: pd.DataFrame, *, upgrade: bool = False) -> pd.DataFrame:
+    if upgrade:
+        df = df.assign(**{c: v for c, v in ADDED_COLUMNS.items() if c not in df.columns})
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
         raise DatasetError(f"rows lack columns {missing}")
@@ -145,8 +160,8 @@ class LoadReport:
         Parts that could not be read, with the reason; their rows are not used.
     quarantined : dict of str to int
         Rows with status ``ok`` whose time cannot be used, by reason
-        (``time_not_finite``, ``time_not_positive``, ``spread_inconsistent``,
-        ``shape_invalid``, ``config_invalid``).
+        (``time_not_finite``, ``time_not_positive``, ``time_absurd``,
+        ``spread_inconsistent``, ``shape_invalid``, ``config_invalid``).
     """
 
     parts: int = 0
@@ -198,7 +213,7 @@ def load(folder: str | os.PathLike, *, strict: bool = False) -> tuple[pd.DataFra
     frames = []
     for part in sorted(folder.glob("part-*.parquet")):
         try:
-            frames.append(_conform(pd.read_parquet(part, engine="pyarrow")))
+            frames.append(_conform(pd.read_parquet(part, engine="pyarrow"), upgrade=True))
             report.parts += 1
         except Exception as e:  # any unreadable part is reported, never used
             reason = f"{type(e).__name__}: {e}"[:300]
@@ -218,9 +233,11 @@ def load(folder: str | os.PathLike, *, strict: bool = False) -> tuple[pd.DataFra
     reasons = np.full(len(df), "", dtype=object)
     reasons[ok & ~np.isfinite(t)] = "time_not_finite"
     reasons[ok & np.isfinite(t) & (t <= 0)] = "time_not_positive"
+    lo, hi = ABSURD_TIME_US
+    reasons[ok & np.isfinite(t) & (t > 0) & ((t < lo) | (t > hi))] = "time_absurd"
     p20, p80 = df["time_us_p20"].to_numpy(np.float64), df["time_us_p80"].to_numpy(np.float64)
     bad_spread = ok & np.isfinite(t) & (t > 0) & ~((p20 <= t * (1 + 1e-9)) & (t <= p80 * (1 + 1e-9)))
-    reasons[bad_spread] = "spread_inconsistent"
+    reasons[bad_spread & (reasons == "")] = "spread_inconsistent"
     ext = df[["m", "n", "k"]].to_numpy(np.int64)
     reasons[(ext < 1).any(axis=1) & (reasons == "")] = "shape_invalid"
     reasons[~df["config_id"].map(_config_ok).to_numpy(bool) & (reasons == "")] = "config_invalid"
@@ -253,7 +270,7 @@ def compact(folder: str | os.PathLike) -> tuple[int, int]:
     parts, frames = [], []
     for part in sorted(folder.glob("part-*.parquet")):
         try:
-            frames.append(_conform(pd.read_parquet(part, engine="pyarrow")))
+            frames.append(_conform(pd.read_parquet(part, engine="pyarrow"), upgrade=True))
             parts.append(part)
         except Exception:  # left for load() to report
             continue
@@ -278,11 +295,30 @@ def _config_ok(config_id) -> bool:
 
 
 def valid_rows(df: pd.DataFrame) -> pd.DataFrame:
-    """Rows that may train a model: status ``ok``, a finite positive time,
-    extents >= 1 (rows from :func:`load` are already quarantined otherwise)."""
+    """Rows that may train a model: status ``ok``, a finite time within
+    :data:`ABSURD_TIME_US`, extents >= 1 (rows from :func:`load` are already
+    quarantined otherwise)."""
     t = df["time_us"].to_numpy(dtype=np.float64)
     ext = df[["m", "n", "k"]].to_numpy(np.int64)
-    return df[(df["status"] == "ok").to_numpy() & np.isfinite(t) & (t > 0) & (ext >= 1).all(axis=1)]
+    lo, hi = ABSURD_TIME_US
+    return df[(df["status"] == "ok").to_numpy() & np.isfinite(t) & (t >= lo) & (t <= hi)
+              & (ext >= 1).all(axis=1)]
+
+
+def noise_floor(df: pd.DataFrame) -> float:
+    """Dataset-level noise floor: the median, over rows whose config was
+    timed twice in the same interleaved session (``repeat_time_us``), of
+    |t - t_repeat| / min(t, t_repeat). NaN when no row has a repeat.
+
+    Two timings of one config differ only by noise, so a difference between
+    two configs below this is a tie (design.md, "Metrics")."""
+    v = valid_rows(df)
+    t = v["time_us"].to_numpy(np.float64)
+    r = v["repeat_time_us"].to_numpy(np.float64)
+    ok = np.isfinite(r) & (r > 0)
+    if not ok.any():
+        return float("nan")
+    return float(np.median(np.abs(t[ok] - r[ok]) / np.minimum(t[ok], r[ok])))
 
 
 def measured_keys(df: pd.DataFrame) -> set:

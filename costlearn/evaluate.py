@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from .collect import collect
-from .dataset import load, valid_rows
+from .dataset import load, noise_floor, valid_rows
 from .measure import Protocol
 from .metrics import evaluate_rows, summarize
 from .model import artifact as _artifact
@@ -69,11 +69,16 @@ class EvalResult:
         shapes (:func:`costlearn.metrics.summarize`).
     rows : DataFrame
         The fresh measurements used.
+    noise_floor : float
+        Relative noise floor of the fresh measurements
+        (:func:`costlearn.dataset.noise_floor`); a regret at or below it
+        counts as 0 (a tie). 0 when the rows carry no repeats.
     """
 
     per_shape: pd.DataFrame
     summary: dict
     rows: pd.DataFrame
+    noise_floor: float = 0.0
 
 
 def score(art_folder, rows: pd.DataFrame, seed: int = 0) -> EvalResult:
@@ -114,9 +119,11 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0) -> EvalResult:
     for m, n, k in shapes.itertuples(index=False):
         p = pred.predict_best(int(m), int(n), int(k))
         ood[(m, n, k)] = "; ".join(p.ood_reasons)
+    noise = noise_floor(rows)
+    noise = 0.0 if not np.isfinite(noise) else noise
     frames, summary = [], {}
     for name, mdl in models.items():
-        per = evaluate_rows(rows, mdl.predict(rows))
+        per = evaluate_rows(rows, mdl.predict(rows), noise_rel=noise)
         per["model"] = name
         per["ood_reasons"] = [ood[(m, n, k)] for m, n, k in per[["m", "n", "k"]].itertuples(index=False)]
         per["ood"] = per["ood_reasons"] != ""
@@ -124,7 +131,8 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0) -> EvalResult:
         frames.append(per)
         summary[name] = {"all": summarize(per), "in_envelope": summarize(per[~per["ood"]]),
                          "ood": summarize(per[per["ood"]])}
-    return EvalResult(per_shape=pd.concat(frames, ignore_index=True), summary=summary, rows=rows)
+    return EvalResult(per_shape=pd.concat(frames, ignore_index=True), summary=summary, rows=rows,
+                      noise_floor=noise)
 
 
 def evaluate(backend, art_folder, eval_dir, *, n_random: int = 4, budget_s: float = 600.0,
@@ -208,7 +216,9 @@ def write_report(res: EvalResult, path) -> Path:
     """Write the tables (markdown) and the per-shape metrics (CSV beside it)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = ["## Summary (all fresh shapes)", "", format_table(res, "all"), "",
+    text = [f"Noise floor of these measurements: {res.noise_floor:.1%} (median difference between two "
+            "timings of one config in one session); a regret at or below it counts as 0.", "",
+            "## Summary (all fresh shapes)", "", format_table(res, "all"), "",
             "## In-envelope shapes", "", format_table(res, "in_envelope"), "",
             "## Per shape", "", format_per_shape(res), ""]
     path.write_text("\n".join(text))

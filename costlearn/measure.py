@@ -35,8 +35,10 @@ import numpy as np
 __all__ = ["Protocol", "PROTOCOL_VERSION", "STATUSES", "measure_shape", "make_inputs",
            "DISTRIBUTIONS", "tolerance", "check_result", "rotation_sets"]
 
-PROTOCOL_VERSION = 1
-"""Bumped whenever a change to the protocol makes old timings incomparable."""
+PROTOCOL_VERSION = 2
+"""Bumped whenever a change to the protocol makes old timings incomparable.
+2: one candidate per shape is timed twice (``repeat_time_us``) for the noise
+floor; tolerance is the probabilistic bound; below-overhead flag."""
 
 STATUSES = ("ok", "compile_error", "launch_error", "wrong_result", "timeout")
 """Row statuses; only ``ok`` rows carry a time."""
@@ -189,7 +191,8 @@ def _quantiles(x: list[float]) -> tuple[float, float, float]:
 
 
 def measure_shape(workspace, kernels: list, protocol: Protocol, overhead_us: float = 0.0,
-                  rng: np.random.Generator | None = None, on_progress=None) -> list[dict]:
+                  rng: np.random.Generator | None = None, on_progress=None,
+                  repeat_index: int | None = None) -> list[dict]:
     """Verify and time ``kernels`` on one shape under ``protocol``.
 
     Parameters
@@ -210,13 +213,19 @@ def measure_shape(workspace, kernels: list, protocol: Protocol, overhead_us: flo
         Source of the round shuffles.
     on_progress : callable, optional
         Called with no argument after each round.
+    repeat_index : int, optional
+        Index of a kernel to time twice, as two independent candidates in
+        the same interleaved rounds; the second timing is that row's
+        ``repeat_time_us`` (the raw material of the noise floor). Ignored if
+        that kernel is not timed.
 
     Returns
     -------
     list of dict
         One row per kernel, in the order of ``kernels``, with keys
         ``config_id, status, error, time_us, time_us_p20, time_us_p80,
-        n_samples, launches_per_sample, max_abs_err, below_overhead``.
+        n_samples, launches_per_sample, max_abs_err, below_overhead,
+        repeat_time_us``.
     """
     rng = rng or np.random.default_rng(protocol.seed)
     rows = []
@@ -224,7 +233,7 @@ def measure_shape(workspace, kernels: list, protocol: Protocol, overhead_us: flo
         rows.append(dict(config_id=kern.config.config_id, status=kern.status, error=kern.error or "",
                          time_us=math.nan, time_us_p20=math.nan, time_us_p80=math.nan,
                          n_samples=0, launches_per_sample=0, max_abs_err=math.nan,
-                         below_overhead=False))
+                         below_overhead=False, repeat_time_us=math.nan))
     live: list[int] = []
     launches: dict[int, int] = {}
     for i, kern in enumerate(kernels):
@@ -255,15 +264,20 @@ def measure_shape(workspace, kernels: list, protocol: Protocol, overhead_us: flo
         est = max(est, 1e-3)
         launches[i] = int(min(protocol.max_launches, max(1, math.ceil(protocol.min_sample_us / est))))
         live.append(i)
-    samples: dict[int, list[float]] = {i: [] for i in live}
+    # Entries of the interleaved schedule: (kernel index, is_repeat).
+    entries = [(i, False) for i in live]
+    if repeat_index is not None and repeat_index in live:
+        entries.append((repeat_index, True))
+    samples: dict = {e: [] for e in entries}
     for _ in range(protocol.rounds):
-        order = list(live)
+        order = list(range(len(entries)))
         rng.shuffle(order)
-        for i in order:
+        for j in order:
+            i, _rep = entries[j]
             if rows[i]["status"] != "ok":
                 continue
             try:
-                samples[i].append(workspace.sample(kernels[i], launches[i]) / launches[i])
+                samples[entries[j]].append(workspace.sample(kernels[i], launches[i]) / launches[i])
             except Exception as e:
                 rows[i].update(status="launch_error", error=f"{type(e).__name__}: {e}"[:500])
         if on_progress is not None:
@@ -272,9 +286,11 @@ def measure_shape(workspace, kernels: list, protocol: Protocol, overhead_us: flo
         row = rows[i]
         if row["status"] != "ok":
             continue
-        med, p20, p80 = _quantiles(samples[i])
-        row.update(time_us=med, time_us_p20=p20, time_us_p80=p80, n_samples=len(samples[i]),
+        med, p20, p80 = _quantiles(samples[(i, False)])
+        row.update(time_us=med, time_us_p20=p20, time_us_p80=p80, n_samples=len(samples[(i, False)]),
                    launches_per_sample=launches[i], below_overhead=bool(med < overhead_us))
+        if samples.get((i, True)):
+            row["repeat_time_us"] = _quantiles(samples[(i, True)])[0]
     return rows
 
 

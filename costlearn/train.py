@@ -4,9 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from .dataset import load, valid_rows
+from .dataset import load, noise_floor, valid_rows
 from .device import DeviceSpec
 from .envelope import fit_envelope
 from .metrics import evaluate_rows, summarize
@@ -28,6 +29,10 @@ class TrainResult:
     rows: int
     shapes: int
     dropped: dict
+
+
+def _finite_or_none(x: float):
+    return float(x) if np.isfinite(x) else None
 
 
 def spec_from_rows(rows: pd.DataFrame, spec: DeviceSpec | None) -> DeviceSpec:
@@ -143,6 +148,7 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, dtype: str = 
                     run_ids=sorted(rows["run_id"].unique().tolist()),
                     protocol_versions=sorted(int(v) for v in rows["protocol_version"].unique()),
                     template_hashes=sorted(rows["template_hash"].unique().tolist()),
+                    noise_floor=_finite_or_none(noise_floor(rows)),
                     corrupt_parts=len(report.corrupt))
     baselines = dict(best_fixed=dict(scores={str(k): float(v) for k, v in best_fixed.scores_.items()},
                                      best_config_id=best_fixed.best_config_id_))

@@ -33,3 +33,30 @@ def test_spec_is_queried_not_hard_coded():
     s = get_backend("opencl").spec
     assert s.api == "opencl" and s.multiprocessors >= 1 and s.memory_bandwidth_gbps > 0
     assert s.source.startswith("queried")
+
+
+def test_same_config_timed_twice_at_16_cubed_agrees_within_the_measured_noise():
+    from costlearn.backends import get_backend
+    from costlearn.measure import Protocol, measure_shape
+    from costlearn.space import TileConfig
+    be = get_backend("opencl")
+    kern = be.compile(TileConfig(16, 16, 8, 2, 2))
+    with be.workspace(16, 16, 16) as ws:
+        row = measure_shape(ws, [kern], Protocol(rounds=9), be.launch_overhead_us(), repeat_index=0)[0]
+    assert row["launches_per_sample"] > 1          # the sample is many launches, not one
+    t, rep = row["time_us"], row["repeat_time_us"]
+    assert abs(t - rep) <= (row["time_us_p80"] - row["time_us_p20"]) + 0.1 * t, row
+
+
+def test_input_distribution_is_recorded_per_row(tmp_path):
+    from costlearn.backends import get_backend
+    from costlearn.collect import collect
+    from costlearn.dataset import load
+    from costlearn.measure import Protocol
+    from costlearn.space import TileConfig
+    be = get_backend("opencl")
+    collect(be, tmp_path, shapes=[(24, 24, 200)], pool=[TileConfig(8, 8, 8, 1, 1)],
+            protocol=Protocol(rounds=2, distribution="sparse", density=0.05), progress=False)
+    df, _ = load(tmp_path)
+    assert (df["distribution"] == "sparse").all() and (df["density"] == 0.05).all()
+    assert (df["status"] == "ok").all() and (df["rotation_sets"] > 1).all()

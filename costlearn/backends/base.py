@@ -109,6 +109,10 @@ class Backend(abc.ABC):
     """A device that compiles and times GEMM tile configs."""
 
     name: str = ""
+    overlap_compile: bool = False
+    """True where compiling on the host while the device measures does not
+    disturb the timings (a GPU); False on a CPU device, where the compiler
+    would compete with the kernels for the same cores."""
 
     @property
     @abc.abstractmethod

@@ -18,6 +18,7 @@ from ..codegen import TEMPLATE_HASH, kernel_name, render
 from ..device import DeviceSpec
 from ..space import TileConfig, smem_bytes
 from .base import Backend, CompiledKernel, DeviceWorkspace, HostProblem
+from .nvml import smi_clocks, throttle_fields
 
 __all__ = ["CudaBackend", "FP32_LANES_PER_SM"]
 
@@ -27,7 +28,6 @@ FP32_LANES_PER_SM = {"7.0": 64, "7.5": 64, "8.0": 64, "8.6": 128, "8.7": 128, "8
 "Arithmetic Instructions", throughput table)."""
 
 _EMPTY = r'extern "C" __global__ void empty(float* x) { }'
-
 
 class CudaBackend(Backend):
     """Compile and time GEMM configs on an NVIDIA GPU through CuPy.
@@ -39,6 +39,7 @@ class CudaBackend(Backend):
     """
 
     name = "cuda"
+    overlap_compile = True
 
     @staticmethod
     def is_available() -> bool:
@@ -103,15 +104,22 @@ class CudaBackend(Backend):
                     template_hash=TEMPLATE_HASH)
 
     def clocks(self) -> dict:
-        if self._nvml is None:
-            return {}
-        nv, h = self._nvml
-        try:
-            return dict(sm_clock_mhz=float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
-                        mem_clock_mhz=float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),
-                        temperature_c=float(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)))
-        except Exception:  # a failed NVML read leaves the clock columns NaN
-            return {}
+        """SM and memory clocks (MHz), temperature (C) and active throttle
+        reasons, read through NVML (``pynvml``) or, without it, one
+        ``nvidia-smi --query-gpu`` call; read only, nothing is set. Throttle
+        reasons other than idle and application-clock settings mark the rows
+        ``throttled``."""
+        if self._nvml is not None:
+            nv, h = self._nvml
+            try:
+                out = dict(sm_clock_mhz=float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+                           mem_clock_mhz=float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),
+                           temperature_c=float(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)))
+                mask = int(nv.nvmlDeviceGetCurrentClocksThrottleReasons(h))
+                return dict(out, **throttle_fields(mask))
+            except Exception:  # a failed NVML read leaves the clock columns NaN
+                return {}
+        return smi_clocks(self.index)
 
     def launch_overhead_us(self) -> float:
         if self._overhead_us is None:

@@ -82,6 +82,7 @@ class OpenCLBackend(Backend):
             cl.kernel_work_group_info.PREFERRED_WORK_GROUP_SIZE_MULTIPLE, self.device))
         self._spec = None
         self._overhead_us = None
+        self.overlap_compile = not bool(self.device.type & cl.device_type.CPU)
 
     # -- description --------------------------------------------------------
     def _bandwidth_gbps(self) -> float:

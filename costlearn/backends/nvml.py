@@ -1,0 +1,38 @@
+"""Reading GPU clocks, temperature and throttle reasons (NVML bit meanings;
+``nvidia-smi`` query as the fallback). Read-only: nothing here sets anything.
+Importable without CuPy."""
+from __future__ import annotations
+
+__all__ = ["throttle_fields", "smi_clocks"]
+
+# NVML clocks-throttle-reason bits that slow a running kernel (nvml.h,
+# nvmlClocksThrottleReason*). Idle (0x1), application-clock settings (0x2),
+# sync boost (0x10) and display clocks (0x100) are not listed: they are not a
+# measurement hazard.
+_THROTTLE_BITS = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal",
+                  0x80: "hw_power_brake"}
+
+
+def throttle_fields(mask: int) -> dict:
+    """``throttled`` and ``throttle_reasons`` (names joined by ';') from an
+    NVML clocks-throttle-reasons bit mask."""
+    names = [name for bit, name in _THROTTLE_BITS.items() if mask & bit]
+    return dict(throttled=bool(names), throttle_reasons=";".join(names))
+
+
+def smi_clocks(index: int) -> dict:
+    """Clocks through ``nvidia-smi`` (read-only query); empty when absent."""
+    import shutil
+    import subprocess
+    if shutil.which("nvidia-smi") is None:
+        return {}
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", f"--id={index}", "--format=csv,noheader,nounits",
+             "--query-gpu=clocks.sm,clocks.mem,temperature.gpu,clocks_throttle_reasons.active"],
+            capture_output=True, text=True, timeout=10).stdout.strip()
+        sm, mem, temp, mask = [x.strip() for x in out.split(",")]
+        return dict(sm_clock_mhz=float(sm), mem_clock_mhz=float(mem), temperature_c=float(temp),
+                    **throttle_fields(int(mask, 16)))
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return {}
