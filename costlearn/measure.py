@@ -137,7 +137,7 @@ def make_inputs(m: int, n: int, k: int, distribution: str = "normal", density: f
     return out[0], out[1]
 
 
-def tolerance(a: np.ndarray, b: np.ndarray, dtype: str = "float32") -> np.ndarray:
+def tolerance(a, b, dtype: str = "float32", xp=np):
     """Per-element error bound for C = A @ B accumulated in ``dtype``.
 
     Bound: ``|C - C_ref| <= 16 * sqrt(K) * eps * (|A| @ |B|) + tiny``, the
@@ -148,18 +148,34 @@ def tolerance(a: np.ndarray, b: np.ndarray, dtype: str = "float32") -> np.ndarra
     K and the dtype's epsilon, and is tight enough that an error of one unit
     in one element of a K = 4096 product is caught.
 
+    Parameters
+    ----------
+    a, b : array, float32, shapes (M, K) and (K, N)
+    dtype : str
+    xp : module
+        ``numpy``, or ``cupy`` to compute on the GPU.
+
     Returns
     -------
-    ndarray of float64, shape (M, N)
+    array of float64, shape (M, N), of the module ``xp``
     """
     eps = float(np.finfo(np.dtype(dtype)).eps)
     k = a.shape[1]
-    scale = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
+    scale = xp.abs(a).astype(xp.float64) @ xp.abs(b).astype(xp.float64)
     return 16.0 * math.sqrt(k) * eps * scale + 1e-30
 
 
-def check_result(c: np.ndarray, ref: np.ndarray, tol: np.ndarray) -> tuple[bool, float]:
+def check_result(c, ref, tol, xp=np) -> tuple[bool, float]:
     """Compare a kernel's output with the reference.
+
+    Parameters
+    ----------
+    c : array, shape (M, N)
+        The kernel's output (any float dtype).
+    ref, tol : array of float64, shape (M, N)
+        Reference and per-element tolerance (:func:`tolerance`).
+    xp : module
+        ``numpy``, or ``cupy`` for arrays on the GPU.
 
     Returns
     -------
@@ -169,11 +185,11 @@ def check_result(c: np.ndarray, ref: np.ndarray, tol: np.ndarray) -> tuple[bool,
     max_abs_err : float
         Largest absolute error (``inf`` where an element is not finite).
     """
-    c = np.asarray(c, dtype=np.float64).reshape(ref.shape)
-    if not np.all(np.isfinite(c)):
+    c = xp.asarray(c, dtype=xp.float64).reshape(ref.shape)
+    if not bool(xp.all(xp.isfinite(c))):
         return False, math.inf
-    err = np.abs(c - ref)
-    return bool(np.all(err <= tol)), float(err.max(initial=0.0))
+    err = xp.abs(c - ref)
+    return bool(xp.all(err <= tol)), float(err.max()) if err.size else 0.0
 
 
 def rotation_sets(bytes_per_set: int, cache_bytes: int, max_total_bytes: int = 1 << 30) -> int:

@@ -4,12 +4,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-import pytest
 
 from conftest import ROOT, needs_opencl
-from costlearn.dataset import KEY_COLUMNS, load, write_part
+from costlearn.dataset import KEY_COLUMNS, load
 
 _WRITER = r"""
 import sys

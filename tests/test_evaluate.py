@@ -56,3 +56,22 @@ def test_collect_through_replay_resumes_without_remeasuring(dataset_dir, dataset
     assert (df["api"] == "replay").all()
     again = collect(be, tmp_path, shapes=shapes, pool=pool, configs_per_shape=len(pool), progress=False)
     assert again.rows_written == 0 and again.skipped == first.rows_written
+
+
+def test_collect_with_compilation_overlapped_gives_the_same_rows(dataset_dir, dataset_rows, tmp_path):
+    """The GPU path: the pool compiles in background threads while shapes are measured."""
+    from costlearn.backends.replay import ReplayBackend
+    from costlearn.collect import collect
+    from costlearn.dataset import load
+    from costlearn.space import TileConfig
+    shapes = [tuple(int(x) for x in s) for s in dataset_rows[["m", "n", "k"]].drop_duplicates().iloc[:4].to_numpy()]
+    pool = [TileConfig.from_id(c) for c in sorted(dataset_rows["config_id"].unique())]
+    results = {}
+    for overlap in (False, True):
+        be = ReplayBackend(dataset_dir)
+        be.overlap_compile = overlap
+        collect(be, tmp_path / str(overlap), shapes=shapes, pool=pool, configs_per_shape=len(pool), progress=False)
+        df, _ = load(tmp_path / str(overlap))
+        results[overlap] = df.sort_values(["m", "n", "k", "config_id"])[["m", "n", "k", "config_id", "time_us"]]
+    assert len(results[True]) > 0
+    pd.testing.assert_frame_equal(results[True].reset_index(drop=True), results[False].reset_index(drop=True))

@@ -84,3 +84,19 @@ def test_repeat_candidate_gives_the_noise_floor():
                            repeat_time_us=[11.0, math.nan, 27.0]))
     assert noise_floor(df) == np.median([0.1, 3 / 27])
     assert math.isnan(noise_floor(df.assign(repeat_time_us=math.nan)))
+
+
+def test_throttle_reasons_flag_only_real_hazards():
+    from costlearn.backends.nvml import throttle_fields
+    assert throttle_fields(0x1) == dict(throttled=False, throttle_reasons="")          # idle
+    assert throttle_fields(0x1 | 0x4) == dict(throttled=True, throttle_reasons="sw_power_cap")
+    assert throttle_fields(0x40 | 0x8)["throttle_reasons"] == "hw_slowdown;hw_thermal"
+
+
+def test_old_schema_parts_are_read_with_the_added_columns(tmp_path):
+    from costlearn.dataset import ADDED_COLUMNS, load
+    from test_dataset import _row
+    old = pd.DataFrame([_row()]).drop(columns=list(ADDED_COLUMNS))
+    old.to_parquet(tmp_path / "part-old.parquet", index=False)
+    df, rep = load(tmp_path)
+    assert not rep.corrupt and len(df) == 1 and math.isnan(df["repeat_time_us"][0]) and not df["throttled"][0]

@@ -131,6 +131,9 @@ class Backend(abc.ABC):
         status is ``compile_error`` (with the message) instead of raising."""
 
     _workspace_cls = None
+    host_reference = True
+    """Whether the float64 reference is computed on the host (numpy); a GPU
+    backend computes it on the device instead."""
 
     def workspace(self, m: int, n: int, k: int, dtype: str = "float32",
                   distribution: str = "normal", density: float = 1.0,
@@ -147,7 +150,8 @@ class Backend(abc.ABC):
         from ..space import DTYPES
         if dtype not in DTYPES:
             raise ValueError(f"dtype={dtype!r}; allowed: {sorted(DTYPES)}")
-        prob = HostProblem.make(m, n, k, dtype, distribution, density, seed, self.spec.l2_bytes)
+        prob = HostProblem.make(m, n, k, dtype, distribution, density, seed, self.spec.l2_bytes,
+                                reference=self.host_reference)
         return self._workspace_cls(self, prob)
 
     @abc.abstractmethod
@@ -186,7 +190,9 @@ class HostProblem:
 
     @classmethod
     def make(cls, m: int, n: int, k: int, dtype: str, distribution: str, density: float,
-             seed: int, cache_bytes: int) -> "HostProblem":
+             seed: int, cache_bytes: int, reference: bool = True) -> "HostProblem":
+        """Draw the inputs; with ``reference=False`` the float64 reference
+        and tolerance are left to the device (``None`` here)."""
         import numpy as np
 
         from ..measure import make_inputs, rotation_sets, tolerance
@@ -199,5 +205,7 @@ class HostProblem:
         for s in range(1, n_sets):
             a_sets.append(np.ascontiguousarray(np.roll(a0, s, axis=0)))
             b_sets.append(np.ascontiguousarray(np.roll(b0, s, axis=1)))
+        if not reference:
+            return cls(m, n, k, a_sets, b_sets, None, None)
         ref = a0.astype(np.float64) @ b0.astype(np.float64)
         return cls(m, n, k, a_sets, b_sets, ref, tolerance(a0, b0, dtype))

@@ -40,6 +40,7 @@ class CudaBackend(Backend):
 
     name = "cuda"
     overlap_compile = True
+    host_reference = False
 
     @staticmethod
     def is_available() -> bool:
@@ -168,6 +169,11 @@ class _CudaWorkspace(DeviceWorkspace):
         self.a = [cp.asarray(x) for x in prob.a_sets]
         self.b = [cp.asarray(x) for x in prob.b_sets]
         self.c = cp.empty((prob.m, prob.n), cp.float32)
+        # float64 reference and tolerance of set 0, computed on the GPU (a
+        # host reference of an 8192^3 product would take the CPU seconds).
+        from ..measure import tolerance
+        self.ref = self.a[0].astype(cp.float64) @ self.b[0].astype(cp.float64)
+        self.tol = tolerance(self.a[0], self.b[0], "float32", xp=cp)
 
     def _launch(self, kernel: CompiledKernel, s: int):
         fn, smem = kernel.handle
@@ -178,7 +184,13 @@ class _CudaWorkspace(DeviceWorkspace):
         self.c.fill(np.nan)
 
     def _read_output(self):
-        return cp.asnumpy(self.c)
+        return self.c
+
+    def verify(self, kernel):
+        from ..measure import check_result
+        self._poison_output()
+        self._launch(kernel, 0)
+        return check_result(self._read_output(), self.ref, self.tol, xp=cp)
 
     def sample(self, kernel, n_launches):
         start, end = cp.cuda.Event(), cp.cuda.Event()
@@ -190,7 +202,7 @@ class _CudaWorkspace(DeviceWorkspace):
         return cp.cuda.get_elapsed_time(start, end) * 1e3
 
     def close(self):
-        self.a, self.b, self.c = [], [], None
+        self.a, self.b, self.c, self.ref, self.tol = [], [], None, None, None
 
 
 CudaBackend._workspace_cls = _CudaWorkspace

@@ -1,0 +1,61 @@
+"""Collection throughput on the local device: measurements per second and the
+share of wall time spent compiling, measuring and writing.
+
+    python scripts/bench_collect.py [--device auto] [--budget 90] [--pool 32] [--fresh-cache]
+
+Runs one short collection into a temporary folder (nothing is kept) and prints
+a table. ``--fresh-cache`` points PoCL's kernel cache at an empty folder, so
+compile time is what a first run on a new machine pays; without it, kernels
+compiled before are reused.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="auto", choices=["auto", "cuda", "opencl"])
+    ap.add_argument("--budget", type=float, default=90.0, help="seconds of collection (default: 90)")
+    ap.add_argument("--pool", type=int, default=32, help="candidate pool size (default: 32)")
+    ap.add_argument("--seed", type=int, default=7, help="seed of pool and shapes (default: 7)")
+    ap.add_argument("--fresh-cache", action="store_true", help="empty PoCL kernel cache for this run")
+    args = ap.parse_args(argv)
+    tmp = tempfile.mkdtemp(prefix="costlearn-bench-")
+    if args.fresh_cache:
+        os.environ["POCL_CACHE_DIR"] = os.path.join(tmp, "pocl-cache")   # before PoCL starts
+    from costlearn.backends import get_backend
+    from costlearn.collect import collect
+
+    be = get_backend(args.device)
+    res = collect(be, Path(tmp) / "data", budget_s=args.budget, pool_size=args.pool,
+                  configs_per_shape=args.pool, seed=args.seed, progress=False)
+    total = res.seconds["total"]
+    phases = {k: res.seconds.get(k, 0.0) for k in ("compile", "measure", "write")}
+    other = max(0.0, total - sum(phases.values()))
+    print(f"device: {be.spec.name} ({be.name}); pool {args.pool}; budget {args.budget:.0f} s; "
+          f"kernel cache: {'fresh' if args.fresh_cache else 'reused'}")
+    print()
+    print("| quantity | value |")
+    print("|---|---|")
+    print(f"| shapes measured | {res.shapes_done} |")
+    print(f"| rows (valid) | {res.rows_written} ({res.rows_valid}) |")
+    print(f"| measurements per second (wall) | {res.rows_written / total:.2f} |")
+    print(f"| measurements per second of measuring | {res.rows_written / max(phases['measure'], 1e-9):.2f} |")
+    for k, v in phases.items():
+        print(f"| {k} | {v:.1f} s ({v / total:.0%}) |")
+    print(f"| other (setup, sampling, loading) | {other:.1f} s ({other / total:.0%}) |")
+    print(f"| wall total | {total:.1f} s |")
+    print(f"| noise floor (repeat timings) | {res.noise_floor:.1%} |")
+    print(f"| median sample spread (p80-p20)/median | {res.noise_rel:.1%} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+"""The benchmark and GPU-check scripts run end to end (on PoCL here)."""
+import subprocess
+import sys
+
+from conftest import ROOT, needs_opencl
+
+pytestmark = needs_opencl
+
+
+def test_gpu_check_quick_on_opencl(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--device", "opencl", "--quick",
+                          "--configs", "6", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    md = (tmp_path / "gpu_check.md").read_text()
+    assert "0 wrong" in md and "best at (384, 384, 384)" in md and (tmp_path / "gpu_check.json").is_file()
+
+
+def test_bench_collect_prints_the_table():
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_collect.py"), "--device", "opencl",
+                          "--budget", "8", "--pool", "4"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    for line in ("measurements per second (wall)", "| compile |", "| measure |", "| write |", "noise floor"):
+        assert line in out.stdout
