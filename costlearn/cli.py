@@ -209,6 +209,10 @@ def cmd_evaluate(args) -> int:
     print(f"noise floor of these measurements: {res.noise_floor:.1%}; regret at or below it counts as 0 (a tie)")
     if args.report:
         print(f"report: {write_report(res, args.report)}")
+    if getattr(args, "plots", None):
+        from .evaluate import write_plots
+        for path in write_plots(res, args.plots):
+            print(f"plot: {path}")
     return 0
 
 
@@ -318,6 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="dataset folder for the fresh measurements; an existing "
                    "one is resumed (default: a new <data>/<device>/eval-<UTC time>/)")
     p.add_argument("--report", default=None, help="write markdown + CSV report here")
+    p.add_argument("--plots", default=None, help="write PNG plots into this folder (needs matplotlib)")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("run", help="collect, train, predict and evaluate on the local device",

@@ -18,7 +18,8 @@ from .predict import Predictor
 from .sampler import ShapeBounds, sample_shapes, shape_class
 from .space import tile_fits_problem
 
-__all__ = ["fresh_shapes", "evaluate", "score", "EvalResult", "format_table", "FIXED_SHAPES"]
+__all__ = ["fresh_shapes", "evaluate", "score", "EvalResult", "format_table", "format_per_shape",
+           "format_by_class", "write_report", "write_plots", "FIXED_SHAPES"]
 
 FIXED_SHAPES = {
     # Always part of the fresh set: batch-1, skinny, small (launch-overhead
@@ -73,12 +74,19 @@ class EvalResult:
         Relative noise floor of the fresh measurements
         (:func:`costlearn.dataset.noise_floor`); a regret at or below it
         counts as 0 (a tie). 0 when the rows carry no repeats.
+    predictions : dict of str to ndarray
+        Each model's predictions, aligned with ``rows``.
+    vendor_us : dict
+        (M, N, K) -> the vendor library's time for the shape in µs
+        (cuBLAS through CuPy on CUDA); empty where there is none.
     """
 
     per_shape: pd.DataFrame
     summary: dict
     rows: pd.DataFrame
     noise_floor: float = 0.0
+    predictions: dict = None
+    vendor_us: dict = None
 
 
 def score(art_folder, rows: pd.DataFrame, seed: int = 0) -> EvalResult:
@@ -121,9 +129,10 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0) -> EvalResult:
         ood[(m, n, k)] = "; ".join(p.ood_reasons)
     noise = noise_floor(rows)
     noise = 0.0 if not np.isfinite(noise) else noise
-    frames, summary = [], {}
+    frames, summary, preds = [], {}, {}
     for name, mdl in models.items():
-        per = evaluate_rows(rows, mdl.predict(rows), noise_rel=noise)
+        preds[name] = mdl.predict(rows)
+        per = evaluate_rows(rows, preds[name], noise_rel=noise)
         per["model"] = name
         per["ood_reasons"] = [ood[(m, n, k)] for m, n, k in per[["m", "n", "k"]].itertuples(index=False)]
         per["ood"] = per["ood_reasons"] != ""
@@ -132,7 +141,7 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0) -> EvalResult:
         summary[name] = {"all": summarize(per), "in_envelope": summarize(per[~per["ood"]]),
                          "ood": summarize(per[per["ood"]])}
     return EvalResult(per_shape=pd.concat(frames, ignore_index=True), summary=summary, rows=rows,
-                      noise_floor=noise)
+                      noise_floor=noise, predictions=preds, vendor_us={})
 
 
 def evaluate(backend, art_folder, eval_dir, *, n_random: int = 4, budget_s: float = 600.0,
@@ -170,7 +179,12 @@ def evaluate(backend, art_folder, eval_dir, *, n_random: int = 4, budget_s: floa
     rows, _ = load(eval_dir)
     key = set(shapes)
     rows = rows[[(m, n, k) in key for m, n, k in rows[["m", "n", "k"]].itertuples(index=False)]]
-    return score(art_folder, rows)
+    res = score(art_folder, rows)
+    vendor = getattr(backend, "vendor_time_us", None)
+    if vendor is not None:
+        for m, n, k in res.rows[["m", "n", "k"]].drop_duplicates().itertuples(index=False):
+            res.vendor_us[(int(m), int(n), int(k))] = vendor(int(m), int(n), int(k), protocol or Protocol())
+    return res
 
 
 def _rule(head: str) -> str:
@@ -200,15 +214,18 @@ def format_per_shape(res: EvalResult) -> str:
     p = res.per_shape.pivot_table(index=["m", "n", "k"], columns="model", values="top1_regret")
     meta = res.per_shape[res.per_shape["model"] == "xgboost"].set_index(["m", "n", "k"])
     models = [c for c in ("xgboost", "roofline", "best_fixed", "random") if c in p.columns]
+    vendor = res.vendor_us or {}
     head = ("| M | N | K | class | candidates | best µs | " + " | ".join(f"{c} top-1" for c in models)
-            + " | model top-5 | τ | OOD |")
+            + " | model top-5 | τ | OOD |" + (" vendor µs | best / vendor throughput |" if vendor else ""))
     lines = [head, _rule(head)]
     for (m, n, k), r in p.iterrows():
         mt = meta.loc[(m, n, k)]
         lines.append(f"| {m} | {n} | {k} | {mt['shape_class']} | {int(mt['n_candidates'])} | "
                      f"{mt['best_time_us']:.1f} | " + " | ".join(f"{r[c]:.1%}" for c in models)
                      + f" | {mt['top5_regret']:.1%} | {mt['kendall_tau']:.2f} | "
-                     f"{'yes' if mt['ood'] else 'no'} |")
+                     f"{'yes' if mt['ood'] else 'no'} |"
+                     + (f" {vendor[(m, n, k)]:.1f} | {vendor[(m, n, k)] / mt['best_time_us']:.1%} |"
+                        if (m, n, k) in vendor else ""))
     return "\n".join(lines)
 
 
@@ -220,7 +237,90 @@ def write_report(res: EvalResult, path) -> Path:
             "timings of one config in one session); a regret at or below it counts as 0.", "",
             "## Summary (all fresh shapes)", "", format_table(res, "all"), "",
             "## In-envelope shapes", "", format_table(res, "in_envelope"), "",
+            "## By shape class", "", format_by_class(res), "",
             "## Per shape", "", format_per_shape(res), ""]
     path.write_text("\n".join(text))
     res.per_shape.to_csv(path.with_suffix(".csv"), index=False)
     return path
+
+
+def format_by_class(res: EvalResult) -> str:
+    """Markdown table: mean top-1 regret per shape class (batch-1, skinny,
+    small, square, large K, general) for each model, with shape counts."""
+    p = res.per_shape.pivot_table(index="shape_class", columns="model", values="top1_regret", aggfunc="mean")
+    n = res.per_shape[res.per_shape["model"] == "xgboost"].groupby("shape_class").size()
+    models = [c for c in ("xgboost", "roofline", "best_fixed", "random") if c in p.columns]
+    head = "| shape class | shapes | " + " | ".join(f"{m} top-1 mean" for m in models) + " |"
+    lines = [head, _rule(head)]
+    for cls, r in p.iterrows():
+        lines.append(f"| {cls} | {int(n.get(cls, 0))} | " + " | ".join(f"{r[m]:.1%}" for m in models) + " |")
+    return "\n".join(lines)
+
+
+def write_plots(res: EvalResult, folder) -> list[Path]:
+    """Write three PNGs into ``folder``: predicted vs measured time (model and
+    roofline, log-log), the CDF of top-1 regret per model, and mean top-1
+    regret by shape class. Needs matplotlib (``pip install 'costlearn[plot]'``).
+
+    Returns
+    -------
+    list of Path
+        The files written.
+
+    Raises
+    ------
+    ImportError
+        If matplotlib is not installed (with the install hint).
+    """
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise ImportError("plots need matplotlib: pip install 'costlearn[plot]'") from e
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    art_pred = res.predictions
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    t = res.rows["time_us"].to_numpy()
+    for name, color in (("roofline", "tab:gray"), ("xgboost", "tab:blue")):
+        ax.scatter(t, art_pred[name], s=6, alpha=0.5, color=color, label=name)
+    lo, hi = float(np.min(t)) / 2, float(np.max(t)) * 2
+    ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+    ax.set(xscale="log", yscale="log", xlabel="measured time (µs)", ylabel="predicted time (µs)",
+           title="Predicted vs measured, fresh shapes")
+    ax.legend()
+    fig.tight_layout()
+    out.append(folder / "predicted_vs_measured.png")
+    fig.savefig(out[-1], dpi=120)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name in ("xgboost", "roofline", "best_fixed", "random"):
+        r = np.sort(res.per_shape.loc[res.per_shape["model"] == name, "top1_regret"].to_numpy())
+        if r.size:
+            ax.step(np.concatenate([[0], r * 100]), np.concatenate([[0], np.arange(1, r.size + 1) / r.size]),
+                    where="post", label=name)
+    ax.set(xlabel="top-1 regret (%)", ylabel="share of fresh shapes", title="CDF of top-1 regret", xlim=(0, None))
+    ax.legend()
+    fig.tight_layout()
+    out.append(folder / "top1_regret_cdf.png")
+    fig.savefig(out[-1], dpi=120)
+    plt.close(fig)
+
+    p = res.per_shape.pivot_table(index="shape_class", columns="model", values="top1_regret", aggfunc="mean")
+    models = [c for c in ("xgboost", "roofline", "best_fixed", "random") if c in p.columns]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    x = np.arange(len(p.index))
+    w = 0.8 / max(len(models), 1)
+    for i, name in enumerate(models):
+        ax.bar(x + i * w, p[name].to_numpy() * 100, width=w, label=name)
+    ax.set_xticks(x + w * (len(models) - 1) / 2, p.index)
+    ax.set(ylabel="mean top-1 regret (%)", title="Top-1 regret by shape class")
+    ax.legend()
+    fig.tight_layout()
+    out.append(folder / "regret_by_class.png")
+    fig.savefig(out[-1], dpi=120)
+    plt.close(fig)
+    return out

@@ -43,19 +43,6 @@ CHECK_SHAPES = [(1, 1, 1), (1, 4096, 4096), (10, 500, 64), (130, 293, 237), (257
 QUICK_SHAPES = [(1, 1, 1), (1, 256, 256), (10, 50, 64), (130, 93, 37), (64, 64, 1)]
 
 
-def _time_cublas(ws, n_launches: int) -> float:
-    import cupy as cp
-    start, end = cp.cuda.Event(), cp.cuda.Event()
-    start.record()
-    for _ in range(n_launches):
-        s = ws._next
-        cp.matmul(ws.a[s], ws.b[s], out=ws.c)
-        ws._next = (s + 1) % ws.n_sets
-    end.record()
-    end.synchronize()
-    return cp.cuda.get_elapsed_time(start, end) * 1e3
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="folder for gpu_check.json and gpu_check.md")
@@ -140,12 +127,7 @@ def main(argv=None) -> int:
                                  report["overhead_us"])
             timed = [r for r in rows if r["status"] == "ok"]
             best = min(timed, key=lambda r: r["time_us"]) if timed else None
-            cublas_us = None
-            if args.device == "cuda":
-                _time_cublas(ws, 3)                                           # warm-up
-                est = _time_cublas(ws, 1)
-                n = max(1, int(np.ceil(1000.0 / max(est, 1e-3))))
-                cublas_us = float(np.median([_time_cublas(ws, n) / n for _ in range(7)]))
+        cublas_us = be.vendor_time_us(*big) if args.device == "cuda" else None
         entry = dict(shape=big, candidates=len(cands), timed=len(timed))
         if best:
             entry.update(best_config=best["config_id"], best_time_us=best["time_us"],

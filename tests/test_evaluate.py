@@ -75,3 +75,16 @@ def test_collect_with_compilation_overlapped_gives_the_same_rows(dataset_dir, da
         results[overlap] = df.sort_values(["m", "n", "k", "config_id"])[["m", "n", "k", "config_id", "time_us"]]
     assert len(results[True]) > 0
     pd.testing.assert_frame_equal(results[True].reset_index(drop=True), results[False].reset_index(drop=True))
+
+
+def test_report_tables_and_plots_from_replayed_rows(model_dir, dataset_rows, tmp_path):
+    pytest.importorskip("matplotlib")
+    from costlearn.evaluate import format_by_class, score, write_plots, write_report
+    shapes = dataset_rows[["m", "n", "k"]].drop_duplicates().iloc[:8]
+    res = score(model_dir, dataset_rows.merge(shapes, on=["m", "n", "k"]))
+    assert "| shape class |" in format_by_class(res)
+    files = write_plots(res, tmp_path)
+    assert [f.name for f in files] == ["predicted_vs_measured.png", "top1_regret_cdf.png", "regret_by_class.png"]
+    assert all(f.stat().st_size > 10_000 and f.read_bytes()[:4] == b"\x89PNG" for f in files)
+    text = write_report(res, tmp_path / "r.md").read_text()
+    assert "Noise floor" in text and "## By shape class" in text and (tmp_path / "r.csv").is_file()

@@ -114,3 +114,17 @@ def test_train_refuses_a_device_description_of_another_device(dataset_dir, tmp_p
     from costlearn.train import train
     with pytest.raises(ValueError, match="measured on device"):
         train(dataset_dir, tmp_path, spec=preset("h200"), holdout=False)
+
+
+@pytest.mark.parametrize("objective", ["log_slowdown", "rank_pairwise"])
+def test_ranking_objectives_fit_and_rank(objective, small_rows, dataset_spec):
+    from costlearn.metrics import evaluate_rows, summarize
+    mdl = XGBCostModel(params=XGBParams(n_estimators=60, max_depth=4, early_stopping_rounds=10,
+                                        objective=objective)).fit(small_rows, dataset_spec)
+    s = summarize(evaluate_rows(small_rows, mdl.predict(small_rows)))
+    assert s["kendall_tau"] > 0.3          # it learned an order (in-sample)
+
+
+def test_unknown_objective_lists_the_known_ones():
+    with pytest.raises(ValueError, match="rank_pairwise"):
+        XGBParams(objective="lambdamart")

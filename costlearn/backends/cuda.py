@@ -155,6 +155,21 @@ class CudaBackend(Backend):
                                   compile_s=time.perf_counter() - t0)
         return CompiledKernel(config, "ok", "", regs, time.perf_counter() - t0, (fn, smem))
 
+    def vendor_time_us(self, m: int, n: int, k: int, protocol=None) -> float:
+        """cuBLAS float32 time of C = A @ B through ``cupy.matmul``, µs, the
+        outside reference for the kernel's own quality: warmed up, then the
+        median over ``protocol.rounds`` samples of n back-to-back calls (n
+        chosen as for our kernels), rotating the same buffer sets. TF32 is
+        used only if ``CUPY_TF32=1`` is set; leave it unset for a float32
+        reference."""
+        from ..measure import Protocol
+        protocol = protocol or Protocol()
+        with self.workspace(m, n, k) as ws:
+            ws.sample_vendor(2)
+            est = max(ws.sample_vendor(1), 1e-3)
+            reps = int(min(protocol.max_launches, max(1, np.ceil(protocol.min_sample_us / est))))
+            return float(np.median([ws.sample_vendor(reps) / reps for _ in range(protocol.rounds)]))
+
     def compile_many(self, configs, dtype="float32", progress=None):
         """Compile in parallel threads (NVRTC releases the GIL)."""
         from joblib import Parallel, delayed
@@ -197,6 +212,19 @@ class _CudaWorkspace(DeviceWorkspace):
         start.record()
         for _ in range(n_launches):
             self._launch_next(kernel)
+        end.record()
+        end.synchronize()
+        return cp.cuda.get_elapsed_time(start, end) * 1e3
+
+    def sample_vendor(self, n_launches: int) -> float:
+        """Device time of ``n_launches`` back-to-back ``cupy.matmul`` calls
+        (cuBLAS) on the rotating buffer sets, microseconds."""
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        for _ in range(n_launches):
+            s = self._next
+            cp.matmul(self.a[s], self.b[s], out=self.c)
+            self._next = (s + 1) % self.n_sets
         end.record()
         end.synchronize()
         return cp.cuda.get_elapsed_time(start, end) * 1e3

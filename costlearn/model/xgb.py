@@ -43,19 +43,49 @@ class XGBParams:
     validation_share: float = 0.2
     n_jobs: int = 1
     seed: int = 0
+    objective: str = "log_time"
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"XGBParams.objective={self.objective!r}; allowed: {OBJECTIVES}")
 
     def booster_params(self) -> dict:
-        return dict(objective="reg:squarederror", eval_metric="rmse", max_depth=self.max_depth,
+        obj, metric = {"log_time": ("reg:squarederror", "rmse"),
+                       "log_slowdown": ("reg:squarederror", "rmse"),
+                       "rank_pairwise": ("rank:pairwise", "ndcg@5")}[self.objective]
+        return dict(objective=obj, eval_metric=metric, max_depth=self.max_depth,
                     eta=self.learning_rate, subsample=self.subsample,
                     colsample_bytree=self.colsample_bytree, min_child_weight=self.min_child_weight,
                     reg_lambda=self.reg_lambda, nthread=self.n_jobs, seed=self.seed,
                     tree_method="hist")
 
 
+OBJECTIVES = ("log_time", "log_slowdown", "rank_pairwise")
+"""Training targets: ``log_time`` regresses log2(time_us) (predictions are
+times); ``log_slowdown`` regresses log2(time / best time of the shape), the
+per-shape normalised label of TVM's XGBoost cost model; ``rank_pairwise``
+learns the order within each shape (XGBoost ``rank:pairwise``, the shape as
+the query group, relevance 8 for the best config down to 0 at 2x slower).
+Only ``log_time`` predicts microseconds; the other two predict a ranking score
+(``predict`` then returns 2**score, relative)."""
+
+
 def shape_groups(rows: pd.DataFrame) -> np.ndarray:
     """Integer id of each row's shape (M, N, K, dtype), shape (len(rows),),
     for shape-grouped splits (a shape never straddles train and validation)."""
     return rows.groupby(["m", "n", "k", "dtype"], sort=True).ngroup().to_numpy()
+
+
+def _labels(rows: pd.DataFrame, groups: np.ndarray, objective: str) -> np.ndarray:
+    """Training labels for ``objective`` (see :data:`OBJECTIVES`)."""
+    y = np.log2(rows["time_us"].to_numpy(np.float64))
+    if objective == "log_time":
+        return y
+    best = pd.Series(y).groupby(groups).transform("min").to_numpy()
+    slow = y - best
+    if objective == "log_slowdown":
+        return slow
+    return np.clip(np.round(8.0 - 8.0 * slow), 0, 8)    # relevance: 8 best .. 0 at 2x
 
 
 class XGBCostModel(CostModel):
@@ -102,32 +132,40 @@ class XGBCostModel(CostModel):
         p = self.params or XGBParams()
         self.spec_ = spec
         self.feature_names_ = tuple(get_feature_set(self.feature_set).feature_names)
-        X = self._features(rows)
-        y = np.log2(rows["time_us"].to_numpy(np.float64))
         groups = shape_groups(rows)
         if len(np.unique(groups)) < 2:
             raise ValueError(f"need rows from at least 2 shapes to fit, got {len(np.unique(groups))}")
+        order = np.argsort(groups, kind="stable")          # query groups must be contiguous
+        rows, groups = rows.iloc[order], groups[order]
+        X = self._features(rows)
+        y = _labels(rows, groups, p.objective)
         split = GroupShuffleSplit(n_splits=1, test_size=p.validation_share, random_state=p.seed)
         tr, va = next(split.split(X, y, groups))
-        dtr = xgb.DMatrix(X[tr], label=y[tr], feature_names=list(self.feature_names_))
-        dva = xgb.DMatrix(X[va], label=y[va], feature_names=list(self.feature_names_))
+        tr, va = np.sort(tr), np.sort(va)
+        names = list(self.feature_names_)
+        qid = (lambda idx: groups[idx]) if p.objective == "rank_pairwise" else (lambda idx: None)
+        dtr = xgb.DMatrix(X[tr], label=y[tr], qid=qid(tr), feature_names=names)
+        dva = xgb.DMatrix(X[va], label=y[va], qid=qid(va), feature_names=names)
         bst = xgb.train(p.booster_params(), dtr, num_boost_round=p.n_estimators,
                         evals=[(dva, "validation")], early_stopping_rounds=p.early_stopping_rounds,
                         verbose_eval=False)
         best = int(bst.best_iteration) + 1
         # Refit on all shapes with the number of rounds validation chose.
-        dall = xgb.DMatrix(X, label=y, feature_names=list(self.feature_names_))
+        dall = xgb.DMatrix(X, label=y, qid=qid(np.arange(len(y))), feature_names=names)
         self.booster_ = xgb.train(p.booster_params(), dall, num_boost_round=best, verbose_eval=False)
         self.best_iteration_ = best
         pred_va = bst.predict(dva, iteration_range=(0, best))
-        self.validation_rmse_log2_ = float(np.sqrt(np.mean((pred_va - y[va]) ** 2)))
+        self.validation_rmse_log2_ = (float(np.sqrt(np.mean((pred_va - y[va]) ** 2)))
+                                      if p.objective != "rank_pairwise" else float("nan"))
         self.fitted_ = True
         return self
 
     def predict_log2(self, X: np.ndarray) -> np.ndarray:
-        """log2 predicted time from a feature matrix (float32, shape (R, F))."""
+        """log2 predicted time (or ranking score, lower is better) from a
+        feature matrix (float32, shape (R, F))."""
         self._check_fitted()
-        return np.asarray(self.booster_.inplace_predict(X, validate_features=False), np.float64)
+        out = np.asarray(self.booster_.inplace_predict(X, validate_features=False), np.float64)
+        return -out if (self.params or XGBParams()).objective == "rank_pairwise" else out
 
     def predict(self, rows: pd.DataFrame) -> np.ndarray:
         """Predicted time, microseconds, float64, shape (len(rows),)."""
