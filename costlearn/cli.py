@@ -23,46 +23,25 @@ or all four at once:
 """
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be >= 1")
-    return v
-
-
-def _nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be >= 0")
-    return v
-
-
-def _positive_seconds(text: str) -> float:
+def _number(kind: type, lo: float, strict: bool, what: str):
+    """argparse type: a finite ``kind`` (int or float) >= lo (> lo if strict)."""
     import math
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(v) or v <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number of seconds > 0")
-    return v
+
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not math.isfinite(v) or v < lo or (strict and v == lo):
+            raise argparse.ArgumentTypeError(f"{text!r}: must be {what} {'>' if strict else '>='} {lo:g}")
+        return v
+    return parse
 
 
-def _positive_float(text: str) -> float:
-    import math
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(v) or v <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be a finite number > 0")
-    return v
+_positive_int = _number(int, 1, False, "an integer")
+_nonneg_int = _number(int, 0, False, "an integer")
+_positive_seconds = _number(float, 0, True, "a finite number of seconds")
+_positive_float = _number(float, 0, True, "a finite number")
 
 
 def _backend(name: str):

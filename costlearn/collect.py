@@ -19,7 +19,14 @@ import numpy as np
 
 from . import __version__
 from .backends.base import Backend
-from .dataset import SCHEMA_VERSION, load, measured_keys, noise_floor, valid_rows, write_part
+from .dataset import (
+    SCHEMA_VERSION,
+    load,
+    measured_keys,
+    noise_floor,
+    valid_rows,
+    write_part,
+)
 from .measure import Protocol, Stopwatch, measure_shape
 from .sampler import ShapeBounds, iter_shapes, select_pool
 from .space import check_config, enumerate_space, smem_bytes

@@ -206,10 +206,8 @@ def preset(name: str) -> DeviceSpec:
     ValueError
         If ``name`` is not a preset; the message lists the presets.
     """
-    key = str(name).lower()
-    if key not in PRESETS:
-        raise ValueError(f"unknown device preset {name!r}; known presets: {sorted(PRESETS)}")
-    return PRESETS[key]
+    from .registry import lookup
+    return lookup(PRESETS, str(name).lower(), "device preset")
 
 
 def device_slug(name: str, api: str = "cuda") -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 
+from ..registry import lookup
 from .base import Backend, CompiledKernel, Workspace
 
 __all__ = ["Backend", "CompiledKernel", "Workspace", "BACKENDS", "BackendUnavailable", "get_backend", "available"]
@@ -23,9 +24,7 @@ class BackendUnavailable(RuntimeError):
 
 
 def _load(name: str):
-    if name not in BACKENDS:
-        raise ValueError(f"unknown backend {name!r}; known backends: {sorted(BACKENDS)} (or 'auto')")
-    mod, cls, hint = BACKENDS[name]
+    mod, cls, hint = lookup(BACKENDS, name, "backend (or 'auto')")
     try:
         return getattr(importlib.import_module(mod), cls)
     except ImportError as e:

@@ -7,6 +7,7 @@ import hashlib
 import pandas as pd
 
 from ..device import DeviceSpec
+from ..registry import lookup
 from .analytic import FEATURE_NAMES, AnalyticFeatures
 from .raw import RAW_FEATURE_NAMES, RawFeatures
 
@@ -38,9 +39,7 @@ def get_feature_set(name: str):
     ValueError
         If ``name`` is unknown (the message lists the known ones).
     """
-    if name not in FEATURE_SETS:
-        raise ValueError(f"unknown feature set {name!r}; known: {sorted(FEATURE_SETS)}")
-    return FEATURE_SETS[name]()
+    return lookup(FEATURE_SETS, name, "feature set")()
 
 
 def feature_version(name: str) -> str:

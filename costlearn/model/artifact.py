@@ -17,7 +17,7 @@ import pandas as pd
 from .. import __version__
 from ..codegen import TEMPLATE_HASH
 from ..device import DeviceSpec
-from ..features import get_feature_set, feature_version
+from ..features import feature_version, get_feature_set
 from ..space import DTYPES, TileConfig, space_hash
 from .xgb import XGBCostModel, XGBParams
 

@@ -13,6 +13,8 @@ import importlib
 import numpy as np
 import pandas as pd
 
+from ..registry import lookup
+
 __all__ = ["CostModel", "NotFittedError", "MODELS", "get_model", "REQUIRED_COLUMNS", "check_rows"]
 
 REQUIRED_COLUMNS = ("m", "n", "k", "dtype", "block_m", "block_n", "block_k", "thread_m", "thread_n",
@@ -89,7 +91,5 @@ def get_model(name: str, **settings) -> CostModel:
     ValueError
         If ``name`` is unknown (the message lists the known ones).
     """
-    if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; known models: {sorted(MODELS)}")
-    mod, cls = MODELS[name]
+    mod, cls = lookup(MODELS, name, "model")
     return getattr(importlib.import_module(mod), cls)(**settings)
