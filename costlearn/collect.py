@@ -29,7 +29,7 @@ from .dataset import (
 )
 from .measure import Protocol, Stopwatch, measure_shape
 from .sampler import ShapeBounds, iter_shapes, select_pool
-from .space import check_config, enumerate_space, smem_bytes
+from .space import check_config, check_shape, enumerate_space, smem_bytes
 
 __all__ = ["CollectResult", "collect", "rows_for", "candidate_pool"]
 
@@ -152,12 +152,16 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = 
     Raises
     ------
     ValueError
-        If a setting is out of range.
+        If a setting is out of range or a given shape is invalid.
+    TypeError
+        If a given shape's extent is not an integer.
     """
     if not (isinstance(budget_s, (int, float)) and math.isfinite(budget_s) and budget_s > 0):
         raise ValueError(f"budget_s={budget_s!r}; must be a finite number of seconds > 0")
     if pool_size < 1 or configs_per_shape < 1:
         raise ValueError(f"pool_size={pool_size!r}, configs_per_shape={configs_per_shape!r}; must be >= 1")
+    if shapes is not None:
+        shapes = [check_shape(*s, dtype)[:3] for s in shapes]
     t_start = time.monotonic()
     protocol = protocol or Protocol()
     spec = backend.spec
@@ -173,7 +177,7 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = 
     if shapes is None:
         shape_iter = iter_shapes(bounds, rng)
     else:
-        shape_iter = iter([tuple(int(x) for x in s) for s in shapes])
+        shape_iter = iter(shapes)
     overhead_us = backend.launch_overhead_us()
     run_id = uuid.uuid4().hex[:12]
     compiled: dict = {}
