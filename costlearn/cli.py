@@ -77,8 +77,26 @@ def _add_collect_args(p, budget_s: float):
                    help="pool configs measured per shape (default: all feasible)")
     p.add_argument("--max-extent", type=_positive_int, default=None,
                    help="largest M, N, K drawn (default: 1024 on a CPU, 8192 on a GPU)")
+    p.add_argument("--shapes", nargs="+", default=None, metavar="M,N,K",
+                   help="measure these shapes (every pool config feasible for each) instead of random ones")
     p.add_argument("--max-flops", type=_positive_float, default=None,
                    help="largest 2*M*N*K drawn (default: 2**26 on a CPU, none on a GPU)")
+
+
+def _parse_shapes(items) -> list:
+    """``["1,4096,4096", ...]`` -> [(1, 4096, 4096), ...], each checked."""
+    from .space import check_shape
+    out = []
+    for item in items:
+        parts = str(item).split(",")
+        if len(parts) != 3:
+            raise ValueError(f"shape {item!r}: give M,N,K (three integers separated by commas)")
+        try:
+            m, n, k = (int(p) for p in parts)
+        except ValueError:
+            raise ValueError(f"shape {item!r}: M, N, K must be integers") from None
+        out.append(check_shape(m, n, k)[:3])
+    return out
 
 
 def _is_cpu(spec) -> bool:
@@ -88,6 +106,7 @@ def _is_cpu(spec) -> bool:
 def cmd_collect(args) -> int:
     from .collect import collect, dataset_summary
     from .sampler import ShapeBounds
+    shapes = _parse_shapes(args.shapes) if getattr(args, "shapes", None) else None
     be = _backend(args.device)
     spec = be.spec
     cpu = _is_cpu(spec)
@@ -100,7 +119,7 @@ def cmd_collect(args) -> int:
           f"shapes M,N,K <= {bounds.max_extent}, 2MNK <= {bounds.max_flops:.3g}", file=sys.stderr)
     res = collect(be, out, budget_s=args.budget, pool_size=pool,
                   configs_per_shape=pool if args.configs_per_shape is None else args.configs_per_shape,
-                  bounds=bounds,
+                  bounds=bounds, shapes=shapes,
                   protocol=_protocol(args), seed=args.seed, progress=not args.no_progress)
     secs = ", ".join(f"{k} {v:.1f}s" for k, v in res.seconds.items())
     print(f"collected {res.rows_written} rows ({res.rows_valid} valid) over {res.shapes_done} shapes; "

@@ -64,3 +64,21 @@ def test_predict_checks_every_triple_before_printing(capsys, model_dir):
     assert main(["predict", "1", "1", "1", "0", "1", "1", "--model", model_dir.parent.name]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and "M=0" in captured.err
+
+
+def test_collection_runs_without_xgboost():
+    """The GPU machines have no xgboost: collection, compaction and the GPU
+    scripts must not import it."""
+    code = ("import sys; sys.modules['xgboost'] = None\n"
+            "import costlearn.collect, costlearn.dataset, costlearn.cli\n"
+            "from costlearn.cli import _parse_shapes\n"
+            "print(_parse_shapes(['1,4096,4096']))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "(1, 4096, 4096)" in out.stdout
+
+
+@pytest.mark.parametrize("bad, says", [("1,2", "M,N,K"), ("1,x,3", "integers"), ("0,1,1", "M=0")])
+def test_collect_shapes_option_rejects_bad_shapes(capsys, bad, says):
+    assert main(["collect", "--device", "opencl", "--shapes", bad, "--budget", "1"]) == 2
+    assert says in capsys.readouterr().err
