@@ -260,6 +260,35 @@ def cmd_compact(args) -> int:
     return 0
 
 
+def cmd_features(args) -> int:
+    import pandas as pd
+
+    from .collect import candidate_pool
+    from .device import preset
+    from .features import get_feature_set
+    spec = preset(args.preset) if args.preset is not None else _backend(args.device).spec
+    m, n, k = _parse_shapes([args.shape])[0]
+    pool = [c for c in candidate_pool(spec, "float32", args.pool, args.seed)]
+    rows = pd.DataFrame([dict(m=m, n=n, k=k, dtype="float32", config_id=c.config_id, **c.to_dict())
+                         for c in pool])
+    rows["registers_per_thread"] = float("nan")
+    if spec.api == "cuda" and not args.no_nvcc:
+        from .features.registers import nvcc_registers
+        arch = "sm_" + spec.compute_capability.replace(".", "")
+        regs = nvcc_registers(pool, arch)
+        rows["registers_per_thread"] = rows["config_id"].map(regs).astype(float)
+        print(f"registers per thread from nvcc -arch={arch}: min {min(regs.values())}, "
+              f"max {max(regs.values())}", file=sys.stderr)
+    table = pd.concat([rows[["config_id"]], get_feature_set(args.feature_set).transform(rows, spec)], axis=1)
+    if args.csv:
+        table.to_csv(args.csv, index=False)
+        print(f"{len(table)} configs x {table.shape[1] - 1} features -> {args.csv}")
+    else:
+        with pd.option_context("display.max_columns", 12, "display.width", 160):
+            print(table.head(args.rows).to_string(index=False))
+    return 0
+
+
 def cmd_space(args) -> int:
     from .device import preset
     from .space import enumerate_space
@@ -339,6 +368,22 @@ def build_parser() -> argparse.ArgumentParser:
                        "(atomic; safe to interrupt). Corrupt parts are left in place.")
     p.add_argument("folder", help="dataset folder, e.g. data/h200")
     p.set_defaults(func=cmd_compact)
+
+    p = sub.add_parser("features", help="feature table of a device's candidate pool at one shape",
+                       description="Build the analytic feature table of a candidate pool on the local "
+                       "device or a preset (e.g. h200, with registers per thread read from nvcc "
+                       "-Xptxas -v, so no GPU is needed).")
+    p.add_argument("--preset", default=None, help="a named device (h200, h100, a100); default: the local one")
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "opencl"],
+                   help="local backend when no --preset (default: auto)")
+    p.add_argument("--shape", required=True, metavar="M,N,K", help="the problem shape, e.g. 4096,4096,4096")
+    p.add_argument("--pool", type=_positive_int, default=64, help="candidate pool size (default: 64)")
+    p.add_argument("--seed", type=_nonneg_int, default=0, help="pool seed (default: 0)")
+    p.add_argument("--feature-set", default="analytic", choices=["analytic", "raw", "derived"])
+    p.add_argument("--no-nvcc", action="store_true", help="use the register estimate instead of nvcc")
+    p.add_argument("--csv", default=None, help="write the whole table here instead of printing")
+    p.add_argument("--rows", type=_positive_int, default=10, help="rows to print (default: 10)")
+    p.set_defaults(func=cmd_features)
 
     p = sub.add_parser("space", help="enumerate the feasible tile space of a device",
                        description="Count the feasible tile configs of the local device or a preset, and "

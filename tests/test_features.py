@@ -87,3 +87,26 @@ def test_unknown_feature_set_lists_known():
     with pytest.raises(ValueError, match="analytic"):
         get_feature_set("fancy")
     assert feature_version("analytic") != feature_version("raw")
+
+
+def test_h200_feature_table_uses_nvcc_registers(tmp_path):
+    import shutil
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not installed")
+    from costlearn.features.registers import nvcc_registers
+    cfgs = [TileConfig(64, 64, 16, 4, 4), TileConfig(128, 128, 16, 8, 8)]
+    regs = nvcc_registers(cfgs, "sm_90")
+    assert set(regs) == {c.config_id for c in cfgs}
+    assert 0 < regs[cfgs[0].config_id] < regs[cfgs[1].config_id] <= 255   # 16 vs 64 accumulators
+    rows = _rows((4096, 4096, 4096), cfgs).assign(registers_per_thread=[float(regs[c.config_id]) for c in cfgs])
+    f = analytic_arrays(rows, preset("h200"))
+    assert list(f["registers_per_thread"]) == [regs[c.config_id] for c in cfgs]
+
+
+def test_features_command_without_nvcc(tmp_path, capsys):
+    from costlearn.cli import main
+    out = tmp_path / "f.csv"
+    assert main(["features", "--preset", "h200", "--shape", "1,4096,4096", "--pool", "8", "--no-nvcc",
+                 "--csv", str(out)]) == 0
+    table = pd.read_csv(out)
+    assert len(table) == 8 and "occupancy_frac" in table.columns and table.notna().all().all()
