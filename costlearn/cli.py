@@ -100,7 +100,7 @@ def _parse_shapes(items) -> list:
 
 
 def _is_cpu(spec) -> bool:
-    return spec.registers_per_mp is None
+    return spec.device_type == "cpu"
 
 
 def cmd_collect(args) -> int:
@@ -110,7 +110,7 @@ def cmd_collect(args) -> int:
     be = _backend(args.device)
     spec = be.spec
     cpu = _is_cpu(spec)
-    b = ShapeBounds.for_device(spec.api, cpu)
+    b = ShapeBounds.for_device(cpu)
     bounds = ShapeBounds(1, b.max_extent if args.max_extent is None else args.max_extent,
                          b.max_flops if args.max_flops is None else args.max_flops)
     out = Path(args.data) / spec.slug
@@ -122,6 +122,8 @@ def cmd_collect(args) -> int:
                   bounds=bounds, shapes=shapes,
                   protocol=_protocol(args), seed=args.seed, progress=not args.no_progress)
     secs = ", ".join(f"{k} {v:.1f}s" for k, v in res.seconds.items())
+    if res.stopped:
+        print(f"warning: {res.stopped}; rerun the same command to resume", file=sys.stderr)
     print(f"collected {res.rows_written} rows ({res.rows_valid} valid) over {res.shapes_done} shapes; "
           f"skipped {res.skipped} already measured; {secs}")
     print(f"noise floor: two timings of the same config in one session differ by {res.noise_floor:.1%} "
@@ -186,7 +188,17 @@ def cmd_predict(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from .evaluate import evaluate, format_per_shape, format_table, write_report
+    from .evaluate import evaluate, score
+    if getattr(args, "no_measure", False):
+        if not args.out or not args.model:
+            raise ValueError("--no-measure scores measurements already made: give --model and --out DIR")
+        from .dataset import load
+        folder = _model_dir(args)
+        rows, _ = load(args.out)
+        res = score(folder, rows)
+        print(f"scored {len(res.rows)} measurements from {args.out} (nothing measured):")
+        _print_eval(res, args)
+        return 0
     be = _backend(args.device)
     folder = _model_dir(args) if args.model else _resolve_for_backend(be, args.models)
     if args.out:
@@ -201,6 +213,12 @@ def cmd_evaluate(args) -> int:
     res = evaluate(be, folder, eval_dir, n_random=args.shapes, budget_s=args.budget,
                    protocol=_protocol(args), seed=args.seed + 1, progress=not args.no_progress)
     print(f"fresh shapes measured on {be.spec.name}, exhaustive over the model's candidates:")
+    _print_eval(res, args)
+    return 0
+
+
+def _print_eval(res, args) -> None:
+    from .evaluate import format_per_shape, format_table, write_report
     print(format_per_shape(res))
     print()
     print(format_table(res, "all"))
@@ -211,7 +229,6 @@ def cmd_evaluate(args) -> int:
         from .evaluate import write_plots
         for path in write_plots(res, args.plots):
             print(f"plot: {path}")
-    return 0
 
 
 def _resolve_for_backend(be, models_dir):
@@ -224,8 +241,6 @@ def cmd_run(args) -> int:
     t0 = time.perf_counter()
     be = _backend(args.device)
     print(f"== costlearn run on {be.spec.name} ({be.name})", flush=True)
-    args.configs_per_shape = None
-    args.max_extent = args.max_flops = None
     cmd_collect(args)
     print(f"== train  [t={time.perf_counter() - t0:.0f}s]", flush=True)
     args.data_root = args.data
@@ -273,9 +288,12 @@ def cmd_features(args) -> int:
                          for c in pool])
     rows["registers_per_thread"] = float("nan")
     if spec.api == "cuda" and not args.no_nvcc:
-        from .features.registers import nvcc_registers
+        from .features.registers import NvccUnavailable, nvcc_registers
         arch = "sm_" + spec.compute_capability.replace(".", "")
-        regs = nvcc_registers(pool, arch)
+        try:
+            regs = nvcc_registers(pool, arch)
+        except NvccUnavailable as e:
+            raise ValueError(f"{e}; or pass --no-nvcc to use the register estimate") from None
         rows["registers_per_thread"] = rows["config_id"].map(regs).astype(float)
         print(f"registers per thread from nvcc -arch={arch}: min {min(regs.values())}, "
               f"max {max(regs.values())}", file=sys.stderr)
@@ -350,6 +368,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "one is resumed (default: a new <data>/<device>/eval-<UTC time>/)")
     p.add_argument("--report", default=None, help="write markdown + CSV report here")
     p.add_argument("--plots", default=None, help="write PNG plots into this folder (needs matplotlib)")
+    p.add_argument("--no-measure", action="store_true",
+                   help="score the measurements already in --out with --model; needs no device")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("run", help="collect, train, predict and evaluate on the local device",

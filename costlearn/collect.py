@@ -27,7 +27,7 @@ from .dataset import (
     valid_rows,
     write_part,
 )
-from .measure import Protocol, Stopwatch, measure_shape
+from .measure import DeviceLost, Protocol, Stopwatch, measure_shape
 from .sampler import ShapeBounds, iter_shapes, select_pool
 from .space import check_config, check_shape, enumerate_space, smem_bytes
 
@@ -56,6 +56,8 @@ class CollectResult:
         same config in one session (one repeat per shape); NaN if none.
         See :func:`costlearn.dataset.noise_floor`.
     parts : list of Path
+    stopped : str
+        Why collection stopped early (the device was lost), else "".
     """
 
     rows_written: int = 0
@@ -66,6 +68,7 @@ class CollectResult:
     noise_rel: float = math.nan
     noise_floor: float = math.nan
     parts: list = field(default_factory=list)
+    stopped: str = ""
 
 
 def candidate_pool(spec, dtype: str, size: int, seed: int):
@@ -156,17 +159,20 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = 
     TypeError
         If a given shape's extent is not an integer.
     """
-    if not (isinstance(budget_s, (int, float)) and math.isfinite(budget_s) and budget_s > 0):
+    import numbers
+    if isinstance(budget_s, bool) or not isinstance(budget_s, numbers.Real) or not math.isfinite(budget_s) \
+            or budget_s <= 0:
         raise ValueError(f"budget_s={budget_s!r}; must be a finite number of seconds > 0")
-    if pool_size < 1 or configs_per_shape < 1:
-        raise ValueError(f"pool_size={pool_size!r}, configs_per_shape={configs_per_shape!r}; must be >= 1")
+    for name, v in (("pool_size", pool_size), ("configs_per_shape", configs_per_shape)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+            raise ValueError(f"{name}={v!r}; must be an int >= 1")
     if shapes is not None:
         shapes = [check_shape(*s, dtype)[:3] for s in shapes]
     t_start = time.monotonic()
     protocol = protocol or Protocol()
     spec = backend.spec
     if bounds is None:
-        bounds = ShapeBounds.for_device(spec.api, spec.registers_per_mp is None)
+        bounds = ShapeBounds.for_device(spec.device_type == "cpu")
     out_dir = Path(out_dir)
     write_device_json(spec, out_dir)
     prov = backend.provenance()
@@ -213,8 +219,8 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = 
             order = sub_rng.permutation(len(feasible))[:configs_per_shape]
             chosen = [feasible[i] for i in sorted(order)]
             todo = [c for c in chosen
-                    if (spec.slug, dtype, m, n, k, c.config_id, prov["template_hash"], protocol.version)
-                    not in done]
+                    if (spec.slug, dtype, m, n, k, c.config_id, prov["template_hash"], protocol.version,
+                        protocol.distribution, float(protocol.density)) not in done]
             res.skipped += len(chosen) - len(todo)
             if not todo:
                 continue
@@ -241,12 +247,18 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = 
             kernels = [compiled[c.config_id] for c in todo]
             with sw.phase("measure"):
                 clocks = backend.clocks()
-                with backend.workspace(m, n, k, dtype, protocol.distribution, protocol.density,
-                                       seed=protocol.seed + m * 7 + n * 13 + k * 17) as ws:
-                    results = measure_shape(ws, kernels, protocol, overhead_us,
-                                            rng=np.random.default_rng([seed, 4, m, n, k]),
-                                            repeat_index=int(sub_rng.integers(len(kernels))))
-                    rotation = int(getattr(ws, "n_sets", 0))
+                try:
+                    with backend.workspace(m, n, k, dtype, protocol.distribution, protocol.density,
+                                           seed=protocol.seed + m * 7 + n * 13 + k * 17) as ws:
+                        results = measure_shape(ws, kernels, protocol, overhead_us,
+                                                rng=np.random.default_rng([seed, 4, m, n, k]),
+                                                repeat_index=int(sub_rng.integers(len(kernels))))
+                        rotation = int(getattr(ws, "n_sets", 0))
+                except DeviceLost as e:
+                    # Everything measured before this shape is on disk; a
+                    # rerun resumes here in a fresh process.
+                    res.stopped = f"stopped at shape {shape}: {e}"
+                    break
                 after = backend.clocks()
                 if after.get("throttled"):
                     clocks = dict(clocks, throttled=True, throttle_reasons=";".join(filter(None, (
@@ -257,7 +269,8 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = 
                 res.parts.append(write_part(rows, out_dir))
             written.extend(rows)
             for r in rows:
-                done.add((spec.slug, dtype, m, n, k, r["config_id"], prov["template_hash"], protocol.version))
+                done.add((spec.slug, dtype, m, n, k, r["config_id"], prov["template_hash"], protocol.version,
+                          protocol.distribution, float(protocol.density)))
                 if r["status"] == "ok":
                     res.rows_valid += 1
                     spreads.append((r["time_us_p80"] - r["time_us_p20"]) / r["time_us"])

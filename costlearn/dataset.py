@@ -19,14 +19,15 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["SCHEMA_VERSION", "COLUMNS", "ADDED_COLUMNS", "write_part", "load", "compact", "noise_floor", "LoadReport", "valid_rows",
-           "measured_keys", "KEY_COLUMNS", "DatasetError"]
+           "measured_keys", "KEY_COLUMNS", "DatasetError", "current_rows"]
 
 SCHEMA_VERSION = 2
 """2 added ``repeat_time_us``, ``throttled``, ``throttle_reasons``,
 ``rotation_sets``; parts written under schema 1 are read with those columns
 at their defaults (:data:`ADDED_COLUMNS`)."""
 
-KEY_COLUMNS = ("device_slug", "dtype", "m", "n", "k", "config_id", "template_hash", "protocol_version")
+KEY_COLUMNS = ("device_slug", "dtype", "m", "n", "k", "config_id", "template_hash", "protocol_version",
+               "distribution", "density")
 """Columns that identify one measurement; a restarted collection skips keys
 already present."""
 
@@ -292,6 +293,16 @@ def _config_ok(config_id) -> bool:
         return True
     except (TypeError, ValueError):
         return False
+
+
+def current_rows(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+    """Rows measured with this code's kernel template and protocol version
+    (a changed kernel or protocol never silently reuses old timings), and
+    how many other rows were dropped."""
+    from .codegen import TEMPLATE_HASH
+    from .measure import PROTOCOL_VERSION
+    keep = ((df["template_hash"] == TEMPLATE_HASH) & (df["protocol_version"] == PROTOCOL_VERSION)).to_numpy(bool)
+    return df[keep], int((~keep).sum())
 
 
 def valid_rows(df: pd.DataFrame) -> pd.DataFrame:

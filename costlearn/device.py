@@ -71,6 +71,9 @@ class DeviceSpec:
         Driver version string, ``""`` for presets.
     source : str
         Where the numbers come from (``"preset: ..."`` or ``"queried: ..."``).
+    device_type : {"gpu", "cpu", "accelerator"}
+        Kind of device; decides default shape bounds and pool size (a CPU
+        runs a GEMM of 8192 a side far too slowly to sample it).
 
     Notes
     -----
@@ -100,6 +103,7 @@ class DeviceSpec:
     compute_capability: str = ""
     driver_version: str = ""
     source: str = ""
+    device_type: str = "gpu"
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -107,6 +111,8 @@ class DeviceSpec:
             raise ValueError(f"DeviceSpec.name={self.name!r}; must be a non-empty str")
         if self.api not in ("cuda", "opencl"):
             raise ValueError(f"DeviceSpec.api={self.api!r}; allowed: 'cuda', 'opencl'")
+        if self.device_type not in ("gpu", "cpu", "accelerator"):
+            raise ValueError(f"DeviceSpec.device_type={self.device_type!r}; allowed: 'gpu', 'cpu', 'accelerator'")
         for f in ("multiprocessors", "warp_size", "max_threads_per_block",
                   "max_threads_per_mp", "max_blocks_per_mp", "smem_per_block_bytes",
                   "smem_per_block_optin_bytes", "smem_per_mp_bytes", "l2_bytes", "register_alloc_unit"):

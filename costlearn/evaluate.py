@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 from .collect import collect
-from .dataset import load, noise_floor, valid_rows
+from .dataset import current_rows, load, noise_floor, valid_rows
+from .envelope import shape_reasons
 from .measure import Protocol
 from .metrics import evaluate_rows, summarize
 from .model import artifact as _artifact
@@ -106,8 +107,10 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0) -> EvalResult:
     """
     pred = Predictor(art_folder)
     art = pred.artifact
+    rows, _ = current_rows(rows)
     rows = valid_rows(rows)
-    rows = rows[rows["config_id"].isin(set(art.candidates["config_id"]))]
+    rows = rows[(rows["device_slug"] == art.spec.slug).to_numpy(bool)
+                & rows["config_id"].isin(set(art.candidates["config_id"])).to_numpy(bool)]
     # Score exactly the candidates the predictor ranks for each shape.
     cols = rows[["block_m", "block_n", "block_k", "m", "n", "k"]].itertuples(index=False)
     fits = np.array([tile_fits_problem(bm, bn, bk, m, n, k, art.spec.warp_size)
@@ -123,10 +126,11 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0) -> EvalResult:
     models = {"xgboost": art.model, "roofline": RooflineModel().fit(rows, art.spec),
               "best_fixed": best_fixed, "random": RandomModel(seed).fit(rows, art.spec)}
     shapes = rows[["m", "n", "k"]].drop_duplicates()
-    ood = {}
-    for m, n, k in shapes.itertuples(index=False):
-        p = pred.predict_best(int(m), int(n), int(k))
-        ood[(m, n, k)] = "; ".join(p.ood_reasons)
+    # The in-envelope / OOD split is by shape; identity reasons (another
+    # template or costlearn version) would mark every shape.
+    env = art.sidecar["envelope"]
+    ood = {(m, n, k): "; ".join(shape_reasons(env, int(m), int(n), int(k)))
+           for m, n, k in shapes.itertuples(index=False)}
     noise = noise_floor(rows)
     noise = 0.0 if not np.isfinite(noise) else noise
     frames, summary, preds = [], {}, {}
@@ -170,8 +174,12 @@ def evaluate(backend, art_folder, eval_dir, *, n_random: int = 4, budget_s: floa
     EvalResult
     """
     art = _artifact.load(art_folder)
-    kind = "cpu" if art.spec.registers_per_mp is None else "gpu"
-    bounds = ShapeBounds.for_device(art.spec.api, kind == "cpu")
+    if backend.spec.slug != art.spec.slug:
+        raise ValueError(f"the model was trained on {art.spec.name!r} ({art.spec.slug}) but this backend is "
+                         f"{backend.spec.name!r} ({backend.spec.slug}); measure on the model's device, or "
+                         "score measurements already made there with `costlearn evaluate --no-measure --out DIR`")
+    kind = "cpu" if art.spec.device_type == "cpu" else "gpu"
+    bounds = ShapeBounds.for_device(kind == "cpu")
     shapes = fresh_shapes(art.sidecar["envelope"]["shapes"], n_random, bounds, kind, seed)
     pool = art.candidate_configs()
     collect(backend, eval_dir, budget_s=budget_s, dtype=art.dtype, shapes=shapes, pool=pool,

@@ -32,8 +32,23 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Protocol", "PROTOCOL_VERSION", "STATUSES", "measure_shape", "make_inputs",
+__all__ = ["Protocol", "PROTOCOL_VERSION", "DeviceLost", "STATUSES", "measure_shape", "make_inputs",
            "DISTRIBUTIONS", "tolerance", "check_result", "rotation_sets"]
+
+class DeviceLost(RuntimeError):
+    """The device context is unusable (e.g. a CUDA illegal-address fault is
+    sticky): nothing more can be measured in this process."""
+
+
+_STICKY = ("IllegalAddress", "ILLEGAL_ADDRESS", "LaunchFailure", "LAUNCH_FAILED", "cudaErrorMisalignedAddress",
+           "MISALIGNED_ADDRESS", "cudaErrorHardwareStackError", "IllegalInstruction", "ILLEGAL_INSTRUCTION")
+
+
+def _check_sticky(e: Exception) -> None:
+    text = f"{type(e).__name__}: {e}"
+    if any(s in text for s in _STICKY):
+        raise DeviceLost(f"device context lost ({text[:300]}); later launches in this process would fail") from e
+
 
 PROTOCOL_VERSION = 2
 """Bumped whenever a change to the protocol makes old timings incomparable.
@@ -87,14 +102,16 @@ class Protocol:
     version: int = PROTOCOL_VERSION
 
     def __post_init__(self) -> None:
-        if not isinstance(self.rounds, int) or self.rounds < 1:
-            raise ValueError(f"Protocol.rounds={self.rounds!r}; must be an int >= 1")
-        if not isinstance(self.warmup_launches, int) or self.warmup_launches < 0:
-            raise ValueError(f"Protocol.warmup_launches={self.warmup_launches!r}; must be an int >= 0")
-        if not self.min_sample_us > 0:
-            raise ValueError(f"Protocol.min_sample_us={self.min_sample_us!r}; must be > 0")
-        if not isinstance(self.max_launches, int) or self.max_launches < 1:
-            raise ValueError(f"Protocol.max_launches={self.max_launches!r}; must be an int >= 1")
+        import numbers
+        for name, lo in (("rounds", 1), ("warmup_launches", 0), ("max_launches", 1), ("seed", 0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
+                raise ValueError(f"Protocol.{name}={v!r}; must be an int >= {lo}")
+            object.__setattr__(self, name, int(v))
+        for name in ("min_sample_us", "timeout_us"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"Protocol.{name}={v!r}; must be a finite number > 0")
         if self.distribution not in DISTRIBUTIONS:
             raise ValueError(f"Protocol.distribution={self.distribution!r}; allowed: {DISTRIBUTIONS}")
         if not 0 < self.density <= 1:
@@ -195,10 +212,16 @@ def check_result(c, ref, tol, xp=np) -> tuple[bool, float]:
 def rotation_sets(bytes_per_set: int, cache_bytes: int, max_total_bytes: int = 1 << 30) -> int:
     """Number of input buffer sets to rotate among so that a launch does not
     find its inputs in the last-level cache: enough sets to cover twice the
-    cache, at least 1, at most 64 and at most ``max_total_bytes`` in all."""
+    cache, at least 1, at most :data:`MAX_ROTATION_SETS` and at most
+    ``max_total_bytes`` in all. Below about 2 x cache / 256 bytes per set
+    (200 KB on a 50 MB L2: shapes up to about 128^3) the cap leaves part of
+    the inputs warm; such kernels are short and mostly launch-bound."""
     want = math.ceil(2 * cache_bytes / max(bytes_per_set, 1)) + 1
     cap = max(1, max_total_bytes // max(bytes_per_set, 1))
-    return int(max(1, min(want, 64, cap)))
+    return int(max(1, min(want, MAX_ROTATION_SETS, cap)))
+
+
+MAX_ROTATION_SETS = 256
 
 
 def _quantiles(x: list[float]) -> tuple[float, float, float]:
@@ -235,6 +258,13 @@ def measure_shape(workspace, kernels: list, protocol: Protocol, overhead_us: flo
         ``repeat_time_us`` (the raw material of the noise floor). Ignored if
         that kernel is not timed.
 
+    Raises
+    ------
+    DeviceLost
+        When an error leaves the device context unusable (CUDA
+        illegal-address and similar sticky faults); the shape's rows are not
+        returned.
+
     Returns
     -------
     list of dict
@@ -259,6 +289,7 @@ def measure_shape(workspace, kernels: list, protocol: Protocol, overhead_us: flo
         try:
             ok, err = workspace.verify(kern)
         except Exception as e:  # a launch failure is data, not a crash
+            _check_sticky(e)
             row.update(status="launch_error", error=f"{type(e).__name__}: {e}"[:500])
             continue
         row["max_abs_err"] = err
@@ -274,6 +305,7 @@ def measure_shape(workspace, kernels: list, protocol: Protocol, overhead_us: flo
             for _ in range(protocol.warmup_launches):
                 est = min(est, workspace.sample(kern, 1))
         except Exception as e:
+            _check_sticky(e)
             row.update(status="launch_error", error=f"{type(e).__name__}: {e}"[:500])
             continue
         # Guard against a zero (or below-resolution) estimate.
@@ -295,6 +327,7 @@ def measure_shape(workspace, kernels: list, protocol: Protocol, overhead_us: flo
             try:
                 samples[entries[j]].append(workspace.sample(kernels[i], launches[i]) / launches[i])
             except Exception as e:
+                _check_sticky(e)
                 rows[i].update(status="launch_error", error=f"{type(e).__name__}: {e}"[:500])
         if on_progress is not None:
             on_progress()

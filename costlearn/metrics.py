@@ -41,6 +41,8 @@ def topk_regret(pred: np.ndarray, true: np.ndarray, k: int, noise_rel: float = 0
         >= 0.
     """
     pred, true = np.asarray(pred, np.float64), np.asarray(true, np.float64)
+    if true.size == 0 or pred.shape != true.shape:
+        raise ValueError(f"need equal-length, non-empty pred and true, got {pred.shape} and {true.shape}")
     order = np.argsort(pred, kind="stable")[: max(1, int(k))]
     r = float(true[order].min() / true.min() - 1.0)
     return 0.0 if r <= noise_rel else r
@@ -56,7 +58,7 @@ def shape_metrics(pred: np.ndarray, true: np.ndarray, noise_rel: float = 0.0) ->
     for k in KS:
         out[f"top{k}_time_us"] = float(true[np.argsort(pred, kind="stable")[:k]].min())
     out["best_time_us"] = float(true.min())
-    tau = kendalltau(pred, true).statistic if len(true) > 1 else math.nan
+    tau = kendalltau(pred, true)[0] if len(true) > 1 else math.nan   # [0]: works on every scipy
     out["kendall_tau"] = float(tau) if tau is not None else math.nan
     out["mape"] = float(np.mean(np.abs(pred - true) / true))
     return out

@@ -27,8 +27,9 @@ class ShapeBounds:
     Parameters
     ----------
     min_extent, max_extent : int
-        Each of M, N, K lies in [min_extent, max_extent] (M may be 1 for
-        batch-1 shapes regardless of ``min_extent``).
+        Each of M, N, K lies in [min_extent, max_extent], except that
+        batch-1 shapes have M = 1 and skinny shapes draw M or N from
+        [1, 16], whatever ``min_extent`` is.
     max_flops : float
         Upper bound on 2*M*N*K, so one kernel's time stays affordable on the
         device.
@@ -55,7 +56,7 @@ class ShapeBounds:
                              "each in [0, 1] and summing to at most 1")
 
     @classmethod
-    def for_device(cls, api: str, is_cpu: bool) -> "ShapeBounds":
+    def for_device(cls, is_cpu: bool) -> "ShapeBounds":
         """Default bounds: up to 1024 and 2**26 flop on a CPU OpenCL device
         (a few ms per kernel there), up to 8192 and no flop cap on a GPU."""
         if is_cpu:

@@ -372,6 +372,8 @@ def enumerate_space(spec: DeviceSpec, dtype: str = "float32",
     if dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r}; allowed: {sorted(DTYPES)}")
     if shape is not None:
+        if len(tuple(shape)) != 3:
+            raise ValueError(f"shape={shape!r}; must be (M, N, K)")
         shape = check_shape(*shape, dtype)[:3]
     rejected = Counter({r: 0 for r in RULES})
     ok = []

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .dataset import load, noise_floor, valid_rows
+from .dataset import current_rows, load, noise_floor, valid_rows
 from .device import DeviceSpec
 from .envelope import fit_envelope
 from .metrics import evaluate_rows, summarize
@@ -36,13 +36,13 @@ def _finite_or_none(x: float):
 
 
 def spec_from_rows(rows: pd.DataFrame, spec: DeviceSpec | None) -> DeviceSpec:
-    """The DeviceSpec to train with: ``spec`` if given, else the one stored
-    beside the dataset (``device.json``, written by ``costlearn collect``).
+    """Check that ``spec`` describes the device the rows were measured on.
 
     Raises
     ------
     ValueError
-        If the rows come from more than one device or dtype.
+        If the rows come from more than one device, ``spec`` is None, or
+        ``spec`` names another device.
     """
     devs = sorted(rows["device_slug"].unique())
     if len(devs) != 1:
@@ -121,6 +121,7 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, dtype: str = 
     data_dir = Path(data_dir)
     df, report = load(data_dir)
     df = df[df["dtype"] == dtype]
+    df, stale = current_rows(df)
     rows = valid_rows(df).reset_index(drop=True)
     n_shapes = rows[["m", "n", "k"]].drop_duplicates().shape[0]
     if len(rows) < 50 or n_shapes < 5:
@@ -149,7 +150,7 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, dtype: str = 
                     protocol_versions=sorted(int(v) for v in rows["protocol_version"].unique()),
                     template_hashes=sorted(rows["template_hash"].unique().tolist()),
                     noise_floor=_finite_or_none(noise_floor(rows)),
-                    corrupt_parts=len(report.corrupt))
+                    corrupt_parts=len(report.corrupt), stale_rows_dropped=stale)
     baselines = dict(best_fixed=dict(scores={str(k): float(v) for k, v in best_fixed.scores_.items()},
                                      best_config_id=best_fixed.best_config_id_))
     folder = Path(models_dir) / spec.slug / dtype
@@ -157,4 +158,4 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, dtype: str = 
                          envelope=env, metrics=dict(holdout=summary), training=training,
                          baselines=baselines)
     return TrainResult(path=path, holdout=summary, rows=len(rows), shapes=int(n_shapes),
-                       dropped=dict(report.quarantined))
+                       dropped=dict(report.quarantined, stale_template_or_protocol=stale))

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from costlearn.metrics import shape_metrics, summarize, topk_regret
+from costlearn.metrics import evaluate_rows, shape_metrics, summarize, topk_regret
 
 
 def test_topk_regret_by_hand():
@@ -88,3 +88,19 @@ def test_report_tables_and_plots_from_replayed_rows(model_dir, dataset_rows, tmp
     assert all(f.stat().st_size > 10_000 and f.read_bytes()[:4] == b"\x89PNG" for f in files)
     text = write_report(res, tmp_path / "r.md").read_text()
     assert "Noise floor" in text and "## By shape class" in text and (tmp_path / "r.csv").is_file()
+
+
+def test_evaluate_rows_by_hand_on_two_shapes():
+    rows = pd.DataFrame(dict(m=[1, 1, 1, 8, 8], n=[4, 4, 4, 8, 8], k=[4, 4, 4, 8, 8],
+                             time_us=[10.0, 20.0, 12.0, 5.0, 4.0]))
+    pred = np.array([3.0, 1.0, 2.0, 1.0, 2.0])   # shape 1 picks 20 then 12; shape 2 picks 5
+    per = evaluate_rows(rows, pred).set_index(["m", "n", "k"])
+    assert per.loc[(1, 4, 4), "top1_regret"] == pytest.approx(1.0)
+    assert per.loc[(1, 4, 4), "top5_regret"] == 0.0
+    assert per.loc[(8, 8, 8), "top1_regret"] == pytest.approx(0.25)
+    assert per.loc[(1, 4, 4), "n_candidates"] == 3
+    s = summarize(per.reset_index())
+    assert s["top1_mean"] == pytest.approx(0.625)
+    assert s["tenset_top1"] == pytest.approx((10 + 4) / (20 + 5))
+    # a 30 % noise floor makes the 25 % regret a tie, not the 100 % one
+    assert evaluate_rows(rows, pred, noise_rel=0.3)["top1_regret"].tolist() == [1.0, 0.0]

@@ -20,7 +20,8 @@ def test_golden_h200_square_gemm():
     - blocks/SM: threads 2048/256 = 8; smem 233472/(16384+1024) = 13;
       registers: ceil(128*32/256)*256 = 4096 per warp * 8 warps = 32768 -> 65536/32768 = 2;
       slots 32  => 2, limited by registers; occupancy = 2*256/2048 = 0.25
-    - blocks = 32*32 = 1024; waves = 1024/(2*132) = 3.8788; last wave eff = 3.8788/4 = 0.9697
+    - blocks = 32*32 = 1024; waves = 1024/(2*132) = 3.8788; the last (4th) wave is 0.8788 full;
+      average slot use over the 4 waves = 3.8788/4 = 0.9697
     - AI(block tile) = 2*128*128*16 / (4*(128*16+16*128)) = 32 flop/B
     - k_steps = 256; padding waste 0
     """
@@ -29,7 +30,8 @@ def test_golden_h200_square_gemm():
     assert f["blocks_per_mp"][0] == 2 and f["limiter_registers"][0] == 1
     assert f["occupancy_frac"][0] == pytest.approx(0.25)
     assert f["waves"][0] == pytest.approx(1024 / 264)
-    assert f["last_wave_efficiency"][0] == pytest.approx(1024 / 264 / 4)
+    assert f["last_wave_fill"][0] == pytest.approx(1024 / 264 - 3)
+    assert f["device_util_frac"][0] == pytest.approx(1024 / 264 / 4)
     assert f["ai_block_tile_flop_per_byte"][0] == pytest.approx(32.0)
     assert f["k_steps"][0] == 256 and f["padding_waste_frac"][0] == 0.0
     # compute: 2*4096^3 / 67e12 flop/s = 2051.4 us; compulsory bytes 3*4096^2*4 / 4.8e12 = 41.9 us

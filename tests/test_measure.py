@@ -133,6 +133,7 @@ def test_tolerance_scales_with_k_and_catches_real_errors():
 
 
 def test_rotation_covers_twice_the_cache():
-    assert rotation_sets(1 << 20, 50 << 20) == 64      # capped
+    assert rotation_sets(1 << 10, 50 << 20) == 256     # capped
+    assert rotation_sets(1 << 20, 50 << 20) == 101
     assert rotation_sets(10 << 20, 50 << 20) == 11
     assert rotation_sets(1 << 30, 50 << 20) == 1

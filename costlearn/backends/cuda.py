@@ -76,8 +76,14 @@ class CudaBackend(Backend):
             name = p["name"].decode() if isinstance(p["name"], bytes) else str(p["name"])
             cc = f"{p['major']}.{p['minor']}"
             lanes = FP32_LANES_PER_SM.get(cc, 128)
-            peak = p["multiProcessorCount"] * lanes * 2 * p["clockRate"] / 1e6  # clockRate in kHz
-            bw = 2 * p["memoryClockRate"] * 1e3 * (p["memoryBusWidth"] / 8) / 1e9
+            # Clock rates (kHz) as device attributes: CUDA 13 dropped them from
+            # cudaDeviceProp, so the properties dict may lack them.
+            attrs = self.device.attributes
+            clock_khz = attrs.get("ClockRate", p.get("clockRate", 0))
+            mem_khz = attrs.get("MemoryClockRate", p.get("memoryClockRate", 0))
+            bus_bits = attrs.get("GlobalMemoryBusWidth", p.get("memoryBusWidth", 0))
+            peak = p["multiProcessorCount"] * lanes * 2 * clock_khz / 1e6
+            bw = 2 * mem_khz * 1e3 * (bus_bits / 8) / 1e9
             self._spec = DeviceSpec(
                 name=name, api="cuda", multiprocessors=int(p["multiProcessorCount"]),
                 warp_size=int(p["warpSize"]), max_threads_per_block=int(p["maxThreadsPerBlock"]),

@@ -31,13 +31,19 @@ __kernel void copy(__global const float4* restrict a, __global float4* restrict 
 
 def _pick_device(device_index: int | None):
     devices = []
-    for p in cl.get_platforms():
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error as e:   # no ICD loader / no platform
+        from . import BackendUnavailable
+        raise BackendUnavailable(f"no OpenCL platform ({e}); install PoCL: pip install 'pyopencl[pocl]'") from e
+    for p in platforms:
         try:
             devices += p.get_devices()
         except cl.Error:
             continue
     if not devices:
-        raise RuntimeError("PyOpenCL found no OpenCL device; install PoCL: pip install 'pyopencl[pocl]'")
+        from . import BackendUnavailable
+        raise BackendUnavailable("PyOpenCL found no OpenCL device; install PoCL: pip install 'pyopencl[pocl]'")
     if device_index is not None:
         if not 0 <= device_index < len(devices):
             raise ValueError(f"device_index={device_index}; this machine has OpenCL devices "
@@ -82,7 +88,9 @@ class OpenCLBackend(Backend):
             cl.kernel_work_group_info.PREFERRED_WORK_GROUP_SIZE_MULTIPLE, self.device))
         self._spec = None
         self._overhead_us = None
-        self.overlap_compile = not bool(self.device.type & cl.device_type.CPU)
+        # Compiles first-launch their kernel on self.queue, the queue samples
+        # are timed on, so compilation never overlaps measurement here.
+        self.overlap_compile = False
 
     # -- description --------------------------------------------------------
     def _bandwidth_gbps(self) -> float:
@@ -118,6 +126,7 @@ class OpenCLBackend(Backend):
                 l2_bytes=int(d.global_mem_cache_size) or (1 << 20),
                 peak_gflops=float(peak), memory_bandwidth_gbps=round(self._bandwidth_gbps(), 1),
                 compute_capability=d.opencl_c_version, driver_version=d.driver_version,
+                device_type="cpu" if is_cpu else ("gpu" if d.type & cl.device_type.GPU else "accelerator"),
                 source=("queried: OpenCL device info; peak = compute units x max clock x native "
                         "float vector width x 2; bandwidth measured by a 64 MiB copy kernel"),
             )

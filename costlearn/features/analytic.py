@@ -28,7 +28,7 @@ from ..space import DTYPES, REG_OVERHEAD
 
 __all__ = ["AnalyticFeatures", "FEATURE_NAMES", "occupancy", "bank_conflict_degree"]
 
-FEATURES_VERSION = 1
+FEATURES_VERSION = 2
 """Bumped whenever a formula below changes meaning."""
 
 FEATURE_NAMES = (
@@ -38,7 +38,7 @@ FEATURE_NAMES = (
     "ai_block_tile_flop_per_byte", "ai_problem_flop_per_byte",
     "blocks_per_mp", "occupancy_frac", "limiter_threads", "limiter_smem", "limiter_registers",
     "limiter_blocks",
-    "log2_blocks", "waves", "last_wave_efficiency", "device_util_frac",
+    "log2_blocks", "waves", "last_wave_fill", "device_util_frac",
     "k_steps", "pipeline_fill_share", "padding_waste_frac",
     "bank_conflict_a_read", "bank_conflict_a_store", "bank_conflict_b_read",
     "smem_loads_per_fma",
@@ -140,9 +140,10 @@ class AnalyticFeatures:
     - ``ai_problem_flop_per_byte`` = 2*M*N*K / (s*(M*K + K*N + M*N)) [ROOF].
     - ``blocks_per_mp``, ``occupancy_frac`` = blocks_per_mp*threads /
       max_threads_per_mp, one-hot ``limiter_*`` [OCC].
-    - ``waves`` = blocks / (blocks_per_mp * multiprocessors),
-      ``last_wave_efficiency`` = waves / ceil(waves), ``device_util_frac`` =
-      blocks / (ceil(waves) * blocks_per_mp * multiprocessors) [WAVE].
+    - ``waves`` = blocks / (blocks_per_mp * multiprocessors);
+      ``last_wave_fill`` = waves - (ceil(waves) - 1), the occupied share of
+      the last wave (the tail); ``device_util_frac`` = waves / ceil(waves),
+      the average share of block slots busy over all waves [WAVE].
     - ``k_steps`` = ceil(K/KS); ``pipeline_fill_share`` = 1/k_steps, the share
       of the reduction spent on the first, unoverlapped panel load [DESIGN].
     - ``padding_waste_frac`` = 1 - M*N*K / (ceil(M/BM)*BM * ceil(N/BN)*BN *
@@ -190,6 +191,9 @@ def analytic_arrays(rows, spec: DeviceSpec) -> dict:
     loop_outer = (np.asarray(rows["loop_order"]) == "outer").astype(np.float64)
     raster_row = (np.asarray(rows["raster"]) == "row").astype(np.float64)
     dtypes = np.asarray(rows["dtype"]) if "dtype" in rows else np.full(len(m), "float32")
+    unknown = sorted(set(map(str, dtypes)) - set(DTYPES))
+    if unknown:
+        raise ValueError(f"dtype {unknown[0]!r} in rows; allowed: {sorted(DTYPES)}")
     s = np.array([DTYPES[d] for d in dtypes], np.float64) if len(set(dtypes)) != 1 else \
         np.full(len(m), float(DTYPES[str(dtypes[0])]))
     threads = (bm // tm) * (bn // tn)
@@ -211,8 +215,8 @@ def analytic_arrays(rows, spec: DeviceSpec) -> dict:
     slots = bpm * spec.multiprocessors
     waves = blocks / slots
     full = np.ceil(waves)
-    last_eff = waves / full
-    util = blocks / (full * slots)
+    last_fill = waves - (full - 1.0)
+    util = waves / full
     k_steps = _ceil_div(k, bk)
     padded = (grid_m * bm).astype(np.float64) * (grid_n * bn) * (k_steps * bk)
     waste = 1.0 - mf * nf * kf / padded
@@ -240,7 +244,7 @@ def analytic_arrays(rows, spec: DeviceSpec) -> dict:
         blocks_per_mp=bpm.astype(np.float64), occupancy_frac=occ,
         limiter_threads=(lim == 0).astype(np.float64), limiter_smem=(lim == 1).astype(np.float64),
         limiter_registers=(lim == 2).astype(np.float64), limiter_blocks=(lim == 3).astype(np.float64),
-        log2_blocks=np.log2(blocks), waves=waves, last_wave_efficiency=last_eff, device_util_frac=util,
+        log2_blocks=np.log2(blocks), waves=waves, last_wave_fill=last_fill, device_util_frac=util,
         k_steps=k_steps.astype(np.float64), pipeline_fill_share=1.0 / k_steps, padding_waste_frac=waste,
         bank_conflict_a_read=degs[:, 0], bank_conflict_a_store=degs[:, 1], bank_conflict_b_read=degs[:, 2],
         smem_loads_per_fma=loads_per_fma,

@@ -4,9 +4,11 @@ everything prediction needs without a device or a compiler (design.md,
 "Model artifact")."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -114,8 +116,12 @@ def save(model: XGBCostModel, folder, *, dtype: str, candidates: pd.DataFrame, e
         candidates=json.loads(candidates.to_json(orient="records")), envelope=envelope,
         metrics=metrics, training=training, baselines=baselines, versions=_versions(),
     )
-    tmp_model, tmp_side = folder / ".model.tmp.ubj", folder / ".model.tmp.json"
+    tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    tmp_model, tmp_side = folder / f".model.{tag}.tmp.ubj", folder / f".model.{tag}.tmp.json"
     model.booster_.save_model(str(tmp_model))
+    # The sidecar names the model file it belongs to, so a reader between
+    # the two renames sees a mismatch, not a silently wrong pair.
+    side["model_sha256"] = hashlib.sha256(tmp_model.read_bytes()).hexdigest()
     tmp_side.write_text(json.dumps(side, indent=1, sort_keys=True, default=_json_default))
     os.replace(tmp_model, folder / "model.ubj")
     os.replace(tmp_side, folder / "model.json")
@@ -209,6 +215,10 @@ def load(folder) -> Artifact:
                         f"{feature_version(fs_name)!r}")
         raise ArtifactError(f"{side_path} does not match this code's feature set "
                             f"{fs_name!r}: {'; '.join(what)}. Retrain with `costlearn train`.")
+    want = side.get("model_sha256")
+    if want is not None and hashlib.sha256(model_path.read_bytes()).hexdigest() != want:
+        raise ArtifactError(f"{model_path} does not belong to {side_path} (sha256 differs): a training "
+                            "may be writing this folder; retry, or retrain")
     try:
         booster = xgb.Booster()
         booster.load_model(str(model_path))

@@ -30,6 +30,9 @@ class XGBParams:
     n_jobs : int
         Threads used by XGBoost in fit and predict.
     seed : int
+    objective : {"log_time", "log_slowdown", "rank_pairwise"}
+        Training target; see :data:`OBJECTIVES`. Only ``log_time`` predicts
+        microseconds.
     """
 
     n_estimators: int = 2000
