@@ -127,7 +127,7 @@ def cmd_collect(args) -> int:
     print(f"collected {res.rows_written} rows ({res.rows_valid} valid) over {res.shapes_done} shapes; "
           f"skipped {res.skipped} already measured; {secs}")
     print(f"noise floor: two timings of the same config in one session differ by {res.noise_floor:.1%} "
-          f"(median); spread of a row's samples (p80-p20)/median: {res.noise_rel:.1%} (median)")
+          f"(median); spread of a row's samples (p80-p20)/median: {res.spread_frac:.1%} (median)")
     print(f"dataset {out}: {dataset_summary(out)}")
     return 0
 
@@ -200,7 +200,9 @@ def cmd_evaluate(args) -> int:
         _print_eval(res, args)
         return 0
     be = _backend(args.device)
-    folder = _model_dir(args) if args.model else _resolve_for_backend(be, args.models)
+    if not args.model:
+        args.model = be.spec.slug       # the local device's model
+    folder = _model_dir(args)
     if args.out:
         eval_dir = Path(args.out)
     else:
@@ -229,11 +231,6 @@ def _print_eval(res, args) -> None:
         from .evaluate import write_plots
         for path in write_plots(res, args.plots):
             print(f"plot: {path}")
-
-
-def _resolve_for_backend(be, models_dir):
-    from .predict import _resolve
-    return _resolve(be.spec.slug, "float32", models_dir)
 
 
 def cmd_run(args) -> int:

@@ -48,7 +48,7 @@ class CollectResult:
         (shape, config) pairs skipped because the dataset already had them.
     seconds : dict of str to float
         Wall time spent compiling, measuring and writing.
-    noise_rel : float
+    spread_frac : float
         Median over valid rows of the relative spread (p80 - p20) / median
         of a row's samples; NaN if none.
     noise_floor : float
@@ -65,7 +65,7 @@ class CollectResult:
     shapes_done: int = 0
     skipped: int = 0
     seconds: dict = field(default_factory=dict)
-    noise_rel: float = math.nan
+    spread_frac: float = math.nan
     noise_floor: float = math.nan
     parts: list = field(default_factory=list)
     stopped: str = ""
@@ -74,7 +74,18 @@ class CollectResult:
 def candidate_pool(spec, dtype: str, size: int, seed: int):
     """The collection's candidate pool: ``size`` configs drawn (stratified by
     block tile height) from the feasible space of ``spec``; see
-    :func:`costlearn.sampler.select_pool`."""
+    :func:`costlearn.sampler.select_pool`. Deterministic for (spec, dtype,
+    size, seed), so a resumed collection and its evaluation use the same pool.
+
+    Returns
+    -------
+    list of TileConfig, sorted by config_id
+
+    Raises
+    ------
+    ValueError
+        If ``size`` < 1, ``dtype`` is unknown or ``spec`` has no feasible config.
+    """
     space = enumerate_space(spec, dtype)
     return select_pool(space.configs, size, np.random.default_rng([seed, 1]))
 
@@ -82,7 +93,33 @@ def candidate_pool(spec, dtype: str, size: int, seed: int):
 def rows_for(results: list[dict], kernels: dict, shape, dtype, protocol: Protocol, prov: dict,
              clocks: dict, overhead_us: float, run_id: str, rotation: int = 0) -> list[dict]:
     """Complete :func:`~costlearn.measure.measure_shape` results into dataset
-    rows (config parameters, protocol and provenance columns)."""
+    rows with every column of :data:`costlearn.dataset.COLUMNS`.
+
+    Parameters
+    ----------
+    results : list of dict
+        Rows from ``measure_shape`` (one per kernel).
+    kernels : dict of str to CompiledKernel
+        Compiled kernels by config_id (compiled facts: registers, compile_s).
+    shape : (int, int, int)
+        (M, N, K).
+    dtype : str
+    protocol : Protocol
+    prov : dict
+        The backend's provenance columns.
+    clocks : dict
+        ``sm_clock_mhz``, ``mem_clock_mhz``, ``temperature_c``, ``throttled``,
+        ``throttle_reasons`` where known.
+    overhead_us : float
+        Launch-overhead floor, microseconds.
+    run_id : str
+    rotation : int
+        Input buffer sets the workspace rotated among.
+
+    Returns
+    -------
+    list of dict
+    """
     m, n, k = shape
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
     out = []
@@ -289,7 +326,7 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = 
         if executor is not None:
             executor.shutdown(wait=False, cancel_futures=True)
     res.seconds = dict(sw.seconds, total=time.monotonic() - t_start)
-    res.noise_rel = float(np.median(spreads)) if spreads else math.nan
+    res.spread_frac = float(np.median(spreads)) if spreads else math.nan
     if written:
         import pandas as pd
         res.noise_floor = noise_floor(pd.DataFrame(written))

@@ -20,9 +20,14 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["fit_envelope", "shape_reasons", "RANGE_MARGIN_LOG2"]
+__all__ = ["fit_envelope", "shape_reasons", "envelope_points", "RANGE_MARGIN_LOG2"]
 
 RANGE_MARGIN_LOG2 = 0.25
+
+
+def envelope_points(envelope: dict) -> np.ndarray:
+    """log2 of the envelope's training shapes, float64, shape (S, 3)."""
+    return _points(envelope["shapes"])
 
 
 def _points(shapes) -> np.ndarray:
@@ -68,9 +73,19 @@ def fit_envelope(shapes) -> dict:
                 shapes=a.tolist(), density_threshold_log2=thr)
 
 
-def shape_reasons(envelope: dict, m: int, n: int, k: int) -> list[str]:
+def shape_reasons(envelope: dict, m: int, n: int, k: int, points: np.ndarray | None = None) -> list[str]:
     """Reasons (in words, with numbers) why shape (m, n, k) is outside the
-    envelope; empty when it is inside."""
+    envelope; empty when it is inside.
+
+    Parameters
+    ----------
+    envelope : dict
+        From :func:`fit_envelope`.
+    m, n, k : int
+    points : ndarray of float64, shape (S, 3), optional
+        log2 of ``envelope["shapes"]``, precomputed by a caller that checks
+        many shapes (the predictor); computed here otherwise.
+    """
     reasons = []
     for name, v in (("M", m), ("N", n), ("K", k)):
         lo, hi = envelope["min"][name], envelope["max"][name]
@@ -78,12 +93,13 @@ def shape_reasons(envelope: dict, m: int, n: int, k: int) -> list[str]:
             reasons.append(f"{name}={v} below the trained minimum {lo}")
         elif v > hi * 2.0 ** RANGE_MARGIN_LOG2:
             reasons.append(f"{name}={v} above the trained maximum {hi}")
-    pts = _points(envelope["shapes"])
-    q = _points([(m, n, k)])[0]
-    dist = float(np.sqrt(((pts - q) ** 2).sum(-1)).min())
+    pts = _points(envelope["shapes"]) if points is None else points
+    d = np.sqrt(((pts - _points([(m, n, k)])[0]) ** 2).sum(-1))
+    nearest = int(d.argmin())
+    dist = float(d[nearest])
     thr = float(envelope["density_threshold_log2"])
     if dist > thr:
-        near = envelope["shapes"][int(np.sqrt(((pts - q) ** 2).sum(-1)).argmin())]
+        near = envelope["shapes"][nearest]
         reasons.append(f"nearest trained shape {tuple(near)} is {dist:.2f} doublings away "
                        f"(threshold {thr:.2f})")
     return reasons

@@ -15,11 +15,10 @@ from .measure import Protocol
 from .metrics import evaluate_rows, summarize
 from .model import artifact as _artifact
 from .model.baselines import BestFixedModel, RandomModel, RooflineModel
-from .predict import Predictor
 from .sampler import ShapeBounds, sample_shapes, shape_class
 from .space import tile_fits_problem
 
-__all__ = ["fresh_shapes", "evaluate", "score", "EvalResult", "format_table", "format_per_shape",
+__all__ = ["fresh_shapes", "evaluate", "score", "ranked_rows", "EvalResult", "format_table", "format_per_shape",
            "format_by_class", "write_report", "write_plots", "FIXED_SHAPES"]
 
 FIXED_SHAPES = {
@@ -90,32 +89,44 @@ class EvalResult:
     vendor_us: dict = None
 
 
+def ranked_rows(rows: pd.DataFrame, warp_size: int) -> pd.DataFrame:
+    """The rows whose config the predictor ranks for the row's shape (block
+    tile within the problem, :func:`costlearn.space.tile_fits_problem`), so
+    a score covers exactly the candidates a prediction chooses from."""
+    fits = tile_fits_problem(*(rows[c].to_numpy(np.int64) for c in ("block_m", "block_n", "block_k", "m", "n", "k")),
+                             warp_size=warp_size)
+    return rows[np.asarray(fits, bool)].reset_index(drop=True)
+
+
 def score(art_folder, rows: pd.DataFrame, seed: int = 0) -> EvalResult:
     """Score the model in ``art_folder`` and the baselines on measured rows.
 
     Parameters
     ----------
-    art_folder : path
-        Model artifact folder.
+    art_folder : path or costlearn.model.artifact.Artifact
+        Model artifact folder, or the artifact already loaded.
     rows : DataFrame
-        Fresh measurements (any status; only valid rows are scored), of the
-        artifact's device and dtype.
+        Fresh measurements (any status). Scored: valid rows of the current
+        template and protocol, of the artifact's device, whose config is a
+        candidate the predictor ranks for the row's shape.
 
     Returns
     -------
     EvalResult
+
+    Raises
+    ------
+    ValueError
+        If no row is left to score.
+    costlearn.model.artifact.ArtifactError
+        If the artifact cannot be loaded.
     """
-    pred = Predictor(art_folder)
-    art = pred.artifact
+    art = art_folder if isinstance(art_folder, _artifact.Artifact) else _artifact.load(art_folder)
     rows, _ = current_rows(rows)
     rows = valid_rows(rows)
     rows = rows[(rows["device_slug"] == art.spec.slug).to_numpy(bool)
                 & rows["config_id"].isin(set(art.candidates["config_id"])).to_numpy(bool)]
-    # Score exactly the candidates the predictor ranks for each shape.
-    cols = rows[["block_m", "block_n", "block_k", "m", "n", "k"]].itertuples(index=False)
-    fits = np.array([tile_fits_problem(bm, bn, bk, m, n, k, art.spec.warp_size)
-                     for bm, bn, bk, m, n, k in cols], dtype=bool)
-    rows = rows[fits].reset_index(drop=True)
+    rows = ranked_rows(rows, art.spec.warp_size)
     if rows.empty:
         raise ValueError("no valid fresh measurements of the model's candidates to score")
     best_fixed = BestFixedModel()
@@ -185,9 +196,8 @@ def evaluate(backend, art_folder, eval_dir, *, n_random: int = 4, budget_s: floa
     collect(backend, eval_dir, budget_s=budget_s, dtype=art.dtype, shapes=shapes, pool=pool,
             configs_per_shape=len(pool), protocol=protocol, seed=seed, progress=progress)
     rows, _ = load(eval_dir)
-    key = set(shapes)
-    rows = rows[[(m, n, k) in key for m, n, k in rows[["m", "n", "k"]].itertuples(index=False)]]
-    res = score(art_folder, rows)
+    rows = rows.merge(pd.DataFrame(shapes, columns=["m", "n", "k"]), on=["m", "n", "k"])
+    res = score(art, rows)
     vendor = getattr(backend, "vendor_time_us", None)
     if vendor is not None:
         for m, n, k in res.rows[["m", "n", "k"]].drop_duplicates().itertuples(index=False):

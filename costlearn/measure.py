@@ -25,6 +25,7 @@ applies the protocol of design.md ("Measurement protocol"):
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -344,20 +345,15 @@ def measure_shape(workspace, kernels: list, protocol: Protocol, overhead_us: flo
 
 
 class Stopwatch:
-    """Accumulates wall time per phase (compile, measure, write)."""
+    """Accumulates wall time per phase (compile, measure, write), seconds."""
 
     def __init__(self):
         self.seconds: dict[str, float] = {}
 
+    @contextlib.contextmanager
     def phase(self, name: str):
-        sw = self
-
-        class _Ctx:
-            def __enter__(self_):
-                self_.t0 = time.perf_counter()
-
-            def __exit__(self_, *exc):
-                sw.seconds[name] = sw.seconds.get(name, 0.0) + time.perf_counter() - self_.t0
-                return False
-
-        return _Ctx()
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0

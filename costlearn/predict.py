@@ -12,7 +12,7 @@ import numpy as np
 from . import __version__
 from .codegen import TEMPLATE_HASH
 from .device import DeviceSpec
-from .envelope import shape_reasons
+from .envelope import envelope_points, shape_reasons
 from .model import artifact as _artifact
 from .space import TileConfig, check_shape, tile_fits_problem
 
@@ -79,6 +79,7 @@ class Predictor:
         bm, bn, bk = (cands[c].to_numpy(np.int64) for c in ("block_m", "block_n", "block_k"))
         self._bm, self._bn, self._bk = bm, bn, bk
         side = self.artifact.sidecar
+        self._env_points = envelope_points(side["envelope"])
         self._identity_reasons = []
         if side.get("template_hash") != TEMPLATE_HASH:
             self._identity_reasons.append(
@@ -92,12 +93,25 @@ class Predictor:
         ``block_tile_exceeds_problem`` rule of ``costlearn.space``)."""
         return tile_fits_problem(self._bm, self._bn, self._bk, m, n, k, warp_size=self.spec.warp_size)
 
-    def rank(self, m: int, n: int, k: int) -> tuple[list[TileConfig], np.ndarray]:
-        """All feasible candidates for (m, n, k), fastest predicted first,
-        with predicted times (microseconds, float64). Where no candidate's
-        block tile fits the problem, all candidates are ranked (and
-        :meth:`predict_best` flags the answer OOD)."""
-        mask = self._feasible(m, n, k)
+    def rank(self, m: int, n: int, k: int, mask: np.ndarray | None = None) -> tuple[list[TileConfig], np.ndarray]:
+        """Rank candidates for (m, n, k).
+
+        Parameters
+        ----------
+        m, n, k : int
+        mask : ndarray of bool, shape (C,), optional
+            Candidates to rank; :meth:`_feasible` by default. Where no
+            candidate's block tile fits the problem, all C are ranked (and
+            :meth:`predict_best` flags the answer OOD).
+
+        Returns
+        -------
+        configs : list of TileConfig
+            Fastest predicted first.
+        time_us : ndarray of float64, shape (len(configs),)
+            Predicted times, microseconds.
+        """
+        mask = self._feasible(m, n, k) if mask is None else mask
         if not mask.any():
             mask = np.ones(len(self._cands), bool)
         rows = self._cands[mask].assign(m=m, n=n, k=k)
@@ -116,9 +130,11 @@ class Predictor:
         if running_on is not None and not isinstance(running_on, DeviceSpec):
             raise TypeError(f"running_on={running_on!r}; must be a DeviceSpec (e.g. costlearn.preset('h200')) "
                             "or None")
-        configs, times = self.rank(m, n, k)
-        reasons = shape_reasons(self.artifact.sidecar["envelope"], m, n, k) + list(self._identity_reasons)
-        if not self._feasible(m, n, k).any():
+        mask = self._feasible(m, n, k)
+        configs, times = self.rank(m, n, k, mask)
+        reasons = shape_reasons(self.artifact.sidecar["envelope"], m, n, k, self._env_points) \
+            + list(self._identity_reasons)
+        if not mask.any():
             reasons.append(f"no candidate's block tile fits {m}x{n}x{k}; ranked all "
                            f"{len(self._configs)} candidates anyway")
         if running_on is not None and running_on.name != self.spec.name:
@@ -208,12 +224,17 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, top_k: int = 5
     >>> p.config.config_id, p.time_us, p.ood                      # doctest: +SKIP
     """
     m, n, k, dtype = check_shape(M, N, K, dtype)
-    folder = _resolve(device, dtype, models_dir)
-    key = str(folder.resolve())
+    # The cache is keyed by the arguments, so a repeated call touches no disk.
+    key = (device.slug if isinstance(device, DeviceSpec) else device, dtype,
+           None if models_dir is None else str(models_dir))
     with _LOCK:
-        pred = _CACHE.get(key)
-        if pred is None:
-            pred = _CACHE[key] = Predictor(folder)
+        pred = _CACHE.get(key) if isinstance(key[0], (str, type(None))) else None
+    if pred is None:
+        folder = _resolve(device, dtype, models_dir)
+        with _LOCK:
+            pred = _CACHE.get(key)
+            if pred is None:
+                pred = _CACHE[key] = Predictor(folder)
     return pred.predict_best(m, n, k, top_k=top_k, running_on=running_on)
 
 

@@ -215,8 +215,16 @@ def registers_estimate(config: TileConfig) -> int:
     return config.thread_m * config.thread_n + config.thread_m + config.thread_n + REG_OVERHEAD
 
 
-def next_pow2(x: int) -> int:
-    return 1 << (int(x) - 1).bit_length()
+def next_pow2(x):
+    """Smallest power of two >= x, for ints >= 1 or int arrays (elementwise)."""
+    import numpy as np
+    if np.ndim(x) == 0:
+        return 1 << (int(x) - 1).bit_length()
+    a = np.asarray(x, np.int64)
+    out = np.ones_like(a)
+    while np.any(out < a):       # at most 31 doublings for 32-bit extents
+        out = np.where(out < a, out * 2, out)
+    return out
 
 
 RULES = (
@@ -286,7 +294,7 @@ def check_config(config: TileConfig, spec: DeviceSpec, dtype: str = "float32",
     return None
 
 
-def tile_fits_problem(block_m, block_n, block_k, m: int, n: int, k: int, warp_size: int):
+def tile_fits_problem(block_m, block_n, block_k, m, n, k, warp_size: int):
     """Rule ``block_tile_exceeds_problem``, vectorised: True where
 
     - BM <= next_pow2(M),
@@ -295,14 +303,16 @@ def tile_fits_problem(block_m, block_n, block_k, m: int, n: int, k: int, warp_si
       leave shapes such as (1, 16, 1024) on a GPU with no feasible tile,
     - KS <= max(next_pow2(K), smallest KS).
 
-    ``block_*`` may be ints or int arrays (then the result is a bool array).
+    Every argument but ``warp_size`` may be an int or an int array of one
+    length (rows of configs, of shapes, or both); the result is then a bool
+    array.
     """
     import numpy as np
     floor_n = max(min(TILE_VALUES["block_n"]), int(warp_size))
     ok = (np.asarray(block_m) <= next_pow2(m)) \
-        & (np.asarray(block_n) <= max(next_pow2(n), floor_n)) \
-        & (np.asarray(block_k) <= max(next_pow2(k), min(TILE_VALUES["block_k"])))
-    return bool(ok) if ok.ndim == 0 else ok
+        & (np.asarray(block_n) <= np.maximum(next_pow2(n), floor_n)) \
+        & (np.asarray(block_k) <= np.maximum(next_pow2(k), min(TILE_VALUES["block_k"])))
+    return bool(ok) if np.ndim(ok) == 0 else ok
 
 
 @dataclass(frozen=True)

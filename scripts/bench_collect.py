@@ -53,7 +53,7 @@ def main(argv=None) -> int:
     print(f"| other (setup, sampling, loading) | {other:.1f} s ({other / total:.0%}) |")
     print(f"| wall total | {total:.1f} s |")
     print(f"| noise floor (repeat timings) | {res.noise_floor:.1%} |")
-    print(f"| median sample spread (p80-p20)/median | {res.noise_rel:.1%} |")
+    print(f"| median sample spread (p80-p20)/median | {res.spread_frac:.1%} |")
     return 0
 
 

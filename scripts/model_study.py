@@ -20,19 +20,16 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from costlearn.dataset import load, noise_floor, valid_rows  # noqa: E402
+from costlearn.dataset import current_rows, load, noise_floor, valid_rows  # noqa: E402
 from costlearn.device import DeviceSpec  # noqa: E402
 from costlearn.metrics import evaluate_rows, summarize  # noqa: E402
 from costlearn.model.xgb import XGBCostModel, XGBParams, shape_groups  # noqa: E402
-from costlearn.space import tile_fits_problem  # noqa: E402
+from costlearn.evaluate import ranked_rows  # noqa: E402
 
 
 def _fresh_rows(eval_dir: Path, candidates: set, warp: int) -> pd.DataFrame:
-    rows = valid_rows(load(eval_dir)[0])
-    rows = rows[rows["config_id"].isin(candidates)]
-    fits = [tile_fits_problem(bm, bn, bk, m, n, k, warp) for bm, bn, bk, m, n, k in
-            rows[["block_m", "block_n", "block_k", "m", "n", "k"]].itertuples(index=False)]
-    return rows[np.array(fits, bool)].reset_index(drop=True)
+    rows = valid_rows(current_rows(load(eval_dir)[0])[0])
+    return ranked_rows(rows[rows["config_id"].isin(candidates)], warp)
 
 
 def _score(model, rows, noise) -> dict:

@@ -67,10 +67,15 @@ class DeviceWorkspace(Workspace):
     """Shared part of the real backends' workspaces: the host problem, the
     buffer-set rotation and verification against the reference. Subclasses
     provide ``_launch(kernel, set_index)``, ``_poison_output()`` (fill C with
-    NaN) and ``_read_output()`` (C as a host array), and ``sample``."""
+    NaN) and ``_read_output()`` (C as an array of module ``xp``), and
+    ``sample``. ``ref`` and ``tol`` (float64, shape (M, N)) are the host
+    reference and tolerance unless a subclass computes them on the device
+    and sets ``xp`` to its array module."""
 
     def __init__(self, prob: "HostProblem"):
         import numpy as np
+        self.xp = np
+        self.ref, self.tol = prob.reference, prob.tol
         self.prob = prob
         self.mnk = (np.int32(prob.m), np.int32(prob.n), np.int32(prob.k))
         self.n_sets = len(prob.a_sets)
@@ -96,13 +101,13 @@ class DeviceWorkspace(Workspace):
 
     @abc.abstractmethod
     def _read_output(self):
-        """Must wait for the device and return C as a host float32 array."""
+        """Must wait for the device and return C as an array of ``self.xp``."""
 
     def verify(self, kernel: CompiledKernel) -> tuple[bool, float]:
         from ..measure import check_result
         self._poison_output()
         self._launch(kernel, 0)
-        return check_result(self._read_output(), self.prob.reference, self.prob.tol)
+        return check_result(self._read_output(), self.ref, self.tol, xp=self.xp)
 
 
 class Backend(abc.ABC):
