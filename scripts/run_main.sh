@@ -12,5 +12,6 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
 else
     extras="opencl"
 fi
+echo "== installing costlearn[${extras},plot] into .venv (about a minute the first time)"
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[${extras},plot]"
 exec .venv/bin/costlearn run --data out/data --models out/models --report out/report.md "$@"

@@ -6,5 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
+echo "== installing costlearn[test] into .venv"
 .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
