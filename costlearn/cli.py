@@ -1,4 +1,5 @@
-"""Command line: ``costlearn collect | train | predict | evaluate | run | space``.
+"""Command line: ``costlearn collect | train | predict | evaluate | run | dispatch | tuning-db |
+compact | features | space``.
 
 Run ``costlearn <command> --help`` for each command's options.
 """
@@ -171,19 +172,104 @@ def cmd_predict(args) -> int:
     triples = [tuple(shapes[i:i + 3]) for i in range(0, len(shapes), 3)]
     for t in triples:  # every triple is checked before anything is printed
         check_shape(*t, args.dtype)
+    backend = _backend(args.device) if args.measure_top_k else None
+    db = None
+    if args.tuning_db is not None or args.measure_top_k:
+        from .tuning_db import TuningDB
+        db = TuningDB(args.tuning_db)
     for m, n, k in triples:
         p = predict_best(m, n, k, dtype=args.dtype, device=args.model, top_k=args.top_k,
-                         models_dir=args.models)
+                         models_dir=args.models, measure_top_k=args.measure_top_k, backend=backend, tuning_db=db)
         if args.json:
             print(json.dumps(dict(m=p.m, n=p.n, k=p.k, dtype=p.dtype, device=p.device,
                                   config=p.config.to_dict(), config_id=p.config.config_id,
-                                  time_us=p.time_us, ood=p.ood, ood_reasons=list(p.ood_reasons),
+                                  time_us=p.time_us, chosen_by=p.chosen_by, from_tuning_db=p.from_tuning_db,
+                                  measured_us=dict(p.measured_us), ood=p.ood, ood_reasons=list(p.ood_reasons),
                                   top_k=[dict(config_id=c.config_id, time_us=t) for c, t in p.top_k])))
             continue
-        print(f"M={p.m} N={p.n} K={p.k} ({p.dtype}, model {p.device}): {p.config.config_id} "
-              f"predicted {p.time_us:.1f} us" + (f"  [OOD: {'; '.join(p.ood_reasons)}]" if p.ood else ""))
+        how = f"{p.chosen_by} {p.time_us:.1f} us" + (" (tuning database)" if p.from_tuning_db else "")
+        print(f"M={p.m} N={p.n} K={p.k} ({p.dtype}, model {p.device}): {p.config.config_id} {how}"
+              + (f"  [OOD: {'; '.join(p.ood_reasons)}]" if p.ood else ""))
         for rank, (c, t) in enumerate(p.top_k, 1):
-            print(f"  {rank:2d}. {c.config_id:<34} {t:10.1f} us")
+            print(f"  {rank:2d}. {c.config_id:<34} {t:10.1f} us predicted")
+        if p.measured_us:
+            print("  measured: " + ", ".join(f"{cid} {t:.1f} us" for cid, t in p.measured_us))
+    if db is not None and db.set_aside:
+        print(f"note: corrupt tuning database set aside as {', '.join(map(str, db.set_aside))}", file=sys.stderr)
+    return 0
+
+
+def cmd_dispatch(args) -> int:
+    import numpy as np
+
+    from .dispatch import evaluate_dispatch, fit_dispatch, parse_range
+    from .predict import Predictor, _resolve
+    ranges = {d: parse_range(getattr(args, d.lower()), d) for d in "MNK"}
+    folder = _resolve(args.model, "float32", args.models)
+    pred = Predictor(folder)
+    d = fit_dispatch(pred, ranges, max_configs=args.configs, samples=args.samples, max_depth=args.depth,
+                     seed=args.seed)
+    paths = d.write(args.out, args.name)
+    q = d.predicted
+    print(f"{len(d.configs)} configs for M {ranges['M']}, N {ranges['N']}, K {ranges['K']} "
+          f"(model {pred.device}; {q['shapes']} sampled shapes):")
+    for i, c in enumerate(d.configs):
+        print(f"  {i}. {c.config_id}")
+    single = (f"one config for all ({d.single_best.config_id}) {q['single_best_geomean']:.1%}"
+              if d.single_best is not None else "no single config fits every shape")
+    print(f"predicted regret vs the per-shape best: selector geomean {q['selector_geomean']:.1%}, mean "
+          f"{q['selector_mean']:.1%}, max {q['selector_max']:.1%}; best member per shape {q['subset_geomean']:.1%}; "
+          + single)
+    print("wrote " + ", ".join(str(p) for p in paths))
+    eval_dir = Path(args.eval_dir) if args.eval_dir else Path("data") / pred.device / "dispatch-eval"
+    if args.measure:
+        from .collect import collect
+        from .dispatch import range_shapes
+        backend = _backend(args.device)
+        if backend.spec.slug != pred.spec.slug:
+            raise ValueError(f"the model is for {pred.spec.name}, this device is {backend.spec.name}; "
+                             "measure on the model's device")
+        fresh = [s for s in range_shapes(ranges, 4 * args.measure, args.seed + 1000)
+                 if tuple(s) not in {tuple(x) for x in pred.envelope.shapes} and pred._feasible(*s).any()]
+        collect(backend, eval_dir, budget_s=args.budget, dtype=pred.dtype, shapes=fresh[:args.measure],
+                pool=pred.artifact.candidate_configs(), configs_per_shape=len(pred._configs), seed=args.seed)
+    if not eval_dir.is_dir():
+        print(f"no measurements in {eval_dir} to evaluate the selector on; add --measure N")
+    else:
+        from .dataset import current_rows, load, noise_floor, valid_rows
+        rows = valid_rows(current_rows(load(eval_dir)[0])[0])
+        rows = rows[rows["device_slug"] == pred.spec.slug]
+        noise = noise_floor(rows) if len(rows) else float("nan")
+        ev = evaluate_dispatch(d, pred, rows, noise_rel=noise if np.isfinite(noise) else 0.0)
+        if ev.empty:
+            print(f"no measured shape in {eval_dir} lies in the ranges; add --measure N")
+            return 0
+        print(f"\nmeasured on {pred.spec.name}: {len(ev)} fresh shapes in range from {eval_dir} (every candidate "
+              f"measured; noise floor {noise:.1%}, regrets at or below it count as 0)\n")
+        print("| choice | shapes | top-1 regret mean | geomean | max |")
+        print("|---|---|---|---|---|")
+        choices = [("selector", f"selector ({len(d.configs)} configs, chosen at launch)"),
+                   ("model", "predict_best per shape (a kernel per shape)")]
+        if d.single_best is not None:
+            choices.append(("single", f"one config for all ({d.single_best.config_id})"))
+        for who, label in choices:
+            r = ev[f"{who}_regret"].to_numpy(np.float64)
+            r = r[np.isfinite(r)]
+            print(f"| {label} | {len(r)} | {r.mean():.1%} | {np.exp(np.log1p(r).mean()) - 1:.1%} | {r.max():.1%} |")
+        if args.per_shape:
+            print()
+            print(ev.to_string(index=False))
+    return 0
+
+
+def cmd_tuning_db(args) -> int:
+    from .tuning_db import TuningDB
+    db = TuningDB(args.path)
+    entries = db.entries()
+    print(f"{db.path}: {len(entries)} entries")
+    for e in entries[-args.last:]:
+        print(f"  {e.m}x{e.n}x{e.k} {e.dtype} {e.device} {e.config.config_id} {e.how} {e.time_us:.1f} us "
+              f"(template {e.template_hash}, costlearn {e.costlearn_version}, {e.updated})")
     return 0
 
 
@@ -348,7 +434,50 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="float32", help="element type (default: float32, the only one so far)")
     p.add_argument("--top-k", type=_positive_int, default=5, help="how many ranked configs to list (default: 5)")
     p.add_argument("--json", action="store_true", help="one JSON object per shape")
+    p.add_argument("--measure-top-k", type=_nonneg_int, default=0, metavar="K",
+                   help="measure the model's top K on the local device and keep the fastest, recording it in "
+                   "the tuning database (default: 0, predict only)")
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "opencl"],
+                   help="backend for --measure-top-k (default: auto)")
+    p.add_argument("--tuning-db", default=None, metavar="PATH",
+                   help="tuning database to consult and record in (default with --measure-top-k: "
+                   "$COSTLEARN_TUNING_DB, else ~/.cache/costlearn/tuning.sqlite)")
     p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("dispatch", help="a few configs + a launch-time selector for a range of shapes",
+                       description="Choose up to --configs tile configs that together cover the shape "
+                       "ranges with the least predicted regret, and write a selector that picks among them "
+                       "from the actual extents at launch, as Python (NAME.py) and a C header (NAME.h). "
+                       "With measured fresh shapes in range (--measure N, or already in --eval-dir), print "
+                       "the selector's measured regret against the per-shape best.")
+    p.add_argument("--m", required=True, metavar="LO:HI", help="range of M, inclusive, e.g. 1:1024")
+    p.add_argument("--n", required=True, metavar="LO:HI", help="range of N")
+    p.add_argument("--k", required=True, metavar="LO:HI", help="range of K")
+    p.add_argument("--configs", type=_positive_int, default=3, help="at most this many configs, 1-4 (default: 3)")
+    p.add_argument("--samples", type=_positive_int, default=2000, help="shapes sampled to fit (default: 2000)")
+    p.add_argument("--depth", type=_positive_int, default=3, help="depth of the selector's tree (default: 3)")
+    p.add_argument("--seed", type=_nonneg_int, default=0)
+    p.add_argument("--model", default=None, help="model device folder (default: the only one)")
+    p.add_argument("--models", default=None, help="model store root (default: the repo's models/)")
+    p.add_argument("--out", default="out/dispatch", help="folder for the selector (default: out/dispatch)")
+    p.add_argument("--name", default="select_tile", help="selector function and file name (default: select_tile)")
+    p.add_argument("--measure", type=_nonneg_int, default=0, metavar="N",
+                   help="measure N fresh shapes in range (every candidate) for the evaluation (default: 0)")
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "opencl"],
+                   help="backend for --measure (default: auto)")
+    p.add_argument("--eval-dir", default=None, help="measured fresh shapes; resumed by --measure "
+                   "(default: data/<model device>/dispatch-eval)")
+    p.add_argument("--budget", type=_positive_seconds, default=900.0, help="seconds of measuring (default: 900)")
+    p.add_argument("--per-shape", action="store_true", help="also print the per-shape regrets")
+    p.set_defaults(func=cmd_dispatch)
+
+    p = sub.add_parser("tuning-db", help="list the tuning database",
+                       description="List the tuning database's entries (shape, device, config, how chosen, "
+                       "time). A corrupt file is reported and set aside.")
+    p.add_argument("--path", default=None, help="database file (default: $COSTLEARN_TUNING_DB, else "
+                   "~/.cache/costlearn/tuning.sqlite)")
+    p.add_argument("--last", type=_positive_int, default=50, help="entries to print, newest (default: 50)")
+    p.set_defaults(func=cmd_tuning_db)
 
     p = sub.add_parser("evaluate", help="measure fresh shapes and report regret vs baselines",
                        description="Measure fresh shapes (batch-1, skinny, small, past a tile multiple, "

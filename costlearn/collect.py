@@ -31,7 +31,7 @@ from .measure import DeviceLost, Protocol, Stopwatch, measure_shape
 from .sampler import ShapeBounds, iter_shapes, select_pool
 from .space import check_config, check_shape, enumerate_space, smem_bytes
 
-__all__ = ["CollectResult", "collect", "rows_for", "candidate_pool"]
+__all__ = ["CollectResult", "collect", "rows_for", "measure_rows", "candidate_pool"]
 
 
 @dataclass
@@ -145,6 +145,53 @@ def rows_for(results: list[dict], kernels: dict, shape, dtype, protocol: Protoco
                    **prov)
         out.append(row)
     return out
+
+
+def measure_rows(backend: Backend, kernels: list, shape, dtype: str, protocol: Protocol, overhead_us: float,
+                 prov: dict, run_id: str, seed: int = 0, repeat_index: int = 0) -> list[dict]:
+    """Measure compiled kernels on one shape (:func:`costlearn.measure.measure_shape`
+    in a fresh workspace) and return complete dataset rows
+    (:func:`rows_for`), with the device clocks read before and after.
+
+    Parameters
+    ----------
+    backend : Backend
+    kernels : list of CompiledKernel
+    shape : (int, int, int)
+    dtype : str
+    protocol : Protocol
+    overhead_us : float
+        The backend's launch-overhead floor, microseconds.
+    prov : dict
+        ``backend.provenance()``.
+    run_id : str
+    seed : int
+        Seed of the kernel order.
+    repeat_index : int
+        Which kernel is measured twice (the noise check).
+
+    Returns
+    -------
+    list of dict, one row per kernel
+
+    Raises
+    ------
+    costlearn.measure.DeviceLost
+        If the device fails in a way that persists (sticky error).
+    """
+    m, n, k = shape
+    clocks = backend.clocks()
+    with backend.workspace(m, n, k, dtype, protocol.distribution, protocol.density,
+                           seed=protocol.seed + m * 7 + n * 13 + k * 17) as ws:
+        results = measure_shape(ws, kernels, protocol, overhead_us, rng=np.random.default_rng([seed, 4, m, n, k]),
+                                repeat_index=repeat_index)
+        rotation = int(getattr(ws, "n_sets", 0))
+    after = backend.clocks()
+    if after.get("throttled"):
+        clocks = dict(clocks, throttled=True, throttle_reasons=";".join(filter(None, (
+            clocks.get("throttle_reasons", ""), after.get("throttle_reasons", "")))))
+    return rows_for(results, {kern.config.config_id: kern for kern in kernels}, shape, dtype, protocol, prov,
+                    clocks, overhead_us, run_id, rotation)
 
 
 def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = "float32",
@@ -283,25 +330,14 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = 
                         compiled[kern.config.config_id] = kern
             kernels = [compiled[c.config_id] for c in todo]
             with sw.phase("measure"):
-                clocks = backend.clocks()
                 try:
-                    with backend.workspace(m, n, k, dtype, protocol.distribution, protocol.density,
-                                           seed=protocol.seed + m * 7 + n * 13 + k * 17) as ws:
-                        results = measure_shape(ws, kernels, protocol, overhead_us,
-                                                rng=np.random.default_rng([seed, 4, m, n, k]),
-                                                repeat_index=int(sub_rng.integers(len(kernels))))
-                        rotation = int(getattr(ws, "n_sets", 0))
+                    rows = measure_rows(backend, kernels, shape, dtype, protocol, overhead_us, prov, run_id,
+                                        seed, repeat_index=int(sub_rng.integers(len(kernels))))
                 except DeviceLost as e:
                     # Everything measured before this shape is on disk; a
                     # rerun resumes here in a fresh process.
                     res.stopped = f"stopped at shape {shape}: {e}"
                     break
-                after = backend.clocks()
-                if after.get("throttled"):
-                    clocks = dict(clocks, throttled=True, throttle_reasons=";".join(filter(None, (
-                        clocks.get("throttle_reasons", ""), after.get("throttle_reasons", "")))))
-            rows = rows_for(results, compiled, shape, dtype, protocol, prov, clocks, overhead_us, run_id,
-                            rotation)
             with sw.phase("write"):
                 res.parts.append(write_part(rows, out_dir))
             written.extend(rows)

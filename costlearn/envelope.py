@@ -1,53 +1,99 @@
 """Training envelope: where a model has seen data, so a prediction outside it
 is flagged out-of-distribution (OOD) with reasons in words.
 
-Two checks on the shape (log2 space, where GEMM cost scales):
+Two checks on the shape, both in log2 space, where GEMM cost scales:
 
 - **Range.** Each of log2 M, N, K must lie within the trained [min, max],
   widened by ``RANGE_MARGIN_LOG2`` (a quarter doubling, 19 %) on each side so
   that a shape at the collection's own bound (1024 when the largest drawn was
   1016) is not flagged.
-- **Density.** The Euclidean distance from (log2 M, log2 N, log2 K) to the
-  nearest training shape must not exceed a threshold calibrated on the
-  training shapes themselves: the 95th percentile of each training shape's
-  distance to its nearest other training shape, times 2 (at least 1.0, one
-  doubling of one extent).
+- **Density.** The distance from the shape to the nearest training shape in
+  *log-shape and aspect space*, the six coordinates (log2 M, log2 N, log2 K,
+  log2 M/N, log2 N/K, log2 K/M), must not exceed a threshold calibrated on
+  held-out training shapes: the training shapes are split into
+  ``CALIBRATION_FOLDS`` folds, each shape's distance to the nearest shape of
+  the *other* folds is measured, and the threshold is the
+  ``CALIBRATION_QUANTILE`` quantile of those distances (at least
+  ``MIN_THRESHOLD``, half a doubling). A new shape drawn like the training
+  shapes is then flagged with probability about 1 - quantile (a held-out
+  shape sees 80 % of the training set, so slightly less); ``scripts/
+  ood_study.py`` measures the actual rates.
+
+The aspect coordinates are linear in the log-shape ones, so the six-D
+distance is a Euclidean distance in three dimensions after a fixed linear map
+(:data:`_EMBED`, the Cholesky factor of I + AᵀA for the aspect rows A); a
+query costs one pass over the training shapes.
 
 Identity checks (device, dtype, kernel template, costlearn version) are made
 by the predictor against the artifact's sidecar.
 """
 from __future__ import annotations
 
+import math
+import threading
+
 import numpy as np
 
-__all__ = ["fit_envelope", "shape_reasons", "envelope_points", "RANGE_MARGIN_LOG2"]
+from . import native
 
+__all__ = ["fit_envelope", "Envelope", "shape_reasons", "embed", "RANGE_MARGIN_LOG2",
+           "CALIBRATION_QUANTILE", "CALIBRATION_FOLDS", "ENVELOPE_VERSION"]
+
+ENVELOPE_VERSION = 2
 RANGE_MARGIN_LOG2 = 0.25
+CALIBRATION_QUANTILE = 0.99
+CALIBRATION_FOLDS = 5
+MIN_THRESHOLD = 0.5
+
+_ASPECT = np.array([[1.0, -1.0, 0.0], [0.0, 1.0, -1.0], [-1.0, 0.0, 1.0]])
+_EMBED = np.linalg.cholesky(np.eye(3) + _ASPECT.T @ _ASPECT)
+"""x @ _EMBED has the Euclidean norm of the six-D (log-shape, aspect) vector
+of x: |x L|² = x L Lᵀ xᵀ = x (I + AᵀA) xᵀ = |x|² + |A x|²."""
 
 
-def envelope_points(envelope: dict) -> np.ndarray:
-    """log2 of the envelope's training shapes, float64, shape (S, 3)."""
-    return _points(envelope["shapes"])
+def embed(shapes) -> np.ndarray:
+    """Coordinates of shapes in which Euclidean distance is the log-shape and
+    aspect distance.
+
+    Parameters
+    ----------
+    shapes : array-like of int, shape (S, 3)
+
+    Returns
+    -------
+    ndarray of float64, shape (S, 3)
+    """
+    return np.log2(np.asarray(shapes, dtype=np.float64).reshape(-1, 3)) @ _EMBED
 
 
-def _points(shapes) -> np.ndarray:
-    a = np.asarray(shapes, dtype=np.float64).reshape(-1, 3)
-    return np.log2(a)
+def _heldout_nn(points: np.ndarray, folds: int, seed: int) -> np.ndarray:
+    """Distance of each point to the nearest point of the other folds."""
+    fold = np.random.default_rng(seed).permutation(len(points)) % folds
+    out = np.empty(len(points))
+    for f in range(folds):
+        test, train = points[fold == f], points[fold != f]
+        d2 = ((test[:, None, :] - train[None, :, :]) ** 2).sum(-1)
+        out[fold == f] = np.sqrt(d2.min(axis=1))
+    return out
 
 
-def fit_envelope(shapes) -> dict:
+def fit_envelope(shapes, seed: int = 0) -> dict:
     """Learn the envelope of training shapes.
 
     Parameters
     ----------
     shapes : array-like of int, shape (S, 3)
-        Distinct training shapes (M, N, K), S >= 1.
+        Training shapes (M, N, K), S >= 1; duplicates are dropped.
+    seed : int
+        Seed of the calibration folds.
 
     Returns
     -------
     dict
-        JSON-ready: ``min``/``max`` extents per dimension, ``shapes`` (the
-        training shapes), ``density_threshold_log2``.
+        JSON-ready: ``version``, ``min``/``max`` extents per dimension,
+        ``shapes`` (the distinct training shapes), ``density_threshold``
+        (distance in :func:`embed` space) and ``calibration`` (quantile,
+        folds, the held-out distance quantiles p50/p90/p99).
 
     Raises
     ------
@@ -60,46 +106,103 @@ def fit_envelope(shapes) -> dict:
     if (a < 1).any():
         raise ValueError(f"shape extents must be >= 1, got min {a.min()}")
     a = np.unique(a, axis=0)
-    p = _points(a)
-    if len(p) > 1:
-        d = np.sqrt(((p[:, None, :] - p[None, :, :]) ** 2).sum(-1))
-        np.fill_diagonal(d, np.inf)
-        nn = d.min(axis=1)
-        thr = max(1.0, 2.0 * float(np.quantile(nn, 0.95)))
+    cal = dict(quantile=CALIBRATION_QUANTILE, folds=CALIBRATION_FOLDS, min_threshold=MIN_THRESHOLD)
+    if len(a) >= 2 * CALIBRATION_FOLDS:
+        nn = _heldout_nn(embed(a), CALIBRATION_FOLDS, seed)
+        thr = max(MIN_THRESHOLD, float(np.quantile(nn, CALIBRATION_QUANTILE)))
+        cal.update({f"heldout_nn_p{q}": float(np.quantile(nn, q / 100)) for q in (50, 90, 99)})
     else:
-        thr = 1.0
-    return dict(min=dict(M=int(a[:, 0].min()), N=int(a[:, 1].min()), K=int(a[:, 2].min())),
+        thr = 2.0 * MIN_THRESHOLD      # too few shapes to calibrate: one doubling
+    return dict(version=ENVELOPE_VERSION,
+                min=dict(M=int(a[:, 0].min()), N=int(a[:, 1].min()), K=int(a[:, 2].min())),
                 max=dict(M=int(a[:, 0].max()), N=int(a[:, 1].max()), K=int(a[:, 2].max())),
-                shapes=a.tolist(), density_threshold_log2=thr)
+                shapes=a.tolist(), density_threshold=thr, calibration=cal)
 
 
-def shape_reasons(envelope: dict, m: int, n: int, k: int, points: np.ndarray | None = None) -> list[str]:
-    """Reasons (in words, with numbers) why shape (m, n, k) is outside the
-    envelope; empty when it is inside.
+class Envelope:
+    """A fitted envelope, ready for many queries.
 
     Parameters
     ----------
     envelope : dict
-        From :func:`fit_envelope`.
-    m, n, k : int
-    points : ndarray of float64, shape (S, 3), optional
-        log2 of ``envelope["shapes"]``, precomputed by a caller that checks
-        many shapes (the predictor); computed here otherwise.
+        From :func:`fit_envelope` (a model sidecar's ``envelope``).
+
+    Raises
+    ------
+    ValueError
+        If the dict is not a version-2 envelope.
     """
-    reasons = []
-    for name, v in (("M", m), ("N", n), ("K", k)):
-        lo, hi = envelope["min"][name], envelope["max"][name]
-        if v < lo * 2.0 ** -RANGE_MARGIN_LOG2:
-            reasons.append(f"{name}={v} below the trained minimum {lo}")
-        elif v > hi * 2.0 ** RANGE_MARGIN_LOG2:
-            reasons.append(f"{name}={v} above the trained maximum {hi}")
-    pts = _points(envelope["shapes"]) if points is None else points
-    d = np.sqrt(((pts - _points([(m, n, k)])[0]) ** 2).sum(-1))
-    nearest = int(d.argmin())
-    dist = float(d[nearest])
-    thr = float(envelope["density_threshold_log2"])
-    if dist > thr:
-        near = envelope["shapes"][nearest]
-        reasons.append(f"nearest trained shape {tuple(near)} is {dist:.2f} doublings away "
-                       f"(threshold {thr:.2f})")
-    return reasons
+
+    def __init__(self, envelope: dict):
+        if envelope.get("version") != ENVELOPE_VERSION:
+            raise ValueError(f"envelope version {envelope.get('version')!r}; this code reads version "
+                             f"{ENVELOPE_VERSION} (retrain with `costlearn train`)")
+        self.envelope = envelope
+        self.shapes = envelope["shapes"]
+        self._points = np.ascontiguousarray(embed(self.shapes))
+        self.threshold = float(envelope["density_threshold"])
+        lo = np.array([envelope["min"][d] for d in "MNK"], np.float64)
+        hi = np.array([envelope["max"][d] for d in "MNK"], np.float64)
+        self._lo, self._hi = lo * 2.0 ** -RANGE_MARGIN_LOG2, hi * 2.0 ** RANGE_MARGIN_LOG2
+        self._bounds = [(name, int(a), int(b), lo_, hi_) for name, a, b, lo_, hi_ in
+                        zip("MNK", lo, hi, self._lo, self._hi)]
+        self._embed_t = _EMBED.T.tolist()
+        self._lib = native.library()
+        self._q = np.zeros(3)
+        self._d2 = np.zeros(1)
+        self._c_args = (self._points.ctypes.data, len(self._points), self._q.ctypes.data, self._d2.ctypes.data)
+        self._lock = threading.Lock()
+
+    def nearest_numpy(self, m: int, n: int, k: int) -> tuple[tuple, float]:
+        """:meth:`nearest` by numpy: the reference and fallback."""
+        q = embed((m, n, k))[0]
+        diff = self._points - q
+        d2 = np.einsum("ij,ij->i", diff, diff)
+        i = int(d2.argmin())
+        return tuple(self.shapes[i]), float(np.sqrt(d2[i]))
+
+    def nearest(self, m: int, n: int, k: int) -> tuple[tuple, float]:
+        """The nearest training shape and its distance (log-shape and aspect
+        space, doublings); by ``costlearn_nearest`` in ``_native.c`` where
+        the C library is available."""
+        if self._lib is None:
+            return self.nearest_numpy(m, n, k)
+        x = (math.log2(m), math.log2(n), math.log2(k))
+        with self._lock:                       # the query buffers are shared
+            self._q[:] = [sum(a * b for a, b in zip(x, col)) for col in self._embed_t]
+            i = self._lib.costlearn_nearest(*self._c_args)
+            d2 = float(self._d2[0])
+        return tuple(self.shapes[i]), math.sqrt(d2)
+
+    def reasons(self, m: int, n: int, k: int, nearest: tuple | None = None) -> list[str]:
+        """Reasons (in words, with numbers) why shape (m, n, k) is outside
+        the envelope; empty when it is inside.
+
+        Parameters
+        ----------
+        m, n, k : int
+        nearest : (int, float), optional
+            Index of the nearest training shape and its distance, when the
+            caller has computed them (the predictor's C path does).
+        """
+        out = []
+        for (name, lo, hi, lo_m, hi_m), v in zip(self._bounds, (m, n, k)):
+            if v < lo_m:
+                out.append(f"{name}={v} below the trained minimum {lo}")
+            elif v > hi_m:
+                out.append(f"{name}={v} above the trained maximum {hi}")
+        if nearest is None:
+            near, dist = self.nearest(m, n, k)
+        else:
+            near, dist = tuple(self.shapes[nearest[0]]), nearest[1]
+        if dist > self.threshold:
+            out.append(f"nearest trained shape {near} is {dist:.2f} doublings away in log-shape and "
+                       f"aspect space (threshold {self.threshold:.2f}, the "
+                       f"{self.envelope['calibration']['quantile']:.0%} quantile on held-out training "
+                       "shapes)")
+        return out
+
+
+def shape_reasons(envelope: dict, m: int, n: int, k: int) -> list[str]:
+    """:meth:`Envelope.reasons` for a one-off query (builds the Envelope)."""
+    return Envelope(envelope).reasons(m, n, k)

@@ -10,7 +10,6 @@ import pandas as pd
 
 from .collect import collect
 from .dataset import current_rows, load, noise_floor, valid_rows
-from .envelope import shape_reasons
 from .measure import Protocol
 from .metrics import evaluate_rows, summarize
 from .model import artifact as _artifact
@@ -139,8 +138,8 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0) -> EvalResult:
     shapes = rows[["m", "n", "k"]].drop_duplicates()
     # The in-envelope / OOD split is by shape; identity reasons (another
     # template or costlearn version) would mark every shape.
-    env = art.sidecar["envelope"]
-    ood = {(m, n, k): "; ".join(shape_reasons(env, int(m), int(n), int(k)))
+    env = art.envelope
+    ood = {(m, n, k): "; ".join(env.reasons(int(m), int(n), int(k)))
            for m, n, k in shapes.itertuples(index=False)}
     noise = noise_floor(rows)
     noise = 0.0 if not np.isfinite(noise) else noise

@@ -192,6 +192,9 @@ def check_shape(m, n, k, dtype="float32") -> tuple[int, int, int, str]:
     ValueError
         If an extent is < 1 or >= 2**31, or ``dtype`` is not in :data:`DTYPES`.
     """
+    if type(m) is int and type(n) is int and type(k) is int and 0 < m < 2**31 and 0 < n < 2**31 \
+            and 0 < k < 2**31 and type(dtype) is str and dtype in DTYPES:
+        return m, n, k, dtype                  # plain valid ints: the predictor's hot path
     m, n, k = _check_extent("M", m), _check_extent("N", n), _check_extent("K", k)
     if not isinstance(dtype, str) or dtype not in DTYPES:
         raise ValueError(f"dtype={dtype!r}; allowed: {sorted(DTYPES)}")
@@ -217,6 +220,8 @@ def registers_estimate(config: TileConfig) -> int:
 
 def next_pow2(x):
     """Smallest power of two >= x, for ints >= 1 or int arrays (elementwise)."""
+    if type(x) is int:
+        return 1 << (x - 1).bit_length()
     import numpy as np
     if np.ndim(x) == 0:
         return 1 << (int(x) - 1).bit_length()

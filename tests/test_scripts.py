@@ -21,3 +21,23 @@ def test_bench_collect_prints_the_table():
     assert out.returncode == 0, out.stderr[-2000:]
     for line in ("measurements per second (wall)", "| compile |", "| measure |", "| write |", "noise floor"):
         assert line in out.stdout
+
+
+def test_bench_predict_prints_the_table_and_checks_agreement(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_predict.py"), "--shapes", "60",
+                          "--out", str(tmp_path / "b.md")], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    for line in ("| plain: pandas features + xgboost inplace_predict |", "| predict_best, unseen shape |",
+                 "| predict_best, repeated shape |", "chosen config equals the plain argmin on",
+                 "| warm cache", "| empty cache"):
+        assert line in out.stdout
+    assert (tmp_path / "b.md").read_text().strip() == out.stdout.strip()
+
+
+def test_ood_study_flag_rates_without_measuring(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "ood_study.py"), "--shapes", "300", "--no-measure",
+                          "--measure-dir", str(tmp_path / "none"), "--eval-dir", str(tmp_path / "none")],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    assert "| drawn like the training shapes | 300 |" in out.stdout
+    assert "| outside the trained ranges | 300 |" in out.stdout

@@ -183,74 +183,157 @@ class AnalyticFeatures:
 def analytic_arrays(rows, spec: DeviceSpec) -> dict:
     """The computation behind :class:`AnalyticFeatures`, returning a dict of
     float64 arrays (also used by the roofline baseline)."""
-    g = {c: np.asarray(rows[c]) for c in ("m", "n", "k", "block_m", "block_n", "block_k",
-                                          "thread_m", "thread_n", "smem_pad")}
+    g = {c: np.asarray(rows[c]) for c in ("m", "n", "k")}
+    dtypes = np.asarray(rows["dtype"]) if "dtype" in rows else np.full(len(g["m"]), "float32")
+    cfg = config_arrays(rows, spec, dtypes)
     m, n, k = (g[c].astype(np.int64) for c in ("m", "n", "k"))
-    bm, bn, bk, tm, tn, pad = (g[c].astype(np.int64) for c in
+    out = {name: cfg[name] for name in CONFIG_FEATURES}
+    out.update(shape_arrays(m, n, k, cfg, spec))
+    return {name: np.broadcast_to(np.asarray(out[name], np.float64), (len(m),)) for name in FEATURE_NAMES}
+
+
+CONFIG_FEATURES = (
+    "log2_block_m", "log2_block_n", "log2_block_k", "log2_thread_m", "log2_thread_n",
+    "loop_outer", "raster_row", "smem_pad", "log2_threads", "smem_bytes", "registers_per_thread",
+    "ai_block_tile_flop_per_byte", "blocks_per_mp", "occupancy_frac", "limiter_threads", "limiter_smem",
+    "limiter_registers", "limiter_blocks", "bank_conflict_a_read", "bank_conflict_a_store",
+    "bank_conflict_b_read", "smem_loads_per_fma",
+)
+"""Features that depend on the config and the device only, not on the shape
+(the predictor computes them once per candidate)."""
+
+SHAPE_FEATURES = (
+    "log2_m", "log2_n", "log2_k", "log2_flops", "ai_problem_flop_per_byte",
+    "log2_blocks", "waves", "last_wave_fill", "device_util_frac", "k_steps", "pipeline_fill_share",
+    "padding_waste_frac", "log2_compute_time_us", "log2_memory_time_us", "log2_tiled_memory_time_us",
+    "log2_roofline_time_us", "log2_roofline_corrected_time_us", "roofline_compute_bound",
+)
+"""The other features, computed by :func:`shape_arrays`, in the order of
+``costlearn_shape_features`` in ``costlearn/_native.c``."""
+
+
+def config_arrays(rows, spec: DeviceSpec, dtypes) -> dict:
+    """Per-config part of :func:`analytic_arrays`: the
+    :data:`CONFIG_FEATURES` and the per-config quantities the shape part
+    needs, as arrays of shape (R,).
+
+    Parameters
+    ----------
+    rows : DataFrame or dict of arrays
+        The tile parameters (``block_m`` ... ``raster``) and optionally
+        ``registers_per_thread``; R rows.
+    spec : DeviceSpec
+    dtypes : array of str, shape (R,)
+
+    Raises
+    ------
+    ValueError
+        If a dtype is unknown.
+    """
+    g = {c: np.asarray(rows[c]).astype(np.int64) for c in
+         ("block_m", "block_n", "block_k", "thread_m", "thread_n", "smem_pad")}
+    bm, bn, bk, tm, tn, pad = (g[c] for c in
                                ("block_m", "block_n", "block_k", "thread_m", "thread_n", "smem_pad"))
     loop_outer = (np.asarray(rows["loop_order"]) == "outer").astype(np.float64)
     raster_row = (np.asarray(rows["raster"]) == "row").astype(np.float64)
-    dtypes = np.asarray(rows["dtype"]) if "dtype" in rows else np.full(len(m), "float32")
+    dtypes = np.asarray(dtypes)
     unknown = sorted(set(map(str, dtypes)) - set(DTYPES))
     if unknown:
         raise ValueError(f"dtype {unknown[0]!r} in rows; allowed: {sorted(DTYPES)}")
-    s = np.array([DTYPES[d] for d in dtypes], np.float64) if len(set(dtypes)) != 1 else \
-        np.full(len(m), float(DTYPES[str(dtypes[0])]))
+    s = np.array([DTYPES[d] for d in dtypes], np.float64) if len(set(dtypes)) > 1 else \
+        np.float64(DTYPES[str(dtypes[0])] if len(dtypes) else 4)
     threads = (bm // tm) * (bn // tn)
-    smem = (bm * (bk + pad) + bk * (bn + pad)) * s.astype(np.int64)
+    smem = (bm * (bk + pad) + bk * (bn + pad)) * np.asarray(s).astype(np.int64)
     est = (tm * tn + tm + tn + REG_OVERHEAD).astype(np.float64)  # space.registers_estimate
     if "registers_per_thread" in rows:
         regs = np.asarray(rows["registers_per_thread"], np.float64)
         regs = np.where(np.isfinite(regs), regs, est)
     else:
         regs = est
-    mf, nf, kf = m.astype(np.float64), n.astype(np.float64), k.astype(np.float64)
-    flops = 2.0 * mf * nf * kf
     ai_tile = 2.0 * bm * bn * bk / (s * (bm * bk + bk * bn))
-    ai_prob = flops / (s * (mf * kf + kf * nf + mf * nf))
     bpm, lim = occupancy(threads, smem, regs, spec)
     occ = bpm * threads / spec.max_threads_per_mp
-    grid_m, grid_n = _ceil_div(m, bm), _ceil_div(n, bn)
-    blocks = grid_m * grid_n
-    slots = bpm * spec.multiprocessors
-    waves = blocks / slots
-    full = np.ceil(waves)
-    last_fill = waves - (full - 1.0)
-    util = waves / full
-    k_steps = _ceil_div(k, bk)
-    padded = (grid_m * bm).astype(np.float64) * (grid_n * bn) * (k_steps * bk)
-    waste = 1.0 - mf * nf * kf / padded
     deg = {}
-    for key in set(zip(bm.tolist(), bn.tolist(), bk.tolist(), tm.tolist(), tn.tolist(), pad.tolist())):
+    keys = list(zip(bm.tolist(), bn.tolist(), bk.tolist(), tm.tolist(), tn.tolist(), pad.tolist()))
+    for key in set(keys):
         b_m, b_n, b_k, t_m, t_n, p = key
         deg[key] = _warp_degrees(b_m, b_n, b_k, t_m, t_n, p, (b_m // t_m) * (b_n // t_n))
-    degs = np.array([deg[key] for key in zip(bm.tolist(), bn.tolist(), bk.tolist(), tm.tolist(),
-                                             tn.tolist(), pad.tolist())], np.float64).reshape(-1, 3)
+    degs = np.array([deg[key] for key in keys], np.float64).reshape(-1, 3)
     loads_per_fma = np.where(loop_outer > 0, (tm + tn) / (tm * tn), 2.0)
-    peak = spec.peak_gflops * 1e3            # flop per microsecond
-    bw = spec.memory_bandwidth_gbps * 1e3    # bytes per microsecond
-    compute_us = 2.0 * padded / peak
-    memory_us = s * (mf * kf + kf * nf + mf * nf) / bw
-    tiled_us = s * (mf * kf * grid_n + kf * nf * grid_m + mf * nf) / bw
-    roof = np.maximum(compute_us, memory_us)
-    corrected = np.maximum(compute_us / (util * np.minimum(1.0, 4.0 * occ)), tiled_us)
     out = dict(
-        log2_m=np.log2(mf), log2_n=np.log2(nf), log2_k=np.log2(kf), log2_flops=np.log2(flops),
         log2_block_m=np.log2(bm), log2_block_n=np.log2(bn), log2_block_k=np.log2(bk),
         log2_thread_m=np.log2(tm), log2_thread_n=np.log2(tn), loop_outer=loop_outer,
         raster_row=raster_row, smem_pad=pad.astype(np.float64), log2_threads=np.log2(threads),
         smem_bytes=smem.astype(np.float64), registers_per_thread=regs,
-        ai_block_tile_flop_per_byte=ai_tile, ai_problem_flop_per_byte=ai_prob,
+        ai_block_tile_flop_per_byte=ai_tile,
         blocks_per_mp=bpm.astype(np.float64), occupancy_frac=occ,
         limiter_threads=(lim == 0).astype(np.float64), limiter_smem=(lim == 1).astype(np.float64),
         limiter_registers=(lim == 2).astype(np.float64), limiter_blocks=(lim == 3).astype(np.float64),
-        log2_blocks=np.log2(blocks), waves=waves, last_wave_fill=last_fill, device_util_frac=util,
-        k_steps=k_steps.astype(np.float64), pipeline_fill_share=1.0 / k_steps, padding_waste_frac=waste,
         bank_conflict_a_read=degs[:, 0], bank_conflict_a_store=degs[:, 1], bank_conflict_b_read=degs[:, 2],
         smem_loads_per_fma=loads_per_fma,
+    )
+    out = {k: np.asarray(v, np.float64) for k, v in out.items()}
+    # Per-config quantities of the shape part (not features themselves).
+    out.update(_block=np.stack([bm, bn, bk]), _s=s, _slots=bpm * spec.multiprocessors,
+               _tile_occ=np.minimum(1.0, 4.0 * occ))
+    return out
+
+
+def shape_arrays(m, n, k, cfg: dict, spec: DeviceSpec) -> dict:
+    """Shape-dependent part of :func:`analytic_arrays`: the features of
+    :data:`FEATURE_NAMES` not in :data:`CONFIG_FEATURES`.
+
+    Parameters
+    ----------
+    m, n, k : int64 ndarray of shape (R,), or int64 scalars
+        Extents; scalars broadcast over the R configs of ``cfg``.
+    cfg : dict
+        From :func:`config_arrays`.
+    spec : DeviceSpec
+
+    Returns
+    -------
+    dict of float64 arrays of shape (R,) (or scalars for the features of the
+    shape alone: ``log2_m`` ... ``log2_memory_time_us``)
+    """
+    s = cfg["_s"]
+    # The three extents stacked, shape (3, R) or (3, 1), against the block
+    # tile (3, C): one numpy call per step for all three (this runs once per
+    # predict_best call, where each call costs about a microsecond).
+    if np.ndim(m) == np.ndim(n) == np.ndim(k) == 0:
+        ext = np.array([[m], [n], [k]], np.int64)
+    else:
+        ext = np.stack(np.broadcast_arrays(np.asarray(m, np.int64), np.asarray(n, np.int64),
+                                           np.asarray(k, np.int64))).reshape(3, -1)
+    grid = -(-ext // cfg["_block"])                          # ceil(M/BM), ceil(N/BN), ceil(K/KS)
+    grid_m, grid_n, k_steps = grid
+    mf, nf, kf = ext.astype(np.float64)
+    flops = 2.0 * mf * nf * kf
+    a_b_c = s * (mf * kf + kf * nf + mf * nf)                 # compulsory bytes
+    ai_prob = flops / a_b_c
+    blocks = grid_m * grid_n
+    waves = blocks / cfg["_slots"]
+    full = np.ceil(waves)
+    last_fill = waves - (full - 1.0)
+    util = waves / full
+    tiles = grid * cfg["_block"]
+    padded = tiles[0].astype(np.float64) * tiles[1] * tiles[2]
+    waste = 1.0 - mf * nf * kf / padded
+    peak = spec.peak_gflops * 1e3            # flop per microsecond
+    bw = spec.memory_bandwidth_gbps * 1e3    # bytes per microsecond
+    compute_us = 2.0 * padded / peak
+    memory_us = a_b_c / bw
+    gm, gn = grid[:2].astype(np.float64)
+    tiled_us = s * (mf * kf * gn + kf * nf * gm + mf * nf) / bw
+    roof = np.maximum(compute_us, memory_us)
+    corrected = np.maximum(compute_us / (util * cfg["_tile_occ"]), tiled_us)
+    return dict(
+        log2_m=np.log2(mf), log2_n=np.log2(nf), log2_k=np.log2(kf), log2_flops=np.log2(flops),
+        ai_problem_flop_per_byte=ai_prob,
+        log2_blocks=np.log2(blocks), waves=waves, last_wave_fill=last_fill, device_util_frac=util,
+        k_steps=k_steps.astype(np.float64), pipeline_fill_share=1.0 / k_steps, padding_waste_frac=waste,
         log2_compute_time_us=np.log2(compute_us), log2_memory_time_us=np.log2(memory_us),
         log2_tiled_memory_time_us=np.log2(tiled_us), log2_roofline_time_us=np.log2(roof),
         log2_roofline_corrected_time_us=np.log2(corrected),
         roofline_compute_bound=(compute_us >= memory_us).astype(np.float64),
     )
-    return {k: np.asarray(v, np.float64) for k, v in out.items()}

@@ -19,6 +19,7 @@ import pandas as pd
 from .. import __version__
 from ..codegen import TEMPLATE_HASH
 from ..device import DeviceSpec
+from ..envelope import Envelope
 from ..features import feature_version, get_feature_set
 from ..space import DTYPES, TileConfig, space_hash
 from .xgb import XGBCostModel, XGBParams
@@ -26,7 +27,7 @@ from .xgb import XGBCostModel, XGBParams
 __all__ = ["ARTIFACT_SCHEMA", "save", "load", "Artifact", "ArtifactError", "default_models_dir",
            "list_models", "candidate_table"]
 
-ARTIFACT_SCHEMA = 1
+ARTIFACT_SCHEMA = 2
 
 _REQUIRED_KEYS = ("artifact_schema", "feature_set", "feature_names", "feature_version", "device", "dtype",
                   "candidates", "envelope", "baselines", "template_hash", "costlearn_version")
@@ -150,6 +151,8 @@ class Artifact:
         Device the model was trained on.
     candidates : DataFrame
         Candidate configs with compiled facts.
+    envelope : costlearn.envelope.Envelope
+        The training envelope (OOD check).
     """
 
     model: XGBCostModel
@@ -157,6 +160,7 @@ class Artifact:
     spec: DeviceSpec
     candidates: pd.DataFrame
     path: Path
+    envelope: Envelope
 
     @property
     def dtype(self) -> str:
@@ -232,9 +236,7 @@ def load(folder) -> Artifact:
         configs = [TileConfig.from_id(c) for c in cands["config_id"]]
         if side["dtype"] not in DTYPES:
             raise ValueError(f"dtype {side['dtype']!r} is not one of {sorted(DTYPES)}")
-        for key in ("min", "max", "shapes", "density_threshold_log2"):
-            if key not in side["envelope"]:
-                raise ValueError(f"envelope lacks {key!r}")
+        envelope = Envelope(side["envelope"])
     except (KeyError, TypeError, ValueError) as e:
         raise ArtifactError(f"{side_path}: invalid sidecar ({type(e).__name__}: {e}); "
                             "retrain with `costlearn train`") from e
@@ -247,4 +249,4 @@ def load(folder) -> Artifact:
     model.best_iteration_ = side.get("best_iteration")
     model.validation_rmse_log2_ = side.get("validation_rmse_log2")
     model.fitted_ = True
-    return Artifact(model=model, sidecar=side, spec=spec, candidates=cands, path=folder)
+    return Artifact(model=model, sidecar=side, spec=spec, candidates=cands, path=folder, envelope=envelope)

@@ -1,0 +1,387 @@
+"""Runtime dispatch: a few configs that together cover a range of shapes, and a
+small selector that picks among them from the actual extents at launch (for
+kernels compiled before the shape is known).
+
+1. Shapes are drawn log-uniformly in the given ranges and every candidate is
+   ranked by the model (:meth:`costlearn.predict.Predictor.rank`).
+2. The subset of at most ``max_configs`` candidates with the least predicted
+   regret is chosen exhaustively: regret of a shape = (fastest predicted
+   time within the subset, among members whose block tile fits the shape) /
+   (fastest predicted over all candidates) - 1; the objective is the
+   geometric mean of 1 + regret over the shapes (so one bad shape cannot hide
+   behind many good ones, nor dominate).
+3. The selector is a depth-limited decision tree (scikit-learn) on the raw
+   extents (M, N, K), trained to name the subset's best member per shape;
+   its integer thresholds are exact for integer extents. At launch, if the
+   named member's block tile exceeds the problem (rule
+   ``block_tile_exceeds_problem`` of :mod:`costlearn.space`) the first member
+   that fits, smallest block tile first, runs instead.
+4. It is emitted as a Python module and a C header with the same logic.
+
+:func:`evaluate_dispatch` scores a selector on measured rows (fresh shapes):
+its measured regret against the per-shape best, next to the model's own
+per-shape choice.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .space import TILE_VALUES, TileConfig, tile_fits_problem
+
+__all__ = ["Dispatch", "fit_dispatch", "evaluate_dispatch", "parse_range", "range_shapes", "MAX_CONFIGS"]
+
+MAX_CONFIGS = 4
+
+
+def parse_range(text: str, name: str) -> tuple[int, int]:
+    """``"LO:HI"`` (inclusive, 1 <= LO <= HI < 2**31) or ``"V"`` to (lo, hi).
+
+    Raises
+    ------
+    ValueError
+        If the text is not of that form (the message names ``name``).
+    """
+    parts = str(text).split(":")
+    try:
+        lo, hi = (int(parts[0]), int(parts[-1])) if len(parts) in (1, 2) else (0, -1)
+    except ValueError:
+        lo, hi = 0, -1
+    if not 1 <= lo <= hi < 2**31:
+        raise ValueError(f"{name} range {text!r}; expected LO:HI with 1 <= LO <= HI < 2**31 (e.g. 1:4096), "
+                         "or a single extent")
+    return lo, hi
+
+
+@dataclass
+class Dispatch:
+    """A fitted selector.
+
+    Attributes
+    ----------
+    configs : list of TileConfig
+        The members, fallback order (smallest block tile first).
+    tree : dict
+        The decision tree: ``feature`` (0 M, 1 N, 2 K; -1 at a leaf),
+        ``threshold`` (int: go left when extent <= threshold), ``left``,
+        ``right``, ``member`` (index into ``configs`` at a leaf), as lists.
+    ranges : dict of str to (int, int)
+    warp_size : int
+        Of the model's device (for the fit rule).
+    predicted : dict
+        Predicted regret over the sampled shapes: ``subset_geomean`` (best
+        member per shape), ``selector_geomean``/``selector_mean``/
+        ``selector_max`` (the selector's pick with the fallback), ``shapes``.
+    source : str
+        Model the selector was fitted with.
+    single_best : TileConfig or None
+        The one candidate with the least predicted regret over the sampled
+        shapes among those that fit all of them (what a kernel compiled once,
+        without dispatch, would use); None if no candidate fits all.
+    """
+
+    configs: list
+    tree: dict
+    ranges: dict
+    warp_size: int
+    predicted: dict = field(default_factory=dict)
+    source: str = ""
+    single_best: object = None
+
+    def _fits(self, i: int, m: int, n: int, k: int) -> bool:
+        c = self.configs[i]
+        return bool(tile_fits_problem(c.block_m, c.block_n, c.block_k, int(m), int(n), int(k),
+                                      warp_size=self.warp_size))
+
+    def select(self, m: int, n: int, k: int) -> TileConfig:
+        """The member the selector launches for extents (m, n, k)."""
+        return self.configs[self.select_index(m, n, k)]
+
+    def select_index(self, m: int, n: int, k: int) -> int:
+        t, node, ext = self.tree, 0, (m, n, k)
+        while t["feature"][node] >= 0:
+            node = t["left"][node] if ext[t["feature"][node]] <= t["threshold"][node] else t["right"][node]
+        i = t["member"][node]
+        if self._fits(i, m, n, k):
+            return i
+        return next((j for j in range(len(self.configs)) if self._fits(j, m, n, k)), i)
+
+    def to_dict(self) -> dict:
+        return dict(configs=[c.config_id for c in self.configs], tree=self.tree, ranges=self.ranges,
+                    warp_size=self.warp_size, predicted=self.predicted, source=self.source,
+                    single_best=self.single_best.config_id if self.single_best is not None else None)
+
+    # -- emitters ------------------------------------------------------------
+
+    def _tree_lines(self, leaf: str, test: str, orelse: str, close: str | None) -> list[str]:
+        """The tree as nested if/else lines (indented from one level), from
+        format strings for a leaf (``{member}``), a test (``{feature}``,
+        ``{threshold}``), the else line and the closing line (None: none)."""
+        t, out = self.tree, []
+
+        def emit(node: int, depth: int) -> None:
+            pad = "    " * depth
+            if t["feature"][node] < 0:
+                out.append(pad + leaf.format(member=t["member"][node]))
+                return
+            out.append(pad + test.format(feature=t["feature"][node], threshold=t["threshold"][node]))
+            emit(t["left"][node], depth + 1)
+            out.append(pad + orelse.format())
+            emit(t["right"][node], depth + 1)
+            if close is not None:
+                out.append(pad + close.format())
+
+        emit(0, 1)
+        return out
+
+    def _floors(self) -> tuple[int, int]:
+        return max(min(TILE_VALUES["block_n"]), self.warp_size), min(TILE_VALUES["block_k"])
+
+    def python_source(self, name: str = "select_tile") -> str:
+        """A self-contained Python module: ``CONFIGS`` and ``{name}(m, n, k)``
+        returning the index into ``CONFIGS``."""
+        floor_n, floor_k = self._floors()
+        lines = [f'"""Tile selector generated by `costlearn dispatch` from {self.source}.',
+                 f"Ranges: M {self.ranges['M']}, N {self.ranges['N']}, K {self.ranges['K']}. Predicted regret "
+                 f"(geomean) {self.predicted.get('selector_geomean', float('nan')):.1%}.", '"""', "",
+                 "CONFIGS = ["]
+        for c in self.configs:
+            lines.append(f"    dict(config_id={c.config_id!r}, block_m={c.block_m}, block_n={c.block_n}, "
+                         f"block_k={c.block_k}, thread_m={c.thread_m}, thread_n={c.thread_n}, "
+                         f"loop_order={c.loop_order!r}, smem_pad={c.smem_pad}, raster={c.raster!r}),")
+        lines += ["]", "", "",
+                  "def _next_pow2(x):", "    return 1 << (x - 1).bit_length()", "", "",
+                  "def _fits(c, m, n, k):",
+                  "    # costlearn.space rule block_tile_exceeds_problem",
+                  f"    return (c['block_m'] <= _next_pow2(m) and c['block_n'] <= max(_next_pow2(n), {floor_n})",
+                  f"            and c['block_k'] <= max(_next_pow2(k), {floor_k}))", "", "",
+                  f"def {name}(m, n, k):",
+                  '    """Index into CONFIGS of the config to launch for C[m,n] = A[m,k] @ B[k,n]."""',
+                  "    ext = (m, n, k)"]
+        lines += self._tree_lines("i = {member}", "if ext[{feature}] <= {threshold}:", "else:", None)
+        lines += ["    if _fits(CONFIGS[i], m, n, k):", "        return i",
+                  "    for j, c in enumerate(CONFIGS):       # smallest block tile first",
+                  "        if _fits(c, m, n, k):", "            return j", "    return i", ""]
+        return "\n".join(lines)
+
+    def c_header(self, name: str = "select_tile") -> str:
+        """A self-contained C header: ``{name}_configs[]`` and
+        ``static inline int {name}(long long m, long long n, long long k)``."""
+        floor_n, floor_k = self._floors()
+        guard = f"COSTLEARN_{name.upper()}_H"
+        lines = [f"/* Tile selector generated by `costlearn dispatch` from {self.source}.",
+                 f" * Ranges: M {self.ranges['M']}, N {self.ranges['N']}, K {self.ranges['K']}. */",
+                 f"#ifndef {guard}", f"#define {guard}", "",
+                 f"typedef struct {{ int block_m, block_n, block_k, thread_m, thread_n, loop_outer, smem_pad, "
+                 f"raster_row; const char *config_id; }} {name}_config;", "",
+                 f"static const {name}_config {name}_configs[{len(self.configs)}] = {{"]
+        for c in self.configs:
+            lines.append(f"    {{{c.block_m}, {c.block_n}, {c.block_k}, {c.thread_m}, {c.thread_n}, "
+                         f"{int(c.loop_order == 'outer')}, {c.smem_pad}, {int(c.raster == 'row')}, "
+                         f'"{c.config_id}"}},')
+        lines += ["};", "",
+                  f"static inline long long {name}_next_pow2(long long x) {{ long long p = 1; while (p < x) p <<= 1; "
+                  "return p; }", "",
+                  "/* costlearn.space rule block_tile_exceeds_problem */",
+                  f"static inline int {name}_fits(const {name}_config *c, long long m, long long n, long long k) {{",
+                  f"    long long cap_n = {name}_next_pow2(n), cap_k = {name}_next_pow2(k);",
+                  f"    if (cap_n < {floor_n}) cap_n = {floor_n};",
+                  f"    if (cap_k < {floor_k}) cap_k = {floor_k};",
+                  f"    return c->block_m <= {name}_next_pow2(m) && c->block_n <= cap_n && c->block_k <= cap_k;",
+                  "}", "",
+                  "/* Index into the configs of the config to launch for C[m,n] = A[m,k] @ B[k,n]. */",
+                  f"static inline int {name}(long long m, long long n, long long k) {{",
+                  "    const long long ext[3] = {m, n, k};", "    int i;"]
+        lines += self._tree_lines("i = {member};", "if (ext[{feature}] <= {threshold}LL) {{", "}} else {{", "}}")
+        lines += [f"    if ({name}_fits(&{name}_configs[i], m, n, k)) return i;",
+                  f"    for (int j = 0; j < {len(self.configs)}; ++j)  /* smallest block tile first */",
+                  f"        if ({name}_fits(&{name}_configs[j], m, n, k)) return j;",
+                  "    return i;", "}", "", f"#endif  /* {guard} */", ""]
+        return "\n".join(lines)
+
+    def write(self, folder, name: str = "select_tile") -> list[Path]:
+        """Write ``{name}.py``, ``{name}.h`` and ``dispatch.json`` into
+        ``folder`` (created)."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        out = [folder / f"{name}.py", folder / f"{name}.h", folder / "dispatch.json"]
+        out[0].write_text(self.python_source(name))
+        out[1].write_text(self.c_header(name))
+        out[2].write_text(json.dumps(self.to_dict(), indent=1))
+        return out
+
+
+def range_shapes(ranges: dict, n: int, seed: int) -> list[tuple[int, int, int]]:
+    """Up to ``n`` distinct shapes log-uniform in ``ranges`` (inclusive), seeded."""
+    rng = np.random.default_rng([seed, 21])
+    lo = np.log([ranges[d][0] for d in "MNK"])
+    hi = np.log([ranges[d][1] + 0.499 for d in "MNK"])
+    a = np.clip(np.round(np.exp(rng.uniform(lo, hi, size=(n, 3)))).astype(np.int64),
+                [ranges[d][0] for d in "MNK"], [ranges[d][1] for d in "MNK"])
+    return list(dict.fromkeys(tuple(int(v) for v in s) for s in a))
+
+
+def _tree_dict(clf) -> dict:
+    """A fitted DecisionTreeClassifier as :attr:`Dispatch.tree`, with integer
+    thresholds (``x <= t`` for real t is ``x <= floor(t)`` for integer x)
+    and every split whose two sides name the same member collapsed."""
+    tr = clf.tree_
+    member = [int(clf.classes_[int(np.argmax(v))]) for v in tr.value[:, 0, :]]
+    out = dict(feature=[], threshold=[], left=[], right=[], member=[])
+
+    def leaf_member(i):                     # the member if the whole subtree names one, else None
+        if tr.children_left[i] < 0:
+            return member[i]
+        a, b = leaf_member(tr.children_left[i]), leaf_member(tr.children_right[i])
+        return a if a is not None and a == b else None
+
+    def add(i) -> int:
+        j = len(out["feature"])
+        for key in out:
+            out[key].append(-1 if key == "feature" else 0)
+        same = leaf_member(i)
+        if same is not None:
+            out["member"][j] = same
+            return j
+        out["feature"][j] = int(tr.feature[i])
+        out["threshold"][j] = int(np.floor(tr.threshold[i]))
+        out["left"][j] = add(tr.children_left[i])
+        out["right"][j] = add(tr.children_right[i])
+        return j
+
+    add(0)
+    return out
+
+
+def fit_dispatch(predictor, ranges: dict, *, max_configs: int = 3, samples: int = 2000, max_depth: int = 3,
+                 seed: int = 0) -> Dispatch:
+    """Choose configs and fit the selector (steps 1-3 of the module doc).
+
+    Parameters
+    ----------
+    predictor : costlearn.predict.Predictor
+    ranges : dict
+        ``{"M": (lo, hi), "N": (lo, hi), "K": (lo, hi)}``, inclusive.
+    max_configs : int
+        Members, 1 to :data:`MAX_CONFIGS`.
+    samples : int
+        Shapes drawn to fit on (duplicates dropped), 10 to 100,000.
+    max_depth : int
+        Depth of the selector's tree, 1 to 8.
+    seed : int
+
+    Returns
+    -------
+    Dispatch
+
+    Raises
+    ------
+    ValueError
+        If a setting is out of range, or no subset of ``max_configs``
+        candidates has a member that fits every sampled shape.
+    """
+    from sklearn.tree import DecisionTreeClassifier
+
+    for name, v, lo, hi in (("max_configs", max_configs, 1, MAX_CONFIGS), ("samples", samples, 10, 100_000),
+                            ("max_depth", max_depth, 1, 8)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
+            raise ValueError(f"{name}={v!r}; must be an int in [{lo}, {hi}]")
+    ranges = {d: tuple(int(x) for x in ranges[d]) for d in "MNK"}
+    shapes = range_shapes(ranges, samples, seed)
+    configs = predictor._configs
+    C = len(configs)
+    P = np.full((len(shapes), C), np.inf)
+    for s, (m, n, k) in enumerate(shapes):
+        mask = predictor._feasible(m, n, k)
+        if not mask.any():
+            continue
+        idx, log2_t, _ = predictor._ranked(m, n, k, mask, C, cascade=False)
+        P[s, idx] = log2_t
+    best = P.min(axis=1)
+    keep = np.isfinite(best)
+    if not keep.any():
+        raise ValueError(f"no candidate's block tile fits any sampled shape in {ranges}")
+    shapes = [s for s, ok in zip(shapes, keep) if ok]
+    R = P[keep] - best[keep][:, None]                     # log2 slowdown vs the per-shape best; inf: no fit
+    best_set, best_obj = None, np.inf
+    for size in range(1, max_configs + 1):
+        for combo in itertools.combinations(range(C), size):
+            obj = R[:, combo].min(axis=1).mean()
+            if obj < best_obj - 1e-12:
+                best_set, best_obj = combo, obj
+    if best_set is None or not np.isfinite(best_obj):
+        raise ValueError(f"no {max_configs} candidates cover every shape in {ranges} (some shape fits none of "
+                         "them); narrow the ranges or allow more configs")
+    members = sorted(best_set, key=lambda i: (configs[i].block_m * configs[i].block_n * configs[i].block_k,
+                                              configs[i].config_id))
+    sub = R[:, members]
+    label = sub.argmin(axis=1)
+    X = np.asarray(shapes, np.int64)
+    # Weight a shape by what a wrong pick costs there (log2 spread of its
+    # fitting members), so the tree spends its few splits where it matters.
+    spread = np.where(np.isfinite(sub), sub, -np.inf).max(axis=1) - sub.min(axis=1)
+    clf = DecisionTreeClassifier(max_depth=max_depth, random_state=seed)
+    clf.fit(X, label, sample_weight=1.0 + spread)
+    d = Dispatch(configs=[configs[i] for i in members], tree=_tree_dict(clf), ranges=ranges,
+                 warp_size=predictor.spec.warp_size,
+                 source=f"{predictor.device}/{predictor.dtype} model {predictor._sha[:12]}")
+    single = int(np.argmin(R.mean(axis=0)))
+    d.single_best = configs[single] if np.isfinite(R[:, single]).all() else None
+    picked = np.array([d.select_index(*s) for s in shapes])
+    sel = sub[np.arange(len(shapes)), picked]
+    slow = np.exp2(sel) - 1.0
+    d.predicted = dict(shapes=len(shapes), subset_geomean=float(np.exp2(sub.min(axis=1).mean()) - 1.0),
+                       selector_geomean=float(np.exp2(sel.mean()) - 1.0), selector_mean=float(slow.mean()),
+                       selector_max=float(slow.max()),
+                       single_best_geomean=float(np.exp2(R.mean(axis=0).min()) - 1.0))
+    return d
+
+
+def evaluate_dispatch(d: Dispatch, predictor, rows: pd.DataFrame, noise_rel: float = 0.0) -> pd.DataFrame:
+    """Measured regret of a selector on fresh measurements.
+
+    Parameters
+    ----------
+    d : Dispatch
+    predictor : costlearn.predict.Predictor
+        The model the selector came from (its per-shape choice is scored
+        alongside).
+    rows : DataFrame
+        Valid measured rows (``costlearn.dataset``), every candidate of a
+        shape measured. Shapes outside ``d.ranges`` are skipped.
+    noise_rel : float
+        Relative noise floor; a regret at or below it counts as 0.
+
+    Returns
+    -------
+    DataFrame
+        One row per shape in range: ``m, n, k, best_us``, and for
+        ``selector``, ``model`` (the model's per-shape choice) and
+        ``single`` (:attr:`Dispatch.single_best`): ``*_config`` and
+        ``*_regret`` (measured time of the pick / measured best - 1; NaN
+        where the pick was not measured).
+    """
+    out = []
+    for (m, n, k), g in rows.groupby(["m", "n", "k"]):
+        m, n, k = int(m), int(n), int(k)
+        if not all(d.ranges[dim][0] <= v <= d.ranges[dim][1] for dim, v in zip("MNK", (m, n, k))):
+            continue
+        times = g.groupby("config_id")["time_us"].median()
+        best = float(times.min())
+        rec = dict(m=m, n=n, k=k, best_us=best, configs_measured=len(times))
+        picks = [("selector", d.select(m, n, k)), ("model", predictor.predict_best(m, n, k).config)]
+        if d.single_best is not None:
+            picks.append(("single", d.single_best))
+        for who, cfg in picks:
+            t = times.get(cfg.config_id, np.nan)
+            r = t / best - 1.0
+            rec[f"{who}_config"] = cfg.config_id
+            rec[f"{who}_regret"] = 0.0 if r <= noise_rel else r
+        out.append(rec)
+    return pd.DataFrame(out)
+

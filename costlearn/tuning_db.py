@@ -1,0 +1,302 @@
+"""Tuning database: the config chosen for each shape, how it was chosen
+(predicted by the model, or measured on the device) and its times, in one
+SQLite file shared by every process of a machine (design.md, "Predictor").
+
+Key: (M, N, K, dtype, device slug, kernel-template hash, costlearn
+version). A change of template or version starts afresh: old entries stay in
+the file but are never returned. A measured entry is never overwritten by a
+predicted one.
+
+- **Concurrency.** SQLite in write-ahead-log mode: readers never block,
+  writers queue (``busy_timeout``); each thread gets its own connection.
+- **Corruption.** A file that is not a database, or fails ``PRAGMA
+  quick_check`` when opened, or raises a corruption error later, is renamed
+  to ``<name>.corrupt-<UTC time>-<pid>`` (with its ``-wal``/``-shm``), a
+  warning names the new path and the reason, and a fresh database takes its
+  place. Nothing else is touched.
+- **Stale configs.** :meth:`TuningDB.get` given the device's DeviceSpec
+  checks the stored config against today's tile space
+  (:func:`costlearn.space.check_config`); a config that is no longer
+  feasible is a miss, never returned for launch.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import warnings
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import __version__
+from .native import cache_dir
+from .space import TileConfig, check_config, check_shape
+
+__all__ = ["TuningDB", "TuningEntry", "default_path", "HOW"]
+
+SCHEMA = 1
+HOW = ("predicted", "measured")
+
+_CREATE = """
+CREATE TABLE IF NOT EXISTS tuned (
+    m INTEGER NOT NULL, n INTEGER NOT NULL, k INTEGER NOT NULL,
+    dtype TEXT NOT NULL, device TEXT NOT NULL, template_hash TEXT NOT NULL,
+    costlearn_version TEXT NOT NULL,
+    config_id TEXT NOT NULL,
+    how TEXT NOT NULL CHECK (how IN ('predicted', 'measured')),
+    time_us REAL NOT NULL,
+    times_json TEXT NOT NULL,
+    source TEXT NOT NULL,
+    updated TEXT NOT NULL,
+    PRIMARY KEY (m, n, k, dtype, device, template_hash, costlearn_version)
+)"""
+
+_UPSERT = """
+INSERT INTO tuned VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (m, n, k, dtype, device, template_hash, costlearn_version) DO UPDATE SET
+    config_id = excluded.config_id, how = excluded.how, time_us = excluded.time_us,
+    times_json = excluded.times_json, source = excluded.source, updated = excluded.updated
+WHERE excluded.how = 'measured' OR tuned.how = 'predicted'
+"""
+
+
+def default_path() -> Path:
+    """``$COSTLEARN_TUNING_DB``, else ``tuning.sqlite`` in the user cache
+    (:func:`costlearn.native.cache_dir`)."""
+    env = os.environ.get("COSTLEARN_TUNING_DB")
+    return Path(env) if env else cache_dir() / "tuning.sqlite"
+
+
+@dataclass(frozen=True)
+class TuningEntry:
+    """One tuned shape.
+
+    Attributes
+    ----------
+    m, n, k : int
+    dtype : str
+    device : str
+        Device slug the entry belongs to (where it was measured or which
+        model predicted it).
+    template_hash, costlearn_version : str
+    config : TileConfig
+        The chosen config.
+    how : {"predicted", "measured"}
+    time_us : float
+        The chosen config's time, microseconds: measured median, or the
+        model's prediction.
+    times_us : dict of str to float
+        Every time behind the choice, by config id (the measured top-k, or
+        the predicted top-k), microseconds.
+    source : str
+        What chose it (the model folder and its sha256, prefix).
+    updated : str
+        UTC time of the write, ISO 8601.
+    """
+
+    m: int
+    n: int
+    k: int
+    dtype: str
+    device: str
+    template_hash: str
+    costlearn_version: str
+    config: TileConfig
+    how: str
+    time_us: float
+    times_us: dict = field(default_factory=dict)
+    source: str = ""
+    updated: str = ""
+
+
+class TuningDB:
+    """The tuning database in one SQLite file.
+
+    Parameters
+    ----------
+    path : path, optional
+        The file; :func:`default_path` by default. Its folder is created.
+    timeout_s : float
+        How long a writer waits for another writer, seconds.
+
+    Attributes
+    ----------
+    set_aside : list of Path
+        Corrupt files this object moved away (each also warned about).
+
+    Raises
+    ------
+    TypeError
+        If ``path`` is not a str or Path.
+    OSError
+        If the folder cannot be created.
+    """
+
+    def __init__(self, path=None, *, timeout_s: float = 30.0):
+        if path is not None and not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path={path!r}; must be a str or pathlib.Path (or None for the default)")
+        self.path = Path(path) if path is not None else default_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.timeout_s = float(timeout_s)
+        self.set_aside: list[Path] = []
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._conn()                              # open and check now, not at the first query
+
+    # -- connection and corruption ----------------------------------------
+
+    def _open(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(str(self.path), timeout=self.timeout_s, isolation_level=None,
+                               check_same_thread=True)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.timeout_s * 1000)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            check = conn.execute("PRAGMA quick_check").fetchall()
+            if check != [("ok",)]:
+                raise sqlite3.DatabaseError("quick_check: " + "; ".join(str(r[0]) for r in check[:3]))
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, SCHEMA):
+                raise sqlite3.DatabaseError(f"schema version {version}, this code writes {SCHEMA}")
+            conn.execute(_CREATE)
+            if version == 0:
+                conn.execute(f"PRAGMA user_version = {SCHEMA}")
+        except sqlite3.DatabaseError:
+            conn.close()
+            raise
+        return conn
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            try:
+                conn = self._open()
+            except sqlite3.DatabaseError as e:
+                self._set_aside(str(e))
+                conn = self._open()
+            self._local.conn = conn
+        return conn
+
+    def _set_aside(self, reason: str) -> None:
+        """Move the corrupt file (and its WAL) away, keep it, warn."""
+        with self._lock:
+            conn = getattr(self._local, "conn", None)
+            if conn is not None:
+                conn.close()
+                self._local.conn = None
+            stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+            target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{os.getpid()}")
+            moved = False
+            for suffix in ("", "-wal", "-shm"):
+                src = Path(str(self.path) + suffix)
+                try:
+                    os.replace(src, Path(str(target) + suffix))
+                    moved = moved or suffix == ""
+                except FileNotFoundError:
+                    pass                          # another process moved it first
+            if moved:
+                self.set_aside.append(target)
+                warnings.warn(f"costlearn tuning database {self.path} is corrupt ({reason}); set aside as "
+                              f"{target}, starting a fresh one", RuntimeWarning, stacklevel=4)
+
+    def _run(self, fn):
+        """Run fn(conn); on a corruption error, set the file aside and retry
+        once on a fresh database."""
+        try:
+            return fn(self._conn())
+        except sqlite3.DatabaseError as e:
+            if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
+                raise
+            self._set_aside(str(e))
+            return fn(self._conn())
+
+    def close(self) -> None:
+        """Close this thread's connection."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
+
+    # -- queries ------------------------------------------------------------
+
+    def get(self, m, n, k, dtype: str, device: str, template_hash: str, *, spec=None,
+            costlearn_version: str = __version__) -> TuningEntry | None:
+        """The entry for a shape, or None (a miss).
+
+        Parameters
+        ----------
+        m, n, k : int
+        dtype : str
+        device : str
+            Device slug.
+        template_hash : str
+        spec : DeviceSpec, optional
+            The device the config would launch on: a stored config that is
+            infeasible in today's tile space for this shape is a miss.
+        costlearn_version : str
+
+        Raises
+        ------
+        TypeError, ValueError
+            If the shape or dtype is invalid.
+        """
+        m, n, k, dtype = check_shape(m, n, k, dtype)
+        row = self._run(lambda c: c.execute(
+            "SELECT config_id, how, time_us, times_json, source, updated FROM tuned WHERE m=? AND n=? AND "
+            "k=? AND dtype=? AND device=? AND template_hash=? AND costlearn_version=?",
+            (m, n, k, dtype, str(device), str(template_hash), str(costlearn_version))).fetchone())
+        if row is None:
+            return None
+        config_id, how, time_us, times_json, source, updated = row
+        try:
+            config = TileConfig.from_id(config_id)
+            times = json.loads(times_json)
+        except (ValueError, TypeError):
+            return None
+        if spec is not None and check_config(config, spec, dtype, (m, n, k)) is not None:
+            return None
+        return TuningEntry(m, n, k, dtype, str(device), str(template_hash), str(costlearn_version), config,
+                           how, float(time_us), times, source, updated)
+
+    def put(self, entry: TuningEntry) -> bool:
+        """Store an entry; a measured entry is never replaced by a predicted
+        one.
+
+        Returns
+        -------
+        bool
+            True if the entry was written.
+
+        Raises
+        ------
+        ValueError
+            If ``how`` is not one of :data:`HOW`, the time is not finite and
+            positive, or the shape or dtype is invalid.
+        """
+        check_shape(entry.m, entry.n, entry.k, entry.dtype)
+        if entry.how not in HOW:
+            raise ValueError(f"how={entry.how!r}; allowed: {HOW}")
+        if not (entry.time_us > 0 and entry.time_us != float("inf")):
+            raise ValueError(f"time_us={entry.time_us!r}; must be finite and > 0")
+        stamp = entry.updated or datetime.now(timezone.utc).isoformat(timespec="seconds")
+        values = (int(entry.m), int(entry.n), int(entry.k), entry.dtype, entry.device, entry.template_hash,
+                  entry.costlearn_version, entry.config.config_id, entry.how, float(entry.time_us),
+                  json.dumps({str(a): float(b) for a, b in entry.times_us.items()}, sort_keys=True),
+                  entry.source, stamp)
+        return bool(self._run(lambda c: c.execute(_UPSERT, values).rowcount))
+
+    def entries(self) -> list[TuningEntry]:
+        """Every stored entry (all versions), oldest first."""
+        rows = self._run(lambda c: c.execute(
+            "SELECT m, n, k, dtype, device, template_hash, costlearn_version, config_id, how, time_us, "
+            "times_json, source, updated FROM tuned ORDER BY updated").fetchall())
+        out = []
+        for r in rows:
+            try:
+                out.append(TuningEntry(*r[:7], TileConfig.from_id(r[7]), r[8], float(r[9]), json.loads(r[10]),
+                                       r[11], r[12]))
+            except (ValueError, TypeError):
+                continue
+        return out
+

@@ -1,0 +1,89 @@
+"""costlearn dispatch: the selector's Python module and C header agree with
+the fitted Dispatch, launch only fitting configs, and bad ranges are refused."""
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from costlearn.dispatch import evaluate_dispatch, fit_dispatch, parse_range
+from costlearn.predict import Predictor
+from costlearn.space import tile_fits_problem
+
+RANGES = {"M": (1, 256), "N": (64, 512), "K": (64, 512)}
+
+
+@pytest.fixture(scope="module")
+def fitted(model_dir):
+    pred = Predictor(model_dir)
+    return pred, fit_dispatch(pred, RANGES, max_configs=3, samples=400)
+
+
+def _probe(n=400, seed=5):
+    rng = np.random.default_rng(seed)
+    return [tuple(int(rng.integers(lo, hi + 1)) for lo, hi in RANGES.values()) for _ in range(n)]
+
+
+def test_selector_is_small_and_beats_one_config_for_all(fitted):
+    _, d = fitted
+    assert 1 <= len(d.configs) <= 3
+    q = d.predicted
+    assert q["subset_geomean"] <= q["selector_geomean"] <= q["single_best_geomean"]
+
+
+def test_selector_only_launches_configs_that_fit(fitted):
+    pred, d = fitted
+    for m, n, k in _probe():
+        c = d.select(m, n, k)
+        assert tile_fits_problem(c.block_m, c.block_n, c.block_k, m, n, k, warp_size=pred.spec.warp_size)
+
+
+def test_emitted_python_and_c_agree_with_the_dispatch(fitted, tmp_path):
+    _, d = fitted
+    py, h, js = d.write(tmp_path, "pick")
+    spec = importlib.util.spec_from_file_location("pick", py)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    probe = _probe()
+    want = [d.select_index(*s) for s in probe]
+    assert [mod.pick(*s) for s in probe] == want
+    assert [c["config_id"] for c in mod.CONFIGS] == [c.config_id for c in d.configs]
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    src = tmp_path / "t.c"
+    src.write_text('#include "pick.h"\n#include <stdio.h>\nint main(void) { long long m, n, k;\n'
+                   '  while (scanf("%lld %lld %lld", &m, &n, &k) == 3) printf("%d\\n", pick(m, n, k));\n'
+                   "  return 0; }\n")
+    subprocess.run([cc, "-std=c99", "-Wall", "-Werror", "-I", str(tmp_path), "-o", str(tmp_path / "t"), str(src)],
+                   check=True)
+    out = subprocess.run([str(tmp_path / "t")], input="\n".join(f"{m} {n} {k}" for m, n, k in probe),
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert [int(v) for v in out] == want
+
+
+def test_evaluation_scores_measured_shapes_in_range(fitted, dataset_dir):
+    from costlearn.dataset import load, valid_rows
+    pred, d = fitted
+    rows = valid_rows(load(dataset_dir / "eval")[0])
+    ev = evaluate_dispatch(d, pred, rows)
+    assert len(ev) >= 1
+    assert all(RANGES["M"][0] <= m <= RANGES["M"][1] for m in ev["m"])
+    assert (ev[["selector_regret", "model_regret", "single_regret"]].dropna() >= 0).all().all()
+
+
+@pytest.mark.parametrize("text", ["0:10", "10:5", "a:b", "1:2:3", "", "-4"])
+def test_bad_ranges_say_what_is_allowed(text):
+    with pytest.raises(ValueError, match="LO:HI"):
+        parse_range(text, "M")
+
+
+def test_bad_settings_are_refused(fitted):
+    pred, _ = fitted
+    with pytest.raises(ValueError, match="max_configs=9"):
+        fit_dispatch(pred, RANGES, max_configs=9)
+    with pytest.raises(ValueError, match="cover every shape"):
+        fit_dispatch(pred, {"M": (1, 1024), "N": (1, 1024), "K": (1, 1024)}, max_configs=1, samples=200)
