@@ -18,5 +18,6 @@ def __getattr__(name):
     # The predictor pulls in xgboost; load it on first use only.
     if name in ("predict_best", "Prediction"):
         from . import predict
-        return getattr(predict, name)
+        value = globals()[name] = getattr(predict, name)   # later lookups skip this hook
+        return value
     raise AttributeError(f"module 'costlearn' has no attribute {name!r}")

@@ -202,9 +202,10 @@ def cmd_predict(args) -> int:
 def cmd_dispatch(args) -> int:
     import numpy as np
 
-    from .dispatch import evaluate_dispatch, fit_dispatch, parse_range
+    from .dispatch import check_name, evaluate_dispatch, fit_dispatch, parse_range
     from .predict import Predictor, _resolve
     ranges = {d: parse_range(getattr(args, d.lower()), d) for d in "MNK"}
+    check_name(args.name)
     folder = _resolve(args.model, "float32", args.models)
     pred = Predictor(folder)
     d = fit_dispatch(pred, ranges, max_configs=args.configs, samples=args.samples, max_depth=args.depth,
@@ -229,7 +230,7 @@ def cmd_dispatch(args) -> int:
         if backend.spec.slug != pred.spec.slug:
             raise ValueError(f"the model is for {pred.spec.name}, this device is {backend.spec.name}; "
                              "measure on the model's device")
-        fresh = [s for s in range_shapes(ranges, 4 * args.measure, args.seed + 1000)
+        fresh = [s for s in range_shapes(ranges, 4 * args.measure, args.seed + 1000, corners=False)
                  if tuple(s) not in {tuple(x) for x in pred.envelope.shapes} and pred._feasible(*s).any()]
         collect(backend, eval_dir, budget_s=args.budget, dtype=pred.dtype, shapes=fresh[:args.measure],
                 pool=pred.artifact.candidate_configs(), configs_per_shape=len(pred._configs), seed=args.seed)
@@ -337,6 +338,7 @@ def cmd_run(args) -> int:
     args.shape = [1, 1024, 1024, 64, 64, 64, 300, 200, 500] if cpu else \
         [1, 4096, 4096, 4096, 4096, 4096, 8, 8192, 1024]
     args.dtype, args.top_k, args.json = "float32", 3, False
+    args.measure_top_k, args.tuning_db = 0, None
     cmd_predict(args)
     print(f"== evaluate  [t={time.perf_counter() - t0:.0f}s]", flush=True)
     args.data = data_root

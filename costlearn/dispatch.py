@@ -34,7 +34,8 @@ import pandas as pd
 
 from .space import TILE_VALUES, TileConfig, tile_fits_problem
 
-__all__ = ["Dispatch", "fit_dispatch", "evaluate_dispatch", "parse_range", "range_shapes", "MAX_CONFIGS"]
+__all__ = ["Dispatch", "fit_dispatch", "evaluate_dispatch", "parse_range", "range_shapes", "check_name",
+           "MAX_CONFIGS"]
 
 MAX_CONFIGS = 4
 
@@ -47,11 +48,9 @@ def parse_range(text: str, name: str) -> tuple[int, int]:
     ValueError
         If the text is not of that form (the message names ``name``).
     """
-    parts = str(text).split(":")
-    try:
-        lo, hi = (int(parts[0]), int(parts[-1])) if len(parts) in (1, 2) else (0, -1)
-    except ValueError:
-        lo, hi = 0, -1
+    import re
+    got = re.fullmatch(r"(\d+)(?::(\d+))?", str(text))
+    lo, hi = (int(got.group(1)), int(got.group(2) or got.group(1))) if got else (0, -1)
     if not 1 <= lo <= hi < 2**31:
         raise ValueError(f"{name} range {text!r}; expected LO:HI with 1 <= LO <= HI < 2**31 (e.g. 1:4096), "
                          "or a single extent")
@@ -166,7 +165,8 @@ class Dispatch:
         lines += self._tree_lines("i = {member}", "if ext[{feature}] <= {threshold}:", "else:", None)
         lines += ["    if _fits(CONFIGS[i], m, n, k):", "        return i",
                   "    for j, c in enumerate(CONFIGS):       # smallest block tile first",
-                  "        if _fits(c, m, n, k):", "            return j", "    return i", ""]
+                  "        if _fits(c, m, n, k):", "            return j",
+                  "    return i    # no member fits (outside the ranges): correct, but slower", ""]
         return "\n".join(lines)
 
     def c_header(self, name: str = "select_tile") -> str:
@@ -194,19 +194,28 @@ class Dispatch:
                   f"    if (cap_k < {floor_k}) cap_k = {floor_k};",
                   f"    return c->block_m <= {name}_next_pow2(m) && c->block_n <= cap_n && c->block_k <= cap_k;",
                   "}", "",
-                  "/* Index into the configs of the config to launch for C[m,n] = A[m,k] @ B[k,n]. */",
+                  "/* Index into the configs of the config to launch for C[m,n] = A[m,k] @ B[k,n]. C99. */",
                   f"static inline int {name}(long long m, long long n, long long k) {{",
                   "    const long long ext[3] = {m, n, k};", "    int i;"]
         lines += self._tree_lines("i = {member};", "if (ext[{feature}] <= {threshold}LL) {{", "}} else {{", "}}")
         lines += [f"    if ({name}_fits(&{name}_configs[i], m, n, k)) return i;",
                   f"    for (int j = 0; j < {len(self.configs)}; ++j)  /* smallest block tile first */",
                   f"        if ({name}_fits(&{name}_configs[j], m, n, k)) return j;",
-                  "    return i;", "}", "", f"#endif  /* {guard} */", ""]
+                  "    return i;  /* no member fits (outside the ranges): correct, but slower */", "}", "",
+                  f"#endif  /* {guard} */", ""]
         return "\n".join(lines)
 
     def write(self, folder, name: str = "select_tile") -> list[Path]:
         """Write ``{name}.py``, ``{name}.h`` and ``dispatch.json`` into
-        ``folder`` (created)."""
+        ``folder`` (created).
+
+        Raises
+        ------
+        ValueError
+            If ``name`` is not an identifier valid in both Python and C (and
+            no keyword of either).
+        """
+        check_name(name)
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         out = [folder / f"{name}.py", folder / f"{name}.h", folder / "dispatch.json"]
@@ -216,14 +225,39 @@ class Dispatch:
         return out
 
 
-def range_shapes(ranges: dict, n: int, seed: int) -> list[tuple[int, int, int]]:
-    """Up to ``n`` distinct shapes log-uniform in ``ranges`` (inclusive), seeded."""
+_C_KEYWORDS = frozenset(
+    "auto break case char const continue default do double else enum extern float for goto if inline int long "
+    "register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while "
+    "_Bool _Complex _Imaginary bool true false".split())
+
+
+def check_name(name) -> str:
+    """A selector name: an ASCII identifier valid in Python and C, not a
+    keyword of either.
+
+    Raises
+    ------
+    ValueError
+        Naming the value and the rule.
+    """
+    import keyword
+    if not isinstance(name, str) or not name.isascii() or not name.isidentifier() or keyword.iskeyword(name) \
+            or name in _C_KEYWORDS:
+        raise ValueError(f"name={name!r}; must be an ASCII identifier valid in Python and C (letters, digits, _; "
+                         "not starting with a digit; not a keyword), e.g. select_tile")
+    return name
+
+
+def range_shapes(ranges: dict, n: int, seed: int, corners: bool = True) -> list[tuple[int, int, int]]:
+    """Distinct shapes drawn log-uniformly in ``ranges`` (inclusive, seeded),
+    after the 8 corners of the ranges when ``corners``; ``n`` at most."""
     rng = np.random.default_rng([seed, 21])
     lo = np.log([ranges[d][0] for d in "MNK"])
     hi = np.log([ranges[d][1] + 0.499 for d in "MNK"])
     a = np.clip(np.round(np.exp(rng.uniform(lo, hi, size=(n, 3)))).astype(np.int64),
                 [ranges[d][0] for d in "MNK"], [ranges[d][1] for d in "MNK"])
-    return list(dict.fromkeys(tuple(int(v) for v in s) for s in a))
+    first = list(itertools.product(*(ranges[d] for d in "MNK"))) if corners else []
+    return list(dict.fromkeys(first + [tuple(int(v) for v in s) for s in a]))[:n]
 
 
 def _tree_dict(clf) -> dict:

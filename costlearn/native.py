@@ -60,18 +60,38 @@ _LIB_TRIED = False
 _LIB_LOCK = threading.Lock()
 
 
+_SYMBOLS = ("costlearn_forest_predict", "costlearn_shape_features", "costlearn_nearest", "costlearn_rank")
+
+
 def _compilers() -> list[list[str]]:
     """``$CC``, the compiler Python was built with, ``cc``: in that order,
-    without repeats."""
+    without repeats; a command that does not parse is skipped."""
     out = []
     for cmd in (os.environ.get("CC"), sysconfig.get_config_var("CC"), "cc"):
-        args = shlex.split(cmd) if cmd else []
+        try:
+            args = shlex.split(cmd) if cmd else []
+        except ValueError:
+            continue
         if args and args not in out:
             out.append(args)
     return out
 
 
-def _compile(target: Path) -> None:
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _load(path: Path):
+    """Load a built library and check it has every symbol."""
+    lib = ctypes.CDLL(str(path))
+    for name in _SYMBOLS:
+        getattr(lib, name)                  # AttributeError if missing
+    return lib
+
+
+def _compile(target: Path):
+    """Build into a temporary file, load it (every symbol present), then move
+    it into place with a sha256 file beside it; return the loaded library."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
@@ -81,12 +101,18 @@ def _compile(target: Path) -> None:
             try:
                 subprocess.run(cc + list(FLAGS) + ["-o", tmp, str(_SOURCE), "-lm"], check=True,
                                capture_output=True, text=True, timeout=120)
-            except (OSError, subprocess.SubprocessError) as e:
+                lib = _load(Path(tmp))
+            except (OSError, AttributeError, subprocess.SubprocessError) as e:
                 errors.append(f"{' '.join(cc)}: {(getattr(e, 'stderr', '') or str(e)).strip()[:300]}")
                 continue
-            os.replace(tmp, target)    # atomic: concurrent processes see a whole file or none
-            return
-        raise OSError("no C compiler worked: " + "; ".join(errors))
+            digest = _digest(Path(tmp))
+            os.replace(tmp, target)         # atomic: concurrent processes see a whole file or none
+            side = target.with_name(target.name + ".sha256")
+            side_tmp = side.with_name(f"{side.name}.{os.getpid()}.tmp")
+            side_tmp.write_text(digest)
+            os.replace(side_tmp, side)
+            return lib
+        raise OSError("no C compiler worked: " + ("; ".join(errors) or "none found"))
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -96,7 +122,10 @@ def library():
     """The compiled hot path (a :class:`ctypes.CDLL`), compiling it on first
     use; None (with one warning) where it cannot be built or loaded.
 
-    Set ``COSTLEARN_NO_C=1`` to skip it (tests of the fallback use this)."""
+    A cached library is used only if its sha256 matches the one recorded when
+    it was built (a damaged file would crash the process on load); otherwise
+    it is rebuilt. Set ``COSTLEARN_NO_C=1`` to skip it (tests of the fallback
+    use this)."""
     global _LIB, _LIB_TRIED
     with _LIB_LOCK:
         if _LIB_TRIED:
@@ -104,18 +133,23 @@ def library():
         _LIB_TRIED = True
         if os.environ.get("COSTLEARN_NO_C"):
             return None
-        tag = hashlib.sha256(_SOURCE.read_bytes() + repr(FLAGS).encode()
+        tag = hashlib.sha256(_SOURCE.read_bytes() + repr(FLAGS).encode() + repr(_compilers()).encode()
                              + f"{platform.system()}-{platform.machine()}".encode()).hexdigest()[:16]
         target = cache_dir() / f"native-{tag}.so"
+        side = target.with_name(target.name + ".sha256")
+        lib = None
         try:
-            if not target.exists():
-                _compile(target)
-            lib = ctypes.CDLL(str(target))
+            try:
+                if side.read_text().strip() == _digest(target):
+                    lib = _load(target)
+            except (OSError, AttributeError):
+                lib = None                  # missing, damaged or incomplete: build afresh
+            if lib is None:
+                lib = _compile(target)
         except OSError as e:
-            detail = e
-            warnings.warn(f"costlearn: could not build its C hot path into {target} ({detail}); "
-                          "predict_best falls back to numpy and xgboost (same answers, about 5x "
-                          "slower)", RuntimeWarning, stacklevel=3)
+            warnings.warn(f"costlearn: could not build its C hot path into {target} ({e}); "
+                          "predict_best falls back to numpy and xgboost (the full model's answers, about "
+                          "5x slower)", RuntimeWarning, stacklevel=3)
             return None
         P, I32, I64, D = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_double
         lib.costlearn_forest_predict.restype = ctypes.c_int
@@ -128,5 +162,3 @@ def library():
         lib.costlearn_rank.argtypes = [I64, I64, I64, P, I32, I32, ctypes.POINTER(RankContext)]
         _LIB = lib
         return lib
-
-

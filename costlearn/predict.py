@@ -138,10 +138,17 @@ class Predictor:
         self._sha = side.get("model_sha256") or hashlib.sha256(
             (self.artifact.path / "model.ubj").read_bytes()).hexdigest()
         if _forest.library() is not None:
-            self._forest = _forest.FlatForest.cached(self._booster, self._sha)
+            try:
+                self._forest = _forest.FlatForest.cached(self._booster, self._sha)
+            except _forest.ForestError as e:
+                warnings.warn(f"costlearn: {folder}: {e}; using xgboost inplace_predict", RuntimeWarning,
+                              stacklevel=2)
+        if self._forest is not None:
             # The flat forest must give XGBoost's margins; a cache that does not
             # (damaged, or written by other code) is reported and rebuilt.
-            probe = self._features(*(int(v) for v in self.envelope.shapes[len(self.envelope.shapes) // 2]))
+            shapes = self.envelope.shapes
+            probe = np.concatenate([self._features(*(int(v) for v in shapes[i * len(shapes) // 4]))
+                                    for i in range(4)])
             ref = np.asarray(self._booster.inplace_predict(probe, validate_features=False), np.float64)
             if not np.abs(self._forest.predict_margin(probe) - ref).max() <= 1e-3:
                 warnings.warn(f"costlearn: the cached flat forest of {folder} disagrees with its XGBoost model; "
@@ -230,7 +237,7 @@ class Predictor:
         (``costlearn_rank``) where available; numpy and the flat forest (or
         XGBoost) otherwise, which is the reference the tests compare the C
         path to."""
-        keep = self.cascade_keep + max(0, need - 5)
+        keep = self.cascade_keep + max(0, min(need, len(self._configs)) - 5)
         if self._native is not None:
             rc, ref, out_index, out_score, _ = self._context()
             got = self._native[0](m, n, k, mask.ctypes.data, self.cascade_trees if cascade else 0, keep, ref)
@@ -270,11 +277,13 @@ class Predictor:
         path = _forest.cache_dir() / f"cascade-v1-{self._sha[:32]}.json"
         try:
             got = json.loads(path.read_text())
-            trees, keep = int(got["trees"]), int(got["keep"])
-            if 0 <= trees < self._forest.n_trees and 0 <= keep <= len(self._configs):
+            trees, keep = got["trees"], got["keep"]
+            if type(trees) is int and type(keep) is int and got.get("model_sha256") == self._sha \
+                    and ((trees, keep) == (0, 0) or (0 < trees < self._forest.n_trees
+                                                     and 5 <= keep <= len(self._configs))):
                 return trees, keep
-        except (OSError, ValueError, KeyError, TypeError):
-            pass                        # unreadable or damaged: calibrate again
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass                        # unreadable, damaged or another model's: calibrate again
         grid_trees, grid_keep = self.CASCADE_GRID
         total = self._forest.n_trees
         shapes = np.asarray(self.envelope.shapes)
@@ -302,7 +311,8 @@ class Predictor:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"trees": best[0], "keep": best[1], "shapes": len(cases)}))
+            tmp.write_text(json.dumps({"trees": best[0], "keep": best[1], "shapes": len(cases),
+                                       "model_sha256": self._sha}))
             os.replace(tmp, path)
         except OSError:
             pass
@@ -327,7 +337,12 @@ class Predictor:
             Predicted times, microseconds.
         """
         m, n, k, _ = check_shape(m, n, k, self.dtype)
-        mask = self._feasible(m, n, k) if mask is None else np.asarray(mask, bool)
+        if mask is not None:
+            mask = np.ascontiguousarray(mask)
+            if mask.dtype != bool or mask.shape != (len(self._configs),):
+                raise ValueError(f"mask: need a bool array of shape ({len(self._configs)},), got {mask.dtype} "
+                                 f"{mask.shape}")
+        mask = self._feasible(m, n, k) if mask is None else mask
         if not mask.any():
             mask = np.ones(len(self._configs), bool)
         idx, log2_t, _ = self._ranked(m, n, k, mask, len(self._configs), cascade=False)
@@ -337,7 +352,7 @@ class Predictor:
                      measure_top_k: int = 0, backend=None, tuning_db=None) -> Prediction:
         """See :func:`costlearn.predict_best`."""
         if type(m) is int and type(n) is int and type(k) is int and type(top_k) is int and running_on is None \
-                and not measure_top_k and tuning_db is None:
+                and type(measure_top_k) is int and measure_top_k == 0 and backend is None and tuning_db is None:
             hit = self._results.get((m, n, k, top_k, None))
             if hit is not None:
                 return hit
@@ -350,6 +365,8 @@ class Predictor:
         if backend is not None and not hasattr(backend, "spec"):
             raise TypeError(f"backend={backend!r}; must be a costlearn Backend (costlearn.backends.get_backend) "
                             "or None")
+        if running_on is None and backend is not None:
+            running_on = backend.spec
         if measure_top_k or tuning_db is not None:
             return self._tuned(m, n, k, top_k, running_on, measure_top_k, backend, tuning_db)
         return self._predict(m, n, k, top_k, running_on)
@@ -363,18 +380,18 @@ class Predictor:
         if measure_top_k and backend is None:
             backend = _local_backend()
         where = backend.spec if backend is not None else (running_on or self.spec)
-        if running_on is None and backend is not None:
-            running_on = backend.spec
         pred = self._predict(m, n, k, max(top_k, measure_top_k), running_on)
+        source = f"{self.device}/{self.dtype} model {self._sha[:12]}"
         hit = db.get(m, n, k, self.dtype, where.slug, TEMPLATE_HASH, spec=where)
+        if hit is not None and hit.how == "predicted" and not hit.source.startswith(source):
+            hit = None                  # another model's prediction: this model answers for itself
         if hit is not None and (hit.how == "measured" or not measure_top_k):
             measured = tuple(sorted(hit.times_us.items(), key=lambda kv: kv[1])) if hit.how == "measured" else ()
             return dataclasses.replace(pred, config=hit.config, time_us=hit.time_us, top_k=pred.top_k[:top_k],
                                        chosen_by=hit.how, measured_us=measured, from_tuning_db=True)
-        source = f"{self.device}/{self.dtype} model {self._sha[:12]}"
         if not measure_top_k:
-            db.put(TuningEntry(m, n, k, self.dtype, where.slug, TEMPLATE_HASH, __version__, pred.config, "predicted",
-                               pred.time_us, {c.config_id: t for c, t in pred.top_k}, source))
+            _put(db, TuningEntry(m, n, k, self.dtype, where.slug, TEMPLATE_HASH, __version__, pred.config,
+                                 "predicted", pred.time_us, {c.config_id: t for c, t in pred.top_k}, source))
             return dataclasses.replace(pred, top_k=pred.top_k[:top_k])
         configs = [c for c, _ in pred.top_k[:measure_top_k]]
         times = self._measure(backend, (m, n, k), configs)
@@ -384,8 +401,8 @@ class Predictor:
         measured = tuple(sorted(times.items(), key=lambda kv: kv[1]))
         best_id, best_us = measured[0]
         best = next(c for c in configs if c.config_id == best_id)
-        db.put(TuningEntry(m, n, k, self.dtype, where.slug, TEMPLATE_HASH, __version__, best, "measured", best_us,
-                           times, source + f", measured top {measure_top_k}"))
+        _put(db, TuningEntry(m, n, k, self.dtype, where.slug, TEMPLATE_HASH, __version__, best, "measured",
+                             best_us, times, source + f", measured top {measure_top_k}"))
         return dataclasses.replace(pred, config=best, time_us=best_us, top_k=pred.top_k[:top_k], chosen_by="measured",
                                    measured_us=measured)
 
@@ -415,7 +432,12 @@ class Predictor:
         # ranked with the full model: the cascade is calibrated on training
         # shapes, which always have fitting candidates.
         idx, log2_t, nearest = self._ranked(m, n, k, mask, top_k, cascade=any_fits)
-        reasons = self.envelope.reasons(m, n, k, nearest) + self._identity_reasons
+        shape_reasons = self.envelope.reasons(m, n, k, nearest)
+        if shape_reasons and any_fits and self.cascade_trees:
+            # The cascade is calibrated inside the envelope; outside it the
+            # full model ranks (so every path gives the full model's answer).
+            idx, log2_t, _ = self._ranked(m, n, k, mask, top_k, cascade=False)
+        reasons = shape_reasons + self._identity_reasons
         if not any_fits:
             reasons.append(f"no candidate's block tile fits {m}x{n}x{k}; ranked all "
                            f"{len(self._configs)} candidates anyway")
@@ -430,6 +452,15 @@ class Predictor:
                 self._results.clear()
             self._results[(m, n, k, top_k, None)] = pred
         return pred
+
+
+def _put(db, entry) -> None:
+    """Record in the tuning database; a database that cannot be written
+    (read-only, locked) costs the record, not the answer: warn."""
+    try:
+        db.put(entry)
+    except OSError as e:
+        warnings.warn(f"costlearn: not recorded in the tuning database: {e}", RuntimeWarning, stacklevel=4)
 
 
 def _check_count(name: str, v, lo: int) -> int:
@@ -541,7 +572,8 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, top_k: int = 5
         (``chosen_by="measured"``) and write it to the tuning database. A
         shape already measured there is not measured again.
     backend : costlearn.backends.Backend, optional
-        Where to measure; ``get_backend("auto")`` by default.
+        Where to measure; ``get_backend("auto")`` by default. Its device is
+        also ``running_on`` when that is None.
     tuning_db : path or costlearn.tuning_db.TuningDB, optional
         Tuning database to consult first and write to (with
         ``measure_top_k`` the default database,
@@ -576,16 +608,20 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, top_k: int = 5
     """
     # Hot path: a shape this process has answered, plain ints, no options.
     if type(M) is int and type(N) is int and type(K) is int and type(top_k) is int and running_on is None \
-            and not measure_top_k and tuning_db is None and (models_dir is None or type(models_dir) is str) \
-            and (device is None or type(device) is str):
+            and type(measure_top_k) is int and measure_top_k == 0 and backend is None and tuning_db is None \
+            and models_dir is None and (device is None or type(device) is str):
         pred = _CACHE.get((device, dtype, models_dir))
         if pred is not None:
             hit = pred._results.get((M, N, K, top_k, None))
             if hit is not None:
                 return hit
     m, n, k, dtype = check_shape(M, N, K, dtype)
+    if models_dir is not None and not isinstance(models_dir, (str, os.PathLike)):
+        raise TypeError(f"models_dir={models_dir!r}; must be a path (str or pathlib.Path) or None")
+    # A given models_dir is keyed by its absolute path: a relative one means
+    # another folder after a chdir.
     key = (device.slug if isinstance(device, DeviceSpec) else device, dtype,
-           None if models_dir is None else str(models_dir))
+           None if models_dir is None else str(Path(models_dir).resolve()))
     with _LOCK:
         pred = _CACHE.get(key) if isinstance(key[0], (str, type(None))) else None
     if pred is None:

@@ -22,6 +22,7 @@ predicted one.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sqlite3
 import threading
@@ -34,7 +35,7 @@ from . import __version__
 from .native import cache_dir
 from .space import TileConfig, check_config, check_shape
 
-__all__ = ["TuningDB", "TuningEntry", "default_path", "HOW"]
+__all__ = ["TuningDB", "TuningEntry", "TuningDBError", "default_path", "HOW"]
 
 SCHEMA = 1
 HOW = ("predicted", "measured")
@@ -60,6 +61,11 @@ ON CONFLICT (m, n, k, dtype, device, template_hash, costlearn_version) DO UPDATE
     times_json = excluded.times_json, source = excluded.source, updated = excluded.updated
 WHERE excluded.how = 'measured' OR tuned.how = 'predicted'
 """
+
+
+class TuningDBError(OSError):
+    """The file is a database costlearn must not write: a newer schema, or
+    another application's. Left untouched."""
 
 
 def default_path() -> Path:
@@ -131,7 +137,10 @@ class TuningDB:
     TypeError
         If ``path`` is not a str or Path.
     OSError
-        If the folder cannot be created.
+        If the folder cannot be created, or the file cannot be opened or
+        written (a folder at that path, no permission, locked past
+        ``timeout_s``): these leave the file alone; only corruption sets it
+        aside.
     """
 
     def __init__(self, path=None, *, timeout_s: float = 30.0):
@@ -141,6 +150,7 @@ class TuningDB:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.timeout_s = float(timeout_s)
         self.set_aside: list[Path] = []
+        self._generation = 0
         self._local = threading.local()
         self._lock = threading.Lock()
         self._conn()                              # open and check now, not at the first query
@@ -148,43 +158,73 @@ class TuningDB:
     # -- connection and corruption ----------------------------------------
 
     def _open(self) -> sqlite3.Connection:
+        """Open and check the file. Corruption raises a plain
+        ``sqlite3.DatabaseError``; a file this code must not touch (a newer
+        schema, another application's database) raises :class:`TuningDBError`;
+        a file that cannot be opened raises ``sqlite3.OperationalError``."""
         conn = sqlite3.connect(str(self.path), timeout=self.timeout_s, isolation_level=None,
                                check_same_thread=True)
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.timeout_s * 1000)}")
-            conn.execute("PRAGMA journal_mode = WAL")
             check = conn.execute("PRAGMA quick_check").fetchall()
             if check != [("ok",)]:
                 raise sqlite3.DatabaseError("quick_check: " + "; ".join(str(r[0]) for r in check[:3]))
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version not in (0, SCHEMA):
-                raise sqlite3.DatabaseError(f"schema version {version}, this code writes {SCHEMA}")
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if version > SCHEMA:
+                raise TuningDBError(f"{self.path} has tuning-database schema {version}, newer than this "
+                                    f"costlearn's {SCHEMA}: upgrade costlearn or use another file")
+            if tables - {"tuned"} or (version == 0 and tables):
+                raise TuningDBError(f"{self.path} is an SQLite database but not a costlearn tuning database "
+                                    f"(tables {sorted(tables)}); use another file")
+            conn.execute("PRAGMA journal_mode = WAL")
             conn.execute(_CREATE)
             if version == 0:
                 conn.execute(f"PRAGMA user_version = {SCHEMA}")
-        except sqlite3.DatabaseError:
+        except (sqlite3.DatabaseError, TuningDBError):
             conn.close()
             raise
         return conn
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
+        if conn is not None and getattr(self._local, "generation", None) != self._generation:
+            conn.close()                        # another thread set the file aside: reopen
+            conn = self._local.conn = None
         if conn is None:
             try:
-                conn = self._open()
-            except sqlite3.DatabaseError as e:
-                self._set_aside(str(e))
-                conn = self._open()
+                try:
+                    conn = self._open()
+                except sqlite3.OperationalError:
+                    raise                       # cannot open (a folder, no permission): not corruption
+                except sqlite3.DatabaseError as e:
+                    self._set_aside(str(e), None)
+                    conn = self._open()
+            except sqlite3.OperationalError as e:
+                raise OSError(f"cannot use the tuning database {self.path}: {e}") from None
             self._local.conn = conn
+            self._local.generation = self._generation
+            try:
+                self._local.inode = os.stat(self.path).st_ino
+            except OSError:
+                self._local.inode = None
         return conn
 
-    def _set_aside(self, reason: str) -> None:
-        """Move the corrupt file (and its WAL) away, keep it, warn."""
+    def _set_aside(self, reason: str, inode) -> None:
+        """Move the corrupt file (and its WAL) away, keep it, warn. With
+        ``inode`` (the file this thread's connection opened), do nothing if
+        the path now holds another file: someone set it aside already."""
         with self._lock:
             conn = getattr(self._local, "conn", None)
             if conn is not None:
                 conn.close()
                 self._local.conn = None
+            self._generation += 1
+            try:
+                if inode is not None and os.stat(self.path).st_ino != inode:
+                    return
+            except OSError:
+                return
             stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
             target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{os.getpid()}")
             moved = False
@@ -201,14 +241,17 @@ class TuningDB:
                               f"{target}, starting a fresh one", RuntimeWarning, stacklevel=4)
 
     def _run(self, fn):
-        """Run fn(conn); on a corruption error, set the file aside and retry
-        once on a fresh database."""
+        """Run fn(conn); on a corruption error (a plain ``DatabaseError``),
+        set the file aside and retry once on a fresh database."""
         try:
             return fn(self._conn())
+        except sqlite3.OperationalError as e:
+            # Locked past the timeout, read-only, disk full: the file is fine.
+            raise OSError(f"cannot use the tuning database {self.path}: {e}") from None
         except sqlite3.DatabaseError as e:
-            if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
-                raise
-            self._set_aside(str(e))
+            if type(e) is not sqlite3.DatabaseError:
+                raise                               # IntegrityError etc.: a bug, not corruption
+            self._set_aside(str(e), getattr(self._local, "inode", None))
             return fn(self._conn())
 
     def close(self) -> None:
@@ -251,9 +294,10 @@ class TuningDB:
         config_id, how, time_us, times_json, source, updated = row
         try:
             config = TileConfig.from_id(config_id)
-            times = json.loads(times_json)
+            times = _times(json.loads(times_json))
+            time_us = _positive(time_us)
         except (ValueError, TypeError):
-            return None
+            return None                          # a damaged row is a miss
         if spec is not None and check_config(config, spec, dtype, (m, n, k)) is not None:
             return None
         return TuningEntry(m, n, k, dtype, str(device), str(template_hash), str(costlearn_version), config,
@@ -274,16 +318,27 @@ class TuningDB:
             If ``how`` is not one of :data:`HOW`, the time is not finite and
             positive, or the shape or dtype is invalid.
         """
+        if not isinstance(entry, TuningEntry):
+            raise TypeError(f"entry={entry!r}; must be a TuningEntry")
         check_shape(entry.m, entry.n, entry.k, entry.dtype)
         if entry.how not in HOW:
             raise ValueError(f"how={entry.how!r}; allowed: {HOW}")
-        if not (entry.time_us > 0 and entry.time_us != float("inf")):
-            raise ValueError(f"time_us={entry.time_us!r}; must be finite and > 0")
-        stamp = entry.updated or datetime.now(timezone.utc).isoformat(timespec="seconds")
+        for name in ("device", "template_hash", "costlearn_version", "source"):
+            v = getattr(entry, name)
+            if not isinstance(v, str) or (not v and name != "source"):
+                raise TypeError(f"{name}={v!r}; must be a non-empty str")
+        if not isinstance(entry.config, TileConfig):
+            raise TypeError(f"config={entry.config!r}; must be a TileConfig")
+        try:
+            _positive(entry.time_us)
+            _times(entry.times_us)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{e} (time_us={entry.time_us!r}, times_us={entry.times_us!r})") from None
+        stamp = entry.updated if isinstance(entry.updated, str) and entry.updated else \
+            datetime.now(timezone.utc).isoformat(timespec="seconds")
         values = (int(entry.m), int(entry.n), int(entry.k), entry.dtype, entry.device, entry.template_hash,
                   entry.costlearn_version, entry.config.config_id, entry.how, float(entry.time_us),
-                  json.dumps({str(a): float(b) for a, b in entry.times_us.items()}, sort_keys=True),
-                  entry.source, stamp)
+                  json.dumps(_times(entry.times_us), sort_keys=True), entry.source, stamp)
         return bool(self._run(lambda c: c.execute(_UPSERT, values).rowcount))
 
     def entries(self) -> list[TuningEntry]:
@@ -300,3 +355,20 @@ class TuningDB:
                 continue
         return out
 
+
+
+def _positive(v) -> float:
+    """A finite time > 0 as float, else ValueError/TypeError."""
+    if isinstance(v, bool):
+        raise TypeError(f"time {v!r} is not a number")
+    f = float(v)
+    if not math.isfinite(f) or f <= 0:
+        raise ValueError(f"time {v!r} must be finite and > 0")
+    return f
+
+
+def _times(d) -> dict:
+    """A {config_id: time_us} dict with finite positive times, else error."""
+    if not isinstance(d, dict):
+        raise TypeError(f"times {d!r} must be a dict of config id to microseconds")
+    return {str(a): _positive(b) for a, b in d.items()}

@@ -11,7 +11,8 @@ def test_help_lists_every_command(capsys):
         main(["--help"])
     assert e.value.code == 0
     out = capsys.readouterr().out
-    for cmd in ("collect", "train", "predict", "evaluate", "run"):
+    for cmd in ("collect", "train", "predict", "evaluate", "run", "dispatch", "tuning-db", "compact", "features",
+                "space"):
         assert cmd in out
 
 
@@ -82,3 +83,19 @@ def test_collection_runs_without_xgboost():
 def test_collect_shapes_option_rejects_bad_shapes(capsys, bad, says):
     assert main(["collect", "--device", "opencl", "--shapes", bad, "--budget", "1"]) == 2
     assert says in capsys.readouterr().err
+
+
+@pytest.mark.opencl
+def test_costlearn_run_end_to_end(tmp_path, capsys):
+    """Regression: `costlearn run` (scripts/run_main.sh) crashed at its predict
+    step once predict gained --measure-top-k and --tuning-db, which `run` did
+    not set."""
+    from conftest import HAS_OPENCL
+    if not HAS_OPENCL:
+        pytest.skip("no OpenCL device")
+    rc = main(["run", "--device", "opencl", "--budget", "10", "--pool", "6", "--eval-shapes", "0",
+               "--eval-budget", "20", "--data", str(tmp_path / "data"), "--models", str(tmp_path / "models")])
+    out = capsys.readouterr().out
+    assert rc == 0, out[-3000:]
+    assert "== predict" in out and "M=1 N=1024 K=1024" in out and "== done in" in out
+    assert "| xgboost |" in out

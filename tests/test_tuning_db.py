@@ -151,3 +151,12 @@ def test_measure_top_k_measures_on_the_device_and_records(model_dir, tmp_path):
     assert p.config.config_id == p.measured_us[0][0] and p.time_us == p.measured_us[0][1] > 0
     again = pred.predict_best(48, 64, 96, measure_top_k=3, backend=backend, tuning_db=db)
     assert again.from_tuning_db and again.config == p.config and again.time_us == p.time_us
+
+
+def test_a_folder_or_unwritable_path_is_an_error_not_corruption(tmp_path):
+    """Regression: an OperationalError (cannot open) must not rename the path aside."""
+    folder = tmp_path / "db"
+    folder.mkdir()
+    with pytest.raises(OSError, match="cannot use the tuning database"):
+        TuningDB(folder)
+    assert folder.is_dir() and not list(tmp_path.glob("db.corrupt-*"))

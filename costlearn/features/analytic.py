@@ -209,7 +209,9 @@ SHAPE_FEATURES = (
     "log2_roofline_time_us", "log2_roofline_corrected_time_us", "roofline_compute_bound",
 )
 """The other features, computed by :func:`shape_arrays`, in the order of
-``costlearn_shape_features`` in ``costlearn/_native.c``."""
+``costlearn_shape_features`` in ``costlearn/_native.c`` (which writes exactly
+18)."""
+assert len(SHAPE_FEATURES) == 18 and set(SHAPE_FEATURES) | set(CONFIG_FEATURES) == set(FEATURE_NAMES)
 
 
 def config_arrays(rows, spec: DeviceSpec, dtypes) -> dict:

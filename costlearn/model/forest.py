@@ -22,6 +22,7 @@ float32, so margins agree to about 1e-6 (the predictor checks 1e-4 against
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -130,8 +131,9 @@ class FlatForest:
         """:meth:`from_booster`, through a cache of the flat arrays in
         :func:`cache_dir` keyed by the model file's sha256 (flattening parses
         the booster's JSON: about 0.15 s for the committed model; the cache
-        loads in about 1 ms). A cache file that cannot be read or fails
-        :meth:`validate` is rebuilt, as is any with ``rebuild``."""
+        loads in about 1 ms). The file stores a sha256 of its arrays; one
+        that cannot be read, whose digest or feature count differs, or that
+        fails :meth:`validate` is rebuilt, as is any with ``rebuild``."""
         path = cache_dir() / f"forest-v{FORMAT}-{model_sha256[:32]}.npz"
         try:
             if rebuild:
@@ -139,9 +141,12 @@ class FlatForest:
             with np.load(path) as z:
                 forest = cls(z["nodes"], z["leaf_value"], z["roots"], z["depths"],
                              float(z["base_score"]), int(z["n_features"]))
+                stored = str(z["digest"])
+            if stored != forest.digest() or forest.n_features != booster.num_features():
+                raise ValueError("flat forest cache does not match its digest or the model")
             forest.validate()
             return forest
-        except (OSError, KeyError, ValueError, EOFError, zipfile.BadZipFile):
+        except (OSError, KeyError, ValueError, TypeError, EOFError, zipfile.BadZipFile):
             pass
         forest = cls.from_booster(booster)
         tmp = None
@@ -150,7 +155,8 @@ class FlatForest:
             fd, tmp = tempfile.mkstemp(suffix=".npz", dir=path.parent)
             with os.fdopen(fd, "wb") as f:
                 np.savez(f, nodes=forest.nodes, leaf_value=forest.leaf_value, roots=forest.roots,
-                         depths=forest.depths, base_score=forest.base_score, n_features=forest.n_features)
+                         depths=forest.depths, base_score=forest.base_score, n_features=forest.n_features,
+                         digest=forest.digest())
             os.replace(tmp, path)
         except OSError:
             pass                       # a read-only cache only costs time
@@ -158,6 +164,14 @@ class FlatForest:
             if tmp is not None and os.path.exists(tmp):
                 os.unlink(tmp)
         return forest
+
+    def digest(self) -> str:
+        """sha256 of the arrays, base score and feature count."""
+        h = hashlib.sha256()
+        for a in (self.nodes, self.leaf_value, self.roots, self.depths):
+            h.update(a.tobytes())
+        h.update(repr((self.base_score, self.n_features)).encode())
+        return h.hexdigest()
 
     def validate(self) -> None:
         """Check that every index the C walk follows stays inside the arrays

@@ -21,7 +21,7 @@ static inline int select_tile_fits(const select_tile_config *c, long long m, lon
     return c->block_m <= select_tile_next_pow2(m) && c->block_n <= cap_n && c->block_k <= cap_k;
 }
 
-/* Index into the configs of the config to launch for C[m,n] = A[m,k] @ B[k,n]. */
+/* Index into the configs of the config to launch for C[m,n] = A[m,k] @ B[k,n]. C99. */
 static inline int select_tile(long long m, long long n, long long k) {
     const long long ext[3] = {m, n, k};
     int i;
@@ -37,7 +37,7 @@ static inline int select_tile(long long m, long long n, long long k) {
     if (select_tile_fits(&select_tile_configs[i], m, n, k)) return i;
     for (int j = 0; j < 3; ++j)  /* smallest block tile first */
         if (select_tile_fits(&select_tile_configs[j], m, n, k)) return j;
-    return i;
+    return i;  /* no member fits (outside the ranges): correct, but slower */
 }
 
 #endif  /* COSTLEARN_SELECT_TILE_H */

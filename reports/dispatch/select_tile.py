@@ -34,4 +34,4 @@ def select_tile(m, n, k):
     for j, c in enumerate(CONFIGS):       # smallest block tile first
         if _fits(c, m, n, k):
             return j
-    return i
+    return i    # no member fits (outside the ranges): correct, but slower
