@@ -1,12 +1,15 @@
 """The predictor's hot path in C (``_native.c``): compiled once per machine,
 loaded with :mod:`ctypes`, with numpy twins as the reference and fallback.
 
-The source is compiled with the C compiler Python was built with
-(``sysconfig`` ``CC``, else ``cc``; ``-O2 -ffp-contract=off``) into the user
-cache (:func:`cache_dir`), under a name keyed by the source's hash and the
-platform, written atomically so that concurrent processes never load half a
-file. Where no compiler works, :func:`library` warns once and returns None;
-callers then use numpy and XGBoost (same answers, about 5x slower).
+The source is compiled with ``$CC``, else the C compiler Python was built
+with (``sysconfig`` ``CC``), else ``cc`` (``-O2 -ffp-contract=off``), into the
+user cache (:func:`cache_dir`), under a name keyed by the source's hash, the
+flags, the compilers and the platform. A build is loaded and checked for
+every symbol before it is moved into place (atomically, with its sha256
+beside it); a cached file whose sha256 differs is rebuilt, never loaded.
+Where no compiler works, :func:`library` warns once and returns None;
+callers then use numpy and XGBoost (the full model, no cascade: the same
+answers up to the cascade's rare misses, about 5x slower).
 """
 from __future__ import annotations
 

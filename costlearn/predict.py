@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
+from . import __version__, native
 from .codegen import TEMPLATE_HASH
 from .device import DeviceSpec
 from .features import CandidateFeatures
@@ -137,7 +137,7 @@ class Predictor:
         self._forest = None
         self._sha = side.get("model_sha256") or hashlib.sha256(
             (self.artifact.path / "model.ubj").read_bytes()).hexdigest()
-        if _forest.library() is not None:
+        if native.library() is not None:
             try:
                 self._forest = _forest.FlatForest.cached(self._booster, self._sha)
             except _forest.ForestError as e:
@@ -274,7 +274,7 @@ class Predictor:
         sha256 (about 0.1 s the first time)."""
         if self._forest is None:
             return 0, 0
-        path = _forest.cache_dir() / f"cascade-v1-{self._sha[:32]}.json"
+        path = native.cache_dir() / f"cascade-v1-{self._sha[:32]}.json"
         try:
             got = json.loads(path.read_text())
             trees, keep = got["trees"], got["keep"]

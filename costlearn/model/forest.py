@@ -11,7 +11,7 @@ leaves self-looping) walks every tree in exactly its depth in branch-free
 steps with the candidates interleaved, which is what makes the difference.
 
 The C file is compiled once per machine (:mod:`costlearn.native`); where
-there is no C compiler the predictor uses ``inplace_predict`` (same answers,
+there is no C compiler the predictor uses ``inplace_predict`` (the same model,
 slower).
 
 Decision rule, as XGBoost's: the first (``yes``) child when
