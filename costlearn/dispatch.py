@@ -102,6 +102,10 @@ class Dispatch:
         return self.configs[self.select_index(m, n, k)]
 
     def select_index(self, m: int, n: int, k: int) -> int:
+        """Index into :attr:`configs` of the member launched for extents
+        (m, n, k): the tree's pick if its block tile fits, else the first
+        member that fits, else the tree's pick (what the emitted selectors
+        do)."""
         t, node, ext = self.tree, 0, (m, n, k)
         while t["feature"][node] >= 0:
             node = t["left"][node] if ext[t["feature"][node]] <= t["threshold"][node] else t["right"][node]

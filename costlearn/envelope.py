@@ -29,12 +29,7 @@ by the predictor against the artifact's sidecar.
 """
 from __future__ import annotations
 
-import math
-import threading
-
 import numpy as np
-
-from . import native
 
 __all__ = ["fit_envelope", "Envelope", "shape_reasons", "embed", "RANGE_MARGIN_LOG2",
            "CALIBRATION_QUANTILE", "CALIBRATION_FOLDS", "ENVELOPE_VERSION"]
@@ -91,8 +86,8 @@ def fit_envelope(shapes, seed: int = 0) -> dict:
     -------
     dict
         JSON-ready: ``version``, ``min``/``max`` extents per dimension,
-        ``shapes`` (the distinct training shapes), ``density_threshold``
-        (distance in :func:`embed` space) and ``calibration`` (quantile,
+        ``shapes`` (the distinct training shapes), ``density_threshold_log2``
+        (distance in :func:`embed` space, doublings) and ``calibration`` (quantile,
         folds, the held-out distance quantiles p50/p90/p99).
 
     Raises
@@ -116,7 +111,7 @@ def fit_envelope(shapes, seed: int = 0) -> dict:
     return dict(version=ENVELOPE_VERSION,
                 min=dict(M=int(a[:, 0].min()), N=int(a[:, 1].min()), K=int(a[:, 2].min())),
                 max=dict(M=int(a[:, 0].max()), N=int(a[:, 1].max()), K=int(a[:, 2].max())),
-                shapes=a.tolist(), density_threshold=thr, calibration=cal)
+                shapes=a.tolist(), density_threshold_log2=thr, calibration=cal)
 
 
 class Envelope:
@@ -140,39 +135,22 @@ class Envelope:
         self.envelope = envelope
         self.shapes = envelope["shapes"]
         self._points = np.ascontiguousarray(embed(self.shapes))
-        self.threshold = float(envelope["density_threshold"])
+        self.threshold_log2 = float(envelope["density_threshold_log2"])
         lo = np.array([envelope["min"][d] for d in "MNK"], np.float64)
         hi = np.array([envelope["max"][d] for d in "MNK"], np.float64)
         self._lo, self._hi = lo * 2.0 ** -RANGE_MARGIN_LOG2, hi * 2.0 ** RANGE_MARGIN_LOG2
         self._bounds = [(name, int(a), int(b), lo_, hi_) for name, a, b, lo_, hi_ in
                         zip("MNK", lo, hi, self._lo, self._hi)]
-        self._embed_t = _EMBED.T.tolist()
-        self._lib = native.library()
-        self._q = np.zeros(3)
-        self._d2 = np.zeros(1)
-        self._c_args = (self._points.ctypes.data, len(self._points), self._q.ctypes.data, self._d2.ctypes.data)
-        self._lock = threading.Lock()
 
-    def nearest_numpy(self, m: int, n: int, k: int) -> tuple[tuple, float]:
-        """:meth:`nearest` by numpy: the reference and fallback."""
+    def nearest(self, m: int, n: int, k: int) -> tuple[tuple, float]:
+        """The nearest training shape and its distance in log-shape and
+        aspect space, in doublings (log2 units). The predictor gets the same
+        from ``costlearn_rank`` in ``_native.c`` (a test holds them equal)."""
         q = embed((m, n, k))[0]
         diff = self._points - q
         d2 = np.einsum("ij,ij->i", diff, diff)
         i = int(d2.argmin())
         return tuple(self.shapes[i]), float(np.sqrt(d2[i]))
-
-    def nearest(self, m: int, n: int, k: int) -> tuple[tuple, float]:
-        """The nearest training shape and its distance (log-shape and aspect
-        space, doublings); by ``costlearn_nearest`` in ``_native.c`` where
-        the C library is available."""
-        if self._lib is None:
-            return self.nearest_numpy(m, n, k)
-        x = (math.log2(m), math.log2(n), math.log2(k))
-        with self._lock:                       # the query buffers are shared
-            self._q[:] = [sum(a * b for a, b in zip(x, col)) for col in self._embed_t]
-            i = self._lib.costlearn_nearest(*self._c_args)
-            d2 = float(self._d2[0])
-        return tuple(self.shapes[i]), math.sqrt(d2)
 
     def reasons(self, m: int, n: int, k: int, nearest: tuple | None = None) -> list[str]:
         """Reasons (in words, with numbers) why shape (m, n, k) is outside
@@ -195,9 +173,9 @@ class Envelope:
             near, dist = self.nearest(m, n, k)
         else:
             near, dist = tuple(self.shapes[nearest[0]]), nearest[1]
-        if dist > self.threshold:
+        if dist > self.threshold_log2:
             out.append(f"nearest trained shape {near} is {dist:.2f} doublings away in log-shape and "
-                       f"aspect space (threshold {self.threshold:.2f}, the "
+                       f"aspect space (threshold {self.threshold_log2:.2f}, the "
                        f"{self.envelope['calibration']['quantile']:.0%} quantile on held-out training "
                        "shapes)")
         return out

@@ -63,7 +63,7 @@ _LIB_TRIED = False
 _LIB_LOCK = threading.Lock()
 
 
-_SYMBOLS = ("costlearn_forest_predict", "costlearn_shape_features", "costlearn_nearest", "costlearn_rank")
+_SYMBOLS = ("costlearn_forest_predict", "costlearn_shape_features", "costlearn_rank")
 
 
 def _compilers() -> list[list[str]]:
@@ -159,8 +159,6 @@ def library():
         lib.costlearn_forest_predict.argtypes = [P, P, P, P, I32, P, I32, I32, P]
         lib.costlearn_shape_features.restype = None
         lib.costlearn_shape_features.argtypes = [I64, I64, I64, P, P, P, D, D, D, I32, P, P, I32]
-        lib.costlearn_nearest.restype = I32
-        lib.costlearn_nearest.argtypes = [P, I32, P, P]
         lib.costlearn_rank.restype = I32
         lib.costlearn_rank.argtypes = [I64, I64, I64, P, I32, I32, ctypes.POINTER(RankContext)]
         _LIB = lib

@@ -204,9 +204,10 @@ class Predictor:
             return None
         env = self.envelope
         keep_alive = (np.ascontiguousarray(f._template), env._points)
+        s_bytes, peak, bw = f._c_scalars
         const = dict(template=keep_alive[0].ctypes.data, n_cands=f.n_candidates, n_features=len(f.names),
                      block=f._c_block.ctypes.data, slots=f._c_slots.ctypes.data, tile_occ=f._c_occ.ctypes.data,
-                     s=f._c_args[3], peak=f._c_args[4], bw=f._c_args[5], cols=f._c_cols.ctypes.data,
+                     s=s_bytes, peak=peak, bw=bw, cols=f._c_cols.ctypes.data,
                      nodes=forest._ptrs[0], leaf_value=forest._ptrs[1], roots=forest._ptrs[2],
                      depths=forest._ptrs[3], n_trees=forest.n_trees, base=forest.base_score, sign=self._sign,
                      env_points=env._points.ctypes.data, n_env=len(env._points))

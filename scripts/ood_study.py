@@ -114,7 +114,7 @@ def main(argv=None) -> int:
     groups, rates = flag_rates(pred, args.shapes, args.seed)
     cal = env.envelope["calibration"]
     lines = [f"model: {shown}; envelope: {len(env.shapes)} training shapes, density threshold "
-             f"{env.threshold:.2f} doublings (the {cal['quantile']:.0%} quantile of held-out nearest-"
+             f"{env.threshold_log2:.2f} doublings (the {cal['quantile']:.0%} quantile of held-out nearest-"
              f"neighbour distances over {cal['folds']} folds; median {cal.get('heldout_nn_p50', float('nan')):.2f})",
              "", "| shapes | count | flagged | bar |", "|---|---|---|---|"]
     bars = {"drawn like the training shapes": "<= 5%",

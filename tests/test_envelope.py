@@ -22,7 +22,7 @@ def test_threshold_is_the_heldout_quantile():
     shapes = np.round(2 ** rng.uniform(0, 10, (300, 3))).astype(int)
     env = fit_envelope(shapes, seed=3)
     nn = _heldout_nn(embed(np.unique(shapes, axis=0)), 5, 3)
-    assert env["density_threshold"] == pytest.approx(max(0.5, np.quantile(nn, CALIBRATION_QUANTILE)))
+    assert env["density_threshold_log2"] == pytest.approx(max(0.5, np.quantile(nn, CALIBRATION_QUANTILE)))
     assert env["calibration"]["heldout_nn_p99"] == pytest.approx(np.quantile(nn, 0.99))
 
 

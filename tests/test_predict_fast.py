@@ -51,7 +51,7 @@ def test_one_c_call_ranks_like_numpy_and_finds_the_same_nearest_shape(pred, shap
             idx, t, near = pred._ranked(*s, mask, 5, cascade)
             idx2, t2 = pred._ranked_numpy(*s, mask, pred.cascade_keep, cascade)
             assert np.array_equal(idx, idx2) and np.array_equal(t, t2), (s, cascade)
-        want, dist = pred.envelope.nearest_numpy(*s)
+        want, dist = pred.envelope.nearest(*s)
         assert tuple(pred.envelope.shapes[near[0]]) == want and near[1] == pytest.approx(dist, abs=1e-9)
 
 

@@ -103,9 +103,11 @@ class CandidateFeatures:
             self._c_block = np.ascontiguousarray(cfg["_block"], np.int64)
             self._c_slots = np.ascontiguousarray(cfg["_slots"], np.int64)
             self._c_occ = np.ascontiguousarray(cfg["_tile_occ"], np.float64)
+            # element bytes, peak flop per µs, bytes per µs (as in shape_arrays)
+            self._c_scalars = (float(np.asarray(cfg["_s"]).reshape(-1)[0]), spec.peak_gflops * 1e3,
+                               spec.memory_bandwidth_gbps * 1e3)
             self._c_args = (self._c_block.ctypes.data, self._c_slots.ctypes.data, self._c_occ.ctypes.data,
-                            float(np.asarray(cfg["_s"]).reshape(-1)[0]), spec.peak_gflops * 1e3,
-                            spec.memory_bandwidth_gbps * 1e3, self.n_candidates, self._c_cols.ctypes.data)
+                            *self._c_scalars, self.n_candidates, self._c_cols.ctypes.data)
 
     def numpy_features(self, m: int, n: int, k: int) -> np.ndarray:
         """:meth:`__call__` by numpy (``shape_arrays``): the reference the C

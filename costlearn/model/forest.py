@@ -135,19 +135,17 @@ class FlatForest:
         that cannot be read, whose digest or feature count differs, or that
         fails :meth:`validate` is rebuilt, as is any with ``rebuild``."""
         path = cache_dir() / f"forest-v{FORMAT}-{model_sha256[:32]}.npz"
-        try:
-            if rebuild:
-                raise OSError("rebuild requested")
-            with np.load(path) as z:
-                forest = cls(z["nodes"], z["leaf_value"], z["roots"], z["depths"],
-                             float(z["base_score"]), int(z["n_features"]))
-                stored = str(z["digest"])
-            if stored != forest.digest() or forest.n_features != booster.num_features():
-                raise ValueError("flat forest cache does not match its digest or the model")
-            forest.validate()
-            return forest
-        except (OSError, KeyError, ValueError, TypeError, EOFError, zipfile.BadZipFile):
-            pass
+        if not rebuild:
+            try:
+                with np.load(path) as z:
+                    forest = cls(z["nodes"], z["leaf_value"], z["roots"], z["depths"],
+                                 float(z["base_score"]), int(z["n_features"]))
+                    stored = str(z["digest"])
+                if stored == forest.digest() and forest.n_features == booster.num_features():
+                    forest.validate()
+                    return forest
+            except (OSError, KeyError, ValueError, TypeError, EOFError, zipfile.BadZipFile):
+                pass                   # unreadable or damaged: rebuilt below
         forest = cls.from_booster(booster)
         tmp = None
         try:
