@@ -1,21 +1,23 @@
 """costlearn: a learned cost model for GPU matrix-multiply tile selection.
 
-Importing the package needs neither CuPy nor PyOpenCL; a backend's library is
-imported only when that backend is asked for.
+Importing the package needs neither CuPy, PyOpenCL, Triton nor XGBoost; a
+backend's or a model's library is imported only when it is asked for.
 """
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
 from .device import DeviceSpec, preset  # noqa: E402
-from .space import Shape, TileConfig, enumerate_space  # noqa: E402
+from .families import FAMILIES, get_family  # noqa: E402
+from .problem import Problem  # noqa: E402
+from .space import enumerate_space  # noqa: E402
 
-__all__ = ["__version__", "DeviceSpec", "preset", "TileConfig", "Shape", "enumerate_space",
+__all__ = ["__version__", "DeviceSpec", "preset", "Problem", "FAMILIES", "get_family", "enumerate_space",
            "predict_best", "Prediction"]
 
 
 def __getattr__(name):
-    # The predictor pulls in xgboost; load it on first use only.
+    # The predictor loads compiled code on first use; import it lazily.
     if name in ("predict_best", "Prediction"):
         from . import predict
         value = globals()[name] = getattr(predict, name)   # later lookups skip this hook

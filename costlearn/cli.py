@@ -1,7 +1,10 @@
 """Command line: ``costlearn collect | train | predict | evaluate | run | dispatch | tuning-db |
-compact | features | space``.
+compact | features | space | migrate-models``.
 
-Run ``costlearn <command> --help`` for each command's options.
+Each command parses its arguments and calls the library with explicit
+arguments (``run`` calls the same stage functions in turn); choices of
+backends, kernel families, dtypes, feature sets and models come from their
+registries. Run ``costlearn <command> --help`` for each command's options.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ __all__ = ["main"]
 _EPILOG = """\
 typical use, once per device class:
   costlearn collect --budget 600          # measure random shapes x tiles into data/<device>/
-  costlearn train                         # fit models/<device>/float32/ from data/<device>/
+  costlearn train                         # fit models/<device>/<family>/<dtype>/ from data/<device>/
   costlearn predict 1 1024 1024           # best tile for M=1, N=1024, K=1024
   costlearn evaluate                      # measure fresh shapes, print regret vs baselines
 or all four at once:
@@ -56,9 +59,31 @@ def _protocol(args):
                     seed=args.seed)
 
 
+def _backend_choices() -> list[str]:
+    from .backends import MEASURING
+    return ["auto", *MEASURING]
+
+
+def _add_device_arg(p, what: str):
+    p.add_argument("--device", default="auto", choices=_backend_choices(),
+                   help=f"backend {what}; auto = CUDA if CuPy sees a GPU, else OpenCL (default: auto)")
+
+
+def _add_problem_args(p, layout: bool = False):
+    """--family and --dtype (and --layout), choices from the registries."""
+    from .dtypes import dtype_names
+    from .families import FAMILIES
+    from .problem import LAYOUTS
+    p.add_argument("--family", default="gemm", choices=FAMILIES.names(), help="kernel family (default: gemm)")
+    p.add_argument("--dtype", default="float32", choices=dtype_names(),
+                   help="element type of A and B (default: float32)")
+    if layout:
+        p.add_argument("--layout", default="NN", choices=LAYOUTS,
+                       help="A then B: N row-major, T column-major (default: NN)")
+
+
 def _add_measure_args(p, data: str = "data"):
-    p.add_argument("--device", default="auto", choices=["auto", "cuda", "opencl"],
-                   help="backend to measure on; auto = CUDA if CuPy sees a GPU, else OpenCL (default: auto)")
+    _add_device_arg(p, "to measure on")
     p.add_argument("--data", default=data, help=f"dataset root; rows go to <data>/<device>/ (default: {data})")
     p.add_argument("--rounds", type=_positive_int, default=7, help="interleaved timing rounds per candidate (default: 7)")
     p.add_argument("--distribution", default="normal", choices=["normal", "uniform", "sparse"],
@@ -84,9 +109,9 @@ def _add_collect_args(p, budget_s: float):
                    help="largest 2*M*N*K drawn (default: 2**26 on a CPU, none on a GPU)")
 
 
-def _parse_shapes(items) -> list:
+def parse_shapes(items) -> list:
     """``["1,4096,4096", ...]`` -> [(1, 4096, 4096), ...], each checked."""
-    from .space import check_shape
+    from .problem import Problem
     out = []
     for item in items:
         parts = str(item).split(",")
@@ -96,7 +121,7 @@ def _parse_shapes(items) -> list:
             m, n, k = (int(p) for p in parts)
         except ValueError:
             raise ValueError(f"shape {item!r}: M, N, K must be integers") from None
-        out.append(check_shape(m, n, k)[:3])
+        out.append(Problem(m, n, k).shape)
     return out
 
 
@@ -104,24 +129,25 @@ def _is_cpu(spec) -> bool:
     return spec.device_type == "cpu"
 
 
-def cmd_collect(args) -> int:
+def collect_stage(backend, data_root, *, family: str, dtype: str, budget_s: float, pool: int | None,
+                  configs_per_shape: int | None, max_extent: int | None, max_flops: float | None, shapes,
+                  protocol, seed: int, progress: bool):
+    """Collect into ``<data_root>/<device>/`` and print the summary; returns
+    (dataset folder, CollectResult)."""
     from .collect import collect, dataset_summary
     from .sampler import ShapeBounds
-    shapes = _parse_shapes(args.shapes) if getattr(args, "shapes", None) else None
-    be = _backend(args.device)
-    spec = be.spec
+    spec = backend.spec
     cpu = _is_cpu(spec)
     b = ShapeBounds.for_device(cpu)
-    bounds = ShapeBounds(1, b.max_extent if args.max_extent is None else args.max_extent,
-                         b.max_flops if args.max_flops is None else args.max_flops)
-    out = Path(args.data) / spec.slug
-    pool = args.pool if args.pool is not None else (48 if cpu else 160)
-    print(f"device: {spec.name} ({be.name}); dataset: {out}; pool {pool} configs; "
+    bounds = ShapeBounds(1, b.max_extent if max_extent is None else max_extent,
+                         b.max_flops if max_flops is None else max_flops)
+    out = Path(data_root) / spec.slug
+    pool = pool if pool is not None else (48 if cpu else 160)
+    print(f"device: {spec.name} ({backend.name}); dataset: {out}; {family}/{dtype}; pool {pool} configs; "
           f"shapes M,N,K <= {bounds.max_extent}, 2MNK <= {bounds.max_flops:.3g}", file=sys.stderr)
-    res = collect(be, out, budget_s=args.budget, pool_size=pool,
-                  configs_per_shape=pool if args.configs_per_shape is None else args.configs_per_shape,
-                  bounds=bounds, shapes=shapes,
-                  protocol=_protocol(args), seed=args.seed, progress=not args.no_progress)
+    res = collect(backend, out, budget_s=budget_s, family=family, dtype=dtype, pool_size=pool,
+                  configs_per_shape=pool if configs_per_shape is None else configs_per_shape,
+                  bounds=bounds, shapes=shapes, protocol=protocol, seed=seed, progress=progress)
     secs = ", ".join(f"{k} {v:.1f}s" for k, v in res.seconds.items())
     if res.stopped:
         print(f"warning: {res.stopped}; rerun the same command to resume", file=sys.stderr)
@@ -130,70 +156,99 @@ def cmd_collect(args) -> int:
     print(f"noise floor: two timings of the same config in one session differ by {res.noise_floor:.1%} "
           f"(median); spread of a row's samples (p80-p20)/median: {res.spread_frac:.1%} (median)")
     print(f"dataset {out}: {dataset_summary(out)}")
+    return out, res
+
+
+def cmd_collect(args) -> int:
+    shapes = parse_shapes(args.shapes) if args.shapes else None
+    collect_stage(_backend(args.device), args.data, family=args.family, dtype=args.dtype, budget_s=args.budget,
+                  pool=args.pool, configs_per_shape=args.configs_per_shape, max_extent=args.max_extent,
+                  max_flops=args.max_flops, shapes=shapes, protocol=_protocol(args), seed=args.seed,
+                  progress=not args.no_progress)
     return 0
 
 
-def _model_dir(args, dtype="float32") -> Path:
-    from .predict import _resolve
-    return _resolve(args.model, dtype, args.models)
+def _dataset_folder(data: str) -> Path:
+    """A dataset folder, or the one device folder under a data root."""
+    folder = Path(data)
+    if not folder.is_dir():
+        raise ValueError(f"--data {data}: no such folder; collect first (`costlearn collect`)")
+    if not (folder / "device.json").is_file() and not list(folder.glob("part-*.parquet")):
+        subs = sorted(p.parent.name for p in folder.glob("*/device.json"))
+        if len(subs) == 1:
+            return folder / subs[0]
+        raise ValueError(f"--data {data} holds no dataset parts" if not subs else
+                         f"--data {data} holds datasets for {subs}; pass --data {data}/<device>")
+    return folder
+
+
+def train_stage(data, models_root, *, family: str | None, dtype: str | None, model: str, feature_set: str | None):
+    """Train on a dataset folder and print the held-out table; returns the TrainResult."""
+    from .model.artifact import default_models_dir
+    from .train import train
+    folder = _dataset_folder(data)
+    t0 = time.perf_counter()
+    settings = {} if feature_set is None else dict(feature_set=feature_set)
+    res = train(folder, models_root or default_models_dir(), family=family, dtype=dtype, model=model,
+                settings=settings)
+    print(f"trained {model} on {res.rows} {res.family}/{res.dtype} rows over {res.shapes} problems in "
+          f"{time.perf_counter() - t0:.1f}s -> {res.path.parent}")
+    if res.holdout:
+        print("held-out problems (20%, problem-grouped): top-1 regret mean / geomean, top-5 mean, Kendall tau")
+        for name, sm in res.holdout.items():
+            print(f"  {name:<11} {sm['top1_mean']:7.1%} {sm['top1_geomean']:7.1%} {sm['top5_mean']:7.1%} "
+                  f"{sm['kendall_tau']:6.3f}")
+    return res
 
 
 def cmd_train(args) -> int:
-    from .train import train
-    data = Path(args.data)
-    if not data.is_dir():
-        raise ValueError(f"--data {args.data}: no such folder; collect first (`costlearn collect`)")
-    if not (data / "device.json").is_file() and not list(data.glob("part-*.parquet")):
-        subs = sorted(p.parent.name for p in data.glob("*/device.json")) if data.is_dir() else []
-        if len(subs) == 1:
-            data = data / subs[0]
-        else:
-            raise ValueError(f"--data {args.data} holds no dataset parts" if not subs else
-                             f"--data {args.data} holds datasets for {subs}; pass --data {args.data}/<device>")
-    t0 = time.perf_counter()
-    from .model.artifact import default_models_dir
-    res = train(data, args.models or default_models_dir(), feature_set=args.feature_set)
-    print(f"trained on {res.rows} rows over {res.shapes} shapes in {time.perf_counter() - t0:.1f}s "
-          f"-> {res.path.parent}")
-    if res.holdout:
-        print("held-out shapes (20%, shape-grouped): top-1 regret mean / geomean, top-5 mean, Kendall tau")
-        for name, s in res.holdout.items():
-            print(f"  {name:<11} {s['top1_mean']:7.1%} {s['top1_geomean']:7.1%} {s['top5_mean']:7.1%} "
-                  f"{s['kendall_tau']:6.3f}")
+    train_stage(args.data, args.models, family=args.family, dtype=args.dtype, model=args.model,
+                feature_set=args.feature_set)
     return 0
 
 
-def cmd_predict(args) -> int:
+def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_k: int, models_dir,
+                  as_json: bool = False, measure_top_k: int = 0, backend=None, tuning_db=None) -> None:
+    """Predict each (M, N, K) and print it (a JSON object per line with ``as_json``)."""
     from .predict import predict_best
-    from .space import check_shape
-    shapes = args.shape
-    if len(shapes) % 3:
-        raise ValueError(f"give shapes as M N K triples, got {len(shapes)} numbers: {shapes}")
-    triples = [tuple(shapes[i:i + 3]) for i in range(0, len(shapes), 3)]
+    from .problem import Problem
     for t in triples:  # every triple is checked before anything is printed
-        check_shape(*t, args.dtype)
-    backend = _backend(args.device) if args.measure_top_k else None
-    db = None
-    if args.tuning_db is not None or args.measure_top_k:
-        from .tuning_db import TuningDB
-        db = TuningDB(args.tuning_db)
+        Problem(*t, dtype, layout)
     for m, n, k in triples:
-        p = predict_best(m, n, k, dtype=args.dtype, device=args.model, top_k=args.top_k,
-                         models_dir=args.models, measure_top_k=args.measure_top_k, backend=backend, tuning_db=db)
-        if args.json:
-            print(json.dumps(dict(m=p.m, n=p.n, k=p.k, dtype=p.dtype, device=p.device,
-                                  config=p.config.to_dict(), config_id=p.config.config_id,
+        p = predict_best(m, n, k, dtype=dtype, device=device, family=family, layout=layout, top_k=top_k,
+                         models_dir=models_dir, measure_top_k=measure_top_k, backend=backend, tuning_db=tuning_db)
+        if as_json:
+            print(json.dumps(dict(m=p.m, n=p.n, k=p.k, dtype=p.dtype, layout=p.layout, family=p.family,
+                                  device=p.device, config=p.config.to_dict(), config_id=p.config.config_id,
                                   time_us=p.time_us, chosen_by=p.chosen_by, from_tuning_db=p.from_tuning_db,
                                   measured_us=dict(p.measured_us), ood=p.ood, ood_reasons=list(p.ood_reasons),
                                   top_k=[dict(config_id=c.config_id, time_us=t) for c, t in p.top_k])))
             continue
         how = f"{p.chosen_by} {p.time_us:.1f} us" + (" (tuning database)" if p.from_tuning_db else "")
-        print(f"M={p.m} N={p.n} K={p.k} ({p.dtype}, model {p.device}): {p.config.config_id} {how}"
-              + (f"  [OOD: {'; '.join(p.ood_reasons)}]" if p.ood else ""))
+        print(f"M={p.m} N={p.n} K={p.k} ({p.dtype} {p.layout}, {p.family} model {p.device}): {p.config.config_id} "
+              f"{how}" + (f"  [OOD: {'; '.join(p.ood_reasons)}]" if p.ood else ""))
         for rank, (c, t) in enumerate(p.top_k, 1):
             print(f"  {rank:2d}. {c.config_id:<34} {t:10.1f} us predicted")
         if p.measured_us:
             print("  measured: " + ", ".join(f"{cid} {t:.1f} us" for cid, t in p.measured_us))
+
+
+def cmd_predict(args) -> int:
+    shapes = args.shape
+    if len(shapes) % 3:
+        raise ValueError(f"give shapes as M N K triples, got {len(shapes)} numbers: {shapes}")
+    triples = [tuple(shapes[i:i + 3]) for i in range(0, len(shapes), 3)]
+    from .problem import Problem
+    for t in triples:
+        Problem(*t, args.dtype, args.layout)
+    backend = _backend(args.device) if args.measure_top_k else None
+    db = None
+    if args.tuning_db is not None or args.measure_top_k:
+        from .tuning import open_tuning_db
+        db = open_tuning_db(args.tuning_db)
+    predict_stage(triples, device=args.model, family=args.family, dtype=args.dtype, layout=args.layout,
+                  top_k=args.top_k, models_dir=args.models, as_json=args.json, measure_top_k=args.measure_top_k,
+                  backend=backend, tuning_db=db)
     if db is not None and db.set_aside:
         print(f"note: corrupt tuning database set aside as {', '.join(map(str, db.set_aside))}", file=sys.stderr)
     return 0
@@ -203,10 +258,10 @@ def cmd_dispatch(args) -> int:
     import numpy as np
 
     from .dispatch import check_name, evaluate_dispatch, fit_dispatch, parse_range
-    from .predict import Predictor, _resolve
+    from .predict import Predictor, resolve_model
     ranges = {d: parse_range(getattr(args, d.lower()), d) for d in "MNK"}
     check_name(args.name)
-    folder = _resolve(args.model, "float32", args.models)
+    folder = resolve_model(args.model, args.family, args.dtype, args.models)
     pred = Predictor(folder)
     d = fit_dispatch(pred, ranges, max_configs=args.configs, samples=args.samples, max_depth=args.depth,
                      seed=args.seed)
@@ -230,16 +285,19 @@ def cmd_dispatch(args) -> int:
         if backend.spec.slug != pred.spec.slug:
             raise ValueError(f"the model is for {pred.spec.name}, this device is {backend.spec.name}; "
                              "measure on the model's device")
+        known = {tuple(x) for x in pred.envelope.shapes}
         fresh = [s for s in range_shapes(ranges, 4 * args.measure, args.seed + 1000, corners=False)
-                 if tuple(s) not in {tuple(x) for x in pred.envelope.shapes} and pred._feasible(*s).any()]
-        collect(backend, eval_dir, budget_s=args.budget, dtype=pred.dtype, shapes=fresh[:args.measure],
-                pool=pred.artifact.candidate_configs(), configs_per_shape=len(pred._configs), seed=args.seed)
+                 if tuple(s) not in known and pred.feasible(pred.problem(*s)).any()]
+        collect(backend, eval_dir, budget_s=args.budget, family=pred.family, dtype=pred.dtype,
+                shapes=fresh[:args.measure], pool=list(pred.configs), configs_per_shape=len(pred.configs),
+                seed=args.seed)
     if not eval_dir.is_dir():
         print(f"no measurements in {eval_dir} to evaluate the selector on; add --measure N")
     else:
         from .dataset import current_rows, load, noise_floor, valid_rows
         rows = valid_rows(current_rows(load(eval_dir)[0])[0])
-        rows = rows[rows["device_slug"] == pred.spec.slug]
+        rows = rows[(rows["device_slug"] == pred.spec.slug) & (rows["family"] == pred.family)
+                    & (rows["dtype"] == pred.dtype)]
         noise = noise_floor(rows) if len(rows) else float("nan")
         ev = evaluate_dispatch(d, pred, rows, noise_rel=noise if np.isfinite(noise) else 0.0)
         if ev.empty:
@@ -264,89 +322,109 @@ def cmd_dispatch(args) -> int:
 
 
 def cmd_tuning_db(args) -> int:
-    from .tuning_db import TuningDB
-    db = TuningDB(args.path)
+    from .tuning_db import TuningDB, default_path
+    if args.path is None and not default_path().exists():
+        print(f"{default_path()}: no tuning database yet (`costlearn predict ... --measure-top-k K` or "
+              "`--tuning-db PATH` records one)")
+        return 0
+    db = TuningDB(args.path)          # a --path that does not exist is an error: nothing is created
     entries = db.entries()
     print(f"{db.path}: {len(entries)} entries")
     for e in entries[-args.last:]:
-        print(f"  {e.m}x{e.n}x{e.k} {e.dtype} {e.device} {e.config.config_id} {e.how} {e.time_us:.1f} us "
+        print(f"  {e.problem} {e.family} {e.device} {e.config.config_id} {e.how} {e.time_us:.1f} us "
               f"(template {e.template_hash}, costlearn {e.costlearn_version}, {e.updated})")
     return 0
 
 
-def cmd_evaluate(args) -> int:
-    from .evaluate import evaluate, score
-    if getattr(args, "no_measure", False):
-        if not args.out or not args.model:
-            raise ValueError("--no-measure scores measurements already made: give --model and --out DIR")
-        from .dataset import load
-        folder = _model_dir(args)
-        rows, _ = load(args.out)
-        res = score(folder, rows)
-        print(f"scored {len(res.rows)} measurements from {args.out} (nothing measured):")
-        _print_eval(res, args)
-        return 0
-    be = _backend(args.device)
-    if not args.model:
-        args.model = be.spec.slug       # the local device's model
-    folder = _model_dir(args)
-    if args.out:
-        eval_dir = Path(args.out)
-    else:
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        eval_dir = Path(args.data) / folder.parent.name / f"eval-{stamp}"
+def evaluate_stage(backend, folder, eval_dir, *, n_random: int, budget_s: float, protocol, seed: int,
+                   progress: bool, report=None, plots=None):
+    """Measure fresh problems on ``backend`` into ``eval_dir``, score the model
+    in ``folder`` and print (and write) the report; returns the EvalResult."""
+    from .evaluate import evaluate
+    eval_dir = Path(eval_dir)
     if eval_dir.is_dir() and any(eval_dir.glob("part-*.parquet")):
         print(f"resuming the evaluation in {eval_dir}: shapes and configs measured there are not "
               "measured again", file=sys.stderr)
     print(f"fresh measurements go to {eval_dir}", file=sys.stderr)
-    res = evaluate(be, folder, eval_dir, n_random=args.shapes, budget_s=args.budget,
-                   protocol=_protocol(args), seed=args.seed + 1, progress=not args.no_progress)
-    print(f"fresh shapes measured on {be.spec.name}, exhaustive over the model's candidates:")
-    _print_eval(res, args)
+    res = evaluate(backend, folder, eval_dir, n_random=n_random, budget_s=budget_s, protocol=protocol, seed=seed,
+                   progress=progress)
+    print(f"fresh shapes measured on {backend.spec.name}, exhaustive over the model's candidates:")
+    _print_eval(res, report, plots)
+    return res
+
+
+def cmd_evaluate(args) -> int:
+    from .predict import resolve_model
+    if args.no_measure:
+        if not args.out or not args.model:
+            raise ValueError("--no-measure scores measurements already made: give --model and --out DIR")
+        from .dataset import load
+        from .evaluate import score
+        res = score(resolve_model(args.model, args.family, args.dtype, args.models), load(args.out)[0])
+        print(f"scored {len(res.rows)} measurements from {args.out} (nothing measured):")
+        _print_eval(res, args.report, args.plots)
+        return 0
+    be = _backend(args.device)
+    folder = resolve_model(args.model or be.spec.slug, args.family, args.dtype, args.models)  # default: this device's
+    if args.out:
+        eval_dir = Path(args.out)
+    else:
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        eval_dir = Path(args.data) / folder.parents[1].name / f"eval-{stamp}"
+    evaluate_stage(be, folder, eval_dir, n_random=args.shapes, budget_s=args.budget, protocol=_protocol(args),
+                   seed=args.seed + 1, progress=not args.no_progress, report=args.report, plots=args.plots)
     return 0
 
 
-def _print_eval(res, args) -> None:
+def _print_eval(res, report=None, plots=None) -> None:
     from .evaluate import format_per_shape, format_table, write_report
     print(format_per_shape(res))
     print()
     print(format_table(res, "all"))
     print(f"noise floor of these measurements: {res.noise_floor:.1%}; regret at or below it counts as 0 (a tie)")
-    if args.report:
-        print(f"report: {write_report(res, args.report)}")
-    if getattr(args, "plots", None):
+    if report:
+        print(f"report: {write_report(res, report)}")
+    if plots:
         from .evaluate import write_plots
-        for path in write_plots(res, args.plots):
+        for path in write_plots(res, plots):
             print(f"plot: {path}")
 
 
 def cmd_run(args) -> int:
-    """collect -> train -> predict -> evaluate on the local device."""
+    """collect -> train -> predict -> evaluate on the local device, each stage
+    called with explicit arguments."""
+    from .model.artifact import model_folder
     t0 = time.perf_counter()
     be = _backend(args.device)
     print(f"== costlearn run on {be.spec.name} ({be.name})", flush=True)
-    cmd_collect(args)
+    protocol = _protocol(args)
+    data, _ = collect_stage(be, args.data, family=args.family, dtype=args.dtype, budget_s=args.budget,
+                            pool=args.pool, configs_per_shape=args.configs_per_shape, max_extent=args.max_extent,
+                            max_flops=args.max_flops, shapes=parse_shapes(args.shapes) if args.shapes else None,
+                            protocol=protocol, seed=args.seed, progress=not args.no_progress)
     print(f"== train  [t={time.perf_counter() - t0:.0f}s]", flush=True)
-    args.data_root = args.data
-    data_root = args.data
-    args.data = str(Path(data_root) / be.spec.slug)
-    args.feature_set = "analytic"
-    cmd_train(args)
+    trained = train_stage(data, args.models, family=args.family, dtype=args.dtype, model="xgboost",
+                          feature_set="analytic")
     print(f"== predict  [t={time.perf_counter() - t0:.0f}s]", flush=True)
-    args.model = be.spec.slug
-    cpu = _is_cpu(be.spec)
-    args.shape = [1, 1024, 1024, 64, 64, 64, 300, 200, 500] if cpu else \
-        [1, 4096, 4096, 4096, 4096, 4096, 8, 8192, 1024]
-    args.dtype, args.top_k, args.json = "float32", 3, False
-    args.measure_top_k, args.tuning_db = 0, None
-    cmd_predict(args)
+    triples = [(1, 1024, 1024), (64, 64, 64), (300, 200, 500)] if _is_cpu(be.spec) else \
+        [(1, 4096, 4096), (4096, 4096, 4096), (8, 8192, 1024)]
+    predict_stage(triples, device=be.spec.slug, family=trained.family, dtype=trained.dtype, layout="NN", top_k=3,
+                  models_dir=args.models)
     print(f"== evaluate  [t={time.perf_counter() - t0:.0f}s]", flush=True)
-    args.data = data_root
-    args.shapes = args.eval_shapes
-    args.budget = args.eval_budget
-    args.out = str(Path(data_root) / be.spec.slug / "eval")
-    cmd_evaluate(args)
+    evaluate_stage(be, model_folder(args.models, be.spec.slug, trained.family, trained.dtype),
+                   Path(args.data) / be.spec.slug / "eval", n_random=args.eval_shapes, budget_s=args.eval_budget,
+                   protocol=protocol, seed=args.seed + 1, progress=not args.no_progress, report=args.report)
     print(f"== done in {time.perf_counter() - t0:.0f}s")
+    return 0
+
+
+def cmd_migrate_models(args) -> int:
+    from .train import migrate_models
+    done = migrate_models(args.root)
+    if not done:
+        print(f"{args.root}: no artifact in the layout before kernel families")
+    for old, new in done:
+        print(f"{old} -> {new}")
     return 0
 
 
@@ -367,13 +445,13 @@ def cmd_features(args) -> int:
     from .device import preset
     from .features import get_feature_set
     spec = preset(args.preset) if args.preset is not None else _backend(args.device).spec
-    m, n, k = _parse_shapes([args.shape])[0]
-    pool = [c for c in candidate_pool(spec, "float32", args.pool, args.seed)]
-    rows = pd.DataFrame([dict(m=m, n=n, k=k, dtype="float32", config_id=c.config_id, **c.to_dict())
-                         for c in pool])
+    m, n, k = parse_shapes([args.shape])[0]
+    pool = candidate_pool(spec, args.family, args.dtype, args.pool, args.seed)
+    rows = pd.DataFrame([dict(m=m, n=n, k=k, dtype=args.dtype, layout="NN", family=args.family,
+                              config_id=c.config_id) for c in pool])
     rows["registers_per_thread"] = float("nan")
-    if spec.api == "cuda" and not args.no_nvcc:
-        from .features.registers import NvccUnavailable, nvcc_registers
+    if spec.api == "cuda" and not args.no_nvcc and args.family == "gemm":
+        from .families.gemm.registers import NvccUnavailable, nvcc_registers
         arch = "sm_" + spec.compute_capability.replace(".", "")
         try:
             regs = nvcc_registers(pool, arch)
@@ -394,10 +472,11 @@ def cmd_features(args) -> int:
 
 def cmd_space(args) -> int:
     from .device import preset
+    from .problem import Problem
     from .space import enumerate_space
     spec = preset(args.preset) if args.preset is not None else _backend(args.device).spec
-    shape = tuple(args.shape) if args.shape else None
-    res = enumerate_space(spec, "float32", shape)
+    problem = Problem(*args.shape, args.dtype) if args.shape else None
+    res = enumerate_space(spec, family=args.family, dtype=args.dtype, problem=problem)
     print(f"{spec.name}: " + res.summary())
     return 0
 
@@ -410,22 +489,29 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"costlearn {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    from .features import FEATURE_SETS
+    from .model import MODELS
+
     p = sub.add_parser("collect", help="measure random shapes x tile configs into a dataset",
                        description="Measure random feasible tile configs on random shapes (batch-1 and "
                        "skinny ones included) under a time budget; resumable.")
     _add_measure_args(p)
+    _add_problem_args(p)
     _add_collect_args(p, 240.0)
     p.set_defaults(func=cmd_collect)
 
     p = sub.add_parser("train", help="fit the cost model on a dataset",
-                       description="Fit the XGBoost cost model on data/<device>/ and write "
-                       "models/<device>/float32/; prints held-out regret against the baselines.")
+                       description="Fit a cost model on data/<device>/ and write "
+                       "models/<device>/<family>/<dtype>/; prints held-out regret against the baselines.")
     p.add_argument("--data", default="data", help="dataset folder, or a root holding one device's "
                    "folder (default: data)")
     p.add_argument("--models", default=None,
                    help="model store root (default: $COSTLEARN_MODELS, else the source tree's models/)")
-    p.add_argument("--feature-set", default="analytic", choices=["analytic", "raw", "derived"],
-                   help="features the model uses (default: analytic; raw and derived are ablations)")
+    p.add_argument("--family", default=None, help="kernel family of the rows to train on (default: the only one)")
+    p.add_argument("--dtype", default=None, help="dtype of the rows to train on (default: the only one)")
+    p.add_argument("--model", default="xgboost", choices=MODELS.names(), help="cost model (default: xgboost)")
+    p.add_argument("--feature-set", default=None, choices=FEATURE_SETS.names(),
+                   help="features a gradient-boosted model uses (default: analytic; raw and derived are ablations)")
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("predict", help="best tile config for shapes",
@@ -433,14 +519,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("shape", nargs="+", type=int, metavar="M N K", help="one or more M N K triples")
     p.add_argument("--model", default=None, help="model device folder, e.g. h200 (default: the only one)")
     p.add_argument("--models", default=None, help="model store root (default: the repo's models/)")
-    p.add_argument("--dtype", default="float32", help="element type (default: float32, the only one so far)")
+    _add_problem_args(p, layout=True)
     p.add_argument("--top-k", type=_positive_int, default=5, help="how many ranked configs to list (default: 5)")
     p.add_argument("--json", action="store_true", help="one JSON object per shape")
     p.add_argument("--measure-top-k", type=_nonneg_int, default=0, metavar="K",
                    help="measure the model's top K on the local device and keep the fastest, recording it in "
                    "the tuning database (default: 0, predict only)")
-    p.add_argument("--device", default="auto", choices=["auto", "cuda", "opencl"],
-                   help="backend for --measure-top-k (default: auto)")
+    _add_device_arg(p, "for --measure-top-k")
     p.add_argument("--tuning-db", default=None, metavar="PATH",
                    help="tuning database to consult and record in (default with --measure-top-k: "
                    "$COSTLEARN_TUNING_DB, else ~/.cache/costlearn/tuning.sqlite)")
@@ -461,12 +546,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=_nonneg_int, default=0)
     p.add_argument("--model", default=None, help="model device folder (default: the only one)")
     p.add_argument("--models", default=None, help="model store root (default: the repo's models/)")
+    _add_problem_args(p)
     p.add_argument("--out", default="out/dispatch", help="folder for the selector (default: out/dispatch)")
     p.add_argument("--name", default="select_tile", help="selector function and file name (default: select_tile)")
     p.add_argument("--measure", type=_nonneg_int, default=0, metavar="N",
                    help="measure N fresh shapes in range (every candidate) for the evaluation (default: 0)")
-    p.add_argument("--device", default="auto", choices=["auto", "cuda", "opencl"],
-                   help="backend for --measure (default: auto)")
+    _add_device_arg(p, "for --measure")
     p.add_argument("--eval-dir", default=None, help="measured fresh shapes; resumed by --measure "
                    "(default: data/<model device>/dispatch-eval)")
     p.add_argument("--budget", type=_positive_seconds, default=900.0, help="seconds of measuring (default: 900)")
@@ -476,8 +561,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tuning-db", help="list the tuning database",
                        description="List the tuning database's entries (shape, device, config, how chosen, "
                        "time). A corrupt file is reported and set aside.")
-    p.add_argument("--path", default=None, help="database file (default: $COSTLEARN_TUNING_DB, else "
-                   "~/.cache/costlearn/tuning.sqlite)")
+    p.add_argument("--path", default=None, help="database file to read; it must exist (default: "
+                   "$COSTLEARN_TUNING_DB, else ~/.cache/costlearn/tuning.sqlite)")
     p.add_argument("--last", type=_positive_int, default=50, help="entries to print, newest (default: 50)")
     p.set_defaults(func=cmd_tuning_db)
 
@@ -489,6 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_measure_args(p)
     p.add_argument("--model", default=None, help="model device folder (default: the local device's)")
     p.add_argument("--models", default=None, help="model store root (default: the repo's models/)")
+    _add_problem_args(p)
     p.add_argument("--shapes", type=_nonneg_int, default=4, help="random fresh shapes besides the fixed set (default: 4)")
     p.add_argument("--budget", type=_positive_seconds, default=600.0,
                    help="seconds of measuring (default: 600)")
@@ -504,6 +590,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="The main job end to end on the local device: collect for --budget "
                        "seconds, train, predict a few shapes (M=1 included), evaluate on fresh shapes.")
     _add_measure_args(p, data="out/data")
+    _add_problem_args(p)
     _add_collect_args(p, 180.0)
     p.add_argument("--models", default="out/models", help="model store root (default: out/models)")
     p.add_argument("--eval-shapes", type=_nonneg_int, default=2, help="random fresh shapes (default: 2)")
@@ -522,12 +609,12 @@ def build_parser() -> argparse.ArgumentParser:
                        "device or a preset (e.g. h200, with registers per thread read from nvcc "
                        "-Xptxas -v, so no GPU is needed).")
     p.add_argument("--preset", default=None, help="a named device (h200, h100, a100); default: the local one")
-    p.add_argument("--device", default="auto", choices=["auto", "cuda", "opencl"],
-                   help="local backend when no --preset (default: auto)")
+    _add_device_arg(p, "when no --preset")
+    _add_problem_args(p)
     p.add_argument("--shape", required=True, metavar="M,N,K", help="the problem shape, e.g. 4096,4096,4096")
     p.add_argument("--pool", type=_positive_int, default=64, help="candidate pool size (default: 64)")
     p.add_argument("--seed", type=_nonneg_int, default=0, help="pool seed (default: 0)")
-    p.add_argument("--feature-set", default="analytic", choices=["analytic", "raw", "derived"])
+    p.add_argument("--feature-set", default="analytic", choices=FEATURE_SETS.names())
     p.add_argument("--no-nvcc", action="store_true", help="use the register estimate instead of nvcc")
     p.add_argument("--csv", default=None, help="write the whole table here instead of printing")
     p.add_argument("--rows", type=_positive_int, default=10, help="rows to print (default: 10)")
@@ -536,12 +623,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("space", help="enumerate the feasible tile space of a device",
                        description="Count the feasible tile configs of the local device or a preset, and "
                        "how many each feasibility rule rejected.")
-    p.add_argument("--device", default="auto", choices=["auto", "cuda", "opencl"],
-                   help="local backend to describe (default: auto)")
+    _add_device_arg(p, "to describe")
+    _add_problem_args(p)
     p.add_argument("--preset", default=None, help="a named device instead of the local one (h200, h100, a100)")
     p.add_argument("--shape", type=int, nargs=3, metavar=("M", "N", "K"),
                    help="also reject block tiles larger than this problem")
     p.set_defaults(func=cmd_space)
+
+    p = sub.add_parser("migrate-models", help="convert model artifacts of the layout before kernel families",
+                       description="Move every artifact ROOT/<device>/<dtype>/ (schema 2) to "
+                       "ROOT/<device>/gemm/<dtype>/ (schema 3): the same model file, its compiled scorer and "
+                       "cascade, the baselines' states.")
+    p.add_argument("root", help="model store root, e.g. models")
+    p.set_defaults(func=cmd_migrate_models)
     return ap
 
 
@@ -553,9 +647,9 @@ def main(argv=None) -> int:
         print(f"costlearn {args.command}: error: {e}", file=sys.stderr)
         return 2
     except RuntimeError as e:
-        from .backends import BackendUnavailable
         from .dataset import DatasetError
-        if isinstance(e, (BackendUnavailable, DatasetError)):
+        from .registry import Unavailable
+        if isinstance(e, (Unavailable, DatasetError)):
             print(f"costlearn {args.command}: error: {e}", file=sys.stderr)
             return 2
         raise

@@ -27,9 +27,12 @@ from .dataset import (
     valid_rows,
     write_part,
 )
+from .families import family_of, get_family
 from .measure import DeviceLost, Protocol, Stopwatch, measure_shape
+from .problem import Problem
 from .sampler import ShapeBounds, iter_shapes, select_pool
-from .space import check_config, check_shape, enumerate_space, smem_bytes
+from .space import check_config, enumerate_space
+from .util import atomic_write, check_int, check_real
 
 __all__ = ["CollectResult", "collect", "rows_for", "measure_rows", "candidate_pool"]
 
@@ -71,26 +74,28 @@ class CollectResult:
     stopped: str = ""
 
 
-def candidate_pool(spec, dtype: str, size: int, seed: int):
-    """The collection's candidate pool: ``size`` configs drawn (stratified by
-    block tile height) from the feasible space of ``spec``; see
-    :func:`costlearn.sampler.select_pool`. Deterministic for (spec, dtype,
-    size, seed), so a resumed collection and its evaluation use the same pool.
+def candidate_pool(spec, family: str, dtype: str, size: int, seed: int):
+    """The collection's candidate pool: ``size`` configs of ``family`` drawn
+    (stratified by block tile height) from the feasible space of ``spec``;
+    see :func:`costlearn.sampler.select_pool`. Deterministic for (spec,
+    family, dtype, size, seed), so a resumed collection and its evaluation
+    use the same pool.
 
     Returns
     -------
-    list of TileConfig, sorted by config_id
+    list of configs, sorted by config_id
 
     Raises
     ------
     ValueError
-        If ``size`` < 1, ``dtype`` is unknown or ``spec`` has no feasible config.
+        If ``size`` < 1, the family or dtype is unknown, or ``spec`` has no
+        feasible config.
     """
-    space = enumerate_space(spec, dtype)
+    space = enumerate_space(spec, family=family, dtype=dtype)
     return select_pool(space.configs, size, np.random.default_rng([seed, 1]))
 
 
-def rows_for(results: list[dict], kernels: dict, shape, dtype, protocol: Protocol, prov: dict,
+def rows_for(results: list[dict], kernels: dict, problem: Problem, protocol: Protocol, prov: dict,
              clocks: dict, overhead_us: float, run_id: str, rotation: int = 0) -> list[dict]:
     """Complete :func:`~costlearn.measure.measure_shape` results into dataset
     rows with every column of :data:`costlearn.dataset.COLUMNS`.
@@ -101,9 +106,7 @@ def rows_for(results: list[dict], kernels: dict, shape, dtype, protocol: Protoco
         Rows from ``measure_shape`` (one per kernel).
     kernels : dict of str to CompiledKernel
         Compiled kernels by config_id (compiled facts: registers, compile_s).
-    shape : (int, int, int)
-        (M, N, K).
-    dtype : str
+    problem : Problem
     protocol : Protocol
     prov : dict
         The backend's provenance columns.
@@ -120,17 +123,21 @@ def rows_for(results: list[dict], kernels: dict, shape, dtype, protocol: Protoco
     -------
     list of dict
     """
-    m, n, k = shape
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
     out = []
     for r in results:
         kern = kernels[r["config_id"]]
         c = kern.config
+        fam = family_of(c)
+        d = fam.describe(c, problem.dtype)
         row = dict(r)
-        row.update(m=m, n=n, k=k, dtype=dtype, **c.to_dict(), threads=c.threads,
-                   smem_bytes=smem_bytes(c, dtype),
+        row.update(m=problem.m, n=problem.n, k=problem.k, dtype=problem.dtype, layout=problem.layout,
+                   family=fam.name, block_m=d.block_m, block_n=d.block_n, block_k=d.block_k,
+                   thread_m=d.thread_m, thread_n=d.thread_n, threads=d.threads,
+                   pipeline_stages=d.pipeline_stages, smem_bytes=d.smem_bytes,
                    registers_per_thread=(math.nan if kern.registers_per_thread is None
                                          else float(kern.registers_per_thread)),
+                   template_hash=fam.template_hash,
                    overhead_us=overhead_us, compile_s=kern.compile_s,
                    sm_clock_mhz=clocks.get("sm_clock_mhz", math.nan),
                    mem_clock_mhz=clocks.get("mem_clock_mhz", math.nan),
@@ -147,9 +154,9 @@ def rows_for(results: list[dict], kernels: dict, shape, dtype, protocol: Protoco
     return out
 
 
-def measure_rows(backend: Backend, kernels: list, shape, dtype: str, protocol: Protocol, overhead_us: float,
+def measure_rows(backend: Backend, kernels: list, problem: Problem, protocol: Protocol, overhead_us: float,
                  prov: dict, run_id: str, seed: int = 0, repeat_index: int = 0) -> list[dict]:
-    """Measure compiled kernels on one shape (:func:`costlearn.measure.measure_shape`
+    """Measure compiled kernels on one problem (:func:`costlearn.measure.measure_shape`
     in a fresh workspace) and return complete dataset rows
     (:func:`rows_for`), with the device clocks read before and after.
 
@@ -157,8 +164,7 @@ def measure_rows(backend: Backend, kernels: list, shape, dtype: str, protocol: P
     ----------
     backend : Backend
     kernels : list of CompiledKernel
-    shape : (int, int, int)
-    dtype : str
+    problem : Problem
     protocol : Protocol
     overhead_us : float
         The backend's launch-overhead floor, microseconds.
@@ -179,9 +185,9 @@ def measure_rows(backend: Backend, kernels: list, shape, dtype: str, protocol: P
     costlearn.measure.DeviceLost
         If the device fails in a way that persists (sticky error).
     """
-    m, n, k = shape
+    m, n, k = problem.shape
     clocks = backend.clocks()
-    with backend.workspace(m, n, k, dtype, protocol.distribution, protocol.density,
+    with backend.workspace(problem, protocol.distribution, protocol.density,
                            seed=protocol.seed + m * 7 + n * 13 + k * 17) as ws:
         results = measure_shape(ws, kernels, protocol, overhead_us, rng=np.random.default_rng([seed, 4, m, n, k]),
                                 repeat_index=repeat_index)
@@ -190,16 +196,17 @@ def measure_rows(backend: Backend, kernels: list, shape, dtype: str, protocol: P
     if after.get("throttled"):
         clocks = dict(clocks, throttled=True, throttle_reasons=";".join(filter(None, (
             clocks.get("throttle_reasons", ""), after.get("throttle_reasons", "")))))
-    return rows_for(results, {kern.config.config_id: kern for kern in kernels}, shape, dtype, protocol, prov,
+    return rows_for(results, {kern.config.config_id: kern for kern in kernels}, problem, protocol, prov,
                     clocks, overhead_us, run_id, rotation)
 
 
-def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = "float32",
-            pool_size: int = 64, configs_per_shape: int = 48, bounds: ShapeBounds | None = None,
-            protocol: Protocol | None = None, seed: int = 0, max_shapes: int | None = None,
-            shapes: list | None = None, pool: list | None = None,
+def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str = "gemm", dtype: str = "float32",
+            layout: str = "NN", pool_size: int = 64, configs_per_shape: int = 48,
+            bounds: ShapeBounds | None = None, protocol: Protocol | None = None, seed: int = 0,
+            max_shapes: int | None = None, shapes: list | None = None, pool: list | None = None,
             progress: bool = True) -> CollectResult:
-    """Measure random shapes x pool configs on ``backend`` into ``out_dir``.
+    """Measure random shapes x pool configs of a kernel family on ``backend``
+    into ``out_dir``.
 
     Parameters
     ----------
@@ -210,7 +217,10 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = 
         missing. One Parquet part is written per shape.
     budget_s : float
         Wall-clock budget, seconds; no new shape is started after it.
-    dtype : {"float32"}
+    family : str
+        Kernel family (:data:`costlearn.families.FAMILIES`) the backend runs.
+    dtype, layout : str
+        Of every problem measured (ones the family supports).
     pool_size : int
         Size of the candidate pool (compiled once, reused on every shape).
     configs_per_shape : int
@@ -226,7 +236,7 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = 
         Stop after this many shapes measured by this call.
     shapes : list of (int, int, int), optional
         Measure these shapes (in order) instead of random ones.
-    pool : list of TileConfig, optional
+    pool : list of configs of ``family``, optional
         Candidate pool to use instead of drawing one (``pool_size`` is then
         ignored); an evaluation passes a model's candidate set.
     progress : bool
@@ -239,19 +249,21 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = 
     Raises
     ------
     ValueError
-        If a setting is out of range or a given shape is invalid.
+        If a setting is out of range, a given shape is invalid, or the
+        family, dtype or layout is one the backend cannot run.
     TypeError
-        If a given shape's extent is not an integer.
+        If a setting or a given shape's extent has the wrong type.
     """
-    import numbers
-    if isinstance(budget_s, bool) or not isinstance(budget_s, numbers.Real) or not math.isfinite(budget_s) \
-            or budget_s <= 0:
-        raise ValueError(f"budget_s={budget_s!r}; must be a finite number of seconds > 0")
-    for name, v in (("pool_size", pool_size), ("configs_per_shape", configs_per_shape)):
-        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
-            raise ValueError(f"{name}={v!r}; must be an int >= 1")
+    budget_s = check_real("budget_s", budget_s, 0, strict=True)
+    pool_size = check_int("pool_size", pool_size, 1)
+    configs_per_shape = check_int("configs_per_shape", configs_per_shape, 1)
+    fam = get_family(family)
+    fam.check_problem(Problem(1, 1, 1, dtype, layout))
+    if fam.name not in backend.families:
+        raise ValueError(f"the {backend.name!r} backend runs the families {list(backend.families)}, "
+                         f"not {fam.name!r}")
     if shapes is not None:
-        shapes = [check_shape(*s, dtype)[:3] for s in shapes]
+        shapes = [Problem(*s, dtype, layout).shape for s in shapes]
     t_start = time.monotonic()
     protocol = protocol or Protocol()
     spec = backend.spec
@@ -262,7 +274,7 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = 
     prov = backend.provenance()
     existing, _ = load(out_dir) if out_dir.exists() else (None, None)
     done = measured_keys(existing) if existing is not None else set()
-    pool = list(pool) if pool is not None else candidate_pool(spec, dtype, pool_size, seed)
+    pool = list(pool) if pool is not None else candidate_pool(spec, fam.name, dtype, pool_size, seed)
     rng = np.random.default_rng([seed, 2])
     if shapes is None:
         shape_iter = iter_shapes(bounds, rng)
@@ -298,13 +310,14 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = 
             if max_shapes is not None and res.shapes_done >= max_shapes:
                 break
             m, n, k = shape
-            feasible = [c for c in pool if check_config(c, spec, dtype, shape) is None]
+            problem = Problem(m, n, k, dtype, layout)
+            feasible = [c for c in pool if check_config(c, spec, problem=problem) is None]
             sub_rng = np.random.default_rng([seed, 3, m, n, k])
             order = sub_rng.permutation(len(feasible))[:configs_per_shape]
             chosen = [feasible[i] for i in sorted(order)]
             todo = [c for c in chosen
-                    if (spec.slug, dtype, m, n, k, c.config_id, prov["template_hash"], protocol.version,
-                        protocol.distribution, float(protocol.density)) not in done]
+                    if (spec.slug, fam.name, dtype, layout, m, n, k, c.config_id, fam.template_hash,
+                        protocol.version, protocol.distribution, float(protocol.density)) not in done]
             res.skipped += len(chosen) - len(todo)
             if not todo:
                 continue
@@ -331,7 +344,7 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = 
             kernels = [compiled[c.config_id] for c in todo]
             with sw.phase("measure"):
                 try:
-                    rows = measure_rows(backend, kernels, shape, dtype, protocol, overhead_us, prov, run_id,
+                    rows = measure_rows(backend, kernels, problem, protocol, overhead_us, prov, run_id,
                                         seed, repeat_index=int(sub_rng.integers(len(kernels))))
                 except DeviceLost as e:
                     # Everything measured before this shape is on disk; a
@@ -342,8 +355,8 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = 
                 res.parts.append(write_part(rows, out_dir))
             written.extend(rows)
             for r in rows:
-                done.add((spec.slug, dtype, m, n, k, r["config_id"], prov["template_hash"], protocol.version,
-                          protocol.distribution, float(protocol.density)))
+                done.add((spec.slug, fam.name, dtype, layout, m, n, k, r["config_id"], fam.template_hash,
+                          protocol.version, protocol.distribution, float(protocol.density)))
                 if r["status"] == "ok":
                     res.rows_valid += 1
                     spreads.append((r["time_us_p80"] - r["time_us_p20"]) / r["time_us"])
@@ -372,16 +385,11 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, dtype: str = 
 def write_device_json(spec, folder) -> Path:
     """Store the DeviceSpec beside the dataset (``device.json``) so training
     needs no device; an existing file is kept (the first description wins).
-    Written to a temporary name and renamed."""
+    Written atomically (:func:`costlearn.util.atomic_write`)."""
     import json
-    import os
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "device.json"
+    path = Path(folder) / "device.json"
     if not path.exists():
-        tmp = folder / f".device.json.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(spec.to_dict(), indent=1, sort_keys=True))
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps(spec.to_dict(), indent=1, sort_keys=True))
     return path
 
 

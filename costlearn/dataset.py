@@ -1,5 +1,5 @@
-"""Dataset: a folder of Parquet parts, one row per (device, dtype, shape,
-config) measurement.
+"""Dataset: a folder of Parquet parts, one row per (device, family, dtype,
+layout, shape, config) measurement.
 
 Each part is written to a temporary name, fsynced and renamed into place
 (design.md, "Dataset"), so a killed collector leaves no partial file and
@@ -18,27 +18,31 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .util import atomic_write, fsync_dir
+
 __all__ = ["SCHEMA_VERSION", "COLUMNS", "ADDED_COLUMNS", "write_part", "load", "compact", "noise_floor", "LoadReport", "valid_rows",
            "measured_keys", "KEY_COLUMNS", "DatasetError", "current_rows"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """2 added ``repeat_time_us``, ``throttled``, ``throttle_reasons``,
-``rotation_sets``; parts written under schema 1 are read with those columns
-at their defaults (:data:`ADDED_COLUMNS`)."""
+``rotation_sets``; 3 added ``family``, ``layout`` and ``pipeline_stages`` and
+keeps a config's own parameters only in its ``config_id`` (the columns
+``loop_order``, ``smem_pad``, ``raster`` of ``gemm`` rows are gone; the
+family parses the id). Parts written under schemas 1 and 2 are read with
+the added columns at their defaults (:data:`ADDED_COLUMNS`)."""
 
-KEY_COLUMNS = ("device_slug", "dtype", "m", "n", "k", "config_id", "template_hash", "protocol_version",
-               "distribution", "density")
+KEY_COLUMNS = ("device_slug", "family", "dtype", "layout", "m", "n", "k", "config_id", "template_hash",
+               "protocol_version", "distribution", "density")
 """Columns that identify one measurement; a restarted collection skips keys
 already present."""
 
 COLUMNS = {
-    # shape
-    "m": "int64", "n": "int64", "k": "int64", "dtype": "string",
-    # config
-    "config_id": "string", "block_m": "int64", "block_n": "int64", "block_k": "int64",
-    "thread_m": "int64", "thread_n": "int64", "loop_order": "string", "smem_pad": "int64",
-    "raster": "string", "threads": "int64", "smem_bytes": "int64",
-    "registers_per_thread": "float64",
+    # problem
+    "m": "int64", "n": "int64", "k": "int64", "dtype": "string", "layout": "string",
+    # config: its family and id, and its tile description (costlearn.families.TileDescription)
+    "family": "string", "config_id": "string", "block_m": "int64", "block_n": "int64", "block_k": "int64",
+    "thread_m": "int64", "thread_n": "int64", "threads": "int64", "pipeline_stages": "int64",
+    "smem_bytes": "int64", "registers_per_thread": "float64",
     # outcome
     "status": "string", "error": "string", "time_us": "float64", "time_us_p20": "float64",
     "time_us_p80": "float64", "n_samples": "int64", "launches_per_sample": "int64",
@@ -59,9 +63,9 @@ COLUMNS = {
 """Every column of a dataset row and its pandas dtype."""
 
 ADDED_COLUMNS = {"repeat_time_us": float("nan"), "rotation_sets": 0, "throttled": False,
-                 "throttle_reasons": ""}
+                 "throttle_reasons": "", "family": "gemm", "layout": "NN", "pipeline_stages": 1}
 """Columns added after schema 1, with the value a part written before them
-is read with."""
+is read with (schemas 1 and 2 held only ``gemm`` rows, row-major, one stage)."""
 
 ABSURD_TIME_US = (1e-3, 1e9)
 """A per-launch time outside [1 ns, ~17 min] is quarantined as
@@ -70,19 +74,6 @@ ABSURD_TIME_US = (1e-3, 1e9)
 
 class DatasetError(RuntimeError):
     """A dataset folder or part cannot be used."""
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def _check_folder(folder) -> Path:
@@ -111,9 +102,10 @@ def _conform(df: pd.DataFrame, *, upgrade: bool = False) -> pd.DataFrame:
 def write_part(rows: list[dict] | pd.DataFrame, folder: str | os.PathLike) -> Path:
     """Write rows as one new Parquet part in ``folder``, atomically.
 
-    The part is written to ``.<name>.tmp``, flushed and fsynced, then renamed
-    to ``part-<UTC time>-<host>-<pid>-<random>.parquet``; the folder is
-    fsynced after the rename.
+    The part is written to a temporary name, flushed and fsynced, then
+    renamed to ``part-<UTC time>-<host>-<pid>-<random>.parquet``
+    (:func:`costlearn.util.atomic_write`); the folder is fsynced after the
+    rename.
 
     Parameters
     ----------
@@ -133,20 +125,10 @@ def write_part(rows: list[dict] | pd.DataFrame, folder: str | os.PathLike) -> Pa
         If a column is missing.
     """
     df = _conform(pd.DataFrame(rows))
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
     host = "".join(ch if ch.isalnum() else "-" for ch in socket.gethostname())[:32]
     name = f"part-{stamp}-{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}.parquet"
-    tmp = folder / f".{name}.tmp"
-    final = folder / name
-    with open(tmp, "wb") as fh:
-        df.to_parquet(fh, index=False, engine="pyarrow")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, final)
-    _fsync_dir(folder)
-    return final
+    return atomic_write(Path(folder) / name, lambda fh: df.to_parquet(fh, index=False, engine="pyarrow"))
 
 
 @dataclass
@@ -241,7 +223,7 @@ def load(folder: str | os.PathLike, *, strict: bool = False) -> tuple[pd.DataFra
     reasons[bad_spread & (reasons == "")] = "spread_inconsistent"
     ext = df[["m", "n", "k"]].to_numpy(np.int64)
     reasons[(ext < 1).any(axis=1) & (reasons == "")] = "shape_invalid"
-    reasons[~df["config_id"].map(_config_ok).to_numpy(bool) & (reasons == "")] = "config_invalid"
+    reasons[~_configs_ok(df) & (reasons == "")] = "config_invalid"
     q = reasons != ""
     if q.any():
         df.loc[q, "status"] = "quarantined"
@@ -282,26 +264,41 @@ def compact(folder: str | os.PathLike) -> tuple[int, int]:
     write_part(merged, folder)
     for part in parts:
         part.unlink()
-    _fsync_dir(folder)
+    fsync_dir(folder)
     return len(parts), len(merged)
 
 
-def _config_ok(config_id) -> bool:
-    from .space import TileConfig
+def _config_ok(family, config_id) -> bool:
+    from .families import FAMILIES, get_family
+    if family not in FAMILIES:
+        return False
     try:
-        TileConfig.from_id(config_id)
+        get_family(family).config_from_id(config_id)
         return True
     except (TypeError, ValueError):
         return False
 
 
+def _configs_ok(df: pd.DataFrame) -> np.ndarray:
+    """Whether each row's config_id parses in its family (an unknown family
+    counts as invalid), bool of shape (len(df),); each distinct pair is
+    parsed once."""
+    if df.empty:
+        return np.zeros(0, bool)
+    pairs = pd.MultiIndex.from_arrays([df["family"].astype(object), df["config_id"].astype(object)])
+    uniq = pairs.unique()
+    ok = {p: _config_ok(*p) for p in uniq}
+    return np.fromiter((ok[p] for p in pairs), bool, len(df))
+
+
 def current_rows(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
-    """Rows measured with this code's kernel template and protocol version
-    (a changed kernel or protocol never silently reuses old timings), and
-    how many other rows were dropped."""
-    from .codegen import TEMPLATE_HASH
+    """Rows measured with this code's kernel template (of each row's family)
+    and protocol version (a changed kernel or protocol never silently reuses
+    old timings), and how many other rows were dropped."""
+    from .families import FAMILIES, get_family
     from .measure import PROTOCOL_VERSION
-    keep = ((df["template_hash"] == TEMPLATE_HASH) & (df["protocol_version"] == PROTOCOL_VERSION)).to_numpy(bool)
+    want = df["family"].map(lambda f: get_family(f).template_hash if f in FAMILIES else None)
+    keep = ((df["template_hash"] == want) & (df["protocol_version"] == PROTOCOL_VERSION)).to_numpy(bool)
     return df[keep], int((~keep).sum())
 
 

@@ -62,7 +62,12 @@ class DeviceSpec:
     l2_bytes : int
         Last-level cache size, used to size the rotating input buffers.
     peak_gflops : float
-        Peak float32 throughput, GFLOP/s (fused multiply-add counted as 2).
+        Peak float32 (non-tensor) throughput, GFLOP/s (fused multiply-add
+        counted as 2).
+    peak_gflops_tf32, peak_gflops_fp16, peak_gflops_bf16 : float or None
+        Dense tensor-core peaks for TF32, float16 and bfloat16 inputs with
+        float32 accumulation, GFLOP/s; None where the device has none or it
+        is unknown (:meth:`peak_gflops_for` then refuses that dtype).
     memory_bandwidth_gbps : float
         Peak (preset) or measured (live OpenCL) DRAM bandwidth, GB/s.
     compute_capability : str
@@ -104,6 +109,9 @@ class DeviceSpec:
     driver_version: str = ""
     source: str = ""
     device_type: str = "gpu"
+    peak_gflops_tf32: float | None = None
+    peak_gflops_fp16: float | None = None
+    peak_gflops_bf16: float | None = None
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -121,10 +129,32 @@ class DeviceSpec:
         for f in ("registers_per_mp", "max_registers_per_thread"):
             if getattr(self, f) is not None:
                 _check_int(f, getattr(self, f), 1)
-        for f in ("peak_gflops", "memory_bandwidth_gbps"):
+        for f in ("peak_gflops", "memory_bandwidth_gbps") + _TENSOR_PEAKS:
             v = getattr(self, f)
+            if v is None and f in _TENSOR_PEAKS:
+                continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise ValueError(f"DeviceSpec.{f}={v!r}; must be a finite number > 0")
+                raise ValueError(f"DeviceSpec.{f}={v!r}; must be a finite number > 0"
+                                 + (" or None" if f in _TENSOR_PEAKS else ""))
+
+    def peak_gflops_for(self, dtype: str) -> float:
+        """Peak throughput for inputs of ``dtype``, GFLOP/s: the float32 peak
+        for ``float32``, the dense tensor-core peak for ``tfloat32``,
+        ``float16`` and ``bfloat16`` (:data:`costlearn.dtypes.DTYPES`'s
+        ``peak``).
+
+        Raises
+        ------
+        ValueError
+            If ``dtype`` is unknown, or this device gives no peak for it.
+        """
+        from .dtypes import get_dtype
+        field_name = _PEAK_FIELD[get_dtype(dtype).peak]
+        v = getattr(self, field_name)
+        if v is None:
+            raise ValueError(f"{self.name} has no {dtype} peak ({field_name} is None); give one in its "
+                             "DeviceSpec or use a dtype it supports")
+        return float(v)
 
     @property
     def slug(self) -> str:
@@ -156,6 +186,11 @@ class DeviceSpec:
         return json.dumps(self.to_dict(), sort_keys=True)
 
 
+_TENSOR_PEAKS = ("peak_gflops_tf32", "peak_gflops_fp16", "peak_gflops_bf16")
+_PEAK_FIELD = {"fp32": "peak_gflops", "tf32": "peak_gflops_tf32", "fp16": "peak_gflops_fp16",
+               "bf16": "peak_gflops_bf16"}
+
+
 def _check_int(name: str, v, lo: int) -> None:
     if isinstance(v, bool) or not isinstance(v, int) or v < lo:
         raise ValueError(f"DeviceSpec.{name}={v!r}; must be an int >= {lo}")
@@ -169,10 +204,14 @@ def _check_int(name: str, v, lo: int) -> None:
 #        shared memory 164 KiB/SM and 163 KiB/block opt-in (8.0),
 #        228 KiB/SM and 227 KiB/block opt-in (9.0), 1 KiB reserved per block.
 #  [H200] NVIDIA H200 Tensor Core GPU datasheet (SXM): 4.8 TB/s HBM3e,
-#        67 TFLOPS FP32; 132 SMs (GH100, same SM count as H100 SXM5).
+#        67 TFLOPS FP32; 132 SMs (GH100, same SM count as H100 SXM5); tensor
+#        peaks as H100 SXM5 (same GH100 SMs and clocks).
 #  [H100] NVIDIA H100 Tensor Core GPU datasheet (SXM5): 3.35 TB/s, 67 TFLOPS
-#        FP32; NVIDIA H100 architecture whitepaper: 132 SMs, 50 MB L2.
-#  [A100] NVIDIA A100 datasheet (SXM4 80GB): 2,039 GB/s, 19.5 TFLOPS FP32;
+#        FP32; NVIDIA H100 Tensor Core GPU Architecture whitepaper: 132 SMs,
+#        50 MB L2, dense peaks TF32 494.7, FP16/BF16 989.4 TFLOPS (the
+#        datasheet's 989 / 1,979 TFLOPS are with 2:4 sparsity).
+#  [A100] NVIDIA A100 datasheet (SXM4 80GB): 2,039 GB/s, 19.5 TFLOPS FP32,
+#        dense TF32 156, FP16/BF16 312 TFLOPS (312 / 624 with sparsity);
 #        A100 architecture whitepaper: 108 SMs, 40 MB L2.
 _HOPPER = dict(
     api="cuda", warp_size=32, max_threads_per_block=1024, max_threads_per_mp=2048,
@@ -180,17 +219,19 @@ _HOPPER = dict(
     smem_per_block_optin_bytes=227 * 1024, smem_per_mp_bytes=228 * 1024,
     smem_reserved_per_block_bytes=1024, registers_per_mp=65536,
     max_registers_per_thread=255, register_alloc_unit=256,
-    compute_capability="9.0",
+    compute_capability="9.0", peak_gflops_tf32=494_700.0, peak_gflops_fp16=989_400.0,
+    peak_gflops_bf16=989_400.0,
 )
 
 PRESETS: dict[str, DeviceSpec] = {
     "h200": DeviceSpec(name="NVIDIA H200", multiprocessors=132, l2_bytes=50 * 1024 * 1024,
                        peak_gflops=67_000.0, memory_bandwidth_gbps=4_800.0,
-                       source="preset: [CG] cc 9.0; [H200] datasheet SXM", **_HOPPER),
+                       source="preset: [CG] cc 9.0; [H200] datasheet SXM; tensor peaks [H100] whitepaper",
+                       **_HOPPER),
     "h100": DeviceSpec(name="NVIDIA H100 80GB HBM3", multiprocessors=132,
                        l2_bytes=50 * 1024 * 1024, peak_gflops=67_000.0,
                        memory_bandwidth_gbps=3_350.0,
-                       source="preset: [CG] cc 9.0; [H100] datasheet SXM5", **_HOPPER),
+                       source="preset: [CG] cc 9.0; [H100] datasheet SXM5 and whitepaper", **_HOPPER),
     "a100": DeviceSpec(name="NVIDIA A100-SXM4-80GB", api="cuda", multiprocessors=108,
                        warp_size=32, max_threads_per_block=1024, max_threads_per_mp=2048,
                        max_blocks_per_mp=32, smem_per_block_bytes=48 * 1024,
@@ -199,7 +240,8 @@ PRESETS: dict[str, DeviceSpec] = {
                        registers_per_mp=65536, max_registers_per_thread=255,
                        register_alloc_unit=256, l2_bytes=40 * 1024 * 1024,
                        peak_gflops=19_500.0, memory_bandwidth_gbps=2_039.0,
-                       compute_capability="8.0",
+                       peak_gflops_tf32=156_000.0, peak_gflops_fp16=312_000.0,
+                       peak_gflops_bf16=312_000.0, compute_capability="8.0",
                        source="preset: [CG] cc 8.0; [A100] datasheet SXM4 80GB"),
 }
 

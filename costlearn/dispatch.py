@@ -3,7 +3,7 @@ small selector that picks among them from the actual extents at launch (for
 kernels compiled before the shape is known).
 
 1. Shapes are drawn log-uniformly in the given ranges and every candidate is
-   ranked by the model (:meth:`costlearn.predict.Predictor.rank`).
+   ranked by the model (its ranker, no cascade).
 2. The subset of at most ``max_configs`` candidates with the least predicted
    regret is chosen exhaustively: regret of a shape = (fastest predicted
    time within the subset, among members whose block tile fits the shape) /
@@ -14,9 +14,12 @@ kernels compiled before the shape is known).
    extents (M, N, K), trained to name the subset's best member per shape;
    its integer thresholds are exact for integer extents. At launch, if the
    named member's block tile exceeds the problem (rule
-   ``block_tile_exceeds_problem`` of :mod:`costlearn.space`) the first member
-   that fits, smallest block tile first, runs instead.
-4. It is emitted as a Python module and a C header with the same logic.
+   ``block_tile_exceeds_problem`` of :mod:`costlearn.space`, with the
+   family's floors) the first member that fits, smallest block tile first,
+   runs instead.
+4. It is emitted as a Python module and a C header with the same logic;
+   members are named by config id, block tile and (in Python) the family's
+   parameters.
 
 :func:`evaluate_dispatch` scores a selector on measured rows (fresh shapes):
 its measured regret against the per-shape best, next to the model's own
@@ -32,7 +35,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .space import TILE_VALUES, TileConfig, tile_fits_problem
+from .families import family_of
+from .space import tile_fits_problem
 
 __all__ = ["Dispatch", "fit_dispatch", "evaluate_dispatch", "parse_range", "range_shapes", "check_name",
            "MAX_CONFIGS"]
@@ -63,22 +67,22 @@ class Dispatch:
 
     Attributes
     ----------
-    configs : list of TileConfig
+    configs : list of configs (one family)
         The members, fallback order (smallest block tile first).
     tree : dict
         The decision tree: ``feature`` (0 M, 1 N, 2 K; -1 at a leaf),
         ``threshold`` (int: go left when extent <= threshold), ``left``,
         ``right``, ``member`` (index into ``configs`` at a leaf), as lists.
     ranges : dict of str to (int, int)
-    warp_size : int
-        Of the model's device (for the fit rule).
+    floors : (int, int, int)
+        The family's fit floors on the model's device (the problem rule).
     predicted : dict
         Predicted regret over the sampled shapes: ``subset_geomean`` (best
         member per shape), ``selector_geomean``/``selector_mean``/
         ``selector_max`` (the selector's pick with the fallback), ``shapes``.
     source : str
         Model the selector was fitted with.
-    single_best : TileConfig or None
+    single_best : config or None
         The one candidate with the least predicted regret over the sampled
         shapes among those that fit all of them (what a kernel compiled once,
         without dispatch, would use); None if no candidate fits all.
@@ -87,17 +91,19 @@ class Dispatch:
     configs: list
     tree: dict
     ranges: dict
-    warp_size: int
+    floors: tuple
     predicted: dict = field(default_factory=dict)
     source: str = ""
     single_best: object = None
 
-    def _fits(self, i: int, m: int, n: int, k: int) -> bool:
-        c = self.configs[i]
-        return bool(tile_fits_problem(c.block_m, c.block_n, c.block_k, int(m), int(n), int(k),
-                                      warp_size=self.warp_size))
+    def block_tiles(self) -> list[tuple[int, int, int]]:
+        """(BM, BN, BK) of each member (the family's tile description)."""
+        return [family_of(c).block_tile(c) for c in self.configs]
 
-    def select(self, m: int, n: int, k: int) -> TileConfig:
+    def _fits(self, i: int, m: int, n: int, k: int) -> bool:
+        return bool(tile_fits_problem(*self.block_tiles()[i], int(m), int(n), int(k), self.floors))
+
+    def select(self, m: int, n: int, k: int):
         """The member the selector launches for extents (m, n, k)."""
         return self.configs[self.select_index(m, n, k)]
 
@@ -115,8 +121,9 @@ class Dispatch:
         return next((j for j in range(len(self.configs)) if self._fits(j, m, n, k)), i)
 
     def to_dict(self) -> dict:
-        return dict(configs=[c.config_id for c in self.configs], tree=self.tree, ranges=self.ranges,
-                    warp_size=self.warp_size, predicted=self.predicted, source=self.source,
+        return dict(family=family_of(self.configs[0]).name, configs=[c.config_id for c in self.configs],
+                    tree=self.tree, ranges=self.ranges, floors=list(self.floors), predicted=self.predicted,
+                    source=self.source,
                     single_best=self.single_best.config_id if self.single_best is not None else None)
 
     # -- emitters ------------------------------------------------------------
@@ -142,26 +149,24 @@ class Dispatch:
         emit(0, 1)
         return out
 
-    def _floors(self) -> tuple[int, int]:
-        return max(min(TILE_VALUES["block_n"]), self.warp_size), min(TILE_VALUES["block_k"])
-
     def python_source(self, name: str = "select_tile") -> str:
         """A self-contained Python module: ``CONFIGS`` and ``{name}(m, n, k)``
         returning the index into ``CONFIGS``."""
-        floor_n, floor_k = self._floors()
+        floor_m, floor_n, floor_k = self.floors
         lines = [f'"""Tile selector generated by `costlearn dispatch` from {self.source}.',
                  f"Ranges: M {self.ranges['M']}, N {self.ranges['N']}, K {self.ranges['K']}. Predicted regret "
                  f"(geomean) {self.predicted.get('selector_geomean', float('nan')):.1%}.", '"""', "",
                  "CONFIGS = ["]
-        for c in self.configs:
-            lines.append(f"    dict(config_id={c.config_id!r}, block_m={c.block_m}, block_n={c.block_n}, "
-                         f"block_k={c.block_k}, thread_m={c.thread_m}, thread_n={c.thread_n}, "
-                         f"loop_order={c.loop_order!r}, smem_pad={c.smem_pad}, raster={c.raster!r}),")
+        for c, (bm, bn, bk) in zip(self.configs, self.block_tiles()):
+            params = ", ".join(f"{k}={v!r}" for k, v in c.to_dict().items() if k not in ("block_m", "block_n", "block_k"))
+            lines.append(f"    dict(config_id={c.config_id!r}, block_m={bm}, block_n={bn}, block_k={bk}"
+                         + (f", {params}" if params else "") + "),")
         lines += ["]", "", "",
                   "def _next_pow2(x):", "    return 1 << (x - 1).bit_length()", "", "",
                   "def _fits(c, m, n, k):",
                   "    # costlearn.space rule block_tile_exceeds_problem",
-                  f"    return (c['block_m'] <= _next_pow2(m) and c['block_n'] <= max(_next_pow2(n), {floor_n})",
+                  f"    return (c['block_m'] <= max(_next_pow2(m), {floor_m}) "
+                  f"and c['block_n'] <= max(_next_pow2(n), {floor_n})",
                   f"            and c['block_k'] <= max(_next_pow2(k), {floor_k}))", "", "",
                   f"def {name}(m, n, k):",
                   '    """Index into CONFIGS of the config to launch for C[m,n] = A[m,k] @ B[k,n]."""',
@@ -176,27 +181,26 @@ class Dispatch:
     def c_header(self, name: str = "select_tile") -> str:
         """A self-contained C header: ``{name}_configs[]`` and
         ``static inline int {name}(long long m, long long n, long long k)``."""
-        floor_n, floor_k = self._floors()
+        floor_m, floor_n, floor_k = self.floors
         guard = f"COSTLEARN_{name.upper()}_H"
         lines = [f"/* Tile selector generated by `costlearn dispatch` from {self.source}.",
                  f" * Ranges: M {self.ranges['M']}, N {self.ranges['N']}, K {self.ranges['K']}. */",
                  f"#ifndef {guard}", f"#define {guard}", "",
-                 f"typedef struct {{ int block_m, block_n, block_k, thread_m, thread_n, loop_outer, smem_pad, "
-                 f"raster_row; const char *config_id; }} {name}_config;", "",
+                 f"/* Members by config id (the {family_of(self.configs[0]).name} family's readable id) and block tile. */",
+                 f"typedef struct {{ int block_m, block_n, block_k; const char *config_id; }} {name}_config;", "",
                  f"static const {name}_config {name}_configs[{len(self.configs)}] = {{"]
-        for c in self.configs:
-            lines.append(f"    {{{c.block_m}, {c.block_n}, {c.block_k}, {c.thread_m}, {c.thread_n}, "
-                         f"{int(c.loop_order == 'outer')}, {c.smem_pad}, {int(c.raster == 'row')}, "
-                         f'"{c.config_id}"}},')
+        for c, (bm, bn, bk) in zip(self.configs, self.block_tiles()):
+            lines.append(f'    {{{bm}, {bn}, {bk}, "{c.config_id}"}},')
         lines += ["};", "",
                   f"static inline long long {name}_next_pow2(long long x) {{ long long p = 1; while (p < x) p <<= 1; "
                   "return p; }", "",
                   "/* costlearn.space rule block_tile_exceeds_problem */",
                   f"static inline int {name}_fits(const {name}_config *c, long long m, long long n, long long k) {{",
-                  f"    long long cap_n = {name}_next_pow2(n), cap_k = {name}_next_pow2(k);",
+                  f"    long long cap_m = {name}_next_pow2(m), cap_n = {name}_next_pow2(n), cap_k = {name}_next_pow2(k);",
+                  f"    if (cap_m < {floor_m}) cap_m = {floor_m};",
                   f"    if (cap_n < {floor_n}) cap_n = {floor_n};",
                   f"    if (cap_k < {floor_k}) cap_k = {floor_k};",
-                  f"    return c->block_m <= {name}_next_pow2(m) && c->block_n <= cap_n && c->block_k <= cap_k;",
+                  "    return c->block_m <= cap_m && c->block_n <= cap_n && c->block_k <= cap_k;",
                   "}", "",
                   "/* Index into the configs of the config to launch for C[m,n] = A[m,k] @ B[k,n]. C99. */",
                   f"static inline int {name}(long long m, long long n, long long k) {{",
@@ -331,15 +335,16 @@ def fit_dispatch(predictor, ranges: dict, *, max_configs: int = 3, samples: int 
             raise ValueError(f"{name}={v!r}; must be an int in [{lo}, {hi}]")
     ranges = {d: tuple(int(x) for x in ranges[d]) for d in "MNK"}
     shapes = range_shapes(ranges, samples, seed)
-    configs = predictor._configs
+    configs = predictor.configs
     C = len(configs)
     P = np.full((len(shapes), C), np.inf)
     for s, (m, n, k) in enumerate(shapes):
-        mask = predictor._feasible(m, n, k)
+        problem = predictor.problem(m, n, k)
+        mask = predictor.feasible(problem)
         if not mask.any():
             continue
-        idx, log2_t, _ = predictor._ranked(m, n, k, mask, C, cascade=False)
-        P[s, idx] = log2_t
+        res = predictor.ranker.rank(problem, mask, top=C, cascade=False)
+        P[s, res.order] = res.scores
     best = P.min(axis=1)
     keep = np.isfinite(best)
     if not keep.any():
@@ -355,8 +360,8 @@ def fit_dispatch(predictor, ranges: dict, *, max_configs: int = 3, samples: int 
     if best_set is None or not np.isfinite(best_obj):
         raise ValueError(f"no {max_configs} candidates cover every shape in {ranges} (some shape fits none of "
                          "them); narrow the ranges or allow more configs")
-    members = sorted(best_set, key=lambda i: (configs[i].block_m * configs[i].block_n * configs[i].block_k,
-                                              configs[i].config_id))
+    fam = family_of(configs[0])
+    members = sorted(best_set, key=lambda i: (int(np.prod(fam.block_tile(configs[i]))), configs[i].config_id))
     sub = R[:, members]
     label = sub.argmin(axis=1)
     X = np.asarray(shapes, np.int64)
@@ -366,8 +371,7 @@ def fit_dispatch(predictor, ranges: dict, *, max_configs: int = 3, samples: int 
     clf = DecisionTreeClassifier(max_depth=max_depth, random_state=seed)
     clf.fit(X, label, sample_weight=1.0 + spread)
     d = Dispatch(configs=[configs[i] for i in members], tree=_tree_dict(clf), ranges=ranges,
-                 warp_size=predictor.spec.warp_size,
-                 source=f"{predictor.device}/{predictor.dtype} model {predictor._sha[:12]}")
+                 floors=predictor.ranker.floors, source=predictor.source)
     single = int(np.argmin(R.mean(axis=0)))
     d.single_best = configs[single] if np.isfinite(R[:, single]).all() else None
     picked = np.array([d.select_index(*s) for s in shapes])
@@ -412,7 +416,7 @@ def evaluate_dispatch(d: Dispatch, predictor, rows: pd.DataFrame, noise_rel: flo
         times = g.groupby("config_id")["time_us"].median()
         best = float(times.min())
         rec = dict(m=m, n=n, k=k, best_us=best, configs_measured=len(times))
-        picks = [("selector", d.select(m, n, k)), ("model", predictor.predict_best(m, n, k).config)]
+        picks = [("selector", d.select(m, n, k)), ("model", predictor.predict(predictor.problem(m, n, k)).config)]
         if d.single_best is not None:
             picks.append(("single", d.single_best))
         for who, cfg in picks:

@@ -134,23 +134,41 @@ class Envelope:
                              f"{ENVELOPE_VERSION} (retrain with `costlearn train`)")
         self.envelope = envelope
         self.shapes = envelope["shapes"]
-        self._points = np.ascontiguousarray(embed(self.shapes))
+        self.points = np.ascontiguousarray(embed(self.shapes))
+        self.points.flags.writeable = False
         self.threshold_log2 = float(envelope["density_threshold_log2"])
         lo = np.array([envelope["min"][d] for d in "MNK"], np.float64)
         hi = np.array([envelope["max"][d] for d in "MNK"], np.float64)
-        self._lo, self._hi = lo * 2.0 ** -RANGE_MARGIN_LOG2, hi * 2.0 ** RANGE_MARGIN_LOG2
+        self._lo = tuple(float(v) for v in lo * 2.0 ** -RANGE_MARGIN_LOG2)
+        self._hi = tuple(float(v) for v in hi * 2.0 ** RANGE_MARGIN_LOG2)
         self._bounds = [(name, int(a), int(b), lo_, hi_) for name, a, b, lo_, hi_ in
                         zip("MNK", lo, hi, self._lo, self._hi)]
+        # The words of the density reason that do not depend on the query, once.
+        self._shape_text = [str(tuple(int(v) for v in s)) for s in self.shapes]
+        self._density_tail = (f" in log-shape and aspect space (threshold {self.threshold_log2:.2f}, the "
+                              f"{envelope['calibration']['quantile']:.0%} quantile on held-out training shapes)")
+
+    def nearest_index(self, m: int, n: int, k: int) -> tuple[int, float]:
+        """Index (into :attr:`shapes`) of the nearest training shape and its
+        distance in log-shape and aspect space, in doublings (log2 units).
+
+        The same arithmetic, in the same order, as ``nearest`` in
+        ``costlearn/ranker/_native.c``: the query embedded as
+        sum_i log2(x_i) * E[i, j], squared distances (a*a + b*b) + c*c, the
+        lowest index among equals; the two give the same bits.
+        """
+        x0, x1, x2 = np.log2(float(m)), np.log2(float(n)), np.log2(float(k))
+        q = x0 * _EMBED[0] + x1 * _EMBED[1] + x2 * _EMBED[2]
+        d = self.points - q
+        d2 = d[:, 0] * d[:, 0] + d[:, 1] * d[:, 1] + d[:, 2] * d[:, 2]
+        i = int(d2.argmin())
+        return i, float(np.sqrt(d2[i]))
 
     def nearest(self, m: int, n: int, k: int) -> tuple[tuple, float]:
-        """The nearest training shape and its distance in log-shape and
-        aspect space, in doublings (log2 units). The predictor gets the same
-        from ``costlearn_rank`` in ``_native.c`` (a test holds them equal)."""
-        q = embed((m, n, k))[0]
-        diff = self._points - q
-        d2 = np.einsum("ij,ij->i", diff, diff)
-        i = int(d2.argmin())
-        return tuple(self.shapes[i]), float(np.sqrt(d2[i]))
+        """The nearest training shape (M, N, K) and its distance, doublings
+        (see :meth:`nearest_index`)."""
+        i, dist = self.nearest_index(m, n, k)
+        return tuple(self.shapes[i]), dist
 
     def reasons(self, m: int, n: int, k: int, nearest: tuple | None = None) -> list[str]:
         """Reasons (in words, with numbers) why shape (m, n, k) is outside
@@ -161,8 +179,12 @@ class Envelope:
         m, n, k : int
         nearest : (int, float), optional
             Index of the nearest training shape and its distance, when the
-            caller has computed them (the predictor's C path does).
+            caller has computed them (the ranker does).
         """
+        if nearest is not None and nearest[1] <= self.threshold_log2:
+            lo, hi = self._lo, self._hi                  # the common case, inside: three pairs of comparisons
+            if lo[0] <= m <= hi[0] and lo[1] <= n <= hi[1] and lo[2] <= k <= hi[2]:
+                return []
         out = []
         for (name, lo, hi, lo_m, hi_m), v in zip(self._bounds, (m, n, k)):
             if v < lo_m:
@@ -170,14 +192,10 @@ class Envelope:
             elif v > hi_m:
                 out.append(f"{name}={v} above the trained maximum {hi}")
         if nearest is None:
-            near, dist = self.nearest(m, n, k)
-        else:
-            near, dist = tuple(self.shapes[nearest[0]]), nearest[1]
-        if dist > self.threshold_log2:
-            out.append(f"nearest trained shape {near} is {dist:.2f} doublings away in log-shape and "
-                       f"aspect space (threshold {self.threshold_log2:.2f}, the "
-                       f"{self.envelope['calibration']['quantile']:.0%} quantile on held-out training "
-                       "shapes)")
+            nearest = self.nearest_index(m, n, k)
+        if nearest[1] > self.threshold_log2:
+            out.append(f"nearest trained shape {self._shape_text[nearest[0]]} is {nearest[1]:.2f} doublings away"
+                       + self._density_tail)
         return out
 
 

@@ -11,9 +11,9 @@ import pandas as pd
 from .collect import collect
 from .dataset import current_rows, load, noise_floor, valid_rows
 from .measure import Protocol
-from .metrics import evaluate_rows, summarize
+from .metrics import evaluate_rows, random_scores, summarize
+from .model import BASELINES
 from .model import artifact as _artifact
-from .model.baselines import BestFixedModel, RandomModel, RooflineModel
 from .sampler import ShapeBounds, sample_shapes, shape_class
 from .space import tile_fits_problem
 
@@ -78,6 +78,10 @@ class EvalResult:
     vendor_us : dict
         (M, N, K) -> the vendor library's time for the shape in µs
         (cuBLAS through CuPy on CUDA); empty where there is none.
+    model : str
+        The artifact's model (the others are baselines).
+    time_models : tuple of str
+        Models whose predictions are microseconds (MAPE is shown for them).
     """
 
     per_shape: pd.DataFrame
@@ -86,19 +90,28 @@ class EvalResult:
     noise_floor: float = 0.0
     predictions: dict = None
     vendor_us: dict = None
+    model: str = "xgboost"
+    time_models: tuple = ()
+
+    @property
+    def models(self) -> list[str]:
+        """The scored models, the artifact's first."""
+        return list(self.summary)
 
 
-def ranked_rows(rows: pd.DataFrame, warp_size: int) -> pd.DataFrame:
-    """The rows whose config the predictor ranks for the row's shape (block
-    tile within the problem, :func:`costlearn.space.tile_fits_problem`), so
-    a score covers exactly the candidates a prediction chooses from."""
+def ranked_rows(rows: pd.DataFrame, floors) -> pd.DataFrame:
+    """The rows whose config the predictor ranks for the row's problem (block
+    tile within the problem, :func:`costlearn.space.tile_fits_problem` with
+    the family's ``floors``), so a score covers exactly the candidates a
+    prediction chooses from."""
     fits = tile_fits_problem(*(rows[c].to_numpy(np.int64) for c in ("block_m", "block_n", "block_k", "m", "n", "k")),
-                             warp_size=warp_size)
+                             floors)
     return rows[np.asarray(fits, bool)].reset_index(drop=True)
 
 
 def score(art_folder, rows: pd.DataFrame, seed: int = 0) -> EvalResult:
-    """Score the model in ``art_folder`` and the baselines on measured rows.
+    """Score the model in ``art_folder``, the baselines and a random ranking
+    on measured rows.
 
     Parameters
     ----------
@@ -106,8 +119,8 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0) -> EvalResult:
         Model artifact folder, or the artifact already loaded.
     rows : DataFrame
         Fresh measurements (any status). Scored: valid rows of the current
-        template and protocol, of the artifact's device, whose config is a
-        candidate the predictor ranks for the row's shape.
+        template and protocol, of the artifact's device, family and dtype,
+        whose config is a candidate the predictor ranks for the row's problem.
 
     Returns
     -------
@@ -124,17 +137,14 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0) -> EvalResult:
     rows, _ = current_rows(rows)
     rows = valid_rows(rows)
     rows = rows[(rows["device_slug"] == art.spec.slug).to_numpy(bool)
+                & (rows["family"] == art.family.name).to_numpy(bool) & (rows["dtype"] == art.dtype).to_numpy(bool)
+                & rows["layout"].isin(set(art.layouts)).to_numpy(bool)
                 & rows["config_id"].isin(set(art.candidates["config_id"])).to_numpy(bool)]
-    rows = ranked_rows(rows, art.spec.warp_size)
+    rows = ranked_rows(rows, art.family.fit_floors(art.spec))
     if rows.empty:
         raise ValueError("no valid fresh measurements of the model's candidates to score")
-    best_fixed = BestFixedModel()
-    scores = art.sidecar["baselines"]["best_fixed"]["scores"]
-    best_fixed.scores_ = pd.Series(scores, dtype=np.float64)
-    best_fixed.best_config_id_ = art.sidecar["baselines"]["best_fixed"]["best_config_id"]
-    best_fixed.fitted_ = True
-    models = {"xgboost": art.model, "roofline": RooflineModel().fit(rows, art.spec),
-              "best_fixed": best_fixed, "random": RandomModel(seed).fit(rows, art.spec)}
+    product = art.model()
+    models = {product.name: product, **{name: art.baseline(name) for name in BASELINES}}
     shapes = rows[["m", "n", "k"]].drop_duplicates()
     # The in-envelope / OOD split is by shape; identity reasons (another
     # template or costlearn version) would mark every shape.
@@ -143,9 +153,9 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0) -> EvalResult:
            for m, n, k in shapes.itertuples(index=False)}
     noise = noise_floor(rows)
     noise = 0.0 if not np.isfinite(noise) else noise
-    frames, summary, preds = [], {}, {}
-    for name, mdl in models.items():
-        preds[name] = mdl.predict(rows)
+    frames, summary, preds = [], {}, {name: mdl.predict(rows) for name, mdl in models.items()}
+    preds["random"] = random_scores(rows, seed)
+    for name in preds:
         per = evaluate_rows(rows, preds[name], noise_rel=noise)
         per["model"] = name
         per["ood_reasons"] = [ood[(m, n, k)] for m, n, k in per[["m", "n", "k"]].itertuples(index=False)]
@@ -155,7 +165,8 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0) -> EvalResult:
         summary[name] = {"all": summarize(per), "in_envelope": summarize(per[~per["ood"]]),
                          "ood": summarize(per[per["ood"]])}
     return EvalResult(per_shape=pd.concat(frames, ignore_index=True), summary=summary, rows=rows,
-                      noise_floor=noise, predictions=preds, vendor_us={})
+                      noise_floor=noise, predictions=preds, vendor_us={}, model=product.name,
+                      time_models=tuple(n for n, m in models.items() if m.predicts_time))
 
 
 def evaluate(backend, art_folder, eval_dir, *, n_random: int = 4, budget_s: float = 600.0,
@@ -171,7 +182,7 @@ def evaluate(backend, art_folder, eval_dir, *, n_random: int = 4, budget_s: floa
     backend : Backend
         The device to measure on; its DeviceSpec should match the model's.
     art_folder : path
-        Model artifact folder (``models/<device>/<dtype>``).
+        Model artifact folder (``models/<device>/<family>/<dtype>``).
     eval_dir : path
         Dataset folder for the fresh measurements (``data/<device>/eval``).
     n_random : int
@@ -191,9 +202,9 @@ def evaluate(backend, art_folder, eval_dir, *, n_random: int = 4, budget_s: floa
     kind = "cpu" if art.spec.device_type == "cpu" else "gpu"
     bounds = ShapeBounds.for_device(kind == "cpu")
     shapes = fresh_shapes(art.sidecar["envelope"]["shapes"], n_random, bounds, kind, seed)
-    pool = art.candidate_configs()
-    collect(backend, eval_dir, budget_s=budget_s, dtype=art.dtype, shapes=shapes, pool=pool,
-            configs_per_shape=len(pool), protocol=protocol, seed=seed, progress=progress)
+    pool = list(art.configs)
+    collect(backend, eval_dir, budget_s=budget_s, family=art.family.name, dtype=art.dtype, layout=art.layouts[0],
+            shapes=shapes, pool=pool, configs_per_shape=len(pool), protocol=protocol, seed=seed, progress=progress)
     rows, _ = load(eval_dir)
     rows = rows.merge(pd.DataFrame(shapes, columns=["m", "n", "k"]), on=["m", "n", "k"])
     res = score(art, rows)
@@ -218,7 +229,7 @@ def format_table(res: EvalResult, subset: str = "all") -> str:
         s = sub[subset]
         if not s.get("shapes"):
             continue
-        mape = f"{s['mape']:.2f}" if name in ("xgboost", "roofline") else "n/a"
+        mape = f"{s['mape']:.2f}" if name in res.time_models else "n/a"
         lines.append(f"| {name} | {s['shapes']} | {s['top1_mean']:.1%} | {s['top1_geomean']:.1%} | "
                      f"{s['top1_p90']:.1%} | {s['top1_max']:.1%} | {s['top5_mean']:.1%} | "
                      f"{s['top10_mean']:.1%} | {s['tenset_top1']:.3f} | {s['kendall_tau']:.3f} | {mape} |")
@@ -229,8 +240,8 @@ def format_per_shape(res: EvalResult) -> str:
     """Markdown per-shape table: top-1 regret of each model, the measured
     best time, the candidate count and the OOD flag."""
     p = res.per_shape.pivot_table(index=["m", "n", "k"], columns="model", values="top1_regret")
-    meta = res.per_shape[res.per_shape["model"] == "xgboost"].set_index(["m", "n", "k"])
-    models = [c for c in ("xgboost", "roofline", "best_fixed", "random") if c in p.columns]
+    meta = res.per_shape[res.per_shape["model"] == res.model].set_index(["m", "n", "k"])
+    models = [c for c in res.models if c in p.columns]
     vendor = res.vendor_us or {}
     head = ("| M | N | K | class | candidates | best µs | " + " | ".join(f"{c} top-1" for c in models)
             + " | model top-5 | τ | OOD |" + (" vendor µs | best / vendor throughput |" if vendor else ""))
@@ -265,8 +276,8 @@ def format_by_class(res: EvalResult) -> str:
     """Markdown table: mean top-1 regret per shape class (batch-1, skinny,
     small, square, large K, general) for each model, with shape counts."""
     p = res.per_shape.pivot_table(index="shape_class", columns="model", values="top1_regret", aggfunc="mean")
-    n = res.per_shape[res.per_shape["model"] == "xgboost"].groupby("shape_class").size()
-    models = [c for c in ("xgboost", "roofline", "best_fixed", "random") if c in p.columns]
+    n = res.per_shape[res.per_shape["model"] == res.model].groupby("shape_class").size()
+    models = [c for c in res.models if c in p.columns]
     head = "| shape class | shapes | " + " | ".join(f"{m} top-1 mean" for m in models) + " |"
     lines = [head, _rule(head)]
     for cls, r in p.iterrows():
@@ -301,7 +312,7 @@ def write_plots(res: EvalResult, folder) -> list[Path]:
     art_pred = res.predictions
     fig, ax = plt.subplots(figsize=(5.5, 5))
     t = res.rows["time_us"].to_numpy()
-    for name, color in (("roofline", "tab:gray"), ("xgboost", "tab:blue")):
+    for name, color in (("roofline", "tab:gray"), (res.model, "tab:blue")):
         ax.scatter(t, art_pred[name], s=6, alpha=0.5, color=color, label=name)
     lo, hi = float(np.min(t)) / 2, float(np.max(t)) * 2
     ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
@@ -314,7 +325,7 @@ def write_plots(res: EvalResult, folder) -> list[Path]:
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    for name in ("xgboost", "roofline", "best_fixed", "random"):
+    for name in res.models:
         r = np.sort(res.per_shape.loc[res.per_shape["model"] == name, "top1_regret"].to_numpy())
         if r.size:
             ax.step(np.concatenate([[0], r * 100]), np.concatenate([[0], np.arange(1, r.size + 1) / r.size]),
@@ -327,7 +338,7 @@ def write_plots(res: EvalResult, folder) -> list[Path]:
     plt.close(fig)
 
     p = res.per_shape.pivot_table(index="shape_class", columns="model", values="top1_regret", aggfunc="mean")
-    models = [c for c in ("xgboost", "roofline", "best_fixed", "random") if c in p.columns]
+    models = [c for c in res.models if c in p.columns]
     fig, ax = plt.subplots(figsize=(7, 4))
     x = np.arange(len(p.index))
     w = 0.8 / max(len(models), 1)

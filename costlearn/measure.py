@@ -123,8 +123,10 @@ class Protocol:
 
 
 def make_inputs(m: int, n: int, k: int, distribution: str = "normal", density: float = 1.0,
-                rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Random float32 inputs A [m, k] and B [k, n], C-contiguous.
+                rng: np.random.Generator | None = None, dtype: str = "float32") -> tuple[np.ndarray, np.ndarray]:
+    """Random inputs A [m, k] and B [k, n], C-contiguous, in the host dtype
+    of ``dtype`` (:data:`costlearn.dtypes.DTYPES`: float32 for ``float32``
+    and ``tfloat32``, float16 for ``float16``).
 
     Never all zeros: with ``distribution="sparse"`` at least one element of
     each matrix is non-zero.
@@ -132,8 +134,13 @@ def make_inputs(m: int, n: int, k: int, distribution: str = "normal", density: f
     Raises
     ------
     ValueError
-        If ``distribution`` is unknown or ``density`` outside (0, 1].
+        If ``distribution`` is unknown, ``density`` outside (0, 1], or the
+        dtype has no numpy host type (bfloat16: its backend makes inputs).
     """
+    from .dtypes import get_dtype
+    host = get_dtype(dtype).host_dtype
+    if host is None:
+        raise ValueError(f"dtype={dtype!r} has no numpy host type; its backend generates the inputs")
     if distribution not in DISTRIBUTIONS:
         raise ValueError(f"distribution={distribution!r}; allowed: {DISTRIBUTIONS}")
     if not 0 < density <= 1:
@@ -151,7 +158,7 @@ def make_inputs(m: int, n: int, k: int, distribution: str = "normal", density: f
             x = np.where(mask, x, np.float32(0))
         if not np.any(x):  # guard the (measure-zero) all-zero draw
             x.flat[0] = np.float32(1)
-        out.append(np.ascontiguousarray(x))
+        out.append(np.ascontiguousarray(x.astype(host, copy=False)))
     return out[0], out[1]
 
 
@@ -168,8 +175,10 @@ def tolerance(a, b, dtype: str = "float32", xp=np):
 
     Parameters
     ----------
-    a, b : array, float32, shapes (M, K) and (K, N)
+    a, b : array, shapes (M, K) and (K, N)
     dtype : str
+        Name in :data:`costlearn.dtypes.DTYPES`; its epsilon (of the
+        multiply: 2**-10 for TF32) scales the bound.
     xp : module
         ``numpy``, or ``cupy`` to compute on the GPU.
 
@@ -177,7 +186,8 @@ def tolerance(a, b, dtype: str = "float32", xp=np):
     -------
     array of float64, shape (M, N), of the module ``xp``
     """
-    eps = float(np.finfo(np.dtype(dtype)).eps)
+    from .dtypes import get_dtype
+    eps = get_dtype(dtype).eps
     k = a.shape[1]
     scale = xp.abs(a).astype(xp.float64) @ xp.abs(b).astype(xp.float64)
     return 16.0 * math.sqrt(k) * eps * scale + 1e-30

@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pandas as pd
 
-__all__ = ["topk_regret", "shape_metrics", "summarize", "evaluate_rows", "KS"]
+__all__ = ["topk_regret", "shape_metrics", "summarize", "evaluate_rows", "random_scores", "KS"]
 
 KS = (1, 5, 10)
 
@@ -95,3 +95,14 @@ def summarize(per_shape: pd.DataFrame) -> dict:
         else math.nan
     s["mape"] = float(per_shape["mape"].mean())
     return s
+
+
+def random_scores(rows: pd.DataFrame, seed: int = 0) -> np.ndarray:
+    """A random ranking of each problem's rows, seeded per problem (M, N, K):
+    the random baseline of every evaluation. float64 of shape (len(rows),),
+    lower ranks first."""
+    out = np.empty(len(rows))
+    for key, idx in rows.groupby(["m", "n", "k"]).indices.items():
+        rng = np.random.default_rng([seed, *(int(v) for v in key)])
+        out[idx] = rng.random(len(idx))
+    return out

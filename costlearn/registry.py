@@ -1,20 +1,84 @@
-"""Name -> implementation lookup shared by the seams' registries (backends,
-feature sets, cost models): an unknown name is a ValueError that lists the
-known ones."""
+"""Name -> implementation registries for the seams (kernel families, dtypes,
+backends, feature sets, cost models, rankers, device presets).
+
+An entry is either the object itself or ``"module:attribute"``, imported on
+first use, so a missing optional dependency (CuPy, PyOpenCL, Triton) fails
+only when that implementation is asked for, with the install hint given at
+registration. An unknown name is a ValueError that lists the known ones;
+command-line choices come from :meth:`Registry.names`.
+"""
 from __future__ import annotations
 
-__all__ = ["lookup"]
+import importlib
+
+__all__ = ["Registry", "Unavailable", "lookup"]
+
+
+class Unavailable(RuntimeError):
+    """The implementation needs a library (or device) that is not here."""
+
+
+class Registry:
+    """Named implementations of one seam.
+
+    Parameters
+    ----------
+    what : str
+        What a name names, for messages (``"kernel family"``).
+    entries : dict of str to object or str
+        Name -> implementation, or ``"package.module:Name"``.
+    hints : dict of str to str, optional
+        Name -> install hint shown when importing it fails.
+    unavailable : type, optional
+        The :class:`Unavailable` subclass raised when importing fails.
+    """
+
+    def __init__(self, what: str, entries: dict, hints: dict | None = None, unavailable: type | None = None):
+        self.what = what
+        self._entries = dict(entries)
+        self._hints = dict(hints or {})
+        self._unavailable = unavailable or Unavailable
+        self._loaded: dict = {}
+
+    def names(self) -> tuple[str, ...]:
+        """Registered names, sorted."""
+        return tuple(sorted(self._entries))
+
+    def __contains__(self, name) -> bool:
+        return isinstance(name, str) and name in self._entries
+
+    def get(self, name):
+        """The implementation registered as ``name``.
+
+        Raises
+        ------
+        ValueError
+            If ``name`` is not registered (the message lists the names).
+        Unavailable
+            If its module cannot be imported (with the install hint).
+        """
+        if name not in self:
+            raise ValueError(f"unknown {self.what} {name!r}; known: {list(self.names())}")
+        if name not in self._loaded:
+            entry = self._entries[name]
+            if isinstance(entry, str):
+                mod, _, attr = entry.partition(":")
+                try:
+                    entry = getattr(importlib.import_module(mod), attr)
+                except ImportError as e:
+                    hint = self._hints.get(name, "")
+                    raise self._unavailable(f"{self.what} {name!r} needs a missing library ({e})"
+                                            + (f"; install with: {hint}" if hint else "")) from e
+            self._loaded[name] = entry
+        return self._loaded[name]
+
+    def hint(self, name: str) -> str:
+        """The install hint of ``name`` ("" if none)."""
+        return self._hints.get(name, "")
 
 
 def lookup(table: dict, name, what: str):
-    """Return ``table[name]``.
-
-    Raises
-    ------
-    ValueError
-        If ``name`` is not a key of ``table``; the message names ``what``
-        and lists the known names.
-    """
+    """``table[name]``; ValueError naming ``what`` and listing the keys otherwise."""
     if not isinstance(name, str) or name not in table:
         raise ValueError(f"unknown {what} {name!r}; known: {sorted(table)}")
     return table[name]

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .space import TileConfig
-
 __all__ = ["ShapeBounds", "sample_shapes", "iter_shapes", "select_pool", "shape_class", "SHAPE_CLASSES"]
 
 SHAPE_CLASSES = ("batch1", "skinny", "small", "square", "large_k", "general")
@@ -122,14 +120,21 @@ def sample_shapes(n: int, bounds: ShapeBounds, rng: np.random.Generator) -> list
     return list(itertools.islice(iter_shapes(bounds, rng), n))
 
 
-def select_pool(configs, size: int, rng: np.random.Generator) -> list[TileConfig]:
+def select_pool(configs, size: int, rng: np.random.Generator) -> list:
     """Choose a candidate pool of ``size`` configs, stratified by block tile
-    height ``block_m`` so that every height present in ``configs`` gets an
-    equal share (BM = 1 tiles for batch-1 shapes included).
+    height BM (the family's tile description) so that every height present
+    in ``configs`` gets an equal share (BM = 1 tiles for batch-1 shapes
+    included).
+
+    Parameters
+    ----------
+    configs : sequence of one family's configs
+    size : int
+    rng : numpy.random.Generator
 
     Returns
     -------
-    list of TileConfig, sorted by config_id (all of ``configs`` if it has at
+    list of configs, sorted by config_id (all of ``configs`` if it has at
     most ``size`` entries).
 
     Raises
@@ -144,13 +149,15 @@ def select_pool(configs, size: int, rng: np.random.Generator) -> list[TileConfig
         raise ValueError("no feasible configs to choose a pool from")
     if len(configs) <= size:
         return sorted(configs, key=lambda c: c.config_id)
+    from .families import family_of
+    fam = family_of(configs[0])
     strata: dict[int, list] = {}
     for c in configs:
-        strata.setdefault(c.block_m, []).append(c)
+        strata.setdefault(fam.block_tile(c)[0], []).append(c)
     keys = sorted(strata)
     for key in keys:
         rng.shuffle(strata[key])
-    pool: list[TileConfig] = []
+    pool: list = []
     i = 0
     while len(pool) < size:
         key = keys[i % len(keys)]

@@ -1,7 +1,13 @@
-"""Training: dataset folder in, model artifact out."""
+"""Training: a dataset folder in, a model artifact out (fit the model and the
+baselines, hold out problems for metrics, fit the envelope, export and
+calibrate the scorer); and the conversion of artifacts of the layout before
+kernel families."""
 from __future__ import annotations
 
+import json
+import shutil
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -9,26 +15,28 @@ import pandas as pd
 
 from .dataset import current_rows, load, noise_floor, valid_rows
 from .device import DeviceSpec
-from .envelope import fit_envelope
-from .metrics import evaluate_rows, summarize
-from .model import artifact
-from .model.baselines import BestFixedModel, RandomModel, RooflineModel
-from .model.xgb import XGBCostModel, XGBParams
+from .envelope import Envelope, fit_envelope
+from .families import get_family
+from .metrics import evaluate_rows, random_scores, summarize
+from .model import BASELINES, artifact, get_model
+from .model.base import CostModel, shape_groups
 
-__all__ = ["train", "TrainResult", "spec_from_rows", "holdout_report"]
+__all__ = ["train", "TrainResult", "spec_from_rows", "holdout_report", "export_artifact", "migrate_models",
+           "dataset_pairs"]
 
 
 @dataclass
 class TrainResult:
     """Outcome of :func:`train`: the artifact path, held-out summaries per
-    model (``xgboost``, ``roofline``, ``best_fixed``, ``random``), and row and
-    shape counts."""
+    model, and row and problem counts."""
 
     path: Path
     holdout: dict
     rows: int
     shapes: int
     dropped: dict
+    family: str
+    dtype: str
 
 
 def _finite_or_none(x: float):
@@ -55,43 +63,57 @@ def spec_from_rows(rows: pd.DataFrame, spec: DeviceSpec | None) -> DeviceSpec:
     return spec
 
 
-def holdout_report(rows: pd.DataFrame, spec: DeviceSpec, params: XGBParams, feature_set: str,
-                   test_share: float = 0.2, seed: int = 0) -> tuple[dict, pd.DataFrame]:
-    """Fit every model on a shape-grouped train split and score it on the
-    held-out shapes' measured candidates.
+def holdout_report(rows: pd.DataFrame, spec: DeviceSpec, model: CostModel, test_share: float = 0.2,
+                   seed: int = 0) -> tuple[dict, pd.DataFrame]:
+    """Fit ``model`` (a fresh, unfitted one) and every baseline on a
+    problem-grouped train split and score them, and a random ranking, on
+    the held-out problems' measured candidates.
 
     Returns
     -------
     summary : dict of str to dict
         :func:`costlearn.metrics.summarize` per model.
     per_shape : DataFrame
-        Per-shape metrics, with a ``model`` column.
+        Per-problem metrics, with a ``model`` column.
     """
     from sklearn.model_selection import GroupShuffleSplit
-
-    from .model.xgb import shape_groups
 
     groups = shape_groups(rows)
     tr, te = next(GroupShuffleSplit(n_splits=1, test_size=test_share, random_state=seed)
                   .split(rows, groups=groups))
     rtr, rte = rows.iloc[tr], rows.iloc[te]
-    models = {"xgboost": XGBCostModel(feature_set, params), "roofline": RooflineModel(),
-              "best_fixed": BestFixedModel(), "random": RandomModel(seed)}
+    models = {model.name: model, **{name: get_model(name) for name in BASELINES}}
+    preds = {name: mdl.fit(rtr, spec).predict(rte) for name, mdl in models.items()}
+    preds["random"] = random_scores(rte, seed)
     summary, frames = {}, []
-    for name, mdl in models.items():
-        mdl.fit(rtr, spec)
-        per = evaluate_rows(rte, mdl.predict(rte))
+    for name, pred in preds.items():
+        per = evaluate_rows(rte, pred)
         per["model"] = name
         frames.append(per)
         summary[name] = summarize(per)
     return summary, pd.concat(frames, ignore_index=True)
 
 
-def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, dtype: str = "float32",
-          feature_set: str = "analytic", params: XGBParams | None = None,
+def dataset_pairs(df: pd.DataFrame) -> list[tuple[str, str]]:
+    """(family, dtype) pairs present in a dataset's rows, sorted."""
+    return sorted({(str(f), str(d)) for f, d in df[["family", "dtype"]].drop_duplicates().itertuples(index=False)})
+
+
+def _device_json(data_dir: Path) -> DeviceSpec | None:
+    dev_json = data_dir / "device.json"
+    if not dev_json.is_file():
+        return None
+    try:
+        return DeviceSpec.from_dict(json.loads(dev_json.read_text()))
+    except (json.JSONDecodeError, ValueError, TypeError) as e:
+        raise ValueError(f"{dev_json}: not a valid device description ({e})") from e
+
+
+def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str | None = None,
+          dtype: str | None = None, model: str = "xgboost", settings: dict | None = None,
           holdout: bool = True) -> TrainResult:
-    """Train the XGBoost cost model on a dataset folder and save the artifact
-    to ``<models_dir>/<device>/<dtype>/``.
+    """Train a cost model on a dataset folder and save the artifact to
+    ``<models_dir>/<device>/<family>/<dtype>/``.
 
     Parameters
     ----------
@@ -101,11 +123,15 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, dtype: str = 
         Root of the model store (``models/``).
     spec : DeviceSpec, optional
         Device description; by default read from ``<data_dir>/device.json``.
-    dtype : {"float32"}
-    feature_set : {"analytic", "raw", "derived"}
-    params : XGBParams, optional
+    family, dtype : str, optional
+        Which rows to train on; by default the only (family, dtype) pair in
+        the dataset.
+    model : str
+        A name in :data:`costlearn.model.MODELS` (default ``xgboost``).
+    settings : dict, optional
+        Keyword settings of the model (e.g. ``feature_set="raw"``).
     holdout : bool
-        Also fit on a shape-grouped 80 % split and store the held-out
+        Also fit on a problem-grouped 80 % split and store the held-out
         metrics of the model and the baselines in the sidecar.
 
     Returns
@@ -115,35 +141,35 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, dtype: str = 
     Raises
     ------
     ValueError
-        If the dataset has too few valid rows (< 50) or shapes (< 5), mixes
-        devices, or has no device description.
+        If the dataset has too few valid rows (< 50) or problems (< 5),
+        mixes devices, holds several (family, dtype) pairs and none was
+        chosen, or has no device description.
     """
     data_dir = Path(data_dir)
     df, report = load(data_dir)
-    df = df[df["dtype"] == dtype]
+    pairs = dataset_pairs(df)
+    if family is None or dtype is None:
+        fitting = [p for p in pairs if (family is None or p[0] == family) and (dtype is None or p[1] == dtype)]
+        if len(fitting) > 1:
+            raise ValueError(f"{data_dir} holds rows of {[f'{f}/{d}' for f, d in fitting]}; choose one with "
+                             "family= and dtype= (CLI: --family, --dtype)")
+        family, dtype = fitting[0] if fitting else (family or "gemm", dtype or "float32")
+    fam = get_family(family)
+    df = df[(df["family"] == family).to_numpy(bool) & (df["dtype"] == dtype).to_numpy(bool)]
     df, stale = current_rows(df)
     rows = valid_rows(df).reset_index(drop=True)
-    n_shapes = rows[["m", "n", "k"]].drop_duplicates().shape[0]
+    n_shapes = rows[["m", "n", "k", "layout"]].drop_duplicates().shape[0]
     if len(rows) < 50 or n_shapes < 5:
-        raise ValueError(f"{data_dir} has {len(rows)} valid {dtype} rows over {n_shapes} shapes; "
-                         "need at least 50 rows over 5 shapes (run `costlearn collect` longer)")
-    if spec is None:
-        dev_json = data_dir / "device.json"
-        if dev_json.is_file():
-            import json
-            try:
-                spec = DeviceSpec.from_dict(json.loads(dev_json.read_text()))
-            except (json.JSONDecodeError, ValueError, TypeError) as e:
-                raise ValueError(f"{dev_json}: not a valid device description ({e})") from e
-    spec = spec_from_rows(rows, spec)
-    params = params or XGBParams()
+        raise ValueError(f"{data_dir} has {len(rows)} valid {family}/{dtype} rows over {n_shapes} problems; "
+                         "need at least 50 rows over 5 problems (run `costlearn collect` longer)")
+    spec = spec_from_rows(rows, spec if spec is not None else _device_json(data_dir))
+    settings = dict(settings or {})
     summary = {}
     if holdout:
-        summary, _ = holdout_report(rows, spec, params, feature_set, seed=params.seed)
-    model = XGBCostModel(feature_set, params).fit(rows, spec)
-    best_fixed = BestFixedModel().fit(rows, spec)
+        summary, _ = holdout_report(rows, spec, get_model(model, **settings), seed=0)
+    mdl = get_model(model, **settings).fit(rows, spec)
+    baselines = {name: get_model(name).fit(rows, spec) for name in BASELINES}
     shapes = rows[["m", "n", "k"]].drop_duplicates().to_numpy()
-    env = fit_envelope(shapes)
     training = dict(dataset=str(data_dir), rows=int(len(rows)), shapes=int(n_shapes),
                     rows_total=int(len(df)), status_counts=df["status"].value_counts().to_dict(),
                     run_ids=sorted(rows["run_id"].unique().tolist()),
@@ -151,11 +177,129 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, dtype: str = 
                     template_hashes=sorted(rows["template_hash"].unique().tolist()),
                     noise_floor=_finite_or_none(noise_floor(rows)),
                     corrupt_parts=len(report.corrupt), stale_rows_dropped=stale)
-    baselines = dict(best_fixed=dict(scores={str(k): float(v) for k, v in best_fixed.scores_.items()},
-                                     best_config_id=best_fixed.best_config_id_))
-    folder = Path(models_dir) / spec.slug / dtype
-    path = artifact.save(model, folder, dtype=dtype, candidates=artifact.candidate_table(rows),
-                         envelope=env, metrics=dict(holdout=summary), training=training,
-                         baselines=baselines)
+    folder = artifact.model_folder(models_dir, spec.slug, fam.name, dtype)
+    path = export_artifact(mdl, folder, family=fam.name, dtype=dtype,
+                           layouts=sorted(rows["layout"].unique().tolist()), spec=spec,
+                           candidates=artifact.candidate_table(rows), envelope=fit_envelope(shapes),
+                           metrics=dict(holdout=summary), training=training,
+                           baselines={name: b.save(folder) for name, b in baselines.items()})
     return TrainResult(path=path, holdout=summary, rows=len(rows), shapes=int(n_shapes),
-                       dropped=dict(report.quarantined, stale_template_or_protocol=stale))
+                       dropped=dict(report.quarantined, stale_template_or_protocol=stale), family=fam.name,
+                       dtype=dtype)
+
+
+def export_artifact(model: CostModel, folder, *, family: str, dtype: str, layouts, spec: DeviceSpec,
+                    candidates: pd.DataFrame, envelope: dict, metrics: dict, training: dict, baselines: dict,
+                    extra: dict | None = None) -> Path:
+    """Export ``model``'s scorer for ``candidates``, calibrate its cascade
+    (:func:`costlearn.ranker.calibrate_cascade`), check the scorer against
+    ``model.predict`` and save the artifact (:func:`costlearn.model.artifact.save`).
+
+    Raises
+    ------
+    ValueError
+        If the scorer disagrees with the model (more than 1e-3 in log2 time
+        on the calibration problems' candidates).
+    """
+    from .features import CandidateFeatures, ConfigTable, get_feature_set
+    from .ranker import calibrate_cascade, calibration_problems
+    fam = get_family(family)
+    configs = [fam.config_from_id(c) for c in candidates["config_id"]]
+    table = ConfigTable(fam, configs, dtype, spec, candidates["registers_per_thread"].to_numpy(np.float64))
+    features = CandidateFeatures(get_feature_set(model.feature_set), table)
+    scorer = model.scorer(features.names, [c.config_id for c in configs])
+    floors = fam.fit_floors(spec)
+    from .sampler import ShapeBounds
+    problems = calibration_problems(envelope["shapes"], dtype, layouts[0],
+                                    ShapeBounds.for_device(spec.device_type == "cpu"))
+    _check_scorer(model, scorer, features, candidates, problems[::40], family, dtype)
+    stages, info = calibrate_cascade(scorer, features, floors, problems)
+    scorer = scorer.with_cascade(stages)
+    Envelope(envelope)                                          # a bad envelope fails before anything is written
+    return artifact.save(model, folder, family=family, dtype=dtype, layouts=layouts, spec=spec, candidates=candidates,
+                         scorer=scorer, envelope=envelope, metrics=metrics, training=training, baselines=baselines,
+                         cascade=info, extra=extra)
+
+
+def _check_scorer(model, scorer, features, candidates, problems, family, dtype) -> None:
+    """log2 of ``model.predict`` on every candidate of a few problems must
+    equal the scorer's scores within 1e-3 (the scorer sums in float64, a
+    training library may sum in float32)."""
+    worst = 0.0
+    for p in problems:
+        X = features.numpy(p.m, p.n, p.k)
+        rows = pd.DataFrame(dict(m=p.m, n=p.n, k=p.k, dtype=dtype, layout=p.layout, family=family,
+                                 config_id=candidates["config_id"].to_numpy(),
+                                 registers_per_thread=candidates["registers_per_thread"].to_numpy(np.float64)))
+        want = np.log2(model.predict(rows))
+        got = scorer.full_numpy(X, np.arange(len(X)))
+        worst = max(worst, float(np.abs(want - got).max()))
+    if not worst <= 1e-3:
+        raise ValueError(f"the exported {model.name} scorer differs from the model's predictions by {worst:.3g} "
+                         "in log2 time; not saving")
+
+
+def migrate_models(models_dir) -> list[tuple[Path, Path]]:
+    """Convert every artifact of the layout before kernel families
+    (``<root>/<device>/<dtype>/``, artifact schema 2) into
+    ``<root>/<device>/gemm/<dtype>/`` (schema 3): the same model file
+    (byte for byte), its exported scorer with a calibrated cascade, the
+    baselines' states; the old folder is removed once the new one loads.
+
+    Returns
+    -------
+    list of (old folder, new folder)
+
+    Raises
+    ------
+    costlearn.model.artifact.ArtifactError
+        If an old artifact cannot be read (nothing is removed then).
+    """
+    from .model.xgb import XGBCostModel
+    from .util import sha256_file
+    done = []
+    for old in artifact.old_layout_folders(models_dir):
+        side_path = old / artifact.SIDECAR
+        try:
+            side = json.loads(side_path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise artifact.ArtifactError(f"unreadable {side_path}: {e}") from e
+        if side.get("artifact_schema") != 2 or side.get("model") != "xgboost":
+            raise artifact.ArtifactError(f"{side_path}: schema {side.get('artifact_schema')!r} model "
+                                         f"{side.get('model')!r}; only schema-2 xgboost artifacts can be converted")
+        spec = DeviceSpec.from_dict(side["device"])
+        new = artifact.model_folder(models_dir, old.parent.name, "gemm", side["dtype"])
+        new.mkdir(parents=True, exist_ok=True)
+        ubj = old / "model.ubj"
+        if side.get("model_sha256") and sha256_file(ubj) != side["model_sha256"]:
+            raise artifact.ArtifactError(f"{ubj} does not belong to {side_path} (sha256 differs)")
+        shutil.copyfile(ubj, new / "model.ubj")
+        state = dict(settings=dict(feature_set=side["feature_set"], params=side.get("params") or {}),
+                     feature_names=side["feature_names"], best_iteration=side.get("best_iteration"),
+                     validation_rmse_log2=side.get("validation_rmse_log2"),
+                     files={"model.ubj": sha256_file(new / "model.ubj")})
+        mdl = XGBCostModel.load(new, state, spec)
+        cands = pd.DataFrame(side["candidates"])
+        if "registers_per_thread" not in cands:
+            cands["registers_per_thread"] = np.nan
+        cands = cands[["config_id", "registers_per_thread"]]
+        bf = side.get("baselines", {}).get("best_fixed", {})
+        from .model.baselines import BestFixedModel, RooflineModel
+        names = list(side["feature_names"])
+        baselines = dict(roofline=RooflineModel().fit(None, spec).save(new),
+                         best_fixed=dict(settings=dict(min_coverage=BestFixedModel().min_coverage),
+                                         scores=bf.get("scores", {}), best_config_id=bf.get("best_config_id"),
+                                         feature_names=("log2_m", "log2_n", "log2_k")
+                                         + tuple(get_family("gemm").param_feature_names), files={}))
+        export_artifact(mdl, new, family="gemm", dtype=side["dtype"], layouts=["NN"], spec=spec, candidates=cands,
+                        envelope=side["envelope"], metrics=side.get("metrics", {}), training=side.get("training", {}),
+                        baselines=baselines,
+                        extra=dict(created=side.get("created"), template_hash=side["template_hash"],
+                                   costlearn_version=side["costlearn_version"],
+                                   migrated=dict(from_schema=2, from_folder=str(old.name), names=len(names),
+                                                 at=datetime.now(timezone.utc).isoformat(timespec="seconds"))))
+        artifact.load(new)
+        shutil.rmtree(old)
+        done.append((old, new))
+    return done
+

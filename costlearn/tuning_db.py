@@ -1,11 +1,16 @@
-"""Tuning database: the config chosen for each shape, how it was chosen
+"""Tuning database: the config chosen for each problem, how it was chosen
 (predicted by the model, or measured on the device) and its times, in one
 SQLite file shared by every process of a machine (design.md, "Predictor").
 
-Key: (M, N, K, dtype, device slug, kernel-template hash, costlearn
-version). A change of template or version starts afresh: old entries stay in
-the file but are never returned. A measured entry is never overwritten by a
-predicted one.
+Key: (M, N, K, dtype, layout, kernel family, device slug, kernel-template
+hash, costlearn version). A change of template or version starts afresh: old
+entries stay in the file but are never returned. A measured entry is never
+overwritten by a predicted one.
+
+- **Opening.** Reading a file that does not exist is an error; a database
+  is created only when asked (``create=True``: recording a prediction or a
+  measurement). A schema-1 file (before kernel families) is upgraded in
+  place, its entries becoming ``gemm`` / ``NN`` entries.
 
 - **Concurrency.** SQLite in write-ahead-log mode: readers never block,
   writers queue (``busy_timeout``); each thread gets its own connection.
@@ -32,18 +37,24 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import __version__
-from .native import cache_dir
-from .space import TileConfig, check_config, check_shape
+from .families import FAMILIES, get_family
+from .problem import Problem
+from .space import check_config
+from .util import cache_dir, check_instance
 
 __all__ = ["TuningDB", "TuningEntry", "TuningDBError", "default_path", "HOW"]
 
-SCHEMA = 1
+SCHEMA = 2
+"""2 added ``layout`` and ``family`` to the key (schema-1 files are upgraded on open)."""
 HOW = ("predicted", "measured")
 
-_CREATE = """
+_KEY = "m, n, k, dtype, layout, family, device, template_hash, costlearn_version"
+
+_CREATE = f"""
 CREATE TABLE IF NOT EXISTS tuned (
     m INTEGER NOT NULL, n INTEGER NOT NULL, k INTEGER NOT NULL,
-    dtype TEXT NOT NULL, device TEXT NOT NULL, template_hash TEXT NOT NULL,
+    dtype TEXT NOT NULL, layout TEXT NOT NULL, family TEXT NOT NULL,
+    device TEXT NOT NULL, template_hash TEXT NOT NULL,
     costlearn_version TEXT NOT NULL,
     config_id TEXT NOT NULL,
     how TEXT NOT NULL CHECK (how IN ('predicted', 'measured')),
@@ -51,16 +62,27 @@ CREATE TABLE IF NOT EXISTS tuned (
     times_json TEXT NOT NULL,
     source TEXT NOT NULL,
     updated TEXT NOT NULL,
-    PRIMARY KEY (m, n, k, dtype, device, template_hash, costlearn_version)
+    PRIMARY KEY ({_KEY})
 )"""
 
-_UPSERT = """
-INSERT INTO tuned VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (m, n, k, dtype, device, template_hash, costlearn_version) DO UPDATE SET
+_UPSERT = f"""
+INSERT INTO tuned VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT ({_KEY}) DO UPDATE SET
     config_id = excluded.config_id, how = excluded.how, time_us = excluded.time_us,
     times_json = excluded.times_json, source = excluded.source, updated = excluded.updated
 WHERE excluded.how = 'measured' OR tuned.how = 'predicted'
 """
+
+_UPGRADE_1 = [
+    "ALTER TABLE tuned RENAME TO tuned_v1",
+    _CREATE,
+    "INSERT INTO tuned SELECT m, n, k, dtype, 'NN', 'gemm', device, template_hash, costlearn_version, config_id, "
+    "how, time_us, times_json, source, updated FROM tuned_v1",
+    "DROP TABLE tuned_v1",
+    f"PRAGMA user_version = {SCHEMA}",
+]
+_V1_COLUMNS = ["m", "n", "k", "dtype", "device", "template_hash", "costlearn_version", "config_id", "how", "time_us",
+               "times_json", "source", "updated"]
 
 
 class TuningDBError(OSError):
@@ -77,17 +99,18 @@ def default_path() -> Path:
 
 @dataclass(frozen=True)
 class TuningEntry:
-    """One tuned shape.
+    """One tuned problem.
 
     Attributes
     ----------
-    m, n, k : int
-    dtype : str
+    problem : Problem
+    family : str
+        Kernel family of the config.
     device : str
         Device slug the entry belongs to (where it was measured or which
         model predicted it).
     template_hash, costlearn_version : str
-    config : TileConfig
+    config : a config of ``family``
         The chosen config.
     how : {"predicted", "measured"}
     time_us : float
@@ -102,14 +125,12 @@ class TuningEntry:
         UTC time of the write, ISO 8601.
     """
 
-    m: int
-    n: int
-    k: int
-    dtype: str
+    problem: Problem
+    family: str
     device: str
     template_hash: str
     costlearn_version: str
-    config: TileConfig
+    config: object
     how: str
     time_us: float
     times_us: dict = field(default_factory=dict)
@@ -123,7 +144,10 @@ class TuningDB:
     Parameters
     ----------
     path : path, optional
-        The file; :func:`default_path` by default. Its folder is created.
+        The file; :func:`default_path` by default.
+    create : bool
+        Create the file (and its folder) when it does not exist; False
+        (default) makes a missing file an error.
     timeout_s : float
         How long a writer waits for another writer, seconds.
 
@@ -136,6 +160,8 @@ class TuningDB:
     ------
     TypeError
         If ``path`` is not a str or Path.
+    FileNotFoundError
+        If the file does not exist and ``create`` is False.
     OSError
         If the folder cannot be created, or the file cannot be opened or
         written (a folder at that path, no permission, locked past
@@ -143,10 +169,13 @@ class TuningDB:
         aside.
     """
 
-    def __init__(self, path=None, *, timeout_s: float = 30.0):
+    def __init__(self, path=None, *, create: bool = False, timeout_s: float = 30.0):
         if path is not None and not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path={path!r}; must be a str or pathlib.Path (or None for the default)")
         self.path = Path(path) if path is not None else default_path()
+        if not create and not self.path.exists():
+            raise FileNotFoundError(f"no tuning database at {self.path} (nothing recorded there yet; "
+                                    "`costlearn predict ... --measure-top-k K` or `--tuning-db PATH` creates one)")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.timeout_s = float(timeout_s)
         self.set_aside: list[Path] = []
@@ -178,6 +207,8 @@ class TuningDB:
                 raise TuningDBError(f"{self.path} is an SQLite database but not a costlearn tuning database "
                                     f"(tables {sorted(tables)}); use another file")
             conn.execute("PRAGMA journal_mode = WAL")
+            if version == 1:
+                self._upgrade_from_1(conn)
             conn.execute(_CREATE)
             if version == 0:
                 conn.execute(f"PRAGMA user_version = {SCHEMA}")
@@ -185,6 +216,22 @@ class TuningDB:
             conn.close()
             raise
         return conn
+
+    def _upgrade_from_1(self, conn: sqlite3.Connection) -> None:
+        """Schema 1 -> 2 in one transaction: every entry becomes a ``gemm``
+        ``NN`` entry (the only ones schema 1 could hold)."""
+        cols = [r[1] for r in conn.execute("PRAGMA table_info(tuned)")]
+        if cols != _V1_COLUMNS:
+            raise TuningDBError(f"{self.path} claims tuning-database schema 1 but has columns {cols}; use another file")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if conn.execute("PRAGMA user_version").fetchone()[0] == 1:     # not upgraded by another process meanwhile
+                for stmt in _UPGRADE_1:
+                    conn.execute(stmt)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -263,44 +310,47 @@ class TuningDB:
 
     # -- queries ------------------------------------------------------------
 
-    def get(self, m, n, k, dtype: str, device: str, template_hash: str, *, spec=None,
+    def get(self, problem: Problem, family: str, device: str, template_hash: str, *, spec=None,
             costlearn_version: str = __version__) -> TuningEntry | None:
-        """The entry for a shape, or None (a miss).
+        """The entry for a problem, or None (a miss).
 
         Parameters
         ----------
-        m, n, k : int
-        dtype : str
+        problem : Problem
+        family : str
+            Kernel family.
         device : str
             Device slug.
         template_hash : str
         spec : DeviceSpec, optional
             The device the config would launch on: a stored config that is
-            infeasible in today's tile space for this shape is a miss.
+            infeasible in today's tile space for this problem is a miss.
         costlearn_version : str
 
         Raises
         ------
-        TypeError, ValueError
-            If the shape or dtype is invalid.
+        TypeError
+            If ``problem`` is not a Problem.
         """
-        m, n, k, dtype = check_shape(m, n, k, dtype)
+        check_instance("problem", problem, Problem, "a costlearn.Problem")
+        p = problem
         row = self._run(lambda c: c.execute(
             "SELECT config_id, how, time_us, times_json, source, updated FROM tuned WHERE m=? AND n=? AND "
-            "k=? AND dtype=? AND device=? AND template_hash=? AND costlearn_version=?",
-            (m, n, k, dtype, str(device), str(template_hash), str(costlearn_version))).fetchone())
+            "k=? AND dtype=? AND layout=? AND family=? AND device=? AND template_hash=? AND costlearn_version=?",
+            (p.m, p.n, p.k, p.dtype, p.layout, str(family), str(device), str(template_hash),
+             str(costlearn_version))).fetchone())
         if row is None:
             return None
         config_id, how, time_us, times_json, source, updated = row
         try:
-            config = TileConfig.from_id(config_id)
+            config = get_family(family).config_from_id(config_id)
             times = _times(json.loads(times_json))
             time_us = _positive(time_us)
         except (ValueError, TypeError):
             return None                          # a damaged row is a miss
-        if spec is not None and check_config(config, spec, dtype, (m, n, k)) is not None:
+        if spec is not None and check_config(config, spec, problem=p) is not None:
             return None
-        return TuningEntry(m, n, k, dtype, str(device), str(template_hash), str(costlearn_version), config,
+        return TuningEntry(p, str(family), str(device), str(template_hash), str(costlearn_version), config,
                            how, float(time_us), times, source, updated)
 
     def put(self, entry: TuningEntry) -> bool:
@@ -320,15 +370,17 @@ class TuningDB:
         """
         if not isinstance(entry, TuningEntry):
             raise TypeError(f"entry={entry!r}; must be a TuningEntry")
-        check_shape(entry.m, entry.n, entry.k, entry.dtype)
+        check_instance("problem", entry.problem, Problem, "a costlearn.Problem")
+        if entry.family not in FAMILIES:
+            raise ValueError(f"family={entry.family!r}; known: {list(FAMILIES.names())}")
         if entry.how not in HOW:
             raise ValueError(f"how={entry.how!r}; allowed: {HOW}")
         for name in ("device", "template_hash", "costlearn_version", "source"):
             v = getattr(entry, name)
             if not isinstance(v, str) or (not v and name != "source"):
                 raise TypeError(f"{name}={v!r}; must be a non-empty str")
-        if not isinstance(entry.config, TileConfig):
-            raise TypeError(f"config={entry.config!r}; must be a TileConfig")
+        if not isinstance(entry.config, get_family(entry.family).config_type):
+            raise TypeError(f"config={entry.config!r}; must be a config of the {entry.family!r} family")
         try:
             _positive(entry.time_us)
             _times(entry.times_us)
@@ -336,7 +388,8 @@ class TuningDB:
             raise ValueError(f"{e} (time_us={entry.time_us!r}, times_us={entry.times_us!r})") from None
         stamp = entry.updated if isinstance(entry.updated, str) and entry.updated else \
             datetime.now(timezone.utc).isoformat(timespec="seconds")
-        values = (int(entry.m), int(entry.n), int(entry.k), entry.dtype, entry.device, entry.template_hash,
+        p = entry.problem
+        values = (p.m, p.n, p.k, p.dtype, p.layout, entry.family, entry.device, entry.template_hash,
                   entry.costlearn_version, entry.config.config_id, entry.how, float(entry.time_us),
                   json.dumps(_times(entry.times_us), sort_keys=True), entry.source, stamp)
         return bool(self._run(lambda c: c.execute(_UPSERT, values).rowcount))
@@ -344,13 +397,13 @@ class TuningDB:
     def entries(self) -> list[TuningEntry]:
         """Every stored entry (all versions), oldest first."""
         rows = self._run(lambda c: c.execute(
-            "SELECT m, n, k, dtype, device, template_hash, costlearn_version, config_id, how, time_us, "
-            "times_json, source, updated FROM tuned ORDER BY updated").fetchall())
+            f"SELECT {_KEY}, config_id, how, time_us, times_json, source, updated FROM tuned "
+            "ORDER BY updated").fetchall())
         out = []
         for r in rows:
             try:
-                out.append(TuningEntry(*r[:7], TileConfig.from_id(r[7]), r[8], float(r[9]), json.loads(r[10]),
-                                       r[11], r[12]))
+                out.append(TuningEntry(Problem(*r[:5]), r[5], *r[6:9], get_family(r[5]).config_from_id(r[9]), r[10],
+                                       float(r[11]), json.loads(r[12]), r[13], r[14]))
             except (ValueError, TypeError):
                 continue
         return out

@@ -1,22 +1,31 @@
 """predict_best latency against the plain way, and whether they agree.
 
-    python scripts/bench_predict.py [--models DIR] [--device SLUG] [--shapes 1000] [--seed 3]
+    python scripts/bench_predict.py [--models DIR] [--device SLUG] [--family gemm] [--dtype float32]
+                                    [--shapes 1000] [--seed 3] [--out FILE]
 
-On one core (the process is pinned to one CPU where the OS allows), over
-``--shapes`` unseen random shapes drawn like the model's training shapes:
+On one core (the process is pinned to one CPU where the OS allows), one
+thread, for two sets of ``--shapes`` unseen problems each: *drawn like the
+training shapes* (the collection's sampler for the model's device, another
+seed) and *log-uniform in [1, 16384]* per extent (mostly out of
+distribution):
 
-- plain: the same model's features built for every feasible candidate by the
-  feature set's pandas ``transform``, then XGBoost ``inplace_predict``
-  (one thread), then the argmin;
-- unseen: ``Predictor.predict_best`` on shapes it has not seen, back to
-  back, and again each right after a plain call (CPU caches disturbed, as
-  between the calls of a compiler);
-- repeated: ``costlearn.predict_best`` on a shape it answered before.
+- plain: the model's features built for every fitting candidate by the
+  feature set's pandas ``transform``, then the model's own ``predict`` (for
+  XGBoost, ``inplace_predict`` on one thread), then the argmin: the *full
+  model*;
+- unseen: ``Predictor.predict`` on problems it has not seen, back to back,
+  and again each right after a plain call (CPU caches disturbed, as between
+  the calls of a compiler);
+- repeated: ``costlearn.predict_best`` on a problem it answered before;
+- NVIDIA's analytical ``nvidia-matmul-heuristics`` (when installed; an
+  optional benchmark extra, closed licence): its top-1 query (``get``, count
+  1) for the ``h200`` preset's GPU (H200 SXM, named explicitly) on the same
+  problems.
 
-Prints
-p50/p99 of each, the cold/plain ratio, model loading times, and the share of
-shapes on which the chosen config equals the plain way's argmin (the issue's
-bar: >= 99 %). ``--out FILE`` also writes the table as Markdown.
+Prints p50/p99 of each, ratios, model loading times, and the share of each
+set on which the chosen config equals the full model's argmin; exits 1 if
+that share is below 99 % on either set. ``--out FILE`` also writes the
+tables as Markdown.
 """
 from __future__ import annotations
 
@@ -34,16 +43,16 @@ sys.path.insert(0, str(ROOT))
 _LOAD_SNIPPET = """
 import sys, time
 t0 = time.perf_counter()
-import costlearn.predict, xgboost
+import costlearn.predict
 t1 = time.perf_counter()
 p = costlearn.predict.Predictor(sys.argv[1])
 t2 = time.perf_counter()
-print(f"{(t1 - t0) * 1e3:.1f} {(t2 - t1) * 1e3:.1f} {p.backend}")
+print(f"{(t1 - t0) * 1e3:.1f} {(t2 - t1) * 1e3:.1f} {p.ranker.name}")
 """
 
 
 def _load_times(folder: Path, cache: str | None) -> tuple[float, float, str]:
-    """(import ms, Predictor load ms, evaluator) in a fresh interpreter."""
+    """(import ms, Predictor load ms, ranker) in a fresh interpreter."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     if cache is not None:
         env["COSTLEARN_CACHE"] = cache
@@ -52,108 +61,143 @@ def _load_times(folder: Path, cache: str | None) -> tuple[float, float, str]:
     return float(out[0]), float(out[1]), out[2]
 
 
+def _nvidia_query(spec_name: str):
+    """A function (m, n, k) -> NVIDIA heuristics' top-1 config, or None with
+    the reason when the package is not installed."""
+    try:
+        import nvMatmulHeuristics as nvmh
+    except ImportError as e:
+        return None, f"not installed ({e}); pip install nvidia-matmul-heuristics to compare"
+    gpu = {"NVIDIA H200": nvmh.NvMatmulHeuristicsNvidiaGpu.H200_SXM,
+           "NVIDIA H100 80GB HBM3": nvmh.NvMatmulHeuristicsNvidiaGpu.H100_SXM,
+           "NVIDIA A100-SXM4-80GB": nvmh.NvMatmulHeuristicsNvidiaGpu.A100_SXM_80GB}[spec_name]
+    nv = nvmh.NvMatmulHeuristicsInterfaceEx(backend=nvmh.NvMatmulHeuristicsTarget.GENERIC, gpu=gpu)
+    layout = nvmh.NvMatmulHeuristicsMatmulLayout.NN_ROW_MAJOR
+
+    def query(m, n, k):
+        return nv.get(nv.makeNvMatmulHeuristicsProblem(m, n, k, layout), 1, precision="SSS")
+    return query, f"nvidia-matmul-heuristics, GPU {gpu.name}, precision SSS, layout NN_ROW_MAJOR"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=None, help="model store root (default: the committed models/)")
     ap.add_argument("--device", default=None, help="model device folder (default: the only one)")
-    ap.add_argument("--shapes", type=int, default=1000, help="random unseen shapes (default: 1000)")
-    ap.add_argument("--seed", type=int, default=3, help="seed of the shapes (default: 3)")
-    ap.add_argument("--out", default=None, help="also write the table (Markdown) here")
+    ap.add_argument("--family", default="gemm")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--shapes", type=int, default=1000, help="problems per set (default: 1000)")
+    ap.add_argument("--seed", type=int, default=3, help="seed of the problems (default: 3)")
+    ap.add_argument("--out", default=None, help="also write the tables (Markdown) here")
     args = ap.parse_args(argv)
     if args.shapes < 10:
         ap.error(f"--shapes {args.shapes}: need at least 10")
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     import numpy as np
+    import pandas as pd
 
     import costlearn
-    from costlearn.predict import Predictor, _resolve
+    from costlearn.device import preset
+    from costlearn.predict import Predictor, load_predictor, resolve_model
     from costlearn.sampler import ShapeBounds, sample_shapes
 
-    folder = _resolve(args.device, "float32", args.models)
+    folder = resolve_model(args.device, args.family, args.dtype, args.models)
     shown = folder.resolve().relative_to(ROOT) if folder.resolve().is_relative_to(ROOT) else folder
     pred = Predictor(folder)
-    model = pred.artifact.model
-    booster = model.booster_                       # nthread=1 (pinned by the Predictor)
-    cands = pred.artifact.candidates.reset_index(drop=True).assign(dtype=pred.dtype)
+    model = pred.artifact.model()
+    if hasattr(model, "booster_"):
+        model.booster_.set_param({"nthread": 1})
+    cands = pd.DataFrame(dict(config_id=[c.config_id for c in pred.configs],
+                              registers_per_thread=pred.artifact.candidates["registers_per_thread"].to_numpy()))
     train = {tuple(s) for s in pred.envelope.shapes}
     bounds = ShapeBounds.for_device(pred.spec.device_type == "cpu")
     rng = np.random.default_rng([args.seed, 5])
-    shapes = [s for s in sample_shapes(args.shapes * 2, bounds, rng) if s not in train][:args.shapes]
+    sets = {
+        "drawn like the training shapes": [s for s in sample_shapes(args.shapes * 2, bounds, rng)
+                                           if s not in train][:args.shapes],
+        "log-uniform in [1, 16384]": [tuple(int(v) for v in row) for row in
+                                      np.round(2.0 ** rng.uniform(0, 14, size=(args.shapes, 3))).astype(int)],
+    }
 
-    def plain(m, n, k):
-        mask = pred._feasible(m, n, k)
+    def plain(problem):
+        mask = pred.feasible(problem)
         mask = mask if mask.any() else np.ones(len(mask), bool)
-        rows = cands[mask].assign(m=m, n=n, k=k)
-        X = model._features(rows)
-        t = np.asarray(booster.inplace_predict(X, validate_features=False))
-        return np.flatnonzero(mask)[int(np.argmin(pred._sign * t))]
+        rows = cands[mask].assign(m=problem.m, n=problem.n, k=problem.k, dtype=problem.dtype,
+                                  layout=problem.layout, family=pred.family)
+        return np.flatnonzero(mask)[int(np.argmin(model.predict(rows)))]
 
-    kw = dict(device=pred.device, models_dir=args.models)
-    for s in shapes[:20]:                                     # warm-up: imports, caches, branch predictors
-        plain(*s)
-        pred.predict_best(*s)
-    pred._results.clear()
-    t_plain, t_cold, t_mixed, t_rep, agree = [], [], [], [], 0
-    costlearn.predict_best(*shapes[0], **kw)                  # load the module-level predictor
-    module_pred = next(p for p in costlearn.predict._CACHE.values() if p.device == pred.device)
-    plain_best = {}
-    for s in shapes:                                          # 1. the plain way, back to back
-        t0 = time.perf_counter()
-        plain_best[s] = plain(*s)
-        t_plain.append(time.perf_counter() - t0)
-    pred._results.clear()
-    for s in shapes:                                          # 2. predict_best, unseen shapes back to back
-        t0 = time.perf_counter()
-        p = pred.predict_best(*s)
-        t_cold.append(time.perf_counter() - t0)
-        agree += p.config == pred._configs[plain_best[s]]
-    pred._results.clear()
-    for s in shapes:                                          # 3. unseen, each after a plain call
-        plain(*s)                                             #    (caches disturbed, as inside a compiler)
-        t0 = time.perf_counter()
-        pred.predict_best(*s)
-        t_mixed.append(time.perf_counter() - t0)
-    module_pred._results.clear()
-    for s in shapes:
-        costlearn.predict_best(*s, **kw)                      # first call fills the module cache
-    for s in shapes:                                          # 4. repeated shapes, module-level call
-        t0 = time.perf_counter()
-        costlearn.predict_best(*s, **kw)
-        t_rep.append(time.perf_counter() - t0)
+    nv_query, nv_note = _nvidia_query(preset("h200").name)
     us = lambda a, q: float(np.quantile(a, q)) * 1e6       # noqa: E731
-    imp_warm, load_warm, evaluator = _load_times(folder, None)
+    dev = pred.device
+    lines = [f"model: {shown} ({len(pred.configs)} candidates, {pred.artifact.scorer.n_trees} trees, ranker: "
+             f"{pred.ranker.name}, cascade: {list(pred.artifact.scorer.cascade) or 'none'})",
+             f"{args.shapes} unseen problems per set (seed {args.seed}); one core, one thread", ""]
+    ok = True
+    for name, shapes in sets.items():
+        problems = [pred.problem(*s) for s in shapes]
+        for q in problems[:20]:                                  # warm-up: imports, caches, branch predictors
+            plain(q)
+            pred.predict(q)
+        t_plain, t_cold, t_mixed, t_rep, t_nv, agree = [], [], [], [], [], 0
+        best = {}
+        for q in problems:                                      # 1. the plain way (the full model)
+            t0 = time.perf_counter()
+            best[q] = plain(q)
+            t_plain.append(time.perf_counter() - t0)
+        pred.clear_results()
+        for q in problems:                                      # 2. unseen problems back to back
+            t0 = time.perf_counter()
+            p = pred.predict(q)
+            t_cold.append(time.perf_counter() - t0)
+            agree += p.config == pred.configs[best[q]]
+        pred.clear_results()
+        for q in problems:                                      # 3. unseen, each after a plain call
+            plain(q)
+            t0 = time.perf_counter()
+            pred.predict(q)
+            t_mixed.append(time.perf_counter() - t0)
+        kw = dict(device=dev, family=args.family, dtype=args.dtype, models_dir=args.models)
+        load_predictor(dev, args.family, args.dtype, args.models).clear_results()
+        for s in shapes:
+            costlearn.predict_best(*s, **kw)                    # first call fills the module cache
+        for s in shapes:                                        # 4. repeated problems, module-level call
+            t0 = time.perf_counter()
+            costlearn.predict_best(*s, **kw)
+            t_rep.append(time.perf_counter() - t0)
+        if nv_query is not None:
+            for s in shapes[:20]:
+                nv_query(*s)
+            for s in shapes:                                    # 5. NVIDIA's heuristics, top-1
+                t0 = time.perf_counter()
+                nv_query(*s)
+                t_nv.append(time.perf_counter() - t0)
+        cold = np.median(t_cold)
+        lines += [f"**{name}**", "", "| path | p50 µs | p99 µs | p50 vs predict_best unseen |", "|---|---|---|---|",
+                  f"| plain: pandas features + the model's predict | {us(t_plain, .5):.0f} | {us(t_plain, .99):.0f} | "
+                  f"{np.median(t_plain) / cold:.0f}x slower |",
+                  f"| predict_best, unseen problem | {us(t_cold, .5):.1f} | {us(t_cold, .99):.1f} | 1 |",
+                  f"| predict_best, unseen, right after a plain call (cold caches) | {us(t_mixed, .5):.1f} | "
+                  f"{us(t_mixed, .99):.1f} | {np.median(t_mixed) / cold:.2f}x |",
+                  f"| predict_best, repeated problem | {us(t_rep, .5):.2f} | {us(t_rep, .99):.2f} | "
+                  f"{cold / np.median(t_rep):.0f}x faster |"]
+        if t_nv:
+            lines.append(f"| NVIDIA heuristics top-1 (`get`, H200) | {us(t_nv, .5):.1f} | {us(t_nv, .99):.1f} | "
+                         f"{np.median(t_nv) / cold:.2f}x slower |")
+        lines += ["", f"chosen config equals the full model's argmin on {agree}/{len(problems)} problems "
+                  f"({agree / len(problems):.1%})", ""]
+        ok = ok and agree >= 0.99 * len(problems)
+    imp_warm, load_warm, ranker = _load_times(folder, None)
     with tempfile.TemporaryDirectory() as tmp:
         imp_cold, load_cold, _ = _load_times(folder, tmp)
-    lines = [
-        f"model: {shown} ({len(pred._configs)} candidates, {booster.num_boosted_rounds()} trees, "
-        f"evaluator: {evaluator}, cascade: first {pred.cascade_trees} trees on every candidate, "
-        f"the rest on the best {pred.cascade_keep})",
-        f"shapes: {len(shapes)} unseen, drawn like the training shapes (seed {args.seed}); one core, "
-        "one thread",
-        "",
-        "| path | p50 µs | p99 µs | p50 vs plain |",
-        "|---|---|---|---|",
-        f"| plain: pandas features + xgboost inplace_predict | {us(t_plain, .5):.0f} | {us(t_plain, .99):.0f} | 1 |",
-        f"| predict_best, unseen shape | {us(t_cold, .5):.0f} | {us(t_cold, .99):.0f} | "
-        f"{np.median(t_plain) / np.median(t_cold):.0f}x faster |",
-        f"| predict_best, unseen shape, right after a plain call (cold caches) | {us(t_mixed, .5):.0f} | "
-        f"{us(t_mixed, .99):.0f} | {np.median(t_plain) / np.median(t_mixed):.0f}x faster |",
-        f"| predict_best, repeated shape | {us(t_rep, .5):.1f} | {us(t_rep, .99):.1f} | "
-        f"{np.median(t_plain) / np.median(t_rep):.0f}x faster |",
-        "",
-        f"chosen config equals the plain argmin on {agree}/{len(shapes)} shapes ({agree / len(shapes):.1%})",
-        "",
-        "| load | import costlearn + xgboost ms | Predictor(folder) ms |",
-        "|---|---|---|",
-        f"| warm cache (compiled C and flat forest reused) | {imp_warm:.0f} | {load_warm:.0f} |",
-        f"| empty cache (first use on a machine: compile + flatten) | {imp_cold:.0f} | {load_cold:.0f} |",
-    ]
+    lines += ["| load | import costlearn.predict ms | Predictor(folder) ms |", "|---|---|---|",
+              f"| warm cache (compiled C ranker reused) | {imp_warm:.0f} | {load_warm:.0f} |",
+              f"| empty cache (first use on a machine: compiles the C ranker) | {imp_cold:.0f} | {load_cold:.0f} |",
+              "", f"NVIDIA heuristics: {nv_note}"]
     text = "\n".join(lines)
     print(text)
     if args.out:
         Path(args.out).write_text(text + "\n")
-    return 0 if agree >= 0.99 * len(shapes) else 1
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

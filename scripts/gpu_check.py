@@ -36,6 +36,7 @@ import numpy as np  # noqa: E402
 
 from costlearn.collect import candidate_pool  # noqa: E402
 from costlearn.measure import Protocol, measure_shape  # noqa: E402
+from costlearn.problem import Problem  # noqa: E402
 from costlearn.space import check_config  # noqa: E402
 
 CHECK_SHAPES = [(1, 1, 1), (1, 4096, 4096), (10, 500, 64), (130, 293, 237), (257, 31, 1000), (64, 64, 1),
@@ -65,7 +66,7 @@ def main(argv=None) -> int:
           f"launch overhead {report['overhead_us']:.2f} us; clocks {report['clocks_before'] or 'not reported'}")
 
     # 2. compile a stratified sample
-    pool = candidate_pool(spec, "float32", args.configs, seed=0)
+    pool = candidate_pool(spec, "gemm", "float32", args.configs, seed=0)
     t = time.monotonic()
     kernels = be.compile_many(pool)
     ok = [k for k in kernels if k.status == "ok"]
@@ -84,9 +85,9 @@ def main(argv=None) -> int:
         if left() < 0.6 * args.budget:
             report["steps"]["verify_skipped_after"] = str(shape)
             break
-        with be.workspace(*shape, seed=sum(shape)) as ws:
+        with be.workspace(Problem(*shape), seed=sum(shape)) as ws:
             for k in ok:
-                if check_config(k.config, spec, "float32", shape) is not None:
+                if check_config(k.config, spec, problem=Problem(*shape)) is not None:
                     continue
                 good, err = ws.verify(k)
                 checked += 1
@@ -97,11 +98,11 @@ def main(argv=None) -> int:
 
     # 4. repeatability: two sessions on one shape, a repeat inside each
     rep_shape = (256, 256, 256) if args.quick else (2048, 2048, 2048)
-    sample = [k for k in ok if check_config(k.config, spec, "float32", rep_shape) is None][:8]
+    sample = [k for k in ok if check_config(k.config, spec, problem=Problem(*rep_shape)) is None][:8]
     sessions = []
     if sample and left() > 0.4 * args.budget:
         for session in range(2):
-            with be.workspace(*rep_shape, seed=session) as ws:
+            with be.workspace(Problem(*rep_shape), seed=session) as ws:
                 rows = measure_shape(ws, sample, Protocol(rounds=7), report["overhead_us"],
                                      rng=np.random.default_rng(session), repeat_index=0)
             sessions.append({r["config_id"]: r for r in rows})
@@ -121,8 +122,8 @@ def main(argv=None) -> int:
     big = (384, 384, 384) if args.quick else (4096, 4096, 4096)
     flops = 2.0 * big[0] * big[1] * big[2]
     if left() > 0.15 * args.budget:
-        cands = [k for k in ok if check_config(k.config, spec, "float32", big) is None]
-        with be.workspace(*big, seed=1) as ws:
+        cands = [k for k in ok if check_config(k.config, spec, problem=Problem(*big)) is None]
+        with be.workspace(Problem(*big), seed=1) as ws:
             rows = measure_shape(ws, cands, Protocol(rounds=5, timeout_us=2e6 if args.quick else 2e5),
                                  report["overhead_us"])
             timed = [r for r in rows if r["status"] == "ok"]

@@ -1,8 +1,10 @@
-"""Model study: training objective, feature ablation and learning curve, all
-judged by top-k regret on shape-grouped cross-validation and on the fresh
-(exhaustively measured) evaluation shapes.
+"""Model study: the cost models of the registry side by side (XGBoost and
+scikit-learn's HistGradientBoosting), training objective, feature ablation
+and learning curve, all judged by top-k regret on problem-grouped
+cross-validation and on the fresh (exhaustively measured) evaluation shapes.
 
     python scripts/model_study.py [--data data/ocl-pthread-amd-epyc] [--out reports/model_study.md]
+                                  [--sections models,objective,ablation,curve]
 
 Prints markdown tables and writes them to --out. Nothing is measured: it
 reads the committed training dataset and its ``eval/`` folder.
@@ -22,26 +24,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from costlearn.dataset import current_rows, load, noise_floor, valid_rows  # noqa: E402
 from costlearn.device import DeviceSpec  # noqa: E402
-from costlearn.metrics import evaluate_rows, summarize  # noqa: E402
-from costlearn.model.xgb import XGBCostModel, XGBParams, shape_groups  # noqa: E402
 from costlearn.evaluate import ranked_rows  # noqa: E402
+from costlearn.families import get_family  # noqa: E402
+from costlearn.metrics import evaluate_rows, summarize  # noqa: E402
+from costlearn.model import get_model  # noqa: E402
+from costlearn.model.base import shape_groups  # noqa: E402
+from costlearn.model.xgb import XGBParams  # noqa: E402
 
 
-def _fresh_rows(eval_dir: Path, candidates: set, warp: int) -> pd.DataFrame:
+def _fresh_rows(eval_dir: Path, candidates: set, floors) -> pd.DataFrame:
     rows = valid_rows(current_rows(load(eval_dir)[0])[0])
-    return ranked_rows(rows[rows["config_id"].isin(candidates)], warp)
+    return ranked_rows(rows[rows["config_id"].isin(candidates)], floors)
 
 
 def _score(model, rows, noise) -> dict:
     return summarize(evaluate_rows(rows, model.predict(rows), noise))
 
 
-def _cv(rows, spec, params, feature_set, folds, noise) -> dict:
+def _cv(rows, spec, make, folds, noise) -> dict:
     from sklearn.model_selection import GroupKFold
     groups = shape_groups(rows)
     per = []
     for tr, te in GroupKFold(n_splits=folds).split(rows, groups=groups):
-        m = XGBCostModel(feature_set, params).fit(rows.iloc[tr], spec)
+        m = make().fit(rows.iloc[tr], spec)
         per.append(evaluate_rows(rows.iloc[te], m.predict(rows.iloc[te]), noise))
     return summarize(pd.concat(per, ignore_index=True))
 
@@ -60,12 +65,15 @@ def main(argv=None) -> int:
     ap.add_argument("--data", default="data/ocl-pthread-amd-epyc")
     ap.add_argument("--out", default="reports/model_study.md")
     ap.add_argument("--folds", type=int, default=5)
+    ap.add_argument("--sections", default="models,objective,ablation,curve",
+                    help="comma-separated sections to run (default: all)")
     args = ap.parse_args(argv)
+    sections = set(args.sections.split(","))
     data = Path(args.data)
     spec = DeviceSpec.from_dict(json.loads((data / "device.json").read_text()))
-    train = valid_rows(load(data)[0]).reset_index(drop=True)
+    train = valid_rows(current_rows(load(data)[0])[0]).reset_index(drop=True)
     cands = set(train["config_id"])
-    fresh = _fresh_rows(data / "eval", cands, spec.warp_size)
+    fresh = _fresh_rows(data / "eval", cands, get_family("gemm").fit_floors(spec))
     noise = noise_floor(train)
     noise = 0.0 if not np.isfinite(noise) else noise
     out = [f"# Model study on {spec.name}", "",
@@ -74,36 +82,50 @@ def main(argv=None) -> int:
            f"(exhaustive over the feasible candidates). CV: {args.folds}-fold GroupKFold by shape. "
            f"Regrets at or below the noise floor ({noise:.1%}) count as 0.", ""]
 
-    def run(name, params, feature_set, rows=train):
+    def run(name, make, rows=train):
         t = time.perf_counter()
-        cv = _cv(rows, spec, params, feature_set, args.folds, noise)
-        model = XGBCostModel(feature_set, params).fit(rows, spec)
+        cv = _cv(rows, spec, make, args.folds, noise)
+        model = make().fit(rows, spec)
         fr = _score(model, fresh, noise)
         line = _line(name, cv, fr, time.perf_counter() - t)
         print(line, flush=True)
         return line, cv, fr
 
-    out += ["## Objective (analytic features)", "", HEAD]
-    print(HEAD)
-    best = None
-    for obj in ("log_time", "log_slowdown", "rank_pairwise"):
-        line, cv, fr = run(obj, XGBParams(objective=obj), "analytic")
-        out.append(line)
-        if best is None or cv["top1_geomean"] < best[1]:
-            best = (obj, cv["top1_geomean"])
-    out += ["", f"Chosen by cross-validated top-1 regret: `{best[0]}`.", "",
-            "## Feature ablation (objective " + best[0] + ")", "", HEAD]
-    print(HEAD)
-    for fs in ("raw", "derived", "analytic"):
-        out.append(run(fs, XGBParams(objective=best[0]), fs)[0])
-    out += ["", "## Learning curve (analytic, objective " + best[0] + ")", "",
-            HEAD.replace("| variant |", "| share of training shapes (rows) |")]
-    print(HEAD)
-    shapes = train[["m", "n", "k"]].drop_duplicates().sample(frac=1.0, random_state=0)
-    for frac in (0.1, 0.25, 0.5, 1.0):
-        keep = shapes.iloc[: max(5, int(round(frac * len(shapes))))]
-        sub = train.merge(keep, on=["m", "n", "k"]).reset_index(drop=True)
-        out.append(run(f"{frac:.0%} ({len(sub)})", XGBParams(objective=best[0]), "analytic", sub)[0])
+    def xgb(feature_set="analytic", **params):
+        return lambda: get_model("xgboost", feature_set=feature_set, params=XGBParams(**params))
+
+    if "models" in sections:
+        out += ["## Cost models (analytic features, log2-time regression)", "", HEAD]
+        print(HEAD)
+        out.append(run("xgboost", xgb())[0])
+        out.append(run("hgb (scikit-learn HistGradientBoosting)", lambda: get_model("hgb"))[0])
+        out += [""]
+    best = ("log_time", None)
+    if "objective" in sections:
+        out += ["## Objective (analytic features)", "", HEAD]
+        print(HEAD)
+        best = None
+        for obj in ("log_time", "log_slowdown", "rank_pairwise"):
+            line, cv, fr = run(obj, xgb(objective=obj))
+            out.append(line)
+            if best is None or cv["top1_geomean"] < best[1]:
+                best = (obj, cv["top1_geomean"])
+        out += ["", f"Chosen by cross-validated top-1 regret: `{best[0]}`.", ""]
+    if "ablation" in sections:
+        out += ["## Feature ablation (objective " + best[0] + ")", "", HEAD]
+        print(HEAD)
+        for fs in ("raw", "derived", "analytic"):
+            out.append(run(fs, xgb(fs, objective=best[0]))[0])
+        out += [""]
+    if "curve" in sections:
+        out += ["## Learning curve (analytic, objective " + best[0] + ")", "",
+                HEAD.replace("| variant |", "| share of training shapes (rows) |")]
+        print(HEAD)
+        shapes = train[["m", "n", "k"]].drop_duplicates().sample(frac=1.0, random_state=0)
+        for frac in (0.1, 0.25, 0.5, 1.0):
+            keep = shapes.iloc[: max(5, int(round(frac * len(shapes))))]
+            sub = train.merge(keep, on=["m", "n", "k"]).reset_index(drop=True)
+            out.append(run(f"{frac:.0%} ({len(sub)})", xgb(objective=best[0]), sub)[0])
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(out) + "\n")
     print(f"written: {args.out}")

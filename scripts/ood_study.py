@@ -57,7 +57,7 @@ def flag_rates(pred, n: int, seed: int):
     # The collector keeps a drawn shape only when a candidate's block tile fits
     # it (else it has no rows, e.g. (1, 2, 10)); "drawn like the training
     # shapes" applies the same filter. The unfiltered draw is reported too.
-    like = [s for s in drawn if pred._feasible(*s).any()][:n]
+    like = [s for s in drawn if pred.feasible(pred.problem(*s)).any()][:n]
     unfiltered = drawn[:n]
     hi = [env.envelope["max"][d] for d in "MNK"]
     lo = [env.envelope["min"][d] for d in "MNK"]
@@ -90,6 +90,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=None, help="model store root (default: the committed models/)")
     ap.add_argument("--device", default=None, help="model device folder (default: the only one)")
+    ap.add_argument("--family", default="gemm")
+    ap.add_argument("--dtype", default="float32")
     ap.add_argument("--shapes", type=int, default=2000, help="shapes per flag-rate group (default: 2000)")
     ap.add_argument("--seed", type=int, default=4)
     ap.add_argument("--n-measure", type=int, default=12, help="flagged shapes to measure (default: 12)")
@@ -105,9 +107,9 @@ def main(argv=None) -> int:
 
     from costlearn.dataset import load
     from costlearn.evaluate import score
-    from costlearn.predict import Predictor, _resolve
+    from costlearn.predict import Predictor, resolve_model
 
-    folder = _resolve(args.device, "float32", args.models)
+    folder = resolve_model(args.device, args.family, args.dtype, args.models)
     shown = folder.resolve().relative_to(ROOT) if folder.resolve().is_relative_to(ROOT) else folder
     pred = Predictor(folder)
     env = pred.envelope
@@ -139,11 +141,10 @@ def main(argv=None) -> int:
             pick = []
             for name in ("outside the trained ranges", "inside the ranges, >= 2 doublings from any training shape"):
                 cands = [s for s in groups[name] if env.reasons(*s) and 2.0 * s[0] * s[1] * s[2] <= cap
-                         and pred._feasible(*s).any()]
+                         and pred.feasible(pred.problem(*s)).any()]
                 pick += cands[: args.n_measure // 2]
-            collect(backend, measure_dir, budget_s=args.budget, dtype=pred.dtype, shapes=pick,
-                    pool=pred.artifact.candidate_configs(), configs_per_shape=len(pred._configs),
-                    seed=args.seed, progress=True)
+            collect(backend, measure_dir, budget_s=args.budget, family=pred.family, dtype=pred.dtype, shapes=pick,
+                    pool=list(pred.configs), configs_per_shape=len(pred.configs), seed=args.seed, progress=True)
     frames = [load(d)[0] for d in (measure_dir, eval_dir) if d.is_dir()]
     if frames:
         res = score(pred.artifact, pd.concat(frames, ignore_index=True))
@@ -152,15 +153,15 @@ def main(argv=None) -> int:
                   f"floor {res.noise_floor:.1%}, differences below it count as 0):", "",
                   "| model | shapes | flagged | top-1 regret mean | geomean | p90 | max | top-5 mean |",
                   "|---|---|---|---|---|---|---|---|"]
-        for model in ("xgboost", "best_fixed", "roofline"):
+        for model in (res.model, "best_fixed", "roofline"):
             for flag, sub in per[per["model"] == model].groupby("ood"):
                 r = sub["top1_regret"].to_numpy(np.float64)
                 lines.append(f"| {model} | {len(sub)} | {'yes' if flag else 'no'} | {_pct(r.mean())} | "
                              f"{_pct(float(np.exp(np.log1p(r).mean()) - 1))} | {_pct(float(np.quantile(r, .9)))} | "
                              f"{_pct(r.max())} | {_pct(sub['top5_regret'].mean())} |")
-        flagged = per[(per["model"] == "xgboost") & per["ood"]]
+        flagged = per[(per["model"] == res.model) & per["ood"]]
         if len(flagged):
-            lines += ["", "Flagged shapes measured:", "", "| M | N | K | xgboost top-1 regret | reasons |",
+            lines += ["", "Flagged shapes measured:", "", f"| M | N | K | {res.model} top-1 regret | reasons |",
                       "|---|---|---|---|---|"]
             for r in flagged.sort_values(["m", "n", "k"]).itertuples(index=False):
                 lines.append(f"| {r.m} | {r.n} | {r.k} | {_pct(r.top1_regret)} | {r.ood_reasons} |")

@@ -25,11 +25,11 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args(argv)
     from costlearn.backends import get_backend
-    from costlearn.cli import _parse_shapes
+    from costlearn.cli import parse_shapes
     from costlearn.measure import Protocol
     be = get_backend("cuda")
     rows = []
-    for m, n, k in _parse_shapes(args.shapes):
+    for m, n, k in parse_shapes(args.shapes):
         t = be.vendor_time_us(m, n, k, Protocol(rounds=args.rounds))
         rows.append(dict(m=m, n=n, k=k, dtype="float32", library="cuBLAS via cupy.matmul (TF32 off)",
                          time_us=t, tflops=2.0 * m * n * k / t / 1e6))

@@ -47,7 +47,7 @@ def committed_dataset() -> Path:
 
 
 def committed_model() -> Path:
-    folders = sorted(p.parent for p in MODELS.glob("*/*/model.json"))
+    folders = sorted(p.parent for p in MODELS.glob("*/*/*/model.json"))
     if not folders:
         pytest.skip("no committed model under models/")
     return folders[0]
@@ -68,6 +68,12 @@ def dataset_rows(dataset_dir):
     from costlearn.dataset import load, valid_rows
     df, _ = load(dataset_dir)
     return valid_rows(df).reset_index(drop=True)
+
+
+@pytest.fixture(scope="session")
+def device_name(model_dir) -> str:
+    """The committed model's device folder name."""
+    return model_dir.parents[1].name
 
 
 @pytest.fixture(scope="session")

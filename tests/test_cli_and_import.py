@@ -17,13 +17,13 @@ def test_help_lists_every_command(capsys):
 
 
 def test_predict_command(capsys, model_dir):
-    assert main(["predict", "1", "256", "256", "--model", model_dir.parent.name, "--top-k", "2"]) == 0
+    assert main(["predict", "1", "256", "256", "--model", model_dir.parents[1].name, "--top-k", "2"]) == 0
     out = capsys.readouterr().out
     assert "M=1 N=256 K=256" in out and " 2. " in out
 
 
 def test_predict_command_bad_shape_is_an_error_not_a_traceback(capsys, model_dir):
-    assert main(["predict", "0", "1", "1", "--model", model_dir.parent.name]) == 2
+    assert main(["predict", "0", "1", "1", "--model", model_dir.parents[1].name]) == 2
     assert "M=0" in capsys.readouterr().err
 
 
@@ -62,7 +62,7 @@ def test_cli_refuses_bad_numbers_before_doing_anything(capsys, argv):
 
 
 def test_predict_checks_every_triple_before_printing(capsys, model_dir):
-    assert main(["predict", "1", "1", "1", "0", "1", "1", "--model", model_dir.parent.name]) == 2
+    assert main(["predict", "1", "1", "1", "0", "1", "1", "--model", model_dir.parents[1].name]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and "M=0" in captured.err
 
@@ -72,8 +72,8 @@ def test_collection_runs_without_xgboost():
     scripts must not import it."""
     code = ("import sys; sys.modules['xgboost'] = None\n"
             "import costlearn.collect, costlearn.dataset, costlearn.cli\n"
-            "from costlearn.cli import _parse_shapes\n"
-            "print(_parse_shapes(['1,4096,4096']))\n")
+            "from costlearn.cli import parse_shapes\n"
+            "print(parse_shapes(['1,4096,4096']))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "(1, 4096, 4096)" in out.stdout

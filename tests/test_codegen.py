@@ -5,9 +5,11 @@ import numpy as np
 import pytest
 
 from conftest import needs_nvcc, needs_opencl
-from costlearn.codegen import TEMPLATE_HASH, render
 from costlearn.device import preset
-from costlearn.space import TileConfig, enumerate_space
+from costlearn.families.gemm import TEMPLATE_HASH, render
+from costlearn.families.gemm import GemmConfig as TileConfig
+from costlearn.problem import Problem
+from costlearn.space import enumerate_space
 
 SHAPES = [(1, 1, 1), (1, 1024, 1024), (10, 500, 64), (130, 293, 237), (257, 31, 1000), (64, 64, 1)]
 
@@ -39,7 +41,7 @@ def test_kernel_matches_float64_reference_on_pocl(config):
     kern = be.compile(config)
     assert kern.status == "ok", kern.error
     for m, n, k in SHAPES:
-        with be.workspace(m, n, k, seed=m + n + k) as ws:
+        with be.workspace(Problem(m, n, k), seed=m + n + k) as ws:
             ok, err = ws.verify(kern)
             assert ok, f"{config.config_id} wrong at {(m, n, k)}: max abs err {err}"
 
@@ -49,14 +51,14 @@ def test_verification_fails_a_kernel_that_skips_part_of_c():
     """A kernel that never writes the last row leaves NaN from the poisoned
     output and must fail, whatever an earlier run left in C."""
     from costlearn.backends import get_backend
-    from costlearn.codegen import kernel_name
+    from costlearn.families.gemm import kernel_name
     be = get_backend("opencl")
     good = be.compile(CONFIGS[2])
     import pyopencl as cl
     src = render(CONFIGS[2], "opencl").replace("if (gm < M && gn < N)", "if (gm < M - 1 && gn < N)")
     prg = cl.Program(be.ctx, src).build()
     bad = type(good)(CONFIGS[2], "ok", "", None, 0.0, getattr(prg, kernel_name(CONFIGS[2])))
-    with be.workspace(40, 40, 40) as ws:
+    with be.workspace(Problem(40, 40, 40)) as ws:
         assert ws.verify(good)[0]
         ok, err = ws.verify(bad)
         assert not ok and err == float("inf")

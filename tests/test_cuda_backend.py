@@ -18,7 +18,9 @@ def test_spec_is_queried_from_the_gpu():
                                   "m128n128k32_t8x8_outer_p1_col", "m128n256k64_t8x8_outer_p0_row"]])
 def test_kernels_match_reference_on_cuda_including_smem_opt_in(ids):
     from costlearn.backends import get_backend
-    from costlearn.space import TileConfig, smem_bytes
+    from costlearn.families.gemm import GemmConfig as TileConfig
+    from costlearn.families.gemm import GemmFamily
+    smem_bytes = GemmFamily.smem_bytes
     be = get_backend("cuda")
     for cid in ids:
         c = TileConfig.from_id(cid)
@@ -37,7 +39,7 @@ def test_collect_on_cuda(tmp_path):
     from costlearn.backends import get_backend
     from costlearn.collect import collect
     from costlearn.dataset import load
-    from costlearn.space import TileConfig
+    from costlearn.families.gemm import GemmConfig as TileConfig
     be = get_backend("cuda")
     pool = [TileConfig.from_id("m64n64k16_t4x4_outer_p1_row"), TileConfig.from_id("m1n128k32_t1x4_dot_p0_col")]
     res = collect(be, tmp_path, shapes=[(1, 4096, 4096), (512, 512, 512)], pool=pool, progress=False)

@@ -11,7 +11,7 @@ from costlearn.dataset import COLUMNS, DatasetError, load, measured_keys, valid_
 def _row(**kw):
     r = {c: (0 if t == "int64" else 0.0 if t == "float64" else False if t == "bool" else "x")
          for c, t in COLUMNS.items()}
-    r.update(m=4, n=5, k=6, dtype="float32", config_id="m4n8k4_t1x1_outer_p0_row", status="ok",
+    r.update(m=4, n=5, k=6, dtype="float32", layout="NN", family="gemm", config_id="m4n8k4_t1x1_outer_p0_row", status="ok",
              time_us=10.0, time_us_p20=9.0, time_us_p80=11.0, device_slug="dev", template_hash="abc",
              protocol_version=1)
     r.update(kw)
@@ -24,7 +24,7 @@ def test_parts_round_trip_and_leave_no_temporary_file(tmp_path):
     df, rep = load(tmp_path)
     assert sorted(df["m"]) == [4, 7, 8] and rep.parts == 2 and not rep.corrupt
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
-    assert ("dev", "float32", 7, 5, 6, "m4n8k4_t1x1_outer_p0_row", "abc", 1, "x", 0.0) in measured_keys(df)
+    assert ("dev", "gemm", "float32", "NN", 7, 5, 6, "m4n8k4_t1x1_outer_p0_row", "abc", 1, "x", 0.0) in measured_keys(df)
 
 
 def test_corrupt_part_is_reported_not_used(tmp_path):
@@ -82,10 +82,33 @@ def test_compaction_merges_parts_and_a_killed_compaction_loses_and_duplicates_no
 
 
 def test_rows_with_impossible_shapes_or_config_ids_are_quarantined(tmp_path):
-    write_part([_row(), _row(m=0), _row(k=-5), _row(config_id="garbage")], tmp_path)
+    write_part([_row(), _row(m=0), _row(k=-5), _row(config_id="garbage"), _row(family="no-such-family")], tmp_path)
     df, rep = load(tmp_path)
-    assert rep.quarantined == {"shape_invalid": 2, "config_invalid": 1}
+    assert rep.quarantined == {"shape_invalid": 2, "config_invalid": 2}
     assert len(valid_rows(df)) == 1
+
+
+def test_schema_2_parts_read_as_gemm_nn_rows_and_their_gemm_columns_are_dropped(tmp_path):
+    """A part written before kernel families (schema 2: no family, layout or
+    pipeline_stages; gemm parameter columns) loads with the defaults."""
+    old = pd.DataFrame([_row()]).drop(columns=["family", "layout", "pipeline_stages"]).assign(
+        loop_order="outer", smem_pad=0, raster="row", schema_version=2)
+    old.to_parquet(tmp_path / "part-old.parquet", index=False)
+    df, rep = load(tmp_path)
+    assert not rep.corrupt and len(df) == 1
+    assert (df["family"] == "gemm").all() and (df["layout"] == "NN").all() and (df["pipeline_stages"] == 1).all()
+    assert "loop_order" not in df.columns
+
+
+def test_parts_are_readable_by_others_not_only_the_writer(tmp_path):
+    """Regression: mkstemp made every written file mode 0600."""
+    import stat
+    old = os.umask(0o022)
+    try:
+        part = write_part([_row()], tmp_path)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(part.stat().st_mode) == 0o644
 
 
 def test_a_file_is_not_a_dataset_folder(tmp_path):

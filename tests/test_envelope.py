@@ -47,7 +47,7 @@ def test_flag_rates_on_the_committed_model(model_dir):
     train = {tuple(s) for s in env.shapes}
     rng = np.random.default_rng(8)
     drawn = [s for s in sample_shapes(1500, ShapeBounds.for_device(pred.spec.device_type == "cpu"), rng)
-             if s not in train and pred._feasible(*s).any()][:1000]
+             if s not in train and pred.feasible(pred.problem(*s)).any()][:1000]
     assert sum(bool(env.reasons(*s)) for s in drawn) <= 0.05 * len(drawn)
     hi = env.envelope["max"]
     beyond = [(m, n, int(hi["K"] * 2 ** rng.uniform(0.5, 3))) for m, n, _ in drawn[:300]]

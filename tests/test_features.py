@@ -3,15 +3,17 @@ import pandas as pd
 import pytest
 
 from costlearn.device import preset
-from costlearn.features import FEATURE_SETS, feature_version, get_feature_set
-from costlearn.features.analytic import analytic_arrays, bank_conflict_degree, occupancy
-from costlearn.space import TileConfig, enumerate_space
+from costlearn.families import FAMILIES, bank_conflict_degree, get_family
+from costlearn.families.gemm import GemmConfig as TileConfig
+from costlearn.features import FEATURE_SETS, SHAPE_FEATURES, feature_version, get_feature_set
+from costlearn.features.analytic import analytic_arrays, occupancy, shape_arrays
+from costlearn.space import enumerate_space
 
 
 def _rows(shape, configs, regs=np.nan):
     m, n, k = shape
-    return pd.DataFrame([dict(m=m, n=n, k=k, dtype="float32", registers_per_thread=regs, **c.to_dict())
-                         for c in configs])
+    return pd.DataFrame([dict(m=m, n=n, k=k, dtype="float32", layout="NN", family="gemm", config_id=c.config_id,
+                              registers_per_thread=regs) for c in configs])
 
 
 def test_golden_h200_square_gemm():
@@ -73,14 +75,16 @@ def test_occupancy_limiter_threads():
     assert bpm[0] == 2 and lim[0] == 0
 
 
-@pytest.mark.parametrize("name", sorted(FEATURE_SETS))
-def test_every_config_gets_the_same_columns_without_nan(name):
+@pytest.mark.parametrize("family", FAMILIES.names())
+@pytest.mark.parametrize("name", FEATURE_SETS.names())
+def test_every_config_gets_the_same_columns_without_nan(name, family):
     spec = preset("h200")
-    configs = list(enumerate_space(spec).configs[::40])
+    configs = list(enumerate_space(spec, family=family).configs[::40])
     fs = get_feature_set(name)
-    for shape in [(1, 1, 1), (1, 4096, 4096), (8192, 8192, 8192), (129, 31, 7)]:
-        X = fs.transform(_rows(shape, configs), spec)
-        assert list(X.columns) == list(fs.feature_names)
+    for shape in [(1, 1, 1), (1, 4096, 4096), (8192, 8192, 8192), (129, 31, 7), (2**31 - 1, 3, 2**30)]:
+        rows = _rows(shape, configs).assign(family=family)
+        X = fs.transform(rows, spec)
+        assert list(X.columns) == list(fs.feature_names(get_family(family)))
         assert X.dtypes.eq(np.float64).all()
         assert np.isfinite(X.to_numpy()).all()
 
@@ -88,14 +92,37 @@ def test_every_config_gets_the_same_columns_without_nan(name):
 def test_unknown_feature_set_lists_known():
     with pytest.raises(ValueError, match="analytic"):
         get_feature_set("fancy")
-    assert feature_version("analytic") != feature_version("raw")
+    gemm = get_family("gemm")
+    assert feature_version("analytic", gemm) != feature_version("raw", gemm)
+
+
+def test_gemm_analytic_columns_are_the_ones_the_committed_model_was_trained_on():
+    """The restructure kept the gemm feature list (and so the committed booster) unchanged."""
+    names = get_feature_set("analytic").feature_names(get_family("gemm"))
+    assert names[:12] == ("log2_m", "log2_n", "log2_k", "log2_flops", "log2_block_m", "log2_block_n", "log2_block_k",
+                          "log2_thread_m", "log2_thread_n", "loop_outer", "raster_row", "smem_pad")
+    assert len(names) == 40 and set(SHAPE_FEATURES) <= set(names)
+    assert feature_version("analytic", get_family("gemm")) == "2-c8233a11"   # the committed model's, from before the restructure
+
+
+def test_shape_features_come_in_the_order_the_c_code_writes_them():
+    table_cfg = dict(block=np.array([[4], [8], [16]]), element_bytes=4.0, slots=np.array([32]),
+                     tile_occ=np.array([1.0]), fill_loads=np.array([1.0]))
+    assert tuple(shape_arrays(np.int64(5), np.int64(6), np.int64(7), table_cfg, preset("h200"))) == SHAPE_FEATURES
+
+
+def test_rows_of_two_families_are_refused():
+    rows = _rows((8, 8, 8), [TileConfig(8, 8, 8, 1, 1)] * 2)
+    rows.loc[1, "family"] = "other"
+    with pytest.raises(ValueError, match="several kernel families"):
+        get_feature_set("analytic").transform(rows, preset("h200"))
 
 
 def test_h200_feature_table_uses_nvcc_registers(tmp_path):
     import shutil
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not installed")
-    from costlearn.features.registers import nvcc_registers
+    from costlearn.families.gemm.registers import nvcc_registers
     cfgs = [TileConfig(64, 64, 16, 4, 4), TileConfig(128, 128, 16, 8, 8)]
     regs = nvcc_registers(cfgs, "sm_90")
     assert set(regs) == {c.config_id for c in cfgs}

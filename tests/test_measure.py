@@ -6,7 +6,7 @@ import pytest
 
 from costlearn.backends.base import CompiledKernel
 from costlearn.measure import Protocol, check_result, make_inputs, measure_shape, rotation_sets, tolerance
-from costlearn.space import TileConfig
+from costlearn.families.gemm import GemmConfig as TileConfig
 
 A = TileConfig(64, 64, 16, 4, 4)
 B = TileConfig(32, 32, 16, 2, 2)

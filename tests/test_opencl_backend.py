@@ -10,7 +10,7 @@ def test_collect_on_pocl_writes_valid_rows_with_provenance_and_resumes(tmp_path)
     from costlearn.collect import collect
     from costlearn.dataset import load
     from costlearn.measure import Protocol
-    from costlearn.space import TileConfig
+    from costlearn.families.gemm import GemmConfig as TileConfig
     be = get_backend("opencl")
     pool = [TileConfig(16, 16, 8, 2, 2), TileConfig(1, 64, 16, 1, 2, "dot"), TileConfig(32, 64, 8, 4, 4)]
     shapes = [(1, 200, 64), (48, 40, 33)]
@@ -38,10 +38,11 @@ def test_spec_is_queried_not_hard_coded():
 def test_same_config_timed_twice_at_16_cubed_agrees_within_the_measured_noise():
     from costlearn.backends import get_backend
     from costlearn.measure import Protocol, measure_shape
-    from costlearn.space import TileConfig
+    from costlearn.families.gemm import GemmConfig as TileConfig
     be = get_backend("opencl")
     kern = be.compile(TileConfig(16, 16, 8, 2, 2))
-    with be.workspace(16, 16, 16) as ws:
+    from costlearn.problem import Problem
+    with be.workspace(Problem(16, 16, 16)) as ws:
         row = measure_shape(ws, [kern], Protocol(rounds=9), be.launch_overhead_us(), repeat_index=0)[0]
     assert row["launches_per_sample"] > 1          # the sample is many launches, not one
     t, rep = row["time_us"], row["repeat_time_us"]
@@ -53,7 +54,7 @@ def test_input_distribution_is_recorded_per_row(tmp_path):
     from costlearn.collect import collect
     from costlearn.dataset import load
     from costlearn.measure import Protocol
-    from costlearn.space import TileConfig
+    from costlearn.families.gemm import GemmConfig as TileConfig
     be = get_backend("opencl")
     collect(be, tmp_path, shapes=[(24, 24, 200)], pool=[TileConfig(8, 8, 8, 1, 1)],
             protocol=Protocol(rounds=2, distribution="sparse", density=0.05), progress=False)

@@ -7,14 +7,14 @@ from costlearn.predict import Predictor, predict_best
 
 
 @pytest.fixture(scope="module")
-def dev(model_dir):
-    return model_dir.parent.name
+def dev(device_name):
+    return device_name
 
 
 def test_keyword_order_and_numpy_ints_do_not_change_the_answer(dev, model_dir):
-    a = predict_best(37, 200, 300, device=dev, models_dir=model_dir.parents[1])
-    b = predict_best(K=300, N=200, M=37, device=dev, models_dir=model_dir.parents[1])
-    c = predict_best(np.int64(37), np.int32(200), np.uint16(300), device=dev, models_dir=model_dir.parents[1])
+    a = predict_best(37, 200, 300, device=dev, models_dir=model_dir.parents[2])
+    b = predict_best(K=300, N=200, M=37, device=dev, models_dir=model_dir.parents[2])
+    c = predict_best(np.int64(37), np.int32(200), np.uint16(300), device=dev, models_dir=model_dir.parents[2])
     assert a == b == c
     assert a.config == a.top_k[0][0] and a.time_us == a.top_k[0][1] > 0
     assert [t for _, t in a.top_k] == sorted(t for _, t in a.top_k)
@@ -38,6 +38,10 @@ def test_bad_shapes_raise_naming_the_value(dev, args, exc, says):
 def test_unknown_dtype_and_device_say_what_is_allowed(dev):
     with pytest.raises(ValueError, match="float32"):
         predict_best(8, 8, 8, dtype="bfloat16", device=dev)
+    with pytest.raises(ValueError, match="layout='NT'.*supports \\['NN'\\]"):
+        predict_best(8, 8, 8, layout="NT", device=dev)
+    with pytest.raises(ValueError, match="kernel family 'conv'"):
+        predict_best(8, 8, 8, family="conv", device=dev)
     with pytest.raises(ValueError, match=dev):
         predict_best(8, 8, 8, device="tpu-v9")
     with pytest.raises(TypeError, match="device"):

@@ -8,7 +8,7 @@ import pandas as pd
 from costlearn.backends.base import CompiledKernel, DeviceWorkspace, HostProblem
 from costlearn.dataset import noise_floor
 from costlearn.measure import Protocol, measure_shape, rotation_sets
-from costlearn.space import TileConfig
+from costlearn.families.gemm import GemmConfig as TileConfig
 
 A = TileConfig(64, 64, 16, 4, 4)
 B = TileConfig(32, 32, 16, 2, 2)
@@ -43,7 +43,8 @@ class RecordingWorkspace(DeviceWorkspace):
 
 
 def _prob(m=8, n=8, k=8, cache=1 << 14):
-    return HostProblem.make(m, n, k, "float32", "normal", 1.0, 0, cache)
+    from costlearn.problem import Problem
+    return HostProblem.make(Problem(m, n, k), "normal", 1.0, 0, cache)
 
 
 def test_launches_rotate_through_buffer_sets_sized_from_the_cache():

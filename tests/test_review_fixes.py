@@ -10,7 +10,8 @@ import pytest
 
 from costlearn.backends.base import CompiledKernel
 from costlearn.measure import DeviceLost, Protocol, measure_shape
-from costlearn.space import TileConfig, enumerate_space
+from costlearn.families.gemm import GemmConfig as TileConfig
+from costlearn.space import enumerate_space
 
 A = TileConfig(64, 64, 16, 4, 4)
 
@@ -24,23 +25,25 @@ def test_evaluate_refuses_to_measure_on_another_device_than_the_models(model_dir
         evaluate(ReplayBackend(rows, spec=preset("h200")), model_dir, tmp_path, progress=False)
 
 
-def test_evaluate_no_measure_scores_existing_rows_without_a_device(model_dir, capsys):
+def test_evaluate_no_measure_scores_existing_rows_without_a_device(model_dir, device_name, capsys):
     from costlearn.cli import main
-    eval_dir = model_dir.parents[2] / "data" / model_dir.parent.name / "eval"
+    eval_dir = model_dir.parents[3] / "data" / device_name / "eval"
     if not eval_dir.is_dir():
         pytest.skip("no committed eval measurements")
-    assert main(["evaluate", "--no-measure", "--model", model_dir.parent.name, "--out", str(eval_dir)]) == 0
+    assert main(["evaluate", "--no-measure", "--model", device_name, "--out", str(eval_dir)]) == 0
     assert "| xgboost |" in capsys.readouterr().out
 
 
 def test_rows_of_another_template_or_protocol_never_train_or_score():
-    from costlearn.codegen import TEMPLATE_HASH
     from costlearn.dataset import current_rows
+    from costlearn.families.gemm import TEMPLATE_HASH
     from costlearn.measure import PROTOCOL_VERSION
-    df = pd.DataFrame(dict(template_hash=[TEMPLATE_HASH, "old", TEMPLATE_HASH],
-                           protocol_version=[PROTOCOL_VERSION, PROTOCOL_VERSION, PROTOCOL_VERSION - 1]))
+    df = pd.DataFrame(dict(template_hash=[TEMPLATE_HASH, "old", TEMPLATE_HASH, TEMPLATE_HASH],
+                           family=["gemm", "gemm", "gemm", "unknown"],
+                           protocol_version=[PROTOCOL_VERSION, PROTOCOL_VERSION, PROTOCOL_VERSION - 1,
+                                             PROTOCOL_VERSION]))
     kept, dropped = current_rows(df)
-    assert len(kept) == 1 and dropped == 2
+    assert len(kept) == 1 and dropped == 3
 
 
 def test_resume_key_includes_the_input_distribution(dataset_dir, dataset_rows, tmp_path):
@@ -75,9 +78,9 @@ def test_collect_stops_cleanly_when_the_device_is_lost_and_keeps_earlier_shapes(
     pool = [TileConfig.from_id(c) for c in sorted(dataset_rows["config_id"].unique())]
 
     class LosesDevice(ReplayBackend):
-        def workspace(self, m, n, k, *a, **kw):
-            ws = super().workspace(m, n, k)
-            if (m, n, k) == shapes[1]:
+        def workspace(self, problem, *a, **kw):
+            ws = super().workspace(problem)
+            if problem.shape == shapes[1]:
                 def boom(kern):
                     raise RuntimeError("cudaErrorIllegalAddress")
                 ws.verify = boom
@@ -90,19 +93,19 @@ def test_collect_stops_cleanly_when_the_device_is_lost_and_keeps_earlier_shapes(
 
 def test_model_file_from_another_training_is_refused(model_dir, tmp_path):
     from costlearn.model import artifact
-    dst = tmp_path / "m"
+    dst = tmp_path / "dev" / "gemm" / "float32"
     shutil.copytree(model_dir, dst)
     side = json.loads((dst / "model.json").read_text())
-    side["model_sha256"] = hashlib.sha256(b"another model").hexdigest()
+    side["model_state"]["files"]["model.ubj"] = hashlib.sha256(b"another model").hexdigest()
     (dst / "model.json").write_text(json.dumps(side))
     with pytest.raises(artifact.ArtifactError, match="sha256"):
-        artifact.load(dst)
+        artifact.load(dst).model()
 
 
 def test_kernel_source_is_pinned_so_a_change_cannot_reuse_old_timings():
     """If this fails, the kernel source changed: make the change alter
     codegen.TEMPLATE_HASH (it keys every measurement) and re-measure."""
-    from costlearn.codegen import TEMPLATE_HASH, render
+    from costlearn.families.gemm import TEMPLATE_HASH, render
     src = "".join(render(c, d) for c in (A, TileConfig(1, 64, 8, 1, 2, "dot", 1, "col")) for d in ("cuda", "opencl"))
     assert TEMPLATE_HASH == "080acee35a12"
     assert hashlib.sha256(src.encode()).hexdigest()[:12] == "bb205c4775d5"
@@ -118,11 +121,11 @@ def test_small_input_errors_are_clear():
     from costlearn.device import preset
     from costlearn.features.analytic import analytic_arrays
     from costlearn.metrics import topk_regret
-    with pytest.raises(ValueError, match="must be \\(M, N, K\\)"):
-        enumerate_space(preset("h200"), shape=(1, 2))
+    with pytest.raises(TypeError, match="must be a costlearn.Problem"):
+        enumerate_space(preset("h200"), problem=(1, 2))
     with pytest.raises(ValueError, match="non-empty"):
         topk_regret(np.array([]), np.array([]), 1)
-    rows = pd.DataFrame([dict(m=8, n=8, k=8, dtype="bf16", **A.to_dict())])
+    rows = pd.DataFrame([dict(m=8, n=8, k=8, dtype="bf16", layout="NN", family="gemm", config_id=A.config_id)])
     with pytest.raises(ValueError, match="bf16"):
         analytic_arrays(rows, preset("h200"))
 
@@ -131,8 +134,9 @@ def test_replay_reproduces_a_recorded_timeout():
     from costlearn.backends.replay import ReplayBackend
     from costlearn.device import preset
     from test_dataset import _row
+    from costlearn.problem import Problem
     rows = pd.DataFrame([_row(config_id=A.config_id, status="timeout", time_us=math.nan, device_slug="h200")])
     be = ReplayBackend(rows, spec=preset("h200"))
-    with be.workspace(4, 5, 6) as ws:
+    with be.workspace(Problem(4, 5, 6)) as ws:
         row = measure_shape(ws, [be.compile(A)], Protocol(rounds=1))[0]
     assert row["status"] == "timeout"

@@ -27,10 +27,12 @@ def test_bench_predict_prints_the_table_and_checks_agreement(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_predict.py"), "--shapes", "60",
                           "--out", str(tmp_path / "b.md")], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    for line in ("| plain: pandas features + xgboost inplace_predict |", "| predict_best, unseen shape |",
-                 "| predict_best, repeated shape |", "chosen config equals the plain argmin on",
-                 "| warm cache", "| empty cache"):
+    for line in ("**drawn like the training shapes**", "**log-uniform in [1, 16384]**",
+                 "| plain: pandas features + the model's predict |", "| predict_best, unseen problem |",
+                 "| predict_best, repeated problem |", "chosen config equals the full model's argmin on",
+                 "| warm cache", "| empty cache", "NVIDIA heuristics:"):
         assert line in out.stdout
+    assert out.stdout.count("chosen config equals") == 2
     assert (tmp_path / "b.md").read_text().strip() == out.stdout.strip()
 
 

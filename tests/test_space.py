@@ -1,12 +1,17 @@
 import pytest
 
 from costlearn.device import PRESETS, DeviceSpec, device_slug, preset
-from costlearn.space import (RULES, TileConfig, all_configs, check_config, check_shape,
-                             enumerate_space, smem_bytes)
+from costlearn.families import get_family
+from costlearn.families.gemm import GemmConfig as TileConfig
+from costlearn.problem import Problem
+from costlearn.space import check_config, enumerate_space, rules_of
+
+GEMM = get_family("gemm")
+smem_bytes = GEMM.smem_bytes
 
 
 def test_config_id_round_trips_for_every_config():
-    for c in all_configs()[::97]:
+    for c in GEMM.all_configs()[::97]:
         assert TileConfig.from_id(c.config_id) == c
 
 
@@ -38,7 +43,7 @@ def test_config_ids_with_leading_zeros_or_non_ascii_digits_are_refused(cid):
 def test_every_shape_has_a_feasible_tile_on_h200():
     """Regression: (1, 16, 1024) once had no feasible tile (BN cap 16 < one warp of threads)."""
     for shape in [(1, 16, 1024), (1, 1, 1), (2, 2, 2), (3, 1, 9)]:
-        assert enumerate_space(preset("h200"), shape=shape).configs, shape
+        assert enumerate_space(preset("h200"), problem=Problem(*shape)).configs, shape
 
 
 def test_wrong_argument_types_are_type_errors():
@@ -46,6 +51,8 @@ def test_wrong_argument_types_are_type_errors():
         enumerate_space("h200")
     with pytest.raises(ValueError, match="fp16"):
         smem_bytes(TileConfig(8, 8, 8, 1, 1), "fp16")
+    with pytest.raises(TypeError, match="Problem"):
+        enumerate_space(preset("h200"), problem=(1, 2, 3))
 
 
 @pytest.mark.parametrize("field, value", [("register_alloc_unit", 0), ("name", None), ("peak_gflops", "fast"),
@@ -70,7 +77,7 @@ def test_malformed_config_id_names_the_value():
 def test_preset_space_counts_every_rejection(name):
     spec = preset(name)
     res = enumerate_space(spec)
-    assert set(res.rejected) == set(RULES)
+    assert set(res.rejected) == set(rules_of(GEMM))
     assert len(res.configs) + sum(res.rejected.values()) == res.total
     assert len(res.configs) > 500
     for c in res.configs[::50]:
@@ -79,7 +86,7 @@ def test_preset_space_counts_every_rejection(name):
 
 
 def test_space_holds_batch1_tiles_for_h200():
-    res = enumerate_space(preset("h200"), shape=(1, 4096, 4096))
+    res = enumerate_space(preset("h200"), problem=Problem(1, 4096, 4096))
     assert res.configs, res.summary()
     assert all(c.block_m == 1 for c in res.configs)
     assert res.rejected["block_tile_exceeds_problem"] > 0
@@ -104,14 +111,26 @@ def test_register_rule_skipped_without_a_register_file():
 @pytest.mark.parametrize("args, exc", [((0, 1, 1), ValueError), ((-3, 1, 1), ValueError),
                                        ((1.5, 1, 1), TypeError), ((True, 1, 1), TypeError),
                                        (("8", 1, 1), TypeError), ((2**31, 1, 1), ValueError)])
-def test_check_shape_rejects_bad_extents(args, exc):
+def test_problem_rejects_bad_extents(args, exc):
     with pytest.raises(exc, match="M="):
-        check_shape(*args)
+        Problem(*args)
 
 
-def test_check_shape_rejects_unknown_dtype():
-    with pytest.raises(ValueError, match="float16.*float32"):
-        check_shape(1, 1, 1, "float16")
+def test_problem_rejects_unknown_dtype_and_layout_and_the_family_its_unsupported_ones():
+    with pytest.raises(ValueError, match="fp8.*float32"):
+        Problem(1, 1, 1, "fp8")
+    with pytest.raises(ValueError, match="layout='XN'"):
+        Problem(1, 1, 1, "float32", "XN")
+    with pytest.raises(ValueError, match="gemm.*supports \\['float32'\\]"):
+        GEMM.check_problem(Problem(1, 1, 1, "float16"))
+    with pytest.raises(ValueError, match="supports \\['NN'\\]"):
+        GEMM.check_problem(Problem(1, 1, 1, "float32", "NT"))
+
+
+def test_problem_turns_numpy_ints_into_python_ints():
+    import numpy as np
+    p = Problem(np.int64(4), np.uint16(5), np.int32(6))
+    assert (p.m, p.n, p.k) == (4, 5, 6) and all(type(v) is int for v in p.shape) and p.flops == 240
 
 
 def test_device_slug_maps_nvidia_names_to_presets():

@@ -10,56 +10,90 @@ import warnings
 import pytest
 
 from costlearn import __version__
-from costlearn.codegen import TEMPLATE_HASH
 from costlearn.device import preset
-from costlearn.space import TileConfig
+from costlearn.families.gemm import TEMPLATE_HASH
+from costlearn.families.gemm import GemmConfig as TileConfig
+from costlearn.problem import Problem
 from costlearn.tuning_db import TuningDB, TuningEntry
 
 from conftest import ROOT, needs_opencl
 
 CFG = TileConfig(16, 32, 8, 2, 4)
+P = Problem(64, 64, 64)
 
 
 def entry(how="predicted", t=10.0, config=CFG, m=64, n=64, k=64, **kw):
-    base = dict(m=m, n=n, k=k, dtype="float32", device="dev", template_hash=TEMPLATE_HASH,
+    base = dict(problem=Problem(m, n, k), family="gemm", device="dev", template_hash=TEMPLATE_HASH,
                 costlearn_version=__version__, config=config, how=how, time_us=t, times_us={config.config_id: t},
                 source="test")
     base.update(kw)
     return TuningEntry(**base)
 
 
+def get(db, problem=P, device="dev", template=TEMPLATE_HASH, **kw):
+    return db.get(problem, "gemm", device, template, **kw)
+
+
 def test_round_trip_and_key(tmp_path):
-    db = TuningDB(tmp_path / "t.sqlite")
-    assert db.get(64, 64, 64, "float32", "dev", TEMPLATE_HASH) is None
+    db = TuningDB(tmp_path / "t.sqlite", create=True)
+    assert get(db) is None
     assert db.put(entry())
-    got = db.get(64, 64, 64, "float32", "dev", TEMPLATE_HASH)
+    got = get(db)
     assert got.config == CFG and got.how == "predicted" and got.time_us == 10.0
-    assert got.times_us == {CFG.config_id: 10.0}
-    assert db.get(64, 64, 65, "float32", "dev", TEMPLATE_HASH) is None            # shape
-    assert db.get(64, 64, 64, "float32", "other", TEMPLATE_HASH) is None          # device
-    assert db.get(64, 64, 64, "float32", "dev", "0" * 12) is None                 # template
-    assert db.get(64, 64, 64, "float32", "dev", TEMPLATE_HASH, costlearn_version="0.0.0") is None
+    assert got.times_us == {CFG.config_id: 10.0} and got.problem == P and got.family == "gemm"
+    assert get(db, Problem(64, 64, 65)) is None                                  # shape
+    assert get(db, device="other") is None                                       # device
+    assert get(db, template="0" * 12) is None                                    # template
+    assert get(db, costlearn_version="0.0.0") is None
+
+
+def test_a_path_that_does_not_exist_is_an_error_for_reading_and_nothing_is_created(tmp_path):
+    """Regression: `costlearn tuning-db --path /no/such/dir/x.sqlite` created
+    the folder and an empty database and exited 0."""
+    from costlearn.cli import main
+    missing = tmp_path / "no" / "such" / "x.sqlite"
+    with pytest.raises(FileNotFoundError, match="no tuning database"):
+        TuningDB(missing)
+    assert main(["tuning-db", "--path", str(missing)]) == 2
+    assert not (tmp_path / "no").exists()
+    assert TuningDB(missing, create=True).entries() == [] and missing.is_file()
+
+
+def test_a_schema_1_file_is_upgraded_to_gemm_nn_entries(tmp_path):
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as c:
+        c.execute("""CREATE TABLE tuned (m INTEGER NOT NULL, n INTEGER NOT NULL, k INTEGER NOT NULL,
+            dtype TEXT NOT NULL, device TEXT NOT NULL, template_hash TEXT NOT NULL, costlearn_version TEXT NOT NULL,
+            config_id TEXT NOT NULL, how TEXT NOT NULL, time_us REAL NOT NULL, times_json TEXT NOT NULL,
+            source TEXT NOT NULL, updated TEXT NOT NULL,
+            PRIMARY KEY (m, n, k, dtype, device, template_hash, costlearn_version))""")
+        c.execute("INSERT INTO tuned VALUES (64, 64, 64, 'float32', 'dev', ?, ?, ?, 'measured', 7.5, '{}', 'old', "
+                  "'2026-01-01T00:00:00')", (TEMPLATE_HASH, __version__, CFG.config_id))
+        c.execute("PRAGMA user_version = 1")
+    got = get(TuningDB(path))
+    assert got.how == "measured" and got.time_us == 7.5 and got.problem.layout == "NN"
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 2
 
 
 def test_measured_entry_is_never_replaced_by_a_predicted_one(tmp_path):
-    db = TuningDB(tmp_path / "t.sqlite")
+    db = TuningDB(tmp_path / "t.sqlite", create=True)
     db.put(entry("predicted", 10.0))
     assert db.put(entry("measured", 12.0))                  # measured replaces predicted
     assert not db.put(entry("predicted", 5.0))              # ... but not the other way round
-    got = db.get(64, 64, 64, "float32", "dev", TEMPLATE_HASH)
+    got = get(db)
     assert got.how == "measured" and got.time_us == 12.0
 
 
 def test_a_config_no_longer_feasible_is_a_miss_never_launched(tmp_path):
-    db = TuningDB(tmp_path / "t.sqlite")
+    db = TuningDB(tmp_path / "t.sqlite", create=True)
     big = TileConfig(128, 128, 32, 8, 8)                    # block tile far larger than 2x2x2
     db.put(entry(config=big, m=2, n=2, k=2))
-    assert db.get(2, 2, 2, "float32", "dev", TEMPLATE_HASH) is not None
-    assert db.get(2, 2, 2, "float32", "dev", TEMPLATE_HASH, spec=preset("h200")) is None
+    assert get(db, Problem(2, 2, 2)) is not None
+    assert get(db, Problem(2, 2, 2), spec=preset("h200")) is None
 
 
 def test_bad_entries_are_refused(tmp_path):
-    db = TuningDB(tmp_path / "t.sqlite")
+    db = TuningDB(tmp_path / "t.sqlite", create=True)
     with pytest.raises(ValueError, match="how='guessed'"):
         db.put(entry(how="guessed"))
     with pytest.raises(ValueError, match="time_us=nan"):
@@ -73,7 +107,7 @@ def test_bad_entries_are_refused(tmp_path):
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
 def test_corrupt_file_is_reported_and_set_aside_not_used(tmp_path, damage):
     path = tmp_path / "t.sqlite"
-    db = TuningDB(path)
+    db = TuningDB(path, create=True)
     for i in range(300):
         db.put(entry(m=i + 1, source="x" * 200))
     db.close()
@@ -83,31 +117,31 @@ def test_corrupt_file_is_reported_and_set_aside_not_used(tmp_path, damage):
         (tmp_path / f"t.sqlite{suffix}").unlink(missing_ok=True)
     with pytest.warns(RuntimeWarning, match="corrupt.*set aside"):
         db2 = TuningDB(path)
-        db2.get(5, 64, 64, "float32", "dev", TEMPLATE_HASH)
+        get(db2, Problem(5, 64, 64))
     assert len(db2.set_aside) == 1 and db2.set_aside[0].exists()
     assert db2.set_aside[0].read_bytes()[:16] == (b"this is not a database" * 100)[:16] or damage == "truncated"
-    assert db2.get(5, 64, 64, "float32", "dev", TEMPLATE_HASH) is None       # fresh database
-    assert db2.put(entry()) and db2.get(64, 64, 64, "float32", "dev", TEMPLATE_HASH) is not None
+    assert get(db2, Problem(5, 64, 64)) is None       # fresh database
+    assert db2.put(entry()) and get(db2) is not None
 
 
 _WRITER = """
 import sys
 from costlearn.tuning_db import TuningDB, TuningEntry
-from costlearn.space import TileConfig
-from costlearn.codegen import TEMPLATE_HASH
+from costlearn.families.gemm import GemmConfig, TEMPLATE_HASH
+from costlearn.problem import Problem
 from costlearn import __version__
 db = TuningDB(sys.argv[1])
 w = int(sys.argv[2])
 for i in range(40):
-    db.put(TuningEntry(w * 1000 + i + 1, 8, 8, "float32", "dev", TEMPLATE_HASH, __version__,
-                       TileConfig(16, 32, 8, 2, 4), "predicted", 1.0 + i, {}, "w"))
-    db.get(w * 1000 + 1, 8, 8, "float32", "dev", TEMPLATE_HASH)
+    db.put(TuningEntry(Problem(w * 1000 + i + 1, 8, 8), "gemm", "dev", TEMPLATE_HASH, __version__,
+                       GemmConfig(16, 32, 8, 2, 4), "predicted", 1.0 + i, {}, "w"))
+    db.get(Problem(w * 1000 + 1, 8, 8), "gemm", "dev", TEMPLATE_HASH)
 """
 
 
 def test_many_processes_write_at_once(tmp_path):
     path = tmp_path / "t.sqlite"
-    TuningDB(path).close()
+    TuningDB(path, create=True).close()
     procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(path), str(w)], cwd=ROOT,
                               stderr=subprocess.PIPE, text=True) for w in range(4)]
     errs = [p.communicate(timeout=120)[1] for p in procs]
@@ -119,19 +153,45 @@ def test_many_processes_write_at_once(tmp_path):
     assert sqlite3.connect(path).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
-def test_predict_best_records_and_reuses(model_dir, tmp_path):
-    from costlearn.predict import Predictor
-    pred = Predictor(model_dir)
-    db = TuningDB(tmp_path / "t.sqlite")
-    p = pred.predict_best(300, 200, 100, tuning_db=db)
+def test_predict_best_records_and_reuses(model_dir, device_name, tmp_path):
+    from costlearn.predict import Predictor, predict_best
+    spec = Predictor(model_dir).spec
+    db = TuningDB(tmp_path / "t.sqlite", create=True)
+    p = predict_best(300, 200, 100, device=device_name, tuning_db=db)
     assert p.chosen_by == "predicted" and not p.from_tuning_db
-    hit = db.get(300, 200, 100, "float32", pred.spec.slug, TEMPLATE_HASH)
+    hit = get(db, Problem(300, 200, 100), device=spec.slug)
     assert hit.config == p.config and hit.how == "predicted"
     # A measured entry (here written by hand) wins over the model from then on.
     other = p.top_k[2][0]
-    db.put(entry("measured", 7.0, config=other, m=300, n=200, k=100, device=pred.spec.slug))
-    q = pred.predict_best(300, 200, 100, tuning_db=db)
+    db.put(entry("measured", 7.0, config=other, m=300, n=200, k=100, device=spec.slug))
+    q = predict_best(300, 200, 100, device=device_name, tuning_db=db)
     assert q.config == other and q.chosen_by == "measured" and q.from_tuning_db and q.time_us == 7.0
+
+
+def test_measuring_with_the_default_backend_keeps_the_running_on_reason(model_dir, device_name, dataset_dir,
+                                                                         tmp_path, monkeypatch):
+    """Regression: predict_best(..., measure_top_k=k) without backend= dropped
+    "trained on X, running on Y": running_on was set only from a backend
+    passed in, and the default backend was made later."""
+    import dataclasses
+    import json
+
+    import costlearn.tuning
+    from costlearn.backends.replay import ReplayBackend
+    from costlearn.dataset import load, valid_rows
+    from costlearn.device import DeviceSpec
+    from costlearn.predict import Predictor, predict_best
+    pred = Predictor(model_dir)
+    rows = valid_rows(load(dataset_dir)[0])
+    spec = DeviceSpec.from_dict(json.loads((dataset_dir / "device.json").read_text()))
+    other = dataclasses.replace(spec, name="Another Device 9000")
+    recorded = rows.groupby(["m", "n", "k"])["config_id"].apply(set)
+    shape = next(s for s, ids in recorded.items()
+                 if {c.config_id for c, _ in pred.predict_best(*s).top_k[:2]} <= ids)
+    monkeypatch.setattr(costlearn.tuning, "_BACKEND", ReplayBackend(rows, spec=other))
+    p = predict_best(*shape, device=device_name, measure_top_k=2, tuning_db=tmp_path / "t.sqlite")
+    assert p.chosen_by == "measured"
+    assert any(f"trained on {spec.name}, running on Another Device 9000" in r for r in p.ood_reasons)
 
 
 @needs_opencl
@@ -143,13 +203,15 @@ def test_measure_top_k_measures_on_the_device_and_records(model_dir, tmp_path):
     backend = get_backend("opencl")
     if backend.spec.slug != pred.spec.slug:
         pytest.skip("the committed model is for another OpenCL device")
-    db = TuningDB(tmp_path / "t.sqlite")
-    p = pred.predict_best(48, 64, 96, measure_top_k=3, backend=backend, tuning_db=db)
+    db = TuningDB(tmp_path / "t.sqlite", create=True)
+    from costlearn.tuning import Tuner
+    tuner = Tuner(pred, db, backend)
+    p = tuner.tune(pred.problem(48, 64, 96), measure_top_k=3)
     top3 = [c.config_id for c, _ in pred.predict_best(48, 64, 96).top_k[:3]]
     assert p.chosen_by == "measured" and not p.from_tuning_db
     assert 1 <= len(p.measured_us) <= 3 and {cid for cid, _ in p.measured_us} <= set(top3)
     assert p.config.config_id == p.measured_us[0][0] and p.time_us == p.measured_us[0][1] > 0
-    again = pred.predict_best(48, 64, 96, measure_top_k=3, backend=backend, tuning_db=db)
+    again = tuner.tune(pred.problem(48, 64, 96), measure_top_k=3)
     assert again.from_tuning_db and again.config == p.config and again.time_us == p.time_us
 
 
@@ -158,5 +220,5 @@ def test_a_folder_or_unwritable_path_is_an_error_not_corruption(tmp_path):
     folder = tmp_path / "db"
     folder.mkdir()
     with pytest.raises(OSError, match="cannot use the tuning database"):
-        TuningDB(folder)
+        TuningDB(folder, create=True)
     assert folder.is_dir() and not list(tmp_path.glob("db.corrupt-*"))

@@ -3,38 +3,33 @@ so a missing optional dependency (CuPy, PyOpenCL) fails only when that backend
 is asked for."""
 from __future__ import annotations
 
-import importlib
-
-from ..registry import lookup
+from ..registry import Registry, Unavailable
 from .base import Backend, CompiledKernel, Workspace
 
 __all__ = ["Backend", "CompiledKernel", "Workspace", "BACKENDS", "BackendUnavailable", "get_backend", "available"]
 
-BACKENDS = {
-    "cuda": ("costlearn.backends.cuda", "CudaBackend",
-             "pip install 'costlearn[cuda]'  (CuPy for your CUDA version, e.g. cupy-cuda12x)"),
-    "opencl": ("costlearn.backends.opencl", "OpenCLBackend",
-               "pip install 'pyopencl[pocl]'  (PoCL provides a CPU OpenCL device)"),
-    "replay": ("costlearn.backends.replay", "ReplayBackend", ""),
-}
 
-
-class BackendUnavailable(RuntimeError):
+class BackendUnavailable(Unavailable):
     """The backend's library or device is missing."""
 
 
-def _load(name: str):
-    mod, cls, hint = lookup(BACKENDS, name, "backend (or 'auto')")
-    try:
-        return getattr(importlib.import_module(mod), cls)
-    except ImportError as e:
-        raise BackendUnavailable(f"backend {name!r} needs a missing library ({e}); install with: {hint}") from e
+BACKENDS = Registry("backend", {
+    "cuda": "costlearn.backends.cuda:CudaBackend",
+    "opencl": "costlearn.backends.opencl:OpenCLBackend",
+    "replay": "costlearn.backends.replay:ReplayBackend",
+}, hints={"cuda": "pip install 'costlearn[cuda]'  (CuPy for your CUDA version, e.g. cupy-cuda12x)",
+          "opencl": "pip install 'pyopencl[pocl]'  (PoCL provides a CPU OpenCL device)"},
+    unavailable=BackendUnavailable)
+"""Registered backends (``auto`` picks cuda, else opencl)."""
+
+MEASURING = ("cuda", "opencl")
+"""The backends that measure on a device, in the order ``auto`` tries them."""
 
 
 def available(name: str) -> bool:
     """True when backend ``name`` can be constructed here (library and device present)."""
     try:
-        return bool(_load(name).is_available())
+        return bool(BACKENDS.get(name).is_available())
     except BackendUnavailable:
         return False
 
@@ -57,12 +52,14 @@ def get_backend(name: str = "auto", **kwargs) -> Backend:
         If the backend's library or device is missing (with an install hint).
     """
     if name == "auto":
-        if available("cuda"):
-            name = "cuda"
-        elif available("opencl"):
-            name = "opencl"
+        for candidate in MEASURING:
+            if available(candidate):
+                name = candidate
+                break
         else:
             raise BackendUnavailable(
-                "no device found: neither CuPy with a CUDA GPU nor PyOpenCL with an OpenCL device; "
-                f"install one of: {BACKENDS['cuda'][2]} | {BACKENDS['opencl'][2]}")
-    return _load(name)(**kwargs)
+                "no device found: neither CuPy with a CUDA GPU nor PyOpenCL with an OpenCL device; install one "
+                f"of: {BACKENDS.hint('cuda')} | {BACKENDS.hint('opencl')}")
+    elif name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; known: {['auto', *BACKENDS.names()]}")
+    return BACKENDS.get(name)(**kwargs)

@@ -1,12 +1,13 @@
-"""Backend seam: describe a device, compile a tile config once, time it on a
-shape. Per-config failures are reported as a status, never by raising."""
+"""Backend seam: describe a device, compile a config of a kernel family once,
+time it on a problem. Per-config failures are reported as a status, never by
+raising."""
 from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
 
 from ..device import DeviceSpec
-from ..space import TileConfig
+from ..problem import Problem
 
 __all__ = ["Backend", "CompiledKernel", "Workspace", "DeviceWorkspace", "HostProblem"]
 
@@ -17,7 +18,7 @@ class CompiledKernel:
 
     Attributes
     ----------
-    config : TileConfig
+    config : a family's config
     status : {"ok", "compile_error"}
     error : str
         Compiler message when ``status != "ok"``.
@@ -30,7 +31,7 @@ class CompiledKernel:
         Backend-specific launchable object (not part of any row).
     """
 
-    config: TileConfig
+    config: object
     status: str = "ok"
     error: str = ""
     registers_per_thread: int | None = None
@@ -64,8 +65,9 @@ class Workspace(abc.ABC):
 
 
 class DeviceWorkspace(Workspace):
-    """Shared part of the real backends' workspaces: the host problem, the
-    buffer-set rotation and verification against the reference. Subclasses
+    """Shared part of the real backends' workspaces for the ``gemm`` family:
+    the host problem, the buffer-set rotation and verification against the
+    reference. Subclasses
     provide ``_launch(kernel, set_index)``, ``_poison_output()`` (fill C with
     NaN) and ``_read_output()`` (C as an array of module ``xp``), and
     ``sample``. ``ref`` and ``tol`` (float64, shape (M, N)) are the host
@@ -81,9 +83,10 @@ class DeviceWorkspace(Workspace):
         self.n_sets = len(prob.a_sets)
         self._next = 0
 
-    def blocks(self, config: TileConfig) -> int:
-        """Blocks on the 1-D grid: ceil(M/BM) * ceil(N/BN)."""
-        return -(-self.prob.m // config.block_m) * -(-self.prob.n // config.block_n)
+    def blocks(self, config) -> int:
+        """Blocks on the 1-D launch grid (the family's launch geometry)."""
+        from ..families import family_of
+        return family_of(config).blocks(config, self.prob.m, self.prob.n)
 
     def _launch_next(self, kernel: CompiledKernel):
         """Launch on the next buffer set (rotating); returns what _launch returns."""
@@ -111,9 +114,12 @@ class DeviceWorkspace(Workspace):
 
 
 class Backend(abc.ABC):
-    """A device that compiles and times GEMM tile configs."""
+    """A device that compiles and times configs of the kernel families in
+    :attr:`families`."""
 
     name: str = ""
+    families: tuple = ("gemm",)
+    """Kernel families this backend generates code for and runs."""
     overlap_compile: bool = False
     """True where compiling on the host while the device measures does not
     disturb the timings (a GPU); False on a CPU device, where the compiler
@@ -131,31 +137,52 @@ class Backend(abc.ABC):
         count, driver and runtime versions, library version."""
 
     @abc.abstractmethod
-    def compile(self, config: TileConfig, dtype: str = "float32") -> CompiledKernel:
-        """Must compile ``config`` once, returning a CompiledKernel whose
-        status is ``compile_error`` (with the message) instead of raising."""
+    def compile(self, config, dtype: str = "float32") -> CompiledKernel:
+        """Must compile ``config`` (of one of :attr:`families`) once for
+        inputs of ``dtype``, returning a CompiledKernel whose status is
+        ``compile_error`` (with the message) instead of raising."""
+
+    def family_for(self, config):
+        """The family of ``config``, checked to be one this backend runs.
+
+        Raises
+        ------
+        TypeError
+            If ``config`` is not a family's config.
+        ValueError
+            If this backend does not run that family.
+        """
+        from ..families import family_of
+        fam = family_of(config)
+        if fam.name not in self.families:
+            raise ValueError(f"the {self.name!r} backend runs the families {list(self.families)}, "
+                             f"not {fam.name!r}")
+        return fam
 
     _workspace_cls = None
     host_reference = True
     """Whether the float64 reference is computed on the host (numpy); a GPU
     backend computes it on the device instead."""
 
-    def workspace(self, m: int, n: int, k: int, dtype: str = "float32",
-                  distribution: str = "normal", density: float = 1.0,
+    def workspace(self, problem: Problem, distribution: str = "normal", density: float = 1.0,
                   seed: int = 0) -> Workspace:
         """Allocate random inputs of the named distribution, their float64
-        reference and the rotating buffer sets for one shape (the number of
+        reference and the rotating buffer sets for one problem (the number of
         sets from the device's L2 size, :func:`costlearn.measure.rotation_sets`).
 
         Raises
         ------
+        TypeError
+            If ``problem`` is not a Problem.
         ValueError
-            If ``dtype`` is not supported.
+            If this backend cannot run the problem's dtype or layout.
         """
-        from ..space import DTYPES
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype={dtype!r}; allowed: {sorted(DTYPES)}")
-        prob = HostProblem.make(m, n, k, dtype, distribution, density, seed, self.spec.l2_bytes,
+        from ..families import get_family
+        from ..util import check_instance
+        check_instance("problem", problem, Problem, "a costlearn.Problem")
+        for fam in self.families:
+            get_family(fam).check_problem(problem)
+        prob = HostProblem.make(problem, distribution, density, seed, self.spec.l2_bytes,
                                 reference=self.host_reference)
         return self._workspace_cls(self, prob)
 
@@ -182,35 +209,37 @@ class Backend(abc.ABC):
 
 @dataclass
 class HostProblem:
-    """Host-side inputs of one shape: ``n_sets`` independent (A, B) pairs,
+    """Host-side inputs of one problem: ``n_sets`` independent (A, B) pairs,
     the float64 reference of the first pair and its error tolerance."""
 
     m: int
     n: int
     k: int
+    dtype: str
     a_sets: list
     b_sets: list
     reference: object
     tol: object
 
     @classmethod
-    def make(cls, m: int, n: int, k: int, dtype: str, distribution: str, density: float,
-             seed: int, cache_bytes: int, reference: bool = True) -> "HostProblem":
+    def make(cls, problem: Problem, distribution: str, density: float, seed: int, cache_bytes: int,
+             reference: bool = True) -> "HostProblem":
         """Draw the inputs; with ``reference=False`` the float64 reference
         and tolerance are left to the device (``None`` here)."""
         import numpy as np
 
         from ..measure import make_inputs, rotation_sets, tolerance
+        m, n, k, dtype = problem.m, problem.n, problem.k, problem.dtype
         rng = np.random.default_rng(seed)
-        bytes_per_set = 4 * (m * k + k * n)
+        bytes_per_set = problem.element_bytes * (m * k + k * n)
         n_sets = rotation_sets(bytes_per_set, cache_bytes)
-        a0, b0 = make_inputs(m, n, k, distribution, density, rng)
+        a0, b0 = make_inputs(m, n, k, distribution, density, rng, dtype)
         a_sets, b_sets = [a0], [b0]
         # Further sets are the first one permuted (cheap, same distribution).
         for s in range(1, n_sets):
             a_sets.append(np.ascontiguousarray(np.roll(a0, s, axis=0)))
             b_sets.append(np.ascontiguousarray(np.roll(b0, s, axis=1)))
         if not reference:
-            return cls(m, n, k, a_sets, b_sets, None, None)
+            return cls(m, n, k, dtype, a_sets, b_sets, None, None)
         ref = a0.astype(np.float64) @ b0.astype(np.float64)
-        return cls(m, n, k, a_sets, b_sets, ref, tolerance(a0, b0, dtype))
+        return cls(m, n, k, dtype, a_sets, b_sets, ref, tolerance(a0, b0, dtype))

@@ -14,9 +14,7 @@ try:
 except ImportError as _e:  # pragma: no cover - exercised only without CuPy
     raise ImportError(f"CuPy is not installed ({_e})") from _e
 
-from ..codegen import TEMPLATE_HASH, kernel_name, render
 from ..device import DeviceSpec
-from ..space import TileConfig, smem_bytes
 from .base import Backend, CompiledKernel, DeviceWorkspace, HostProblem
 from .nvml import smi_clocks, throttle_fields
 
@@ -30,7 +28,7 @@ FP32_LANES_PER_SM = {"7.0": 64, "7.5": 64, "8.0": 64, "8.6": 128, "8.7": 128, "8
 _EMPTY = r'extern "C" __global__ void empty(float* x) { }'
 
 class CudaBackend(Backend):
-    """Compile and time GEMM configs on an NVIDIA GPU through CuPy.
+    """Compile and time ``gemm`` configs on an NVIDIA GPU through CuPy.
 
     Parameters
     ----------
@@ -107,8 +105,7 @@ class CudaBackend(Backend):
                     device_version=f"sm_{s.compute_capability.replace('.', '')}",
                     multiprocessors=s.multiprocessors, driver_version=s.driver_version,
                     runtime_version=str(cp.cuda.runtime.runtimeGetVersion()),
-                    library_version=f"cupy {cp.__version__}", host=platform.node(),
-                    template_hash=TEMPLATE_HASH)
+                    library_version=f"cupy {cp.__version__}", host=platform.node())
 
     def clocks(self) -> dict:
         """SM and memory clocks (MHz), temperature (C) and active throttle
@@ -146,13 +143,14 @@ class CudaBackend(Backend):
             self._overhead_us = float(np.median(samples))
         return self._overhead_us
 
-    def compile(self, config: TileConfig, dtype: str = "float32") -> CompiledKernel:
+    def compile(self, config, dtype: str = "float32") -> CompiledKernel:
         t0 = time.perf_counter()
         self.device.use()
-        smem = smem_bytes(config, dtype)
+        fam = self.family_for(config)
+        smem = fam.describe(config, dtype).smem_bytes
         try:
-            mod = cp.RawModule(code=render(config, "cuda", dtype), options=("--std=c++14",))
-            fn = mod.get_function(kernel_name(config))
+            mod = cp.RawModule(code=fam.render(config, "cuda", dtype), options=("--std=c++14",))
+            fn = mod.get_function(fam.kernel_name(config))
             if smem > self.spec.smem_per_block_bytes:
                 fn.max_dynamic_shared_size_bytes = smem  # opt in above 48 KiB
             regs = int(fn.num_regs)
@@ -169,8 +167,9 @@ class CudaBackend(Backend):
         used only if ``CUPY_TF32=1`` is set; leave it unset for a float32
         reference."""
         from ..measure import Protocol
+        from ..problem import Problem
         protocol = protocol or Protocol()
-        with self.workspace(m, n, k) as ws:
+        with self.workspace(Problem(m, n, k)) as ws:
             ws.sample_vendor(2)
             est = max(ws.sample_vendor(1), 1e-3)
             reps = int(min(protocol.max_launches, max(1, np.ceil(protocol.min_sample_us / est))))

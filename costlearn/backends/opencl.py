@@ -14,9 +14,7 @@ try:
 except ImportError as _e:  # pragma: no cover - exercised only without pyopencl
     raise ImportError(f"PyOpenCL is not installed ({_e})") from _e
 
-from ..codegen import TEMPLATE_HASH, kernel_name, render
 from ..device import DeviceSpec
-from ..space import TileConfig, smem_bytes
 from .base import Backend, CompiledKernel, DeviceWorkspace, HostProblem
 
 __all__ = ["OpenCLBackend"]
@@ -54,7 +52,7 @@ def _pick_device(device_index: int | None):
 
 
 class OpenCLBackend(Backend):
-    """Compile and time GEMM configs on an OpenCL device.
+    """Compile and time ``gemm`` configs on an OpenCL device.
 
     Parameters
     ----------
@@ -138,7 +136,7 @@ class OpenCLBackend(Backend):
                     compute_capability=d.opencl_c_version, device_version=d.version,
                     multiprocessors=int(d.max_compute_units), driver_version=d.driver_version,
                     runtime_version=d.platform.version, library_version=f"pyopencl {cl.VERSION_TEXT}",
-                    host=platform.node(), template_hash=TEMPLATE_HASH)
+                    host=platform.node())
 
     def launch_overhead_us(self) -> float:
         if self._overhead_us is None:
@@ -154,15 +152,16 @@ class OpenCLBackend(Backend):
         return self._overhead_us
 
     # -- compile --------------------------------------------------------------
-    def compile(self, config: TileConfig, dtype: str = "float32") -> CompiledKernel:
+    def compile(self, config, dtype: str = "float32") -> CompiledKernel:
         t0 = time.perf_counter()
-        if smem_bytes(config, dtype) > self.device.local_mem_size:
+        fam = self.family_for(config)
+        smem = fam.describe(config, dtype).smem_bytes
+        if smem > self.device.local_mem_size:
             return CompiledKernel(config, "compile_error",
-                                  f"needs {smem_bytes(config, dtype)} B local memory, device has "
-                                  f"{self.device.local_mem_size} B")
+                                  f"needs {smem} B local memory, device has {self.device.local_mem_size} B")
         try:
-            prg = cl.Program(self.ctx, render(config, "opencl", dtype)).build()
-            knl = getattr(prg, kernel_name(config))
+            prg = cl.Program(self.ctx, fam.render(config, "opencl", dtype)).build()
+            knl = getattr(prg, fam.kernel_name(config))
             wg = knl.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device)
             if config.threads > wg:
                 return CompiledKernel(config, "compile_error",
@@ -191,8 +190,9 @@ class OpenCLBackend(Backend):
             from joblib import Parallel, delayed
             ids = [c.config_id for c in configs]
             chunks = [ids[i::n_jobs] for i in range(n_jobs)]
+            family = self.family_for(configs[0]).name
             Parallel(n_jobs=n_jobs, backend="loky")(
-                delayed(_warm_cache)(chunk, dtype, self._device_index) for chunk in chunks if chunk)
+                delayed(_warm_cache)(family, chunk, dtype, self._device_index) for chunk in chunks if chunk)
         return super().compile_many(configs, dtype, progress)
 
     def _tiny_buffers(self):
@@ -242,8 +242,10 @@ class _OpenCLWorkspace(DeviceWorkspace):
 OpenCLBackend._workspace_cls = _OpenCLWorkspace
 
 
-def _warm_cache(config_ids, dtype, device_index):
+def _warm_cache(family, config_ids, dtype, device_index):
     """joblib worker: compile configs in a fresh process (fills the driver's
     kernel cache); returns how many compiled."""
+    from ..families import get_family
     be = OpenCLBackend(device_index)
-    return sum(be.compile(TileConfig.from_id(c), dtype).status == "ok" for c in config_ids)
+    fam = get_family(family)
+    return sum(be.compile(fam.config_from_id(c), dtype).status == "ok" for c in config_ids)

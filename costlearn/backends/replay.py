@@ -11,10 +11,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..codegen import TEMPLATE_HASH
 from ..dataset import load
 from ..device import DeviceSpec
-from ..space import TileConfig
+from ..problem import Problem
 from .base import Backend, CompiledKernel, Workspace
 
 __all__ = ["ReplayBackend"]
@@ -56,9 +55,11 @@ class ReplayBackend(Backend):
             raise ValueError(f"recording mixes devices {sorted(devs)}; replay one device at a time")
         self._spec = spec
         self.rows = rows
-        self._index = {(int(r.m), int(r.n), int(r.k), r.config_id): (r.status, float(r.time_us))
-                       for r in rows[["m", "n", "k", "config_id", "status", "time_us"]].itertuples(index=False)}
-        self._configs = set(rows["config_id"])
+        self.families = tuple(sorted(rows["family"].unique())) or ("gemm",)
+        cols = ["family", "dtype", "layout", "m", "n", "k", "config_id", "status", "time_us"]
+        self._index = {(r.family, r.dtype, r.layout, int(r.m), int(r.n), int(r.k), r.config_id):
+                       (r.status, float(r.time_us)) for r in rows[cols].itertuples(index=False)}
+        self._configs = set(zip(rows["family"], rows["dtype"], rows["config_id"]))
         oh = rows["overhead_us"].to_numpy(np.float64)
         self._overhead = float(np.nanmedian(oh)) if np.isfinite(oh).any() else 0.0
 
@@ -72,30 +73,32 @@ class ReplayBackend(Backend):
                     compute_capability=s.compute_capability, device_version="",
                     multiprocessors=s.multiprocessors, driver_version=s.driver_version,
                     runtime_version="", library_version="replay of recorded measurements",
-                    host="replay", template_hash=TEMPLATE_HASH)
+                    host="replay")
 
     def launch_overhead_us(self) -> float:
         return self._overhead
 
-    def workspace(self, m, n, k, dtype="float32", distribution="normal", density=1.0, seed=0):
+    def workspace(self, problem: Problem, distribution="normal", density=1.0, seed=0):
         """A workspace answering from the recording (no inputs are made)."""
-        return _ReplayWorkspace(self, (m, n, k))
+        return _ReplayWorkspace(self, problem)
 
-    def compile(self, config: TileConfig, dtype: str = "float32") -> CompiledKernel:
-        if config.config_id not in self._configs:
+    def compile(self, config, dtype: str = "float32") -> CompiledKernel:
+        fam = self.family_for(config)
+        if (fam.name, dtype, config.config_id) not in self._configs:
             return CompiledKernel(config, "compile_error", "config not in the recording")
         return CompiledKernel(config, "ok", "", None, 0.0, config.config_id)
 
 
 
 class _ReplayWorkspace(Workspace):
-    def __init__(self, be: ReplayBackend, shape):
-        self.be, self.shape = be, tuple(int(x) for x in shape)
+    def __init__(self, be: ReplayBackend, problem: Problem):
+        self.be, self.problem = be, problem
 
     def _get(self, kernel):
-        key = (*self.shape, kernel.config.config_id)
+        p = self.problem
+        key = (kernel.config.family, p.dtype, p.layout, p.m, p.n, p.k, kernel.config.config_id)
         if key not in self.be._index:
-            raise KeyError(f"no recording of {kernel.config.config_id} at {self.shape}")
+            raise KeyError(f"no recording of {kernel.config.config_id} at {p}")
         return self.be._index[key]
 
     def verify(self, kernel):

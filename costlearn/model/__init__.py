@@ -1,4 +1,4 @@
-"""Cost models: the XGBoost product model, the baselines, and the artifact."""
-from .base import MODELS, CostModel, NotFittedError, get_model
+"""Cost models (the CostModel seam), their compiled scorer, and the artifact."""
+from .base import BASELINES, MODELS, CostModel, NotFittedError, get_model
 
-__all__ = ["CostModel", "NotFittedError", "MODELS", "get_model"]
+__all__ = ["CostModel", "NotFittedError", "MODELS", "BASELINES", "get_model"]

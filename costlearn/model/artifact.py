@@ -1,15 +1,18 @@
-"""Model artifact: ``models/<device>/<dtype>/`` holding the XGBoost model in
-its native format (``model.ubj``) and a JSON sidecar (``model.json``) with
-everything prediction needs without a device or a compiler (design.md,
-"Model artifact")."""
+"""Model artifact: ``models/<device>/<family>/<dtype>/`` holding the model's
+own files (XGBoost: ``model.ubj``), its compiled scorer (``scorer.npz``) and
+a JSON sidecar (``model.json``) with everything prediction needs without a
+device, a compiler or the training library (design.md, "Model artifact").
+
+Every file is written atomically and the sidecar, written last, records the
+sha256 of each, so a reader never uses half a model or a mixed pair.
+Artifacts of schema 2 (``models/<device>/<dtype>/``, before kernel families)
+are refused with the command that converts them (:func:`migrate`).
+"""
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import platform
-import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -17,20 +20,28 @@ import numpy as np
 import pandas as pd
 
 from .. import __version__
-from ..codegen import TEMPLATE_HASH
 from ..device import DeviceSpec
 from ..envelope import Envelope
-from ..features import feature_version, get_feature_set
-from ..space import DTYPES, TileConfig, space_hash
-from .xgb import XGBCostModel, XGBParams
+from ..families import FAMILIES, get_family
+from ..features import FEATURE_SETS, CandidateFeatures, ConfigTable, feature_version, get_feature_set
+from ..util import atomic_write, sha256_file
+from .base import MODELS, CostModel
+from .scorer import Scorer, ScorerError
 
-__all__ = ["ARTIFACT_SCHEMA", "save", "load", "Artifact", "ArtifactError", "default_models_dir",
-           "list_models", "candidate_table"]
+__all__ = ["ARTIFACT_SCHEMA", "save", "load", "Artifact", "ArtifactError", "default_models_dir", "list_models",
+           "candidate_table", "model_folder", "old_layout_folders", "SIDECAR", "SCORER_FILE"]
 
-ARTIFACT_SCHEMA = 2
+ARTIFACT_SCHEMA = 3
+"""3: ``models/<device>/<family>/<dtype>/``, family and layouts in the
+sidecar, the model saved through its CostModel, the compiled scorer and its
+cascade in the artifact."""
 
-_REQUIRED_KEYS = ("artifact_schema", "feature_set", "feature_names", "feature_version", "device", "dtype",
-                  "candidates", "envelope", "baselines", "template_hash", "costlearn_version")
+SIDECAR = "model.json"
+SCORER_FILE = "scorer.npz"
+
+_REQUIRED_KEYS = ("artifact_schema", "model", "model_state", "feature_set", "feature_names", "feature_version",
+                  "family", "dtype", "layouts", "device", "candidates", "envelope", "scorer", "template_hash",
+                  "costlearn_version")
 
 
 class ArtifactError(ValueError):
@@ -40,6 +51,7 @@ class ArtifactError(ValueError):
 def default_models_dir() -> Path:
     """``$COSTLEARN_MODELS`` if set, else the ``models/`` folder of the source
     tree this package was imported from, else ``./models``."""
+    import os
     env = os.environ.get("COSTLEARN_MODELS")
     if env:
         return Path(env)
@@ -47,57 +59,88 @@ def default_models_dir() -> Path:
     return here if here.is_dir() else Path("models")
 
 
-def list_models(models_dir=None) -> list[tuple[str, str]]:
-    """(device, dtype) pairs that have an artifact under ``models_dir``."""
+def model_folder(root, device: str, family: str, dtype: str) -> Path:
+    """``<root>/<device>/<family>/<dtype>``."""
+    return Path(root) / device / family / dtype
+
+
+def list_models(models_dir=None) -> list[tuple[str, str, str]]:
+    """(device, family, dtype) triples that have an artifact under ``models_dir``."""
     root = Path(models_dir) if models_dir is not None else default_models_dir()
     if not root.is_dir():
         return []
-    return sorted((p.parent.parent.name, p.parent.name) for p in root.glob("*/*/model.json"))
+    return sorted((p.parents[2].name, p.parents[1].name, p.parent.name) for p in root.glob(f"*/*/*/{SIDECAR}"))
+
+
+def old_layout_folders(models_dir=None) -> list[Path]:
+    """Artifacts in the layout before kernel families (``<root>/<device>/<dtype>/model.json``)."""
+    root = Path(models_dir) if models_dir is not None else default_models_dir()
+    if not root.is_dir():
+        return []
+    return sorted(p.parent for p in root.glob(f"*/*/{SIDECAR}"))
 
 
 def candidate_table(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per config in ``rows``: the tile parameters, ``config_id`` and
-    the median compiled ``registers_per_thread`` (NaN where unknown)."""
-    cols = ["config_id", "block_m", "block_n", "block_k", "thread_m", "thread_n", "loop_order",
-            "smem_pad", "raster"]
+    """One row per config in ``rows``: ``config_id`` and the median compiled
+    ``registers_per_thread`` (NaN where unknown), sorted by config_id."""
     regs = rows.groupby("config_id")["registers_per_thread"].median() \
         if "registers_per_thread" in rows else None
-    out = rows[cols].drop_duplicates("config_id").sort_values("config_id").reset_index(drop=True)
-    out["registers_per_thread"] = (regs.reindex(out["config_id"]).to_numpy(np.float64)
-                                   if regs is not None else np.nan)
-    return out
+    ids = np.sort(rows["config_id"].astype(object).unique())
+    return pd.DataFrame({"config_id": ids,
+                         "registers_per_thread": regs.reindex(ids).to_numpy(np.float64) if regs is not None
+                         else np.full(len(ids), np.nan)})
 
 
 def _versions() -> dict:
-    import sklearn
-    import xgboost
-    return dict(python=platform.python_version(), numpy=np.__version__, pandas=pd.__version__,
-                scikit_learn=sklearn.__version__, xgboost=xgboost.__version__, costlearn=__version__)
+    import importlib.metadata as md
+    out = dict(python=platform.python_version(), numpy=np.__version__, pandas=pd.__version__, costlearn=__version__)
+    for pkg in ("scikit-learn", "xgboost"):
+        try:
+            out[pkg.replace("-", "_")] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    return out
 
 
-def save(model: XGBCostModel, folder, *, dtype: str, candidates: pd.DataFrame, envelope: dict,
-         metrics: dict, training: dict, baselines: dict) -> Path:
-    """Write a fitted model and its sidecar to ``folder``.
+def _json_default(o):
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.floating):
+        return float(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def save(model: CostModel, folder, *, family: str, dtype: str, layouts, spec: DeviceSpec,
+         candidates: pd.DataFrame, scorer: Scorer, envelope: dict, metrics: dict, training: dict,
+         baselines: dict, cascade: dict | None = None, extra: dict | None = None) -> Path:
+    """Write a fitted model, its scorer and the sidecar to ``folder``.
 
     Parameters
     ----------
-    model : XGBCostModel
-        Fitted.
+    model : CostModel
+        Fitted; saved with its own :meth:`~CostModel.save`.
     folder : path
-        ``models/<device>/<dtype>/``; created if missing. Files are written
-        to temporary names and renamed, so a reader never sees half a model.
-    dtype : str
+        :func:`model_folder`; created if missing.
+    family, dtype : str
+    layouts : sequence of str
+        Layouts the model was trained on.
+    spec : DeviceSpec
+        The device of the training data.
     candidates : DataFrame
         :func:`candidate_table` of the configs prediction ranks.
+    scorer : Scorer
+        ``model.scorer(...)`` for these candidates, cascade set.
     envelope : dict
-        Training envelope for the out-of-distribution check
-        (``costlearn.envelope``).
-    metrics : dict
-        Held-out metrics.
-    training : dict
-        Provenance of the training data (rows, shapes, dataset, run ids).
-    baselines : dict
-        Fitted state of the baselines (``best_fixed`` ranking).
+        Training envelope for the out-of-distribution check (:mod:`costlearn.envelope`).
+    metrics, training : dict
+        Held-out metrics; provenance of the training data.
+    baselines : dict of str to dict
+        Fitted baseline models' states (:meth:`CostModel.save` of each), for
+        evaluation.
+    cascade : dict, optional
+        How the scorer's cascade was calibrated.
+    extra : dict, optional
+        More sidecar entries (e.g. ``migrated``).
 
     Returns
     -------
@@ -106,35 +149,25 @@ def save(model: XGBCostModel, folder, *, dtype: str, candidates: pd.DataFrame, e
     """
     model._check_fitted()
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    fam = get_family(family)
+    state = model.save(folder)
+    scorer_path = atomic_write(folder / SCORER_FILE, scorer.to_bytes())
+    names = list(get_feature_set(model.feature_set).feature_names(fam))
     side = dict(
         artifact_schema=ARTIFACT_SCHEMA, created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        model=model.name, feature_set=model.feature_set, feature_version=feature_version(model.feature_set),
-        feature_names=list(model.feature_names_), params=(model.params or XGBParams()).__dict__,
-        best_iteration=model.best_iteration_, validation_rmse_log2=model.validation_rmse_log2_,
-        device=model.spec_.to_dict(), device_slug=model.spec_.slug, dtype=dtype,
-        template_hash=TEMPLATE_HASH, space_hash=space_hash(), costlearn_version=__version__,
-        candidates=json.loads(candidates.to_json(orient="records")), envelope=envelope,
-        metrics=metrics, training=training, baselines=baselines, versions=_versions(),
-    )
-    tag = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    tmp_model, tmp_side = folder / f".model.{tag}.tmp.ubj", folder / f".model.{tag}.tmp.json"
-    model.booster_.save_model(str(tmp_model))
-    # The sidecar names the model file it belongs to, so a reader between
-    # the two renames sees a mismatch, not a silently wrong pair.
-    side["model_sha256"] = hashlib.sha256(tmp_model.read_bytes()).hexdigest()
-    tmp_side.write_text(json.dumps(side, indent=1, sort_keys=True, default=_json_default))
-    os.replace(tmp_model, folder / "model.ubj")
-    os.replace(tmp_side, folder / "model.json")
-    return folder / "model.json"
-
-
-def _json_default(o):
-    if isinstance(o, (np.integer,)):
-        return int(o)
-    if isinstance(o, (np.floating,)):
-        return float(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+        model=model.name, model_state=state, feature_set=model.feature_set,
+        feature_version=feature_version(model.feature_set, fam), feature_names=names,
+        family=fam.name, dtype=dtype, layouts=list(layouts), device=spec.to_dict(), device_slug=spec.slug,
+        template_hash=fam.template_hash, space_hash=fam.space_hash(), costlearn_version=__version__,
+        candidates=json.loads(candidates[["config_id", "registers_per_thread"]].to_json(orient="records")),
+        envelope=envelope, metrics=metrics, training=training, baselines=baselines,
+        scorer=dict(file=SCORER_FILE, sha256=sha256_file(scorer_path), trees=scorer.n_trees,
+                    cascade=dict(stages=[dict(trees=t, keep=k, margin=d) for t, k, d in scorer.cascade],
+                                 **(cascade or {}))),
+        versions=_versions())
+    side.update(extra or {})
+    atomic_write(folder / SIDECAR, json.dumps(side, indent=1, sort_keys=True, default=_json_default))
+    return folder / SIDECAR
 
 
 @dataclass
@@ -143,31 +176,88 @@ class Artifact:
 
     Attributes
     ----------
-    model : XGBCostModel
-        Fitted model, ready to predict.
+    path : Path
+        Its folder.
     sidecar : dict
-        The JSON sidecar.
     spec : DeviceSpec
         Device the model was trained on.
+    family : KernelFamily
+    dtype : str
+    layouts : tuple of str
+    configs : list
+        The candidate configs, in the scorer's order.
     candidates : DataFrame
-        Candidate configs with compiled facts.
+        ``config_id`` and ``registers_per_thread`` of each candidate.
     envelope : costlearn.envelope.Envelope
-        The training envelope (OOD check).
+    scorer : Scorer
     """
 
-    model: XGBCostModel
+    path: Path
     sidecar: dict
     spec: DeviceSpec
+    family: object
+    dtype: str
+    layouts: tuple
+    configs: list
     candidates: pd.DataFrame
-    path: Path
     envelope: Envelope
+    scorer: Scorer
+    _model: CostModel | None = field(default=None, repr=False)
 
     @property
-    def dtype(self) -> str:
-        return self.sidecar["dtype"]
+    def device(self) -> str:
+        """The device folder name (``ocl-pthread-amd-epyc``)."""
+        return self.path.parents[1].name
 
-    def candidate_configs(self) -> list[TileConfig]:
-        return [TileConfig.from_id(c) for c in self.candidates["config_id"]]
+    @property
+    def model_sha256(self) -> str:
+        """sha256 of the scorer file: the identity of what is served."""
+        return self.sidecar["scorer"]["sha256"]
+
+    @property
+    def feature_set(self) -> str:
+        return self.sidecar["feature_set"]
+
+    def model(self) -> CostModel:
+        """The fitted CostModel (loaded on first use; it may need its
+        training library, e.g. xgboost).
+
+        Raises
+        ------
+        ArtifactError
+            If the model's files do not load.
+        """
+        if self._model is None:
+            try:
+                cls = MODELS.get(self.sidecar["model"])
+                self._model = cls.load(self.path, self.sidecar["model_state"], self.spec)
+            except (KeyError, TypeError, ValueError) as e:
+                raise ArtifactError(f"{self.path / SIDECAR}: the {self.sidecar.get('model')!r} model does not "
+                                    f"load ({type(e).__name__}: {e})") from e
+        return self._model
+
+    def baseline(self, name: str) -> CostModel:
+        """A baseline fitted at training time (``best_fixed``), or fitted
+        now where it needs no data (``roofline``).
+
+        Raises
+        ------
+        ArtifactError
+            If the artifact holds no state for it.
+        """
+        state = self.sidecar.get("baselines", {}).get(name)
+        if state is None:
+            raise ArtifactError(f"{self.path / SIDECAR} holds no {name!r} baseline; retrain")
+        try:
+            return MODELS.get(name).load(self.path, state, self.spec)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ArtifactError(f"{self.path / SIDECAR}: baseline {name!r} does not load: {e}") from e
+
+    def candidate_features(self) -> CandidateFeatures:
+        """The feature matrix builder of the candidates (per-config columns computed)."""
+        table = ConfigTable(self.family, self.configs, self.dtype, self.spec,
+                            self.candidates["registers_per_thread"].to_numpy(np.float64))
+        return CandidateFeatures(get_feature_set(self.feature_set), table)
 
 
 def load(folder) -> Artifact:
@@ -176,35 +266,43 @@ def load(folder) -> Artifact:
     Raises
     ------
     ArtifactError
-        If the files are missing or unreadable, or the artifact's schema,
-        feature set, feature list or feature version do not match this
-        code (the message names what differs).
+        If the files are missing or unreadable, the artifact is of another
+        schema (an old one names the migration command), or its feature set,
+        feature list or feature version do not match this code (the message
+        names what differs).
     """
-    import xgboost as xgb
-
     folder = Path(folder)
-    side_path, model_path = folder / "model.json", folder / "model.ubj"
-    if not side_path.is_file() or not model_path.is_file():
-        raise ArtifactError(f"no model artifact in {str(folder)!r} (need model.json and model.ubj)")
+    side_path = folder / SIDECAR
+    if not side_path.is_file():
+        raise ArtifactError(f"no model artifact in {str(folder)!r} (need {SIDECAR})")
     try:
         side = json.loads(side_path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ArtifactError(f"unreadable model sidecar {side_path}: {e}") from e
     if not isinstance(side, dict):
         raise ArtifactError(f"{side_path}: not a JSON object")
+    schema = side.get("artifact_schema")
+    if schema != ARTIFACT_SCHEMA:
+        hint = (f"convert it with `costlearn migrate-models {folder.parents[1]}` (it moves to "
+                f"<device>/<family>/<dtype>/ and gains a compiled scorer)" if schema == 2
+                else "retrain with `costlearn train`")
+        raise ArtifactError(f"{side_path}: artifact schema {schema!r}, this code reads schema {ARTIFACT_SCHEMA}; "
+                            + hint)
     missing = [key for key in _REQUIRED_KEYS if key not in side]
     if missing:
         raise ArtifactError(f"{side_path} lacks keys {missing}; retrain with `costlearn train`")
-    if side.get("artifact_schema") != ARTIFACT_SCHEMA:
-        raise ArtifactError(f"{side_path}: artifact schema {side.get('artifact_schema')!r}, "
-                            f"this code reads schema {ARTIFACT_SCHEMA}; retrain with `costlearn train`")
-    fs_name = side.get("feature_set")
     try:
-        fs = get_feature_set(fs_name)
+        if side["family"] not in FAMILIES:
+            raise ValueError(f"unknown kernel family {side['family']!r}; known: {list(FAMILIES.names())}")
+        fam = get_family(side["family"])
+        fs_name = side["feature_set"]
+        if fs_name not in FEATURE_SETS:
+            raise ValueError(f"unknown feature set {fs_name!r}; known: {list(FEATURE_SETS.names())}")
     except ValueError as e:
         raise ArtifactError(f"{side_path}: {e}") from e
-    code_names, art_names = list(fs.feature_names), list(side.get("feature_names", []))
-    if code_names != art_names or side.get("feature_version") != feature_version(fs_name):
+    code_names = list(get_feature_set(fs_name).feature_names(fam))
+    art_names = list(side.get("feature_names") or [])
+    if code_names != art_names or side.get("feature_version") != feature_version(fs_name, fam):
         added = [f for f in code_names if f not in art_names]
         removed = [f for f in art_names if f not in code_names]
         what = []
@@ -214,39 +312,40 @@ def load(folder) -> Artifact:
             what.append(f"model has features the code lacks: {removed}")
         if not added and not removed and code_names != art_names:
             what.append("same features in a different order")
-        if side.get("feature_version") != feature_version(fs_name):
+        if side.get("feature_version") != feature_version(fs_name, fam):
             what.append(f"feature version {side.get('feature_version')!r} != code's "
-                        f"{feature_version(fs_name)!r}")
-        raise ArtifactError(f"{side_path} does not match this code's feature set "
-                            f"{fs_name!r}: {'; '.join(what)}. Retrain with `costlearn train`.")
-    want = side.get("model_sha256")
-    if want is not None and hashlib.sha256(model_path.read_bytes()).hexdigest() != want:
-        raise ArtifactError(f"{model_path} does not belong to {side_path} (sha256 differs): a training "
-                            "may be writing this folder; retry, or retrain")
-    try:
-        booster = xgb.Booster()
-        booster.load_model(str(model_path))
-    except xgb.core.XGBoostError as e:
-        first = str(e).replace("\x00", "").strip().splitlines()[0][:200] if str(e).strip() else "unknown"
-        raise ArtifactError(f"unreadable XGBoost model {model_path}: {first}") from None
+                        f"{feature_version(fs_name, fam)!r}")
+        raise ArtifactError(f"{side_path} does not match this code's feature set {fs_name!r}: "
+                            f"{'; '.join(what)}. Retrain with `costlearn train`.")
     try:
         spec = DeviceSpec.from_dict(side["device"])
-        params = XGBParams(**side.get("params", {}))
         cands = pd.DataFrame(side["candidates"])
-        configs = [TileConfig.from_id(c) for c in cands["config_id"]]
-        if side["dtype"] not in DTYPES:
-            raise ValueError(f"dtype {side['dtype']!r} is not one of {sorted(DTYPES)}")
+        configs = [fam.config_from_id(c) for c in cands["config_id"]]
+        if "registers_per_thread" not in cands:
+            cands["registers_per_thread"] = np.nan
+        cands["registers_per_thread"] = cands["registers_per_thread"].astype(np.float64)
+        if side["dtype"] not in fam.dtypes:
+            raise ValueError(f"dtype {side['dtype']!r} is not one of the {fam.name!r} family's {list(fam.dtypes)}")
+        layouts = tuple(side["layouts"])
+        if not layouts or any(lay not in fam.layouts for lay in layouts):
+            raise ValueError(f"layouts {list(layouts)} not among the family's {list(fam.layouts)}")
         envelope = Envelope(side["envelope"])
+        if not configs:
+            raise ValueError("no candidate configs")
     except (KeyError, TypeError, ValueError) as e:
         raise ArtifactError(f"{side_path}: invalid sidecar ({type(e).__name__}: {e}); "
                             "retrain with `costlearn train`") from e
-    if not configs:
-        raise ArtifactError(f"{side_path}: no candidate configs")
-    model = XGBCostModel(feature_set=fs_name, params=params)
-    model.booster_ = booster
-    model.spec_ = spec
-    model.feature_names_ = tuple(art_names)
-    model.best_iteration_ = side.get("best_iteration")
-    model.validation_rmse_log2_ = side.get("validation_rmse_log2")
-    model.fitted_ = True
-    return Artifact(model=model, sidecar=side, spec=spec, candidates=cands, path=folder, envelope=envelope)
+    sc_path = folder / str(side["scorer"].get("file", SCORER_FILE))
+    if not sc_path.is_file():
+        raise ArtifactError(f"{sc_path} is missing (the artifact's compiled scorer)")
+    if sha256_file(sc_path) != side["scorer"].get("sha256"):
+        raise ArtifactError(f"{sc_path} does not belong to {side_path} (sha256 differs): a training may be "
+                            "writing this folder; retry, or retrain")
+    try:
+        scorer = Scorer.from_file(sc_path, len(configs))
+    except ScorerError as e:
+        raise ArtifactError(str(e)) from e
+    if scorer.n_features != len(art_names):
+        raise ArtifactError(f"{sc_path} reads {scorer.n_features} features, the sidecar names {len(art_names)}")
+    return Artifact(path=folder, sidecar=side, spec=spec, family=fam, dtype=side["dtype"], layouts=layouts,
+                    configs=configs, candidates=cands, envelope=envelope, scorer=scorer)

@@ -1,24 +1,37 @@
-"""CostModel seam: scikit-learn's estimator contract over dataset rows.
+"""CostModel seam (design.md, "Seams"): scikit-learn's estimator contract plus
+TVM's verbs.
 
-``__init__`` stores settings only; ``fit(rows)`` validates, learns from the
-rows' ``time_us`` and returns self; learned attributes end in ``_``;
-``predict(rows)`` before ``fit`` raises :class:`NotFittedError`; predictions
-are times in microseconds, shape (len(rows),), float64.
+- ``__init__`` stores settings only; ``fit(rows, spec)`` validates, learns
+  from the rows' ``time_us`` and returns self; learned attributes end in
+  ``_``; ``predict(rows)`` before ``fit`` raises :class:`NotFittedError`;
+  predictions are float64 of shape (len(rows),), microseconds where
+  :attr:`CostModel.predicts_time`, a relative score otherwise.
+- ``save(folder)`` writes the model's own files (atomically) and returns a
+  JSON-ready state; ``load(folder, state, spec)`` rebuilds a model that
+  predicts exactly what the saved one did.
+- ``scorer(feature_names, candidate_ids)`` exports the
+  :class:`~costlearn.model.scorer.Scorer` the ranker runs without the
+  training library.
+
+Every model in :data:`MODELS` is trained, saved, loaded and served through
+these verbs only (``tests/test_model.py`` runs one contract over the
+registry).
 """
 from __future__ import annotations
 
 import abc
-import importlib
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ..registry import lookup
+from ..registry import Registry
+from ..util import atomic_write, sha256_file
 
-__all__ = ["CostModel", "NotFittedError", "MODELS", "get_model", "REQUIRED_COLUMNS", "check_rows"]
+__all__ = ["CostModel", "NotFittedError", "MODELS", "BASELINES", "get_model", "REQUIRED_COLUMNS", "check_rows",
+           "shape_groups"]
 
-REQUIRED_COLUMNS = ("m", "n", "k", "dtype", "block_m", "block_n", "block_k", "thread_m", "thread_n",
-                    "loop_order", "smem_pad", "raster", "config_id")
+REQUIRED_COLUMNS = ("m", "n", "k", "dtype", "layout", "family", "config_id")
 """Columns every model needs in the rows it is given."""
 
 
@@ -54,11 +67,31 @@ def check_rows(rows, need_time: bool = False) -> pd.DataFrame:
     return rows
 
 
+def shape_groups(rows: pd.DataFrame) -> np.ndarray:
+    """Integer id of each row's problem (M, N, K, dtype, layout), shape
+    (len(rows),), for problem-grouped splits (a problem never straddles
+    train and validation)."""
+    cols = [c for c in ("m", "n", "k", "dtype", "layout") if c in rows.columns]
+    return rows.groupby(cols, sort=True).ngroup().to_numpy()
+
+
 class CostModel(abc.ABC):
-    """Predicts kernel time (microseconds) of (shape, config) rows on one
-    device."""
+    """Predicts the time (microseconds) or a ranking score of (problem,
+    config) rows on one device.
+
+    Attributes
+    ----------
+    name : str
+        Registry name.
+    feature_set : str
+        The feature set its scorer reads (:data:`costlearn.features.FEATURE_SETS`).
+    predicts_time : bool
+        Whether :meth:`predict` returns microseconds (else a relative score).
+    """
 
     name = ""
+    feature_set = "analytic"
+    predicts_time = True
 
     @abc.abstractmethod
     def fit(self, rows: pd.DataFrame, spec) -> "CostModel":
@@ -67,20 +100,72 @@ class CostModel(abc.ABC):
 
     @abc.abstractmethod
     def predict(self, rows: pd.DataFrame) -> np.ndarray:
-        """Must return predicted ``time_us``, float64, shape (len(rows),);
-        raise NotFittedError before fit."""
+        """Must return float64 of shape (len(rows),), lower is faster; raise
+        NotFittedError before fit."""
+
+    @abc.abstractmethod
+    def save(self, folder) -> dict:
+        """Must write the fitted model's own files into ``folder`` (with
+        :meth:`_write`) and return a JSON-ready state for :meth:`load`."""
+
+    @classmethod
+    @abc.abstractmethod
+    def load(cls, folder, state: dict, spec) -> "CostModel":
+        """Must rebuild the fitted model from ``folder`` and ``state``
+        (raising ValueError when they do not fit together)."""
+
+    @abc.abstractmethod
+    def scorer(self, feature_names, candidate_ids):
+        """Must return the :class:`~costlearn.model.scorer.Scorer` that ranks
+        candidates ``candidate_ids`` (in order) from rows of
+        ``feature_names``, as :meth:`predict` ranks them."""
 
     def _check_fitted(self):
         if not getattr(self, "fitted_", False):
             raise NotFittedError(f"{type(self).__name__} is not fitted; call fit(rows, spec) first")
 
+    @staticmethod
+    def _write(folder, name: str, data) -> dict:
+        """Write one file of the model atomically; returns ``{name: sha256}``
+        for the state (``data`` as for :func:`costlearn.util.atomic_write`)."""
+        path = atomic_write(Path(folder) / name, data)
+        return {name: sha256_file(path)}
 
-MODELS = {
-    "xgboost": ("costlearn.model.xgb", "XGBCostModel"),
-    "roofline": ("costlearn.model.baselines", "RooflineModel"),
-    "best_fixed": ("costlearn.model.baselines", "BestFixedModel"),
-    "random": ("costlearn.model.baselines", "RandomModel"),
-}
+    @staticmethod
+    def _read(folder, state: dict, name: str) -> Path:
+        """The path of a file :meth:`_write` wrote, checked against the sha256
+        in ``state["files"]``.
+
+        Raises
+        ------
+        ValueError
+            If the file is missing or its bytes differ.
+        """
+        path = Path(folder) / name
+        want = state.get("files", {}).get(name)
+        if not path.is_file():
+            raise ValueError(f"{path} is missing")
+        if want is None or sha256_file(path) != want:
+            raise ValueError(f"{path} does not belong to this model (sha256 differs from the sidecar): a "
+                             "training may be writing this folder; retry, or retrain")
+        return path
+
+
+MODELS = Registry("cost model", {
+    "xgboost": "costlearn.model.xgb:XGBCostModel",
+    "hgb": "costlearn.model.hgb:HGBCostModel",
+    "roofline": "costlearn.model.baselines:RooflineModel",
+    "best_fixed": "costlearn.model.baselines:BestFixedModel",
+}, hints={"xgboost": "pip install xgboost"})
+"""Registered cost models. ``xgboost`` is the product; ``hgb`` a second
+gradient-boosted model (scikit-learn's HistGradientBoostingRegressor);
+``roofline`` and ``best_fixed`` the baselines."""
+
+
+BASELINES = ("roofline", "best_fixed")
+"""The registered models every training and evaluation compares the model
+against, in report order (with a random ranking,
+:func:`costlearn.metrics.random_scores`)."""
 
 
 def get_model(name: str, **settings) -> CostModel:
@@ -90,6 +175,7 @@ def get_model(name: str, **settings) -> CostModel:
     ------
     ValueError
         If ``name`` is unknown (the message lists the known ones).
+    costlearn.registry.Unavailable
+        If its library is missing (with an install hint).
     """
-    mod, cls = lookup(MODELS, name, "model")
-    return getattr(importlib.import_module(mod), cls)(**settings)
+    return MODELS.get(name)(**settings)

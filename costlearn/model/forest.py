@@ -1,77 +1,137 @@
-"""A trained XGBoost ensemble as flat arrays, evaluated by a few lines of C
-(``costlearn_forest_predict`` in ``costlearn/_native.c``) over the small batch
-of candidates the predictor ranks.
+"""A trained tree ensemble as flat arrays: the compiled scorer a gradient-
+boosted cost model exports, evaluated by the ranker in C
+(``costlearn_forest_predict`` in ``costlearn/ranker/_native.c``) or by its
+numpy twin :meth:`FlatForest.partial_sum_numpy`, which gives the same bits.
 
-Why not XGBoost itself: ``Booster.inplace_predict`` on 64 candidates costs
-about 0.5 ms, dominated by per-call set-up; treelite's GTIL costs 2.6 ms and a
-tl2cgen-compiled library 0.34 ms for the same batch (measured with the
-committed PoCL model, 156 trees of depth <= 8). The predictor's budget is
-0.1 ms for features and model together. The flat layout (children adjacent,
-leaves self-looping) walks every tree in exactly its depth in branch-free
-steps with the candidates interleaved, which is what makes the difference.
+Layout (:data:`NODE_DTYPE`, 8 bytes a node): the two children of a node are
+adjacent, ``child`` and ``child + 1``, as offsets from the tree's root; a
+leaf points to itself and keeps its value in ``value`` (an internal node
+keeps its threshold there). A tree of depth D is then walked in exactly D
+branch-free steps, and 60,000 nodes take 480 KB.
 
-The C file is compiled once per machine (:mod:`costlearn.native`); where
-there is no C compiler the predictor uses ``inplace_predict`` (the same model,
-slower).
+Decision rule: the first child when ``x < value``, the second otherwise (a
+NaN goes to the second: feature rows are NaN-free by the FeatureSet
+contract, so a training library's default direction for missing values never
+applies). Leaf values are float32 and are summed in float64, tree by tree in
+order, on top of ``base_score``.
 
-Decision rule, as XGBoost's: the first (``yes``) child when
-``x < threshold``, else the second; NaN goes to the default child. Leaf
-values are summed in float64 on top of the base score; XGBoost sums in
-float32, so margins agree to about 1e-6 (the predictor checks 1e-4 against
-``inplace_predict`` when it loads a model).
+Why not the training library: XGBoost's ``Booster.inplace_predict`` on 64
+candidates costs about 0.5 ms, dominated by per-call set-up; treelite's GTIL
+2.6 ms and a tl2cgen-compiled library 0.34 ms for the same batch (measured
+with the committed PoCL model, 156 trees of depth 8). The predictor's budget
+is 25 us for features, trees and the nearest-shape search together.
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import tempfile
-import zipfile
 
 import numpy as np
 
-from ..native import cache_dir, library
+__all__ = ["FlatForest", "ForestError", "NODE_DTYPE", "FLAG_INTERNAL"]
 
-__all__ = ["FlatForest", "ForestError"]
+NODE_DTYPE = np.dtype([("value", "<f4"), ("child", "<u2"), ("feature", "u1"), ("flags", "u1")])
+"""Layout of ``costlearn_node`` (8 bytes); the C declaration is generated
+from it (:func:`costlearn.ranker.native.c_header`)."""
 
-FORMAT = 1
-"""Version of the flat layout (part of the cache key)."""
-
-NODE_DTYPE = np.dtype([("feature", "<i4"), ("threshold", "<f4"), ("child", "<i4"),
-                       ("missing", "<i2"), ("internal", "<i2")])
-"""Layout of ``costlearn_node`` in ``_native.c`` (16 bytes)."""
+FLAG_INTERNAL = 1
 
 
 class ForestError(ValueError):
-    """The booster cannot be flattened (not a single-output ``gbtree``), or
-    the flat forest disagrees with XGBoost."""
+    """A model cannot be flattened (not a single-output tree ensemble, a tree
+    of more than 65,536 nodes, a feature index above 255), or flat arrays are
+    inconsistent."""
 
 
 class FlatForest:
-    """An XGBoost ``gbtree`` ensemble as flat arrays.
+    """A tree ensemble as flat arrays.
 
-    Attributes
+    Parameters
     ----------
     nodes : ndarray of :data:`NODE_DTYPE`, shape (total nodes,)
-    leaf_value : ndarray of float32, shape (total nodes,)
-        Value at leaves, 0 elsewhere.
     roots, depths : ndarray of int32, shape (trees,)
+        First node and depth (steps from root to the deepest leaf) per tree.
     base_score : float
         Added to the sum of leaves (the margin's intercept).
     n_features : int
+        Width of the feature rows.
+
+    Raises
+    ------
+    ForestError
+        If the arrays are inconsistent (:meth:`validate`).
     """
 
-    def __init__(self, nodes, leaf_value, roots, depths, base_score: float, n_features: int):
+    def __init__(self, nodes, roots, depths, base_score: float, n_features: int):
         self.nodes = np.ascontiguousarray(nodes, NODE_DTYPE)
-        self.leaf_value = np.ascontiguousarray(leaf_value, np.float32)
         self.roots = np.ascontiguousarray(roots, np.int32)
         self.depths = np.ascontiguousarray(depths, np.int32)
         self.base_score = float(base_score)
         self.n_features = int(n_features)
-        self._ptrs = tuple(a.ctypes.data for a in (self.nodes, self.leaf_value, self.roots, self.depths))
+        self.validate()
+
+    # -- construction ----------------------------------------------------
 
     @classmethod
-    def from_booster(cls, booster) -> "FlatForest":
+    def from_trees(cls, trees, base_score: float, n_features: int) -> "FlatForest":
+        """Flatten trees given in a library-neutral form.
+
+        Parameters
+        ----------
+        trees : iterable of dict
+            Per tree, arrays over its nodes (node 0 is the root): ``first``
+            and ``second`` (child indices, -1 at a leaf), ``feature`` (int),
+            ``threshold`` (float32: the first child when x < threshold),
+            ``value`` (float32, the leaf value; ignored at internal nodes).
+        base_score : float
+        n_features : int
+
+        Raises
+        ------
+        ForestError
+            If a tree has more than 65,536 nodes or a feature index is
+            outside [0, min(n_features, 256)).
+        """
+        nodes, roots, depths = [], [], []
+        offset = 0
+        for t, tree in enumerate(trees):
+            first = np.asarray(tree["first"], np.int64)
+            second = np.asarray(tree["second"], np.int64)
+            if len(first) > 65536:
+                raise ForestError(f"tree {t} has {len(first)} nodes; the flat layout holds at most 65,536")
+            # Breadth-first relabelling, a level at a time: the two children of
+            # a node get adjacent slots.
+            levels, frontier = [np.zeros(1, np.int64)], np.zeros(1, np.int64)
+            while True:
+                inner = frontier[first[frontier] != -1]
+                if not len(inner):
+                    break
+                frontier = np.stack([first[inner], second[inner]], axis=1).ravel()
+                levels.append(frontier)
+            order = np.concatenate(levels)
+            new = np.empty(len(first), np.int64)
+            new[order] = np.arange(len(order))
+            leaf = first[order] == -1
+            feat = np.where(leaf, 0, np.asarray(tree["feature"], np.int64)[order])
+            if (feat < 0).any() or (feat >= min(n_features, 256)).any():
+                raise ForestError(f"tree {t} splits on feature {int(feat.max())}; the model has {n_features} "
+                                  "features and the flat layout at most 256")
+            arr = np.zeros(len(order), NODE_DTYPE)
+            arr["value"] = np.where(leaf, np.asarray(tree["value"], np.float32)[order],
+                                    np.asarray(tree["threshold"], np.float32)[order])
+            arr["child"] = np.where(leaf, np.arange(len(order)), new[np.where(leaf, 0, first[order])])
+            arr["feature"] = feat
+            arr["flags"] = np.where(leaf, 0, FLAG_INTERNAL)
+            nodes.append(arr)
+            roots.append(offset)
+            depths.append(len(levels) - 1)
+            offset += len(order)
+        if not nodes:
+            return cls(np.zeros(0, NODE_DTYPE), np.zeros(0, np.int32), np.zeros(0, np.int32), base_score,
+                       n_features)
+        return cls(np.concatenate(nodes), roots, depths, base_score, n_features)
+
+    @classmethod
+    def from_xgboost(cls, booster) -> "FlatForest":
         """Flatten a trained ``xgboost.Booster`` (all its trees).
 
         Raises
@@ -88,118 +148,75 @@ class FlatForest:
         param = learner["learner_model_param"]
         if int(param.get("num_target", 1)) != 1 or int(param.get("num_class", 0)) > 1:
             raise ForestError("only single-output boosters can be flattened")
-        base = param["base_score"]
-        base = float(json.loads(base)[0] if base.startswith("[") else base)
-        trees = gb["model"]["trees"]
         if int(gb["model"]["gbtree_model_param"].get("num_parallel_tree", 1)) != 1:
             raise ForestError("boosted random forests (num_parallel_tree > 1) cannot be flattened")
-        n_features = int(param["num_feature"])
-        nodes, values, roots, depths = [], [], [], []
-        offset = 0
-        for tree in trees:
-            lc = np.asarray(tree["left_children"], np.int64)
-            rc = np.asarray(tree["right_children"], np.int64)
+        base = param["base_score"]
+        base = float(json.loads(base)[0] if base.startswith("[") else base)
+        trees = []
+        for tree in gb["model"]["trees"]:
             cond = np.asarray(tree["split_conditions"], np.float32)
-            # Breadth-first relabelling, a level at a time: the two children of
-            # a node get adjacent slots.
-            levels, frontier = [np.zeros(1, np.int64)], np.zeros(1, np.int64)
-            while True:
-                inner = frontier[lc[frontier] != -1]
-                if not len(inner):
-                    break
-                frontier = np.stack([lc[inner], rc[inner]], axis=1).ravel()
-                levels.append(frontier)
-            order = np.concatenate(levels)
-            new = np.empty(len(lc), np.int64)
-            new[order] = offset + np.arange(len(order))
-            leaf = lc[order] == -1
-            arr = np.zeros(len(order), NODE_DTYPE)
-            arr["feature"] = np.where(leaf, 0, np.asarray(tree["split_indices"], np.int64)[order])
-            arr["threshold"] = np.where(leaf, np.float32(np.inf), cond[order])
-            arr["child"] = np.where(leaf, new[order], new[np.where(leaf, 0, lc[order])])
-            arr["missing"] = np.where(leaf, 0, 1 - np.asarray(tree["default_left"], np.int64)[order])
-            arr["internal"] = ~leaf
-            nodes.append(arr)
-            values.append(np.where(leaf, cond[order], np.float32(0)))
-            roots.append(offset)
-            depths.append(len(levels) - 1)
-            offset += len(order)
-        return cls(np.concatenate(nodes), np.concatenate(values), roots, depths, base, n_features)
+            trees.append(dict(first=tree["left_children"], second=tree["right_children"],
+                              feature=tree["split_indices"], threshold=cond, value=cond))
+        return cls.from_trees(trees, base, int(param["num_feature"]))
 
-    @classmethod
-    def cached(cls, booster, model_sha256: str, rebuild: bool = False) -> "FlatForest":
-        """:meth:`from_booster`, through a cache of the flat arrays in
-        :func:`cache_dir` keyed by the model file's sha256 (flattening parses
-        the booster's JSON: about 0.15 s for the committed model; the cache
-        loads in about 1 ms). The file stores a sha256 of its arrays; one
-        that cannot be read, whose digest or feature count differs, or that
-        fails :meth:`validate` is rebuilt, as is any with ``rebuild``."""
-        path = cache_dir() / f"forest-v{FORMAT}-{model_sha256[:32]}.npz"
-        if not rebuild:
-            try:
-                with np.load(path) as z:
-                    forest = cls(z["nodes"], z["leaf_value"], z["roots"], z["depths"],
-                                 float(z["base_score"]), int(z["n_features"]))
-                    stored = str(z["digest"])
-                if stored == forest.digest() and forest.n_features == booster.num_features():
-                    forest.validate()
-                    return forest
-            except (OSError, KeyError, ValueError, TypeError, EOFError, zipfile.BadZipFile):
-                pass                   # unreadable or damaged: rebuilt below
-        forest = cls.from_booster(booster)
-        tmp = None
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(suffix=".npz", dir=path.parent)
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, nodes=forest.nodes, leaf_value=forest.leaf_value, roots=forest.roots,
-                         depths=forest.depths, base_score=forest.base_score, n_features=forest.n_features,
-                         digest=forest.digest())
-            os.replace(tmp, path)
-        except OSError:
-            pass                       # a read-only cache only costs time
-        finally:
-            if tmp is not None and os.path.exists(tmp):
-                os.unlink(tmp)
-        return forest
-
-    def digest(self) -> str:
-        """sha256 of the arrays, base score and feature count."""
-        h = hashlib.sha256()
-        for a in (self.nodes, self.leaf_value, self.roots, self.depths):
-            h.update(a.tobytes())
-        h.update(repr((self.base_score, self.n_features)).encode())
-        return h.hexdigest()
+    # -- checks ----------------------------------------------------------
 
     def validate(self) -> None:
-        """Check that every index the C walk follows stays inside the arrays
-        (a damaged cache file must not make it read out of bounds).
+        """Check that every index a walk follows stays inside the arrays (a
+        damaged file must not make the C walk read out of bounds).
 
         Raises
         ------
-        ValueError
+        ForestError
             Naming the first inconsistency.
         """
-        n = len(self.nodes)
-        if self.nodes.dtype != NODE_DTYPE or len(self.leaf_value) != n or len(self.roots) != len(self.depths):
-            raise ValueError("flat forest arrays have inconsistent types or lengths")
-        child, feat = self.nodes["child"].astype(np.int64), self.nodes["feature"].astype(np.int64)
-        inner = self.nodes["internal"] == 1
-        if n == 0 or (child < 0).any() or (child + inner.astype(np.int64) >= n).any() \
-                or (feat < 0).any() or (feat >= self.n_features).any():
-            raise ValueError("flat forest has a child or feature index out of range")
-        if ((self.roots < 0) | (self.roots >= n)).any() or (self.depths < 0).any() or (self.depths > 64).any():
-            raise ValueError("flat forest has a root or depth out of range")
-        if not np.isin(self.nodes["internal"], (0, 1)).all() or not np.isin(self.nodes["missing"], (0, 1)).all():
-            raise ValueError("flat forest has flags other than 0/1")
+        n, t = len(self.nodes), len(self.roots)
+        if self.nodes.dtype != NODE_DTYPE or len(self.depths) != t:
+            raise ForestError("flat forest arrays have inconsistent types or lengths")
+        if t == 0:
+            return
+        if not 0 < self.n_features <= 256:
+            raise ForestError(f"flat forest n_features={self.n_features}; must be in [1, 256]")
+        ends = np.append(self.roots[1:], n).astype(np.int64)
+        size = ends - self.roots
+        if (self.roots < 0).any() or (size < 1).any() or self.roots[0] != 0 or ends[-1] != n \
+                or (self.depths < 0).any() or (self.depths > 64).any():
+            raise ForestError("flat forest has a root or depth out of range")
+        tree_of = np.repeat(np.arange(t), size)
+        internal = (self.nodes["flags"] & FLAG_INTERNAL).astype(bool)
+        last = self.nodes["child"].astype(np.int64) + internal
+        if (last >= size[tree_of]).any() or (self.nodes["feature"] >= self.n_features).any():
+            raise ForestError("flat forest has a child or feature index out of range")
+        if (self.nodes["flags"] > 1).any():
+            raise ForestError("flat forest has unknown flags")
 
     @property
     def n_trees(self) -> int:
         return len(self.roots)
 
-    def partial_sum(self, X: np.ndarray, first_tree: int = 0, last_tree: int | None = None) -> np.ndarray:
-        """Sum of the leaves of trees [first_tree, last_tree) reached by each
-        row (no base score).
+    def digest(self) -> str:
+        """sha256 of the arrays, base score and feature count."""
+        import hashlib
+        h = hashlib.sha256()
+        for a in (self.nodes, self.roots, self.depths):
+            h.update(a.tobytes())
+        h.update(repr((self.base_score, self.n_features)).encode())
+        return h.hexdigest()
+
+    # -- evaluation (the numpy twin of costlearn_forest_predict) ---------
+
+    def _check(self, X, first_tree, last_tree):
+        if not isinstance(X, np.ndarray) or X.dtype != np.float32 or X.ndim != 2 \
+                or X.shape[1] != self.n_features or not X.flags.c_contiguous:
+            raise ValueError(f"X must be C-contiguous float32 of shape (R, {self.n_features}); got "
+                             f"{getattr(X, 'dtype', type(X).__name__)} {getattr(X, 'shape', '')}")
+        last_tree = self.n_trees if last_tree is None else last_tree
+        if not 0 <= first_tree <= last_tree <= self.n_trees:
+            raise ValueError(f"tree range [{first_tree}, {last_tree}) outside [0, {self.n_trees}]")
+        return last_tree
+
+    def leaves_numpy(self, X: np.ndarray, first_tree: int = 0, last_tree: int | None = None) -> np.ndarray:
+        """Leaf value reached by each row in each tree of [first_tree, last_tree).
 
         Parameters
         ----------
@@ -209,34 +226,61 @@ class FlatForest:
 
         Returns
         -------
-        ndarray of float64, shape (R,)
+        ndarray of float32, shape (R, last_tree - first_tree)
+
+        Raises
+        ------
+        ValueError
+            If X has the wrong dtype, layout or width, or the range is out of bounds.
+        """
+        last_tree = self._check(X, first_tree, last_tree)
+        roots = self.roots[first_tree:last_tree].astype(np.int64)
+        if len(roots) == 0:
+            return np.zeros((X.shape[0], 0), np.float32)
+        nodes = self.nodes
+        idx = np.zeros((X.shape[0], len(roots)), np.int64)          # offsets from each root
+        rows = np.arange(X.shape[0])[:, None]
+        for _ in range(int(self.depths[first_tree:last_tree].max())):
+            nd = nodes[roots + idx]
+            second = ~(X[rows, nd["feature"]] < nd["value"])
+            idx = nd["child"].astype(np.int64) + (second & ((nd["flags"] & FLAG_INTERNAL) != 0))
+        return nodes["value"][roots + idx]
+
+    def partial_sum_numpy(self, X: np.ndarray, first_tree: int = 0, last_tree: int | None = None) -> np.ndarray:
+        """Sum of the leaves of trees [first_tree, last_tree) reached by each
+        row, no base score, float64 summed tree by tree in order (the same
+        bits as ``costlearn_forest_predict``); shape (R,). Arguments and
+        errors as :meth:`leaves_numpy`."""
+        leaves = self.leaves_numpy(X, first_tree, last_tree).astype(np.float64)
+        if leaves.shape[1] == 0:
+            return np.zeros(X.shape[0], np.float64)
+        return np.cumsum(leaves, axis=1)[:, -1]        # sequential (cumsum accumulates in order)
+
+    def margin_numpy(self, X: np.ndarray) -> np.ndarray:
+        """Base score + sum of all leaves per row, float64, shape (R,)."""
+        return self.base_score + self.partial_sum_numpy(X)
+
+    # -- persistence -----------------------------------------------------
+
+    def arrays(self) -> dict:
+        """The arrays and scalars, for ``numpy.savez`` (keys ``forest_*``)."""
+        return dict(forest_nodes=self.nodes, forest_roots=self.roots, forest_depths=self.depths,
+                    forest_base_score=np.float64(self.base_score), forest_n_features=np.int64(self.n_features))
+
+    @classmethod
+    def from_arrays(cls, z) -> "FlatForest":
+        """Inverse of :meth:`arrays` (any mapping, e.g. an open ``.npz``).
 
         Raises
         ------
         ForestError
-            If the C evaluator is unavailable.
-        ValueError
-            If X has the wrong dtype, layout or width, or the tree range is
-            out of bounds.
+            If a key is missing or the arrays are inconsistent.
         """
-        lib = library()
-        if lib is None:
-            raise ForestError("the C tree evaluator is unavailable (see the warning); use xgboost")
-        if X.dtype != np.float32 or X.ndim != 2 or X.shape[1] != self.n_features or not X.flags.c_contiguous:
-            raise ValueError(f"X must be C-contiguous float32 of shape (R, {self.n_features}); "
-                             f"got {X.dtype} {X.shape}")
-        rows = X.shape[0]
-        last_tree = self.n_trees if last_tree is None else last_tree
-        if not 0 <= first_tree <= last_tree <= self.n_trees:
-            raise ValueError(f"tree range [{first_tree}, {last_tree}) outside [0, {self.n_trees}]")
-        out = np.empty(rows, np.float64)
-        nodes, leaves, roots, depths = self._ptrs
-        lib.costlearn_forest_predict(nodes, leaves, roots + 4 * first_tree, depths + 4 * first_tree,
-                                     last_tree - first_tree, X.ctypes.data, rows, self.n_features,
-                                     out.ctypes.data)
-        return out
-
-    def predict_margin(self, X: np.ndarray) -> np.ndarray:
-        """Margin (base score + sum of all leaves) of each row, float64,
-        shape (R,); the arguments and errors of :meth:`partial_sum`."""
-        return self.partial_sum(X) + self.base_score
+        try:
+            nodes = np.asarray(z["forest_nodes"])
+            if nodes.dtype != NODE_DTYPE:
+                raise ForestError(f"flat forest nodes have dtype {nodes.dtype}, expected {NODE_DTYPE}")
+            return cls(nodes, z["forest_roots"], z["forest_depths"], float(z["forest_base_score"]),
+                       int(z["forest_n_features"]))
+        except (KeyError, TypeError) as e:
+            raise ForestError(f"flat forest arrays incomplete ({type(e).__name__}: {e})") from None

@@ -1,15 +1,17 @@
 """The product's cost model: gradient-boosted trees (XGBoost) on log2 time."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from ..features import get_feature_set
-from .base import CostModel, check_rows
+from ..features.base import rows_family
+from .base import CostModel, check_rows, shape_groups
 
-__all__ = ["XGBParams", "XGBCostModel"]
+__all__ = ["XGBParams", "XGBCostModel", "OBJECTIVES"]
 
 
 @dataclass(frozen=True)
@@ -73,12 +75,6 @@ Only ``log_time`` predicts microseconds; the other two predict a ranking score
 (``predict`` then returns 2**score, relative)."""
 
 
-def shape_groups(rows: pd.DataFrame) -> np.ndarray:
-    """Integer id of each row's shape (M, N, K, dtype), shape (len(rows),),
-    for shape-grouped splits (a shape never straddles train and validation)."""
-    return rows.groupby(["m", "n", "k", "dtype"], sort=True).ngroup().to_numpy()
-
-
 def _labels(rows: pd.DataFrame, groups: np.ndarray, objective: str) -> np.ndarray:
     """Training labels for ``objective`` (see :data:`OBJECTIVES`)."""
     y = np.log2(rows["time_us"].to_numpy(np.float64))
@@ -115,6 +111,11 @@ class XGBCostModel(CostModel):
         self.feature_set = feature_set
         self.params = params
 
+    @property
+    def predicts_time(self) -> bool:
+        """Only the ``log_time`` objective predicts microseconds."""
+        return (self.params or XGBParams()).objective == "log_time"
+
     def _features(self, rows: pd.DataFrame) -> np.ndarray:
         fs = get_feature_set(self.feature_set)
         return fs.transform(rows, self.spec_).to_numpy(np.float32)
@@ -134,7 +135,7 @@ class XGBCostModel(CostModel):
         check_rows(rows, need_time=True)
         p = self.params or XGBParams()
         self.spec_ = spec
-        self.feature_names_ = tuple(get_feature_set(self.feature_set).feature_names)
+        self.feature_names_ = tuple(get_feature_set(self.feature_set).feature_names(rows_family(rows)))
         groups = shape_groups(rows)
         if len(np.unique(groups)) < 2:
             raise ValueError(f"need rows from at least 2 shapes to fit, got {len(np.unique(groups))}")
@@ -171,7 +172,63 @@ class XGBCostModel(CostModel):
         return -out if (self.params or XGBParams()).objective == "rank_pairwise" else out
 
     def predict(self, rows: pd.DataFrame) -> np.ndarray:
-        """Predicted time, microseconds, float64, shape (len(rows),)."""
+        """Predicted time, microseconds (a relative score for the ranking
+        objectives), float64, shape (len(rows),)."""
         self._check_fitted()
         check_rows(rows)
         return np.exp2(self.predict_log2(self._features(rows)))
+
+    def save(self, folder) -> dict:
+        """Write ``model.ubj`` (XGBoost's own binary format) and return the
+        state: settings, feature names, rounds, validation RMSE, file digest."""
+        self._check_fitted()
+        files = self._write(folder, "model.ubj", bytes(self.booster_.save_raw("ubj")))
+        return dict(settings=dict(feature_set=self.feature_set,
+                                  params=dataclasses.asdict(self.params or XGBParams())),
+                    feature_names=list(self.feature_names_), best_iteration=self.best_iteration_,
+                    validation_rmse_log2=self.validation_rmse_log2_, files=files)
+
+    @classmethod
+    def load(cls, folder, state: dict, spec) -> "XGBCostModel":
+        """Rebuild from :meth:`save`'s files and state.
+
+        Raises
+        ------
+        ValueError
+            If ``model.ubj`` is missing, not the file of this state, or not
+            an XGBoost model.
+        """
+        import xgboost as xgb
+        path = cls._read(folder, state, "model.ubj")
+        booster = xgb.Booster()
+        try:
+            booster.load_model(str(path))
+        except xgb.core.XGBoostError as e:
+            first = str(e).replace("\x00", "").strip().splitlines()[0][:200] if str(e).strip() else "unknown"
+            raise ValueError(f"unreadable XGBoost model {path}: {first}") from None
+        settings = state["settings"]
+        model = cls(feature_set=settings["feature_set"], params=XGBParams(**settings["params"]))
+        model.booster_, model.spec_ = booster, spec
+        model.feature_names_ = tuple(state["feature_names"])
+        model.best_iteration_ = state.get("best_iteration")
+        model.validation_rmse_log2_ = state.get("validation_rmse_log2")
+        model.fitted_ = True
+        return model
+
+    def scorer(self, feature_names, candidate_ids):
+        """The booster's trees as a flat forest (sign -1 for ``rank_pairwise``:
+        its margin is higher for faster configs).
+
+        Raises
+        ------
+        ValueError
+            If ``feature_names`` are not the model's, or the booster cannot
+            be flattened.
+        """
+        from .forest import FlatForest
+        from .scorer import Scorer
+        self._check_fitted()
+        if tuple(feature_names) != tuple(self.feature_names_):
+            raise ValueError("the scorer must read the model's own feature columns")
+        sign = -1.0 if (self.params or XGBParams()).objective == "rank_pairwise" else 1.0
+        return Scorer(len(self.feature_names_), FlatForest.from_xgboost(self.booster_), sign)

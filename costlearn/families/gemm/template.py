@@ -1,4 +1,5 @@
-"""Kernel generation: one tiled GEMM template rendered for CUDA and OpenCL.
+"""The ``gemm`` family's code generation: one tiled GEMM template rendered for
+CUDA and OpenCL.
 
 C[M,N] = A[M,K] @ B[K,N], row-major, float32 in and out, float32 accumulate.
 M, N and K are runtime arguments, so one compiled kernel serves every shape;
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 
-from .space import DTYPES, TileConfig
+from .config import GemmConfig
 
 __all__ = ["render", "kernel_name", "TEMPLATE_HASH", "DIALECTS"]
 
@@ -160,23 +161,24 @@ TEMPLATE_HASH = hashlib.sha256(
 so that a changed kernel never silently reuses old timings."""
 
 
-def kernel_name(config: TileConfig) -> str:
+def kernel_name(config: GemmConfig) -> str:
     """C identifier of the kernel for ``config``: ``gemm_`` + its config_id."""
     return "gemm_" + config.config_id
 
 
-def render(config: TileConfig, dialect: str, dtype: str = "float32",
+def render(config: GemmConfig, dialect: str, dtype: str = "float32",
            name: str | None = None) -> str:
     """Render the GEMM kernel source for ``config``.
 
     Parameters
     ----------
-    config : TileConfig
+    config : GemmConfig
         Tile parameters.
     dialect : {"cuda", "opencl"}
         Target language. On CUDA the panels live in dynamic shared memory, so
-        the launch must pass :func:`costlearn.space.smem_bytes` bytes (and opt
-        in above 48 KiB); on OpenCL they are static ``__local`` arrays.
+        the launch must pass the config's ``smem_bytes`` (its tile
+        description) and opt in above 48 KiB; on OpenCL they are static
+        ``__local`` arrays.
     dtype : {"float32"}
         Element type.
     name : str, optional
@@ -197,8 +199,8 @@ def render(config: TileConfig, dialect: str, dtype: str = "float32",
     """
     if dialect not in DIALECTS:
         raise ValueError(f"dialect={dialect!r}; allowed: {DIALECTS}")
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype={dtype!r}; allowed: {sorted(DTYPES)}")
+    if dtype != "float32":
+        raise ValueError(f"dtype={dtype!r}; the gemm template is float32 only")
     c = config
     defines = (
         f"#define BM {c.block_m}\n#define BN {c.block_n}\n#define BK {c.block_k}\n"

@@ -1,9 +1,9 @@
-"""Registers per thread of the CUDA rendering, read from ``nvcc -Xptxas -v``,
+"""Registers per thread of the ``gemm`` family's CUDA rendering, read from ``nvcc -Xptxas -v``,
 for devices that are not present (so the feature table of an H200 can be
 built on a machine without a GPU). On a live GPU the CUDA backend reads the
 same number from the compiled kernel (``cupy`` function ``num_regs``); the
 OpenCL API reports no register count, so OpenCL rows carry NaN and the
-features fall back to :func:`costlearn.space.registers_estimate`."""
+features fall back to :meth:`GemmFamily.registers_estimate`."""
 from __future__ import annotations
 
 import re
@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..codegen import render
+from .template import render
 
 __all__ = ["nvcc_registers", "NvccUnavailable"]
 

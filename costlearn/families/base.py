@@ -1,0 +1,185 @@
+"""KernelFamily seam: a kernel with free tile parameters, its config type,
+value ranges, feasibility rules, supported dtypes and layouts, and the map
+from a config to the common :class:`TileDescription` that features, space
+enumeration, sampling, dispatch, the tuning database and the predictor use
+(design.md, "Seams"). Nothing outside a family names its parameters."""
+from __future__ import annotations
+
+import abc
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["KernelFamily", "TileDescription", "DESCRIPTION_FIELDS", "bank_conflict_degree", "SMEM_BANKS"]
+
+SMEM_BANKS = 32
+"""Shared-memory banks of 4-byte words (CUDA C++ Programming Guide, "Shared
+Memory", compute capability 5.x and later)."""
+
+
+@dataclass(frozen=True)
+class TileDescription:
+    """What a config means for cost, in terms every family shares.
+
+    Attributes
+    ----------
+    block_m, block_n : int
+        Block tile [BM, BN]: the output tile of one thread block
+        (work-group), elements.
+    block_k : int
+        Reduction step KS: the K extent of the A panel [BM, KS] and the
+        B panel [KS, BN] staged per iteration, elements.
+    threads : int
+        Threads per block.
+    thread_m, thread_n : int
+        Thread tile [TM, TN]: accumulators one thread holds, elements
+        (TM*TN*threads = BM*BN).
+    pipeline_stages : int
+        Panels in flight: 1 = load, synchronise, compute (no overlap);
+        S >= 2 = S - 1 panels prefetched while one is computed on.
+    element_bytes : int
+        Bytes per element of A and B.
+    smem_bytes : int
+        Shared (local) memory one block allocates, bytes.
+    registers_per_thread : float
+        Compiled registers per thread where known, else the family's
+        pre-compile estimate.
+    bank_conflict_a_read, bank_conflict_a_store, bank_conflict_b_read : int
+        Serialisation degree (1 = conflict free) of one warp's first request
+        to each panel, from the family's shared-memory layout
+        (:func:`bank_conflict_degree`).
+    smem_loads_per_fma : float
+        Shared-memory loads per fused multiply-add of the inner loop.
+    """
+
+    block_m: int
+    block_n: int
+    block_k: int
+    threads: int
+    thread_m: int
+    thread_n: int
+    pipeline_stages: int
+    element_bytes: int
+    smem_bytes: int
+    registers_per_thread: float
+    bank_conflict_a_read: int
+    bank_conflict_a_store: int
+    bank_conflict_b_read: int
+    smem_loads_per_fma: float
+
+
+DESCRIPTION_FIELDS = tuple(TileDescription.__dataclass_fields__)
+"""Field names of :class:`TileDescription`, in order."""
+
+
+def bank_conflict_degree(addresses) -> int:
+    """Serialisation degree of one warp's shared-memory request.
+
+    Parameters
+    ----------
+    addresses : array-like of int, shape (W,)
+        Word (4-byte) addresses requested by the W <= 32 threads of a warp.
+
+    Returns
+    -------
+    int
+        Largest number of distinct words any bank must serve (1 = conflict
+        free; identical words are a broadcast and count once). Source: CUDA
+        C++ Programming Guide, "Shared Memory" (cc 5.x and later): 32 banks
+        of 4-byte words; distinct words in one bank are serialised.
+    """
+    words = np.unique(np.asarray(addresses, np.int64))
+    return int(np.bincount(words % SMEM_BANKS, minlength=SMEM_BANKS).max())
+
+
+class KernelFamily(abc.ABC):
+    """One kernel family. Subclasses set the class attributes and implement
+    the abstract methods; a family is stateless (one instance serves all).
+
+    Attributes
+    ----------
+    name : str
+        Registry name (``"gemm"``).
+    config_type : type
+        Its frozen config class; every config has ``config_id`` (stable,
+        readable), ``to_dict()`` and ``family`` (this name).
+    dtypes : tuple of str
+        Dtypes it supports (names in :data:`costlearn.dtypes.DTYPES`).
+    layouts : tuple of str
+        Layouts it supports (:data:`costlearn.problem.LAYOUTS`).
+    rules : tuple of str
+        Its device feasibility rules, in the order checked; the problem rule
+        ``block_tile_exceeds_problem`` of :mod:`costlearn.space` follows them.
+    values : dict of str to tuple
+        The values each parameter ranges over before the rules.
+    param_feature_names : tuple of str
+        Columns of :meth:`param_features` (the raw parameters as numbers).
+    template_hash : str
+        Short hash of the kernel source (or of what the kernel's behaviour
+        depends on), recorded with every measurement and model.
+    """
+
+    name: str = ""
+    config_type: type = object
+    dtypes: tuple = ()
+    layouts: tuple = ("NN",)
+    rules: tuple = ()
+    values: dict = {}
+    param_feature_names: tuple = ()
+    template_hash: str = ""
+
+    @abc.abstractmethod
+    def all_configs(self) -> list:
+        """Must return every config of :attr:`values` that is well formed
+        (before device rules), in a fixed order."""
+
+    @abc.abstractmethod
+    def config_from_id(self, config_id: str):
+        """Must parse a ``config_id``; ValueError naming it when malformed."""
+
+    @abc.abstractmethod
+    def check_device(self, config, spec, dtype: str) -> str | None:
+        """Must return the first of :attr:`rules` ``config`` breaks on the
+        DeviceSpec ``spec`` for inputs of ``dtype``, or None."""
+
+    @abc.abstractmethod
+    def describe(self, config, dtype: str, registers_per_thread: float | None = None) -> TileDescription:
+        """Must map ``config`` (inputs of ``dtype``) to its TileDescription;
+        ``registers_per_thread`` is the compiled count where known (None or
+        NaN: the family's estimate)."""
+
+    @abc.abstractmethod
+    def param_features(self, configs) -> dict:
+        """Must return :attr:`param_feature_names` -> float64 array of shape
+        (len(configs),): the raw parameters as numbers (log2 of sizes, 0/1 of
+        choices)."""
+
+    @abc.abstractmethod
+    def fit_floors(self, spec) -> tuple[int, int, int]:
+        """Must return the smallest block tile (BM, BN, BK) caps the problem
+        rule allows on ``spec`` (see :func:`costlearn.space.tile_fits_problem`)."""
+
+    def block_tile(self, config) -> tuple[int, int, int]:
+        """(BM, BN, BK) of ``config``: the part of the description the
+        problem rule, pool stratification and dispatch need."""
+        d = self.describe(config, self.dtypes[0])
+        return d.block_m, d.block_n, d.block_k
+
+    def check_problem(self, problem) -> None:
+        """Raise ValueError if this family cannot run ``problem``'s dtype or
+        layout (the message lists what it supports)."""
+        if problem.dtype not in self.dtypes:
+            raise ValueError(f"dtype={problem.dtype!r}: the {self.name!r} family supports {list(self.dtypes)}")
+        if problem.layout not in self.layouts:
+            raise ValueError(f"layout={problem.layout!r}: the {self.name!r} family supports "
+                             f"{list(self.layouts)}")
+
+    def space_hash(self) -> str:
+        """Short hash of the value ranges and rules (stored with models)."""
+        return hashlib.sha256(repr((self.name, self.values, self.rules, self._space_constants())).encode()
+                              ).hexdigest()[:12]
+
+    def _space_constants(self) -> tuple:
+        """Constants of the rules a subclass wants in :meth:`space_hash`."""
+        return ()

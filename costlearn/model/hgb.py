@@ -1,0 +1,207 @@
+"""A second gradient-boosted cost model: scikit-learn's
+HistGradientBoostingRegressor on log2 time, plugged into the CostModel seam
+unchanged (the proof that the seam holds a model other than XGBoost).
+
+After fitting, the estimator's trees are flattened
+(:class:`~costlearn.model.forest.FlatForest`) and every prediction is made
+from the flat forest, before and after a save/load round trip alike, so both
+give the same bits and loading needs no scikit-learn. The trees are read from
+the fitted estimator's ``_predictors`` (each a ``TreePredictor`` whose
+``nodes`` record array holds ``feature_idx``, ``num_threshold``, ``left``,
+``right``, ``is_leaf`` and ``value``), the only way
+scikit-learn exposes them; the export is checked against
+``HistGradientBoostingRegressor.predict`` and refused when it disagrees.
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..features import get_feature_set
+from ..features.base import rows_family
+from .base import CostModel, check_rows, shape_groups
+from .forest import FlatForest, ForestError
+
+__all__ = ["HGBParams", "HGBCostModel"]
+
+
+@dataclass(frozen=True)
+class HGBParams:
+    """Hyper-parameters of :class:`HGBCostModel` (scikit-learn names).
+
+    Parameters
+    ----------
+    max_iter : int
+        Upper bound on boosting iterations; early stopping on a
+        problem-grouped validation split picks the number used.
+    learning_rate, max_leaf_nodes, max_depth, min_samples_leaf, l2_regularization, max_bins :
+        As in ``sklearn.ensemble.HistGradientBoostingRegressor``.
+    n_iter_no_change : int
+        Early-stopping patience, iterations.
+    validation_share : float
+        Share of training problems held out (whole) for early stopping.
+    seed : int
+    """
+
+    max_iter: int = 2000
+    learning_rate: float = 0.05
+    max_leaf_nodes: int = 63
+    max_depth: int | None = 8
+    min_samples_leaf: int = 10
+    l2_regularization: float = 1.0
+    max_bins: int = 255
+    n_iter_no_change: int = 100
+    validation_share: float = 0.2
+    seed: int = 0
+
+
+def _trees_of(estimator) -> list[dict]:
+    """The fitted estimator's trees in :meth:`FlatForest.from_trees` form.
+    scikit-learn goes left when ``x <= num_threshold`` (float64); for float32
+    x that is ``x < nextafter(f, +inf)`` with f the largest float32 <=
+    num_threshold, which the flat layout's ``x < threshold`` rule takes."""
+    trees = []
+    for per_iter in estimator._predictors:
+        if len(per_iter) != 1:
+            raise ForestError("only single-output HistGradientBoosting models can be flattened")
+        nodes = per_iter[0].nodes
+        if nodes["is_categorical"].any():
+            raise ForestError("categorical splits cannot be flattened")
+        leaf = nodes["is_leaf"].astype(bool)
+        t = nodes["num_threshold"].astype(np.float64)
+        f = t.astype(np.float32)
+        f = np.where(f.astype(np.float64) > t, np.nextafter(f, np.float32(-np.inf)), f)
+        trees.append(dict(first=np.where(leaf, -1, nodes["left"].astype(np.int64)),
+                          second=np.where(leaf, -1, nodes["right"].astype(np.int64)),
+                          feature=nodes["feature_idx"], threshold=np.nextafter(f, np.float32(np.inf)),
+                          value=nodes["value"].astype(np.float32)))
+    return trees
+
+
+class HGBCostModel(CostModel):
+    """HistGradientBoostingRegressor of log2(time_us) on a feature set.
+
+    Parameters
+    ----------
+    feature_set : {"analytic", "raw", "derived"}
+    params : HGBParams, optional
+
+    Attributes
+    ----------
+    forest_ : FlatForest
+        The fitted trees; :meth:`predict` evaluates these.
+    spec_ : DeviceSpec
+    feature_names_ : tuple of str
+    n_iter_ : int
+        Boosting iterations chosen by early stopping.
+    validation_rmse_log2_ : float
+        RMSE of log2 time on the held-out validation problems.
+    """
+
+    name = "hgb"
+
+    def __init__(self, feature_set: str = "analytic", params: HGBParams | None = None):
+        self.feature_set = feature_set
+        self.params = params
+
+    def _features(self, rows: pd.DataFrame) -> np.ndarray:
+        fs = get_feature_set(self.feature_set)
+        return np.ascontiguousarray(fs.transform(rows, self.spec_).to_numpy(np.float32))
+
+    def _estimator(self, max_iter: int, early: bool):
+        from sklearn.ensemble import HistGradientBoostingRegressor
+        p = self.params or HGBParams()
+        return HistGradientBoostingRegressor(
+            loss="squared_error", learning_rate=p.learning_rate, max_iter=max_iter,
+            max_leaf_nodes=p.max_leaf_nodes, max_depth=p.max_depth, min_samples_leaf=p.min_samples_leaf,
+            l2_regularization=p.l2_regularization, max_bins=p.max_bins, early_stopping=early,
+            n_iter_no_change=p.n_iter_no_change, random_state=p.seed)
+
+    def fit(self, rows: pd.DataFrame, spec) -> "HGBCostModel":
+        """Fit on valid rows measured on ``spec``.
+
+        Raises
+        ------
+        ValueError
+            If rows lack columns, have non-positive or non-finite times, or
+            cover fewer than 2 problems.
+        ForestError
+            If the fitted trees cannot be flattened exactly.
+        """
+        from sklearn.model_selection import GroupShuffleSplit
+
+        check_rows(rows, need_time=True)
+        p = self.params or HGBParams()
+        self.spec_ = spec
+        self.feature_names_ = tuple(get_feature_set(self.feature_set).feature_names(rows_family(rows)))
+        groups = shape_groups(rows)
+        if len(np.unique(groups)) < 2:
+            raise ValueError(f"need rows from at least 2 problems to fit, got {len(np.unique(groups))}")
+        X = self._features(rows)
+        y = np.log2(rows["time_us"].to_numpy(np.float64))
+        tr, va = next(GroupShuffleSplit(n_splits=1, test_size=p.validation_share, random_state=p.seed)
+                      .split(X, y, groups))
+        probe = self._estimator(p.max_iter, True).fit(X[tr], y[tr], X_val=X[va], y_val=y[va])
+        self.n_iter_ = int(probe.n_iter_)
+        self.validation_rmse_log2_ = float(np.sqrt(np.mean((probe.predict(X[va]) - y[va]) ** 2)))
+        est = self._estimator(self.n_iter_, False).fit(X, y)
+        forest = FlatForest.from_trees(_trees_of(est), float(np.ravel(est._baseline_prediction)[0]), X.shape[1])
+        err = np.abs(forest.margin_numpy(X[:2000]) - est.predict(X[:2000])).max() if len(X) else 0.0
+        if not err <= 1e-4:
+            raise ForestError(f"the flattened trees differ from scikit-learn's predictions by {err:.3g} (log2)")
+        self.forest_ = forest
+        self.fitted_ = True
+        return self
+
+    def predict(self, rows: pd.DataFrame) -> np.ndarray:
+        """Predicted time, microseconds, float64, shape (len(rows),)."""
+        self._check_fitted()
+        check_rows(rows)
+        return np.exp2(self.forest_.margin_numpy(self._features(rows)))
+
+    def save(self, folder) -> dict:
+        """Write ``model.npz`` (the flat trees) and return the state."""
+        self._check_fitted()
+        buf = io.BytesIO()
+        np.savez(buf, **self.forest_.arrays())
+        files = self._write(folder, "model.npz", buf.getvalue())
+        return dict(settings=dict(feature_set=self.feature_set,
+                                  params=dataclasses.asdict(self.params or HGBParams())),
+                    feature_names=list(self.feature_names_), n_iter=self.n_iter_,
+                    validation_rmse_log2=self.validation_rmse_log2_, files=files)
+
+    @classmethod
+    def load(cls, folder, state: dict, spec) -> "HGBCostModel":
+        """Rebuild from :meth:`save`'s files and state (no scikit-learn needed).
+
+        Raises
+        ------
+        ValueError
+            If ``model.npz`` is missing, not this state's, or inconsistent.
+        """
+        path = cls._read(folder, state, "model.npz")
+        with np.load(path, allow_pickle=False) as z:
+            forest = FlatForest.from_arrays(z)
+        settings = state["settings"]
+        model = cls(feature_set=settings["feature_set"], params=HGBParams(**settings["params"]))
+        model.forest_, model.spec_ = forest, spec
+        model.feature_names_ = tuple(state["feature_names"])
+        if forest.n_features != len(model.feature_names_):
+            raise ValueError(f"{path}: trees read {forest.n_features} features, the state names "
+                             f"{len(model.feature_names_)}")
+        model.n_iter_ = state.get("n_iter")
+        model.validation_rmse_log2_ = state.get("validation_rmse_log2")
+        model.fitted_ = True
+        return model
+
+    def scorer(self, feature_names, candidate_ids):
+        """The fitted flat forest (its margin is log2 time)."""
+        from .scorer import Scorer
+        self._check_fitted()
+        if tuple(feature_names) != tuple(self.feature_names_):
+            raise ValueError("the scorer must read the model's own feature columns")
+        return Scorer(len(self.feature_names_), self.forest_, 1.0)

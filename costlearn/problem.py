@@ -1,0 +1,90 @@
+"""The problem value: one matrix multiply C[M,N] = op(A)[M,K] @ op(B)[K,N],
+checked once and passed forward (design.md, "Data flow")."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .dtypes import DTYPES, get_dtype
+from .util import check_int
+
+__all__ = ["Problem", "LAYOUTS", "MAX_EXTENT"]
+
+LAYOUTS = ("NN", "NT", "TN", "TT")
+"""Two letters, for A then B: ``N`` when that matrix is row-major (its last
+stride is 1: A is [M][K], B is [K][N] in memory), ``T`` when it is
+column-major (its first stride is 1). BLAS's transpose flags for row-major
+storage."""
+
+MAX_EXTENT = 2**31 - 1
+"""Largest M, N or K: kernels take extents as 32-bit ints."""
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One matmul problem.
+
+    Parameters
+    ----------
+    m, n, k : int
+        Extents, each in [1, 2**31 - 1] (Python or numpy integers; bool and
+        float refused).
+    dtype : str
+        Element type of A and B, a name in :data:`costlearn.dtypes.DTYPES`
+        (``"float32"``, ``"tfloat32"``, ``"float16"``, ``"bfloat16"``).
+    layout : str
+        One of :data:`LAYOUTS`.
+
+    Raises
+    ------
+    TypeError
+        If an extent is not an integer.
+    ValueError
+        If an extent is out of range, or the dtype or layout unknown.
+
+    Examples
+    --------
+    >>> Problem(1, 4096, 4096, "bfloat16", "NT").flops
+    33554432
+    """
+
+    m: int
+    n: int
+    k: int
+    dtype: str = "float32"
+    layout: str = "NN"
+
+    def __post_init__(self) -> None:
+        m, n, k = self.m, self.n, self.k
+        if type(m) is int and type(n) is int and type(k) is int and 0 < m <= MAX_EXTENT \
+                and 0 < n <= MAX_EXTENT and 0 < k <= MAX_EXTENT and type(self.dtype) is str \
+                and type(self.layout) is str and self.dtype in DTYPES and self.layout in LAYOUTS:
+            return                                   # the common case, checked in one expression
+        for name, v in (("M", m), ("N", n), ("K", k)):
+            try:
+                object.__setattr__(self, name.lower(), check_int(name, v, 1, MAX_EXTENT))
+            except ValueError:
+                if check_int(name, v) < 1:
+                    raise ValueError(f"{name}={v!r}; must be an int >= 1") from None
+                raise ValueError(f"{name}={v!r}; must be < 2**31 (kernel extents are 32-bit)") from None
+        get_dtype(self.dtype)
+        if not isinstance(self.layout, str) or self.layout not in LAYOUTS:
+            raise ValueError(f"layout={self.layout!r}; allowed: {list(LAYOUTS)} (A then B: N row-major, "
+                             "T column-major)")
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(M, N, K)."""
+        return self.m, self.n, self.k
+
+    @property
+    def flops(self) -> int:
+        """2*M*N*K floating-point operations (a fused multiply-add counts 2)."""
+        return 2 * self.m * self.n * self.k
+
+    @property
+    def element_bytes(self) -> int:
+        """Bytes per element of A and B (:data:`costlearn.dtypes.DTYPES`)."""
+        return DTYPES[self.dtype].element_bytes
+
+    def __str__(self) -> str:
+        return f"{self.m}x{self.n}x{self.k} {self.dtype} {self.layout}"

@@ -1,0 +1,162 @@
+"""Rankers (design.md, "Seams"): one interface, ``rank(problem, mask)``, two
+implementations giving the same bits, one chosen once when a model loads
+(:func:`make_ranker`); and the calibration of a scorer's cascade."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..registry import Registry
+from .base import Ranker, RankResult
+
+__all__ = ["RANKERS", "make_ranker", "Ranker", "RankResult", "calibrate_cascade", "calibration_problems",
+           "CASCADE_TREES", "CASCADE_KEEP", "CASCADE_MARGIN"]
+
+RANKERS = Registry("ranker", {"native": "costlearn.ranker.native:NativeRanker",
+                              "numpy": "costlearn.ranker.numpy_ranker:NumpyRanker"})
+
+
+def make_ranker(features, scorer, envelope, floors, name: str | None = None) -> Ranker:
+    """The ranker for one artifact, chosen once: ``name`` if given, else
+    ``$COSTLEARN_RANKER``, else ``native`` where the C library builds and
+    ``numpy`` otherwise.
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not a ranker.
+    OSError
+        If ``native`` is asked for explicitly and cannot be built.
+    """
+    name = name or os.environ.get("COSTLEARN_RANKER") or None
+    if name is not None:
+        return RANKERS.get(name)(features, scorer, envelope, floors)
+    from .native import library
+    chosen = "native" if library() is not None else "numpy"
+    return RANKERS.get(chosen)(features, scorer, envelope, floors)
+
+
+CASCADE_TREES = (4, 8, 16, 32, 64)
+"""Tree counts a cascade stage may end at."""
+CASCADE_KEEP = (24, 16, 12, 8, 6)
+"""Least survivors a cascade stage keeps."""
+CASCADE_MARGIN = (0.0, 0.02, 0.05, 0.1, 0.2, 0.4)
+"""Score margins (log2 time) within which a stage keeps more survivors."""
+CASCADE_MISS_TOP1 = 0.0
+"""Share of calibration problems on which the cascade may lose the full
+scorer's best candidate."""
+CASCADE_MISS_TOP5 = 0.01
+"""Share of calibration problems on which it may lose one of the full
+scorer's 5 best."""
+
+
+def calibration_problems(train_shapes, dtype: str, layout: str, bounds, *, n_train: int = 300,
+                         n_drawn: int = 500, n_wide: int = 500, max_extent: int = 16384, seed: int = 0) -> list:
+    """The problems a cascade is calibrated on, so that it holds wherever
+    ``predict_best`` is asked: ``n_train`` training shapes, ``n_drawn``
+    others drawn as the collection draws them (``bounds``, a
+    :class:`~costlearn.sampler.ShapeBounds`; another seed) and ``n_wide``
+    log-uniform in [1, ``max_extent``] per extent (mostly out of
+    distribution). No problem here is one ``scripts/bench_predict.py``
+    draws (other seeds)."""
+    from ..problem import Problem
+    from ..sampler import sample_shapes
+    rng = np.random.default_rng([seed, 71])
+    train = np.asarray(train_shapes, np.int64).reshape(-1, 3)
+    pick = [tuple(int(v) for v in s) for s in train[rng.permutation(len(train))[:n_train]]]
+    known = set(map(tuple, train.tolist()))
+    drawn = [s for s in sample_shapes(3 * n_drawn, bounds, np.random.default_rng([seed, 72])) if s not in known]
+    wide = np.round(2.0 ** rng.uniform(0, np.log2(max_extent), size=(n_wide, 3))).astype(np.int64)
+    shapes = pick + drawn[:n_drawn] + [tuple(int(v) for v in s) for s in wide]
+    return [Problem(m, n, k, dtype, layout) for m, n, k in shapes]
+
+
+def calibrate_cascade(scorer, features, floors, problems, *, miss_top1: float = CASCADE_MISS_TOP1,
+                      miss_top5: float = CASCADE_MISS_TOP5) -> tuple[tuple, dict]:
+    """The cheapest cascade that keeps the full scorer's choice.
+
+    For each problem the candidates whose block tile fits it (all when none
+    does) are scored by every tree. A cascade of one or two stages (trees
+    from :data:`CASCADE_TREES`, least survivors from :data:`CASCADE_KEEP`,
+    margins from :data:`CASCADE_MARGIN`, run as the rankers run it) is
+    accepted when the survivors miss the full scorer's best candidate on at
+    most ``miss_top1`` of the problems and one of its 5 best on at most
+    ``miss_top5``; of those, the one with the fewest tree walks over all
+    problems wins. (``scripts/bench_predict.py`` checks the agreement on
+    2 x 1,000 other problems.)
+
+    Parameters
+    ----------
+    scorer : Scorer
+    features : CandidateFeatures
+    floors : (int, int, int)
+    problems : list of Problem
+    miss_top1, miss_top5 : float
+        Allowed shares of problems.
+
+    Returns
+    -------
+    stages : tuple of (int, int, float)
+        Empty when no cascade is accepted or the scorer has under 5 trees.
+    info : dict
+        ``problems``, ``cost`` (tree walks as a share of the full
+        scorer's), ``miss_top1``, ``miss_top5`` (measured shares), ``grid``,
+        ``allowed``.
+    """
+    import itertools
+
+    from ..space import tile_fits_problem
+    total = scorer.n_trees
+    info = dict(problems=len(problems), cost=1.0, miss_top1=0.0, miss_top5=0.0,
+                grid=dict(trees=list(CASCADE_TREES), keep=list(CASCADE_KEEP), margin=list(CASCADE_MARGIN)),
+                allowed=dict(miss_top1=miss_top1, miss_top5=miss_top5))
+    if total < 5:
+        return (), info
+    forest, bm = scorer.forest, features.block
+    cases = []
+    for p in problems:
+        fit = np.asarray(tile_fits_problem(bm[0], bm[1], bm[2], p.m, p.n, p.k, floors), bool)
+        cand = np.flatnonzero(fit) if fit.any() else np.arange(features.n_candidates)
+        X = features.numpy(p.m, p.n, p.k, cand)
+        cs = np.cumsum(forest.leaves_numpy(X).astype(np.float64), axis=1) + forest.base_score
+        lin = scorer.linear_numpy(X, cand)
+        score = scorer.sign * cs + (0.0 if lin is None else lin[:, None])     # (rows, trees): score after t+1 trees
+        full = np.lexsort((np.arange(len(cand)), score[:, -1]))
+        cases.append((score, int(full[0]), set(full[:5].tolist())))
+    walks_full = float(sum(total * len(s) for s, _, _ in cases))
+    allow1, allow5 = int(miss_top1 * len(cases)), int(miss_top5 * len(cases))
+
+    def evaluate(stages, budget):
+        """(cost, miss shares), or None as soon as a limit or ``budget`` (walks) is passed."""
+        walks, miss1, miss5 = 0, 0, 0
+        for score, best, top in cases:
+            live, done = np.arange(len(score)), 0
+            for t, keep, margin in stages:
+                if len(live) <= keep:
+                    continue
+                walks += (t - done) * len(live)
+                done = t
+                s = score[live, t - 1]
+                order = np.lexsort((live, s))
+                cut = int(np.searchsorted(s[order], s[order[keep - 1]] + margin, side="right"))
+                live = live[order[:cut]]
+            walks += (total - done) * len(live)
+            kept = set(live.tolist())
+            miss1 += best not in kept
+            miss5 += not top <= kept
+            if miss1 > allow1 or miss5 > allow5 or walks >= budget:
+                return None
+        return walks / walks_full, miss1 / len(cases), miss5 / len(cases)
+
+    best = ((), 1.0, 0.0, 0.0)
+    trees = [t for t in CASCADE_TREES if t < total]
+    for n in (1, 2):
+        for ts in itertools.combinations(trees, n):
+            for ks in itertools.combinations(CASCADE_KEEP, n):
+                for ds in itertools.product(CASCADE_MARGIN, repeat=n):
+                    got = evaluate(list(zip(ts, ks, ds)), best[1] * walks_full)
+                    if got is not None:
+                        best = (tuple(zip(ts, ks, ds)), *got)
+    info.update(cost=best[1], miss_top1=best[2], miss_top5=best[3])
+    return best[0], info

@@ -1,0 +1,305 @@
+"""The native ranker: ``_native.c`` compiled once per machine and called with
+:mod:`ctypes`, one call per ranking.
+
+The structs shared with C are defined once, here (:class:`RankContext`, and
+the node layout :data:`costlearn.model.forest.NODE_DTYPE`); the C
+declarations are generated from them into ``costlearn_structs.h`` at build
+time, and at load the compiled library reports its struct sizes and field
+offsets (``costlearn_layout``), which must equal ctypes' (:func:`check_layout`).
+
+The source is compiled with ``$CC``, else the C compiler Python was built
+with (``sysconfig`` ``CC``), else ``cc`` (``-O2 -ffp-contract=off``), into the
+user cache (:class:`costlearn.util.KeyedCache`, keyed by the source, the
+generated header, the flags, the compilers and the platform; an entry whose
+sha256 differs is rebuilt, never loaded). Where no compiler works,
+:func:`library` warns once and returns None, and the numpy ranker is used.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import platform
+import shlex
+import subprocess
+import sysconfig
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from ..model.forest import NODE_DTYPE
+from ..util import KeyedCache
+from .base import Ranker, RankResult
+
+__all__ = ["library", "NativeRanker", "RankContext", "c_header", "check_layout", "FLAGS"]
+
+_SOURCE = Path(__file__).with_name("_native.c")
+FLAGS = ("-O2", "-ffp-contract=off", "-shared", "-fPIC")
+
+_P, _I32, _I64, _D = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_double
+
+MAX_STAGES = 4
+"""Most cascade stages the context holds (:class:`costlearn.model.scorer.Scorer`)."""
+
+
+class RankContext(ctypes.Structure):
+    """``costlearn_ctx``: everything ``costlearn_rank`` needs besides the
+    problem. The one definition of the struct; ``c_header`` writes its C
+    declaration. Comments give the C element type of each pointer."""
+
+    _fields_ = [
+        # candidates' features
+        ("template_", _P),        # const float*  [n_cands x n_features], per-config columns
+        ("n_cands", _I32), ("n_features", _I32),
+        ("block", _P),            # const int64_t* [3 x n_cands]: BM, BN, KS
+        ("slots", _P),            # const int64_t* [n_cands]
+        ("tile_occ", _P),         # const double*  [n_cands]
+        ("fill", _P),             # const double*  [n_cands]
+        ("s", _D), ("peak", _D), ("bw", _D),
+        ("cols", _P),             # const int32_t* [18]
+        ("floor_m", _I64), ("floor_n", _I64), ("floor_k", _I64),
+        # scorer
+        ("has_forest", _I32),
+        ("nodes", _P),            # const costlearn_node*
+        ("roots", _P),            # const int32_t* [n_trees]
+        ("depths", _P),           # const int32_t* [n_trees]
+        ("n_trees", _I32), ("base", _D), ("sign", _D),
+        ("column", _I32), ("column_weight", _D),
+        ("offsets", _P),          # const double* [n_cands] or NULL
+        ("n_stages", _I32), ("stage_trees", _I32 * MAX_STAGES), ("stage_keep", _I32 * MAX_STAGES),
+        ("stage_margin", _D * MAX_STAGES),
+        # envelope: training shapes embedded, sorted by first coordinate
+        ("env_points", _P),       # const double*  [n_env x 3]
+        ("env_index", _P),        # const int32_t* [n_env]
+        ("n_env", _I32), ("embed", _D * 9),
+        # scratch, one set per calling thread
+        ("X", _P), ("Xk", _P),    # float* [n_cands x n_features]
+        ("work", _P),             # costlearn_scored* [n_cands]
+        ("part", _P), ("acc", _P), ("lin", _P),   # double* [n_cands]
+        ("row_cand", _P),         # int32_t* [n_cands]
+        # outputs
+        ("out_index", _P),        # int32_t* [n_cands]
+        ("out_score", _P),        # double*  [n_cands]
+        ("nearest", _I32), ("nearest_d2", _D), ("fits", _I32),
+    ]
+
+
+_C_POINTER = {  # the C type of each void* field of RankContext
+    "template_": "const float *", "block": "const int64_t *", "slots": "const int64_t *",
+    "tile_occ": "const double *", "fill": "const double *", "cols": "const int32_t *",
+    "nodes": "const costlearn_node *", "roots": "const int32_t *", "depths": "const int32_t *",
+    "offsets": "const double *", "env_points": "const double *", "env_index": "const int32_t *",
+    "X": "float *", "Xk": "float *", "work": "costlearn_scored *", "part": "double *", "acc": "double *",
+    "lin": "double *", "row_cand": "int32_t *", "out_index": "int32_t *", "out_score": "double *"}
+_C_SCALAR = {_I32: "int32_t", _I64: "int64_t", _D: "double"}
+_C_NUMPY = {"<f4": "float", "<f8": "double", "<u2": "uint16_t", "|u1": "uint8_t", "<i4": "int32_t"}
+
+SCORED_DTYPE = np.dtype([("score", "<f8"), ("index", "<i4")], align=True)
+"""Layout of ``costlearn_scored`` (the sort's records, 16 bytes)."""
+
+
+def c_header() -> str:
+    """The C declarations of ``costlearn_node``, ``costlearn_scored`` and
+    ``costlearn_ctx``, generated from :data:`NODE_DTYPE`, :data:`SCORED_DTYPE`
+    and :class:`RankContext`, with ``COSTLEARN_CTX_OFFSETS`` (the offsetof
+    of every context field, in order)."""
+    def struct(name, dtype):
+        fields = " ".join(f"{_C_NUMPY[dtype.fields[f][0].str]} {f};" for f in dtype.names)
+        return f"typedef struct {{ {fields} }} {name};"
+    lines = ["/* generated by costlearn/ranker/native.py: do not edit */", "#include <stddef.h>",
+             "#include <stdint.h>", struct("costlearn_node", NODE_DTYPE), struct("costlearn_scored", SCORED_DTYPE),
+             "typedef struct {"]
+    for name, kind in RankContext._fields_:
+        if kind is _P:
+            lines.append(f"    {_C_POINTER[name]}{name};")
+        elif issubclass(kind, ctypes.Array):
+            lines.append(f"    {_C_SCALAR[kind._type_]} {name}[{kind._length_}];")
+        else:
+            lines.append(f"    {_C_SCALAR[kind]} {name};")
+    lines.append("} costlearn_ctx;")
+    offsets = ", ".join(f"(int64_t)offsetof(costlearn_ctx, {name})" for name, _ in RankContext._fields_)
+    lines.append(f"#define COSTLEARN_CTX_OFFSETS {offsets}")
+    return "\n".join(lines) + "\n"
+
+
+def check_layout(lib) -> None:
+    """Compare the compiled library's struct sizes and offsets with ctypes'
+    and numpy's.
+
+    Raises
+    ------
+    OSError
+        Naming the first field whose offset differs.
+    """
+    n = len(RankContext._fields_) + 3
+    out = (ctypes.c_int64 * n)()
+    got = lib.costlearn_layout(out, n)
+    want = [NODE_DTYPE.itemsize, SCORED_DTYPE.itemsize, ctypes.sizeof(RankContext)] + [
+        getattr(RankContext, f).offset for f, _ in RankContext._fields_]
+    names = ["sizeof(costlearn_node)", "sizeof(costlearn_scored)", "sizeof(costlearn_ctx)"] + [
+        f for f, _ in RankContext._fields_]
+    if got != n:
+        raise OSError(f"the compiled ranker reports {got} layout values, Python expects {n}")
+    for name, a, b in zip(names, list(out), want):
+        if a != b:
+            raise OSError(f"the compiled ranker's {name} is {a}, Python's is {b}: rebuild (C and Python "
+                          "disagree on the struct layout)")
+
+
+def _compilers() -> list[list[str]]:
+    """``$CC``, the compiler Python was built with, ``cc``: in that order,
+    without repeats; a command that does not parse is skipped."""
+    out = []
+    for cmd in (os.environ.get("CC"), sysconfig.get_config_var("CC"), "cc"):
+        try:
+            args = shlex.split(cmd) if cmd else []
+        except ValueError:
+            continue
+        if args and args not in out:
+            out.append(args)
+    return out
+
+
+_SYMBOLS = ("costlearn_forest_predict", "costlearn_shape_features", "costlearn_rank", "costlearn_layout")
+
+
+def _open(path: Path):
+    """Load a built library, declare its functions and check its layout."""
+    lib = ctypes.CDLL(str(path))
+    for name in _SYMBOLS:
+        getattr(lib, name)                      # AttributeError if missing
+    lib.costlearn_layout.restype = _I32
+    lib.costlearn_layout.argtypes = [_P, _I32]
+    check_layout(lib)
+    lib.costlearn_forest_predict.restype = _I32
+    lib.costlearn_forest_predict.argtypes = [_P, _P, _P, _I32, _P, _I32, _I32, _P]
+    lib.costlearn_shape_features.restype = None
+    lib.costlearn_shape_features.argtypes = [_I64, _I64, _I64, _P, _I32, _I32, _P, _P, _P, _P, _D, _D, _D, _P,
+                                             _P, _I32]
+    lib.costlearn_rank.restype = _I32
+    lib.costlearn_rank.argtypes = [_I64, _I64, _I64, _P, _I32, _I32, ctypes.POINTER(RankContext)]
+    return lib
+
+
+def _build(target: Path) -> None:
+    """Compile ``_native.c`` with the generated header into ``target``."""
+    errors = []
+    with tempfile.TemporaryDirectory(prefix="costlearn-build-") as inc:
+        (Path(inc) / "costlearn_structs.h").write_text(c_header())
+        for cc in _compilers():
+            try:
+                subprocess.run(cc + list(FLAGS) + ["-I", inc, "-o", str(target), str(_SOURCE), "-lm"], check=True,
+                               capture_output=True, text=True, timeout=120)
+                _open(target)
+                return
+            except (OSError, AttributeError, subprocess.SubprocessError) as e:
+                errors.append(f"{' '.join(cc)}: {(getattr(e, 'stderr', '') or str(e)).strip()[:300]}")
+    raise OSError("no C compiler worked: " + ("; ".join(errors) or "none found"))
+
+
+_LIB = None
+_LIB_TRIED = False
+_LIB_LOCK = threading.Lock()
+
+
+def library():
+    """The compiled ranker (a :class:`ctypes.CDLL`), built on first use; None
+    (with one warning) where it cannot be built or loaded. Set
+    ``COSTLEARN_NO_C=1`` to skip it (tests of the fallback use this)."""
+    global _LIB, _LIB_TRIED
+    with _LIB_LOCK:
+        if _LIB_TRIED:
+            return _LIB
+        _LIB_TRIED = True
+        if os.environ.get("COSTLEARN_NO_C"):
+            return None
+        key = _SOURCE.read_bytes() + c_header().encode() + repr((FLAGS, _compilers())).encode() \
+            + f"{platform.system()}-{platform.machine()}".encode()
+        cache = KeyedCache("native", ".so")
+        try:
+            _LIB = cache.get_or_build(key, _build, _open)
+        except OSError as e:
+            warnings.warn(f"costlearn: could not build its C ranker into {cache.path(key)} ({e}); ranking "
+                          "falls back to numpy (the same answers, about 20x slower)", RuntimeWarning, stacklevel=3)
+            return None
+        return _LIB
+
+
+class NativeRanker(Ranker):
+    """:class:`~costlearn.ranker.base.Ranker` in C: one ``costlearn_rank``
+    call per ranking. Per-thread scratch arrays, so one ranker serves many
+    threads.
+
+    Raises
+    ------
+    OSError
+        If the C library is unavailable (:func:`library` returned None).
+    """
+
+    name = "native"
+
+    def __init__(self, features, scorer, envelope, floors):
+        super().__init__(features, scorer, envelope, floors)
+        lib = library()
+        if lib is None:
+            raise OSError("the C ranker is unavailable here (see the warning); use the numpy ranker")
+        self._rank = lib.costlearn_rank
+        f, sc = features, scorer
+        env_order = np.lexsort((np.arange(len(envelope.points)), envelope.points[:, 0]))
+        keep_alive = dict(
+            template=np.ascontiguousarray(f.template), block=f.block, slots=f.slots, tile_occ=f.tile_occ,
+            fill=f.fill_loads, cols=np.ascontiguousarray(f.shape_columns, np.int32),
+            env_points=np.ascontiguousarray(envelope.points[env_order], np.float64),
+            env_index=np.ascontiguousarray(env_order, np.int32))
+        forest = sc.forest
+        if forest is not None:
+            keep_alive.update(nodes=forest.nodes, roots=forest.roots, depths=forest.depths)
+        if sc.offsets is not None:
+            keep_alive["offsets"] = np.ascontiguousarray(sc.offsets, np.float64)
+        self._keep_alive = keep_alive
+        ptr = {k: a.ctypes.data for k, a in keep_alive.items()}
+        from ..envelope import _EMBED
+        self._const = dict(
+            template_=ptr["template"], n_cands=f.n_candidates, n_features=len(f.names), block=ptr["block"],
+            slots=ptr["slots"], tile_occ=ptr["tile_occ"], fill=ptr["fill"], s=f.element_bytes,
+            peak=f.peak_flop_per_us, bw=f.bytes_per_us, cols=ptr["cols"], floor_m=self.floors[0],
+            floor_n=self.floors[1], floor_k=self.floors[2], has_forest=int(forest is not None),
+            nodes=ptr.get("nodes", 0), roots=ptr.get("roots", 0), depths=ptr.get("depths", 0),
+            n_trees=sc.n_trees, base=forest.base_score if forest is not None else 0.0, sign=sc.sign,
+            column=sc.column, column_weight=sc.column_weight, offsets=ptr.get("offsets", 0),
+            n_stages=len(sc.cascade), env_points=ptr["env_points"], env_index=ptr["env_index"],
+            n_env=len(envelope.points))
+        if len(sc.cascade) > MAX_STAGES:
+            raise ValueError(f"a cascade of {len(sc.cascade)} stages; the native ranker takes {MAX_STAGES}")
+        self._stages = ([t for t, _, _ in sc.cascade], [k for _, k, _ in sc.cascade],
+                        [float(d) for _, _, d in sc.cascade])
+        self._embed = [float(v) for v in _EMBED.ravel()]
+        self._tls = threading.local()
+
+    def _context(self):
+        """This thread's context and its output arrays."""
+        c, f = self.n_candidates, len(self.features.names)
+        arrays = dict(X=np.empty((c, f), np.float32), Xk=np.empty((c, f), np.float32),
+                      work=np.empty(c, SCORED_DTYPE), part=np.empty(c, np.float64), acc=np.empty(c, np.float64),
+                      lin=np.empty(c, np.float64), row_cand=np.empty(c, np.int32),
+                      out_index=np.empty(c, np.int32), out_score=np.empty(c, np.float64))
+        rc = RankContext(**self._const, **{k: a.ctypes.data for k, a in arrays.items()})
+        rc.embed[:] = self._embed
+        n = len(self._stages[0])
+        rc.stage_trees[:n], rc.stage_keep[:n], rc.stage_margin[:n] = self._stages
+        ctx = self._tls.ctx = (rc, ctypes.byref(rc), arrays["out_index"], arrays["out_score"], arrays)
+        return ctx
+
+    def rank(self, problem, mask=None, *, top: int = 5, cascade: bool = True) -> RankResult:
+        top = top if type(top) is int and 0 < top < 2**31 else self._top(top)
+        ctx = getattr(self._tls, "ctx", None) or self._context()
+        rc, ref, out_index, out_score, _ = ctx
+        if mask is not None:
+            mask = self.check_mask(mask)
+        got = self._rank(problem.m, problem.n, problem.k, None if mask is None else mask.ctypes.data, top,
+                         1 if cascade else 0, ref)
+        return RankResult(out_index[:got].copy(), out_score[:got].copy(), rc.nearest, math.sqrt(rc.nearest_d2),
+                          rc.fits != 0)

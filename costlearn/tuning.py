@@ -1,0 +1,183 @@
+"""Filter, then measure; and the tuning database: composes a
+:class:`~costlearn.predict.Predictor`, a backend and a
+:class:`~costlearn.tuning_db.TuningDB` (design.md, "Predictor").
+
+- *Filter, then measure*: the model's top k configs for a problem are
+  measured on the local device with the collection's protocol
+  (:func:`costlearn.collect.measure_rows`, correctness check included) and
+  the fastest wins (``chosen_by="measured"``).
+- *Tuning database*: a measured answer is recorded and returned as is from
+  then on; with a database but no measuring, predictions are recorded too
+  and never replace a measured entry.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+import warnings
+import weakref
+from pathlib import Path
+
+import numpy as np
+
+from . import __version__
+from .predict import Prediction, Predictor
+from .problem import Problem
+
+__all__ = ["tune", "Tuner", "local_backend", "open_tuning_db"]
+
+_LOCK = threading.Lock()
+_BACKEND = None
+_DBS: dict = {}
+
+
+def local_backend():
+    """The local device's backend (CUDA if present, else OpenCL), created
+    once per process.
+
+    Raises
+    ------
+    costlearn.backends.BackendUnavailable
+        If this machine has neither.
+    """
+    global _BACKEND
+    with _LOCK:
+        if _BACKEND is None:
+            from .backends import get_backend
+            _BACKEND = get_backend("auto")
+        return _BACKEND
+
+
+def open_tuning_db(db):
+    """A TuningDB as given, or the one for a path (None: the default path),
+    opened once per process.
+
+    Raises
+    ------
+    TypeError
+        If ``db`` is neither a path, a TuningDB nor None.
+    """
+    from .tuning_db import TuningDB, default_path
+    if isinstance(db, TuningDB):
+        return db
+    if db is not None and not isinstance(db, (str, os.PathLike)):
+        raise TypeError(f"tuning_db={db!r}; must be a path, a costlearn.tuning_db.TuningDB or None")
+    key = str(Path(db).resolve() if db is not None else default_path().resolve())
+    with _LOCK:
+        if key not in _DBS:
+            _DBS[key] = TuningDB(key, create=True)
+        return _DBS[key]
+
+
+class Tuner:
+    """Filter-then-measure and the tuning database for one predictor.
+
+    Parameters
+    ----------
+    predictor : Predictor
+    db : TuningDB
+    backend : Backend, optional
+        Where to measure (needed only when measuring).
+    """
+
+    def __init__(self, predictor: Predictor, db, backend=None):
+        self.predictor, self.db, self.backend = predictor, db, backend
+        self._kernels: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def tune(self, problem: Problem, *, top_k: int = 5, measure_top_k: int = 0, running_on=None) -> Prediction:
+        """The predictor's answer through the tuning database, measuring its
+        top ``measure_top_k`` on the backend when asked (and not measured
+        before).
+
+        Raises
+        ------
+        RuntimeError
+            If measuring was asked and none of the configs measured correctly.
+        """
+        from .tuning_db import TuningEntry
+        pred, db, backend = self.predictor, self.db, self.backend
+        if measure_top_k and backend is None:
+            raise ValueError("measuring needs a backend")
+        if running_on is None and backend is not None:
+            running_on = backend.spec
+        where = backend.spec if backend is not None else (running_on or pred.spec)
+        p = pred.predict(problem, max(top_k, measure_top_k), running_on)
+        fam = pred.artifact.family
+        hit = db.get(problem, fam.name, where.slug, fam.template_hash, spec=where)
+        if hit is not None and hit.how == "predicted" and not hit.source.startswith(pred.source):
+            hit = None                  # another model's prediction: this model answers for itself
+        if hit is not None and (hit.how == "measured" or not measure_top_k):
+            measured = tuple(sorted(hit.times_us.items(), key=lambda kv: kv[1])) if hit.how == "measured" else ()
+            return p._replace(config=hit.config, time_us=hit.time_us, top_k=p.top_k[:top_k],
+                                       chosen_by=hit.how, measured_us=measured, from_tuning_db=True)
+        if not measure_top_k:
+            _put(db, TuningEntry(problem, fam.name, where.slug, fam.template_hash, __version__, p.config,
+                                 "predicted", p.time_us, {c.config_id: t for c, t in p.top_k}, pred.source))
+            return p._replace(top_k=p.top_k[:top_k])
+        configs = [c for c, _ in p.top_k[:measure_top_k]]
+        times = self._measure(problem, configs)
+        if not times:
+            raise RuntimeError(f"none of the model's top {measure_top_k} configs for {problem} measured "
+                               f"correctly on {backend.spec.name}; nothing written to {db.path}")
+        measured = tuple(sorted(times.items(), key=lambda kv: kv[1]))
+        best_id, best_us = measured[0]
+        best = next(c for c in configs if c.config_id == best_id)
+        _put(db, TuningEntry(problem, fam.name, where.slug, fam.template_hash, __version__, best, "measured",
+                             best_us, times, pred.source + f", measured top {measure_top_k}"))
+        return p._replace(config=best, time_us=best_us, top_k=p.top_k[:top_k], chosen_by="measured",
+                                   measured_us=measured)
+
+    def _measure(self, problem: Problem, configs) -> dict:
+        """Median times (µs) of the valid measurements of ``configs`` on
+        ``problem``, by config id (the protocol of :mod:`costlearn.measure`)."""
+        from .collect import measure_rows
+        from .measure import Protocol
+        backend = self.backend
+        compiled = self._kernels.setdefault(backend, {})
+        missing = [c for c in configs if c.config_id not in compiled]
+        if missing:
+            for kern in backend.compile_many(missing, problem.dtype):
+                compiled[kern.config.config_id] = kern
+        kernels = [compiled[c.config_id] for c in configs]
+        rows = measure_rows(backend, kernels, problem, Protocol(), backend.launch_overhead_us(),
+                            backend.provenance(), uuid.uuid4().hex[:12])
+        return {r["config_id"]: float(r["time_us"]) for r in rows
+                if r["status"] == "ok" and np.isfinite(r["time_us"]) and r["time_us"] > 0}
+
+
+_TUNERS: dict = {}
+
+
+def tune(predictor: Predictor, problem: Problem, *, top_k: int = 5, measure_top_k: int = 0, running_on=None,
+         backend=None, tuning_db=None) -> Prediction:
+    """:meth:`Tuner.tune` with the process's tuner for (predictor, database,
+    backend); with ``measure_top_k`` and no backend, the local device's.
+
+    Raises
+    ------
+    TypeError
+        If ``tuning_db`` has the wrong type.
+    costlearn.backends.BackendUnavailable
+        If measuring is asked and this machine has no device.
+    RuntimeError
+        If none of the measured configs measured correctly.
+    """
+    db = open_tuning_db(tuning_db)
+    if measure_top_k and backend is None:
+        backend = local_backend()
+    key = (id(predictor), id(db), id(backend))
+    with _LOCK:
+        tuner = _TUNERS.get(key)
+        if tuner is None or tuner.predictor is not predictor or tuner.db is not db or tuner.backend is not backend:
+            tuner = _TUNERS[key] = Tuner(predictor, db, backend)
+    return tuner.tune(problem, top_k=top_k, measure_top_k=measure_top_k, running_on=running_on)
+
+
+def _put(db, entry) -> None:
+    """Record in the tuning database; a database that cannot be written
+    (read-only, locked) costs the record, not the answer: warn."""
+    try:
+        db.put(entry)
+    except OSError as e:
+        warnings.warn(f"costlearn: not recorded in the tuning database: {e}", RuntimeWarning, stacklevel=4)

@@ -1,0 +1,266 @@
+"""Small utilities several stages need, each written once: argument checks
+with messages that name the value and what is allowed, an atomic file write,
+and a keyed on-disk cache whose entries are validated before use."""
+from __future__ import annotations
+
+import hashlib
+import math
+import numbers
+import os
+import uuid
+from pathlib import Path
+
+__all__ = ["check_int", "check_real", "check_choice", "check_instance", "check_path", "atomic_write",
+           "fsync_dir", "sha256_file", "cache_dir", "KeyedCache"]
+
+
+# -- argument checks -----------------------------------------------------------
+
+def check_int(name: str, value, lo: int | None = None, hi: int | None = None) -> int:
+    """``value`` as a Python int, refusing bool, float and out-of-range values.
+
+    Parameters
+    ----------
+    name : str
+        How the value is called in the message (``"M"``, ``"top_k"``).
+    value : int-like
+        Python or numpy integer.
+    lo, hi : int, optional
+        Inclusive bounds.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    TypeError
+        If ``value`` is not an integer (bool and float included).
+    ValueError
+        If it lies outside [lo, hi].
+    """
+    if type(value) is int and (lo is None or value >= lo) and (hi is None or value <= hi):
+        return value
+    want = "an int" + (f" >= {lo}" if lo is not None and hi is None else "") + \
+        (f" in [{lo}, {hi}]" if lo is not None and hi is not None else "") + \
+        (f" <= {hi}" if lo is None and hi is not None else "")
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}={value!r} ({type(value).__name__}); must be {want}")
+    v = int(value)
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        raise ValueError(f"{name}={value!r}; must be {want}")
+    return v
+
+
+def check_real(name: str, value, lo: float | None = None, *, strict: bool = False,
+               hi: float | None = None) -> float:
+    """``value`` as a finite Python float >= lo (> lo if ``strict``) and <= hi.
+
+    Raises
+    ------
+    TypeError
+        If ``value`` is not a real number (bool included).
+    ValueError
+        If it is not finite or out of range.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name}={value!r} ({type(value).__name__}); must be a finite number")
+    v = float(value)
+    bad = not math.isfinite(v) or (lo is not None and (v < lo or (strict and v == lo))) \
+        or (hi is not None and v > hi)
+    if bad:
+        rng = "" if lo is None else f" {'>' if strict else '>='} {lo:g}"
+        rng += "" if hi is None else f" and <= {hi:g}"
+        raise ValueError(f"{name}={value!r}; must be a finite number{rng}")
+    return v
+
+
+def check_choice(name: str, value, choices) -> str:
+    """``value`` if it is one of ``choices`` (strings), else ValueError listing them."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name}={value!r}; allowed: {', '.join(repr(c) for c in choices)}")
+    return value
+
+
+def check_instance(name: str, value, kinds, what: str):
+    """``value`` if it is an instance of ``kinds``, else TypeError saying ``what`` is expected."""
+    if not isinstance(value, kinds):
+        raise TypeError(f"{name}={value!r}; must be {what}")
+    return value
+
+
+def check_path(name: str, value, *, optional: bool = False):
+    """``value`` as a Path (None allowed with ``optional``); TypeError otherwise."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, (str, os.PathLike)) or str(value) == "":
+        raise TypeError(f"{name}={value!r}; must be a path (str or pathlib.Path)"
+                        + (" or None" if optional else ""))
+    return Path(value)
+
+
+# -- files ---------------------------------------------------------------------
+
+def fsync_dir(path) -> None:
+    """fsync a folder so a rename inside it is durable (a no-op where the OS
+    does not allow opening folders)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path, data, *, durable: bool = True) -> Path:
+    """Write ``data`` to ``path`` so that a reader sees the old file or the
+    whole new one, never a part: written to a temporary file in the same
+    folder, flushed (and fsynced when ``durable``), then renamed over ``path``.
+
+    Parameters
+    ----------
+    path : path
+        Destination; its folder is created.
+    data : bytes, str, or callable
+        The content; a callable is called with the open binary file and
+        writes it (e.g. ``lambda fh: df.to_parquet(fh)``).
+    durable : bool
+        fsync the file and its folder (datasets, models); caches skip it.
+
+    Returns
+    -------
+    Path
+
+    Raises
+    ------
+    OSError
+        If the folder cannot be created or written; the temporary file is
+        removed.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = _open_temp(path)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            if callable(data):
+                data(fh)
+            else:
+                fh.write(data.encode() if isinstance(data, str) else data)
+            fh.flush()
+            if durable:
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    if durable:
+        fsync_dir(path.parent)
+    return path
+
+
+def _open_temp(path: Path, suffix: str = ".tmp") -> tuple[int, str]:
+    """A new file beside ``path`` (``.<name>.<pid>.<random><suffix>``),
+    opened for writing with the permissions the umask gives (not mkstemp's
+    0600, so datasets and models stay readable by others)."""
+    for _ in range(100):
+        tmp = str(path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}{suffix}")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"cannot create a temporary file beside {path}")
+
+
+def sha256_file(path) -> str:
+    """Hex sha256 of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def cache_dir() -> Path:
+    """The user cache: ``$COSTLEARN_CACHE``, else ``$XDG_CACHE_HOME/costlearn``,
+    else ``~/.cache/costlearn``."""
+    if os.environ.get("COSTLEARN_CACHE"):
+        return Path(os.environ["COSTLEARN_CACHE"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "costlearn"
+
+
+class KeyedCache:
+    """Files in the user cache keyed by a digest of what they were made from,
+    each with a sha256 beside it; an entry is returned only when its bytes
+    still have that sha256 and the caller's ``load`` accepts them, so a
+    truncated, damaged or foreign file is rebuilt, never used.
+
+    Parameters
+    ----------
+    kind : str
+        Prefix of the file names (``"native"``).
+    suffix : str
+        File extension, with its dot (``".so"``).
+    folder : path, optional
+        :func:`cache_dir` by default (read when an entry is looked up, so
+        ``$COSTLEARN_CACHE`` set later takes effect).
+    """
+
+    def __init__(self, kind: str, suffix: str, folder=None):
+        self.kind, self.suffix, self._folder = kind, suffix, folder
+
+    def path(self, key: bytes | str) -> Path:
+        """Where the entry for ``key`` lives."""
+        key = key.encode() if isinstance(key, str) else key
+        tag = hashlib.sha256(key).hexdigest()[:16]
+        folder = Path(self._folder) if self._folder is not None else cache_dir()
+        return folder / f"{self.kind}-{tag}{self.suffix}"
+
+    def get_or_build(self, key, build, load):
+        """The loaded entry for ``key``, building it when absent or invalid.
+
+        Parameters
+        ----------
+        key : bytes or str
+            Everything the entry depends on.
+        build : callable
+            ``build(tmp_path)`` writes a new entry to ``tmp_path``.
+        load : callable
+            ``load(path)`` returns the usable object or raises (OSError,
+            ValueError, AttributeError) if the file is not acceptable.
+
+        Returns
+        -------
+        object
+            What ``load`` returned.
+
+        Raises
+        ------
+        OSError
+            If a fresh build cannot be written or loaded.
+        """
+        path = self.path(key)
+        side = path.with_name(path.name + ".sha256")
+        try:
+            if side.read_text().strip() == sha256_file(path):
+                return load(path)
+        except (OSError, ValueError, AttributeError):
+            pass                                  # missing, damaged or unacceptable: build afresh
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = _open_temp(path, self.suffix)
+        os.close(fd)
+        try:
+            build(Path(tmp))
+            obj = load(Path(tmp))                 # a build must load before it is cached
+            digest = sha256_file(tmp)
+            os.replace(tmp, path)
+            atomic_write(side, digest, durable=False)
+            return obj
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)

@@ -1,0 +1,113 @@
+"""The KernelFamily seam: one contract test run over every registered family,
+so a new family is tested for free."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from costlearn.device import PRESETS, preset
+from costlearn.dtypes import DTYPES
+from costlearn.families import DESCRIPTION_FIELDS, FAMILIES, TileDescription, family_of, get_family
+from costlearn.features import FEATURE_SETS, get_feature_set
+from costlearn.problem import LAYOUTS, Problem
+from costlearn.sampler import select_pool
+from costlearn.space import enumerate_space, rules_of
+
+FAMILY_NAMES = FAMILIES.names()
+
+
+@pytest.fixture(params=FAMILY_NAMES)
+def family(request):
+    return get_family(request.param)
+
+
+def test_config_ids_round_trip(family):
+    configs = family.all_configs()
+    assert configs and len({c.config_id for c in configs}) == len(configs)
+    for c in configs[:: max(1, len(configs) // 200)]:
+        assert family.config_from_id(c.config_id) == c
+        assert family_of(c) is family and type(c).family == family.name
+        assert isinstance(c.to_dict(), dict)
+    with pytest.raises(ValueError, match="malformed"):
+        family.config_from_id("not-a-config")
+
+
+@pytest.mark.parametrize("device", sorted(PRESETS))
+def test_feasibility_counts_add_up(family, device):
+    spec = preset(device)
+    for problem in (None, Problem(1, 4096, 4096, family.dtypes[0], family.layouts[0]),
+                    Problem(3, 5, 7, family.dtypes[0], family.layouts[0])):
+        res = enumerate_space(spec, family=family.name, dtype=family.dtypes[0], problem=problem)
+        assert set(res.rejected) == set(rules_of(family))
+        assert len(res.configs) + sum(res.rejected.values()) == res.total == len(family.all_configs())
+        assert res.configs, (device, problem)
+
+
+def test_tile_description_has_every_field_with_sane_values(family):
+    spec = preset("h200")
+    configs = enumerate_space(spec, family=family.name, dtype=family.dtypes[0]).configs
+    for dtype in family.dtypes:
+        for c in configs[:: max(1, len(configs) // 100)]:
+            d = family.describe(c, dtype)
+            assert isinstance(d, TileDescription) and tuple(d.__dataclass_fields__) == DESCRIPTION_FIELDS
+            assert min(d.block_m, d.block_n, d.block_k, d.threads, d.thread_m, d.thread_n, d.pipeline_stages) >= 1
+            assert d.thread_m * d.thread_n * d.threads == d.block_m * d.block_n
+            assert d.element_bytes == DTYPES[dtype].element_bytes and d.smem_bytes > 0
+            assert d.registers_per_thread > 0 and min(d.bank_conflict_a_read, d.bank_conflict_b_read) >= 1
+            assert family.block_tile(c) == (d.block_m, d.block_n, d.block_k)
+            assert family.describe(c, dtype, 99.0).registers_per_thread == 99.0
+
+
+@pytest.mark.parametrize("feature_set", FEATURE_SETS.names())
+def test_features_have_no_nan_for_every_family(family, feature_set):
+    spec = preset("h200")
+    configs = list(enumerate_space(spec, family=family.name, dtype=family.dtypes[0]).configs[::25])
+    fs = get_feature_set(feature_set)
+    for m, n, k in [(1, 1, 1), (1, 4096, 4096), (8191, 17, 65535)]:
+        rows = pd.DataFrame(dict(m=m, n=n, k=k, dtype=family.dtypes[0], layout=family.layouts[0], family=family.name,
+                                 config_id=[c.config_id for c in configs]))
+        X = fs.transform(rows, spec)
+        assert list(X.columns) == list(fs.feature_names(family)) and np.isfinite(X.to_numpy()).all()
+
+
+def test_param_features_are_numbers_for_every_config(family):
+    configs = family.all_configs()[:50]
+    got = family.param_features(configs)
+    assert tuple(got) == tuple(family.param_feature_names)
+    assert all(v.shape == (len(configs),) and np.isfinite(v).all() for v in got.values())
+
+
+def test_unsupported_dtypes_and_layouts_are_refused(family):
+    for dtype in set(DTYPES) - set(family.dtypes):
+        with pytest.raises(ValueError, match=f"supports {list(family.dtypes)}".replace("[", "\\[").replace("]", "\\]")):
+            family.check_problem(Problem(4, 4, 4, dtype))
+    for layout in set(LAYOUTS) - set(family.layouts):
+        with pytest.raises(ValueError, match="layout"):
+            family.check_problem(Problem(4, 4, 4, family.dtypes[0], layout))
+
+
+def test_pool_is_stratified_by_the_descriptions_block_height(family):
+    space = enumerate_space(preset("h200"), family=family.name, dtype=family.dtypes[0]).configs
+    pool = select_pool(space, 64, np.random.default_rng(0))
+    heights = {family.block_tile(c)[0] for c in pool}
+    assert len(pool) == 64 and heights == {family.block_tile(c)[0] for c in space}
+
+
+def test_unknown_family_lists_the_known_ones():
+    with pytest.raises(ValueError, match="gemm"):
+        get_family("conv2d")
+    with pytest.raises(TypeError, match="config of a kernel family"):
+        family_of((64, 64, 16))
+
+
+def test_device_peaks_per_dtype_come_from_the_preset():
+    h200 = preset("h200")
+    assert h200.peak_gflops_for("float32") == 67_000.0 and h200.peak_gflops_for("bfloat16") == 989_400.0
+    assert h200.peak_gflops_for("tfloat32") == 494_700.0 and preset("a100").peak_gflops_for("float16") == 312_000.0
+    import dataclasses
+    cpu = dataclasses.replace(h200, peak_gflops_bf16=None)
+    with pytest.raises(ValueError, match="no bfloat16 peak"):
+        cpu.peak_gflops_for("bfloat16")
+    with pytest.raises(ValueError, match="peak_gflops_fp16"):
+        dataclasses.replace(h200, peak_gflops_fp16=-1.0)

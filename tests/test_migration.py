@@ -1,0 +1,59 @@
+"""Artifacts of the layout before kernel families (``models/<device>/<dtype>/``,
+schema 2) get a clear message, and ``costlearn migrate-models`` converts them
+keeping the booster byte for byte."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from costlearn.model import artifact
+from costlearn.util import sha256_file
+
+
+def _old_layout(model_dir, root):
+    """A schema-2 artifact as costlearn 0.1 wrote it, made from the committed one."""
+    side = json.loads((model_dir / "model.json").read_text())
+    old = root / model_dir.parents[1].name / "float32"
+    old.mkdir(parents=True)
+    shutil.copy(model_dir / "model.ubj", old / "model.ubj")
+    state = side["model_state"]
+    bf = side["baselines"]["best_fixed"]
+    old_side = dict(artifact_schema=2, model="xgboost", feature_set=side["feature_set"],
+                    feature_names=side["feature_names"], feature_version=side["feature_version"],
+                    params=state["settings"]["params"], best_iteration=state["best_iteration"],
+                    validation_rmse_log2=state["validation_rmse_log2"], device=side["device"],
+                    device_slug=side["device_slug"], dtype="float32", template_hash=side["template_hash"],
+                    costlearn_version=side["costlearn_version"], candidates=side["candidates"],
+                    envelope=side["envelope"], metrics=side["metrics"], training=side["training"],
+                    baselines=dict(best_fixed=dict(scores=bf["scores"], best_config_id=bf["best_config_id"])),
+                    model_sha256=sha256_file(old / "model.ubj"))
+    (old / "model.json").write_text(json.dumps(old_side))
+    return old
+
+
+def test_an_old_layout_artifact_names_the_migration_command(model_dir, tmp_path):
+    from costlearn.predict import predict_best
+    old = _old_layout(model_dir, tmp_path / "models")
+    with pytest.raises(artifact.ArtifactError, match="costlearn migrate-models"):
+        artifact.load(old)
+    with pytest.raises(ValueError, match="migrate-models"):
+        predict_best(8, 8, 8, models_dir=tmp_path / "models")
+
+
+def test_migrate_models_keeps_the_booster_and_the_answers(model_dir, tmp_path, capsys):
+    from costlearn.cli import main
+    from costlearn.predict import Predictor
+    root = tmp_path / "models"
+    old = _old_layout(model_dir, root)
+    booster = sha256_file(old / "model.ubj")
+    assert main(["migrate-models", str(root)]) == 0
+    assert "-> " in capsys.readouterr().out and not old.exists()
+    new = root / model_dir.parents[1].name / "gemm" / "float32"
+    assert sha256_file(new / "model.ubj") == booster
+    a, b = Predictor(new), Predictor(model_dir)
+    for s in [(1, 1024, 1024), (300, 200, 100), (9000, 5, 12000)]:
+        assert a.predict_best(*s).config == b.predict_best(*s).config
+    assert main(["migrate-models", str(root)]) == 0
+    assert "no artifact in the layout before" in capsys.readouterr().out

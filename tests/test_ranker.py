@@ -1,0 +1,222 @@
+"""The Ranker seam: one contract run over both implementations (native C and
+numpy), which must give the same bits; the cascade keeps the full model's
+choice; the C struct is checked against its one Python definition."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from costlearn.model.scorer import Scorer
+from costlearn.predict import Predictor, predict_best
+from costlearn.problem import Problem
+from costlearn.ranker import RANKERS
+from costlearn.sampler import ShapeBounds, sample_shapes
+
+from conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def pred(model_dir):
+    p = Predictor(model_dir)
+    assert p.ranker.name == "native", "the C ranker did not build here"
+    return p
+
+
+@pytest.fixture(scope="module")
+def rankers(pred):
+    """Every registered ranker over the committed model."""
+    r = pred.ranker
+    return {name: RANKERS.get(name)(r.features, r.scorer, r.envelope, r.floors) for name in RANKERS.names()}
+
+
+@pytest.fixture(scope="module")
+def problems():
+    rng = np.random.default_rng(17)
+    wide = [Problem(*(int(x) for x in np.round(2 ** rng.uniform(0, 14, 3)))) for _ in range(150)]
+    return wide + [Problem(*s) for s in [(1, 1, 1), (1, 1024, 1024), (2**31 - 1, 1, 1), (3, 2**20, 5)]]
+
+
+def _same(a, b):
+    return np.array_equal(a.order, b.order) and np.array_equal(a.scores, b.scores) and a.nearest == b.nearest \
+        and a.nearest_distance == b.nearest_distance and a.fits == b.fits
+
+
+@pytest.mark.parametrize("cascade", [True, False])
+@pytest.mark.parametrize("top", [1, 5, 12])
+def test_every_ranker_gives_the_same_bits(rankers, problems, cascade, top):
+    ref = rankers["numpy"]
+    for name, r in rankers.items():
+        for q in problems:
+            assert _same(r.rank(q, top=top, cascade=cascade), ref.rank(q, top=top, cascade=cascade)), (name, q)
+
+
+def test_every_shape_feature_has_the_same_bits_in_c_and_numpy(pred, problems):
+    """A scorer that reads one feature column makes the column the score: the
+    C features (costlearn_shape_features) equal features.analytic.shape_arrays."""
+    f, r = pred.ranker.features, pred.ranker
+    for j in np.flatnonzero(f.shape_columns >= 0):
+        col = int(f.shape_columns[j])
+        sc = Scorer(len(f.names), None, 1.0, col, 1.0)
+        a = RANKERS.get("native")(f, sc, r.envelope, r.floors)
+        b = RANKERS.get("numpy")(f, sc, r.envelope, r.floors)
+        for q in problems[::5]:
+            assert _same(a.rank(q, top=64), b.rank(q, top=64)), (f.names[col], q)
+
+
+def test_nearest_shape_is_the_envelopes(pred, problems):
+    env = pred.envelope
+    for q in problems:
+        res = pred.ranker.rank(q)
+        assert (res.nearest, res.nearest_distance) == env.nearest_index(q.m, q.n, q.k)
+
+
+def test_flat_forest_margins_match_xgboost(pred, problems):
+    booster = pred.artifact.model().booster_
+    for q in problems[:40]:
+        X = pred.ranker.features.numpy(q.m, q.n, q.k)
+        ref = booster.inplace_predict(X, validate_features=False)
+        assert np.abs(pred.artifact.scorer.forest.margin_numpy(X) - ref).max() < 1e-4
+
+
+@pytest.mark.parametrize("kind", ["drawn like the training shapes", "log-uniform"])
+def test_cascade_keeps_the_full_models_choice(model_dir, pred, kind):
+    full = Predictor(model_dir, cascade=False)
+    train = {tuple(s) for s in pred.envelope.shapes}
+    if kind == "log-uniform":
+        rng = np.random.default_rng(99)
+        shapes = [tuple(int(x) for x in np.round(2 ** rng.uniform(0, 14, 3))) for _ in range(400)]
+    else:
+        drawn = sample_shapes(800, ShapeBounds.for_device(pred.spec.device_type == "cpu"), np.random.default_rng(99))
+        shapes = [s for s in drawn if s not in train][:400]
+    assert pred.artifact.scorer.cascade, "the committed model has a cascade"
+    agree = sum(pred.predict_best(*s).config == full.predict_best(*s).config for s in shapes)
+    assert agree >= 0.99 * len(shapes)
+
+
+def test_rank_is_the_full_model_in_order(pred):
+    q = pred.problem(300, 200, 100)
+    configs, t = pred.rank(q)
+    assert list(t) == sorted(t) and len(configs) == int(pred.feasible(q).sum())
+    assert pred.predict(q).config == configs[0]
+
+
+def test_a_mask_of_the_wrong_shape_or_selecting_nothing_is_refused(pred):
+    """Regression: mask=[True] once made the C ranker read past the end of the array."""
+    q = pred.problem(300, 200, 100)
+    for r in (pred.ranker, RANKERS.get("numpy")(pred.ranker.features, pred.ranker.scorer, pred.envelope,
+                                                pred.ranker.floors)):
+        with pytest.raises(ValueError, match="bool array of shape"):
+            r.rank(q, [True])
+        with pytest.raises(ValueError, match="selects no candidate"):
+            r.rank(q, np.zeros(len(pred.configs), bool))
+    big = np.ones(2 * len(pred.configs), bool)
+    assert len(pred.rank(q, big[::2])[0]) == len(pred.configs)
+
+
+def test_huge_top_k_does_not_wrap_in_c(pred):
+    """Regression: top_k >= 2**31 wrapped to a negative int32 and picked a wrong config."""
+    want = pred.predict_best(300, 200, 500)
+    got = pred.predict_best(300, 200, 500, top_k=2**40)
+    assert got.config == want.config and len(got.top_k) == int(pred.feasible(pred.problem(300, 200, 500)).sum())
+
+
+def test_repeated_problem_is_served_from_the_cache(pred):
+    a = pred.predict_best(123, 45, 67)
+    assert pred.predict_best(123, 45, 67) is a
+
+
+def test_bool_extent_is_refused_even_when_the_int_shape_is_cached(device_name):
+    """Regression: True == 1 and hash(True) == hash(1), so a cache keyed by the
+    raw arguments would have answered predict_best(True, 8, 8)."""
+    predict_best(1, 8, 8, device=device_name)
+    with pytest.raises(TypeError, match="M=True"):
+        predict_best(True, 8, 8, device=device_name)
+    with pytest.raises(TypeError, match="top_k=True"):
+        predict_best(1, 8, 8, device=device_name, top_k=True)
+
+
+@pytest.mark.parametrize("kw, exc, says", [
+    (dict(measure_top_k=-1), ValueError, "measure_top_k=-1"),
+    (dict(measure_top_k=1.5), TypeError, "measure_top_k=1.5"),
+    (dict(measure_top_k=True), TypeError, "measure_top_k=True"),
+    (dict(measure_top_k=None), TypeError, "measure_top_k=None"),
+    (dict(backend="opencl"), TypeError, "backend='opencl'"),
+    (dict(tuning_db=3), TypeError, "tuning_db=3"),
+])
+def test_bad_options_say_what_is_allowed_even_for_a_cached_problem(device_name, kw, exc, says):
+    predict_best(8, 8, 8, device=device_name)
+    with pytest.raises(exc, match=says):
+        predict_best(8, 8, 8, device=device_name, **kw)
+
+
+def test_the_c_struct_is_generated_from_python_and_its_layout_checked():
+    import ctypes
+
+    from costlearn.ranker import native
+    header = native.c_header()
+    for name, _ in native.RankContext._fields_:
+        assert f" {name}" in header or f"*{name};" in header, name
+    native.check_layout(native.library())
+
+    class Shifted:                                     # a library built from another struct layout
+        def costlearn_layout(self, out, n):
+            real = (ctypes.c_int64 * n)()
+            got = native.library().costlearn_layout(real, n)
+            for i in range(n):
+                out[i] = real[i] + (8 if i == 5 else 0)
+            return got
+    with pytest.raises(OSError, match="struct layout"):
+        native.check_layout(Shifted())
+
+
+_PREDICT = ("import sys, json, warnings; warnings.simplefilter('always'); from costlearn.predict import Predictor; "
+            "p = Predictor(sys.argv[1]); print(p.ranker.name); "
+            "print(json.dumps([p.predict_best(*s).config.config_id for s in [(1,64,64),(300,200,500),(7,9,11),"
+            "(48,64,96),(9000,3,12000)]]))")
+
+
+def _run(model_dir, cache, **env):
+    e = dict(os.environ, PYTHONPATH=str(ROOT), COSTLEARN_CACHE=str(cache), **env)
+    e.pop("COSTLEARN_NO_C", None)
+    return subprocess.run([sys.executable, "-c", _PREDICT, str(model_dir)], env=e, capture_output=True, text=True)
+
+
+def test_damaged_compiled_library_is_rebuilt_not_loaded(model_dir, tmp_path):
+    """Regression: a truncated .so in the cache crashed the process (SIGBUS) on load."""
+    first = _run(model_dir, tmp_path)
+    assert first.returncode == 0, first.stderr
+    (so,) = tmp_path.glob("native-*.so")
+    so.write_bytes(so.read_bytes()[:4000])
+    again = _run(model_dir, tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == first.stdout and again.stdout.startswith("native")
+
+
+def test_compiler_that_writes_nothing_is_not_cached(model_dir, tmp_path):
+    """Regression: CC=true 'succeeded' with an empty file, cached for good."""
+    out = _run(model_dir, tmp_path, CC="true")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("native")             # the next compiler (sysconfig CC or cc) built it
+    (so,) = tmp_path.glob("native-*.so")
+    assert so.stat().st_size > 1000
+
+
+def test_without_a_c_compiler_the_numpy_ranker_gives_the_same_answers(model_dir, tmp_path):
+    """No compiler on PATH and an empty cache: one warning naming the problem,
+    the numpy ranker, the same configs as the C ranker."""
+    ok = _run(model_dir, tmp_path / "ok").stdout.splitlines()
+    env = {k: v for k, v in os.environ.items() if k not in ("CC", "COSTLEARN_NO_C")}
+    env.update(PYTHONPATH=str(ROOT), COSTLEARN_CACHE=str(tmp_path / "cache"), PATH=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", _PREDICT, str(model_dir)], env=env, capture_output=True, text=True,
+                         check=True)
+    lines = out.stdout.splitlines()
+    if lines[0] == "native":
+        pytest.skip("the compiler Python was built with is an absolute path; it cannot be hidden here")
+    assert ok[0] == "native" and lines[0] == "numpy"
+    assert "could not build its C ranker" in out.stderr and "no C compiler worked" in out.stderr
+    assert json.loads(lines[1]) == json.loads(ok[1])

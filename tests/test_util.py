@@ -1,0 +1,56 @@
+"""The shared utilities: argument checks, the atomic write, the keyed cache."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from costlearn.util import KeyedCache, atomic_write, check_choice, check_int, check_real
+
+
+def test_checks_name_the_value_and_what_is_allowed():
+    assert check_int("top_k", np.int64(3), 1) == 3 and type(check_int("top_k", np.int64(3), 1)) is int
+    for bad, exc in ((True, TypeError), (2.0, TypeError), ("3", TypeError), (0, ValueError)):
+        with pytest.raises(exc, match=f"top_k={bad!r}"):
+            check_int("top_k", bad, 1)
+    assert check_real("budget_s", 5, 0, strict=True) == 5.0
+    for bad in (0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="budget_s"):
+            check_real("budget_s", bad, 0, strict=True)
+    with pytest.raises(ValueError, match="'a', 'b'"):
+        check_choice("mode", "c", ("a", "b"))
+
+
+def test_atomic_write_leaves_the_old_file_when_the_writer_fails(tmp_path):
+    path = atomic_write(tmp_path / "f.txt", "old")
+
+    def boom(fh):
+        fh.write(b"half")
+        raise RuntimeError("killed")
+    with pytest.raises(RuntimeError):
+        atomic_write(path, boom)
+    assert path.read_text() == "old" and sorted(os.listdir(tmp_path)) == ["f.txt"]
+
+
+def test_keyed_cache_rebuilds_a_damaged_or_unacceptable_entry(tmp_path):
+    cache = KeyedCache("thing", ".bin", folder=tmp_path)
+    builds = []
+
+    def build(path):
+        builds.append(1)
+        path.write_bytes(b"good")
+
+    def load(path):
+        data = path.read_bytes()
+        if data != b"good":
+            raise ValueError("not good")
+        return data
+    assert cache.get_or_build("k", build, load) == b"good" and len(builds) == 1
+    assert cache.get_or_build("k", build, load) == b"good" and len(builds) == 1       # reused
+    cache.path("k").write_bytes(b"bad!")                                                # damaged
+    assert cache.get_or_build("k", build, load) == b"good" and len(builds) == 2
+    assert cache.get_or_build("other key", build, load) == b"good" and len(builds) == 3
+    with pytest.raises(ValueError):
+        cache.get_or_build("never", lambda p: p.write_bytes(b"bad"), load)             # a bad build is not cached
+    assert not cache.path("never").exists()
