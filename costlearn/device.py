@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import re
 from dataclasses import dataclass, field
+
+from .util import check_int, check_real
 
 __all__ = ["DeviceSpec", "PRESETS", "preset", "device_slug"]
 
@@ -124,18 +125,14 @@ class DeviceSpec:
         for f in ("multiprocessors", "warp_size", "max_threads_per_block",
                   "max_threads_per_mp", "max_blocks_per_mp", "smem_per_block_bytes",
                   "smem_per_block_optin_bytes", "smem_per_mp_bytes", "l2_bytes", "register_alloc_unit"):
-            _check_int(f, getattr(self, f), 1)
-        _check_int("smem_reserved_per_block_bytes", self.smem_reserved_per_block_bytes, 0)
+            check_int(f"DeviceSpec.{f}", getattr(self, f), 1)
+        check_int("DeviceSpec.smem_reserved_per_block_bytes", self.smem_reserved_per_block_bytes, 0)
         for f in ("registers_per_mp", "max_registers_per_thread"):
             if getattr(self, f) is not None:
-                _check_int(f, getattr(self, f), 1)
+                check_int(f"DeviceSpec.{f}", getattr(self, f), 1)
         for f in ("peak_gflops", "memory_bandwidth_gbps") + _TENSOR_PEAKS:
-            v = getattr(self, f)
-            if v is None and f in _TENSOR_PEAKS:
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-                raise ValueError(f"DeviceSpec.{f}={v!r}; must be a finite number > 0"
-                                 + (" or None" if f in _TENSOR_PEAKS else ""))
+            if getattr(self, f) is not None or f not in _TENSOR_PEAKS:
+                check_real(f"DeviceSpec.{f}", getattr(self, f), 0, strict=True)
 
     def peak_gflops_for(self, dtype: str) -> float:
         """Peak throughput for inputs of ``dtype``, GFLOP/s: the float32 peak
@@ -189,11 +186,6 @@ class DeviceSpec:
 _TENSOR_PEAKS = ("peak_gflops_tf32", "peak_gflops_fp16", "peak_gflops_bf16")
 _PEAK_FIELD = {"fp32": "peak_gflops", "tf32": "peak_gflops_tf32", "fp16": "peak_gflops_fp16",
                "bf16": "peak_gflops_bf16"}
-
-
-def _check_int(name: str, v, lo: int) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-        raise ValueError(f"DeviceSpec.{name}={v!r}; must be an int >= {lo}")
 
 
 # --- presets -----------------------------------------------------------------

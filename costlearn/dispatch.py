@@ -37,6 +37,7 @@ import pandas as pd
 
 from .families import family_of
 from .space import tile_fits_problem
+from .util import check_int
 
 __all__ = ["Dispatch", "fit_dispatch", "evaluate_dispatch", "parse_range", "range_shapes", "check_name",
            "MAX_CONFIGS"]
@@ -96,12 +97,15 @@ class Dispatch:
     source: str = ""
     single_best: object = None
 
+    def __post_init__(self) -> None:
+        self._tiles = [family_of(c).block_tile(c) for c in self.configs]
+
     def block_tiles(self) -> list[tuple[int, int, int]]:
         """(BM, BN, BK) of each member (the family's tile description)."""
-        return [family_of(c).block_tile(c) for c in self.configs]
+        return list(self._tiles)
 
     def _fits(self, i: int, m: int, n: int, k: int) -> bool:
-        return bool(tile_fits_problem(*self.block_tiles()[i], int(m), int(n), int(k), self.floors))
+        return bool(tile_fits_problem(*self._tiles[i], int(m), int(n), int(k), self.floors))
 
     def select(self, m: int, n: int, k: int):
         """The member the selector launches for extents (m, n, k)."""
@@ -329,10 +333,9 @@ def fit_dispatch(predictor, ranges: dict, *, max_configs: int = 3, samples: int 
     """
     from sklearn.tree import DecisionTreeClassifier
 
-    for name, v, lo, hi in (("max_configs", max_configs, 1, MAX_CONFIGS), ("samples", samples, 10, 100_000),
-                            ("max_depth", max_depth, 1, 8)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not lo <= v <= hi:
-            raise ValueError(f"{name}={v!r}; must be an int in [{lo}, {hi}]")
+    max_configs = check_int("max_configs", max_configs, 1, MAX_CONFIGS)
+    samples = check_int("samples", samples, 10, 100_000)
+    max_depth = check_int("max_depth", max_depth, 1, 8)
     ranges = {d: tuple(int(x) for x in ranges[d]) for d in "MNK"}
     shapes = range_shapes(ranges, samples, seed)
     configs = predictor.configs

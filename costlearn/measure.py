@@ -103,16 +103,11 @@ class Protocol:
     version: int = PROTOCOL_VERSION
 
     def __post_init__(self) -> None:
-        import numbers
+        from .util import check_int, check_real
         for name, lo in (("rounds", 1), ("warmup_launches", 0), ("max_launches", 1), ("seed", 0)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
-                raise ValueError(f"Protocol.{name}={v!r}; must be an int >= {lo}")
-            object.__setattr__(self, name, int(v))
+            object.__setattr__(self, name, check_int(f"Protocol.{name}", getattr(self, name), lo))
         for name in ("min_sample_us", "timeout_us"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v <= 0:
-                raise ValueError(f"Protocol.{name}={v!r}; must be a finite number > 0")
+            object.__setattr__(self, name, check_real(f"Protocol.{name}", getattr(self, name), 0, strict=True))
         if self.distribution not in DISTRIBUTIONS:
             raise ValueError(f"Protocol.distribution={self.distribution!r}; allowed: {DISTRIBUTIONS}")
         if not 0 < self.density <= 1:

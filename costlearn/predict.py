@@ -413,10 +413,10 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
     >>> p.config.config_id, p.time_us, p.ood                      # doctest: +SKIP
     """
     # Hot path: a problem this process has answered, plain ints, no options.
-    if type(M) is int and type(N) is int and type(K) is int and type(top_k) is int and running_on is None \
-            and measure_top_k == 0 and type(measure_top_k) is int and backend is None and tuning_db is None \
-            and (models_dir is None or type(models_dir) is str) and (device is None or type(device) is str):
-        pred = _CACHE.get((device, family, dtype, _store_key(models_dir)))
+    if type(M) is int and type(N) is int and type(K) is int and type(top_k) is int and type(measure_top_k) is int \
+            and not measure_top_k and running_on is None and backend is None and tuning_db is None:
+        pred = _CACHE.get((device, family, dtype, None if models_dir is None else _store_key(models_dir))) \
+            if (device is None or type(device) is str) and (models_dir is None or type(models_dir) is str) else None
         if pred is not None:
             hit = pred._results.get((M, N, K, layout, top_k))
             if hit is not None:

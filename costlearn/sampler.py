@@ -42,10 +42,13 @@ class ShapeBounds:
     skinny_share: float = 0.15
 
     def __post_init__(self) -> None:
-        if not (isinstance(self.min_extent, int) and isinstance(self.max_extent, int)
-                and 1 <= self.min_extent <= self.max_extent <= 2**31 - 1):
-            raise ValueError(f"shape bounds [{self.min_extent!r}, {self.max_extent!r}]; "
-                             "need ints with 1 <= min_extent <= max_extent < 2**31")
+        from .util import check_int
+        lo = check_int("ShapeBounds.min_extent", self.min_extent, 1, 2**31 - 1)
+        hi = check_int("ShapeBounds.max_extent", self.max_extent, 1, 2**31 - 1)
+        if lo > hi:
+            raise ValueError(f"shape bounds [{lo}, {hi}]; need min_extent <= max_extent")
+        object.__setattr__(self, "min_extent", lo)
+        object.__setattr__(self, "max_extent", hi)
         if not self.max_flops >= 2:
             raise ValueError(f"max_flops={self.max_flops!r}; must be >= 2")
         if not (0 <= self.batch1_share <= 1 and 0 <= self.skinny_share <= 1

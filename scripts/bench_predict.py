@@ -156,7 +156,10 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             pred.predict(q)
             t_mixed.append(time.perf_counter() - t0)
-        kw = dict(device=dev, family=args.family, dtype=args.dtype, models_dir=args.models)
+        # As a compiler calls it: the device named, other options only where not the default.
+        kw = dict(device=dev, **({} if args.family == "gemm" else dict(family=args.family)),
+                  **({} if args.dtype == "float32" else dict(dtype=args.dtype)),
+                  **({} if args.models is None else dict(models_dir=args.models)))
         load_predictor(dev, args.family, args.dtype, args.models).clear_results()
         for s in shapes:
             costlearn.predict_best(*s, **kw)                    # first call fills the module cache
