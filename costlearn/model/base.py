@@ -28,8 +28,8 @@ import pandas as pd
 from ..registry import Registry
 from ..util import atomic_write, sha256_file
 
-__all__ = ["CostModel", "NotFittedError", "MODELS", "BASELINES", "get_model", "REQUIRED_COLUMNS", "check_rows",
-           "shape_groups"]
+__all__ = ["CostModel", "BoostedTreesModel", "NotFittedError", "MODELS", "BASELINES", "get_model",
+           "REQUIRED_COLUMNS", "check_rows", "shape_groups"]
 
 REQUIRED_COLUMNS = ("m", "n", "k", "dtype", "layout", "family", "config_id")
 """Columns every model needs in the rows it is given."""
@@ -149,6 +149,62 @@ class CostModel(abc.ABC):
             raise ValueError(f"{path} does not belong to this model (sha256 differs from the sidecar): a "
                              "training may be writing this folder; retry, or retrain")
         return path
+
+
+class BoostedTreesModel(CostModel):
+    """What the gradient-boosted models share: settings (a feature set and a
+    frozen params object of :attr:`params_type`), their feature matrix, and
+    the state their ``save`` writes and ``load`` reads.
+
+    Parameters
+    ----------
+    feature_set : {"analytic", "raw", "derived"}
+    params : params_type, optional
+        Hyper-parameters (the class's defaults when None).
+    """
+
+    params_type: type = object
+
+    def __init__(self, feature_set: str = "analytic", params=None):
+        self.feature_set = feature_set
+        self.params = params
+
+    def _params(self):
+        return self.params or self.params_type()
+
+    def _fit_start(self, rows: pd.DataFrame, spec) -> None:
+        """Validate rows and record the device and the feature columns."""
+        from ..features import get_feature_set
+        from ..features.base import rows_family
+        check_rows(rows, need_time=True)
+        self.spec_ = spec
+        self.feature_names_ = tuple(get_feature_set(self.feature_set).feature_names(rows_family(rows)))
+
+    def _features(self, rows: pd.DataFrame) -> np.ndarray:
+        """The rows' feature matrix, float32, shape (R, F), C-contiguous."""
+        from ..features import get_feature_set
+        return np.ascontiguousarray(get_feature_set(self.feature_set).transform(rows, self.spec_).to_numpy(np.float32))
+
+    def _state(self, files: dict, **fitted) -> dict:
+        """The JSON-ready state: settings, feature names, fitted scalars, files."""
+        import dataclasses
+        return dict(settings=dict(feature_set=self.feature_set, params=dataclasses.asdict(self._params())),
+                    feature_names=list(self.feature_names_), files=files, **fitted)
+
+    @classmethod
+    def _from_state(cls, state: dict, spec) -> "BoostedTreesModel":
+        """A fitted-looking model with the state's settings and feature names
+        (the subclass adds what it learned)."""
+        settings = state["settings"]
+        model = cls(feature_set=settings["feature_set"], params=cls.params_type(**settings["params"]))
+        model.spec_, model.feature_names_ = spec, tuple(state["feature_names"])
+        model.fitted_ = True
+        return model
+
+    def _check_columns(self, feature_names) -> None:
+        self._check_fitted()
+        if tuple(feature_names) != tuple(self.feature_names_):
+            raise ValueError("the scorer must read the model's own feature columns")
 
 
 MODELS = Registry("cost model", {

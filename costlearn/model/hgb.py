@@ -14,16 +14,13 @@ scikit-learn exposes them; the export is checked against
 """
 from __future__ import annotations
 
-import dataclasses
 import io
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from ..features import get_feature_set
-from ..features.base import rows_family
-from .base import CostModel, check_rows, shape_groups
+from .base import BoostedTreesModel, check_rows, shape_groups
 from .forest import FlatForest, ForestError
 
 __all__ = ["HGBParams", "HGBCostModel"]
@@ -82,7 +79,7 @@ def _trees_of(estimator) -> list[dict]:
     return trees
 
 
-class HGBCostModel(CostModel):
+class HGBCostModel(BoostedTreesModel):
     """HistGradientBoostingRegressor of log2(time_us) on a feature set.
 
     Parameters
@@ -103,18 +100,11 @@ class HGBCostModel(CostModel):
     """
 
     name = "hgb"
-
-    def __init__(self, feature_set: str = "analytic", params: HGBParams | None = None):
-        self.feature_set = feature_set
-        self.params = params
-
-    def _features(self, rows: pd.DataFrame) -> np.ndarray:
-        fs = get_feature_set(self.feature_set)
-        return np.ascontiguousarray(fs.transform(rows, self.spec_).to_numpy(np.float32))
+    params_type = HGBParams
 
     def _estimator(self, max_iter: int, early: bool):
         from sklearn.ensemble import HistGradientBoostingRegressor
-        p = self.params or HGBParams()
+        p = self._params()
         return HistGradientBoostingRegressor(
             loss="squared_error", learning_rate=p.learning_rate, max_iter=max_iter,
             max_leaf_nodes=p.max_leaf_nodes, max_depth=p.max_depth, min_samples_leaf=p.min_samples_leaf,
@@ -134,10 +124,8 @@ class HGBCostModel(CostModel):
         """
         from sklearn.model_selection import GroupShuffleSplit
 
-        check_rows(rows, need_time=True)
-        p = self.params or HGBParams()
-        self.spec_ = spec
-        self.feature_names_ = tuple(get_feature_set(self.feature_set).feature_names(rows_family(rows)))
+        self._fit_start(rows, spec)
+        p = self._params()
         groups = shape_groups(rows)
         if len(np.unique(groups)) < 2:
             raise ValueError(f"need rows from at least 2 problems to fit, got {len(np.unique(groups))}")
@@ -169,10 +157,7 @@ class HGBCostModel(CostModel):
         buf = io.BytesIO()
         np.savez(buf, **self.forest_.arrays())
         files = self._write(folder, "model.npz", buf.getvalue())
-        return dict(settings=dict(feature_set=self.feature_set,
-                                  params=dataclasses.asdict(self.params or HGBParams())),
-                    feature_names=list(self.feature_names_), n_iter=self.n_iter_,
-                    validation_rmse_log2=self.validation_rmse_log2_, files=files)
+        return self._state(files, n_iter=self.n_iter_, validation_rmse_log2=self.validation_rmse_log2_)
 
     @classmethod
     def load(cls, folder, state: dict, spec) -> "HGBCostModel":
@@ -186,22 +171,17 @@ class HGBCostModel(CostModel):
         path = cls._read(folder, state, "model.npz")
         with np.load(path, allow_pickle=False) as z:
             forest = FlatForest.from_arrays(z)
-        settings = state["settings"]
-        model = cls(feature_set=settings["feature_set"], params=HGBParams(**settings["params"]))
-        model.forest_, model.spec_ = forest, spec
-        model.feature_names_ = tuple(state["feature_names"])
+        model = cls._from_state(state, spec)
         if forest.n_features != len(model.feature_names_):
             raise ValueError(f"{path}: trees read {forest.n_features} features, the state names "
                              f"{len(model.feature_names_)}")
+        model.forest_ = forest
         model.n_iter_ = state.get("n_iter")
         model.validation_rmse_log2_ = state.get("validation_rmse_log2")
-        model.fitted_ = True
         return model
 
     def scorer(self, feature_names, candidate_ids):
         """The fitted flat forest (its margin is log2 time)."""
         from .scorer import Scorer
-        self._check_fitted()
-        if tuple(feature_names) != tuple(self.feature_names_):
-            raise ValueError("the scorer must read the model's own feature columns")
+        self._check_columns(feature_names)
         return Scorer(len(self.feature_names_), self.forest_, 1.0)

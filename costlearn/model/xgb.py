@@ -1,15 +1,12 @@
 """The product's cost model: gradient-boosted trees (XGBoost) on log2 time."""
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from ..features import get_feature_set
-from ..features.base import rows_family
-from .base import CostModel, check_rows, shape_groups
+from .base import BoostedTreesModel, check_rows, shape_groups
 
 __all__ = ["XGBParams", "XGBCostModel", "OBJECTIVES"]
 
@@ -87,7 +84,7 @@ def _labels(rows: pd.DataFrame, groups: np.ndarray, objective: str) -> np.ndarra
     return np.clip(np.round(8.0 - 8.0 * slow), 0, 8)    # relevance: 8 best .. 0 at 2x
 
 
-class XGBCostModel(CostModel):
+class XGBCostModel(BoostedTreesModel):
     """XGBoost regressor of log2(time_us) on a feature set.
 
     Parameters
@@ -106,19 +103,12 @@ class XGBCostModel(CostModel):
     """
 
     name = "xgboost"
-
-    def __init__(self, feature_set: str = "analytic", params: XGBParams | None = None):
-        self.feature_set = feature_set
-        self.params = params
+    params_type = XGBParams
 
     @property
     def predicts_time(self) -> bool:
         """Only the ``log_time`` objective predicts microseconds."""
-        return (self.params or XGBParams()).objective == "log_time"
-
-    def _features(self, rows: pd.DataFrame) -> np.ndarray:
-        fs = get_feature_set(self.feature_set)
-        return fs.transform(rows, self.spec_).to_numpy(np.float32)
+        return self._params().objective == "log_time"
 
     def fit(self, rows: pd.DataFrame, spec) -> "XGBCostModel":
         """Fit on valid rows measured on ``spec``.
@@ -132,10 +122,8 @@ class XGBCostModel(CostModel):
         import xgboost as xgb
         from sklearn.model_selection import GroupShuffleSplit
 
-        check_rows(rows, need_time=True)
-        p = self.params or XGBParams()
-        self.spec_ = spec
-        self.feature_names_ = tuple(get_feature_set(self.feature_set).feature_names(rows_family(rows)))
+        self._fit_start(rows, spec)
+        p = self._params()
         groups = shape_groups(rows)
         if len(np.unique(groups)) < 2:
             raise ValueError(f"need rows from at least 2 shapes to fit, got {len(np.unique(groups))}")
@@ -169,7 +157,7 @@ class XGBCostModel(CostModel):
         feature matrix (float32, shape (R, F))."""
         self._check_fitted()
         out = np.asarray(self.booster_.inplace_predict(X, validate_features=False), np.float64)
-        return -out if (self.params or XGBParams()).objective == "rank_pairwise" else out
+        return -out if self._params().objective == "rank_pairwise" else out
 
     def predict(self, rows: pd.DataFrame) -> np.ndarray:
         """Predicted time, microseconds (a relative score for the ranking
@@ -183,10 +171,8 @@ class XGBCostModel(CostModel):
         state: settings, feature names, rounds, validation RMSE, file digest."""
         self._check_fitted()
         files = self._write(folder, "model.ubj", bytes(self.booster_.save_raw("ubj")))
-        return dict(settings=dict(feature_set=self.feature_set,
-                                  params=dataclasses.asdict(self.params or XGBParams())),
-                    feature_names=list(self.feature_names_), best_iteration=self.best_iteration_,
-                    validation_rmse_log2=self.validation_rmse_log2_, files=files)
+        return self._state(files, best_iteration=self.best_iteration_,
+                           validation_rmse_log2=self.validation_rmse_log2_)
 
     @classmethod
     def load(cls, folder, state: dict, spec) -> "XGBCostModel":
@@ -206,13 +192,10 @@ class XGBCostModel(CostModel):
         except xgb.core.XGBoostError as e:
             first = str(e).replace("\x00", "").strip().splitlines()[0][:200] if str(e).strip() else "unknown"
             raise ValueError(f"unreadable XGBoost model {path}: {first}") from None
-        settings = state["settings"]
-        model = cls(feature_set=settings["feature_set"], params=XGBParams(**settings["params"]))
-        model.booster_, model.spec_ = booster, spec
-        model.feature_names_ = tuple(state["feature_names"])
+        model = cls._from_state(state, spec)
+        model.booster_ = booster
         model.best_iteration_ = state.get("best_iteration")
         model.validation_rmse_log2_ = state.get("validation_rmse_log2")
-        model.fitted_ = True
         return model
 
     def scorer(self, feature_names, candidate_ids):
@@ -227,8 +210,6 @@ class XGBCostModel(CostModel):
         """
         from .forest import FlatForest
         from .scorer import Scorer
-        self._check_fitted()
-        if tuple(feature_names) != tuple(self.feature_names_):
-            raise ValueError("the scorer must read the model's own feature columns")
-        sign = -1.0 if (self.params or XGBParams()).objective == "rank_pairwise" else 1.0
+        self._check_columns(feature_names)
+        sign = -1.0 if self._params().objective == "rank_pairwise" else 1.0
         return Scorer(len(self.feature_names_), FlatForest.from_xgboost(self.booster_), sign)
