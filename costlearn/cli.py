@@ -53,6 +53,14 @@ def _backend(name: str):
     return get_backend(name)
 
 
+def _check_family_dtype(args) -> None:
+    """Refuse a dtype the chosen family does not support before any device
+    is opened or anything measured."""
+    from .families import get_family
+    from .problem import Problem
+    get_family(args.family).check_problem(Problem(1, 1, 1, args.dtype))
+
+
 def _protocol(args):
     from .measure import Protocol
     return Protocol(rounds=args.rounds, distribution=args.distribution, density=args.density,
@@ -72,11 +80,12 @@ def _add_device_arg(p, what: str):
 def _add_problem_args(p, layout: bool = False):
     """--family and --dtype (and --layout), choices from the registries."""
     from .dtypes import dtype_names
-    from .families import FAMILIES
+    from .families import FAMILIES, get_family
     from .problem import LAYOUTS
     p.add_argument("--family", default="gemm", choices=FAMILIES.names(), help="kernel family (default: gemm)")
+    support = "; ".join(f"{n}: {', '.join(get_family(n).dtypes)}" for n in FAMILIES.names())
     p.add_argument("--dtype", default="float32", choices=dtype_names(),
-                   help="element type of A and B (default: float32)")
+                   help=f"element type of A and B; each family supports some ({support}) (default: float32)")
     if layout:
         p.add_argument("--layout", default="NN", choices=LAYOUTS,
                        help="A then B: N row-major, T column-major (default: NN)")
@@ -160,6 +169,7 @@ def collect_stage(backend, data_root, *, family: str, dtype: str, budget_s: floa
 
 
 def cmd_collect(args) -> int:
+    _check_family_dtype(args)
     shapes = parse_shapes(args.shapes) if args.shapes else None
     collect_stage(_backend(args.device), args.data, family=args.family, dtype=args.dtype, budget_s=args.budget,
                   pool=args.pool, configs_per_shape=args.configs_per_shape, max_extent=args.max_extent,
@@ -267,7 +277,8 @@ def cmd_dispatch(args) -> int:
                      seed=args.seed)
     paths = d.write(args.out, args.name)
     q = d.predicted
-    print(f"{len(d.configs)} configs for M {ranges['M']}, N {ranges['N']}, K {ranges['K']} "
+    span = ", ".join(f"{d_} {lo}..{hi}" for d_, (lo, hi) in ranges.items())
+    print(f"{len(d.configs)} configs for {span} "
           f"(model {pred.device}; {q['shapes']} sampled shapes):")
     for i, c in enumerate(d.configs):
         print(f"  {i}. {c.config_id}")
@@ -294,10 +305,9 @@ def cmd_dispatch(args) -> int:
     if not eval_dir.is_dir():
         print(f"no measurements in {eval_dir} to evaluate the selector on; add --measure N")
     else:
-        from .dataset import current_rows, load, noise_floor, valid_rows
+        from .dataset import current_rows, load, noise_floor, rows_where, valid_rows
         rows = valid_rows(current_rows(load(eval_dir)[0])[0])
-        rows = rows[(rows["device_slug"] == pred.spec.slug) & (rows["family"] == pred.family)
-                    & (rows["dtype"] == pred.dtype)]
+        rows = rows[rows_where(rows, device_slug=pred.spec.slug, family=pred.family, dtype=pred.dtype)]
         noise = noise_floor(rows) if len(rows) else float("nan")
         ev = evaluate_dispatch(d, pred, rows, noise_rel=noise if np.isfinite(noise) else 0.0)
         if ev.empty:
@@ -327,7 +337,7 @@ def cmd_tuning_db(args) -> int:
         print(f"{default_path()}: no tuning database yet (`costlearn predict ... --measure-top-k K` or "
               "`--tuning-db PATH` records one)")
         return 0
-    db = TuningDB(args.path)          # a --path that does not exist is an error: nothing is created
+    db = TuningDB(args.path, read_only=True)     # listing changes no file: nothing created, upgraded or set aside
     entries = db.entries()
     print(f"{db.path}: {len(entries)} entries")
     for e in entries[-args.last:]:
@@ -395,6 +405,7 @@ def cmd_run(args) -> int:
     called with explicit arguments."""
     from .model.artifact import model_folder
     t0 = time.perf_counter()
+    _check_family_dtype(args)
     be = _backend(args.device)
     print(f"== costlearn run on {be.spec.name} ({be.name})", flush=True)
     protocol = _protocol(args)
@@ -527,8 +538,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "the tuning database (default: 0, predict only)")
     _add_device_arg(p, "for --measure-top-k")
     p.add_argument("--tuning-db", default=None, metavar="PATH",
-                   help="tuning database to consult and record in (default with --measure-top-k: "
-                   "$COSTLEARN_TUNING_DB, else ~/.cache/costlearn/tuning.sqlite)")
+                   help="tuning database to consult and record in, created if missing (default with "
+                   "--measure-top-k: $COSTLEARN_TUNING_DB, else tuning.sqlite in the user cache: $COSTLEARN_CACHE, "
+                   "$XDG_CACHE_HOME/costlearn or ~/.cache/costlearn)")
     p.set_defaults(func=cmd_predict)
 
     p = sub.add_parser("dispatch", help="a few configs + a launch-time selector for a range of shapes",
@@ -561,8 +573,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tuning-db", help="list the tuning database",
                        description="List the tuning database's entries (shape, device, config, how chosen, "
                        "time). A corrupt file is reported and set aside.")
-    p.add_argument("--path", default=None, help="database file to read; it must exist (default: "
-                   "$COSTLEARN_TUNING_DB, else ~/.cache/costlearn/tuning.sqlite)")
+    p.add_argument("--path", default=None, help="database file to read; it must exist and is opened read-only "
+                   "(default: $COSTLEARN_TUNING_DB, else tuning.sqlite in the user cache: $COSTLEARN_CACHE, "
+                   "$XDG_CACHE_HOME/costlearn or ~/.cache/costlearn)")
     p.add_argument("--last", type=_positive_int, default=50, help="entries to print, newest (default: 50)")
     p.set_defaults(func=cmd_tuning_db)
 

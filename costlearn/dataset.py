@@ -20,8 +20,8 @@ import pandas as pd
 
 from .util import atomic_write, fsync_dir
 
-__all__ = ["SCHEMA_VERSION", "COLUMNS", "ADDED_COLUMNS", "write_part", "load", "compact", "noise_floor", "LoadReport", "valid_rows",
-           "measured_keys", "KEY_COLUMNS", "DatasetError", "current_rows"]
+__all__ = ["SCHEMA_VERSION", "COLUMNS", "ADDED_COLUMNS", "write_part", "load", "compact", "noise_floor", "LoadReport",
+           "valid_rows", "measured_keys", "KEY_COLUMNS", "DatasetError", "current_rows", "rows_where"]
 
 SCHEMA_VERSION = 3
 """2 added ``repeat_time_us``, ``throttled``, ``throttle_reasons``,
@@ -144,7 +144,10 @@ class LoadReport:
     quarantined : dict of str to int
         Rows with status ``ok`` whose time cannot be used, by reason
         (``time_not_finite``, ``time_not_positive``, ``time_absurd``,
-        ``spread_inconsistent``, ``shape_invalid``, ``config_invalid``).
+        ``spread_inconsistent``, ``shape_invalid``, ``problem_invalid``: a
+        dtype or layout costlearn does not know, or missing,
+        ``problem_unsupported``: one the row's family does not run,
+        ``config_invalid``: an unknown family or an id it cannot parse).
     """
 
     parts: int = 0
@@ -223,7 +226,10 @@ def load(folder: str | os.PathLike, *, strict: bool = False) -> tuple[pd.DataFra
     reasons[bad_spread & (reasons == "")] = "spread_inconsistent"
     ext = df[["m", "n", "k"]].to_numpy(np.int64)
     reasons[(ext < 1).any(axis=1) & (reasons == "")] = "shape_invalid"
+    known, supported = _problems_ok(df)
+    reasons[~known & (reasons == "")] = "problem_invalid"
     reasons[~_configs_ok(df) & (reasons == "")] = "config_invalid"
+    reasons[~supported & (reasons == "")] = "problem_unsupported"
     q = reasons != ""
     if q.any():
         df.loc[q, "status"] = "quarantined"
@@ -279,13 +285,40 @@ def _config_ok(family, config_id) -> bool:
         return False
 
 
+def _problems_ok(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: whether its dtype and layout are ones costlearn knows, and
+    whether its family supports them (bool arrays of shape (len(df),))."""
+    from .dtypes import DTYPES
+    from .families import FAMILIES, get_family
+    from .problem import LAYOUTS
+    fam, dt, lay = (df[c].astype(object).where(df[c].notna(), None).to_numpy() for c in ("family", "dtype", "layout"))
+    known = np.isin(dt, list(DTYPES)) & np.isin(lay, list(LAYOUTS))
+    supported = np.ones(len(df), bool)
+    for f in set(fam.tolist()):
+        if f in FAMILIES:
+            family = get_family(f)
+            rows = fam == f
+            supported[rows] = np.isin(dt[rows], list(family.dtypes)) & np.isin(lay[rows], list(family.layouts))
+    return known, supported
+
+
+def rows_where(df: pd.DataFrame, **values) -> np.ndarray:
+    """Rows whose columns equal ``values`` (e.g. ``family="gemm"``), bool of
+    shape (len(df),); a missing value (NA) never matches."""
+    mask = np.ones(len(df), bool)
+    for col, v in values.items():
+        mask &= df[col].eq(v).fillna(False).to_numpy(bool)
+    return mask
+
+
 def _configs_ok(df: pd.DataFrame) -> np.ndarray:
     """Whether each row's config_id parses in its family (an unknown family
     counts as invalid), bool of shape (len(df),); each distinct pair is
     parsed once."""
     if df.empty:
         return np.zeros(0, bool)
-    pairs = pd.MultiIndex.from_arrays([df["family"].astype(object), df["config_id"].astype(object)])
+    pairs = pd.MultiIndex.from_arrays([df["family"].astype(object).where(df["family"].notna(), None),
+                                       df["config_id"].astype(object).where(df["config_id"].notna(), None)])
     uniq = pairs.unique()
     ok = {p: _config_ok(*p) for p in uniq}
     return np.fromiter((ok[p] for p in pairs), bool, len(df))
@@ -297,8 +330,10 @@ def current_rows(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     old timings), and how many other rows were dropped."""
     from .families import FAMILIES, get_family
     from .measure import PROTOCOL_VERSION
-    want = df["family"].map(lambda f: get_family(f).template_hash if f in FAMILIES else None)
-    keep = ((df["template_hash"] == want) & (df["protocol_version"] == PROTOCOL_VERSION)).to_numpy(bool)
+    fams = df["family"].astype(object).where(df["family"].notna(), None)
+    want = np.array([get_family(f).template_hash if f in FAMILIES else None for f in fams], dtype=object)
+    keep = (df["template_hash"].astype(object).to_numpy() == want) & \
+        df["protocol_version"].eq(PROTOCOL_VERSION).fillna(False).to_numpy(bool)
     return df[keep], int((~keep).sum())
 
 

@@ -125,13 +125,28 @@ class Envelope:
     Raises
     ------
     ValueError
-        If the dict is not a version-2 envelope.
+        If the dict is not a version-2 envelope, or its shapes, ranges,
+        threshold or calibration are malformed (at least one shape, extents
+        >= 1, a finite threshold >= 0).
     """
 
     def __init__(self, envelope: dict):
-        if envelope.get("version") != ENVELOPE_VERSION:
-            raise ValueError(f"envelope version {envelope.get('version')!r}; this code reads version "
+        if not isinstance(envelope, dict) or envelope.get("version") != ENVELOPE_VERSION:
+            got = envelope.get("version") if isinstance(envelope, dict) else type(envelope).__name__
+            raise ValueError(f"envelope version {got!r}; this code reads version "
                              f"{ENVELOPE_VERSION} (retrain with `costlearn train`)")
+        try:
+            shapes = np.asarray(envelope["shapes"])
+            ok_shapes = shapes.ndim == 2 and shapes.shape[1] == 3 and len(shapes) >= 1 \
+                and np.issubdtype(shapes.dtype, np.integer) and (shapes >= 1).all()
+            thr = float(envelope["density_threshold_log2"])
+            bounds = [int(envelope[side][d]) for side in ("min", "max") for d in "MNK"]
+            float(envelope["calibration"]["quantile"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"malformed envelope ({type(e).__name__}: {e})") from None
+        if not ok_shapes or not np.isfinite(thr) or thr < 0 or min(bounds) < 1:
+            raise ValueError("malformed envelope: need at least one training shape with extents >= 1, a finite "
+                             "density threshold >= 0 and ranges >= 1")
         self.envelope = envelope
         self.shapes = envelope["shapes"]
         self.points = np.ascontiguousarray(embed(self.shapes))

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from .collect import collect
-from .dataset import current_rows, load, noise_floor, valid_rows
+from .dataset import current_rows, load, noise_floor, rows_where, valid_rows
 from .measure import Protocol
 from .metrics import evaluate_rows, random_scores, summarize
 from .model import BASELINES
@@ -136,8 +136,7 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0) -> EvalResult:
     art = art_folder if isinstance(art_folder, _artifact.Artifact) else _artifact.load(art_folder)
     rows, _ = current_rows(rows)
     rows = valid_rows(rows)
-    rows = rows[(rows["device_slug"] == art.spec.slug).to_numpy(bool)
-                & (rows["family"] == art.family.name).to_numpy(bool) & (rows["dtype"] == art.dtype).to_numpy(bool)
+    rows = rows[rows_where(rows, device_slug=art.spec.slug, family=art.family.name, dtype=art.dtype)
                 & rows["layout"].isin(set(art.layouts)).to_numpy(bool)
                 & rows["config_id"].isin(set(art.candidates["config_id"])).to_numpy(bool)]
     rows = ranked_rows(rows, art.family.fit_floors(art.spec))

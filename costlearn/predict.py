@@ -75,6 +75,7 @@ class Prediction(NamedTuple):
 
     @property
     def problem(self) -> Problem:
+        """The Problem this answers (M, N, K, dtype, layout)."""
         return Problem(self.m, self.n, self.k, self.dtype, self.layout)
 
 
@@ -260,12 +261,17 @@ class Predictor:
 
 _CACHE: dict = {}
 _LOCK = threading.Lock()
+_DEFAULT_STORE: Path | None = None
 
 
 def clear_cache() -> None:
-    """Forget loaded predictors (after retraining in the same process)."""
+    """Forget loaded predictors (after retraining in the same process) and
+    the default model store (:func:`default_store`), so ``$COSTLEARN_MODELS``
+    is read again."""
+    global _DEFAULT_STORE
     with _LOCK:
         _CACHE.clear()
+        _DEFAULT_STORE = None
 
 
 def resolve_model(device, family: str, dtype: str, models_dir=None) -> Path:
@@ -315,18 +321,39 @@ def resolve_model(device, family: str, dtype: str, models_dir=None) -> Path:
 
 
 def _store_key(models_dir):
-    """How a model store is keyed in the process cache: None, an absolute
-    path as given, or (working folder, relative path), so a relative path
-    names another store after a chdir. No file system call but getcwd."""
+    """How a model store is keyed in the process cache: None for the default
+    store (:func:`default_store`); else an absolute path as given, or
+    (working folder, relative path), so a relative path names another store
+    after a chdir. No file system call but getcwd."""
     if models_dir is None:
         return None
     path = os.fspath(models_dir)
     return path if os.path.isabs(path) else (os.getcwd(), path)
 
 
+def default_store() -> Path:
+    """The model store used when no ``models_dir`` is given: ``$COSTLEARN_MODELS``
+    if set, else the source tree's ``models/``, else ``./models``, as an
+    absolute path.
+
+    It is read once, at the first call, and again after :func:`clear_cache`:
+    reading the environment on every call would cost most of the microsecond
+    a repeated :func:`predict_best` is allowed. Set ``$COSTLEARN_MODELS``
+    before the first prediction, or call ``clear_cache()`` after changing it.
+    """
+    global _DEFAULT_STORE
+    store = _DEFAULT_STORE
+    if store is None:
+        with _LOCK:
+            if _DEFAULT_STORE is None:
+                _DEFAULT_STORE = _artifact.default_models_dir().absolute()
+            store = _DEFAULT_STORE
+    return store
+
+
 def load_predictor(device=None, family: str = "gemm", dtype: str = "float32", models_dir=None) -> Predictor:
     """The process's Predictor for (device, family, dtype, models_dir),
-    loaded once.
+    loaded once: names that resolve to the same artifact folder share one.
 
     Raises
     ------
@@ -336,11 +363,14 @@ def load_predictor(device=None, family: str = "gemm", dtype: str = "float32", mo
     key = (device.slug if isinstance(device, DeviceSpec) else device, family, dtype, _store_key(models_dir))
     pred = _CACHE.get(key) if isinstance(key[0], (str, type(None))) else None
     if pred is None:
-        folder = resolve_model(device, family, dtype, models_dir)
+        folder = resolve_model(device, family, dtype, default_store() if models_dir is None else models_dir)
+        folder_key = ("folder", folder.resolve())
         with _LOCK:
-            pred = _CACHE.get(key)
+            pred = _CACHE.get(key) or _CACHE.get(folder_key)
             if pred is None:
-                pred = _CACHE[key] = Predictor(folder)
+                pred = _CACHE[folder_key] = Predictor(folder)
+            if isinstance(key[0], (str, type(None))):
+                _CACHE[key] = pred
     return pred
 
 
@@ -372,8 +402,8 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
     top_k : int
         Length of :attr:`Prediction.top_k`.
     models_dir : path, optional
-        Model store; ``$COSTLEARN_MODELS`` or the source tree's ``models/`` by
-        default.
+        Model store; default :func:`default_store` (``$COSTLEARN_MODELS``,
+        read at the first call, or the source tree's ``models/``).
     running_on : DeviceSpec, optional
         The device the kernel will run on; a different device name than the
         model's is an OOD reason.
@@ -415,7 +445,7 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
     # Hot path: a problem this process has answered, plain ints, no options.
     if type(M) is int and type(N) is int and type(K) is int and type(top_k) is int and type(measure_top_k) is int \
             and not measure_top_k and running_on is None and backend is None and tuning_db is None:
-        pred = _CACHE.get((device, family, dtype, None if models_dir is None else _store_key(models_dir))) \
+        pred = _CACHE.get((device, family, dtype, _store_key(models_dir))) \
             if (device is None or type(device) is str) and (models_dir is None or type(models_dir) is str) else None
         if pred is not None:
             hit = pred._results.get((M, N, K, layout, top_k))

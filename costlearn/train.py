@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .dataset import current_rows, load, noise_floor, valid_rows
+from .dataset import current_rows, load, noise_floor, rows_where, valid_rows
 from .device import DeviceSpec
 from .envelope import Envelope, fit_envelope
 from .families import get_family
@@ -95,8 +95,9 @@ def holdout_report(rows: pd.DataFrame, spec: DeviceSpec, model: CostModel, test_
 
 
 def dataset_pairs(df: pd.DataFrame) -> list[tuple[str, str]]:
-    """(family, dtype) pairs present in a dataset's rows, sorted."""
-    return sorted({(str(f), str(d)) for f, d in df[["family", "dtype"]].drop_duplicates().itertuples(index=False)})
+    """(family, dtype) pairs of a dataset's valid rows, sorted."""
+    v = valid_rows(df)
+    return sorted({(str(f), str(d)) for f, d in v[["family", "dtype"]].drop_duplicates().itertuples(index=False)})
 
 
 def _device_json(data_dir: Path) -> DeviceSpec | None:
@@ -145,7 +146,11 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
         mixes devices, holds several (family, dtype) pairs and none was
         chosen, or has no device description.
     """
+    from .problem import Problem
     data_dir = Path(data_dir)
+    if family is not None and dtype is not None:
+        get_family(family).check_problem(Problem(1, 1, 1, dtype))
+    get_model(model, **dict(settings or {}))  # an unknown model or setting fails before the data is read
     df, report = load(data_dir)
     pairs = dataset_pairs(df)
     if family is None or dtype is None:
@@ -155,7 +160,8 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
                              "family= and dtype= (CLI: --family, --dtype)")
         family, dtype = fitting[0] if fitting else (family or "gemm", dtype or "float32")
     fam = get_family(family)
-    df = df[(df["family"] == family).to_numpy(bool) & (df["dtype"] == dtype).to_numpy(bool)]
+    fam.check_problem(Problem(1, 1, 1, dtype))
+    df = df[rows_where(df, family=family, dtype=dtype)]
     df, stale = current_rows(df)
     rows = valid_rows(df).reset_index(drop=True)
     n_shapes = rows[["m", "n", "k", "layout"]].drop_duplicates().shape[0]
@@ -252,28 +258,51 @@ def migrate_models(models_dir) -> list[tuple[Path, Path]]:
 
     Raises
     ------
+    ValueError
+        If ``models_dir`` is not a folder.
     costlearn.model.artifact.ArtifactError
-        If an old artifact cannot be read (nothing is removed then).
+        If an old artifact cannot be read or converted (its feature list is
+        not this code's, its model file is not the sidecar's), or the new
+        folder already holds a model (nothing is removed or replaced then).
     """
+    from .features import feature_version, get_feature_set
     from .model.xgb import XGBCostModel
-    from .util import sha256_file
+    from .util import atomic_write, sha256_file
+    root = Path(models_dir)
+    if not root.is_dir():
+        raise ValueError(f"{str(root)!r} is not a folder of models")
+    gemm = get_family("gemm")
     done = []
-    for old in artifact.old_layout_folders(models_dir):
+    for old in artifact.old_layout_folders(root):
         side_path = old / artifact.SIDECAR
         try:
             side = json.loads(side_path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise artifact.ArtifactError(f"unreadable {side_path}: {e}") from e
-        if side.get("artifact_schema") != 2 or side.get("model") != "xgboost":
-            raise artifact.ArtifactError(f"{side_path}: schema {side.get('artifact_schema')!r} model "
-                                         f"{side.get('model')!r}; only schema-2 xgboost artifacts can be converted")
-        spec = DeviceSpec.from_dict(side["device"])
-        new = artifact.model_folder(models_dir, old.parent.name, "gemm", side["dtype"])
-        new.mkdir(parents=True, exist_ok=True)
+        if not isinstance(side, dict) or side.get("artifact_schema") != 2 or side.get("model") != "xgboost":
+            what = (side.get("artifact_schema"), side.get("model")) if isinstance(side, dict) else "not an object"
+            raise artifact.ArtifactError(f"{side_path}: {what!r}; only schema-2 xgboost artifacts can be converted")
+        missing = [key for key in ("device", "dtype", "feature_set", "feature_names", "feature_version", "candidates",
+                                   "envelope", "template_hash", "costlearn_version") if key not in side]
+        if missing:
+            raise artifact.ArtifactError(f"{side_path} lacks keys {missing}; retrain with `costlearn train`")
+        fs = side["feature_set"]
+        if fs not in ("analytic", "raw", "derived") or list(get_feature_set(fs).feature_names(gemm)) != list(
+                side["feature_names"]) or side["feature_version"] != feature_version(fs, gemm):
+            raise artifact.ArtifactError(f"{side_path}: its features ({fs!r}, version {side['feature_version']!r}) are "
+                                         "not this code's; retrain with `costlearn train` instead")
+        try:
+            spec = DeviceSpec.from_dict(side["device"])
+        except (TypeError, ValueError) as e:
+            raise artifact.ArtifactError(f"{side_path}: invalid device ({e})") from e
+        new = artifact.model_folder(root, old.parent.name, "gemm", str(side["dtype"]))
+        if (new / artifact.SIDECAR).exists():
+            raise artifact.ArtifactError(f"{new} already holds a model; {old} was not converted (move one of them "
+                                         "away, then run migrate-models again)")
         ubj = old / "model.ubj"
-        if side.get("model_sha256") and sha256_file(ubj) != side["model_sha256"]:
-            raise artifact.ArtifactError(f"{ubj} does not belong to {side_path} (sha256 differs)")
-        shutil.copyfile(ubj, new / "model.ubj")
+        if not ubj.is_file() or (side.get("model_sha256") and sha256_file(ubj) != side["model_sha256"]):
+            raise artifact.ArtifactError(f"{ubj} is missing or does not belong to {side_path} (sha256 differs)")
+        atomic_write(new / "model.ubj", ubj.read_bytes())
         state = dict(settings=dict(feature_set=side["feature_set"], params=side.get("params") or {}),
                      feature_names=side["feature_names"], best_iteration=side.get("best_iteration"),
                      validation_rmse_log2=side.get("validation_rmse_log2"),

@@ -9,16 +9,19 @@ overwritten by a predicted one.
 
 - **Opening.** Reading a file that does not exist is an error; a database
   is created only when asked (``create=True``: recording a prediction or a
-  measurement). A schema-1 file (before kernel families) is upgraded in
-  place, its entries becoming ``gemm`` / ``NN`` entries.
+  measurement). A file that is not an SQLite database at all (it lacks the
+  SQLite header: a user's CSV, say) is refused and left alone. A schema-1
+  file (before kernel families) is upgraded in place when opened for
+  writing, its entries becoming ``gemm`` / ``NN`` entries; ``read_only=True``
+  (listing) reads it as it is and changes nothing in any file.
 
 - **Concurrency.** SQLite in write-ahead-log mode: readers never block,
   writers queue (``busy_timeout``); each thread gets its own connection.
-- **Corruption.** A file that is not a database, or fails ``PRAGMA
-  quick_check`` when opened, or raises a corruption error later, is renamed
-  to ``<name>.corrupt-<UTC time>-<pid>`` (with its ``-wal``/``-shm``), a
-  warning names the new path and the reason, and a fresh database takes its
-  place. Nothing else is touched.
+- **Corruption.** An SQLite file that fails ``PRAGMA quick_check`` when
+  opened for writing, or raises a corruption error later, is renamed to
+  ``<name>.corrupt-<UTC time>-<pid>`` (with its ``-wal``/``-shm``), a warning
+  names the new path and the reason, and a fresh database takes its place.
+  Nothing else is touched; a read-only open reports corruption instead.
 - **Stale configs.** :meth:`TuningDB.get` given the device's DeviceSpec
   checks the stored config against today's tile space
   (:func:`costlearn.space.check_config`); a config that is no longer
@@ -148,6 +151,9 @@ class TuningDB:
     create : bool
         Create the file (and its folder) when it does not exist; False
         (default) makes a missing file an error.
+    read_only : bool
+        Open for reading only: nothing is created, upgraded, set aside or
+        written (``put`` raises).
     timeout_s : float
         How long a writer waits for another writer, seconds.
 
@@ -169,15 +175,18 @@ class TuningDB:
         aside.
     """
 
-    def __init__(self, path=None, *, create: bool = False, timeout_s: float = 30.0):
+    def __init__(self, path=None, *, create: bool = False, read_only: bool = False, timeout_s: float = 30.0):
         if path is not None and not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path={path!r}; must be a str or pathlib.Path (or None for the default)")
         self.path = Path(path) if path is not None else default_path()
-        if not create and not self.path.exists():
+        if (read_only or not create) and not self.path.exists():
             raise FileNotFoundError(f"no tuning database at {self.path} (nothing recorded there yet; "
                                     "`costlearn predict ... --measure-top-k K` or `--tuning-db PATH` creates one)")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.read_only = bool(read_only)
+        if not self.read_only:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         self.timeout_s = float(timeout_s)
+        self._version = SCHEMA
         self.set_aside: list[Path] = []
         self._generation = 0
         self._local = threading.local()
@@ -186,13 +195,34 @@ class TuningDB:
 
     # -- connection and corruption ----------------------------------------
 
+    def _check_header(self) -> None:
+        """Refuse a file that is not SQLite at all (it is someone's, not a
+        damaged tuning database): an empty file or one with the SQLite header
+        passes."""
+        try:
+            with open(self.path, "rb") as fh:
+                head = fh.read(16)
+        except FileNotFoundError:
+            return
+        except IsADirectoryError:
+            raise OSError(f"cannot use the tuning database {self.path}: it is a folder") from None
+        if head and head != b"SQLite format 3\x00":
+            raise TuningDBError(f"{self.path} is not an SQLite database (it starts with {head[:8]!r}); costlearn "
+                                "leaves it alone: choose another path for the tuning database")
+
     def _open(self) -> sqlite3.Connection:
         """Open and check the file. Corruption raises a plain
-        ``sqlite3.DatabaseError``; a file this code must not touch (a newer
-        schema, another application's database) raises :class:`TuningDBError`;
-        a file that cannot be opened raises ``sqlite3.OperationalError``."""
-        conn = sqlite3.connect(str(self.path), timeout=self.timeout_s, isolation_level=None,
-                               check_same_thread=True)
+        ``sqlite3.DatabaseError``; a file this code must not touch (not
+        SQLite, a newer schema, another application's database) raises
+        :class:`TuningDBError`; a file that cannot be opened raises
+        ``sqlite3.OperationalError``."""
+        self._check_header()
+        if self.read_only:
+            conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=self.timeout_s,
+                                   isolation_level=None, check_same_thread=True)
+        else:
+            conn = sqlite3.connect(str(self.path), timeout=self.timeout_s, isolation_level=None,
+                                   check_same_thread=True)
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.timeout_s * 1000)}")
             check = conn.execute("PRAGMA quick_check").fetchall()
@@ -206,6 +236,11 @@ class TuningDB:
             if tables - {"tuned"} or (version == 0 and tables):
                 raise TuningDBError(f"{self.path} is an SQLite database but not a costlearn tuning database "
                                     f"(tables {sorted(tables)}); use another file")
+            if self.read_only:
+                if version == 1:
+                    self._check_v1_columns(conn)
+                self._version = version or SCHEMA
+                return conn
             conn.execute("PRAGMA journal_mode = WAL")
             if version == 1:
                 self._upgrade_from_1(conn)
@@ -217,18 +252,26 @@ class TuningDB:
             raise
         return conn
 
-    def _upgrade_from_1(self, conn: sqlite3.Connection) -> None:
-        """Schema 1 -> 2 in one transaction: every entry becomes a ``gemm``
-        ``NN`` entry (the only ones schema 1 could hold)."""
+    def _check_v1_columns(self, conn: sqlite3.Connection) -> None:
         cols = [r[1] for r in conn.execute("PRAGMA table_info(tuned)")]
         if cols != _V1_COLUMNS:
             raise TuningDBError(f"{self.path} claims tuning-database schema 1 but has columns {cols}; use another file")
+
+    def _upgrade_from_1(self, conn: sqlite3.Connection) -> None:
+        """Schema 1 -> 2 in one transaction: every entry becomes a ``gemm``
+        ``NN`` entry (the only ones schema 1 could hold). A file another
+        process upgraded meanwhile is left as it is; one whose rows cannot be
+        copied is left untouched (TuningDBError)."""
         conn.execute("BEGIN IMMEDIATE")
         try:
             if conn.execute("PRAGMA user_version").fetchone()[0] == 1:     # not upgraded by another process meanwhile
+                self._check_v1_columns(conn)
                 for stmt in _UPGRADE_1:
                     conn.execute(stmt)
             conn.execute("COMMIT")
+        except sqlite3.IntegrityError as e:
+            conn.execute("ROLLBACK")
+            raise TuningDBError(f"{self.path}: its schema-1 entries cannot be upgraded ({e}); left untouched") from None
         except BaseException:
             conn.execute("ROLLBACK")
             raise
@@ -245,6 +288,11 @@ class TuningDB:
                 except sqlite3.OperationalError:
                     raise                       # cannot open (a folder, no permission): not corruption
                 except sqlite3.DatabaseError as e:
+                    if type(e) is not sqlite3.DatabaseError:
+                        raise TuningDBError(f"cannot use the tuning database {self.path}: {e}") from None
+                    if self.read_only:
+                        raise TuningDBError(f"the tuning database {self.path} is corrupt ({e}); opened read-only, "
+                                            "so it is left as it is (a write sets it aside)") from None
                     self._set_aside(str(e), None)
                     conn = self._open()
             except sqlite3.OperationalError as e:
@@ -368,6 +416,8 @@ class TuningDB:
             If ``how`` is not one of :data:`HOW`, the time is not finite and
             positive, or the shape or dtype is invalid.
         """
+        if self.read_only:
+            raise OSError(f"the tuning database {self.path} was opened read-only")
         if not isinstance(entry, TuningEntry):
             raise TypeError(f"entry={entry!r}; must be a TuningEntry")
         check_instance("problem", entry.problem, Problem, "a costlearn.Problem")
@@ -396,8 +446,10 @@ class TuningDB:
 
     def entries(self) -> list[TuningEntry]:
         """Every stored entry (all versions), oldest first."""
+        key = _KEY if self._version >= 2 else \
+            "m, n, k, dtype, 'NN', 'gemm', device, template_hash, costlearn_version"      # a schema-1 file, read-only
         rows = self._run(lambda c: c.execute(
-            f"SELECT {_KEY}, config_id, how, time_us, times_json, source, updated FROM tuned "
+            f"SELECT {key}, config_id, how, time_us, times_json, source, updated FROM tuned "
             "ORDER BY updated").fetchall())
         out = []
         for r in rows:

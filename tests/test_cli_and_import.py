@@ -106,3 +106,24 @@ def test_costlearn_run_end_to_end(tmp_path, capsys):
     assert rc == 0, out[-3000:] + cap.err[-2000:]
     assert "== predict" in out and "M=1 N=1024 K=1024" in out and "== done in" in out
     assert "| xgboost |" in out
+
+
+@pytest.mark.parametrize("command", ["collect", "run"])
+def test_a_dtype_the_family_does_not_run_is_refused_before_a_device_is_opened(capsys, tmp_path, command):
+    """Regression: `collect --dtype float16` opened the device and printed
+    its plan before refusing; with --device cuda and no GPU the user was told
+    about CUDA instead of the dtype."""
+    assert main([command, "--device", "cuda", "--dtype", "float16", "--data", str(tmp_path / "d"),
+                 "--budget", "1"]) == 2
+    captured = capsys.readouterr()
+    assert "dtype='float16': the 'gemm' family supports ['float32']" in captured.err
+    assert "device:" not in captured.err and not (tmp_path / "d").exists()
+
+
+def test_a_setting_the_model_does_not_take_names_what_it_takes(capsys, tmp_path, dataset_dir):
+    """Regression: `train --model roofline --feature-set raw` said
+    'RooflineModel() takes no arguments'."""
+    assert main(["train", "--data", str(dataset_dir), "--models", str(tmp_path), "--model", "roofline",
+                 "--feature-set", "raw"]) == 2
+    assert "model 'roofline' takes no setting 'feature_set'; it takes none" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())

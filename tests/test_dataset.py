@@ -118,3 +118,21 @@ def test_a_file_is_not_a_dataset_folder(tmp_path):
         load(f)
     with pytest.raises(DatasetError, match="no dataset folder"):
         load("")
+
+
+def test_rows_of_an_unknown_dtype_or_layout_or_a_missing_family_are_quarantined(tmp_path):
+    """Regression: a part with layout 'XX', dtype 'float64' or no family
+    loaded as valid rows and then crashed train and evaluate."""
+    write_part([_row(), _row(layout="XX"), _row(dtype="float64"), _row(family=None), _row(layout=None)], tmp_path)
+    df, rep = load(tmp_path)
+    assert rep.quarantined == {"problem_invalid": 3, "config_invalid": 1}   # no family: no family to parse the id
+    assert len(valid_rows(df)) == 1
+
+
+def test_rows_the_family_does_not_run_are_quarantined(tmp_path):
+    """Regression: gemm rows in layout NT (a layout costlearn knows but the
+    gemm family does not run) were trained on."""
+    write_part([_row(), _row(layout="NT"), _row(dtype="float16")], tmp_path)
+    df, rep = load(tmp_path)
+    assert rep.quarantined == {"problem_unsupported": 2}
+    assert len(valid_rows(df)) == 1

@@ -57,3 +57,51 @@ def test_migrate_models_keeps_the_booster_and_the_answers(model_dir, tmp_path, c
         assert a.predict_best(*s).config == b.predict_best(*s).config
     assert main(["migrate-models", str(root)]) == 0
     assert "no artifact in the layout before" in capsys.readouterr().out
+
+
+def test_migrate_models_refuses_a_missing_root(tmp_path):
+    """Regression: a mistyped root printed 'nothing to migrate' and exited 0."""
+    from costlearn.cli import main
+    from costlearn.train import migrate_models
+    with pytest.raises(ValueError, match="is not a folder of models"):
+        migrate_models(tmp_path / "no-such")
+    assert main(["migrate-models", str(tmp_path / "no-such")]) != 0
+
+
+def test_migrate_models_refuses_a_sidecar_missing_keys_and_keeps_it(model_dir, tmp_path):
+    """Regression: a schema-2 sidecar without its envelope raised KeyError
+    half-way through."""
+    from costlearn.train import migrate_models
+    old = _old_layout(model_dir, tmp_path / "models")
+    side = json.loads((old / "model.json").read_text())
+    del side["envelope"]
+    (old / "model.json").write_text(json.dumps(side))
+    with pytest.raises(artifact.ArtifactError, match=r"lacks keys \['envelope'\]"):
+        migrate_models(tmp_path / "models")
+    assert (old / "model.ubj").is_file()
+
+
+def test_migrate_models_refuses_other_features(model_dir, tmp_path):
+    """Regression: an artifact trained on another feature list was converted
+    and then scored the wrong columns."""
+    from costlearn.train import migrate_models
+    old = _old_layout(model_dir, tmp_path / "models")
+    side = json.loads((old / "model.json").read_text())
+    side["feature_names"] = side["feature_names"][::-1]
+    (old / "model.json").write_text(json.dumps(side))
+    with pytest.raises(artifact.ArtifactError, match="not this code's"):
+        migrate_models(tmp_path / "models")
+
+
+def test_migrate_models_never_replaces_a_model_in_the_new_layout(model_dir, tmp_path):
+    """Regression: an old artifact beside a new one of the same device and
+    dtype overwrote the new one."""
+    from costlearn.train import migrate_models
+    root = tmp_path / "models"
+    old = _old_layout(model_dir, root)
+    new = root / model_dir.parents[1].name / "gemm" / "float32"
+    shutil.copytree(model_dir, new)
+    before = {p.name: sha256_file(p) for p in new.iterdir()}
+    with pytest.raises(artifact.ArtifactError, match="already holds a model"):
+        migrate_models(root)
+    assert {p.name: sha256_file(p) for p in new.iterdir()} == before and old.is_dir()

@@ -81,3 +81,61 @@ def test_tiny_shapes_never_get_a_tile_larger_than_the_problem_silently(dev, mode
         p = pred.predict_best(*shape)
         fits = p.config.block_m <= max(1, 1 << (shape[0] - 1).bit_length())
         assert fits or (p.ood and any("no candidate" in r for r in p.ood_reasons)), (shape, p)
+
+
+def _model_copy(model_dir, root):
+    import shutil
+    new = root / model_dir.parents[1].name / model_dir.parent.name / model_dir.name
+    shutil.copytree(model_dir, new)
+    return new
+
+
+@pytest.mark.parametrize("change", [dict(shapes=[]), dict(shapes=[[0, 4, 4]]), dict(density_threshold_log2="nan"),
+                                    dict(min=None)])
+def test_a_malformed_envelope_is_an_artifact_error(model_dir, tmp_path, change):
+    """Regression: an envelope with no shapes, a zero extent or a NaN
+    threshold loaded and then crashed (or flagged nothing) at predict time."""
+    import json
+    from costlearn.model.artifact import ArtifactError
+    folder = _model_copy(model_dir, tmp_path)
+    side = json.loads((folder / "model.json").read_text())
+    side["envelope"].update(change)
+    (folder / "model.json").write_text(json.dumps(side))
+    with pytest.raises(ArtifactError, match="envelope"):
+        Predictor(folder)
+
+
+def test_a_relative_model_folder_names_its_device(model_dir, monkeypatch):
+    """Regression: Predictor('.') inside the model folder named its device
+    after the empty parents of '.'."""
+    monkeypatch.chdir(model_dir)
+    p = Predictor(".")
+    assert p.device == model_dir.parents[1].name
+    assert p.predict_best(64, 64, 64).device == model_dir.parents[1].name
+
+
+def test_costlearn_models_set_later_takes_effect_after_clear_cache(model_dir, tmp_path, monkeypatch):
+    """Regression: setting $COSTLEARN_MODELS after a first prediction kept
+    serving the old store, undocumented; it is read at the first call and
+    after clear_cache()."""
+    from costlearn import predict as P
+    monkeypatch.delenv("COSTLEARN_MODELS", raising=False)
+    P.clear_cache()
+    try:
+        first = P.predict_best(64, 64, 64)
+        assert P.default_store() == P._artifact.default_models_dir().absolute()
+        monkeypatch.setenv("COSTLEARN_MODELS", str(tmp_path / "empty"))
+        assert P.predict_best(64, 64, 64) == first              # read once: documented
+        P.clear_cache()
+        assert P.default_store() == tmp_path / "empty"
+        with pytest.raises(ValueError, match="no gemm/float32 model"):
+            P.predict_best(64, 64, 64)
+    finally:
+        monkeypatch.delenv("COSTLEARN_MODELS", raising=False)
+        P.clear_cache()
+
+
+def test_names_of_one_model_folder_share_one_predictor(model_dir):
+    from costlearn.predict import load_predictor
+    dev = model_dir.parents[1].name
+    assert load_predictor(dev, models_dir=model_dir.parents[2]) is load_predictor(None, models_dir=model_dir.parents[2])

@@ -220,3 +220,58 @@ def test_without_a_c_compiler_the_numpy_ranker_gives_the_same_answers(model_dir,
     assert ok[0] == "native" and lines[0] == "numpy"
     assert "could not build its C ranker" in out.stderr and "no C compiler worked" in out.stderr
     assert json.loads(lines[1]) == json.loads(ok[1])
+
+
+def test_fast_math_in_cc_does_not_flush_subnormals_for_the_process(model_dir, tmp_path):
+    """Regression: CC='cc -ffast-math' built a library that, loaded, set
+    flush-to-zero for the whole process (gcc links crtfastmath)."""
+    script = _PREDICT + "; import sys as s; print(s.float_info.min / 2**10 > 0)"
+    e = dict(os.environ, PYTHONPATH=str(ROOT), COSTLEARN_CACHE=str(tmp_path), CC="cc -ffast-math -O3")
+    e.pop("COSTLEARN_NO_C", None)
+    out = subprocess.run([sys.executable, "-c", script, str(model_dir)], env=e, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "native" and lines[-1] == "True"
+    assert lines[1] == _run(model_dir, tmp_path / "plain").stdout.splitlines()[1]
+
+
+@pytest.mark.parametrize("keep", [10**12, 2**40 + 16])
+def test_a_cascade_keeping_more_than_the_scorer_allows_is_refused_not_run(pred, keep):
+    """Regression: a crafted scorer.npz whose cascade kept 2**40 candidates
+    overflowed the C ranker's int and crashed the process."""
+    from costlearn.model.scorer import MAX_KEEP, ScorerError
+    sc = pred.ranker.scorer
+    with pytest.raises(ScorerError, match=f"survivors decreasing in \\[5, {MAX_KEEP}\\]"):
+        Scorer(sc.n_features, sc.forest, sc.sign, sc.column, sc.column_weight, sc.offsets,
+               ((16, keep, 0.05), (64, 6, 0.05)))
+
+
+def _forest_with(forest, **change):
+    from costlearn.model.forest import FlatForest
+    parts = dict(nodes=forest.nodes, roots=forest.roots, depths=forest.depths, base_score=forest.base_score,
+                 n_features=forest.n_features)
+    parts.update(change)
+    return FlatForest(**parts)
+
+
+def test_a_forest_declaring_a_tree_shallower_than_it_is_is_refused(pred):
+    """Regression: depth 1 declared for a deeper tree made C stop the walk
+    early (other scores than numpy's) while validate() accepted it."""
+    from costlearn.model.forest import ForestError
+    f = pred.ranker.scorer.forest
+    d = f.depths.copy()
+    d[-1] = 1
+    with pytest.raises(ForestError, match="shallower than its deepest leaf"):
+        _forest_with(f, depths=d).validate()
+
+
+def test_a_forest_with_nan_leaves_is_refused(pred):
+    """Regression: NaN leaf values gave NaN scores that C and numpy ordered
+    differently."""
+    from costlearn.model.forest import ForestError
+    f = pred.ranker.scorer.forest
+    nodes = f.nodes.copy()
+    leaf = np.flatnonzero((nodes["flags"] & 1) == 0)
+    nodes["value"][leaf[::50]] = np.nan
+    with pytest.raises(ForestError, match="not finite"):
+        _forest_with(f, nodes=nodes).validate()

@@ -14,7 +14,7 @@ from costlearn.device import preset
 from costlearn.families.gemm import TEMPLATE_HASH
 from costlearn.families.gemm import GemmConfig as TileConfig
 from costlearn.problem import Problem
-from costlearn.tuning_db import TuningDB, TuningEntry
+from costlearn.tuning_db import TuningDB, TuningDBError, TuningEntry
 
 from conftest import ROOT, needs_opencl
 
@@ -59,8 +59,7 @@ def test_a_path_that_does_not_exist_is_an_error_for_reading_and_nothing_is_creat
     assert TuningDB(missing, create=True).entries() == [] and missing.is_file()
 
 
-def test_a_schema_1_file_is_upgraded_to_gemm_nn_entries(tmp_path):
-    path = tmp_path / "old.sqlite"
+def _schema_1_file(path):
     with sqlite3.connect(path) as c:
         c.execute("""CREATE TABLE tuned (m INTEGER NOT NULL, n INTEGER NOT NULL, k INTEGER NOT NULL,
             dtype TEXT NOT NULL, device TEXT NOT NULL, template_hash TEXT NOT NULL, costlearn_version TEXT NOT NULL,
@@ -70,6 +69,11 @@ def test_a_schema_1_file_is_upgraded_to_gemm_nn_entries(tmp_path):
         c.execute("INSERT INTO tuned VALUES (64, 64, 64, 'float32', 'dev', ?, ?, ?, 'measured', 7.5, '{}', 'old', "
                   "'2026-01-01T00:00:00')", (TEMPLATE_HASH, __version__, CFG.config_id))
         c.execute("PRAGMA user_version = 1")
+
+
+def test_a_schema_1_file_is_upgraded_to_gemm_nn_entries(tmp_path):
+    path = tmp_path / "old.sqlite"
+    _schema_1_file(path)
     got = get(TuningDB(path))
     assert got.how == "measured" and got.time_us == 7.5 and got.problem.layout == "NN"
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 2
@@ -104,7 +108,7 @@ def test_bad_entries_are_refused(tmp_path):
         TuningDB(5)
 
 
-@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+@pytest.mark.parametrize("damage", ["overwritten_pages", "truncated"])
 def test_corrupt_file_is_reported_and_set_aside_not_used(tmp_path, damage):
     path = tmp_path / "t.sqlite"
     db = TuningDB(path, create=True)
@@ -112,21 +116,67 @@ def test_corrupt_file_is_reported_and_set_aside_not_used(tmp_path, damage):
         db.put(entry(m=i + 1, source="x" * 200))
     db.close()
     raw = path.read_bytes()
-    path.write_bytes(b"this is not a database" * 100 if damage == "garbage" else raw[: len(raw) // 2])
+    path.write_bytes(raw[:4096] + b"garbage!" * 1024 + raw[4096 + 8192:] if damage == "overwritten_pages"
+                     else raw[: len(raw) // 2])
     for suffix in ("-wal", "-shm"):
         (tmp_path / f"t.sqlite{suffix}").unlink(missing_ok=True)
+    with pytest.raises(TuningDBError, match="corrupt.*read-only"):
+        TuningDB(path, read_only=True).entries()                 # listing reports, changes nothing
+    assert path.read_bytes()[:16] == b"SQLite format 3\x00" and not list(tmp_path.glob("*.corrupt-*"))
     with pytest.warns(RuntimeWarning, match="corrupt.*set aside"):
         db2 = TuningDB(path)
         get(db2, Problem(5, 64, 64))
     assert len(db2.set_aside) == 1 and db2.set_aside[0].exists()
-    assert db2.set_aside[0].read_bytes()[:16] == (b"this is not a database" * 100)[:16] or damage == "truncated"
     assert get(db2, Problem(5, 64, 64)) is None       # fresh database
     assert db2.put(entry()) and get(db2) is not None
 
 
+@pytest.mark.parametrize("how", ["open", "cli_list", "cli_predict"])
+def test_a_file_that_is_not_sqlite_is_refused_and_left_alone(tmp_path, how, device_name):
+    """Regression: `--tuning-db notes.csv` (or `tuning-db --path notes.csv`)
+    renamed the user's CSV aside and put a database in its place."""
+    from costlearn.cli import main
+    path = tmp_path / "notes.csv"
+    path.write_text("a,b\n1,2\n")
+    if how == "open":
+        with pytest.raises(TuningDBError, match="not an SQLite database.*leaves it alone"):
+            TuningDB(path, create=True)
+    elif how == "cli_list":
+        assert main(["tuning-db", "--path", str(path)]) == 2
+    else:
+        assert main(["predict", "8", "8", "8", "--model", device_name, "--tuning-db", str(path)]) == 2
+    assert path.read_text() == "a,b\n1,2\n" and sorted(p.name for p in tmp_path.iterdir()) == ["notes.csv"]
+
+
+def test_listing_changes_no_file_even_a_schema_1_one(tmp_path):
+    path = tmp_path / "old.sqlite"
+    _schema_1_file(path)
+    before = path.read_bytes()
+    got = TuningDB(path, read_only=True).entries()
+    assert len(got) == 1 and got[0].problem.layout == "NN" and got[0].family == "gemm"
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["old.sqlite"]
+    with pytest.raises(OSError, match="read-only"):
+        TuningDB(path, read_only=True).put(entry())
+
+
+def test_the_schema_1_upgrade_tolerates_another_process_finishing_it_first(tmp_path, monkeypatch):
+    """Regression: the column check ran before the transaction, so a file
+    another process upgraded in between was refused."""
+    path = tmp_path / "old.sqlite"
+    _schema_1_file(path)
+    real = TuningDB._upgrade_from_1
+
+    def racing(self, conn):
+        monkeypatch.setattr(TuningDB, "_upgrade_from_1", real)
+        TuningDB(path).close()                                    # the other process upgrades first
+        real(self, conn)
+    monkeypatch.setattr(TuningDB, "_upgrade_from_1", racing)
+    assert get(TuningDB(path)).time_us == 7.5
+
+
 _WRITER = """
 import sys
-from costlearn.tuning_db import TuningDB, TuningEntry
+from costlearn.tuning_db import TuningDB, TuningDBError, TuningEntry
 from costlearn.families.gemm import GemmConfig, TEMPLATE_HASH
 from costlearn.problem import Problem
 from costlearn import __version__

@@ -82,11 +82,16 @@ class DeviceWorkspace(Workspace):
         self.mnk = (np.int32(prob.m), np.int32(prob.n), np.int32(prob.k))
         self.n_sets = len(prob.a_sets)
         self._next = 0
+        self._blocks: dict = {}
 
     def blocks(self, config) -> int:
-        """Blocks on the 1-D launch grid (the family's launch geometry)."""
-        from ..families import family_of
-        return family_of(config).blocks(config, self.prob.m, self.prob.n)
+        """Blocks on the 1-D launch grid (the family's launch geometry),
+        computed once per config (this runs at every launch)."""
+        got = self._blocks.get(config)
+        if got is None:
+            from ..families import family_of
+            got = self._blocks[config] = family_of(config).blocks(config, self.prob.m, self.prob.n)
+        return got
 
     def _launch_next(self, kernel: CompiledKernel):
         """Launch on the next buffer set (rotating); returns what _launch returns."""

@@ -206,8 +206,9 @@ class Artifact:
 
     @property
     def device(self) -> str:
-        """The device folder name (``ocl-pthread-amd-epyc``)."""
-        return self.path.parents[1].name
+        """The device folder name (``ocl-pthread-amd-epyc``), from the
+        folder's absolute path (``models/<device>/<family>/<dtype>``)."""
+        return self.path.resolve().parents[1].name
 
     @property
     def model_sha256(self) -> str:
@@ -216,6 +217,7 @@ class Artifact:
 
     @property
     def feature_set(self) -> str:
+        """Name of the feature set the scorer reads."""
         return self.sidecar["feature_set"]
 
     def model(self) -> CostModel:
@@ -291,6 +293,11 @@ def load(folder) -> Artifact:
     missing = [key for key in _REQUIRED_KEYS if key not in side]
     if missing:
         raise ArtifactError(f"{side_path} lacks keys {missing}; retrain with `costlearn train`")
+    wrong = [key for key, kind in (("model_state", dict), ("scorer", dict), ("envelope", dict), ("device", dict),
+                                   ("candidates", list), ("layouts", list), ("feature_names", list))
+             if not isinstance(side[key], kind)]
+    if wrong:
+        raise ArtifactError(f"{side_path}: {wrong} have the wrong type; retrain with `costlearn train`")
     try:
         if side["family"] not in FAMILIES:
             raise ValueError(f"unknown kernel family {side['family']!r}; known: {list(FAMILIES.names())}")

@@ -185,6 +185,31 @@ class BoostedTreesModel(CostModel):
         from ..features import get_feature_set
         return np.ascontiguousarray(get_feature_set(self.feature_set).transform(rows, self.spec_).to_numpy(np.float32))
 
+    def _split(self, rows: pd.DataFrame, *, contiguous: bool = False):
+        """The rows (ordered by problem when ``contiguous``: query groups for
+        ranking objectives), their problem groups, feature matrix, and a
+        problem-grouped train/validation split of the params'
+        ``validation_share`` and ``seed`` (sorted row indices).
+
+        Raises
+        ------
+        ValueError
+            If the rows cover fewer than 2 problems.
+        """
+        from sklearn.model_selection import GroupShuffleSplit
+        p = self._params()
+        groups = shape_groups(rows)
+        n = len(np.unique(groups))
+        if n < 2:
+            raise ValueError(f"need rows from at least 2 problems to fit, got {n}")
+        if contiguous:
+            order = np.argsort(groups, kind="stable")
+            rows, groups = rows.iloc[order], groups[order]
+        X = self._features(rows)
+        split = GroupShuffleSplit(n_splits=1, test_size=p.validation_share, random_state=p.seed)
+        tr, va = next(split.split(X, groups=groups))
+        return rows, groups, X, np.sort(tr), np.sort(va)
+
     def _state(self, files: dict, **fitted) -> dict:
         """The JSON-ready state: settings, feature names, fitted scalars, files."""
         import dataclasses
@@ -230,8 +255,17 @@ def get_model(name: str, **settings) -> CostModel:
     Raises
     ------
     ValueError
-        If ``name`` is unknown (the message lists the known ones).
+        If ``name`` is unknown (the message lists the known ones), or a
+        setting is not one that model takes (the message lists those it
+        takes, e.g. ``feature_set`` for the gradient-boosted models only).
     costlearn.registry.Unavailable
         If its library is missing (with an install hint).
     """
-    return MODELS.get(name)(**settings)
+    import inspect
+    cls = MODELS.get(name)
+    takes = [p for p in inspect.signature(cls).parameters if p != "self"]
+    unknown = sorted(set(settings) - set(takes))
+    if unknown:
+        raise ValueError(f"model {name!r} takes no setting {', '.join(map(repr, unknown))}; "
+                         f"it takes {takes if takes else 'none'}")
+    return cls(**settings)

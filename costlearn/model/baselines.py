@@ -34,6 +34,7 @@ class RooflineModel(CostModel):
     COLUMN = "log2_roofline_corrected_time_us"
 
     def fit(self, rows: pd.DataFrame, spec) -> "RooflineModel":
+        """Record the device (rows are not needed: the model has nothing to learn)."""
         self.spec_ = spec
         self.fitted_ = True
         return self
@@ -51,6 +52,7 @@ class RooflineModel(CostModel):
 
     @classmethod
     def load(cls, folder, state: dict, spec) -> "RooflineModel":
+        """The roofline model of ``spec`` (its state is empty)."""
         return cls().fit(None, spec)
 
     def scorer(self, feature_names, candidate_ids):
@@ -89,6 +91,13 @@ class BestFixedModel(CostModel):
         self.min_coverage = min_coverage
 
     def fit(self, rows: pd.DataFrame, spec) -> "BestFixedModel":
+        """Score each config by its mean log2 slowdown over the training problems.
+
+        Raises
+        ------
+        ValueError
+            If rows lack columns or have times that are not finite and positive.
+        """
         check_rows(rows, need_time=True)
         key = ["m", "n", "k", "dtype", "layout"]
         best = rows.groupby(key)["time_us"].transform("min")

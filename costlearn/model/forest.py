@@ -162,8 +162,13 @@ class FlatForest:
     # -- checks ----------------------------------------------------------
 
     def validate(self) -> None:
-        """Check that every index a walk follows stays inside the arrays (a
-        damaged file must not make the C walk read out of bounds).
+        """Check the arrays are a forest both walks agree on: every index a
+        walk follows stays inside its tree (a damaged file must not make the C
+        walk read out of bounds), every leaf points to itself, every declared
+        depth reaches the tree's deepest leaf (the C and numpy walks take
+        different numbers of extra steps, which a self-looping leaf makes
+        harmless), children come after their parent, and every value and the
+        base score are finite.
 
         Raises
         ------
@@ -171,8 +176,10 @@ class FlatForest:
             Naming the first inconsistency.
         """
         n, t = len(self.nodes), len(self.roots)
-        if self.nodes.dtype != NODE_DTYPE or len(self.depths) != t:
+        if self.nodes.dtype != NODE_DTYPE or len(self.depths) != t or self.nodes.ndim != 1:
             raise ForestError("flat forest arrays have inconsistent types or lengths")
+        if not np.isfinite(self.base_score):
+            raise ForestError(f"flat forest base score {self.base_score!r}; must be finite")
         if t == 0:
             return
         if not 0 < self.n_features <= 256:
@@ -180,18 +187,39 @@ class FlatForest:
         ends = np.append(self.roots[1:], n).astype(np.int64)
         size = ends - self.roots
         if (self.roots < 0).any() or (size < 1).any() or self.roots[0] != 0 or ends[-1] != n \
-                or (self.depths < 0).any() or (self.depths > 64).any():
-            raise ForestError("flat forest has a root or depth out of range")
-        tree_of = np.repeat(np.arange(t), size)
-        internal = (self.nodes["flags"] & FLAG_INTERNAL).astype(bool)
-        last = self.nodes["child"].astype(np.int64) + internal
-        if (last >= size[tree_of]).any() or (self.nodes["feature"] >= self.n_features).any():
-            raise ForestError("flat forest has a child or feature index out of range")
+                or (size > 65536).any() or (self.depths < 0).any() or (self.depths > 64).any():
+            raise ForestError("flat forest has a root, tree size or depth out of range")
         if (self.nodes["flags"] > 1).any():
             raise ForestError("flat forest has unknown flags")
+        if not np.isfinite(self.nodes["value"]).all():
+            raise ForestError("flat forest has a threshold or leaf value that is not finite")
+        tree_of = np.repeat(np.arange(t), size)
+        own = np.arange(n, dtype=np.int64) - self.roots.astype(np.int64)[tree_of]     # index within its tree
+        internal = (self.nodes["flags"] & FLAG_INTERNAL).astype(bool)
+        child = self.nodes["child"].astype(np.int64)
+        if (child + internal >= size[tree_of]).any() or (self.nodes["feature"] >= self.n_features).any():
+            raise ForestError("flat forest has a child or feature index out of range")
+        if (child[~internal] != own[~internal]).any() or (child[internal] <= own[internal]).any():
+            raise ForestError("flat forest has a leaf that does not point to itself or a child before its parent")
+        # Depth of every node reached from a root, a level at a time (children
+        # come after parents, so this ends within 64 levels or the check fails).
+        depth = np.full(n, -1, np.int64)
+        frontier = self.roots.astype(np.int64)
+        level = 0
+        while len(frontier) and level <= 64:
+            depth[frontier] = level
+            inner = frontier[internal[frontier]]
+            first = self.roots.astype(np.int64)[tree_of[inner]] + child[inner]
+            frontier = np.concatenate([first, first + 1])
+            level += 1
+        deepest = np.zeros(t, np.int64)
+        np.maximum.at(deepest, tree_of, depth)
+        if (self.depths < deepest).any():
+            raise ForestError("flat forest declares a tree shallower than its deepest leaf")
 
     @property
     def n_trees(self) -> int:
+        """Number of trees."""
         return len(self.roots)
 
     def digest(self) -> str:

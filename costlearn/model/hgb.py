@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .base import BoostedTreesModel, check_rows, shape_groups
+from .base import BoostedTreesModel, check_rows
 from .forest import FlatForest, ForestError
 
 __all__ = ["HGBParams", "HGBCostModel"]
@@ -122,17 +122,10 @@ class HGBCostModel(BoostedTreesModel):
         ForestError
             If the fitted trees cannot be flattened exactly.
         """
-        from sklearn.model_selection import GroupShuffleSplit
-
         self._fit_start(rows, spec)
         p = self._params()
-        groups = shape_groups(rows)
-        if len(np.unique(groups)) < 2:
-            raise ValueError(f"need rows from at least 2 problems to fit, got {len(np.unique(groups))}")
-        X = self._features(rows)
+        rows, _, X, tr, va = self._split(rows)
         y = np.log2(rows["time_us"].to_numpy(np.float64))
-        tr, va = next(GroupShuffleSplit(n_splits=1, test_size=p.validation_share, random_state=p.seed)
-                      .split(X, y, groups))
         probe = self._estimator(p.max_iter, True).fit(X[tr], y[tr], X_val=X[va], y_val=y[va])
         self.n_iter_ = int(probe.n_iter_)
         self.validation_rmse_log2_ = float(np.sqrt(np.mean((probe.predict(X[va]) - y[va]) ** 2)))

@@ -28,9 +28,12 @@ import numpy as np
 
 from .forest import FlatForest
 
-__all__ = ["Scorer", "ScorerError", "SCORER_FORMAT"]
+__all__ = ["Scorer", "ScorerError", "SCORER_FORMAT", "MAX_KEEP"]
 
 SCORER_FORMAT = 1
+
+MAX_KEEP = 65536
+"""Most survivors a cascade stage may name (the C ranker counts in int32)."""
 
 
 class ScorerError(ValueError):
@@ -67,6 +70,15 @@ class Scorer:
     cascade: tuple = ()
 
     def __post_init__(self):
+        import math
+        if not 0 < self.n_features <= 256:
+            raise ScorerError(f"scorer n_features={self.n_features}; must be in [1, 256]")
+        if not math.isfinite(self.column_weight):
+            raise ScorerError(f"scorer column weight {self.column_weight!r}; must be finite")
+        if self.offsets is not None:
+            off = np.asarray(self.offsets)
+            if off.ndim != 1 or not np.isfinite(off).all():
+                raise ScorerError(f"scorer offsets must be a 1-D array of finite numbers, got shape {off.shape}")
         if self.forest is not None and self.forest.n_features != self.n_features:
             raise ScorerError(f"forest reads {self.forest.n_features} features, scorer {self.n_features}")
         if not -1 <= self.column < self.n_features:
@@ -77,14 +89,16 @@ class Scorer:
         stages = tuple((int(t), int(k), float(d)) for t, k, d in self.cascade)
         object.__setattr__(self, "cascade", stages)
         ts, ks, ds = [t for t, _, _ in stages], [k for _, k, _ in stages], [d for _, _, d in stages]
-        if stages and not (0 < ts[0] and ts[-1] < trees and ts == sorted(set(ts)) and ks[-1] >= 5
-                           and ks == sorted(set(ks), reverse=True) and len(stages) <= 4
+        if stages and not (0 < ts[0] and ts[-1] < trees and ts == sorted(set(ts)) and 5 <= ks[-1]
+                           and ks[0] <= MAX_KEEP and ks == sorted(set(ks), reverse=True) and len(stages) <= 4
                            and all(np.isfinite(d) and d >= 0 for d in ds)):
             raise ScorerError(f"cascade {list(stages)} invalid for {trees} trees (need at most 4 stages, trees "
-                              f"increasing in (0, {trees}), survivors decreasing and >= 5, margins >= 0)")
+                              f"increasing in (0, {trees}), survivors decreasing in [5, {MAX_KEEP}], margins "
+                              "finite and >= 0)")
 
     @property
     def n_trees(self) -> int:
+        """Trees of the forest (0 without one)."""
         return 0 if self.forest is None else self.forest.n_trees
 
     def with_cascade(self, stages) -> "Scorer":
@@ -153,7 +167,7 @@ class Scorer:
             if isinstance(e, ScorerError):
                 raise
             raise ScorerError(f"unreadable scorer {path}: {type(e).__name__}: {e}") from None
-        if offsets is not None and (len(offsets) != n_candidates or not np.isfinite(offsets).all()):
+        if offsets is not None and len(offsets) != n_candidates:
             raise ScorerError(f"{path}: {len(offsets)} offsets for {n_candidates} candidates")
         return sc
 

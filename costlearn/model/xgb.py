@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .base import BoostedTreesModel, check_rows, shape_groups
+from .base import BoostedTreesModel, check_rows
 
 __all__ = ["XGBParams", "XGBCostModel", "OBJECTIVES"]
 
@@ -52,6 +52,7 @@ class XGBParams:
             raise ValueError(f"XGBParams.objective={self.objective!r}; allowed: {OBJECTIVES}")
 
     def booster_params(self) -> dict:
+        """The parameters as ``xgboost.train`` takes them (objective and metric from :attr:`objective`)."""
         obj, metric = {"log_time": ("reg:squarederror", "rmse"),
                        "log_slowdown": ("reg:squarederror", "rmse"),
                        "rank_pairwise": ("rank:pairwise", "ndcg@5")}[self.objective]
@@ -117,23 +118,14 @@ class XGBCostModel(BoostedTreesModel):
         ------
         ValueError
             If rows lack columns, have non-positive or non-finite times, or
-            cover fewer than 2 shapes.
+            cover fewer than 2 problems.
         """
         import xgboost as xgb
-        from sklearn.model_selection import GroupShuffleSplit
 
         self._fit_start(rows, spec)
         p = self._params()
-        groups = shape_groups(rows)
-        if len(np.unique(groups)) < 2:
-            raise ValueError(f"need rows from at least 2 shapes to fit, got {len(np.unique(groups))}")
-        order = np.argsort(groups, kind="stable")          # query groups must be contiguous
-        rows, groups = rows.iloc[order], groups[order]
-        X = self._features(rows)
+        rows, groups, X, tr, va = self._split(rows, contiguous=True)   # query groups must be contiguous
         y = _labels(rows, groups, p.objective)
-        split = GroupShuffleSplit(n_splits=1, test_size=p.validation_share, random_state=p.seed)
-        tr, va = next(split.split(X, y, groups))
-        tr, va = np.sort(tr), np.sort(va)
         names = list(self.feature_names_)
         qid = (lambda idx: groups[idx]) if p.objective == "rank_pairwise" else (lambda idx: None)
         dtr = xgb.DMatrix(X[tr], label=y[tr], qid=qid(tr), feature_names=names)

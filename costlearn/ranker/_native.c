@@ -270,14 +270,15 @@ int32_t costlearn_rank(int64_t m, int64_t n, int64_t k, const uint8_t *mask, int
     double *acc = ctx->acc, *part = ctx->part;
     costlearn_scored *work = ctx->work;
     for (int32_t r = 0; r < rows; ++r) { work[r].index = r; work[r].score = 0.0; acc[r] = 0.0; }
-    const int32_t need = top < n_cands ? top : n_cands;
-    const int32_t extra = need > 5 ? need - 5 : 0;
+    const int64_t need = top < n_cands ? top : n_cands;
+    const int64_t extra = need > 5 ? need - 5 : 0;
     int32_t live = rows, done = 0;                     /* trees already in acc */
     const int32_t n_stages = (cascade && ctx->has_forest) ? ctx->n_stages : 0;
     for (int32_t st = 0; st <= n_stages; ++st) {
         const int32_t last = st < n_stages ? ctx->stage_trees[st] : n_trees;
-        const int32_t keep = st < n_stages ? ctx->stage_keep[st] + extra : live;
-        if (st < n_stages && (live <= keep || last <= done || last >= n_trees))
+        /* int64: a keep near 2**31 plus extra must not wrap (the scorer caps keep far below) */
+        const int64_t keep = st < n_stages ? (int64_t)ctx->stage_keep[st] + extra : live;
+        if (st < n_stages && (keep < 1 || live <= keep || last <= done || last >= n_trees))
             continue;                                  /* nothing to prune at this stage */
         if (ctx->has_forest && last > done) {
             const float *Xs = X;
@@ -303,7 +304,7 @@ int32_t costlearn_rank(int64_t m, int64_t n, int64_t k, const uint8_t *mask, int
         select_sorted(work, live, live);
         if (keep < live) {                             /* the keep best, and the rest within the margin */
             const double limit = work[keep - 1].score + ctx->stage_margin[st];
-            int32_t cut = keep;
+            int32_t cut = (int32_t)keep;
             while (cut < live && work[cut].score <= limit)
                 ++cut;
             live = cut;

@@ -149,13 +149,20 @@ def check_layout(lib) -> None:
                           "disagree on the struct layout)")
 
 
+_UNSAFE_FLAGS = ("-ffast-math", "-Ofast", "-funsafe-math-optimizations")
+"""Flags dropped from a compiler command: they change the results (the twins
+must give the same bits), and with gcc they link crtfastmath, which flushes
+subnormals to zero for the whole process when the library loads."""
+
+
 def _compilers() -> list[list[str]]:
     """``$CC``, the compiler Python was built with, ``cc``: in that order,
-    without repeats; a command that does not parse is skipped."""
+    without repeats and without :data:`_UNSAFE_FLAGS`; a command that does
+    not parse is skipped."""
     out = []
     for cmd in (os.environ.get("CC"), sysconfig.get_config_var("CC"), "cc"):
         try:
-            args = shlex.split(cmd) if cmd else []
+            args = [a for a in shlex.split(cmd) if a not in _UNSAFE_FLAGS] if cmd else []
         except ValueError:
             continue
         if args and args not in out:
@@ -245,7 +252,8 @@ class NativeRanker(Ranker):
         super().__init__(features, scorer, envelope, floors)
         lib = library()
         if lib is None:
-            raise OSError("the C ranker is unavailable here (see the warning); use the numpy ranker")
+            why = "COSTLEARN_NO_C is set" if os.environ.get("COSTLEARN_NO_C") else "it could not be built (see the warning)"
+            raise OSError(f"the C ranker is unavailable here: {why}; use the numpy ranker")
         self._rank = lib.costlearn_rank
         f, sc = features, scorer
         env_order = np.lexsort((np.arange(len(envelope.points)), envelope.points[:, 0]))
@@ -274,6 +282,8 @@ class NativeRanker(Ranker):
             n_env=len(envelope.points))
         if len(sc.cascade) > MAX_STAGES:
             raise ValueError(f"a cascade of {len(sc.cascade)} stages; the native ranker takes {MAX_STAGES}")
+        if any(not (0 < t < sc.n_trees and 5 <= k < 2**30) for t, k, _ in sc.cascade):
+            raise ValueError(f"cascade {list(sc.cascade)} out of range for {sc.n_trees} trees")
         self._stages = ([t for t, _, _ in sc.cascade], [k for _, k, _ in sc.cascade],
                         [float(d) for _, _, d in sc.cascade])
         self._embed = [float(v) for v in _EMBED.ravel()]
