@@ -529,7 +529,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Predict the fastest tile config for each M N K triple.")
     p.add_argument("shape", nargs="+", type=int, metavar="M N K", help="one or more M N K triples")
     p.add_argument("--model", default=None, help="model device folder, e.g. h200 (default: the only one)")
-    p.add_argument("--models", default=None, help="model store root (default: the repo's models/)")
+    p.add_argument("--models", default=None,
+                   help="model store root (default: $COSTLEARN_MODELS, else the source tree's models/)")
     _add_problem_args(p, layout=True)
     p.add_argument("--top-k", type=_positive_int, default=5, help="how many ranked configs to list (default: 5)")
     p.add_argument("--json", action="store_true", help="one JSON object per shape")
@@ -557,7 +558,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--depth", type=_positive_int, default=3, help="depth of the selector's tree (default: 3)")
     p.add_argument("--seed", type=_nonneg_int, default=0)
     p.add_argument("--model", default=None, help="model device folder (default: the only one)")
-    p.add_argument("--models", default=None, help="model store root (default: the repo's models/)")
+    p.add_argument("--models", default=None,
+                   help="model store root (default: $COSTLEARN_MODELS, else the source tree's models/)")
     _add_problem_args(p)
     p.add_argument("--out", default="out/dispatch", help="folder for the selector (default: out/dispatch)")
     p.add_argument("--name", default="select_tile", help="selector function and file name (default: select_tile)")
@@ -572,7 +574,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("tuning-db", help="list the tuning database",
                        description="List the tuning database's entries (shape, device, config, how chosen, "
-                       "time). A corrupt file is reported and set aside.")
+                       "time). Read-only: a corrupt file is reported and left as it is.")
     p.add_argument("--path", default=None, help="database file to read; it must exist and is opened read-only "
                    "(default: $COSTLEARN_TUNING_DB, else tuning.sqlite in the user cache: $COSTLEARN_CACHE, "
                    "$XDG_CACHE_HOME/costlearn or ~/.cache/costlearn)")
@@ -586,7 +588,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "roofline, best-fixed and random baselines.")
     _add_measure_args(p)
     p.add_argument("--model", default=None, help="model device folder (default: the local device's)")
-    p.add_argument("--models", default=None, help="model store root (default: the repo's models/)")
+    p.add_argument("--models", default=None,
+                   help="model store root (default: $COSTLEARN_MODELS, else the source tree's models/)")
     _add_problem_args(p)
     p.add_argument("--shapes", type=_nonneg_int, default=4, help="random fresh shapes besides the fixed set (default: 4)")
     p.add_argument("--budget", type=_positive_seconds, default=600.0,

@@ -127,7 +127,8 @@ class Envelope:
     ValueError
         If the dict is not a version-2 envelope, or its shapes, ranges,
         threshold or calibration are malformed (at least one shape, extents
-        >= 1, a finite threshold >= 0).
+        >= 1, a finite threshold >= 0, 1 <= min <= max per extent); the
+        message names the value.
     """
 
     def __init__(self, envelope: dict):
@@ -137,16 +138,24 @@ class Envelope:
                              f"{ENVELOPE_VERSION} (retrain with `costlearn train`)")
         try:
             shapes = np.asarray(envelope["shapes"])
-            ok_shapes = shapes.ndim == 2 and shapes.shape[1] == 3 and len(shapes) >= 1 \
-                and np.issubdtype(shapes.dtype, np.integer) and (shapes >= 1).all()
             thr = float(envelope["density_threshold_log2"])
-            bounds = [int(envelope[side][d]) for side in ("min", "max") for d in "MNK"]
+            lo = {d: int(envelope["min"][d]) for d in "MNK"}
+            hi = {d: int(envelope["max"][d]) for d in "MNK"}
             float(envelope["calibration"]["quantile"])
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"malformed envelope ({type(e).__name__}: {e})") from None
-        if not ok_shapes or not np.isfinite(thr) or thr < 0 or min(bounds) < 1:
-            raise ValueError("malformed envelope: need at least one training shape with extents >= 1, a finite "
-                             "density threshold >= 0 and ranges >= 1")
+        if not (shapes.ndim == 2 and shapes.shape[1] == 3 and len(shapes) >= 1
+                and np.issubdtype(shapes.dtype, np.integer)):
+            raise ValueError(f"malformed envelope: shapes of shape {shapes.shape} dtype {shapes.dtype}; need at "
+                             "least one (M, N, K) row of integers")
+        if not (shapes >= 1).all():
+            raise ValueError(f"malformed envelope: training shape {shapes[(shapes < 1).any(axis=1)][0].tolist()} "
+                             "has an extent below 1")
+        if not (np.isfinite(thr) and thr >= 0):
+            raise ValueError(f"malformed envelope: density_threshold_log2={thr!r}; must be finite and >= 0")
+        bad = [d for d in "MNK" if not 1 <= lo[d] <= hi[d]]
+        if bad:
+            raise ValueError(f"malformed envelope: ranges min={lo} max={hi}; need 1 <= min <= max for {bad}")
         self.envelope = envelope
         self.shapes = envelope["shapes"]
         self.points = np.ascontiguousarray(embed(self.shapes))

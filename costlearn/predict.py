@@ -262,16 +262,19 @@ class Predictor:
 _CACHE: dict = {}
 _LOCK = threading.Lock()
 _DEFAULT_STORE: Path | None = None
+_GENERATION = 0
+"""Bumped by :func:`clear_cache`: a load that began before it does not cache."""
 
 
 def clear_cache() -> None:
     """Forget loaded predictors (after retraining in the same process) and
     the default model store (:func:`default_store`), so ``$COSTLEARN_MODELS``
     is read again."""
-    global _DEFAULT_STORE
+    global _DEFAULT_STORE, _GENERATION
     with _LOCK:
         _CACHE.clear()
         _DEFAULT_STORE = None
+        _GENERATION += 1
 
 
 def resolve_model(device, family: str, dtype: str, models_dir=None) -> Path:
@@ -362,10 +365,13 @@ def load_predictor(device=None, family: str = "gemm", dtype: str = "float32", mo
     check_path("models_dir", models_dir, optional=True)
     key = (device.slug if isinstance(device, DeviceSpec) else device, family, dtype, _store_key(models_dir))
     pred = _CACHE.get(key) if isinstance(key[0], (str, type(None))) else None
-    if pred is None:
+    while pred is None:
+        generation = _GENERATION
         folder = resolve_model(device, family, dtype, default_store() if models_dir is None else models_dir)
-        folder_key = ("folder", folder.resolve())
+        folder_key = ("folder", os.path.abspath(folder))
         with _LOCK:
+            if generation != _GENERATION:
+                continue                    # clear_cache() ran meanwhile: resolve again in the store it names
             pred = _CACHE.get(key) or _CACHE.get(folder_key)
             if pred is None:
                 pred = _CACHE[folder_key] = Predictor(folder)

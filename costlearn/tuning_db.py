@@ -337,7 +337,8 @@ class TuningDB:
 
     def _run(self, fn):
         """Run fn(conn); on a corruption error (a plain ``DatabaseError``),
-        set the file aside and retry once on a fresh database."""
+        set the file aside and retry once on a fresh database (read-only:
+        raise :class:`TuningDBError`, leaving the file as it is)."""
         try:
             return fn(self._conn())
         except sqlite3.OperationalError as e:
@@ -346,6 +347,9 @@ class TuningDB:
         except sqlite3.DatabaseError as e:
             if type(e) is not sqlite3.DatabaseError:
                 raise                               # IntegrityError etc.: a bug, not corruption
+            if self.read_only:
+                raise TuningDBError(f"the tuning database {self.path} is corrupt ({e}); opened read-only, "
+                                    "so it is left as it is (a write sets it aside)") from None
             self._set_aside(str(e), getattr(self._local, "inode", None))
             return fn(self._conn())
 

@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 
@@ -90,9 +92,11 @@ def _model_copy(model_dir, root):
     return new
 
 
-@pytest.mark.parametrize("change", [dict(shapes=[]), dict(shapes=[[0, 4, 4]]), dict(density_threshold_log2="nan"),
-                                    dict(min=None)])
-def test_a_malformed_envelope_is_an_artifact_error(model_dir, tmp_path, change):
+@pytest.mark.parametrize("change, says", [
+    (dict(shapes=[]), "shapes of shape"), (dict(shapes=[[0, 4, 4]]), r"\[0, 4, 4\] has an extent below 1"),
+    (dict(density_threshold_log2="nan"), "density_threshold_log2=nan"), (dict(min=None), "TypeError"),
+    (dict(min=dict(M=2**40, N=1, K=1)), r"need 1 <= min <= max for \['M'\]")])
+def test_a_malformed_envelope_is_an_artifact_error(model_dir, tmp_path, change, says):
     """Regression: an envelope with no shapes, a zero extent or a NaN
     threshold loaded and then crashed (or flagged nothing) at predict time."""
     import json
@@ -101,8 +105,9 @@ def test_a_malformed_envelope_is_an_artifact_error(model_dir, tmp_path, change):
     side = json.loads((folder / "model.json").read_text())
     side["envelope"].update(change)
     (folder / "model.json").write_text(json.dumps(side))
-    with pytest.raises(ArtifactError, match="envelope"):
+    with pytest.raises(ArtifactError, match="envelope") as e:
         Predictor(folder)
+    assert re.search(says, str(e.value)), str(e.value)
 
 
 def test_a_relative_model_folder_names_its_device(model_dir, monkeypatch):
@@ -139,3 +144,57 @@ def test_names_of_one_model_folder_share_one_predictor(model_dir):
     from costlearn.predict import load_predictor
     dev = model_dir.parents[1].name
     assert load_predictor(dev, models_dir=model_dir.parents[2]) is load_predictor(None, models_dir=model_dir.parents[2])
+
+
+def test_a_linked_model_folder_is_named_where_it_is_linked(model_dir, tmp_path):
+    """Regression: the device name came from the link's target
+    (``runs/run42`` named the device ``tmp...``)."""
+    import shutil
+    from costlearn.predict import load_predictor
+    target = tmp_path / "runs" / "run42"
+    shutil.copytree(model_dir, target)
+    link = tmp_path / "store" / "my-gpu" / "gemm" / "float32"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(target, target_is_directory=True)
+    p = load_predictor(None, models_dir=tmp_path / "store")
+    assert p.device == "my-gpu" and p.predict_best(64, 64, 64).device == "my-gpu"
+
+
+def test_a_load_racing_clear_cache_does_not_cache_the_old_store(model_dir, tmp_path, monkeypatch):
+    """Regression: a load that resolved its folder before another thread's
+    clear_cache() cached the old store's predictor under the default key."""
+    import threading
+    import time
+    from costlearn import predict as P
+    monkeypatch.delenv("COSTLEARN_MODELS", raising=False)
+    P.clear_cache()
+    real = P.resolve_model
+    started = threading.Event()
+
+    def slow(*args):
+        folder = real(*args)
+        started.set()
+        time.sleep(0.3)
+        return folder
+    monkeypatch.setattr(P, "resolve_model", slow)
+    outcome = []
+
+    def load():
+        try:
+            outcome.append(P.load_predictor())
+        except ValueError as e:
+            outcome.append(e)
+    try:
+        t = threading.Thread(target=load)
+        t.start()
+        started.wait(5)
+        monkeypatch.setenv("COSTLEARN_MODELS", str(tmp_path))
+        P.clear_cache()
+        t.join(10)
+        assert len(outcome) == 1 and "no gemm/float32 model" in str(outcome[0])   # it resolved again, in the new store
+        monkeypatch.setattr(P, "resolve_model", real)
+        with pytest.raises(ValueError, match="no gemm/float32 model"):
+            P.predict_best(64, 64, 64)
+    finally:
+        monkeypatch.delenv("COSTLEARN_MODELS", raising=False)
+        P.clear_cache()

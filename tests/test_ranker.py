@@ -275,3 +275,18 @@ def test_a_forest_with_nan_leaves_is_refused(pred):
     nodes["value"][leaf[::50]] = np.nan
     with pytest.raises(ForestError, match="not finite"):
         _forest_with(f, nodes=nodes).validate()
+
+
+def test_a_tree_deeper_than_the_walks_limit_is_refused():
+    """Regression: a 70-level chain declared as depth 64 passed validate(),
+    and both walks returned a threshold as if it were a leaf value."""
+    from costlearn.model.forest import NODE_DTYPE, FlatForest, ForestError
+    depth = 70
+    nodes = np.zeros(2 * depth + 1, NODE_DTYPE)
+    for i in range(depth):                   # node 2i splits into a leaf (2i+1) and the rest of the chain (2i+2)
+        j = 2 * i
+        nodes[j]["flags"], nodes[j]["child"], nodes[j]["value"] = 1, j + 1, 0.5
+        nodes[j + 1]["child"], nodes[j + 1]["value"] = j + 1, 1.0
+    nodes[-1]["child"], nodes[-1]["value"] = len(nodes) - 1, 7.0
+    with pytest.raises(ForestError, match="deeper than 64 levels"):
+        FlatForest(nodes, np.array([0], np.int32), np.array([64], np.int32), 0.0, 1).validate()

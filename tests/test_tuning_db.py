@@ -159,6 +159,28 @@ def test_listing_changes_no_file_even_a_schema_1_one(tmp_path):
         TuningDB(path, read_only=True).put(entry())
 
 
+def test_a_read_only_database_found_corrupt_in_a_query_is_left_where_it_is(tmp_path):
+    """Regression: a read-only TuningDB that met corruption in a query (not at
+    open) renamed the user's file aside."""
+    import sqlite3
+    path = tmp_path / "old.sqlite"
+    _schema_1_file(path)
+    with sqlite3.connect(path) as c:
+        for i in range(300):
+            c.execute("INSERT INTO tuned SELECT m + ?, n, k, dtype, device, template_hash, costlearn_version, "
+                      "config_id, how, time_us, times_json, ?, updated FROM tuned LIMIT 1", (i + 1, "x" * 300))
+    c.close()
+    ro = TuningDB(path, read_only=True)
+    assert len(ro.entries()) == 301
+    raw = bytearray(path.read_bytes())
+    raw[4096 * 3:4096 * 6] = b"garbage!" * (3 * 512)
+    raw[24:28] = (int.from_bytes(raw[24:28], "big") + 1).to_bytes(4, "big")   # change counter: caches are stale
+    path.write_bytes(bytes(raw))
+    with pytest.raises(TuningDBError, match="corrupt.*read-only"):
+        ro.entries()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.sqlite"] and path.read_bytes() == bytes(raw)
+
+
 def test_the_schema_1_upgrade_tolerates_another_process_finishing_it_first(tmp_path, monkeypatch):
     """Regression: the column check ran before the transaction, so a file
     another process upgraded in between was refused."""

@@ -11,6 +11,7 @@ are refused with the command that converts them (:func:`migrate`).
 from __future__ import annotations
 
 import json
+import os
 import platform
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -51,7 +52,6 @@ class ArtifactError(ValueError):
 def default_models_dir() -> Path:
     """``$COSTLEARN_MODELS`` if set, else the ``models/`` folder of the source
     tree this package was imported from, else ``./models``."""
-    import os
     env = os.environ.get("COSTLEARN_MODELS")
     if env:
         return Path(env)
@@ -207,8 +207,10 @@ class Artifact:
     @property
     def device(self) -> str:
         """The device folder name (``ocl-pthread-amd-epyc``), from the
-        folder's absolute path (``models/<device>/<family>/<dtype>``)."""
-        return self.path.resolve().parents[1].name
+        folder's absolute path (``models/<device>/<family>/<dtype>``), with
+        ``..`` removed but links not followed (a linked folder is named
+        where it is linked, not where its target lies)."""
+        return Path(os.path.abspath(self.path)).parents[1].name
 
     @property
     def model_sha256(self) -> str:
@@ -293,11 +295,12 @@ def load(folder) -> Artifact:
     missing = [key for key in _REQUIRED_KEYS if key not in side]
     if missing:
         raise ArtifactError(f"{side_path} lacks keys {missing}; retrain with `costlearn train`")
-    wrong = [key for key, kind in (("model_state", dict), ("scorer", dict), ("envelope", dict), ("device", dict),
-                                   ("candidates", list), ("layouts", list), ("feature_names", list))
+    wrong = [f"{key} is a {type(side[key]).__name__}, not {'an object' if kind is dict else 'a list'}"
+             for key, kind in (("model_state", dict), ("scorer", dict), ("envelope", dict), ("device", dict),
+                               ("candidates", list), ("layouts", list), ("feature_names", list))
              if not isinstance(side[key], kind)]
     if wrong:
-        raise ArtifactError(f"{side_path}: {wrong} have the wrong type; retrain with `costlearn train`")
+        raise ArtifactError(f"{side_path}: {'; '.join(wrong)}; retrain with `costlearn train`")
     try:
         if side["family"] not in FAMILIES:
             raise ValueError(f"unknown kernel family {side['family']!r}; known: {list(FAMILIES.names())}")

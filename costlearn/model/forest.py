@@ -201,12 +201,14 @@ class FlatForest:
             raise ForestError("flat forest has a child or feature index out of range")
         if (child[~internal] != own[~internal]).any() or (child[internal] <= own[internal]).any():
             raise ForestError("flat forest has a leaf that does not point to itself or a child before its parent")
-        # Depth of every node reached from a root, a level at a time (children
-        # come after parents, so this ends within 64 levels or the check fails).
+        # Depth of every node reached from a root, a level at a time; a tree
+        # deeper than the walks' 64-level limit is refused.
         depth = np.full(n, -1, np.int64)
         frontier = self.roots.astype(np.int64)
         level = 0
-        while len(frontier) and level <= 64:
+        while len(frontier):
+            if level > 64:
+                raise ForestError("flat forest has a tree deeper than 64 levels")
             depth[frontier] = level
             inner = frontier[internal[frontier]]
             first = self.roots.astype(np.int64)[tree_of[inner]] + child[inner]

@@ -77,8 +77,11 @@ class Scorer:
             raise ScorerError(f"scorer column weight {self.column_weight!r}; must be finite")
         if self.offsets is not None:
             off = np.asarray(self.offsets)
-            if off.ndim != 1 or not np.isfinite(off).all():
-                raise ScorerError(f"scorer offsets must be a 1-D array of finite numbers, got shape {off.shape}")
+            if off.ndim != 1 or not np.issubdtype(off.dtype, np.number) or not np.isfinite(off).all():
+                bad = "" if off.ndim != 1 or not np.issubdtype(off.dtype, np.number) else \
+                    f", {int((~np.isfinite(off)).sum())} not finite"
+                raise ScorerError(f"scorer offsets must be a 1-D array of finite numbers, got shape {off.shape} "
+                                  f"dtype {off.dtype}{bad}")
         if self.forest is not None and self.forest.n_features != self.n_features:
             raise ScorerError(f"forest reads {self.forest.n_features} features, scorer {self.n_features}")
         if not -1 <= self.column < self.n_features:
