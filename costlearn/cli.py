@@ -500,6 +500,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--version", action="version", version=f"costlearn {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
+    from .dtypes import dtype_names
+    from .families import FAMILIES
     from .features import FEATURE_SETS
     from .model import MODELS
 
@@ -518,8 +520,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "folder (default: data)")
     p.add_argument("--models", default=None,
                    help="model store root (default: $COSTLEARN_MODELS, else the source tree's models/)")
-    p.add_argument("--family", default=None, help="kernel family of the rows to train on (default: the only one)")
-    p.add_argument("--dtype", default=None, help="dtype of the rows to train on (default: the only one)")
+    p.add_argument("--family", default=None, choices=FAMILIES.names(),
+                   help="kernel family of the rows to train on (default: the only one)")
+    p.add_argument("--dtype", default=None, choices=dtype_names(),
+                   help="dtype of the rows to train on (default: the only one)")
     p.add_argument("--model", default="xgboost", choices=MODELS.names(), help="cost model (default: xgboost)")
     p.add_argument("--feature-set", default=None, choices=FEATURE_SETS.names(),
                    help="features a gradient-boosted model uses (default: analytic; raw and derived are ablations)")
@@ -591,7 +595,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", default=None,
                    help="model store root (default: $COSTLEARN_MODELS, else the source tree's models/)")
     _add_problem_args(p)
-    p.add_argument("--shapes", type=_nonneg_int, default=4, help="random fresh shapes besides the fixed set (default: 4)")
+    p.add_argument("--shapes", type=_nonneg_int, default=4,
+                   help="random fresh shapes besides the fixed set of 8 (default: 4)")
     p.add_argument("--budget", type=_positive_seconds, default=600.0,
                    help="seconds of measuring (default: 600)")
     p.add_argument("--out", default=None, help="dataset folder for the fresh measurements; an existing "
@@ -609,7 +614,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_problem_args(p)
     _add_collect_args(p, 180.0)
     p.add_argument("--models", default="out/models", help="model store root (default: out/models)")
-    p.add_argument("--eval-shapes", type=_nonneg_int, default=2, help="random fresh shapes (default: 2)")
+    p.add_argument("--eval-shapes", type=_nonneg_int, default=2,
+                   help="random fresh shapes besides the fixed set of 8 (default: 2)")
     p.add_argument("--eval-budget", type=_positive_seconds, default=100.0, help="seconds for evaluation (default: 100)")
     p.add_argument("--report", default=None, help="write the evaluation report here")
     p.set_defaults(func=cmd_run)

@@ -294,12 +294,17 @@ def resolve_model(device, family: str, dtype: str, models_dir=None) -> Path:
     TypeError
         If ``device`` or ``models_dir`` has the wrong type.
     ValueError
-        If there is no such model, or ``device=None`` is ambiguous (the
+        If the store is not a folder, there is no such model, or ``device=None`` is ambiguous (the
         message lists the models present); an artifact in the layout before
         kernel families names the migration command.
     """
     check_path("models_dir", models_dir, optional=True)
     root = Path(models_dir) if models_dir is not None else _artifact.default_models_dir()
+    if not root.is_dir():
+        raise ValueError(f"models_dir {str(root)!r} is not a folder" + (" (it does not exist)" if not root.exists()
+                                                                       else "") + "; train a model into it with "
+                         "`costlearn train --models DIR`, or point models_dir / --models / $COSTLEARN_MODELS at "
+                         "a model store")
     have = _artifact.list_models(root)
     if isinstance(device, DeviceSpec):
         device = device.slug

@@ -83,6 +83,7 @@ def test_relative_models_dir_is_not_cached_across_chdir(device_name, tmp_path, m
     monkeypatch.chdir(ROOT)
     predict_best(48, 64, 96, device=device_name, models_dir="models")
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()                  # another, empty store of the same relative name
     with pytest.raises(ValueError, match="no model"):
         predict_best(48, 64, 96, device=device_name, models_dir="models")
 

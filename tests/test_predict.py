@@ -129,6 +129,7 @@ def test_costlearn_models_set_later_takes_effect_after_clear_cache(model_dir, tm
     try:
         first = P.predict_best(64, 64, 64)
         assert P.default_store() == P._artifact.default_models_dir().absolute()
+        (tmp_path / "empty").mkdir()
         monkeypatch.setenv("COSTLEARN_MODELS", str(tmp_path / "empty"))
         assert P.predict_best(64, 64, 64) == first              # read once: documented
         P.clear_cache()
@@ -198,3 +199,14 @@ def test_a_load_racing_clear_cache_does_not_cache_the_old_store(model_dir, tmp_p
     finally:
         monkeypatch.delenv("COSTLEARN_MODELS", raising=False)
         P.clear_cache()
+
+
+@pytest.mark.parametrize("what", ["missing", "file"])
+def test_a_models_dir_that_is_not_a_folder_says_so(tmp_path, what):
+    """Regression: a mistyped --models said 'no gemm/float32 model ...
+    (models present: none)', never that the folder does not exist."""
+    path = tmp_path / "nope"
+    if what == "file":
+        path.write_text("x")
+    with pytest.raises(ValueError, match="is not a folder" + (r" \(it does not exist\)" if what == "missing" else "")):
+        predict_best(8, 8, 8, models_dir=path)

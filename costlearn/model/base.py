@@ -266,6 +266,7 @@ def get_model(name: str, **settings) -> CostModel:
     takes = [p for p in inspect.signature(cls).parameters if p != "self"]
     unknown = sorted(set(settings) - set(takes))
     if unknown:
-        raise ValueError(f"model {name!r} takes no setting {', '.join(map(repr, unknown))}; "
-                         f"it takes {takes if takes else 'none'}")
+        raise ValueError(f"model {name!r} takes no setting {', '.join(map(repr, unknown))} (CLI: "
+                         f"{', '.join('--' + u.replace('_', '-') for u in unknown)}); "
+                         + (f"its settings: {takes}" if takes else "it has no settings"))
     return cls(**settings)
