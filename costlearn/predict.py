@@ -22,7 +22,8 @@ from .problem import Problem
 from .ranker import make_ranker
 from .util import check_instance, check_int, check_path
 
-__all__ = ["Prediction", "Predictor", "predict_best", "clear_cache", "resolve_model", "load_predictor"]
+__all__ = ["Prediction", "Predictor", "predict_best", "clear_cache", "default_store", "resolve_model",
+           "load_predictor"]
 
 
 class Prediction(NamedTuple):
