@@ -57,8 +57,7 @@ def _check_family_dtype(args) -> None:
     """Refuse a dtype the chosen family does not support before any device
     is opened or anything measured."""
     from .families import get_family
-    from .problem import Problem
-    get_family(args.family).check_problem(Problem(1, 1, 1, args.dtype))
+    get_family(args.family).check_dtype(args.dtype)
 
 
 def _protocol(args):

@@ -258,7 +258,7 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
     pool_size = check_int("pool_size", pool_size, 1)
     configs_per_shape = check_int("configs_per_shape", configs_per_shape, 1)
     fam = get_family(family)
-    fam.check_problem(Problem(1, 1, 1, dtype, layout))
+    fam.check_dtype(dtype, layout)
     if fam.name not in backend.families:
         raise ValueError(f"the {backend.name!r} backend runs the families {list(backend.families)}, "
                          f"not {fam.name!r}")

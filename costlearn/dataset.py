@@ -155,6 +155,7 @@ class LoadReport:
     quarantined: dict = field(default_factory=dict)
 
     def summary(self) -> str:
+        """One line: parts read, corrupt parts skipped, quarantined rows by reason."""
         s = f"{self.parts} parts"
         if self.corrupt:
             s += f"; {len(self.corrupt)} corrupt parts skipped: " + "; ".join(

@@ -180,6 +180,7 @@ class DeviceSpec:
         return cls(**d)
 
     def to_json(self) -> str:
+        """:meth:`to_dict` as JSON with sorted keys (``device.json``)."""
         return json.dumps(self.to_dict(), sort_keys=True)
 
 

@@ -125,6 +125,8 @@ class Dispatch:
         return next((j for j in range(len(self.configs)) if self._fits(j, m, n, k)), i)
 
     def to_dict(self) -> dict:
+        """The JSON-ready selector (``dispatch.json``): family, config ids,
+        decision tree, ranges, floors, predicted regrets, source model."""
         return dict(family=family_of(self.configs[0]).name, configs=[c.config_id for c in self.configs],
                     tree=self.tree, ranges=self.ranges, floors=list(self.floors), predicted=self.predicted,
                     source=self.source,

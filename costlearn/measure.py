@@ -114,6 +114,7 @@ class Protocol:
             raise ValueError(f"Protocol.density={self.density!r}; must be in (0, 1]")
 
     def to_dict(self) -> dict:
+        """The protocol's fields, JSON-ready (recorded with every row's run)."""
         return dataclasses.asdict(self)
 
 
@@ -357,6 +358,8 @@ class Stopwatch:
 
     @contextlib.contextmanager
     def phase(self, name: str):
+        """Context manager adding the wall seconds of its block to
+        ``seconds[name]``."""
         t0 = time.perf_counter()
         try:
             yield

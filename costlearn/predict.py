@@ -466,8 +466,6 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
     problem = Problem(M, N, K, dtype, layout)
     top_k = check_int("top_k", top_k, 1)
     measure_top_k = check_int("measure_top_k", measure_top_k, 0)
-    if models_dir is not None and not isinstance(models_dir, (str, os.PathLike)):
-        raise TypeError(f"models_dir={models_dir!r}; must be a path (str or pathlib.Path) or None")
     if running_on is not None:
         check_instance("running_on", running_on, DeviceSpec, "a DeviceSpec (e.g. costlearn.preset('h200')) or None")
     if backend is not None and not hasattr(backend, "spec"):

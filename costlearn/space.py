@@ -85,8 +85,7 @@ def check_config(config, spec: DeviceSpec, *, dtype: str = "float32", problem: P
     fam = family_of(config)
     check_instance("spec", spec, DeviceSpec, "a DeviceSpec (costlearn.preset('h200') or a backend's .spec)")
     dtype = problem.dtype if problem is not None else dtype
-    if dtype not in fam.dtypes:
-        raise ValueError(f"dtype={dtype!r}: the {fam.name!r} family supports {list(fam.dtypes)}")
+    fam.check_dtype(dtype)
     why = fam.check_device(config, spec, dtype)
     if why is None and problem is not None and not tile_fits_problem(
             *fam.block_tile(config), problem.m, problem.n, problem.k, fam.fit_floors(spec)):
@@ -157,8 +156,8 @@ def enumerate_space(spec: DeviceSpec, *, family: str = "gemm", dtype: str = "flo
         check_instance("problem", problem, Problem, "a costlearn.Problem(M, N, K, dtype, layout)")
         fam.check_problem(problem)
         dtype = problem.dtype
-    elif dtype not in fam.dtypes:
-        raise ValueError(f"dtype={dtype!r}: the {fam.name!r} family supports {list(fam.dtypes)}")
+    else:
+        fam.check_dtype(dtype)
     rejected = Counter({r: 0 for r in rules_of(fam)})
     ok = []
     cands = fam.all_configs()

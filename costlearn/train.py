@@ -146,10 +146,9 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
         mixes devices, holds several (family, dtype) pairs and none was
         chosen, or has no device description.
     """
-    from .problem import Problem
     data_dir = Path(data_dir)
     if family is not None and dtype is not None:
-        get_family(family).check_problem(Problem(1, 1, 1, dtype))
+        get_family(family).check_dtype(dtype)
     get_model(model, **dict(settings or {}))  # an unknown model or setting fails before the data is read
     df, report = load(data_dir)
     pairs = dataset_pairs(df)
@@ -160,7 +159,7 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
                              "family= and dtype= (CLI: --family, --dtype)")
         family, dtype = fitting[0] if fitting else (family or "gemm", dtype or "float32")
     fam = get_family(family)
-    fam.check_problem(Problem(1, 1, 1, dtype))
+    fam.check_dtype(dtype)
     df = df[rows_where(df, family=family, dtype=dtype)]
     df, stale = current_rows(df)
     rows = valid_rows(df).reset_index(drop=True)

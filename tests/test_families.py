@@ -82,9 +82,15 @@ def test_unsupported_dtypes_and_layouts_are_refused(family):
     for dtype in set(DTYPES) - set(family.dtypes):
         with pytest.raises(ValueError, match=f"supports {list(family.dtypes)}".replace("[", "\\[").replace("]", "\\]")):
             family.check_problem(Problem(4, 4, 4, dtype))
+        with pytest.raises(ValueError, match=f"dtype={dtype!r}"):
+            family.check_dtype(dtype)
     for layout in set(LAYOUTS) - set(family.layouts):
         with pytest.raises(ValueError, match="layout"):
             family.check_problem(Problem(4, 4, 4, family.dtypes[0], layout))
+        with pytest.raises(ValueError, match=f"layout={layout!r}"):
+            family.check_dtype(family.dtypes[0], layout)
+    for dtype in family.dtypes:
+        family.check_dtype(dtype, family.layouts[0])          # supported: no error
 
 
 def test_pool_is_stratified_by_the_descriptions_block_height(family):

@@ -112,6 +112,9 @@ class DeviceWorkspace(Workspace):
         """Must wait for the device and return C as an array of ``self.xp``."""
 
     def verify(self, kernel: CompiledKernel) -> tuple[bool, float]:
+        """Launch once over a NaN-poisoned C and compare with the float64
+        host reference (:func:`costlearn.measure.check_result`); returns
+        (ok, max_abs_err)."""
         from ..measure import check_result
         self._poison_output()
         self._launch(kernel, 0)

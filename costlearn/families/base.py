@@ -169,11 +169,15 @@ class KernelFamily(abc.ABC):
     def check_problem(self, problem) -> None:
         """Raise ValueError if this family cannot run ``problem``'s dtype or
         layout (the message lists what it supports)."""
-        if problem.dtype not in self.dtypes:
-            raise ValueError(f"dtype={problem.dtype!r}: the {self.name!r} family supports {list(self.dtypes)}")
-        if problem.layout not in self.layouts:
-            raise ValueError(f"layout={problem.layout!r}: the {self.name!r} family supports "
-                             f"{list(self.layouts)}")
+        self.check_dtype(problem.dtype, problem.layout)
+
+    def check_dtype(self, dtype: str, layout: str | None = None) -> None:
+        """Raise ValueError if this family does not run ``dtype`` (or, when
+        given, ``layout``); the message lists what it supports."""
+        if dtype not in self.dtypes:
+            raise ValueError(f"dtype={dtype!r}: the {self.name!r} family supports {list(self.dtypes)}")
+        if layout is not None and layout not in self.layouts:
+            raise ValueError(f"layout={layout!r}: the {self.name!r} family supports {list(self.layouts)}")
 
     def space_hash(self) -> str:
         """Short hash of the value ranges and rules (stored with models)."""
