@@ -192,27 +192,63 @@ def _dataset_folder(data: str) -> Path:
 
 
 def train_stage(data, models_root, *, family: str | None, dtype: str | None, model: str, feature_set: str | None):
-    """Train on a dataset folder and print the held-out table; returns the TrainResult."""
+    """Train on a dataset folder and print the held-out table; returns the
+    TrainResult (the last one when the folder holds several (family, dtype)
+    pairs and none was chosen: every pair with enough rows is trained)."""
+    from .dataset import load
     from .model.artifact import default_models_dir
-    from .train import train
+    from .train import MIN_PROBLEMS, MIN_ROWS, dataset_pairs, pair_counts, train
     folder = _dataset_folder(data)
-    t0 = time.perf_counter()
     settings = {} if feature_set is None else dict(feature_set=feature_set)
-    res = train(folder, models_root or default_models_dir(), family=family, dtype=dtype, model=model,
-                settings=settings)
-    print(f"trained {model} on {res.rows} {res.family}/{res.dtype} rows over {res.shapes} problems in "
-          f"{time.perf_counter() - t0:.1f}s -> {res.path.parent}")
-    if res.holdout:
-        print("held-out problems (20%, problem-grouped): top-1 regret mean / geomean, top-5 mean, Kendall tau")
-        for name, sm in res.holdout.items():
-            print(f"  {name:<11} {sm['top1_mean']:7.1%} {sm['top1_geomean']:7.1%} {sm['top5_mean']:7.1%} "
-                  f"{sm['kendall_tau']:6.3f}")
+    pairs = [(family, dtype)]
+    if family is None or dtype is None:
+        found = [p for p in dataset_pairs(load(folder)[0])
+                 if (family is None or p[0] == family) and (dtype is None or p[1] == dtype)]
+        if len(found) > 1:
+            counts = pair_counts(folder)
+            pairs = [p for p in found if counts[p][0] >= MIN_ROWS and counts[p][1] >= MIN_PROBLEMS]
+            for p in found:
+                if p not in pairs:
+                    print(f"skipping {p[0]}/{p[1]}: {counts[p][0]} valid rows over {counts[p][1]} problems "
+                          f"(need {MIN_ROWS} over {MIN_PROBLEMS})", file=sys.stderr)
+            print(f"{folder} holds {len(found)} (family, dtype) pairs; training {len(pairs)}: "
+                  + ", ".join(f"{f}/{d}" for f, d in pairs), file=sys.stderr)
+            if not pairs:
+                raise ValueError(f"{folder}: no (family, dtype) pair has enough rows to train")
+    res = None
+    for fam, dt in pairs:
+        t0 = time.perf_counter()
+        res = train(folder, models_root or default_models_dir(), family=fam, dtype=dt, model=model,
+                    settings=settings)
+        print(f"trained {model} on {res.rows} {res.family}/{res.dtype} rows over {res.shapes} problems in "
+              f"{time.perf_counter() - t0:.1f}s -> {res.path.parent}")
+        if res.holdout:
+            print("held-out problems (20%, problem-grouped): top-1 regret mean / geomean, top-5 mean, Kendall tau")
+            for name, sm in res.holdout.items():
+                print(f"  {name:<11} {sm['top1_mean']:7.1%} {sm['top1_geomean']:7.1%} {sm['top5_mean']:7.1%} "
+                      f"{sm['kendall_tau']:6.3f}")
     return res
 
 
 def cmd_train(args) -> int:
     train_stage(args.data, args.models, family=args.family, dtype=args.dtype, model=args.model,
                 feature_set=args.feature_set)
+    return 0
+
+
+def cmd_import(args) -> int:
+    from .interop import import_file
+    rep = import_file(args.format, args.file, device=args.device, data_root=args.data, mapping=args.mapping)
+    print(rep.summary())
+    if not rep.already_imported:
+        print(f"next: costlearn train --data {rep.folder} --models MODELS")
+    return 0
+
+
+def cmd_export(args) -> int:
+    from .interop import export_dataset
+    paths = export_dataset(args.format, _dataset_folder(args.data), args.out)
+    print(f"wrote {len(paths)} {args.format} files into {args.out}")
     return 0
 
 
@@ -390,6 +426,9 @@ def _print_eval(res, report=None, plots=None) -> None:
     print(format_per_shape(res))
     print()
     print(format_table(res, "all"))
+    if any("tile_only" in sub for sub in res.summary.values()):
+        print("\nwith the vendor candidate left out (regret against the best tile config):")
+        print(format_table(res, "tile_only"))
     print(f"noise floor of these measurements: {res.noise_floor:.1%}; regret at or below it counts as 0 (a tie)")
     if report:
         print(f"report: {write_report(res, report)}")
@@ -520,13 +559,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", default=None,
                    help="model store root (default: $COSTLEARN_MODELS, else the source tree's models/)")
     p.add_argument("--family", default=None, choices=FAMILIES.names(),
-                   help="kernel family of the rows to train on (default: the only one)")
+                   help="kernel family of the rows to train on (default: every one in the folder)")
     p.add_argument("--dtype", default=None, choices=dtype_names(),
-                   help="dtype of the rows to train on (default: the only one)")
+                   help="dtype of the rows to train on (default: every one in the folder; each (family, dtype) "
+                   "with enough rows gets its model)")
     p.add_argument("--model", default="xgboost", choices=MODELS.names(), help="cost model (default: xgboost)")
     p.add_argument("--feature-set", default=None, choices=FEATURE_SETS.names(),
                    help="features a gradient-boosted model uses (default: analytic; raw and derived are ablations)")
     p.set_defaults(func=cmd_train)
+
+    from .interop import EXPORT_FORMATS, IMPORT_FORMATS
+    p = sub.add_parser("import", help="import measurements another tool made (Inductor logs, Kernel Tuner)",
+                       description="Read a file of measurements made by another tool into DATA/<device>/ as "
+                       "dataset rows (source file, format and sha256 recorded; the same file twice adds nothing; "
+                       "malformed lines are reported and skipped; a failed import writes nothing).")
+    p.add_argument("format", choices=IMPORT_FORMATS, help="inductor: PyTorch Inductor AutoHeuristic mm log; "
+                   "kernel-tuner: a Kernel Tuner cache file or T4 results JSON (needs --mapping)")
+    p.add_argument("file", help="the file to import")
+    p.add_argument("--device", required=True, help="preset of the GPU the file was measured on (h200, h100, a100); "
+                   "the file's header, where it has one, must agree")
+    p.add_argument("--data", default="data", help="data root; rows go to DATA/<device>/ (default: data)")
+    p.add_argument("--mapping", default=None, help="kernel-tuner: JSON file mapping the kernel's parameter names "
+                   "to a family's (see the README)")
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser("export", help="write a dataset as Kernel Tuner cache files or T4 results",
+                       description="Write a device's dataset as one Kernel Tuner cache file per problem "
+                       "(kernel-tuner) or T4 results + metadata per problem (t4).")
+    p.add_argument("format", choices=EXPORT_FORMATS)
+    p.add_argument("--data", default="data", help="dataset folder (default: data, if it holds one device)")
+    p.add_argument("--out", required=True, help="folder to write into")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("predict", help="best tile config for shapes",
                        description="Predict the fastest tile config for each M N K triple.")

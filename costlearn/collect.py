@@ -20,6 +20,7 @@ import numpy as np
 from . import __version__
 from .backends.base import Backend
 from .dataset import (
+    NOT_IMPORTED,
     SCHEMA_VERSION,
     load,
     measured_keys,
@@ -148,7 +149,7 @@ def rows_for(results: list[dict], kernels: dict, problem: Problem, protocol: Pro
                    protocol_version=protocol.version, distribution=protocol.distribution,
                    density=protocol.density, rounds=protocol.rounds,
                    costlearn_version=__version__, schema_version=SCHEMA_VERSION, run_id=run_id,
-                   timestamp=stamp,
+                   timestamp=stamp, **NOT_IMPORTED,
                    **prov)
         out.append(row)
     return out

@@ -20,11 +20,13 @@ import pandas as pd
 
 from .util import atomic_write, fsync_dir
 
-__all__ = ["SCHEMA_VERSION", "COLUMNS", "ADDED_COLUMNS", "write_part", "load", "compact", "noise_floor", "LoadReport",
+__all__ = ["SCHEMA_VERSION", "COLUMNS", "ADDED_COLUMNS", "NOT_IMPORTED", "IMPORTED_PROTOCOL", "write_part", "load", "compact", "noise_floor", "LoadReport",
            "valid_rows", "measured_keys", "KEY_COLUMNS", "DatasetError", "current_rows", "rows_where"]
 
-SCHEMA_VERSION = 3
-"""2 added ``repeat_time_us``, ``throttled``, ``throttle_reasons``,
+SCHEMA_VERSION = 4
+"""4 added ``source_format``, ``source_file``, ``source_sha256`` and
+``source_line`` (where an imported row came from, :mod:`costlearn.interop`);
+2 added ``repeat_time_us``, ``throttled``, ``throttle_reasons``,
 ``rotation_sets``; 3 added ``family``, ``layout`` and ``pipeline_stages`` and
 keeps a config's own parameters only in its ``config_id`` (the columns
 ``loop_order``, ``smem_pad``, ``raster`` of ``gemm`` rows are gone; the
@@ -59,17 +61,32 @@ COLUMNS = {
     "driver_version": "string", "runtime_version": "string", "library_version": "string",
     "host": "string", "template_hash": "string", "costlearn_version": "string",
     "schema_version": "int64", "run_id": "string", "timestamp": "string",
+    # import provenance (empty, -1 for rows costlearn measured)
+    "source_format": "string", "source_file": "string", "source_sha256": "string", "source_line": "int64",
 }
 """Every column of a dataset row and its pandas dtype."""
 
+NOT_IMPORTED = {"source_format": "", "source_file": "", "source_sha256": "", "source_line": -1}
+"""The import-provenance columns of a row costlearn measured itself."""
+
+IMPORTED_PROTOCOL = 0
+"""``protocol_version`` of imported rows: measured by another tool's protocol
+(``source_format`` names it), not :data:`costlearn.measure.PROTOCOL_VERSION`."""
+
 ADDED_COLUMNS = {"repeat_time_us": float("nan"), "rotation_sets": 0, "throttled": False,
-                 "throttle_reasons": "", "family": "gemm", "layout": "NN", "pipeline_stages": 1}
+                 "throttle_reasons": "", "family": "gemm", "layout": "NN", "pipeline_stages": 1, **NOT_IMPORTED}
 """Columns added after schema 1, with the value a part written before them
-is read with (schemas 1 and 2 held only ``gemm`` rows, row-major, one stage)."""
+is read with (schemas 1 and 2 held only ``gemm`` rows, row-major, one stage;
+schemas before 4 no imported rows)."""
 
 ABSURD_TIME_US = (1e-3, 1e9)
 """A per-launch time outside [1 ns, ~17 min] is quarantined as
 ``time_absurd``: no GEMM kernel launch takes either."""
+
+
+DEDUP_COLUMNS = list(KEY_COLUMNS) + ["run_id", "timestamp", "source_line"]
+"""Rows equal in these are copies of one row (a killed compaction leaves such
+copies); an imported file's repeated measurements differ in ``source_line``."""
 
 
 class DatasetError(RuntimeError):
@@ -212,7 +229,7 @@ def load(folder: str | os.PathLike, *, strict: bool = False) -> tuple[pd.DataFra
         df = pd.concat(frames, ignore_index=True)
         # A compaction killed between writing the merged part and removing
         # the old ones leaves exact copies; keep one.
-        df = df.drop_duplicates(subset=list(KEY_COLUMNS) + ["run_id", "timestamp"], ignore_index=True)
+        df = df.drop_duplicates(subset=DEDUP_COLUMNS, ignore_index=True)
     else:
         df = _conform(pd.DataFrame({c: pd.Series(dtype=t) for c, t in COLUMNS.items()}))
     ok = df["status"] == "ok"
@@ -267,7 +284,7 @@ def compact(folder: str | os.PathLike) -> tuple[int, int]:
     if len(parts) < 2:
         return 0, 0
     merged = pd.concat(frames, ignore_index=True).drop_duplicates(
-        subset=list(KEY_COLUMNS) + ["run_id", "timestamp"], ignore_index=True)
+        subset=DEDUP_COLUMNS, ignore_index=True)
     write_part(merged, folder)
     for part in parts:
         part.unlink()
@@ -327,14 +344,17 @@ def _configs_ok(df: pd.DataFrame) -> np.ndarray:
 
 def current_rows(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     """Rows measured with this code's kernel template (of each row's family)
-    and protocol version (a changed kernel or protocol never silently reuses
-    old timings), and how many other rows were dropped."""
+    and protocol version, or imported (:data:`IMPORTED_PROTOCOL` with a
+    ``source_format``), so a changed kernel or protocol never silently reuses
+    old timings; and how many other rows were dropped."""
     from .families import FAMILIES, get_family
     from .measure import PROTOCOL_VERSION
     fams = df["family"].astype(object).where(df["family"].notna(), None)
     want = np.array([get_family(f).template_hash if f in FAMILIES else None for f in fams], dtype=object)
+    imported = df["protocol_version"].eq(IMPORTED_PROTOCOL).fillna(False).to_numpy(bool) \
+        & (df["source_format"].fillna("").ne("").to_numpy(bool) if "source_format" in df else False)
     keep = (df["template_hash"].astype(object).to_numpy() == want) & \
-        df["protocol_version"].eq(PROTOCOL_VERSION).fillna(False).to_numpy(bool)
+        (df["protocol_version"].eq(PROTOCOL_VERSION).fillna(False).to_numpy(bool) | imported)
     return df[keep], int((~keep).sum())
 
 

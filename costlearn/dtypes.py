@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["DType", "DTYPES", "get_dtype", "dtype_names"]
+__all__ = ["DType", "DTYPES", "get_dtype", "dtype_names", "TORCH_DTYPES"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,11 @@ DTYPES: dict[str, DType] = {
 }
 """Every dtype costlearn knows; which a kernel family supports is the
 family's :attr:`~costlearn.families.KernelFamily.dtypes`."""
+
+
+TORCH_DTYPES = {"torch.float16": "float16", "torch.bfloat16": "bfloat16", "torch.float32": "float32"}
+"""``str(torch dtype)`` -> costlearn dtype (float32 becomes ``tfloat32`` only
+where the source says TF32 was allowed)."""
 
 
 def dtype_names() -> tuple[str, ...]:

@@ -11,7 +11,7 @@ import pandas as pd
 from .collect import collect
 from .dataset import current_rows, load, noise_floor, rows_where, valid_rows
 from .measure import Protocol
-from .metrics import evaluate_rows, random_scores, summarize
+from .metrics import VENDOR_ID, evaluate_rows, random_scores, summarize, vendor_only_scores
 from .model import BASELINES
 from .model import artifact as _artifact
 from .sampler import ShapeBounds, sample_shapes, shape_class
@@ -66,7 +66,9 @@ class EvalResult:
         ``shape_class``.
     summary : dict of str to dict
         For each model, summaries over ``all``, ``in_envelope`` and ``ood``
-        shapes (:func:`costlearn.metrics.summarize`).
+        shapes (:func:`costlearn.metrics.summarize`); with a vendor candidate
+        among the rows also ``tile_only`` (vendor rows left out: regret
+        against the best tile config), and the ``vendor_only`` ranking.
     rows : DataFrame
         The fresh measurements used.
     noise_floor : float
@@ -154,6 +156,9 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0) -> EvalResult:
     noise = 0.0 if not np.isfinite(noise) else noise
     frames, summary, preds = [], {}, {name: mdl.predict(rows) for name, mdl in models.items()}
     preds["random"] = random_scores(rows, seed)
+    vendor = rows["config_id"].eq(VENDOR_ID).to_numpy(bool)
+    if vendor.any():
+        preds["vendor_only"] = vendor_only_scores(rows)
     for name in preds:
         per = evaluate_rows(rows, preds[name], noise_rel=noise)
         per["model"] = name
@@ -163,6 +168,8 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0) -> EvalResult:
         frames.append(per)
         summary[name] = {"all": summarize(per), "in_envelope": summarize(per[~per["ood"]]),
                          "ood": summarize(per[per["ood"]])}
+        if vendor.any() and name != "vendor_only":
+            summary[name]["tile_only"] = summarize(evaluate_rows(rows[~vendor], preds[name][~vendor], noise))
     return EvalResult(per_shape=pd.concat(frames, ignore_index=True), summary=summary, rows=rows,
                       noise_floor=noise, predictions=preds, vendor_us={}, model=product.name,
                       time_models=tuple(n for n, m in models.items() if m.predicts_time))
@@ -225,7 +232,7 @@ def format_table(res: EvalResult, subset: str = "all") -> str:
             "top-10 mean | TenSet top-1 | Kendall tau | MAPE |")
     lines = [head, _rule(head)]
     for name, sub in res.summary.items():
-        s = sub[subset]
+        s = sub.get(subset, {})
         if not s.get("shapes"):
             continue
         mape = f"{s['mape']:.2f}" if name in res.time_models else "n/a"
@@ -263,6 +270,8 @@ def write_report(res: EvalResult, path) -> Path:
     text = [f"Noise floor of these measurements: {res.noise_floor:.1%} (median difference between two "
             "timings of one config in one session); a regret at or below it counts as 0.", "",
             "## Summary (all fresh shapes)", "", format_table(res, "all"), "",
+            *(["## Against the best tile config (vendor candidate left out)", "", format_table(res, "tile_only"), ""]
+              if any("tile_only" in sub for sub in res.summary.values()) else []),
             "## In-envelope shapes", "", format_table(res, "in_envelope"), "",
             "## By shape class", "", format_by_class(res), "",
             "## Per shape", "", format_per_shape(res), ""]

@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pandas as pd
 
-__all__ = ["topk_regret", "shape_metrics", "summarize", "evaluate_rows", "random_scores", "KS"]
+__all__ = ["PROBLEM_COLUMNS", "VENDOR_ID", "vendor_summaries", "vendor_only_scores", "topk_regret", "shape_metrics", "summarize", "evaluate_rows", "random_scores", "KS"]
 
 KS = (1, 5, 10)
 
@@ -64,17 +64,67 @@ def shape_metrics(pred: np.ndarray, true: np.ndarray, noise_rel: float = 0.0) ->
     return out
 
 
+PROBLEM_COLUMNS = ("m", "n", "k", "dtype", "layout")
+"""What identifies one problem (its rows are one ranking)."""
+
+
 def evaluate_rows(rows: pd.DataFrame, pred: np.ndarray, noise_rel: float = 0.0) -> pd.DataFrame:
-    """Per-shape metrics of predictions ``pred`` (aligned with ``rows``,
-    valid rows with ``time_us``); one row per shape (m, n, k) with the
-    candidate count ``n_candidates``."""
+    """Per-problem metrics of predictions ``pred`` (aligned with ``rows``,
+    valid rows with ``time_us``).
+
+    A problem is (m, n, k) with ``dtype`` and ``layout`` where the rows have
+    those columns. A config measured several times on one problem (rows
+    with one ``config_id``, e.g. an imported log's repeated sessions) counts
+    once, with the median of its times and the mean of its predictions.
+
+    Returns
+    -------
+    DataFrame
+        One row per problem: :func:`shape_metrics`, the problem columns and
+        ``n_candidates``.
+    """
+    cols = [c for c in PROBLEM_COLUMNS if c in rows.columns]
     rows = rows.assign(_pred=np.asarray(pred, np.float64))
+    if "config_id" in rows.columns and rows.duplicated(cols + ["config_id"]).any():
+        rows = rows.groupby(cols + ["config_id"], sort=False, observed=True).agg(
+            time_us=("time_us", "median"), _pred=("_pred", "mean")).reset_index()
     out = []
-    for (m, n, k), g in rows.groupby(["m", "n", "k"], sort=True):
+    for key, g in rows.groupby(cols, sort=True, observed=True):
         d = shape_metrics(g["_pred"].to_numpy(), g["time_us"].to_numpy(), noise_rel)
-        d.update(m=int(m), n=int(n), k=int(k), n_candidates=len(g))
+        d.update({c: (int(v) if c in ("m", "n", "k") else str(v)) for c, v in zip(cols, key)})
+        d["n_candidates"] = len(g)
         out.append(d)
     return pd.DataFrame(out)
+
+
+VENDOR_ID = "vendor"
+"""Config id of the vendor-library candidate (``triton_mm``)."""
+
+
+def vendor_summaries(rows: pd.DataFrame, pred: np.ndarray, noise_rel: float = 0.0) -> dict:
+    """Summaries of predictions on rows that include the vendor candidate.
+
+    Returns
+    -------
+    dict
+        ``all``: :func:`summarize` with every candidate (regret against the
+        best of all, the vendor library included); ``tile_only``: with the
+        vendor rows left out (regret against the best tile config, the
+        model's pick among tile configs only). Only ``all`` when the rows
+        hold no vendor row.
+    """
+    pred = np.asarray(pred, np.float64)
+    out = {"all": summarize(evaluate_rows(rows, pred, noise_rel))}
+    vendor = rows["config_id"].eq(VENDOR_ID).to_numpy(bool)
+    if vendor.any() and (~vendor).any():
+        out["tile_only"] = summarize(evaluate_rows(rows[~vendor], pred[~vendor], noise_rel))
+    return out
+
+
+def vendor_only_scores(rows: pd.DataFrame) -> np.ndarray:
+    """The "always call the vendor library" ranking: 0 for vendor rows, 1 for
+    the others, float64 of shape (len(rows),)."""
+    return np.where(rows["config_id"].eq(VENDOR_ID).to_numpy(bool), 0.0, 1.0)
 
 
 def summarize(per_shape: pd.DataFrame) -> dict:

@@ -196,6 +196,56 @@ class Predictor:
         res = self.ranker.rank(problem, mask, top=len(self.configs), cascade=False)
         return [self.configs[i] for i in res.order.tolist()], np.exp2(res.scores)
 
+    def score_configs(self, problem: Problem, configs) -> np.ndarray:
+        """Predicted times of any configs of this model's family for
+        ``problem`` (the full model, no cascade), for configs that need not be
+        among the model's candidates (a user's own config list).
+
+        Parameters
+        ----------
+        problem : Problem
+            Of this model's dtype and one of its layouts.
+        configs : sequence of configs of this model's family, length C
+
+        Returns
+        -------
+        ndarray of float64, shape (C,)
+            Predicted time, microseconds (a relative score for models that
+            predict no time); ``inf`` for a config the model's device cannot
+            run (a rule of :mod:`costlearn.space` rejects it).
+
+        Raises
+        ------
+        TypeError
+            If a config is not of this model's family.
+        ValueError
+            If the problem is not this model's dtype or layouts, ``configs`` is
+            empty, or the model scores per candidate (``best_fixed``) and
+            cannot score other configs.
+        """
+        from .families import family_of
+        from .features import CandidateFeatures, ConfigTable, get_feature_set
+        check_instance("problem", problem, Problem, "a costlearn.Problem (Predictor.problem(M, N, K))")
+        if problem.dtype != self.dtype or problem.layout not in self.layouts:
+            raise ValueError(f"problem {problem}: the {self.source} serves dtype {self.dtype!r}, layouts "
+                             f"{list(self.layouts)}")
+        configs = list(configs)
+        if not configs:
+            raise ValueError("configs is empty; give at least one config to score")
+        fam = self.artifact.family
+        for c in configs:
+            if family_of(c) is not fam:
+                raise TypeError(f"config {c!r} is not a {fam.name!r} config (this model's family)")
+        scorer = self.artifact.scorer
+        if scorer.offsets is not None:
+            raise ValueError(f"the {self.source} scores its own candidates only; it cannot score other configs")
+        feats = CandidateFeatures(get_feature_set(self.artifact.feature_set),
+                                  ConfigTable(fam, configs, self.dtype, self.spec))
+        X = feats.numpy(problem.m, problem.n, problem.k, None, problem.layout)
+        out = np.exp2(scorer.full_numpy(X, np.arange(len(configs))))
+        out[[fam.check_device(c, self.spec, self.dtype) is not None for c in configs]] = np.inf
+        return out
+
     def predict(self, problem: Problem, top_k: int = 5, running_on: DeviceSpec | None = None) -> Prediction:
         """The best candidate for ``problem``, its predicted time, the top k
         and the OOD flag with reasons.

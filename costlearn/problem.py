@@ -7,13 +7,25 @@ from dataclasses import dataclass
 from .dtypes import DTYPES, get_dtype
 from .util import check_int
 
-__all__ = ["Problem", "LAYOUTS", "MAX_EXTENT"]
+__all__ = ["Problem", "LAYOUTS", "MAX_EXTENT", "layout_letter"]
 
 LAYOUTS = ("NN", "NT", "TN", "TT")
 """Two letters, for A then B: ``N`` when that matrix is row-major (its last
 stride is 1: A is [M][K], B is [K][N] in memory), ``T`` when it is
 column-major (its first stride is 1). BLAS's transpose flags for row-major
 storage."""
+
+def layout_letter(strides) -> str | None:
+    """The layout letter of one matrix from its strides (the last two are
+    the matrix's): ``N`` when the last stride is 1 (row-major; checked first,
+    so a matrix with both strides 1, e.g. one row, is ``N``), ``T`` when the
+    one before it is 1 (column-major), None otherwise (a strided view) or
+    with fewer than two strides."""
+    strides = tuple(strides)
+    if len(strides) < 2:
+        return None
+    return "N" if strides[-1] == 1 else "T" if strides[-2] == 1 else None
+
 
 MAX_EXTENT = 2**31 - 1
 """Largest M, N or K: kernels take extents as 32-bit ints."""

@@ -21,7 +21,7 @@ from .metrics import evaluate_rows, random_scores, summarize
 from .model import BASELINES, artifact, get_model
 from .model.base import CostModel, shape_groups
 
-__all__ = ["train", "TrainResult", "spec_from_rows", "holdout_report", "export_artifact", "migrate_models",
+__all__ = ["MIN_ROWS", "MIN_PROBLEMS", "pair_counts", "train", "TrainResult", "spec_from_rows", "holdout_report", "export_artifact", "migrate_models",
            "dataset_pairs"]
 
 
@@ -94,6 +94,20 @@ def holdout_report(rows: pd.DataFrame, spec: DeviceSpec, model: CostModel, test_
     return summary, pd.concat(frames, ignore_index=True)
 
 
+MIN_ROWS, MIN_PROBLEMS = 50, 5
+"""Fewest valid rows and problems :func:`train` fits a model on."""
+
+
+def pair_counts(data_dir) -> dict:
+    """(family, dtype) -> (valid current rows, problems) of a dataset folder."""
+    df, _ = load(data_dir)
+    rows = valid_rows(current_rows(df)[0])
+    out = {}
+    for (f, d), g in rows.groupby(["family", "dtype"], observed=True):
+        out[(str(f), str(d))] = (len(g), g[["m", "n", "k", "layout"]].drop_duplicates().shape[0])
+    return out
+
+
 def dataset_pairs(df: pd.DataFrame) -> list[tuple[str, str]]:
     """(family, dtype) pairs of a dataset's valid rows, sorted."""
     v = valid_rows(df)
@@ -164,9 +178,10 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
     df, stale = current_rows(df)
     rows = valid_rows(df).reset_index(drop=True)
     n_shapes = rows[["m", "n", "k", "layout"]].drop_duplicates().shape[0]
-    if len(rows) < 50 or n_shapes < 5:
+    if len(rows) < MIN_ROWS or n_shapes < MIN_PROBLEMS:
         raise ValueError(f"{data_dir} has {len(rows)} valid {family}/{dtype} rows over {n_shapes} problems; "
-                         "need at least 50 rows over 5 problems (run `costlearn collect` longer)")
+                         f"need at least {MIN_ROWS} rows over {MIN_PROBLEMS} problems (run `costlearn collect` "
+                         "longer)")
     spec = spec_from_rows(rows, spec if spec is not None else _device_json(data_dir))
     settings = dict(settings or {})
     summary = {}
@@ -232,7 +247,7 @@ def _check_scorer(model, scorer, features, candidates, problems, family, dtype) 
     training library may sum in float32)."""
     worst = 0.0
     for p in problems:
-        X = features.numpy(p.m, p.n, p.k)
+        X = features.numpy(p.m, p.n, p.k, None, p.layout)
         rows = pd.DataFrame(dict(m=p.m, n=p.n, k=p.k, dtype=dtype, layout=p.layout, family=family,
                                  config_id=candidates["config_id"].to_numpy(),
                                  registers_per_thread=candidates["registers_per_thread"].to_numpy(np.float64)))

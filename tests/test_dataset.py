@@ -136,3 +136,33 @@ def test_rows_the_family_does_not_run_are_quarantined(tmp_path):
     df, rep = load(tmp_path)
     assert rep.quarantined == {"problem_unsupported": 2}
     assert len(valid_rows(df)) == 1
+
+
+def test_imported_rows_count_as_current_and_other_protocols_do_not():
+    """Imported rows carry IMPORTED_PROTOCOL and a source_format; a row with
+    that protocol but no source is not imported and stays out."""
+    import pandas as pd
+    from costlearn.dataset import IMPORTED_PROTOCOL, current_rows
+    from costlearn.families import get_family
+    from costlearn.measure import PROTOCOL_VERSION
+    h = get_family("triton_mm").template_hash
+    df = pd.DataFrame(dict(family="triton_mm", template_hash=h,
+                           protocol_version=[IMPORTED_PROTOCOL, IMPORTED_PROTOCOL, PROTOCOL_VERSION, 99],
+                           source_format=["inductor", "", "", ""]))
+    kept, dropped = current_rows(df)
+    assert kept.index.tolist() == [0, 2] and dropped == 2
+
+
+def test_parts_before_schema_4_read_with_no_import_provenance(tmp_path):
+    import pandas as pd
+    from costlearn.dataset import COLUMNS, NOT_IMPORTED, load
+    old = {c: pd.Series([1], dtype=t) if t in ("int64", "float64") else pd.Series(["x"], dtype=t)
+           for c, t in COLUMNS.items() if c not in NOT_IMPORTED}
+    old.update(status=pd.Series(["failed"], dtype="string"), family=pd.Series(["gemm"], dtype="string"),
+               dtype=pd.Series(["float32"], dtype="string"), layout=pd.Series(["NN"], dtype="string"),
+               config_id=pd.Series(["m64n64k16_t4x4_outer_p1_row"], dtype="string"),
+               throttled=pd.Series([False]), below_overhead=pd.Series([False]))
+    pd.DataFrame(old).to_parquet(tmp_path / "part-old.parquet")
+    df, rep = load(tmp_path)
+    assert rep.parts == 1 and not rep.corrupt
+    assert (df.loc[0, "source_format"], df.loc[0, "source_line"]) == ("", -1)

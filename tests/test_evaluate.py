@@ -117,3 +117,30 @@ def test_evaluate_rows_by_hand_on_two_shapes():
     assert s["tenset_top1"] == pytest.approx((10 + 4) / (20 + 5))
     # a 30 % noise floor makes the 25 % regret a tie, not the 100 % one
     assert evaluate_rows(rows, pred, noise_rel=0.3)["top1_regret"].tolist() == [1.0, 0.0]
+
+
+def test_a_config_measured_in_several_sessions_counts_once_with_its_median():
+    """Regression: an imported log holds each (problem, config) up to three
+    times; evaluation must rank configs, not rows, and keep layouts apart."""
+    import pandas as pd
+    from costlearn.metrics import evaluate_rows
+    rows = pd.DataFrame(dict(m=8, n=8, k=8, dtype="float16", layout=["NN"] * 5 + ["TN"] * 2,
+                             config_id=["a", "a", "a", "b", "b", "a", "b"],
+                             time_us=[10.0, 30.0, 11.0, 10.5, 10.5, 5.0, 4.0]))
+    per = evaluate_rows(rows, np.array([1, 1, 1, 2, 2, 2, 1], float))   # predicts a first on NN, b on TN
+    assert per["layout"].tolist() == ["NN", "TN"] and per["n_candidates"].tolist() == [2, 2]
+    assert per["best_time_us"].tolist() == [10.5, 4.0]            # a's median 11.0, not its 10.0 minimum
+    assert per.loc[0, "top1_regret"] == pytest.approx(11.0 / 10.5 - 1) and per.loc[1, "top1_regret"] == 0.0
+
+
+def test_vendor_regret_is_reported_against_the_best_tile_config_and_the_best_of_all():
+    import pandas as pd
+    from costlearn.metrics import vendor_only_scores, vendor_summaries
+    rows = pd.DataFrame(dict(m=[8] * 3 + [16] * 3, n=8, k=8, dtype="float16", layout="NN",
+                             config_id=["vendor", "x", "y"] * 2, time_us=[9.0, 10.0, 12.0, 20.0, 10.0, 11.0]))
+    pred = np.array([3.0, 1.0, 2.0, 3.0, 1.0, 2.0])                 # always picks x
+    s = vendor_summaries(rows, pred)
+    assert s["tile_only"]["top1_max"] == 0.0                       # x is the best tile config on both
+    assert s["all"]["top1_max"] == pytest.approx(10.0 / 9.0 - 1)  # the library beat it on the first
+    v = vendor_summaries(rows, vendor_only_scores(rows))["all"]
+    assert v["top1_max"] == pytest.approx(20.0 / 10.0 - 1)

@@ -117,3 +117,55 @@ def test_device_peaks_per_dtype_come_from_the_preset():
         cpu.peak_gflops_for("bfloat16")
     with pytest.raises(ValueError, match="peak_gflops_fp16"):
         dataclasses.replace(h200, peak_gflops_fp16=-1.0)
+
+
+# -- the triton_mm family ------------------------------------------------------
+
+def test_triton_mm_rules_reject_what_the_device_cannot_run():
+    from costlearn.families.triton_mm import VENDOR, TritonMMConfig
+    fam, a100 = get_family("triton_mm"), preset("a100")
+    # (64*64 + 64*256) * 2 bytes * (5 - 1) buffers = 160 KiB + 1 KiB reserved: fits 163 KiB; 6 stages do not
+    assert fam.check_device(TritonMMConfig(64, 256, 64, 8, 5), a100, "float16") is None
+    assert fam.check_device(TritonMMConfig(64, 256, 64, 8, 6), a100, "float16") == "smem_above_max"
+    assert fam.check_device(TritonMMConfig(64, 256, 64, 8, 5), a100, "float32") == "smem_above_max"  # 4-byte
+    # regression: Inductor ran 128x64x128 with 4 stages in float16 on the A100 (3 buffers, 144 KiB), and
+    # none of its float32 runs of it (216 KiB)
+    assert fam.check_device(TritonMMConfig(128, 64, 128, 8, 4), a100, "float16") is None
+    assert fam.check_device(TritonMMConfig(128, 64, 128, 8, 4), a100, "float32") == "smem_above_max"
+    # 16x16 with 8 warps: 256 outputs for 8 m16n8 tiles (1024); only tensor-core dtypes care
+    assert fam.check_device(TritonMMConfig(16, 16, 16, 8, 1), a100, "bfloat16") == "warp_tile_below_mma"
+    assert fam.check_device(TritonMMConfig(16, 16, 16, 8, 1), a100, "float32") is None
+    assert fam.check_device(TritonMMConfig(256, 256, 16, 1, 1), a100, "float32") == "registers_above_max"
+    small = PRESETS["a100"].__class__(**{**PRESETS["a100"].to_dict(), "max_threads_per_block": 256})
+    assert fam.check_device(TritonMMConfig(64, 64, 32, 16, 2), small, "float16") == "threads_above_max"
+    assert fam.check_device(VENDOR, a100, "float16") is None
+    assert fam.block_tile(VENDOR) == fam.fit_floors(a100)          # the problem rule never removes the vendor
+
+
+def test_triton_mm_config_ids_are_readable_and_refuse_bad_values():
+    from costlearn.families.triton_mm import VENDOR, TritonMMConfig
+    fam = get_family("triton_mm")
+    c = TritonMMConfig(64, 128, 32, 4, 3)
+    assert c.config_id == "m64n128k32_w4_s3_g8" and fam.config_from_id(c.config_id) == c
+    assert fam.config_from_id("vendor") is VENDOR and family_of(VENDOR) is fam
+    for bad, match in [(dict(block_m=48), "power of two"), (dict(block_k=8), r"\[16, 4096\]"),
+                       (dict(num_warps=3), "power of two"), (dict(num_stages=0), "num_stages")]:
+        with pytest.raises(ValueError, match=match):
+            TritonMMConfig(**{**c.to_dict(), **bad})
+    with pytest.raises(ValueError, match="malformed triton_mm config_id"):
+        fam.config_from_id("m64n64k16_t4x4_outer_p1_row")
+    with pytest.raises(TypeError, match="must be a TritonMMConfig or VendorCall"):
+        family_of(type("Fake", (), {"family": "triton_mm"})())
+
+
+def test_triton_mm_covers_inductors_configs_and_its_pipeline_stages():
+    from costlearn.families.triton_mm import TritonMMConfig
+    fam = get_family("triton_mm")
+    space = {c.config_id for c in enumerate_space(preset("a100"), family="triton_mm", dtype="float16").configs}
+    # a few of Inductor's A100 mm configs (BLOCK-M, BLOCK-N, BLOCK-K, warps, stages), from the imported logs
+    for cfg in [(16, 32, 16, 2, 3), (64, 64, 32, 8, 4), (128, 128, 32, 4, 3), (32, 16, 128, 2, 2),
+                (128, 64, 128, 8, 4), (16, 128, 64, 8, 5)]:
+        assert TritonMMConfig(*cfg).config_id in space, cfg
+    d = fam.describe(TritonMMConfig(64, 128, 32, 4, 3), "bfloat16")
+    assert (d.threads, d.pipeline_stages, d.smem_bytes, d.thread_m * d.thread_n * d.threads) == \
+        (128, 3, (64 * 32 + 32 * 128) * 2 * 2, 64 * 128)

@@ -139,3 +139,20 @@ def test_features_command_without_nvcc(tmp_path, capsys):
                  "--csv", str(out)]) == 0
     table = pd.read_csv(out)
     assert len(table) == 8 and "occupancy_frac" in table.columns and table.notna().all().all()
+
+
+def test_layout_columns_exist_only_for_families_of_several_layouts_and_follow_the_letters():
+    import pandas as pd
+    from costlearn.device import preset
+    from costlearn.families import get_family
+    from costlearn.features import get_feature_set
+    from costlearn.features.base import LAYOUT_FEATURES
+    for fs in ("analytic", "raw", "derived"):
+        assert not set(LAYOUT_FEATURES) & set(get_feature_set(fs).feature_names(get_family("gemm")))
+        assert set(LAYOUT_FEATURES) <= set(get_feature_set(fs).feature_names(get_family("triton_mm")))
+    rows = pd.DataFrame(dict(m=512, n=256, k=128, dtype="float16", family="triton_mm",
+                             config_id=["m64n64k32_w4_s3_g8"] * 4 + ["vendor"], layout=["NN", "NT", "TN", "TT", "TN"]))
+    X = get_feature_set("analytic").transform(rows, preset("a100"))
+    assert X["a_column_major"].tolist() == [0, 0, 1, 1, 1] and X["b_column_major"].tolist() == [0, 1, 0, 1, 0]
+    other = X.drop(columns=list(LAYOUT_FEATURES))
+    assert (other.iloc[:4].nunique() == 1).all()                  # nothing else depends on the layout

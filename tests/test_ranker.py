@@ -290,3 +290,23 @@ def test_a_tree_deeper_than_the_walks_limit_is_refused():
     nodes[-1]["child"], nodes[-1]["value"] = len(nodes) - 1, 7.0
     with pytest.raises(ForestError, match="deeper than 64 levels"):
         FlatForest(nodes, np.array([0], np.int32), np.array([64], np.int32), 0.0, 1).validate()
+
+
+def test_a_model_of_several_layouts_ranks_each_layout_the_same_in_c_and_numpy(tmp_path):
+    """Regression: the layout columns are per problem; the C ranker takes one
+    template per layout, and must rank exactly as numpy and as the model."""
+    from costlearn.features.base import LAYOUT_FEATURES
+    from inductor_fixture import build_models
+    folder = build_models(tmp_path) / "a100" / "triton_mm" / "float16"
+    p = Predictor(folder)
+    assert p.ranker.name == "native" and len(p.layouts) == 3
+    ref = RANKERS.get("numpy")(p.ranker.features, p.ranker.scorer, p.envelope, p.ranker.floors)
+    cols = [p.ranker.features.names.index(c) for c in LAYOUT_FEATURES]
+    for layout in p.layouts:
+        assert p.ranker.features.templates[layout][:, cols].tolist()[0] == [layout[0] == "T", layout[1] == "T"]
+        for m, n, k in [(1, 4096, 4096), (512, 512, 512), (3000, 700, 9000)]:
+            q = Problem(m, n, k, "float16", layout)
+            for cascade in (True, False):
+                assert _same(p.ranker.rank(q, top=5, cascade=cascade), ref.rank(q, top=5, cascade=cascade)), q
+    a, b = (p.ranker.rank(Problem(512, 512, 512, "float16", lay), top=9, cascade=False).scores for lay in ("NN", "TN"))
+    assert not np.array_equal(a, b)                                # the layout reaches the scores

@@ -9,7 +9,8 @@ from .base import DESCRIPTION_FIELDS, KernelFamily, TileDescription, bank_confli
 __all__ = ["FAMILIES", "get_family", "family_of", "KernelFamily", "TileDescription", "DESCRIPTION_FIELDS",
            "bank_conflict_degree"]
 
-FAMILIES = Registry("kernel family", {"gemm": "costlearn.families.gemm:GemmFamily"})
+FAMILIES = Registry("kernel family", {"gemm": "costlearn.families.gemm:GemmFamily",
+                                      "triton_mm": "costlearn.families.triton_mm:TritonMMFamily"})
 """Registered families (name -> class, imported on first use)."""
 
 _INSTANCES: dict = {}
@@ -43,5 +44,6 @@ def family_of(config) -> KernelFamily:
                         "(e.g. costlearn.families.gemm.GemmConfig)")
     fam = get_family(name)
     if not isinstance(config, fam.config_type):
-        raise TypeError(f"config={config!r}; must be a {fam.config_type.__name__}")
+        types = fam.config_type if isinstance(fam.config_type, tuple) else (fam.config_type,)
+        raise TypeError(f"config={config!r}; must be a {' or '.join(t.__name__ for t in types)}")
     return fam

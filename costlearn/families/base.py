@@ -101,8 +101,9 @@ class KernelFamily(abc.ABC):
     ----------
     name : str
         Registry name (``"gemm"``).
-    config_type : type
-        Its frozen config class; every config has ``config_id`` (stable,
+    config_type : type or tuple of type
+        Its frozen config class (or classes, e.g. ``triton_mm``'s tile config
+        and its vendor call); every config has ``config_id`` (stable,
         readable), ``to_dict()`` and ``family`` (this name).
     dtypes : tuple of str
         Dtypes it supports (names in :data:`costlearn.dtypes.DTYPES`).

@@ -56,9 +56,12 @@ def analytic_names(family) -> tuple[str, ...]:
     """Columns of the analytic set for ``family``: log2 of M, N, K and the
     flops; :data:`TILE_FEATURES`; the family's parameter features not already
     among them (for ``gemm``: ``loop_outer``, ``raster_row``, ``smem_pad``);
-    then :data:`COMMON_CONFIG_FEATURES`."""
+    then :data:`COMMON_CONFIG_FEATURES`; then, for a family of several
+    layouts, :data:`~costlearn.features.base.LAYOUT_FEATURES`."""
+    from .base import layout_names
     own = tuple(f for f in family.param_feature_names if f not in TILE_FEATURES)
-    return ("log2_m", "log2_n", "log2_k", "log2_flops") + TILE_FEATURES + own + COMMON_CONFIG_FEATURES
+    return ("log2_m", "log2_n", "log2_k", "log2_flops") + TILE_FEATURES + own + COMMON_CONFIG_FEATURES \
+        + layout_names(family)
 
 
 def occupancy(threads, smem_bytes, registers, spec: DeviceSpec):

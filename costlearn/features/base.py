@@ -22,7 +22,8 @@ import pandas as pd
 from ..device import DeviceSpec
 from ..families import DESCRIPTION_FIELDS, get_family
 
-__all__ = ["FeatureSet", "ConfigTable", "CandidateFeatures", "SHAPE_FEATURES", "rows_family"]
+__all__ = ["FeatureSet", "ConfigTable", "CandidateFeatures", "SHAPE_FEATURES", "rows_family", "LAYOUT_FEATURES",
+           "layout_names", "layout_values"]
 
 SHAPE_FEATURES = (
     "log2_m", "log2_n", "log2_k", "log2_flops", "ai_problem_flop_per_byte",
@@ -32,6 +33,23 @@ SHAPE_FEATURES = (
 )
 """The shape-dependent features, in the order ``costlearn_shape_features``
 writes them (exactly 18); formulas in :func:`costlearn.features.analytic.shape_arrays`."""
+
+
+LAYOUT_FEATURES = ("a_column_major", "b_column_major")
+"""1.0 where A (B) is column-major (layout letter ``T``), else 0.0; features
+of the problem that are constant over its candidates, present for families
+that run more than one layout (:func:`layout_names`)."""
+
+
+def layout_names(family) -> tuple[str, ...]:
+    """:data:`LAYOUT_FEATURES` for a family with several layouts, else ()
+    (a one-layout family's columns do not change)."""
+    return LAYOUT_FEATURES if len(family.layouts) > 1 else ()
+
+
+def layout_values(layout: str) -> dict:
+    """The :data:`LAYOUT_FEATURES` of ``layout`` (``"NT"`` -> a 0.0, b 1.0)."""
+    return dict(a_column_major=float(layout[0] == "T"), b_column_major=float(layout[1] == "T"))
 
 
 def rows_family(rows: pd.DataFrame):
@@ -129,8 +147,9 @@ class FeatureSet(abc.ABC):
         Parameters
         ----------
         rows : DataFrame, R rows
-            Columns ``m, n, k, dtype, family, config_id`` and optionally
-            ``registers_per_thread`` (NaN or missing: the family's estimate).
+            Columns ``m, n, k, dtype, family, config_id`` (and ``layout`` for a
+            family of several layouts) and optionally ``registers_per_thread``
+            (NaN or missing: the family's estimate).
 
         Returns
         -------
@@ -163,8 +182,16 @@ class FeatureSet(abc.ABC):
             if shape_needed:
                 m, n, k = (sub[c].to_numpy(np.int64) for c in ("m", "n", "k"))
                 sh = shape_arrays(m, n, k, _gather(table, codes), spec, str(dtype))
+            if layout_names(fam):
+                lay = sub["layout"].astype(object).to_numpy()
+                cols = dict(cols, a_column_major=np.array([str(x)[:1] == "T" for x in lay], np.float64),
+                            b_column_major=np.array([str(x)[1:2] == "T" for x in lay], np.float64))
+                lay_cols = set(LAYOUT_FEATURES)
+            else:
+                lay_cols = set()
             for j, nm in enumerate(names):
-                out[idx, j] = np.broadcast_to(sh[nm] if nm in SHAPE_FEATURES else cols[nm][codes], (len(idx),))
+                v = sh[nm] if nm in SHAPE_FEATURES else cols[nm] if nm in lay_cols else cols[nm][codes]
+                out[idx, j] = np.broadcast_to(v, (len(idx),))
         return pd.DataFrame(out, columns=list(names), index=rows.index)
 
 
@@ -194,7 +221,11 @@ class CandidateFeatures:
     names : tuple of str
         The F columns.
     template : ndarray of float32, shape (C, F), read-only
-        Per-config columns filled, shape columns 0.
+        Per-config columns filled, shape columns 0 (layout columns those of
+        the family's first layout).
+    templates : dict of str to ndarray of float32, shape (C, F), read-only
+        The template of each of the family's layouts (they differ in the
+        :data:`LAYOUT_FEATURES` columns only).
     shape_columns : ndarray of int32, shape (18,)
         Column of X for each of :data:`SHAPE_FEATURES`, -1 where unused.
     block : ndarray of int64, shape (3, C)
@@ -214,11 +245,18 @@ class CandidateFeatures:
         cols = feature_set.config_columns(table)
         X = np.zeros((self.n_candidates, len(self.names)), np.float32)
         for j, nm in enumerate(self.names):
-            if nm not in SHAPE_FEATURES:
+            if nm not in SHAPE_FEATURES and nm not in LAYOUT_FEATURES:
                 X[:, j] = cols[nm]
-        X.flags.writeable = False
-        self.template = X
         pos = {nm: j for j, nm in enumerate(self.names)}
+        self.templates = {}
+        for layout in table.family.layouts:
+            T = X.copy()
+            if layout_names(table.family):
+                for nm, v in layout_values(layout).items():
+                    T[:, pos[nm]] = v
+            T.flags.writeable = False
+            self.templates[layout] = T
+        self.template = self.templates[table.family.layouts[0]]
         self.shape_columns = np.array([pos.get(nm, -1) for nm in SHAPE_FEATURES], np.int32)
         self._shape_cols = [(j, nm) for j, nm in enumerate(self.names) if nm in SHAPE_FEATURES]
         d = table.derived
@@ -230,8 +268,9 @@ class CandidateFeatures:
         self.peak_flop_per_us = table.spec.peak_gflops_for(table.dtype) * 1e3
         self.bytes_per_us = table.spec.memory_bandwidth_gbps * 1e3
 
-    def numpy(self, m: int, n: int, k: int, rows: np.ndarray | None = None) -> np.ndarray:
-        """Features of candidates ``rows`` (all by default) at extents (m, n, k).
+    def numpy(self, m: int, n: int, k: int, rows: np.ndarray | None = None, layout: str | None = None) -> np.ndarray:
+        """Features of candidates ``rows`` (all by default) at extents (m, n, k)
+        and ``layout`` (default: the family's first).
 
         Parameters
         ----------
@@ -239,6 +278,8 @@ class CandidateFeatures:
             Validated extents (>= 1).
         rows : ndarray of int, shape (R,), optional
             Candidate indices, in the order wanted.
+        layout : str, optional
+            One of the family's layouts.
 
         Returns
         -------
@@ -246,7 +287,7 @@ class CandidateFeatures:
         """
         from .analytic import shape_arrays
         idx = np.arange(self.n_candidates) if rows is None else np.asarray(rows, np.int64)
-        X = self.template[idx].copy()
+        X = (self.template if layout is None else self.templates[layout])[idx].copy()
         if self._shape_cols:
             cfg = dict(block=self.block[:, idx], element_bytes=self.element_bytes, slots=self.slots[idx],
                        tile_occ=self.tile_occ[idx], fill_loads=self.fill_loads[idx])

@@ -258,7 +258,7 @@ class NativeRanker(Ranker):
         f, sc = features, scorer
         env_order = np.lexsort((np.arange(len(envelope.points)), envelope.points[:, 0]))
         keep_alive = dict(
-            template=np.ascontiguousarray(f.template), block=f.block, slots=f.slots, tile_occ=f.tile_occ,
+            block=f.block, slots=f.slots, tile_occ=f.tile_occ,
             fill=f.fill_loads, cols=np.ascontiguousarray(f.shape_columns, np.int32),
             env_points=np.ascontiguousarray(envelope.points[env_order], np.float64),
             env_index=np.ascontiguousarray(env_order, np.int32))
@@ -267,8 +267,12 @@ class NativeRanker(Ranker):
             keep_alive.update(nodes=forest.nodes, roots=forest.roots, depths=forest.depths)
         if sc.offsets is not None:
             keep_alive["offsets"] = np.ascontiguousarray(sc.offsets, np.float64)
+        # One template per layout (they differ in the layout columns only); a
+        # thread's context per layout points at its layout's template.
+        self._templates = {lay: np.ascontiguousarray(t) for lay, t in f.templates.items()}
         self._keep_alive = keep_alive
         ptr = {k: a.ctypes.data for k, a in keep_alive.items()}
+        ptr["template"] = self._templates[next(iter(self._templates))].ctypes.data
         from ..envelope import _EMBED
         self._const = dict(
             template_=ptr["template"], n_cands=f.n_candidates, n_features=len(f.names), block=ptr["block"],
@@ -288,24 +292,37 @@ class NativeRanker(Ranker):
                         [float(d) for _, _, d in sc.cascade])
         self._embed = [float(v) for v in _EMBED.ravel()]
         self._tls = threading.local()
+        self._multi_layout = len(self._templates) > 1
 
-    def _context(self):
-        """This thread's context and its output arrays."""
+    def _context(self, layout=None):
+        """This thread's context for ``layout`` (default: the first) and its
+        output arrays."""
         c, f = self.n_candidates, len(self.features.names)
         arrays = dict(X=np.empty((c, f), np.float32), Xk=np.empty((c, f), np.float32),
                       work=np.empty(c, SCORED_DTYPE), part=np.empty(c, np.float64), acc=np.empty(c, np.float64),
                       lin=np.empty(c, np.float64), row_cand=np.empty(c, np.int32),
                       out_index=np.empty(c, np.int32), out_score=np.empty(c, np.float64))
         rc = RankContext(**self._const, **{k: a.ctypes.data for k, a in arrays.items()})
+        if layout is not None:
+            rc.template_ = self._templates[layout].ctypes.data
         rc.embed[:] = self._embed
         n = len(self._stages[0])
         rc.stage_trees[:n], rc.stage_keep[:n], rc.stage_margin[:n] = self._stages
-        ctx = self._tls.ctx = (rc, ctypes.byref(rc), arrays["out_index"], arrays["out_score"], arrays)
+        ctx = (rc, ctypes.byref(rc), arrays["out_index"], arrays["out_score"], arrays)
+        if layout is None:
+            self._tls.ctx = ctx
+        else:
+            if not hasattr(self._tls, "by_layout"):
+                self._tls.by_layout = {}
+            self._tls.by_layout[layout] = ctx
         return ctx
 
     def rank(self, problem, mask=None, *, top: int = 5, cascade: bool = True) -> RankResult:
         top = top if type(top) is int and 0 < top < 2**31 else self._top(top)
-        ctx = getattr(self._tls, "ctx", None) or self._context()
+        if self._multi_layout:
+            ctx = getattr(self._tls, "by_layout", {}).get(problem.layout) or self._context(problem.layout)
+        else:
+            ctx = getattr(self._tls, "ctx", None) or self._context()
         rc, ref, out_index, out_score, _ = ctx
         if mask is not None:
             mask = self.check_mask(mask)

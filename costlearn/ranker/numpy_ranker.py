@@ -39,7 +39,7 @@ class NumpyRanker(Ranker):
         m, n, k = problem.m, problem.n, problem.k
         near, dist = self.envelope.nearest_index(m, n, k) if len(self.envelope.shapes) else (-1, float("inf"))
         cand = np.flatnonzero(mask)
-        X = self.features.numpy(m, n, k, cand)
+        X = self.features.numpy(m, n, k, cand, problem.layout)
         sc = self.scorer
         forest = sc.forest
         lin = sc.linear_numpy(X, cand)

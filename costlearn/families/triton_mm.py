@@ -1,0 +1,288 @@
+"""The ``triton_mm`` family: Triton's blocked matmul, the kernel PyTorch
+Inductor autotunes for ``torch.mm`` (``torch/_inductor/kernel/mm.py``, the
+``mm_template``) and Triton's matmul tutorial, C[M,N] = op(A) @ op(B) with
+float32 accumulation; and the vendor library as one more candidate.
+
+Config: ``block_m, block_n, block_k, num_warps, num_stages, group_m``
+(Triton's ``BLOCK_M/N/K`` constexprs, ``triton.Config(num_warps=...,
+num_stages=...)``, and the grouped launch order ``GROUP_M``; Inductor always
+uses 8). The id is readable and stable: ``"m64n128k32_w4_s3_g8"``.
+:data:`VENDOR` (id ``"vendor"``) stands for "call the vendor library"
+(cuBLAS through aten's ``extern_mm``): it is always feasible, and the model
+learns its time from the problem's features and its ``vendor`` flag.
+
+Feasibility rules (checked in this order; sources in brackets):
+
+- ``threads_above_max``: 32 * num_warps <= ``spec.max_threads_per_block``.
+- ``smem_above_max``: (BM*BK + BK*BN) * element bytes * max(1, num_stages
+  - 1) + ``smem_reserved_per_block_bytes`` must fit the opt-in per-block
+  limit and the per-MP capacity (CUDA C++ Programming Guide, shared memory,
+  cc 8.0+). Triton's software pipeline keeps num_stages - 1 copies of both
+  panels in shared memory (its loop pipeliner prefetches num_stages - 1
+  iterations ahead); on the A100 logs this rule agrees with which configs
+  Inductor recorded as failed for all 435 (config, dtype) pairs, where
+  counting num_stages copies wrongly rejects 19 pairs that ran.
+- ``warp_tile_below_mma``: for tensor-core dtypes (float16, bfloat16,
+  tfloat32) every warp must own at least one m16n8 output tile of an
+  ``mma.sync`` instruction, BM*BN >= num_warps * 16 * 8 (PTX ISA, "Matrix
+  shape" of ``mma.m16n8k16`` / ``mma.m16n8k8``); below it warps compute
+  copies of one another's tiles.
+- ``registers_above_max``: estimated registers per thread (fp32
+  accumulators BM*BN/threads + :data:`REG_OVERHEAD`) <= 255.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import itertools
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..util import check_int
+from .base import KernelFamily, TileDescription
+
+__all__ = ["TritonMMFamily", "TritonMMConfig", "VendorCall", "VENDOR", "VALUES", "REG_OVERHEAD",
+           "TENSOR_CORE_DTYPES", "MMA_TILE"]
+
+VALUES = {
+    "block_m": (16, 32, 64, 128, 256),
+    "block_n": (16, 32, 64, 128, 256),
+    "block_k": (16, 32, 64, 128, 256),
+    "num_warps": (1, 2, 4, 8, 16),
+    "num_stages": (1, 2, 3, 4, 5, 6, 7),
+    "group_m": (1, 4, 8, 16),
+}
+"""Values each parameter ranges over before the rules: every block size,
+warp and stage count of Inductor's mm config lists (``mm_configs`` in
+``torch/_inductor/kernel/mm_common.py``, A100 and H100 lists) and of
+Triton's matmul tutorial; ``tl.dot`` needs every block dimension >= 16."""
+
+TENSOR_CORE_DTYPES = ("float16", "bfloat16", "tfloat32")
+"""Dtypes ``tl.dot`` runs on tensor cores (float32 without TF32 runs on the
+FMA units)."""
+
+MMA_TILE = (16, 8)
+"""Output tile (rows, columns) of one warp's ``mma.sync`` m16n8kX (PTX ISA)."""
+
+REG_OVERHEAD = 40
+"""Registers per thread besides the accumulators (pointers, offsets, masks,
+loop state, operand fragments); an estimate for the ``registers_above_max``
+rule and the occupancy features, not a compiled count."""
+
+_ID = re.compile(r"m([1-9][0-9]*)n([1-9][0-9]*)k([1-9][0-9]*)_w([1-9][0-9]*)_s([1-9][0-9]*)_g([1-9][0-9]*)",
+                 flags=re.ASCII)
+
+
+@dataclass(frozen=True, order=True)
+class TritonMMConfig:
+    """One config of Triton's matmul.
+
+    Parameters
+    ----------
+    block_m, block_n : int
+        Block tile [BLOCK_M, BLOCK_N] one program computes, elements
+        (powers of two >= 16).
+    block_k : int
+        Reduction step BLOCK_K, elements (a power of two >= 16).
+    num_warps : int
+        Warps per program (a power of two in [1, 32]).
+    num_stages : int
+        Software-pipeline stages of the K loop, in [1, 16].
+    group_m : int
+        Rows of blocks launched together for L2 reuse (``GROUP_M``), >= 1.
+
+    Raises
+    ------
+    TypeError
+        If a value is not an integer.
+    ValueError
+        If a block size is not a power of two in [16, 4096], num_warps not a
+        power of two in [1, 32], num_stages out of [1, 16] or group_m out of
+        [1, 1024].
+    """
+
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+    group_m: int = 8
+
+    family = "triton_mm"     # class attribute: the family this config belongs to
+
+    def __post_init__(self) -> None:
+        for f in ("block_m", "block_n", "block_k"):
+            v = check_int(f"TritonMMConfig.{f}", getattr(self, f), 16, 4096)
+            if v & (v - 1):
+                raise ValueError(f"TritonMMConfig.{f}={v}; must be a power of two in [16, 4096]")
+            object.__setattr__(self, f, v)
+        w = check_int("TritonMMConfig.num_warps", self.num_warps, 1, 32)
+        if w & (w - 1):
+            raise ValueError(f"TritonMMConfig.num_warps={w}; must be a power of two in [1, 32]")
+        object.__setattr__(self, "num_warps", w)
+        object.__setattr__(self, "num_stages", check_int("TritonMMConfig.num_stages", self.num_stages, 1, 16))
+        object.__setattr__(self, "group_m", check_int("TritonMMConfig.group_m", self.group_m, 1, 1024))
+
+    @property
+    def threads(self) -> int:
+        """Threads per program, 32 * num_warps."""
+        return 32 * self.num_warps
+
+    @property
+    def config_id(self) -> str:
+        """Stable, readable id, e.g. ``"m64n128k32_w4_s3_g8"``."""
+        return (f"m{self.block_m}n{self.block_n}k{self.block_k}_w{self.num_warps}_s{self.num_stages}"
+                f"_g{self.group_m}")
+
+    @classmethod
+    def from_id(cls, config_id: str) -> "TritonMMConfig":
+        """Parse a :attr:`config_id`.
+
+        Raises
+        ------
+        ValueError
+            If ``config_id`` is not ``m<BM>n<BN>k<BK>_w<warps>_s<stages>_g<group>``.
+        """
+        m = _ID.fullmatch(str(config_id))
+        if not m:
+            raise ValueError(f"malformed triton_mm config_id {config_id!r}; expected e.g. 'm64n128k32_w4_s3_g8' "
+                             "or 'vendor'")
+        return cls(*(int(g) for g in m.groups()))
+
+    def to_dict(self) -> dict:
+        """The parameters as a plain dict."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class VendorCall:
+    """The candidate "call the vendor library" (cuBLAS through aten's
+    ``extern_mm`` in Inductor's logs): no tile parameters of its own."""
+
+    family = "triton_mm"
+
+    @property
+    def config_id(self) -> str:
+        """Always ``"vendor"``."""
+        return "vendor"
+
+    def to_dict(self) -> dict:
+        """No parameters: ``{}``."""
+        return {}
+
+
+VENDOR = VendorCall()
+"""The one vendor candidate."""
+
+
+class TritonMMFamily(KernelFamily):
+    """Triton's matmul and the vendor library; see the module docstring."""
+
+    name = "triton_mm"
+    config_type = (TritonMMConfig, VendorCall)
+    dtypes = ("float16", "bfloat16", "float32", "tfloat32")
+    layouts = ("NN", "NT", "TN", "TT")
+    rules = ("threads_above_max", "smem_above_max", "warp_tile_below_mma", "registers_above_max")
+    values = VALUES
+    param_feature_names = ("log2_block_m", "log2_block_n", "log2_block_k", "log2_num_warps", "num_stages",
+                           "log2_group_m", "vendor")
+    template_hash = hashlib.sha256(b"triton_mm: torch/_inductor/kernel/mm.py mm_template; vendor = aten mm"
+                                   ).hexdigest()[:12]
+
+    def all_configs(self) -> list:
+        keys = list(VALUES)
+        return [TritonMMConfig(**dict(zip(keys, combo))) for combo in itertools.product(*(VALUES[k] for k in keys))
+                ] + [VENDOR]
+
+    def config_from_id(self, config_id: str):
+        return VENDOR if config_id == "vendor" else TritonMMConfig.from_id(config_id)
+
+    @staticmethod
+    def smem_bytes(config, dtype: str) -> int:
+        """Shared memory of the pipelined panels, bytes: (BM*BK + BK*BN) *
+        element bytes * max(1, num_stages - 1) (see the module docstring; 0
+        for the vendor call: not ours to know)."""
+        from ..dtypes import get_dtype
+        if isinstance(config, VendorCall):
+            return 0
+        c = config
+        return (c.block_m * c.block_k + c.block_k * c.block_n) * get_dtype(dtype).element_bytes \
+            * max(1, c.num_stages - 1)
+
+    @staticmethod
+    def registers_estimate(config) -> int:
+        """fp32 accumulators per thread, BM*BN / (32*num_warps) (at least 1),
+        + :data:`REG_OVERHEAD`."""
+        if isinstance(config, VendorCall):
+            return REG_OVERHEAD
+        return max(1, config.block_m * config.block_n // config.threads) + REG_OVERHEAD
+
+    def check_device(self, config, spec, dtype: str) -> str | None:
+        if isinstance(config, VendorCall):
+            return None
+        if config.threads > spec.max_threads_per_block:
+            return "threads_above_max"
+        need = self.smem_bytes(config, dtype) + spec.smem_reserved_per_block_bytes
+        if need > spec.smem_per_block_optin_bytes + spec.smem_reserved_per_block_bytes \
+                or need > spec.smem_per_mp_bytes:
+            return "smem_above_max"
+        if dtype in TENSOR_CORE_DTYPES and config.block_m * config.block_n < config.num_warps * MMA_TILE[0] * MMA_TILE[1]:
+            return "warp_tile_below_mma"
+        if spec.max_registers_per_thread is not None and self.registers_estimate(config) > spec.max_registers_per_thread:
+            return "registers_above_max"
+        return None
+
+    def describe(self, config, dtype: str, registers_per_thread: float | None = None) -> TileDescription:
+        """Tile description. The thread tile is the accumulator count per
+        thread, BM*BN/threads (at least 1), split as a square-ish
+        power-of-two pair; shared memory is swizzled by Triton, so the bank
+        conflict degrees are 1; shared loads per FMA are those of an outer
+        product of the thread tile. The vendor call gets the smallest block
+        tile (16x16x16, so the problem rule never removes it), 4 warps, 1
+        stage and no shared memory: a placeholder that keeps every feature
+        defined; its ``vendor`` flag is what the model learns from."""
+        from ..dtypes import get_dtype
+        regs = registers_per_thread
+        if regs is None or not np.isfinite(regs):
+            regs = float(self.registers_estimate(config))
+        if isinstance(config, VendorCall):
+            bm = bn = bk = 16
+            threads, stages = 128, 1
+        else:
+            bm, bn, bk = config.block_m, config.block_n, config.block_k
+            threads, stages = config.threads, config.num_stages
+        acc = max(1, bm * bn // threads)
+        tm = 1 << ((acc.bit_length() - 1 + 1) // 2)
+        tn = max(1, acc // tm)
+        return TileDescription(
+            block_m=bm, block_n=bn, block_k=bk, threads=threads, thread_m=tm, thread_n=tn,
+            pipeline_stages=stages, element_bytes=get_dtype(dtype).element_bytes,
+            smem_bytes=self.smem_bytes(config, dtype), registers_per_thread=float(regs),
+            bank_conflict_a_read=1, bank_conflict_a_store=1, bank_conflict_b_read=1,
+            smem_loads_per_fma=(tm + tn) / (tm * tn))
+
+    def block_tile(self, config) -> tuple[int, int, int]:
+        if isinstance(config, VendorCall):
+            return 16, 16, 16
+        return config.block_m, config.block_n, config.block_k
+
+    def param_features(self, configs) -> dict:
+        cs = list(configs)
+        vendor = np.array([isinstance(c, VendorCall) for c in cs], bool)
+
+        def col(f, default):
+            return np.array([default if isinstance(c, VendorCall) else getattr(c, f) for c in cs], np.float64)
+        return dict(log2_block_m=np.log2(col("block_m", 16)), log2_block_n=np.log2(col("block_n", 16)),
+                    log2_block_k=np.log2(col("block_k", 16)), log2_num_warps=np.log2(col("num_warps", 4)),
+                    num_stages=col("num_stages", 1), log2_group_m=np.log2(col("group_m", 1)),
+                    vendor=vendor.astype(np.float64))
+
+    def fit_floors(self, spec) -> tuple[int, int, int]:
+        """(16, 16, 16): ``tl.dot``'s smallest block, so every problem keeps
+        the 16-wide configs."""
+        return 16, 16, 16
+
+    def _space_constants(self) -> tuple:
+        return (REG_OVERHEAD, MMA_TILE, TENSOR_CORE_DTYPES)

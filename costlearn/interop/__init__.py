@@ -1,0 +1,112 @@
+"""Measurements other tools already made, in and out (design.md, "Data
+flow": imported rows join a device's dataset like measured ones).
+
+Import formats (``costlearn import FORMAT FILE --device PRESET --data DIR``):
+
+- ``inductor``: PyTorch Inductor AutoHeuristic mm logs (:mod:`.inductor`).
+- ``kernel-tuner``: a Kernel Tuner cache file or T4 results JSON, with a
+  mapping file from the kernel's parameters to a family's (:mod:`.kernel_tuner`).
+
+Export formats (``costlearn export FORMAT --data DIR --out FOLDER``): a
+dataset as Kernel Tuner cache files (``kernel-tuner``) or T4 results and
+metadata (``t4``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .common import InteropError, ImportReport, Measurement, import_measurements, resolve_device
+
+__all__ = ["IMPORT_FORMATS", "EXPORT_FORMATS", "import_file", "export_dataset", "InteropError", "ImportReport",
+           "Measurement"]
+
+IMPORT_FORMATS = ("inductor", "kernel-tuner")
+"""Formats :func:`import_file` reads."""
+
+EXPORT_FORMATS = ("kernel-tuner", "t4")
+"""Formats :func:`export_dataset` writes."""
+
+
+def import_file(fmt: str, path, *, device, data_root, mapping=None) -> ImportReport:
+    """Import one file of measurements into ``<data_root>/<device slug>/``.
+
+    Parameters
+    ----------
+    fmt : {"inductor", "kernel-tuner"}
+    path : path
+        The file.
+    device : str or DeviceSpec
+        The preset the file was measured on (its header, where it has one,
+        must agree).
+    data_root : path
+        Data root (``data/``).
+    mapping : path, optional
+        ``kernel-tuner`` only (required there): the mapping file of
+        :func:`costlearn.interop.kernel_tuner.load_mapping`.
+
+    Returns
+    -------
+    ImportReport
+
+    Raises
+    ------
+    InteropError
+        On an unknown format, a missing, empty or malformed file, a file of
+        another format, a header that contradicts the device, or a bad
+        mapping; nothing is written then.
+    """
+    from ..util import sha256_file
+    if fmt not in IMPORT_FORMATS:
+        raise InteropError(f"import format {fmt!r}; allowed: {list(IMPORT_FORMATS)}")
+    path = Path(path)
+    if not path.is_file():
+        raise InteropError(f"{path}: no such file")
+    if path.stat().st_size == 0:
+        raise InteropError(f"{path}: empty file")
+    spec = resolve_device(device)
+    if fmt == "inductor":
+        if mapping is not None:
+            raise InteropError("--mapping is for kernel-tuner files; an Inductor log maps itself")
+        from .inductor import parse
+        measurements, skipped = parse(path, spec)
+    else:
+        if mapping is None:
+            raise InteropError("a kernel-tuner import needs --mapping FILE (the kernel's parameter names -> a "
+                               "family's; see costlearn.interop.kernel_tuner.load_mapping)")
+        from .kernel_tuner import load_mapping, parse
+        measurements, skipped = parse(path, load_mapping(mapping))
+    return import_measurements(fmt, path, measurements, skipped, spec, data_root, sha256=sha256_file(path))
+
+
+def export_dataset(fmt: str, data_dir, out_dir) -> list[Path]:
+    """Write a dataset folder's valid rows in another tool's format.
+
+    Parameters
+    ----------
+    fmt : {"kernel-tuner", "t4"}
+        ``kernel-tuner``: one Kernel Tuner cache file per problem; ``t4``:
+        one T4 results file and its metadata file per problem.
+    data_dir : path
+        One device's dataset folder.
+    out_dir : path
+        Folder to write into (created).
+
+    Returns
+    -------
+    list of Path
+        The files written.
+
+    Raises
+    ------
+    InteropError
+        On an unknown format or a dataset with no valid rows.
+    """
+    from ..dataset import load, valid_rows
+    if fmt not in EXPORT_FORMATS:
+        raise InteropError(f"export format {fmt!r}; allowed: {list(EXPORT_FORMATS)}")
+    rows = valid_rows(load(data_dir)[0])
+    rows = rows[rows["config_id"] != "vendor"]
+    if rows.empty:
+        raise InteropError(f"{data_dir}: no valid rows to export")
+    from . import kernel_tuner
+    return (kernel_tuner.export_cache if fmt == "kernel-tuner" else kernel_tuner.export_t4)(rows, Path(out_dir))
