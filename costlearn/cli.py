@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -181,7 +182,8 @@ def _dataset_folder(data: str) -> Path:
     """A dataset folder, or the one device folder under a data root."""
     folder = Path(data)
     if not folder.is_dir():
-        raise ValueError(f"--data {data}: no such folder; collect first (`costlearn collect`)")
+        raise ValueError(f"--data {data}: " + ("a file, not a dataset folder" if folder.exists() else "no such folder")
+                         + "; collect (`costlearn collect`) or import (`costlearn import`) first")
     if not (folder / "device.json").is_file() and not list(folder.glob("part-*.parquet")):
         subs = sorted(p.parent.name for p in folder.glob("*/device.json"))
         if len(subs) == 1:
@@ -405,8 +407,15 @@ def cmd_evaluate(args) -> int:
             raise ValueError("--no-measure scores measurements already made: give --model and --out DIR")
         from .dataset import load
         from .evaluate import score
-        res = score(resolve_model(args.model, args.family, args.dtype, args.models), load(args.out)[0])
+        from .model.artifact import load as load_artifact
+        art = load_artifact(resolve_model(args.model, args.family, args.dtype, args.models))
+        res = score(art, load(args.out)[0])
         print(f"scored {len(res.rows)} measurements from {args.out} (nothing measured):")
+        trained_on = str(art.sidecar.get("training", {}).get("dataset", ""))
+        if trained_on and Path(trained_on).resolve() == Path(args.out).resolve():
+            print(f"note: {args.out} is the folder this model was trained on, so these scores are in-sample; the "
+                  "held-out table `costlearn train` printed is the honest one (or score measurements the model "
+                  "was not trained on, imported into another folder)", file=sys.stderr)
         _print_eval(res, args.report, args.plots)
         return 0
     be = _backend(args.device)
@@ -421,9 +430,18 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
+PER_SHAPE_PRINT_MAX = 100
+"""Most problems whose per-problem table ``evaluate`` prints (an imported
+log has thousands; the report file holds them all)."""
+
+
 def _print_eval(res, report=None, plots=None) -> None:
     from .evaluate import format_per_shape, format_table, write_report
-    print(format_per_shape(res))
+    n_problems = int((res.per_shape["model"] == res.model).sum())
+    if n_problems <= PER_SHAPE_PRINT_MAX:
+        print(format_per_shape(res))
+    else:
+        print(f"{n_problems} problems: the per-problem table is in the --report file, not printed")
     print()
     print(format_table(res, "all"))
     if any("tile_only" in sub for sub in res.summary.values()):
@@ -737,6 +755,12 @@ def main(argv=None) -> int:
             print(f"costlearn {args.command}: error: {e}", file=sys.stderr)
             return 2
         raise
+    except BrokenPipeError:                       # e.g. `costlearn predict ... | head`: the reader left
+        try:                                      # Python's documented way: stdout to devnull, so exit's flush is quiet
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return 0
     except OSError as e:
         print(f"costlearn {args.command}: error: {e}", file=sys.stderr)
         return 2

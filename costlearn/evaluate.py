@@ -245,16 +245,21 @@ def format_table(res: EvalResult, subset: str = "all") -> str:
 def format_per_shape(res: EvalResult) -> str:
     """Markdown per-shape table: top-1 regret of each model, the measured
     best time, the candidate count and the OOD flag."""
-    p = res.per_shape.pivot_table(index=["m", "n", "k"], columns="model", values="top1_regret")
-    meta = res.per_shape[res.per_shape["model"] == res.model].set_index(["m", "n", "k"])
+    ps = res.per_shape
+    key = ["m", "n", "k"] + (["layout"] if "layout" in ps and ps["layout"].nunique() > 1 else [])
+    p = ps.pivot_table(index=key, columns="model", values="top1_regret")
+    meta = ps[ps["model"] == res.model].set_index(key)
     models = [c for c in res.models if c in p.columns]
     vendor = res.vendor_us or {}
-    head = ("| M | N | K | class | candidates | best µs | " + " | ".join(f"{c} top-1" for c in models)
+    head = ("| M | N | K | " + ("layout | " if len(key) > 3 else "") + "class | candidates | best µs | "
+            + " | ".join(f"{c} top-1" for c in models)
             + " | model top-5 | τ | OOD |" + (" vendor µs | best / vendor throughput |" if vendor else ""))
     lines = [head, _rule(head)]
-    for (m, n, k), r in p.iterrows():
-        mt = meta.loc[(m, n, k)]
-        lines.append(f"| {m} | {n} | {k} | {mt['shape_class']} | {int(mt['n_candidates'])} | "
+    for kv, r in p.iterrows():
+        m, n, k = kv[:3]
+        mt = meta.loc[kv]
+        lines.append(f"| {m} | {n} | {k} | " + (f"{kv[3]} | " if len(key) > 3 else "")
+                     + f"{mt['shape_class']} | {int(mt['n_candidates'])} | "
                      f"{mt['best_time_us']:.1f} | " + " | ".join(f"{r[c]:.1%}" for c in models)
                      + f" | {mt['top5_regret']:.1%} | {mt['kendall_tau']:.2f} | "
                      f"{'yes' if mt['ood'] else 'no'} |"

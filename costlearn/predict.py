@@ -140,6 +140,9 @@ class Predictor:
         if side.get("costlearn_version") != __version__:
             reasons.append(f"trained with costlearn {side.get('costlearn_version')}, running {__version__}")
         self.identity_reasons = tuple(reasons)
+        # Scores in microseconds can be checked against the device's peak (a guess beyond it is flagged).
+        self._peak_flop_per_us = self.spec.peak_gflops_for(self.dtype) * 1e3 if side.get("predicts_time") \
+            else None
         self.source = f"{self.device}/{self.family}/{self.dtype} model {art.model_sha256[:12]}"
         self._results: dict = {}
 
@@ -287,6 +290,10 @@ class Predictor:
         if not res.fits:
             reasons.append(f"no candidate's block tile fits {m}x{n}x{k}; ranked all {len(self.configs)} "
                            "candidates anyway")
+        best_us = 2.0 ** float(res.scores[0])
+        if self._peak_flop_per_us is not None and best_us * self._peak_flop_per_us < problem.flops:
+            reasons.append(f"the predicted {best_us:.4g} us is faster than the device's peak allows "
+                           f"({problem.flops / best_us / 1e6:.4g} TFLOP/s > {self._peak_flop_per_us / 1e6:.4g})")
         if running_on is not None and running_on.name != self.spec.name:
             reasons.append(f"trained on {self.spec.name}, running on {running_on.name}")
         configs = self.configs

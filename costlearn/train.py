@@ -171,6 +171,9 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
         if len(fitting) > 1:
             raise ValueError(f"{data_dir} holds rows of {[f'{f}/{d}' for f, d in fitting]}; choose one with "
                              "family= and dtype= (CLI: --family, --dtype)")
+        if not fitting and pairs:
+            raise ValueError(f"{data_dir} holds no valid {family or '*'}/{dtype or '*'} rows; it holds "
+                             f"{[f'{f}/{d}' for f, d in pairs]}")
         family, dtype = fitting[0] if fitting else (family or "gemm", dtype or "float32")
     fam = get_family(family)
     fam.check_dtype(dtype)
@@ -179,9 +182,10 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
     rows = valid_rows(df).reset_index(drop=True)
     n_shapes = rows[["m", "n", "k", "layout"]].drop_duplicates().shape[0]
     if len(rows) < MIN_ROWS or n_shapes < MIN_PROBLEMS:
+        others = [f"{f}/{d}" for f, d in pairs if (f, d) != (family, dtype)]
         raise ValueError(f"{data_dir} has {len(rows)} valid {family}/{dtype} rows over {n_shapes} problems; "
-                         f"need at least {MIN_ROWS} rows over {MIN_PROBLEMS} problems (run `costlearn collect` "
-                         "longer)")
+                         f"need at least {MIN_ROWS} rows over {MIN_PROBLEMS} problems (collect longer, or import "
+                         "more measurements)" + (f"; it also holds {others}" if others else ""))
     spec = spec_from_rows(rows, spec if spec is not None else _device_json(data_dir))
     settings = dict(settings or {})
     summary = {}

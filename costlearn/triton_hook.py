@@ -360,7 +360,8 @@ def prune_configs(top_k: int = 4, *, device, dtype: str | None = None, layout: s
         ``maxnreg``, ``pre_hook``) score the same; they are returned untouched.
         Configs the model's device rules reject (shared memory, threads,
         registers) score ``inf`` and come last. An empty problem (an extent
-        0) returns the first ``top_k`` configs unranked.
+        0) returns the first ``top_k`` configs unranked; a negative extent
+        raises ValueError.
 
     Raises
     ------
@@ -411,7 +412,9 @@ def prune_configs(top_k: int = 4, *, device, dtype: str | None = None, layout: s
                                  f"arguments are {list(args)}")
             extents.append(_extent(name, args[name], shape_args))
         m, n, k = extents
-        if min(extents) < 1:
+        if min(extents) < 0:
+            raise ValueError(f"kernel arguments {dict(zip(shape_args, extents))}: an extent is negative")
+        if min(extents) == 0:
             return configs[:top_k]
         a, b = (None, None) if dtype is not None and layout is not None else _tensors(args, tensor_args)
         if dtype is not None:

@@ -188,3 +188,31 @@ def test_the_real_a100_log_imports_whole(tmp_path):
     ok = df[df["status"] == "ok"]
     assert np.isfinite(ok["time_us"]).all() and (ok["time_us"] > 0).all()
     assert ok["config_id"].eq("vendor").groupby([ok[c] for c in ("m", "n", "k", "dtype", "layout")]).any().mean() > 0.99
+
+
+def test_a_log_that_grew_or_a_copy_with_other_bytes_adds_only_new_measurements(tmp_path):
+    """Regression: the same measurements imported from an appended log, a
+    CRLF copy or a renamed copy were added again (the check was on the
+    file's sha256 only)."""
+    log = _log(tmp_path / "log.txt", LINES[:2])
+    import_file("inductor", log, device="a100", data_root=tmp_path / "data")
+    grown = _log(tmp_path / "log.txt", LINES)                      # AutoHeuristic appended two lines
+    rep = import_file("inductor", grown, device="a100", data_root=tmp_path / "data")
+    assert (rep.rows_added, rep.duplicates) == (2, 2) and "left out 2" in rep.summary()
+    crlf = tmp_path / "crlf.txt"
+    crlf.write_bytes(grown.read_bytes().replace(b"\n", b"\r\n"))
+    again = import_file("inductor", crlf, device="a100", data_root=tmp_path / "data")
+    assert again.already_imported and again.rows_added == 0
+    df, _ = load(tmp_path / "data" / "a100")
+    assert len(df) == 4 and sorted(df["source_line"]) == [3, 4, 5, 6]
+
+
+def test_a_predicted_time_beyond_the_devices_peak_is_flagged(tmp_path):
+    """Regression: a float16 model predicted 131072^3 at 8,000 TFLOP/s on an
+    A100 (peak 312) without flagging it: trees extrapolate flat."""
+    from costlearn import predict_best
+    models = build_models(tmp_path)
+    p = predict_best(131072, 131072, 131072, dtype="float16", device="a100", family="triton_mm", models_dir=models)
+    assert p.ood and any("faster than the device's peak" in r and "> 312" in r for r in p.ood_reasons)
+    q = predict_best(1024, 1024, 1024, dtype="float16", device="a100", family="triton_mm", models_dir=models)
+    assert not any("peak" in r for r in q.ood_reasons)

@@ -385,3 +385,22 @@ def test_export_refuses_an_unknown_format_and_an_empty_dataset(tmp_path):
     folder = device_folder(tmp_path / "data", preset("a100"))
     with pytest.raises(InteropError, match="no valid rows"):
         export_dataset("kernel-tuner", folder, tmp_path / "out")
+
+
+def test_a_file_of_another_device_or_dtype_than_given_is_refused(tmp_path, triton_files):
+    """Regression: a cache measured on an A100 imported into data/h100 with
+    --device h100, and a T4 file of bfloat16 imported as float16."""
+    cache, mapping, data = triton_files
+    with pytest.raises(InteropError, match=r"measured on 'NVIDIA A100-SXM4-80GB' \('a100'\), but --device is "
+                                           r"'NVIDIA H100 80GB HBM3'"):
+        import_file("kernel-tuner", cache, device="h100", data_root=data, mapping=mapping)
+    assert _no_part(data)
+    t4 = tmp_path / "t4.json"
+    doc = _t4("compilation_time")
+    doc.setdefault("metadata", {}).update(dtype="bfloat16")
+    t4.write_text(json.dumps(doc))
+    with pytest.raises(InteropError, match="the file says dtype 'bfloat16'"):
+        import_file("kernel-tuner", t4, device="a100", data_root=data, mapping=mapping)
+    assert _no_part(data)
+    with pytest.raises(InteropError, match="a folder; give the file"):
+        import_file("kernel-tuner", tmp_path, device="a100", data_root=data, mapping=mapping)

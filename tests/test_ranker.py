@@ -310,3 +310,16 @@ def test_a_model_of_several_layouts_ranks_each_layout_the_same_in_c_and_numpy(tm
                 assert _same(p.ranker.rank(q, top=5, cascade=cascade), ref.rank(q, top=5, cascade=cascade)), q
     a, b = (p.ranker.rank(Problem(512, 512, 512, "float16", lay), top=9, cascade=False).scores for lay in ("NN", "TN"))
     assert not np.array_equal(a, b)                                # the layout reaches the scores
+
+
+def test_a_three_stage_cascade_gives_the_same_bits_in_c_and_numpy(pred, problems):
+    """calibrate_cascade may add a late third stage (CASCADE_LATE_TREES) for
+    deep scorers; both rankers must run it alike."""
+    sc = pred.ranker.scorer
+    n = sc.n_trees
+    stages = ((min(8, n - 3), 16, 0.1), (min(32, n - 2), 8, 0.05), (n - 1, 6, 0.0))
+    three = sc.with_cascade(stages)
+    f, env, floors = pred.ranker.features, pred.envelope, pred.ranker.floors
+    a, b = RANKERS.get("native")(f, three, env, floors), RANKERS.get("numpy")(f, three, env, floors)
+    for q in problems:
+        assert _same(a.rank(q, top=5), b.rank(q, top=5)), q

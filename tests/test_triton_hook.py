@@ -375,3 +375,12 @@ def test_real_triton_configs(models, predictor):
     assert [id(g) for g in got] == [id(configs[i]) for i in np.argsort(times, kind="stable")[:3]]
     tops = top_configs(1024, 1024, 1024, device=DEVICE, dtype="float16", top_k=3, models_dir=models)
     assert len(tops) == 3 and all(isinstance(c, triton.Config) for c in tops)
+
+
+def test_a_negative_extent_is_refused_not_returned_unranked(models):
+    """Regression: M=-5 returned the configs unranked, like an empty problem."""
+    hook = prune_configs(2, device=DEVICE, dtype="float16", layout="NN", models_dir=models)
+    cfgs = [ConfigStandIn(dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32), 4, 3)] * 3
+    with pytest.raises(ValueError, match="negative"):
+        hook(cfgs, dict(M=-5, N=64, K=64))
+    assert len(hook(cfgs, dict(M=0, N=64, K=64))) == 2

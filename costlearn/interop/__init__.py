@@ -59,6 +59,8 @@ def import_file(fmt: str, path, *, device, data_root, mapping=None) -> ImportRep
     if fmt not in IMPORT_FORMATS:
         raise InteropError(f"import format {fmt!r}; allowed: {list(IMPORT_FORMATS)}")
     path = Path(path)
+    if path.is_dir():
+        raise InteropError(f"{path}: a folder; give the file to import")
     if not path.is_file():
         raise InteropError(f"{path}: no such file")
     if path.stat().st_size == 0:
@@ -74,7 +76,7 @@ def import_file(fmt: str, path, *, device, data_root, mapping=None) -> ImportRep
             raise InteropError("a kernel-tuner import needs --mapping FILE (the kernel's parameter names -> a "
                                "family's; see costlearn.interop.kernel_tuner.load_mapping)")
         from .kernel_tuner import load_mapping, parse
-        measurements, skipped = parse(path, load_mapping(mapping))
+        measurements, skipped = parse(path, load_mapping(mapping), spec)
     return import_measurements(fmt, path, measurements, skipped, spec, data_root, sha256=sha256_file(path))
 
 
@@ -104,6 +106,8 @@ def export_dataset(fmt: str, data_dir, out_dir) -> list[Path]:
     from ..dataset import load, valid_rows
     if fmt not in EXPORT_FORMATS:
         raise InteropError(f"export format {fmt!r}; allowed: {list(EXPORT_FORMATS)}")
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise InteropError(f"--out {out_dir}: a file; give a folder to write into")
     rows = valid_rows(load(data_dir)[0])
     rows = rows[rows["config_id"] != "vendor"]
     if rows.empty:

@@ -76,7 +76,11 @@ class ImportReport:
     skipped : list of (int, str)
         Malformed lines, not imported: (line number, reason).
     already_imported : bool
-        The folder already holds rows of this file (same sha256); nothing added.
+        The folder already holds this file's measurements (the same file,
+        or every measurement of it at the same line); nothing added.
+    duplicates : int
+        Measurements left out because the folder holds them already (a log
+        imported before it grew, or a copy with other bytes).
     part : Path or None
         The part written.
     """
@@ -90,13 +94,18 @@ class ImportReport:
     skipped: list = field(default_factory=list)
     already_imported: bool = False
     part: Path | None = None
+    duplicates: int = 0
 
     def summary(self, max_lines: int = 5) -> str:
         """A few lines: what was added where, and the first skipped lines."""
         if self.already_imported:
-            return f"{self.file} (sha256 {self.sha256[:12]}) is already in {self.folder}; nothing added"
+            return f"{self.file} (sha256 {self.sha256[:12]}): its measurements are already in {self.folder}; " \
+                "nothing added"
         s = [f"imported {self.rows_added} rows ({self.failed} failed measurements) from {self.file} "
              f"[{self.format}, sha256 {self.sha256[:12]}] into {self.folder}"]
+        if self.duplicates:
+            s.append(f"left out {self.duplicates} measurements already in the folder (the same lines of an earlier "
+                     "import of this log)")
         if self.skipped:
             s.append(f"skipped {len(self.skipped)} malformed lines:")
             s += [f"  line {ln}: {why}" for ln, why in self.skipped[:max_lines]]
@@ -141,6 +150,23 @@ def resolve_device(device) -> DeviceSpec:
         raise InteropError(f"--device {device!r}: {e}; the file names no GPU, so the preset says which") from None
 
 
+def _measurement_key(x: Measurement) -> tuple:
+    return (int(x.line), int(x.m), int(x.n), int(x.k), x.dtype, x.layout, x.family, x.config.config_id,
+            float(x.time_us) if not x.error and math.isfinite(x.time_us) and x.time_us > 0 else "failed")
+
+
+def _known_measurements(have, fmt: str) -> set:
+    """:func:`_measurement_key` of the rows already imported from ``fmt`` files."""
+    rows = have[have["source_format"] == fmt]
+    if rows.empty:
+        return set()
+    t = rows["time_us"].to_numpy(np.float64)
+    ok = rows["status"].ne("failed").to_numpy(bool) & np.isfinite(t) & (t > 0)
+    cols = [rows[c].to_numpy() for c in ("source_line", "m", "n", "k", "dtype", "layout", "family", "config_id")]
+    return {(int(a), int(b), int(c), int(d), str(e), str(f), str(g), str(h), float(ti) if o else "failed")
+            for a, b, c, d, e, f, g, h, ti, o in zip(*cols, t, ok)}
+
+
 def import_measurements(fmt: str, path, measurements, skipped, spec: DeviceSpec, data_root, *,
                         sha256: str | None = None) -> ImportReport:
     """Write parsed measurements of one source file as one dataset part.
@@ -149,7 +175,9 @@ def import_measurements(fmt: str, path, measurements, skipped, spec: DeviceSpec,
     ``source_sha256`` and ``source_line``; ``protocol_version`` is
     :data:`~costlearn.dataset.IMPORTED_PROTOCOL`, ``run_id`` is
     ``import-<sha256[:12]>``. A file whose sha256 the folder already holds
-    adds nothing. The part is written atomically after every line parsed, so
+    adds nothing, nor does a measurement the folder holds from the same
+    format at the same line with the same problem, config and time (a log
+    that grew by appending, a copy with other line endings). The part is written atomically after every line parsed, so
     a failed import leaves the dataset as it was.
 
     Parameters
@@ -193,6 +221,15 @@ def import_measurements(fmt: str, path, measurements, skipped, spec: DeviceSpec,
     if not ms:
         first = "; ".join(f"line {ln}: {why}" for ln, why in rep.skipped[:3])
         raise InteropError(f"{path}: no measurement found in this {fmt} file" + (f" ({first})" if first else ""))
+    # A log that grew since it was imported (AutoHeuristic appends), or a copy of one with other bytes
+    # (line endings, name), holds the same measurements at the same lines: those are not added again.
+    known = _known_measurements(have, fmt)
+    fresh = [x for x in ms if _measurement_key(x) not in known]
+    rep.duplicates = len(ms) - len(fresh)
+    if not fresh:
+        rep.already_imported = True
+        return rep
+    ms = fresh
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
     host = socket.gethostname()
     prov = dict(device_slug=spec.slug, device_name=spec.name, api=spec.api, compute_capability=spec.compute_capability,

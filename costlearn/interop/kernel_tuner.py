@@ -349,7 +349,23 @@ def _positive_time_us(value, unit_us: float, what: str) -> float:
     return float(value) * unit_us
 
 
-def parse(path, mapping: Mapping):
+def _check_source(path: Path, spec, mapping: Mapping, device_name, meta: dict) -> None:
+    """Refuse a file that says it was measured on another device than
+    ``spec`` (a cache's ``device_name``), or for another family, dtype or
+    layout than the mapping's (the metadata :func:`export_t4` writes)."""
+    from ..device import device_slug
+    if spec is not None and isinstance(device_name, str) and device_name.strip():
+        have = device_slug(device_name, spec.api)
+        if have != spec.slug:
+            raise InteropError(f"{path}: measured on {device_name!r} ({have!r}), but --device is {spec.name!r} "
+                               f"({spec.slug!r}); pass the preset of the GPU the file was measured on")
+    for key, want in (("family", mapping.family), ("dtype", mapping.dtype), ("layout", mapping.layout)):
+        have = meta.get(key)
+        if isinstance(have, str) and have and have != want:
+            raise InteropError(f"{path}: the file says {key} {have!r}, the mapping {mapping.source} says {want!r}")
+
+
+def parse(path, mapping: Mapping, spec=None):
     """Parse a Kernel Tuner cache file or T4 results file.
 
     The kind is told by content: a JSON object with ``cache`` and
@@ -364,6 +380,9 @@ def parse(path, mapping: Mapping):
         The file.
     mapping : Mapping
         From :func:`load_mapping`.
+    spec : DeviceSpec, optional
+        The device named on the command line; a cache whose
+        ``device_name`` names another is refused.
 
     Returns
     -------
@@ -391,7 +410,8 @@ def parse(path, mapping: Mapping):
         mapping's ``problem_size`` or an extent is not a positive int; if an
         extent is known neither from the file nor from the mapping's
         ``shape``; if the mapping names a parameter a cache's
-        ``tune_params_keys`` lacks.
+        ``tune_params_keys`` lacks; if the file names another device than
+        ``spec`` or another family, dtype or layout than the mapping.
     """
     path = Path(path)
     kind, doc, skipped = _read_document(path)
@@ -404,6 +424,7 @@ def parse(path, mapping: Mapping):
             if absent:
                 raise InteropError(f"{path}: the mapping {mapping.source} names parameters {absent} this cache does "
                                    f"not tune; its tune_params_keys are {keys}")
+        _check_source(path, spec, mapping, doc.get("device_name"), {})
         m, n, k = _extents(mapping, doc.get("problem_size"), path, "the cache")
         for i, (key, entry) in enumerate(doc["cache"].items(), start=1):
             try:
@@ -420,6 +441,7 @@ def parse(path, mapping: Mapping):
                 skipped.append((i, f"entry {str(key)[:60]!r}: {e}"[:240]))
     else:
         meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+        _check_source(path, spec, mapping, meta.get("device_name"), meta)
         m, n, k = _extents(mapping, meta.get("problem_size"), path, "a T4 results file")
         default_unit = meta.get("timeunit") or "ms"
         for i, res in enumerate(doc["results"], start=1):

@@ -156,6 +156,7 @@ def save(model: CostModel, folder, *, family: str, dtype: str, layouts, spec: De
     side = dict(
         artifact_schema=ARTIFACT_SCHEMA, created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         model=model.name, model_state=state, feature_set=model.feature_set,
+        predicts_time=bool(model.predicts_time),
         feature_version=feature_version(model.feature_set, fam), feature_names=names,
         family=fam.name, dtype=dtype, layouts=list(layouts), device=spec.to_dict(), device_slug=spec.slug,
         template_hash=fam.template_hash, space_hash=fam.space_hash(), costlearn_version=__version__,

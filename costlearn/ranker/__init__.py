@@ -11,7 +11,8 @@ from ..registry import Registry
 from .base import Ranker, RankResult
 
 __all__ = ["RANKERS", "make_ranker", "Ranker", "RankResult", "calibrate_cascade", "calibration_problems",
-           "CASCADE_TREES", "CASCADE_KEEP", "CASCADE_MARGIN"]
+           "CASCADE_TREES", "CASCADE_KEEP", "CASCADE_MARGIN", "CASCADE_LATE_TREES", "CASCADE_LATE_KEEP",
+           "CASCADE_LATE_MARGIN"]
 
 RANKERS = Registry("ranker", {"native": "costlearn.ranker.native:NativeRanker",
                               "numpy": "costlearn.ranker.numpy_ranker:NumpyRanker"})
@@ -43,6 +44,14 @@ CASCADE_KEEP = (24, 16, 12, 8, 6)
 """Least survivors a cascade stage keeps."""
 CASCADE_MARGIN = (0.0, 0.02, 0.05, 0.1, 0.2, 0.4)
 """Score margins (log2 time) within which a stage keeps more survivors."""
+CASCADE_LATE_TREES = (128, 256, 512, 1024)
+"""Tree counts a third stage may end at, for scorers of many trees (the
+product's ``triton_mm`` models have about 2,000): a late cut to the few
+candidates whose top 5 must come out exact."""
+CASCADE_LATE_KEEP = (8, 6)
+"""Least survivors of a third stage."""
+CASCADE_LATE_MARGIN = (0.0, 0.02, 0.05)
+"""Margins of a third stage."""
 CASCADE_MISS_TOP1 = 0.0
 """Share of calibration problems on which the cascade may lose the full
 scorer's best candidate."""
@@ -79,7 +88,9 @@ def calibrate_cascade(scorer, features, floors, problems, *, miss_top1: float = 
     For each problem the candidates whose block tile fits it (all when none
     does) are scored by every tree. A cascade of one or two stages (trees
     from :data:`CASCADE_TREES`, least survivors from :data:`CASCADE_KEEP`,
-    margins from :data:`CASCADE_MARGIN`, run as the rankers run it) is
+    margins from :data:`CASCADE_MARGIN`, run as the rankers run it), then
+    optionally a third from :data:`CASCADE_LATE_TREES` (the cheapest
+    accepted two-stage cascade extended), is
     accepted when the survivors miss the full scorer's best candidate on at
     most ``miss_top1`` of the problems and one of its 5 best on at most
     ``miss_top5``; of those, the one with the fewest tree walks over all
@@ -109,7 +120,9 @@ def calibrate_cascade(scorer, features, floors, problems, *, miss_top1: float = 
     from ..space import tile_fits_problem
     total = scorer.n_trees
     info = dict(problems=len(problems), cost=1.0, miss_top1=0.0, miss_top5=0.0,
-                grid=dict(trees=list(CASCADE_TREES), keep=list(CASCADE_KEEP), margin=list(CASCADE_MARGIN)),
+                grid=dict(trees=list(CASCADE_TREES), keep=list(CASCADE_KEEP), margin=list(CASCADE_MARGIN),
+                          late_trees=list(CASCADE_LATE_TREES), late_keep=list(CASCADE_LATE_KEEP),
+                          late_margin=list(CASCADE_LATE_MARGIN)),
                 allowed=dict(miss_top1=miss_top1, miss_top5=miss_top5))
     if total < 5:
         return (), info
@@ -158,5 +171,13 @@ def calibrate_cascade(scorer, features, floors, problems, *, miss_top1: float = 
                     got = evaluate(list(zip(ts, ks, ds)), best[1] * walks_full)
                     if got is not None:
                         best = (tuple(zip(ts, ks, ds)), *got)
+    if best[0]:                                   # a third, late stage where the scorer is deep enough
+        base = best[0]
+        for t in (t for t in CASCADE_LATE_TREES if base[-1][0] < t < total):
+            for k in (k for k in CASCADE_LATE_KEEP if k < base[-1][1]):
+                for d in CASCADE_LATE_MARGIN:
+                    got = evaluate(list(base) + [(t, k, d)], best[1] * walks_full)
+                    if got is not None:
+                        best = (tuple(base) + ((t, k, d),), *got)
     info.update(cost=best[1], miss_top1=best[2], miss_top5=best[3])
     return best[0], info
