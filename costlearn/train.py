@@ -21,8 +21,8 @@ from .metrics import evaluate_rows, random_scores, summarize
 from .model import BASELINES, artifact, get_model
 from .model.base import CostModel, shape_groups
 
-__all__ = ["MIN_ROWS", "MIN_PROBLEMS", "pair_counts", "train", "TrainResult", "spec_from_rows", "holdout_report", "export_artifact", "migrate_models",
-           "dataset_pairs"]
+__all__ = ["MIN_ROWS", "MIN_PROBLEMS", "pair_counts", "train", "TrainResult", "spec_from_rows", "holdout_report",
+           "export_artifact", "migrate_models", "dataset_pairs"]
 
 
 @dataclass
@@ -236,6 +236,9 @@ def export_artifact(model: CostModel, folder, *, family: str, dtype: str, layout
     from .sampler import ShapeBounds
     problems = calibration_problems(envelope["shapes"], dtype, layouts[0],
                                     ShapeBounds.for_device(spec.device_type == "cpu"))
+    if len(layouts) > 1:          # the layout columns change the scores: calibrate on every layout served
+        from .problem import Problem
+        problems = [Problem(p.m, p.n, p.k, dtype, layouts[i % len(layouts)]) for i, p in enumerate(problems)]
     _check_scorer(model, scorer, features, candidates, problems[::40], family, dtype)
     stages, info = calibrate_cascade(scorer, features, floors, problems)
     scorer = scorer.with_cascade(stages)
