@@ -112,26 +112,58 @@ def _add_collect_args(p, budget_s: float):
                    help="pool configs measured per shape (default: all feasible)")
     p.add_argument("--max-extent", type=_positive_int, default=None,
                    help="largest M, N, K drawn (default: 1024 on a CPU, 8192 on a GPU)")
-    p.add_argument("--shapes", nargs="+", default=None, metavar="M,N,K",
-                   help="measure these shapes (every pool config feasible for each) instead of random ones")
+    p.add_argument("--shapes", nargs="+", default=None, metavar="SHAPE",
+                   help="measure these shapes (every pool config feasible for each) instead of random ones: "
+                   + SHAPE_SYNTAX)
     p.add_argument("--max-flops", type=_positive_float, default=None,
                    help="largest 2*M*N*K drawn (default: 2**26 on a CPU, none on a GPU)")
 
 
-def parse_shapes(items) -> list:
-    """``["1,4096,4096", ...]`` -> [(1, 4096, 4096), ...], each checked."""
+SHAPE_SYNTAX = "M N K, MxNxK or M,N,K (e.g. 1 4096 4096, 1x4096x4096 or 1,4096,4096)"
+"""How every command takes a shape."""
+
+
+def parse_shapes(items, *, one: bool = False) -> list:
+    """Shapes from command-line tokens, the one syntax of every command: a
+    token ``MxNxK`` or ``M,N,K`` is one shape; lone integers are taken three
+    at a time (``1 4096 4096``); the forms may be mixed.
+
+    Returns
+    -------
+    list of (int, int, int)
+        Each checked as a :class:`~costlearn.problem.Problem`'s extents.
+
+    Raises
+    ------
+    ValueError
+        On a token that is none of these, integers not in threes, or (with
+        ``one``) more than one shape; the message shows :data:`SHAPE_SYNTAX`.
+    """
+    import re
+
     from .problem import Problem
-    out = []
+    out, loose = [], []
     for item in items:
-        parts = str(item).split(",")
-        if len(parts) != 3:
-            raise ValueError(f"shape {item!r}: give M,N,K (three integers separated by commas)")
-        try:
-            m, n, k = (int(p) for p in parts)
-        except ValueError:
-            raise ValueError(f"shape {item!r}: M, N, K must be integers") from None
-        out.append(Problem(m, n, k).shape)
-    return out
+        text = str(item).strip()
+        if re.fullmatch(r"[+-]?\d+", text):
+            loose.append(text)
+            if len(loose) == 3:
+                out.append(tuple(loose))
+                loose = []
+            continue
+        if loose:
+            raise ValueError(f"shape {' '.join(loose)} {text}: give {SHAPE_SYNTAX}")
+        parts = re.split(r"[x,]", text.lower())
+        if len(parts) != 3 or not all(re.fullmatch(r"[+-]?\d+", p.strip()) for p in parts):
+            raise ValueError(f"shape {text!r}: give {SHAPE_SYNTAX}")
+        out.append(tuple(p.strip() for p in parts))
+    if loose:
+        raise ValueError(f"shape {' '.join(loose)}: {len(loose)} number(s) left over; give {SHAPE_SYNTAX}")
+    if not out:
+        raise ValueError(f"no shape given; give {SHAPE_SYNTAX}")
+    if one and len(out) > 1:
+        raise ValueError(f"one shape wanted, got {len(out)}: {out}; give {SHAPE_SYNTAX}")
+    return [Problem(int(m), int(n), int(k)).shape for m, n, k in out]
 
 
 def _is_cpu(spec) -> bool:
@@ -157,6 +189,11 @@ def collect_stage(backend, data_root, *, family: str, dtype: str, budget_s: floa
     res = collect(backend, out, budget_s=budget_s, family=family, dtype=dtype, pool_size=pool,
                   configs_per_shape=pool if configs_per_shape is None else configs_per_shape,
                   bounds=bounds, shapes=shapes, protocol=protocol, seed=seed, progress=progress)
+    for other in res.other_pools:
+        print(f"note: {out} also holds {family}/{dtype} rows of another candidate pool (seed {other.get('seed')}, "
+              f"{other.get('size')} configs); this run's pool is seed {seed}: the dataset mixes pools, so some "
+              "shapes have more candidates measured than others (use one --seed per folder to avoid it)",
+              file=sys.stderr)
     secs = ", ".join(f"{k} {v:.1f}s" for k, v in res.seconds.items())
     if res.stopped:
         print(f"warning: {res.stopped}; rerun the same command to resume", file=sys.stderr)
@@ -281,10 +318,7 @@ def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_
 
 
 def cmd_predict(args) -> int:
-    shapes = args.shape
-    if len(shapes) % 3:
-        raise ValueError(f"give shapes as M N K triples, got {len(shapes)} numbers: {shapes}")
-    triples = [tuple(shapes[i:i + 3]) for i in range(0, len(shapes), 3)]
+    triples = parse_shapes(args.shape)
     from .problem import Problem
     for t in triples:
         Problem(*t, args.dtype, args.layout)
@@ -512,7 +546,7 @@ def cmd_features(args) -> int:
     from .device import preset
     from .features import get_feature_set
     spec = preset(args.preset) if args.preset is not None else _backend(args.device).spec
-    m, n, k = parse_shapes([args.shape])[0]
+    m, n, k = parse_shapes(args.shape, one=True)[0]
     pool = candidate_pool(spec, args.family, args.dtype, args.pool, args.seed)
     rows = pd.DataFrame([dict(m=m, n=n, k=k, dtype=args.dtype, layout="NN", family=args.family,
                               config_id=c.config_id) for c in pool])
@@ -542,10 +576,40 @@ def cmd_space(args) -> int:
     from .problem import Problem
     from .space import enumerate_space
     spec = preset(args.preset) if args.preset is not None else _backend(args.device).spec
-    problem = Problem(*args.shape, args.dtype) if args.shape else None
+    problem = Problem(*parse_shapes(args.shape, one=True)[0], args.dtype) if args.shape else None
     res = enumerate_space(spec, family=args.family, dtype=args.dtype, problem=problem)
     print(f"{spec.name}: " + res.summary())
+    print(describe_spec(spec))
     return 0
+
+
+def describe_spec(spec) -> str:
+    """The limits and peaks the tile space and the features use, with where
+    they come from (a preset's sources, or the live device's query)."""
+    from .device import PRESET_SOURCES
+    def kib(b):
+        return f"{b / 1024:g} KiB"
+    peaks = ", ".join(f"{d} {spec.peak_gflops_for(d) / 1e3:g}" for d in ("float32", "tfloat32", "float16", "bfloat16")
+                      if _has_peak(spec, d))
+    regs = "no register file limit" if spec.registers_per_mp is None else \
+        f"{spec.registers_per_mp} registers/MP, {spec.max_registers_per_thread}/thread"
+    return "\n".join([
+        f"device: {spec.name} ({spec.api}, compute capability {spec.compute_capability or 'n/a'})",
+        f"  {spec.multiprocessors} multiprocessors, warp {spec.warp_size}, {spec.max_threads_per_block} threads/block, "
+        f"{spec.max_threads_per_mp} threads/MP, {spec.max_blocks_per_mp} blocks/MP",
+        f"  shared memory {kib(spec.smem_per_block_bytes)}/block ({kib(spec.smem_per_block_optin_bytes)} opt-in), "
+        f"{kib(spec.smem_per_mp_bytes)}/MP, {kib(spec.smem_reserved_per_block_bytes)} reserved/block; {regs}",
+        f"  L2 {spec.l2_bytes / 2**20:g} MiB; DRAM {spec.memory_bandwidth_gbps:g} GB/s; peak TFLOP/s: {peaks}",
+        f"  source: {spec.source or 'n/a'}"]
+        + [f"    {tag} {doc}" for tag, doc in PRESET_SOURCES.items() if tag in (spec.source or "")])
+
+
+def _has_peak(spec, dtype: str) -> bool:
+    try:
+        spec.peak_gflops_for(dtype)
+        return True
+    except ValueError:
+        return False
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -611,7 +675,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("predict", help="best tile config for shapes",
                        description="Predict the fastest tile config for each M N K triple.")
-    p.add_argument("shape", nargs="+", type=int, metavar="M N K", help="one or more M N K triples")
+    p.add_argument("shape", nargs="+", metavar="SHAPE", help="one or more shapes: " + SHAPE_SYNTAX)
     p.add_argument("--model", default=None, help="model device folder, e.g. h200 (default: the only one)")
     p.add_argument("--models", default=None,
                    help="model store root (default: $COSTLEARN_MODELS, else the source tree's models/)")
@@ -713,7 +777,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default=None, help="a named device (h200, h100, a100); default: the local one")
     _add_device_arg(p, "when no --preset")
     _add_problem_args(p)
-    p.add_argument("--shape", required=True, metavar="M,N,K", help="the problem shape, e.g. 4096,4096,4096")
+    p.add_argument("--shape", required=True, nargs="+", metavar="SHAPE", help="the problem shape: " + SHAPE_SYNTAX)
     p.add_argument("--pool", type=_positive_int, default=64, help="candidate pool size (default: 64)")
     p.add_argument("--seed", type=_nonneg_int, default=0, help="pool seed (default: 0)")
     p.add_argument("--feature-set", default="analytic", choices=FEATURE_SETS.names())
@@ -728,8 +792,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_device_arg(p, "to describe")
     _add_problem_args(p)
     p.add_argument("--preset", default=None, help="a named device instead of the local one (h200, h100, a100)")
-    p.add_argument("--shape", type=int, nargs=3, metavar=("M", "N", "K"),
-                   help="also reject block tiles larger than this problem")
+    p.add_argument("--shape", nargs="+", metavar="SHAPE",
+                   help="also reject block tiles larger than this problem: " + SHAPE_SYNTAX)
     p.set_defaults(func=cmd_space)
 
     p = sub.add_parser("migrate-models", help="convert model artifacts of the layout before kernel families",
@@ -764,8 +828,12 @@ def main(argv=None) -> int:
     except OSError as e:
         print(f"costlearn {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted; everything measured so far is saved", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        from .collect import CollectionInterrupted
+        if isinstance(e, CollectionInterrupted):
+            print(f"interrupted: {e}; the same command resumes where it stopped", file=sys.stderr)
+        else:
+            print("interrupted; everything measured so far is saved", file=sys.stderr)
         return 130
 
 

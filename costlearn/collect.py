@@ -62,6 +62,9 @@ class CollectResult:
     parts : list of Path
     stopped : str
         Why collection stopped early (the device was lost), else "".
+    other_pools : list of dict
+        Candidate pools recorded in the folder for this family and dtype that
+        differ from this call's (:func:`record_pool`): the dataset mixes them.
     """
 
     rows_written: int = 0
@@ -73,6 +76,49 @@ class CollectResult:
     noise_floor: float = math.nan
     parts: list = field(default_factory=list)
     stopped: str = ""
+    other_pools: list = field(default_factory=list)
+
+
+class CollectionInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`collect`; ``result`` says what was saved (every
+    shape measured before it is on disk)."""
+
+    def __init__(self, result: "CollectResult", folder):
+        super().__init__(f"{result.rows_written} rows over {result.shapes_done} shapes saved in {folder}")
+        self.result, self.folder = result, folder
+
+
+POOLS_FILE = "pools.json"
+"""Beside a dataset's parts: the candidate pools collections drew, by family
+and dtype (:func:`record_pool`)."""
+
+
+def record_pool(folder, family: str, dtype: str, seed: int, configs) -> list:
+    """Record the candidate pool of a collection in ``<folder>/pools.json``
+    and return the pools recorded before for the same family and dtype that
+    differ from it (empty when the folder holds this pool only).
+
+    A pool is (seed, size, sha256 of its sorted config ids); two differing
+    pools in one dataset are a mixed dataset (more configs on some shapes
+    than on others), which is allowed but reported.
+    """
+    import hashlib
+    import json
+    path = Path(folder) / POOLS_FILE
+    ids = sorted(c.config_id for c in configs)
+    entry = dict(family=family, dtype=dtype, seed=int(seed), size=len(ids),
+                 sha256=hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16])
+    try:
+        pools = json.loads(path.read_text()) if path.is_file() else []
+        if not isinstance(pools, list):
+            pools = []
+    except (OSError, ValueError):
+        pools = []                       # an unreadable record is rewritten; the parts are untouched
+    same = [p for p in pools if isinstance(p, dict) and p.get("family") == family and p.get("dtype") == dtype]
+    others = [p for p in same if p.get("sha256") != entry["sha256"]]
+    if entry not in pools:
+        atomic_write(path, json.dumps(pools + [entry], indent=1))
+    return others
 
 
 def candidate_pool(spec, family: str, dtype: str, size: int, seed: int):
@@ -276,6 +322,7 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
     existing, _ = load(out_dir) if out_dir.exists() else (None, None)
     done = measured_keys(existing) if existing is not None else set()
     pool = list(pool) if pool is not None else candidate_pool(spec, fam.name, dtype, pool_size, seed)
+    other_pools = record_pool(out_dir, fam.name, dtype, seed, pool)
     rng = np.random.default_rng([seed, 2])
     if shapes is None:
         shape_iter = iter_shapes(bounds, rng)
@@ -285,7 +332,7 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
     run_id = uuid.uuid4().hex[:12]
     compiled: dict = {}
     sw = Stopwatch()
-    res = CollectResult()
+    res = CollectResult(other_pools=other_pools)
     spreads = []
     written: list = []
     # Overlapping compilation with measurement helps on a GPU; on a CPU
@@ -370,6 +417,8 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
                                     f"valid={res.rows_valid / max(res.rows_written, 1):.0%} "
                                     f"left={left:.0f}s", refresh=False)
                 bar.refresh()
+    except KeyboardInterrupt:
+        raise CollectionInterrupted(res, out_dir) from None
     finally:
         if bar is not None:
             bar.close()

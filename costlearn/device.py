@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from .util import check_int, check_real
 
-__all__ = ["DeviceSpec", "PRESETS", "preset", "device_slug"]
+__all__ = ["DeviceSpec", "PRESETS", "PRESET_SOURCES", "preset", "device_slug"]
 
 
 @dataclass(frozen=True)
@@ -237,6 +237,16 @@ PRESETS: dict[str, DeviceSpec] = {
                        peak_gflops_bf16=312_000.0, compute_capability="8.0",
                        source="preset: [CG] cc 8.0; [A100] datasheet SXM4 80GB"),
 }
+
+
+PRESET_SOURCES = {
+    "[CG]": "NVIDIA CUDA C++ Programming Guide, Technical Specifications per Compute Capability",
+    "[H200]": "NVIDIA H200 Tensor Core GPU datasheet (SXM)",
+    "[H100]": "NVIDIA H100 Tensor Core GPU datasheet (SXM5) and H100 architecture whitepaper",
+    "[A100]": "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB) and A100 architecture whitepaper",
+}
+"""The documents the presets' ``source`` tags name (details in the comments
+above :data:`PRESETS`)."""
 
 
 def preset(name: str) -> DeviceSpec:

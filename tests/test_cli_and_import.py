@@ -40,7 +40,7 @@ def test_import_without_cupy_or_pyopencl():
 
 
 @pytest.mark.parametrize("argv, says", [
-    (["predict", "1", "2", "3", "4"], "triples"),
+    (["predict", "1", "2", "3", "4"], "left over"),
     (["train", "--data", "/nonexistent/costlearn"], "no such folder"),
     (["compact", "/nonexistent/costlearn"], "does not exist"),
     (["space", "--preset", ""], "unknown device preset"),
@@ -79,7 +79,7 @@ def test_collection_runs_without_xgboost():
     assert "(1, 4096, 4096)" in out.stdout
 
 
-@pytest.mark.parametrize("bad, says", [("1,2", "M,N,K"), ("1,x,3", "integers"), ("0,1,1", "M=0")])
+@pytest.mark.parametrize("bad, says", [("1,2", "M,N,K"), ("1,x,3", "MxNxK"), ("0,1,1", "M=0")])
 def test_collect_shapes_option_rejects_bad_shapes(capsys, bad, says):
     assert main(["collect", "--device", "opencl", "--shapes", bad, "--budget", "1"]) == 2
     assert says in capsys.readouterr().err
@@ -127,3 +127,37 @@ def test_a_setting_the_model_does_not_take_names_what_it_takes(capsys, tmp_path,
                  "--feature-set", "raw"]) == 2
     assert "model 'roofline' takes no setting 'feature_set' (CLI: --feature-set); it has no settings" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_every_command_takes_one_shape_syntax(capsys, model_dir):
+    """Issue 13: predict took M N K, space --shape M N K, features --shape
+    M,N,K, collect --shapes M,N,K; each now takes all three forms."""
+    from costlearn.cli import parse_shapes
+    want = [(1, 1024, 1024), (5, 6, 7)]
+    for tokens in (["1", "1024", "1024", "5", "6", "7"], ["1x1024x1024", "5,6,7"], ["1,1024,1024", "5", "6", "7"],
+                   ["1X1024X1024", "5x6x7"]):
+        assert parse_shapes(tokens) == want, tokens
+    for tokens, says in ((["1", "2"], "left over"), (["1x2"], "1x4096x4096"), (["1", "2", "3x4x5"], "give M N K"),
+                         ([], "no shape")):
+        with pytest.raises(ValueError, match=says):
+            parse_shapes(tokens)
+    with pytest.raises(ValueError, match="one shape wanted"):
+        parse_shapes(["1x2x3", "4x5x6"], one=True)
+    dev = model_dir.parents[1].name
+    assert main(["predict", "1x1024x1024", "--model", dev]) == 0
+    a = capsys.readouterr().out
+    assert main(["predict", "1", "1024", "1024", "--model", dev]) == 0
+    assert capsys.readouterr().out == a
+    outs = []
+    for shape in (["16x16x16"], ["16", "16", "16"], ["16,16,16"]):
+        assert main(["space", "--preset", "a100", "--shape", *shape]) == 0
+        outs.append(capsys.readouterr().out)
+    assert outs[0] == outs[1] == outs[2]
+
+
+def test_space_shows_the_presets_numbers_and_their_sources(capsys):
+    """Issue 13: `space --preset` promised the preset's numbers and sources."""
+    assert main(["space", "--preset", "h200"]) == 0
+    out = capsys.readouterr().out
+    assert "132 multiprocessors" in out and "227 KiB opt-in" in out and "bfloat16 989.4" in out
+    assert "[CG] NVIDIA CUDA C++ Programming Guide" in out and "[H200] NVIDIA H200" in out

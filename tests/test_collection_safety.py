@@ -55,3 +55,36 @@ def test_kill_9_mid_collection_leaves_a_loadable_dataset_and_a_rerun_measures_no
     both, rep = load(folder, strict=True)
     assert len(both) > len(first)
     assert not both.duplicated(subset=list(KEY_COLUMNS)).any()
+
+
+@needs_opencl
+def test_ctrl_c_says_how_many_rows_it_saved(tmp_path):
+    """Issue 13: Ctrl-C said "everything measured so far is saved" but not
+    how much, nor that the same command resumes."""
+    data = tmp_path / "data"
+    cmd = [sys.executable, "-m", "costlearn", "collect", "--device", "opencl", "--data", str(data),
+           "--pool", "6", "--max-extent", "48", "--rounds", "2", "--budget", "300", "--no-progress"]
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and len(list(data.glob("*/part-*.parquet"))) < 2:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130
+    rows = len(load(next(data.glob("*/device.json")).parent)[0])
+    assert f"interrupted: {rows} rows over" in err and "resumes" in err, err[-500:]
+
+
+def test_a_second_candidate_pool_in_one_folder_is_reported(tmp_path):
+    from costlearn.collect import record_pool
+    from costlearn.families.gemm import GemmConfig
+    a = [GemmConfig(16, 16, 8, 2, 2), GemmConfig(32, 32, 8, 4, 4)]
+    b = [GemmConfig(64, 64, 16, 4, 4)]
+    assert record_pool(tmp_path, "gemm", "float32", 0, a) == []
+    assert record_pool(tmp_path, "gemm", "float32", 0, list(reversed(a))) == []     # the same pool again
+    others = record_pool(tmp_path, "gemm", "float32", 1, b)
+    assert [(p["seed"], p["size"]) for p in others] == [(0, 2)]
+    assert record_pool(tmp_path, "gemm", "float16", 1, b) == []                      # another dtype is its own
+    (tmp_path / "pools.json").write_text("{not json")                                 # a corrupt record is rewritten
+    assert record_pool(tmp_path, "gemm", "float32", 0, a) == []
