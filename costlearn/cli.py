@@ -294,10 +294,12 @@ def cmd_export(args) -> int:
 def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_k: int, models_dir,
                   as_json: bool = False, measure_top_k: int = 0, backend=None, tuning_db=None) -> None:
     """Predict each (M, N, K) and print it (a JSON object per line with ``as_json``)."""
-    from .predict import predict_best
+    from .predict import predict_best, resolve_model
     from .problem import Problem
     for t in triples:  # every triple is checked before anything is printed
         Problem(*t, dtype, layout)
+    if device is None:      # the only model of this family and dtype, or an error in CLI words
+        device = resolve_model(None, family, dtype, models_dir, cli=True).parents[1].name
     for m, n, k in triples:
         p = predict_best(m, n, k, dtype=dtype, device=device, family=family, layout=layout, top_k=top_k,
                          models_dir=models_dir, measure_top_k=measure_top_k, backend=backend, tuning_db=tuning_db)
@@ -342,7 +344,7 @@ def cmd_dispatch(args) -> int:
     from .predict import Predictor, resolve_model
     ranges = {d: parse_range(getattr(args, d.lower()), d) for d in "MNK"}
     check_name(args.name)
-    folder = resolve_model(args.model, args.family, args.dtype, args.models)
+    folder = resolve_model(args.model, args.family, args.dtype, args.models, cli=True)
     pred = Predictor(folder)
     d = fit_dispatch(pred, ranges, max_configs=args.configs, samples=args.samples, max_depth=args.depth,
                      seed=args.seed)
@@ -442,7 +444,7 @@ def cmd_evaluate(args) -> int:
         from .dataset import load
         from .evaluate import score
         from .model.artifact import load as load_artifact
-        art = load_artifact(resolve_model(args.model, args.family, args.dtype, args.models))
+        art = load_artifact(resolve_model(args.model, args.family, args.dtype, args.models, cli=True))
         res = score(art, load(args.out)[0])
         print(f"scored {len(res.rows)} measurements from {args.out} (nothing measured):")
         trained_on = str(art.sidecar.get("training", {}).get("dataset", ""))
@@ -453,7 +455,7 @@ def cmd_evaluate(args) -> int:
         _print_eval(res, args.report, args.plots)
         return 0
     be = _backend(args.device)
-    folder = resolve_model(args.model or be.spec.slug, args.family, args.dtype, args.models)  # default: this device's
+    folder = resolve_model(args.model or be.spec.slug, args.family, args.dtype, args.models, cli=True)  # default: this device's
     if args.out:
         eval_dir = Path(args.out)
     else:
@@ -482,6 +484,9 @@ def _print_eval(res, report=None, plots=None) -> None:
         print("\nwith the vendor candidate left out (regret against the best tile config):")
         print(format_table(res, "tile_only"))
     print(f"noise floor of these measurements: {res.noise_floor:.1%}; regret at or below it counts as 0 (a tie)")
+    if res.hidden_by_noise:
+        from .evaluate import header_lines
+        print(header_lines(res)[-1], file=sys.stderr)
     if report:
         print(f"report: {write_report(res, report)}")
     if plots:

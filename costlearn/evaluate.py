@@ -84,6 +84,12 @@ class EvalResult:
         The artifact's model (the others are baselines).
     time_models : tuple of str
         Models whose predictions are microseconds (MAPE is shown for them).
+    model_info : dict
+        The scored artifact: ``device``, ``family``, ``dtype``, ``model``,
+        ``sha256`` (first 12), training ``rows`` and ``shapes``.
+    hidden_by_noise : int
+        Problems on which the model's top-1 regret is above 0 but at or below
+        the noise floor, so it prints as 0 (a tie).
     """
 
     per_shape: pd.DataFrame
@@ -94,6 +100,8 @@ class EvalResult:
     vendor_us: dict = None
     model: str = "xgboost"
     time_models: tuple = ()
+    model_info: dict = None
+    hidden_by_noise: int = 0
 
     @property
     def models(self) -> list[str]:
@@ -170,9 +178,34 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0) -> EvalResult:
                          "ood": summarize(per[per["ood"]])}
         if vendor.any() and name != "vendor_only":
             summary[name]["tile_only"] = summarize(evaluate_rows(rows[~vendor], preds[name][~vendor], noise))
+    raw = evaluate_rows(rows, preds[product.name])["top1_regret"].to_numpy()
+    training = art.sidecar.get("training", {}) or {}
+    info = dict(device=art.device, family=art.family.name, dtype=art.dtype, model=product.name,
+                sha256=art.model_sha256[:12], rows=training.get("rows"), shapes=training.get("shapes"))
     return EvalResult(per_shape=pd.concat(frames, ignore_index=True), summary=summary, rows=rows,
                       noise_floor=noise, predictions=preds, vendor_us={}, model=product.name,
-                      time_models=tuple(n for n, m in models.items() if m.predicts_time))
+                      time_models=tuple(n for n, m in models.items() if m.predicts_time), model_info=info,
+                      hidden_by_noise=int(((raw > 0) & (raw <= noise)).sum()))
+
+
+def header_lines(res: EvalResult) -> list[str]:
+    """What a report opens with: the model, its training data, the data
+    evaluated, the date and the costlearn version, and a warning when the
+    noise floor hides regrets."""
+    from datetime import datetime, timezone
+
+    from . import __version__
+    i = res.model_info or {}
+    n_problems = int((res.per_shape["model"] == res.model).sum())
+    lines = [f"Model: {i.get('device')}/{i.get('family')}/{i.get('dtype')} {i.get('model')} {i.get('sha256')}, "
+             f"trained on {i.get('rows')} rows over {i.get('shapes')} problems.",
+             f"Evaluated: {len(res.rows)} measurements over {n_problems} problems. "
+             f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}, costlearn {__version__}."]
+    if res.hidden_by_noise:
+        lines.append(f"Warning: the noise floor ({res.noise_floor:.1%}) hides the model's top-1 regret on "
+                     f"{res.hidden_by_noise} of {n_problems} problems (above 0 but within the noise, shown as 0 %); "
+                     "measure more repeats or more shapes for a finer floor.")
+    return lines
 
 
 def evaluate(backend, art_folder, eval_dir, *, n_random: int = 4, budget_s: float = 600.0,
@@ -272,7 +305,8 @@ def write_report(res: EvalResult, path) -> Path:
     """Write the tables (markdown) and the per-shape metrics (CSV beside it)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = [f"Noise floor of these measurements: {res.noise_floor:.1%} (median difference between two "
+    text = ["# costlearn evaluation", "", *header_lines(res), "",
+            f"Noise floor of these measurements: {res.noise_floor:.1%} (median difference between two "
             "timings of one config in one session); a regret at or below it counts as 0.", "",
             "## Summary (all fresh shapes)", "", format_table(res, "all"), "",
             *(["## Against the best tile config (vendor candidate left out)", "", format_table(res, "tile_only"), ""]

@@ -335,7 +335,7 @@ def clear_cache() -> None:
         _GENERATION += 1
 
 
-def resolve_model(device, family: str, dtype: str, models_dir=None) -> Path:
+def resolve_model(device, family: str, dtype: str, models_dir=None, *, cli: bool = False) -> Path:
     """The artifact folder for (device, family, dtype) under ``models_dir``.
 
     Parameters
@@ -346,6 +346,8 @@ def resolve_model(device, family: str, dtype: str, models_dir=None) -> Path:
     family, dtype : str
     models_dir : path, optional
         ``$COSTLEARN_MODELS`` or the source tree's ``models/`` by default.
+    cli : bool
+        Word the errors in command-line terms (``--model``, ``--models``).
 
     Raises
     ------
@@ -373,7 +375,9 @@ def resolve_model(device, family: str, dtype: str, models_dir=None) -> Path:
     if device is None:
         devs = sorted({d for d, f, t in have if (f, t) == (family, dtype)})
         if len(devs) != 1:
-            raise ValueError((f"device=None is ambiguous: {family}/{dtype} models exist for {devs} in "
+            raise ValueError((f"no --model given and {family}/{dtype} models exist for {devs} in {str(root)!r}; "
+                              f"choose one with --model {devs[0]} (or --models another store)" if devs and cli else
+                              f"device=None is ambiguous: {family}/{dtype} models exist for {devs} in "
                               f"{str(root)!r}; pass device=<one of them>" if devs else
                               f"no {family}/{dtype} model in {str(root)!r}; train one with `costlearn train` "
                               f"(models present: {present})") + hint)

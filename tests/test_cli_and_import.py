@@ -161,3 +161,16 @@ def test_space_shows_the_presets_numbers_and_their_sources(capsys):
     out = capsys.readouterr().out
     assert "132 multiprocessors" in out and "227 KiB opt-in" in out and "bfloat16 989.4" in out
     assert "[CG] NVIDIA CUDA C++ Programming Guide" in out and "[H200] NVIDIA H200" in out
+
+
+def test_an_ambiguous_model_is_named_in_cli_words(tmp_path, capsys, model_dir):
+    """Issue 13: `predict` with two devices' models said `device=None is
+    ambiguous` (the Python argument), not which --model to pass."""
+    import shutil
+    store = tmp_path / "models"
+    for dev in ("dev-a", "dev-b"):
+        shutil.copytree(model_dir, store / dev / model_dir.parent.name / model_dir.name)
+    assert main(["predict", "1", "64", "64", "--models", str(store)]) == 2
+    err = capsys.readouterr().err
+    assert "no --model given" in err and "--model dev-a" in err and "device=None" not in err
+    assert main(["predict", "1", "64", "64", "--models", str(store), "--model", "dev-b"]) == 0

@@ -144,3 +144,23 @@ def test_vendor_regret_is_reported_against_the_best_tile_config_and_the_best_of_
     assert s["all"]["top1_max"] == pytest.approx(10.0 / 9.0 - 1)  # the library beat it on the first
     v = vendor_summaries(rows, vendor_only_scores(rows))["all"]
     assert v["top1_max"] == pytest.approx(20.0 / 10.0 - 1)
+
+
+def test_a_report_opens_with_the_model_the_data_and_a_noise_warning(tmp_path, model_dir):
+    """Issue 13: out/report.md had no header, and a 14 % noise floor turned
+    every smaller regret into 0.0 % without a word."""
+    from costlearn.dataset import load
+    from costlearn.evaluate import score, write_report
+    from conftest import committed_dataset
+    evald = committed_dataset() / "eval"
+    if not evald.is_dir():
+        pytest.skip("no committed eval/ measurements")
+    res = score(model_dir, load(evald)[0])
+    text = write_report(res, tmp_path / "r.md").read_text()
+    head = text.splitlines()[:6]
+    assert head[0] == "# costlearn evaluation"
+    assert any(line.startswith("Model: ") and res.model_info["sha256"] in line and "trained on" in line
+               for line in head)
+    assert any(line.startswith("Evaluated: ") and "costlearn " in line for line in head)
+    res.hidden_by_noise = 3                                  # the warning follows the count
+    assert "hides the model's top-1 regret on 3 of" in write_report(res, tmp_path / "w.md").read_text()
