@@ -216,7 +216,8 @@ def cmd_collect(args) -> int:
 
 
 def _dataset_folder(data: str) -> Path:
-    """A dataset folder, or the one device folder under a data root."""
+    """A dataset folder; or, under a data root, its one device folder, else
+    this machine's device's folder (error listing them otherwise)."""
     folder = Path(data)
     if not folder.is_dir():
         raise ValueError(f"--data {data}: " + ("a file, not a dataset folder" if folder.exists() else "no such folder")
@@ -225,6 +226,12 @@ def _dataset_folder(data: str) -> Path:
         subs = sorted(p.parent.name for p in folder.glob("*/device.json"))
         if len(subs) == 1:
             return folder / subs[0]
+        from .backends import local_device
+        local = local_device(probe=True) if subs else None
+        if local is not None and local["slug"] in subs:
+            print(f"--data {data} holds datasets for {subs}; using this machine's, {folder / local['slug']} "
+                  f"(pass --data {data}/<device> for another)", file=sys.stderr)
+            return folder / local["slug"]
         raise ValueError(f"--data {data} holds no dataset parts" if not subs else
                          f"--data {data} holds datasets for {subs}; pass --data {data}/<device>")
     return folder
@@ -291,15 +298,38 @@ def cmd_export(args) -> int:
     return 0
 
 
+def model_device(model, family: str, dtype: str, models_dir) -> str:
+    """The model device folder a command that reads a model uses: ``--model``;
+    else the local device's model if the store has one; else the only one (an
+    error in CLI words otherwise). Says on stderr when the model is another
+    device's than this machine's."""
+    from .backends import local_device
+    from .predict import resolve_model
+    local = local_device(probe=True)
+    if model is None:
+        model = local["slug"] if local is not None and _has_model(local["slug"], family, dtype, models_dir) else \
+            resolve_model(None, family, dtype, models_dir, cli=True).parents[1].name
+    if local is not None and local["slug"] != model:
+        print(f"note: the {model} model was trained on another device than this machine's ({local['name']}, "
+              f"{local['slug']}); its times are that device's (collect and train here for this one's)",
+              file=sys.stderr)
+    return model
+
+
+def _has_model(device: str, family: str, dtype: str, models_dir) -> bool:
+    from .model.artifact import default_models_dir, list_models
+    root = Path(models_dir) if models_dir is not None else default_models_dir()
+    return root.is_dir() and (device, family, dtype) in list_models(root)
+
+
 def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_k: int, models_dir,
                   as_json: bool = False, measure_top_k: int = 0, backend=None, tuning_db=None) -> None:
     """Predict each (M, N, K) and print it (a JSON object per line with ``as_json``)."""
-    from .predict import predict_best, resolve_model
+    from .predict import predict_best
     from .problem import Problem
     for t in triples:  # every triple is checked before anything is printed
         Problem(*t, dtype, layout)
-    if device is None:      # the only model of this family and dtype, or an error in CLI words
-        device = resolve_model(None, family, dtype, models_dir, cli=True).parents[1].name
+    device = model_device(device, family, dtype, models_dir)
     for m, n, k in triples:
         p = predict_best(m, n, k, dtype=dtype, device=device, family=family, layout=layout, top_k=top_k,
                          models_dir=models_dir, measure_top_k=measure_top_k, backend=backend, tuning_db=tuning_db)
@@ -344,7 +374,8 @@ def cmd_dispatch(args) -> int:
     from .predict import Predictor, resolve_model
     ranges = {d: parse_range(getattr(args, d.lower()), d) for d in "MNK"}
     check_name(args.name)
-    folder = resolve_model(args.model, args.family, args.dtype, args.models, cli=True)
+    folder = resolve_model(model_device(args.model, args.family, args.dtype, args.models), args.family, args.dtype,
+                           args.models, cli=True)
     pred = Predictor(folder)
     d = fit_dispatch(pred, ranges, max_configs=args.configs, samples=args.samples, max_depth=args.depth,
                      seed=args.seed)
@@ -681,7 +712,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("predict", help="best tile config for shapes",
                        description="Predict the fastest tile config for each M N K triple.")
     p.add_argument("shape", nargs="+", metavar="SHAPE", help="one or more shapes: " + SHAPE_SYNTAX)
-    p.add_argument("--model", default=None, help="model device folder, e.g. h200 (default: the only one)")
+    p.add_argument("--model", default=None, help="model device folder, e.g. h200 (default: this machine's "
+                   "device's model if the store has one, else the only one)")
     p.add_argument("--models", default=None,
                    help="model store root (default: $COSTLEARN_MODELS, else the source tree's models/)")
     _add_problem_args(p, layout=True)
@@ -710,7 +742,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", type=_positive_int, default=2000, help="shapes sampled to fit (default: 2000)")
     p.add_argument("--depth", type=_positive_int, default=3, help="depth of the selector's tree (default: 3)")
     p.add_argument("--seed", type=_nonneg_int, default=0)
-    p.add_argument("--model", default=None, help="model device folder (default: the only one)")
+    p.add_argument("--model", default=None, help="model device folder (default: this machine's device's model if "
+                   "the store has one, else the only one)")
     p.add_argument("--models", default=None,
                    help="model store root (default: $COSTLEARN_MODELS, else the source tree's models/)")
     _add_problem_args(p)

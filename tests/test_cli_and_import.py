@@ -174,3 +174,43 @@ def test_an_ambiguous_model_is_named_in_cli_words(tmp_path, capsys, model_dir):
     err = capsys.readouterr().err
     assert "no --model given" in err and "--model dev-a" in err and "device=None" not in err
     assert main(["predict", "1", "64", "64", "--models", str(store), "--model", "dev-b"]) == 0
+
+
+def _record_local(monkeypatch, tmp_path, slug):
+    import json
+    cache = tmp_path / "cache"
+    cache.mkdir(exist_ok=True)
+    (cache / "local_device.json").write_text(json.dumps(dict(slug=slug, name=f"Device {slug}", api="opencl")))
+    monkeypatch.setenv("COSTLEARN_CACHE", str(cache))
+
+
+def test_commands_that_read_a_model_default_to_this_machines_and_say_when_it_is_another(
+        tmp_path, capsys, model_dir, monkeypatch):
+    """Issue 13: one defaults rule: the local device's model if the store has
+    one, else the only one; a model of another device is named as such."""
+    import shutil
+    store = tmp_path / "models"
+    for dev in ("dev-a", "dev-b"):
+        shutil.copytree(model_dir, store / dev / model_dir.parent.name / model_dir.name)
+    _record_local(monkeypatch, tmp_path, "dev-b")
+    assert main(["predict", "1", "64", "64", "--models", str(store)]) == 0
+    cap = capsys.readouterr()
+    assert "gemm model dev-b" in cap.out and "another device" not in cap.err
+    assert main(["predict", "1", "64", "64", "--models", str(store), "--model", "dev-a"]) == 0
+    assert "the dev-a model was trained on another device than this machine's (Device dev-b" in capsys.readouterr().err
+    _record_local(monkeypatch, tmp_path, "dev-c")                # not in the store, two models: name them
+    assert main(["predict", "1", "64", "64", "--models", str(store)]) == 2
+    assert "--model dev-a" in capsys.readouterr().err
+
+
+def test_a_data_root_of_several_devices_defaults_to_this_machines(tmp_path, capsys, monkeypatch):
+    from costlearn.cli import _dataset_folder
+    for dev in ("dev-a", "dev-b"):
+        (tmp_path / "data" / dev).mkdir(parents=True)
+        (tmp_path / "data" / dev / "device.json").write_text("{}")
+    _record_local(monkeypatch, tmp_path, "dev-a")
+    assert _dataset_folder(str(tmp_path / "data")) == tmp_path / "data" / "dev-a"
+    assert "using this machine's" in capsys.readouterr().err
+    _record_local(monkeypatch, tmp_path, "dev-z")
+    with pytest.raises(ValueError, match=r"holds datasets for \['dev-a', 'dev-b'\]"):
+        _dataset_folder(str(tmp_path / "data"))

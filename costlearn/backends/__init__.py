@@ -51,7 +51,8 @@ def get_backend(name: str = "auto", **kwargs) -> Backend:
     BackendUnavailable
         If the backend's library or device is missing (with an install hint).
     """
-    if name == "auto":
+    auto = name == "auto"
+    if auto:
         for candidate in MEASURING:
             if available(candidate):
                 name = candidate
@@ -62,4 +63,52 @@ def get_backend(name: str = "auto", **kwargs) -> Backend:
                 f"of: {BACKENDS.hint('cuda')} | {BACKENDS.hint('opencl')}")
     elif name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; known: {['auto', *BACKENDS.names()]}")
-    return BACKENDS.get(name)(**kwargs)
+    backend = BACKENDS.get(name)(**kwargs)
+    if auto:
+        record_local_device(backend.spec)
+    return backend
+
+
+LOCAL_DEVICE_FILE = "local_device.json"
+"""In the user cache (:func:`costlearn.util.cache_dir`): the device ``auto``
+found last, so commands that only read models (``predict``, ``dispatch``)
+know this machine's device without opening it."""
+
+
+def record_local_device(spec) -> None:
+    """Remember ``spec`` as this machine's device (best effort: an unwritable
+    cache is ignored)."""
+    import json
+
+    from ..util import atomic_write, cache_dir
+    try:
+        atomic_write(cache_dir() / LOCAL_DEVICE_FILE, json.dumps(dict(slug=spec.slug, name=spec.name, api=spec.api)))
+    except OSError:
+        pass
+
+
+def local_device(probe: bool = True) -> dict | None:
+    """This machine's device as ``{"slug", "name", "api"}``: the record
+    :func:`get_backend` keeps in the user cache, else (with ``probe``) found
+    by opening the ``auto`` backend once (then recorded); None when there is
+    no device or nothing is known.
+
+    Never called on :func:`costlearn.predict_best`'s path: the CLI uses it to
+    choose a default model and to say when a model is another device's.
+    """
+    import json
+
+    from ..util import cache_dir
+    try:
+        d = json.loads((cache_dir() / LOCAL_DEVICE_FILE).read_text())
+        if isinstance(d, dict) and isinstance(d.get("slug"), str):
+            return d
+    except (OSError, ValueError):
+        pass
+    if not probe:
+        return None
+    try:
+        spec = get_backend("auto").spec
+    except Exception:  # no library, no device: nothing is known
+        return None
+    return dict(slug=spec.slug, name=spec.name, api=spec.api)
