@@ -342,9 +342,9 @@ def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_
             continue
         how = f"{p.chosen_by} {p.time_us:.1f} us" + (" (tuning database)" if p.from_tuning_db else "")
         print(f"M={p.m} N={p.n} K={p.k} ({p.dtype} {p.layout}, {p.family} model {p.device}): {p.config.config_id} "
-              f"{how}" + (f"  [OOD: {'; '.join(p.ood_reasons)}]" if p.ood else ""))
+              f"{how}" + (f"  [GUESS, out of distribution: {'; '.join(p.ood_reasons)}]" if p.ood else ""))
         for rank, (c, t) in enumerate(p.top_k, 1):
-            print(f"  {rank:2d}. {c.config_id:<34} {t:10.1f} us predicted")
+            print(f"  {rank:2d}. {c.config_id:<34} {t:10.1f} us predicted" + (" (guess)" if p.ood else ""))
         if p.measured_us:
             print("  measured: " + ", ".join(f"{cid} {t:.1f} us" for cid, t in p.measured_us))
 

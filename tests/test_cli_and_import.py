@@ -214,3 +214,12 @@ def test_a_data_root_of_several_devices_defaults_to_this_machines(tmp_path, caps
     _record_local(monkeypatch, tmp_path, "dev-z")
     with pytest.raises(ValueError, match=r"holds datasets for \['dev-a', 'dev-b'\]"):
         _dataset_folder(str(tmp_path / "data"))
+
+
+def test_out_of_distribution_predictions_print_as_guesses(capsys, model_dir):
+    """Issue 13: 4096^3 was printed with the confidence of an in-envelope shape."""
+    dev = model_dir.parents[1].name
+    assert main(["predict", "4096x4096x4096", "64x64x64", "--model", dev]) == 0
+    first, *rest = capsys.readouterr().out.split("M=64")
+    assert "GUESS, out of distribution" in first and first.count("(guess)") == 5
+    assert "GUESS" not in rest[0] and "(guess)" not in rest[0]
