@@ -232,7 +232,8 @@ def _dataset_folder(data: str) -> Path:
             print(f"--data {data} holds datasets for {subs}; using this machine's, {folder / local['slug']} "
                   f"(pass --data {data}/<device> for another)", file=sys.stderr)
             return folder / local["slug"]
-        raise ValueError(f"--data {data} holds no dataset parts" if not subs else
+        raise ValueError(f"--data {data} holds no dataset parts; collect (`costlearn collect`) or import "
+                         "(`costlearn import`) into it first" if not subs else
                          f"--data {data} holds datasets for {subs}; pass --data {data}/<device>")
     return folder
 
@@ -266,8 +267,9 @@ def train_stage(data, models_root, *, family: str | None, dtype: str | None, mod
         t0 = time.perf_counter()
         res = train(folder, models_root or default_models_dir(), family=fam, dtype=dt, model=model,
                     settings=settings)
-        print(f"trained {model} on {res.rows} {res.family}/{res.dtype} rows over {res.shapes} problems in "
-              f"{time.perf_counter() - t0:.1f}s -> {res.path.parent}")
+        print(f"trained {model} on {res.rows} {res.family}/{res.dtype} rows of {folder} (device {res.device}) over "
+              f"{res.shapes} problems in {time.perf_counter() - t0:.1f}s -> {res.path.parent}"
+              + (" (replaced the model that was there)" if res.replaced else ""))
         if res.holdout:
             print("held-out problems (20%, problem-grouped): top-1 regret mean / geomean, top-5 mean, Kendall tau")
             for name, sm in res.holdout.items():
@@ -309,7 +311,7 @@ def model_device(model, family: str, dtype: str, models_dir) -> str:
     if model is None:
         model = local["slug"] if local is not None and _has_model(local["slug"], family, dtype, models_dir) else \
             resolve_model(None, family, dtype, models_dir, cli=True).parents[1].name
-    if local is not None and local["slug"] != model:
+    if local is not None and local["slug"] != model and _has_model(model, family, dtype, models_dir):
         print(f"note: the {model} model was trained on another device than this machine's ({local['name']}, "
               f"{local['slug']}); its times are that device's (collect and train here for this one's)",
               file=sys.stderr)
@@ -350,6 +352,7 @@ def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_
 
 
 def cmd_predict(args) -> int:
+    _check_family_dtype(args)
     triples = parse_shapes(args.shape)
     from .problem import Problem
     for t in triples:

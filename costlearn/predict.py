@@ -379,7 +379,8 @@ def resolve_model(device, family: str, dtype: str, models_dir=None, *, cli: bool
                               f"choose one with --model {devs[0]} (or --models another store)" if devs and cli else
                               f"device=None is ambiguous: {family}/{dtype} models exist for {devs} in "
                               f"{str(root)!r}; pass device=<one of them>" if devs else
-                              f"no {family}/{dtype} model in {str(root)!r}; train one with `costlearn train` "
+                              f"no {family}/{dtype} model in {str(root)!r}; collect (`costlearn collect`) or "
+                              "import (`costlearn import`) measurements and train one (`costlearn train`) "
                               f"(models present: {present})") + hint)
         device = devs[0]
     if not isinstance(device, str):

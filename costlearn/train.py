@@ -28,7 +28,8 @@ __all__ = ["MIN_ROWS", "MIN_PROBLEMS", "pair_counts", "train", "TrainResult", "s
 @dataclass
 class TrainResult:
     """Outcome of :func:`train`: the artifact path, held-out summaries per
-    model, and row and problem counts."""
+    model, row and problem counts, the device, and whether a model already in
+    that folder was replaced."""
 
     path: Path
     holdout: dict
@@ -37,6 +38,8 @@ class TrainResult:
     dropped: dict
     family: str
     dtype: str
+    device: str = ""
+    replaced: bool = False
 
 
 def _finite_or_none(x: float):
@@ -202,6 +205,7 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
                     noise_floor=_finite_or_none(noise_floor(rows)),
                     corrupt_parts=len(report.corrupt), stale_rows_dropped=stale)
     folder = artifact.model_folder(models_dir, spec.slug, fam.name, dtype)
+    replaced = (folder / artifact.SIDECAR).exists()
     path = export_artifact(mdl, folder, family=fam.name, dtype=dtype,
                            layouts=sorted(rows["layout"].unique().tolist()), spec=spec,
                            candidates=artifact.candidate_table(rows), envelope=fit_envelope(shapes),
@@ -209,7 +213,7 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
                            baselines={name: b.save(folder) for name, b in baselines.items()})
     return TrainResult(path=path, holdout=summary, rows=len(rows), shapes=int(n_shapes),
                        dropped=dict(report.quarantined, stale_template_or_protocol=stale), family=fam.name,
-                       dtype=dtype)
+                       dtype=dtype, device=spec.slug, replaced=replaced)
 
 
 def export_artifact(model: CostModel, folder, *, family: str, dtype: str, layouts, spec: DeviceSpec,

@@ -223,3 +223,23 @@ def test_out_of_distribution_predictions_print_as_guesses(capsys, model_dir):
     first, *rest = capsys.readouterr().out.split("M=64")
     assert "GUESS, out of distribution" in first and first.count("(guess)") == 5
     assert "GUESS" not in rest[0] and "(guess)" not in rest[0]
+
+
+def test_train_says_what_it_read_and_when_it_replaces_a_model(tmp_path, capsys):
+    """Issue 13 trial: `train` silently rewrote the committed model and did
+    not name the data folder or device."""
+    from inductor_fixture import DEVICE, build_models
+    build_models(tmp_path)                                      # a first model in tmp/models
+    argv = ["train", "--data", str(tmp_path / "data" / DEVICE), "--models", str(tmp_path / "models")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"rows of {tmp_path / 'data' / DEVICE} (device {DEVICE})" in out
+    assert "(replaced the model that was there)" in out
+
+
+def test_predict_refuses_an_unsupported_dtype_and_an_unknown_model_without_a_false_note(capsys, model_dir):
+    assert main(["predict", "1x64x64", "--dtype", "float16"]) == 2
+    assert "dtype='float16': the 'gemm' family supports ['float32']" in capsys.readouterr().err
+    assert main(["predict", "1x64x64", "--model", "nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert "no model for device='nosuch'" in err and "trained on another device" not in err
