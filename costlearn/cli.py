@@ -506,7 +506,8 @@ log has thousands; the report file holds them all)."""
 
 
 def _print_eval(res, report=None, plots=None) -> None:
-    from .evaluate import format_per_shape, format_table, write_report
+    from .evaluate import format_per_shape, format_table, header_lines, write_report
+    print(header_lines(res)[0])
     n_problems = int((res.per_shape["model"] == res.model).sum())
     if n_problems <= PER_SHAPE_PRINT_MAX:
         print(format_per_shape(res))

@@ -171,6 +171,7 @@ def test_cli_import_train_every_pair_and_evaluate_no_measure(tmp_path, capsys):
                  "--models", str(tmp_path / "models"), "--out", str(tmp_path / "data" / "a100")]) == 0
     out = capsys.readouterr().out
     assert "vendor_only" in out and "best tile config" in out
+    assert "Model: a100/triton_mm/float16 xgboost" in out              # evaluate names the model it scored
     assert main(["import", "inductor", str(tmp_path / "nope.txt"), "--device", "a100"]) == 2
     assert "no such file" in capsys.readouterr().err
 
