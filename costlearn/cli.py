@@ -249,10 +249,10 @@ def train_stage(data, models_root, *, family: str | None, dtype: str | None, mod
     settings = {} if feature_set is None else dict(feature_set=feature_set)
     pairs = [(family, dtype)]
     if family is None or dtype is None:
-        found = [p for p in dataset_pairs(load(folder)[0])
-                 if (family is None or p[0] == family) and (dtype is None or p[1] == dtype)]
+        df = load(folder)[0]
+        found = [p for p in dataset_pairs(df) if (family is None or p[0] == family) and (dtype is None or p[1] == dtype)]
         if len(found) > 1:
-            counts = pair_counts(folder)
+            counts = pair_counts(df)
             pairs = [p for p in found if counts[p][0] >= MIN_ROWS and counts[p][1] >= MIN_PROBLEMS]
             for p in found:
                 if p not in pairs:

@@ -178,7 +178,8 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0) -> EvalResult:
                          "ood": summarize(per[per["ood"]])}
         if vendor.any() and name != "vendor_only":
             summary[name]["tile_only"] = summarize(evaluate_rows(rows[~vendor], preds[name][~vendor], noise))
-    raw = evaluate_rows(rows, preds[product.name])["top1_regret"].to_numpy()
+    mine = frames[0]                      # the product's per-problem rows (models are scored product first)
+    raw = (mine["top1_time_us"] / mine["best_time_us"] - 1.0).to_numpy()     # top-1 regret before the noise tie
     training = art.sidecar.get("training", {}) or {}
     info = dict(device=art.device, family=art.family.name, dtype=art.dtype, model=product.name,
                 sha256=art.model_sha256[:12], rows=training.get("rows"), shapes=training.get("shapes"))

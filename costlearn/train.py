@@ -101,9 +101,9 @@ MIN_ROWS, MIN_PROBLEMS = 50, 5
 """Fewest valid rows and problems :func:`train` fits a model on."""
 
 
-def pair_counts(data_dir) -> dict:
-    """(family, dtype) -> (valid current rows, problems) of a dataset folder."""
-    df, _ = load(data_dir)
+def pair_counts(df: pd.DataFrame) -> dict:
+    """(family, dtype) -> (valid current rows, problems) of a dataset's rows
+    (as :func:`costlearn.dataset.load` returns them)."""
     rows = valid_rows(current_rows(df)[0])
     out = {}
     for (f, d), g in rows.groupby(["family", "dtype"], observed=True):

@@ -162,5 +162,7 @@ def test_a_report_opens_with_the_model_the_data_and_a_noise_warning(tmp_path, mo
     assert any(line.startswith("Model: ") and res.model_info["sha256"] in line and "trained on" in line
                for line in head)
     assert any(line.startswith("Evaluated: ") and "costlearn " in line for line in head)
+    raw = evaluate_rows(res.rows, res.predictions[res.model])["top1_regret"].to_numpy()    # no noise tie
+    assert res.hidden_by_noise == int(((raw > 0) & (raw <= res.noise_floor)).sum())
     res.hidden_by_noise = 3                                  # the warning follows the count
     assert "hides the model's top-1 regret on 3 of" in write_report(res, tmp_path / "w.md").read_text()

@@ -254,7 +254,7 @@ class TritonMMFamily(KernelFamily):
             bm, bn, bk = config.block_m, config.block_n, config.block_k
             threads, stages = config.threads, config.num_stages
         acc = max(1, bm * bn // threads)
-        tm = 1 << ((acc.bit_length() - 1 + 1) // 2)
+        tm = 1 << (acc.bit_length() // 2)         # 2**ceil(log2(acc) / 2) for acc a power of two
         tn = max(1, acc // tm)
         return TileDescription(
             block_m=bm, block_n=bn, block_k=bk, threads=threads, thread_m=tm, thread_n=tn,

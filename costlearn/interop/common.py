@@ -133,9 +133,9 @@ def device_folder(data_root, spec: DeviceSpec) -> Path:
         if have.name != spec.name:
             raise InteropError(f"{dev} describes {have.name!r}, not {spec.name!r}")
     else:
-        from ..util import atomic_write
+        from ..collect import write_device_json
         folder.mkdir(parents=True, exist_ok=True)
-        atomic_write(dev, json.dumps(spec.to_dict(), indent=1, sort_keys=True).encode())
+        write_device_json(spec, folder)
     return folder
 
 
