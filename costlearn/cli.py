@@ -175,7 +175,7 @@ def collect_stage(backend, data_root, *, family: str, dtype: str, budget_s: floa
                   protocol, seed: int, progress: bool):
     """Collect into ``<data_root>/<device>/`` and print the summary; returns
     (dataset folder, CollectResult)."""
-    from .collect import collect, dataset_summary
+    from .collect import collect
     from .sampler import ShapeBounds
     spec = backend.spec
     cpu = _is_cpu(spec)
@@ -189,6 +189,14 @@ def collect_stage(backend, data_root, *, family: str, dtype: str, budget_s: floa
     res = collect(backend, out, budget_s=budget_s, family=family, dtype=dtype, pool_size=pool,
                   configs_per_shape=pool if configs_per_shape is None else configs_per_shape,
                   bounds=bounds, shapes=shapes, protocol=protocol, seed=seed, progress=progress)
+    print_collect_result(res, out, family, dtype, seed)
+    return out, res
+
+
+def print_collect_result(res, out, family: str, dtype: str, seed: int) -> None:
+    """Print what a :func:`costlearn.collect.collect` call into ``out`` did:
+    rows, time past the budget, mixed pools, noise, the dataset's summary."""
+    from .collect import dataset_summary
     for other in res.other_pools:
         print(f"note: {out} also holds {family}/{dtype} rows of another candidate pool (seed {other.get('seed')}, "
               f"{other.get('size')} configs); this run's pool is seed {seed}: the dataset mixes pools, so some "
@@ -199,10 +207,13 @@ def collect_stage(backend, data_root, *, family: str, dtype: str, budget_s: floa
         print(f"warning: {res.stopped}; rerun the same command to resume", file=sys.stderr)
     print(f"collected {res.rows_written} rows ({res.rows_valid} valid) over {res.shapes_done} shapes; "
           f"skipped {res.skipped} already measured; {secs}")
+    if res.over_budget_s > max(1.0, 0.05 * res.budget_s):
+        print(f"note: took {res.over_budget_s:.0f} s more than --budget {res.budget_s:.0f}: a shape started inside "
+              f"the budget is measured to the end, and compiling took {res.seconds.get('compile', 0.0):.0f} s "
+              "(the first shape compiles the whole pool; --pool sets its size)", file=sys.stderr)
     print(f"noise floor: two timings of the same config in one session differ by {res.noise_floor:.1%} "
           f"(median); spread of a row's samples (p80-p20)/median: {res.spread_frac:.1%} (median)")
     print(f"dataset {out}: {dataset_summary(out)}")
-    return out, res
 
 
 def cmd_collect(args) -> int:
@@ -311,10 +322,25 @@ def model_device(model, family: str, dtype: str, models_dir) -> str:
     if model is None:
         model = local["slug"] if local is not None and _has_model(local["slug"], family, dtype, models_dir) else \
             resolve_model(None, family, dtype, models_dir, cli=True).parents[1].name
-    if local is not None and local["slug"] != model and _has_model(model, family, dtype, models_dir):
+    if local is None or not _has_model(model, family, dtype, models_dir):
+        return model
+    if local["slug"] != model:
         print(f"note: the {model} model was trained on another device than this machine's ({local['name']}, "
               f"{local['slug']}); its times are that device's (collect and train here for this one's)",
               file=sys.stderr)
+    elif isinstance(local.get("spec"), dict):
+        from .device import DeviceSpec
+        from .model.artifact import default_models_dir, load, model_folder
+        try:
+            here = DeviceSpec.from_dict(local["spec"])
+        except (TypeError, ValueError):
+            return model                   # a record of another costlearn version: nothing to compare
+        root = Path(models_dir) if models_dir is not None else default_models_dir()
+        diff = load(model_folder(root, model, family, dtype)).spec.differences(here)
+        if diff:
+            print(f"note: the {model} model's device is of this machine's class but not the same device "
+                  f"({'; '.join(diff)}, model's first); its times may not be this machine's (collect and train "
+                  "here, into other --data and --models folders, for this one's)", file=sys.stderr)
     return model
 
 
@@ -332,6 +358,7 @@ def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_
     for t in triples:  # every triple is checked before anything is printed
         Problem(*t, dtype, layout)
     device = model_device(device, family, dtype, models_dir)
+    from_db = recorded = 0
     for m, n, k in triples:
         p = predict_best(m, n, k, dtype=dtype, device=device, family=family, layout=layout, top_k=top_k,
                          models_dir=models_dir, measure_top_k=measure_top_k, backend=backend, tuning_db=tuning_db)
@@ -341,14 +368,23 @@ def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_
                                   time_us=p.time_us, chosen_by=p.chosen_by, from_tuning_db=p.from_tuning_db,
                                   measured_us=dict(p.measured_us), ood=p.ood, ood_reasons=list(p.ood_reasons),
                                   top_k=[dict(config_id=c.config_id, time_us=t) for c, t in p.top_k])))
+        if tuning_db is not None:
+            from_db += p.from_tuning_db
+            recorded += not p.from_tuning_db
+        if as_json:
             continue
-        how = f"{p.chosen_by} {p.time_us:.1f} us" + (" (tuning database)" if p.from_tuning_db else "")
+        earlier = ", an earlier answer" + (" measured then" if p.chosen_by == "measured" else "")
+        how = f"{p.chosen_by} {p.time_us:.1f} us" + (f" (from the tuning database{earlier})" if p.from_tuning_db
+                                                     else "")
         print(f"M={p.m} N={p.n} K={p.k} ({p.dtype} {p.layout}, {p.family} model {p.device}): {p.config.config_id} "
               f"{how}" + (f"  [GUESS, out of distribution: {'; '.join(p.ood_reasons)}]" if p.ood else ""))
         for rank, (c, t) in enumerate(p.top_k, 1):
             print(f"  {rank:2d}. {c.config_id:<34} {t:10.1f} us predicted" + (" (guess)" if p.ood else ""))
         if p.measured_us:
             print("  measured: " + ", ".join(f"{cid} {t:.1f} us" for cid, t in p.measured_us))
+    if tuning_db is not None:
+        print(f"tuning database {tuning_db.path}: {recorded} answers recorded, {from_db} read from it "
+              "(`costlearn tuning-db` lists it)", file=sys.stderr)
 
 
 def cmd_predict(args) -> int:
@@ -479,7 +515,7 @@ def cmd_evaluate(args) -> int:
         from .evaluate import score
         from .model.artifact import load as load_artifact
         art = load_artifact(resolve_model(args.model, args.family, args.dtype, args.models, cli=True))
-        res = score(art, load(args.out)[0])
+        res = score(art, load(args.out)[0], data=args.out)
         print(f"scored {len(res.rows)} measurements from {args.out} (nothing measured):")
         trained_on = str(art.sidecar.get("training", {}).get("dataset", ""))
         if trained_on and Path(trained_on).resolve() == Path(args.out).resolve():

@@ -65,6 +65,9 @@ class CollectResult:
     other_pools : list of dict
         Candidate pools recorded in the folder for this family and dtype that
         differ from this call's (:func:`record_pool`): the dataset mixes them.
+    budget_s : float
+        The call's budget, seconds; a shape started inside it is measured to
+        the end, so ``seconds["total"]`` may exceed it (:attr:`over_budget_s`).
     """
 
     rows_written: int = 0
@@ -77,6 +80,13 @@ class CollectResult:
     parts: list = field(default_factory=list)
     stopped: str = ""
     other_pools: list = field(default_factory=list)
+    budget_s: float = math.inf
+
+    @property
+    def over_budget_s(self) -> float:
+        """Seconds past the budget (0 when within it): the last shape, with
+        its compiles, started before the budget ran out and was finished."""
+        return max(0.0, self.seconds.get("total", 0.0) - self.budget_s)
 
 
 class CollectionInterrupted(KeyboardInterrupt):
@@ -84,7 +94,9 @@ class CollectionInterrupted(KeyboardInterrupt):
     shape measured before it is on disk)."""
 
     def __init__(self, result: "CollectResult", folder):
-        super().__init__(f"{result.rows_written} rows over {result.shapes_done} shapes saved in {folder}")
+        skipped = f" ({result.skipped} already measured were skipped)" if result.skipped else ""
+        super().__init__(f"{result.rows_written} new rows over {result.shapes_done} shapes saved in {folder}"
+                         f"{skipped}")
         self.result, self.folder = result, folder
 
 
@@ -332,7 +344,7 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
     run_id = uuid.uuid4().hex[:12]
     compiled: dict = {}
     sw = Stopwatch()
-    res = CollectResult(other_pools=other_pools)
+    res = CollectResult(other_pools=other_pools, budget_s=budget_s)
     spreads = []
     written: list = []
     # Overlapping compilation with measurement helps on a GPU; on a CPU

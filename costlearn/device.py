@@ -12,9 +12,9 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from .util import check_int, check_real
+from .util import check_instance, check_int, check_real
 
-__all__ = ["DeviceSpec", "PRESETS", "PRESET_SOURCES", "preset", "device_slug"]
+__all__ = ["DeviceSpec", "PRESETS", "PRESET_SOURCES", "IDENTITY_FIELDS", "preset", "device_slug"]
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,19 @@ class DeviceSpec:
         for f in ("peak_gflops", "memory_bandwidth_gbps") + _TENSOR_PEAKS:
             if getattr(self, f) is not None or f not in _TENSOR_PEAKS:
                 check_real(f"DeviceSpec.{f}", getattr(self, f), 0, strict=True)
+
+    def differences(self, other: "DeviceSpec") -> list[str]:
+        """The :data:`IDENTITY_FIELDS` in which ``other`` differs from this
+        device, as ``"field a != b"`` strings (empty when they agree).
+
+        Two devices of one class (one :attr:`slug`) can still differ: another
+        CPU model reports the same OpenCL name with other core and cache
+        counts, another driver generates other code. Measured figures (the
+        OpenCL bandwidth) vary run to run and are not compared.
+        """
+        check_instance("other", other, DeviceSpec, "a DeviceSpec")
+        return [f"{f} {getattr(self, f)!r} != {getattr(other, f)!r}" for f in IDENTITY_FIELDS
+                if getattr(self, f) != getattr(other, f)]
 
     def peak_gflops_for(self, dtype: str) -> float:
         """Peak throughput for inputs of ``dtype``, GFLOP/s: the float32 peak
@@ -259,6 +272,13 @@ def preset(name: str) -> DeviceSpec:
     """
     from .registry import lookup
     return lookup(PRESETS, str(name).lower(), "device preset")
+
+
+IDENTITY_FIELDS = ("name", "api", "multiprocessors", "l2_bytes", "smem_per_mp_bytes", "max_threads_per_block",
+                   "compute_capability", "driver_version")
+"""DeviceSpec fields that tell two devices of one class apart
+(:meth:`DeviceSpec.differences`): what the device reports, not what is
+measured."""
 
 
 def device_slug(name: str, api: str = "cuda") -> str:

@@ -119,7 +119,7 @@ def ranked_rows(rows: pd.DataFrame, floors) -> pd.DataFrame:
     return rows[np.asarray(fits, bool)].reset_index(drop=True)
 
 
-def score(art_folder, rows: pd.DataFrame, seed: int = 0) -> EvalResult:
+def score(art_folder, rows: pd.DataFrame, seed: int = 0, data=None) -> EvalResult:
     """Score the model in ``art_folder``, the baselines and a random ranking
     on measured rows.
 
@@ -131,6 +131,10 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0) -> EvalResult:
         Fresh measurements (any status). Scored: valid rows of the current
         template and protocol, of the artifact's device, family and dtype,
         whose config is a candidate the predictor ranks for the row's problem.
+    seed : int
+        Seed of the random ranking baseline.
+    data : path, optional
+        The dataset folder ``rows`` came from, named in the report header.
 
     Returns
     -------
@@ -182,7 +186,8 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0) -> EvalResult:
     raw = (mine["top1_time_us"] / mine["best_time_us"] - 1.0).to_numpy()     # top-1 regret before the noise tie
     training = art.sidecar.get("training", {}) or {}
     info = dict(device=art.device, family=art.family.name, dtype=art.dtype, model=product.name,
-                sha256=art.model_sha256[:12], rows=training.get("rows"), shapes=training.get("shapes"))
+                sha256=art.model_sha256[:12], rows=training.get("rows"), shapes=training.get("shapes"),
+                folder=str(art.path), trained_on=training.get("dataset"), data=None if data is None else str(data))
     return EvalResult(per_shape=pd.concat(frames, ignore_index=True), summary=summary, rows=rows,
                       noise_floor=noise, predictions=preds, vendor_us={}, model=product.name,
                       time_models=tuple(n for n, m in models.items() if m.predicts_time), model_info=info,
@@ -198,9 +203,11 @@ def header_lines(res: EvalResult) -> list[str]:
     from . import __version__
     i = res.model_info or {}
     n_problems = int((res.per_shape["model"] == res.model).sum())
-    lines = [f"Model: {i.get('device')}/{i.get('family')}/{i.get('dtype')} {i.get('model')} {i.get('sha256')}, "
-             f"trained on {i.get('rows')} rows over {i.get('shapes')} problems.",
-             f"Evaluated: {len(res.rows)} measurements over {n_problems} problems. "
+    trained_on = f" of {i['trained_on']}" if i.get("trained_on") else ""
+    data = f" from {i['data']}" if i.get("data") else ""
+    lines = [f"Model: {i.get('device')}/{i.get('family')}/{i.get('dtype')} {i.get('model')} {i.get('sha256')} "
+             f"in {i.get('folder')}, trained on {i.get('rows')} rows{trained_on} over {i.get('shapes')} problems.",
+             f"Evaluated: {len(res.rows)} measurements{data} over {n_problems} problems. "
              f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}, costlearn {__version__}."]
     if res.hidden_by_noise:
         lines.append(f"Warning: the noise floor ({res.noise_floor:.1%}) hides the model's top-1 regret on "
@@ -247,7 +254,7 @@ def evaluate(backend, art_folder, eval_dir, *, n_random: int = 4, budget_s: floa
             shapes=shapes, pool=pool, configs_per_shape=len(pool), protocol=protocol, seed=seed, progress=progress)
     rows, _ = load(eval_dir)
     rows = rows.merge(pd.DataFrame(shapes, columns=["m", "n", "k"]), on=["m", "n", "k"])
-    res = score(art, rows)
+    res = score(art, rows, data=eval_dir)
     vendor = getattr(backend, "vendor_time_us", None)
     if vendor is not None:
         for m, n, k in res.rows[["m", "n", "k"]].drop_duplicates().itertuples(index=False):

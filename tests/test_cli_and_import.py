@@ -243,3 +243,55 @@ def test_predict_refuses_an_unsupported_dtype_and_an_unknown_model_without_a_fal
     assert main(["predict", "1x64x64", "--model", "nosuch"]) == 2
     err = capsys.readouterr().err
     assert "no model for device='nosuch'" in err and "trained on another device" not in err
+
+
+def test_predict_says_where_the_tuning_database_is_and_what_came_from_it(tmp_path, capsys, model_dir):
+    """Issue 13 trial: --measure-top-k / --tuning-db never said where the entry
+    went, and an answer read back from the database looked like a fresh one."""
+    dev = model_dir.parents[1].name
+    db = tmp_path / "tuning.sqlite"
+    argv = ["predict", "64x64x64", "1x64x64", "--model", dev, "--tuning-db", str(db)]
+    assert main(argv) == 0
+    cap = capsys.readouterr()
+    assert f"tuning database {db}: 2 answers recorded, 0 read from it" in cap.err
+    assert "from the tuning database" not in cap.out
+    assert main(argv) == 0
+    cap = capsys.readouterr()
+    assert f"tuning database {db}: 0 answers recorded, 2 read from it" in cap.err
+    assert cap.out.count("(from the tuning database, an earlier answer)") == 2
+
+
+def test_a_model_of_this_machines_class_but_another_device_is_named(tmp_path, capsys, model_dir, monkeypatch):
+    """Issue 13: the other-device note compared class names only, so a model
+    from a CPU with other core and cache counts (same PoCL name, one slug)
+    passed for this machine's own."""
+    import json
+
+    from costlearn.model.artifact import load as load_artifact
+    dev = model_dir.parents[1].name
+    spec = load_artifact(model_dir).spec.to_dict()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    monkeypatch.setenv("COSTLEARN_CACHE", str(cache))
+    record = dict(slug=dev, name=spec["name"], api=spec["api"], spec=spec)
+    (cache / "local_device.json").write_text(json.dumps(record))
+    assert main(["predict", "64x64x64", "--model", dev]) == 0
+    assert "note:" not in capsys.readouterr().err                        # the very device: nothing to say
+    record["spec"] = dict(spec, multiprocessors=spec["multiprocessors"] * 32, driver_version="9.9")
+    (cache / "local_device.json").write_text(json.dumps(record))
+    assert main(["predict", "64x64x64", "--model", dev]) == 0
+    err = capsys.readouterr().err
+    assert "of this machine's class but not the same device" in err
+    assert f"multiprocessors {spec['multiprocessors']} != {spec['multiprocessors'] * 32}" in err
+    assert "driver_version" in err
+
+
+def test_device_differences_name_the_identity_fields_only():
+    from costlearn.device import preset
+    a = preset("h200")
+    import dataclasses
+    assert a.differences(a) == []
+    b = dataclasses.replace(a, memory_bandwidth_gbps=1.0, multiprocessors=a.multiprocessors - 2)
+    assert b.differences(a) == [f"multiprocessors {a.multiprocessors - 2} != {a.multiprocessors}"]
+    with pytest.raises(TypeError, match="other"):
+        a.differences("h200")

@@ -73,7 +73,7 @@ def test_ctrl_c_says_how_many_rows_it_saved(tmp_path):
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130
     rows = len(load(next(data.glob("*/device.json")).parent)[0])
-    assert f"interrupted: {rows} rows over" in err and "resumes" in err, err[-500:]
+    assert f"interrupted: {rows} new rows over" in err and "resumes" in err, err[-500:]
 
 
 def test_a_second_candidate_pool_in_one_folder_is_reported(tmp_path):
@@ -88,3 +88,53 @@ def test_a_second_candidate_pool_in_one_folder_is_reported(tmp_path):
     assert record_pool(tmp_path, "gemm", "float16", 1, b) == []                      # another dtype is its own
     (tmp_path / "pools.json").write_text("{not json")                                 # a corrupt record is rewritten
     assert record_pool(tmp_path, "gemm", "float32", 0, a) == []
+
+
+def _replay_setup(dataset_dir, dataset_rows, n_shapes):
+    from costlearn.families.gemm import GemmConfig
+    shapes = [tuple(int(x) for x in s)
+              for s in dataset_rows[["m", "n", "k"]].drop_duplicates().iloc[:n_shapes].to_numpy()]
+    on = dataset_rows.set_index(["m", "n", "k"]).loc[shapes]
+    common = set.intersection(*(set(g["config_id"]) for _, g in on.groupby(level=[0, 1, 2])))
+    pool = [GemmConfig.from_id(c) for c in sorted(common)[:6]]             # measured on every shape
+    return shapes, pool
+
+
+def test_an_interrupted_resumed_collection_counts_what_it_skipped(dataset_dir, dataset_rows, tmp_path):
+    """Issue 13: Ctrl-C in a resumed run named the new rows only, so a user
+    could not tell the earlier run's rows were still there."""
+    import pytest
+    from costlearn.backends.replay import ReplayBackend
+    from costlearn.collect import CollectionInterrupted, collect
+    shapes, pool = _replay_setup(dataset_dir, dataset_rows, 3)
+    first = collect(ReplayBackend(dataset_dir), tmp_path, shapes=shapes[:2], pool=pool, configs_per_shape=6,
+                    progress=False)
+
+    class CtrlC(ReplayBackend):
+        def workspace(self, problem, *a, **kw):
+            if problem.shape == shapes[2]:
+                raise KeyboardInterrupt
+            return super().workspace(problem, *a, **kw)
+    with pytest.raises(CollectionInterrupted) as e:
+        collect(CtrlC(dataset_dir), tmp_path, shapes=shapes, pool=pool, configs_per_shape=6, progress=False)
+    assert e.value.result.skipped == first.rows_written > 0
+    assert f"0 new rows over 0 shapes saved in {tmp_path} ({first.rows_written} already measured" in str(e.value)
+
+
+def test_a_collection_past_its_budget_says_why(dataset_dir, dataset_rows, tmp_path, capsys):
+    """Issue 13: a shape started inside --budget (the first compiles the whole
+    pool) ran past it without a word."""
+    from costlearn.backends.replay import ReplayBackend
+    from costlearn.cli import print_collect_result
+    from costlearn.collect import collect
+    shapes, pool = _replay_setup(dataset_dir, dataset_rows, 1)
+
+    class SlowCompile(ReplayBackend):
+        def compile_many(self, configs, dtype):
+            time.sleep(1.5)
+            return super().compile_many(configs, dtype)
+    res = collect(SlowCompile(dataset_dir), tmp_path, shapes=shapes, pool=pool, configs_per_shape=6, budget_s=0.5,
+                  progress=False)
+    assert res.over_budget_s >= 1.0 and res.shapes_done == 1
+    print_collect_result(res, tmp_path, "gemm", "float32", seed=0)
+    assert "more than --budget 0: a shape started inside the budget" in capsys.readouterr().err

@@ -155,13 +155,14 @@ def test_a_report_opens_with_the_model_the_data_and_a_noise_warning(tmp_path, mo
     evald = committed_dataset() / "eval"
     if not evald.is_dir():
         pytest.skip("no committed eval/ measurements")
-    res = score(model_dir, load(evald)[0])
+    res = score(model_dir, load(evald)[0], data=evald)
     text = write_report(res, tmp_path / "r.md").read_text()
     head = text.splitlines()[:6]
     assert head[0] == "# costlearn evaluation"
     assert any(line.startswith("Model: ") and res.model_info["sha256"] in line and "trained on" in line
-               for line in head)
-    assert any(line.startswith("Evaluated: ") and "costlearn " in line for line in head)
+               and f"in {model_dir}" in line for line in head)           # where the model is stored
+    assert any(line.startswith("Evaluated: ") and "costlearn " in line and f"from {evald}" in line
+               for line in head)                                          # which data was evaluated
     raw = evaluate_rows(res.rows, res.predictions[res.model])["top1_regret"].to_numpy()    # no noise tie
     assert res.hidden_by_noise == int(((raw > 0) & (raw <= res.noise_floor)).sum())
     res.hidden_by_noise = 3                                  # the warning follows the count

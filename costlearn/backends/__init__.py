@@ -82,13 +82,14 @@ def record_local_device(spec) -> None:
 
     from ..util import atomic_write, cache_dir
     try:
-        atomic_write(cache_dir() / LOCAL_DEVICE_FILE, json.dumps(dict(slug=spec.slug, name=spec.name, api=spec.api)))
+        atomic_write(cache_dir() / LOCAL_DEVICE_FILE, json.dumps(_local_record(spec), default=str))
     except OSError:
         pass
 
 
 def local_device(probe: bool = True) -> dict | None:
-    """This machine's device as ``{"slug", "name", "api"}``: the record
+    """This machine's device as ``{"slug", "name", "api", "spec"}`` (spec:
+    :meth:`DeviceSpec.to_dict`, absent from records older than it): the record
     :func:`get_backend` keeps in the user cache, else (with ``probe``) found
     by opening the ``auto`` backend once (then recorded); None when there is
     no device or nothing is known.
@@ -111,4 +112,8 @@ def local_device(probe: bool = True) -> dict | None:
         spec = get_backend("auto").spec
     except Exception:  # no library, no device: nothing is known
         return None
-    return dict(slug=spec.slug, name=spec.name, api=spec.api)
+    return _local_record(spec)
+
+
+def _local_record(spec) -> dict:
+    return dict(slug=spec.slug, name=spec.name, api=spec.api, spec=spec.to_dict())
