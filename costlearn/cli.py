@@ -47,11 +47,18 @@ _positive_int = _number(int, 1, False, "an integer")
 _nonneg_int = _number(int, 0, False, "an integer")
 _positive_seconds = _number(float, 0, True, "a finite number of seconds")
 _positive_float = _number(float, 0, True, "a finite number")
+_nonneg_float = _number(float, 0, False, "a finite number")
 
 
-def _backend(name: str):
+def _backend_name(name: str, family: str | None = None) -> str:
+    """The backend ``--device`` names; ``auto`` for the ``triton_mm`` family
+    is the ``triton`` backend (the only one that runs it)."""
+    return "triton" if name == "auto" and family == "triton_mm" else name
+
+
+def _backend(name: str, family: str | None = None):
     from .backends import get_backend
-    return get_backend(name)
+    return get_backend(_backend_name(name, family))
 
 
 def _check_family_dtype(args) -> None:
@@ -63,13 +70,13 @@ def _check_family_dtype(args) -> None:
 
 def _protocol(args):
     from .measure import Protocol
-    return Protocol(rounds=args.rounds, distribution=args.distribution, density=args.density,
-                    seed=args.seed)
+    return Protocol(rounds=args.rounds, target_rse=args.target_rse, max_rounds=max(args.max_rounds, args.rounds),
+                    distribution=args.distribution, density=args.density, seed=args.seed)
 
 
 def _backend_choices() -> list[str]:
     from .backends import MEASURING
-    return ["auto", *MEASURING]
+    return ["auto", *MEASURING, "triton"]
 
 
 def _add_device_arg(p, what: str):
@@ -94,7 +101,13 @@ def _add_problem_args(p, layout: bool = False):
 def _add_measure_args(p, data: str = "data"):
     _add_device_arg(p, "to measure on")
     p.add_argument("--data", default=data, help=f"dataset root; rows go to <data>/<device>/ (default: {data})")
-    p.add_argument("--rounds", type=_positive_int, default=7, help="interleaved timing rounds per candidate (default: 7)")
+    p.add_argument("--rounds", type=_positive_int, default=5,
+                   help="interleaved timing rounds every candidate gets (default: 5)")
+    p.add_argument("--target-rse", type=_nonneg_float, default=0.01,
+                   help="a candidate is timed in further rounds until the relative standard error of its median "
+                   "is at most this, or --max-rounds is reached; 0: exactly --rounds (default: 0.01)")
+    p.add_argument("--max-rounds", type=_positive_int, default=30,
+                   help="cap on a candidate's rounds (default: 30)")
     p.add_argument("--distribution", default="normal", choices=["normal", "uniform", "sparse"],
                    help="input value distribution (default: normal)")
     p.add_argument("--density", type=_positive_float, default=1.0,
@@ -117,6 +130,9 @@ def _add_collect_args(p, budget_s: float):
                    + SHAPE_SYNTAX)
     p.add_argument("--max-flops", type=_positive_float, default=None,
                    help="largest 2*M*N*K drawn (default: 2**26 on a CPU, none on a GPU)")
+    p.add_argument("--recheck", type=_nonneg_int, default=6, metavar="SHAPES",
+                   help="afterwards, re-time configs of this many shapes in a new process (the across-session "
+                   "noise floor, `costlearn recheck`); 0: do not (default: 6)")
 
 
 SHAPE_SYNTAX = "M N K, MxNxK or M,N,K (e.g. 1 4096 4096, 1x4096x4096 or 1,4096,4096)"
@@ -158,7 +174,9 @@ def parse_shapes(items, *, one: bool = False) -> list:
             raise ValueError(f"shape {text!r}: give {SHAPE_SYNTAX}")
         out.append(tuple(p.strip() for p in parts))
     if loose:
-        raise ValueError(f"shape {' '.join(loose)}: {len(loose)} number(s) left over; give {SHAPE_SYNTAX}")
+        given = " ".join(str(i) for i in items)
+        raise ValueError(f"shapes {given!r}: {len(loose)} number(s) left over after the shapes in threes "
+                         f"({' '.join(loose)}); give {SHAPE_SYNTAX}")
     if not out:
         raise ValueError(f"no shape given; give {SHAPE_SYNTAX}")
     if one and len(out) > 1:
@@ -170,27 +188,76 @@ def _is_cpu(spec) -> bool:
     return spec.device_type == "cpu"
 
 
-def collect_stage(backend, data_root, *, family: str, dtype: str, budget_s: float, pool: int | None,
-                  configs_per_shape: int | None, max_extent: int | None, max_flops: float | None, shapes,
-                  protocol, seed: int, progress: bool):
-    """Collect into ``<data_root>/<device>/`` and print the summary; returns
-    (dataset folder, CollectResult)."""
-    from .collect import collect
+def _collection_defaults(spec, data_root, pool, max_extent, max_flops):
+    """(ShapeBounds, dataset folder, pool size) of a collection on ``spec``:
+    the device's shape bounds unless given, ``<data_root>/<slug>``, and a
+    pool of 48 configs on a CPU, 160 on a GPU unless given."""
     from .sampler import ShapeBounds
-    spec = backend.spec
     cpu = _is_cpu(spec)
     b = ShapeBounds.for_device(cpu)
     bounds = ShapeBounds(1, b.max_extent if max_extent is None else max_extent,
                          b.max_flops if max_flops is None else max_flops)
-    out = Path(data_root) / spec.slug
-    pool = pool if pool is not None else (48 if cpu else 160)
+    return bounds, Path(data_root) / spec.slug, (pool if pool is not None else (48 if cpu else 160))
+
+
+def collect_stage(backend, data_root, *, family: str, dtype: str, budget_s: float, pool: int | None,
+                  configs_per_shape: int | None, max_extent: int | None, max_flops: float | None, shapes,
+                  protocol, seed: int, progress: bool, recheck: int = 0):
+    """Collect into ``<data_root>/<device>/`` and print the summary, then
+    (``recheck`` > 0) re-time that many shapes in a new process
+    (:func:`recheck_in_new_session`); returns (dataset folder, CollectResult)."""
+    from .collect import collect
+    spec = backend.spec
+    bounds, out, pool = _collection_defaults(spec, data_root, pool, max_extent, max_flops)
     print(f"device: {spec.name} ({backend.name}); dataset: {out}; {family}/{dtype}; pool {pool} configs; "
           f"shapes M,N,K <= {bounds.max_extent}, 2MNK <= {bounds.max_flops:.3g}", file=sys.stderr)
     res = collect(backend, out, budget_s=budget_s, family=family, dtype=dtype, pool_size=pool,
                   configs_per_shape=pool if configs_per_shape is None else configs_per_shape,
                   bounds=bounds, shapes=shapes, protocol=protocol, seed=seed, progress=progress)
     print_collect_result(res, out, family, dtype, seed)
+    if recheck and res.rows_written:
+        recheck_in_new_session(backend.name, out, recheck, protocol)
     return out, res
+
+
+def recheck_in_new_session(device: str, folder, shapes: int, protocol) -> int:
+    """Run ``costlearn recheck`` on ``folder`` in a new Python process (a
+    separate measurement session, :mod:`costlearn.noise`); its report goes
+    to this process's stdout. Returns its exit status (a failed recheck is
+    reported, and costs nothing already collected)."""
+    import subprocess
+
+    import costlearn
+    env = dict(os.environ)
+    src = str(Path(costlearn.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH", "")]))
+    cmd = [sys.executable, "-m", "costlearn", "recheck", "--device", device, "--data", str(folder),
+           "--shapes", str(shapes), "--rounds", str(protocol.rounds), "--target-rse", str(protocol.target_rse),
+           "--max-rounds", str(protocol.max_rounds), "--distribution", protocol.distribution,
+           "--density", str(protocol.density), "--seed", str(protocol.seed)]
+    print(f"re-timing {shapes} shapes in a new session (`costlearn recheck --data {folder}`) for the "
+          "across-session noise floor", file=sys.stderr)
+    sys.stdout.flush()
+    rc = subprocess.run(cmd, env=env).returncode
+    if rc:
+        print(f"warning: the recheck exited with status {rc}; the collected rows are unaffected "
+              f"(run `costlearn recheck --data {folder}` later)", file=sys.stderr)
+    return rc
+
+
+def cmd_recheck(args) -> int:
+    from .noise import recheck
+    be = _backend(args.device)
+    folder = Path(args.data)
+    if not (folder / "device.json").is_file():
+        folder = folder / be.spec.slug
+    if not folder.is_dir():
+        raise ValueError(f"--data {args.data}: no dataset of {be.spec.slug} there; collect first")
+    res = recheck(be, folder, shapes=args.shapes, configs_per_shape=args.configs, protocol=_protocol(args))
+    print(f"re-timed {res.rows_written} configs over {res.shapes} shapes in a new session into "
+          f"{folder / 'recheck'}")
+    print(res.floors.describe())
+    return 0
 
 
 def print_collect_result(res, out, family: str, dtype: str, seed: int) -> None:
@@ -212,18 +279,56 @@ def print_collect_result(res, out, family: str, dtype: str, seed: int) -> None:
               f"the budget is measured to the end, and compiling took {res.seconds.get('compile', 0.0):.0f} s "
               "(the first shape compiles the whole pool; --pool sets its size)", file=sys.stderr)
     print(f"noise floor: two timings of the same config in one session differ by {res.noise_floor:.1%} "
-          f"(median); spread of a row's samples (p80-p20)/median: {res.spread_frac:.1%} (median)")
+          f"(median); spread of a row's samples (p80-p20)/median: {res.spread_frac:.1%} (median); "
+          f"rows that reached the {res.target_rse:.1%} standard-error target: {res.at_target:.0%}")
     print(f"dataset {out}: {dataset_summary(out)}")
 
 
 def cmd_collect(args) -> int:
+    if args.workers is not None and args.ray is None:
+        raise ValueError(f"--workers {args.workers}: --workers needs --ray (the workers are a Ray cluster's)")
     _check_family_dtype(args)
     shapes = parse_shapes(args.shapes) if args.shapes else None
-    collect_stage(_backend(args.device), args.data, family=args.family, dtype=args.dtype, budget_s=args.budget,
+    if args.ray is not None:
+        fleet_collect_stage(args.ray or None, args.workers, args.device, args.data, family=args.family,
+                            dtype=args.dtype, budget_s=args.budget, pool=args.pool,
+                            configs_per_shape=args.configs_per_shape, max_extent=args.max_extent,
+                            max_flops=args.max_flops, shapes=shapes, protocol=_protocol(args), seed=args.seed,
+                            progress=not args.no_progress)
+        return 0
+    collect_stage(_backend(args.device, args.family), args.data, family=args.family, dtype=args.dtype, budget_s=args.budget,
                   pool=args.pool, configs_per_shape=args.configs_per_shape, max_extent=args.max_extent,
                   max_flops=args.max_flops, shapes=shapes, protocol=_protocol(args), seed=args.seed,
-                  progress=not args.no_progress)
+                  progress=not args.no_progress, recheck=args.recheck)
     return 0
+
+
+def fleet_collect_stage(address, workers, device: str, data_root, *, family: str, dtype: str, budget_s: float,
+                        pool: int | None, configs_per_shape: int | None, max_extent: int | None,
+                        max_flops: float | None, shapes, protocol, seed: int, progress: bool):
+    """``collect --ray``: start one worker per device on a Ray cluster
+    (:func:`costlearn.fleet.start_fleet`) and collect into
+    ``<data_root>/<device>/`` with the defaults :func:`collect_stage` uses
+    for that device (:func:`costlearn.fleet.collect_fleet`); print the same
+    summary and what the fleet lost. Returns (dataset folder, FleetResult)."""
+    from .fleet import collect_fleet, start_fleet
+    backend = _backend_name(device, family)
+    with start_fleet(backend, workers=workers, address=address) as fleet:
+        spec = fleet.spec
+        bounds, out, pool = _collection_defaults(spec, data_root, pool, max_extent, max_flops)
+        print(f"fleet: {len(fleet.members)} workers of {spec.name} ({fleet.backend}) on Ray; dataset: {out}; "
+              f"{family}/{dtype}; pool {pool} configs; shapes M,N,K <= {bounds.max_extent}, "
+              f"2MNK <= {bounds.max_flops:.3g}", file=sys.stderr)
+        res = collect_fleet(fleet, out, budget_s=budget_s, family=family, dtype=dtype, pool_size=pool,
+                            configs_per_shape=pool if configs_per_shape is None else configs_per_shape,
+                            bounds=bounds, shapes=shapes, protocol=protocol, seed=seed, progress=progress)
+    for line in res.lost + res.notes:
+        print(f"fleet: {line}", file=sys.stderr)
+    if res.failed:
+        print(f"warning: {len(res.failed)} problems were lost twice and recorded as launch_error rows: "
+              f"{res.failed}", file=sys.stderr)
+    print_collect_result(res, out, family, dtype, seed)
+    return out, res
 
 
 def _dataset_folder(data: str) -> Path:
@@ -358,6 +463,8 @@ def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_
     for t in triples:  # every triple is checked before anything is printed
         Problem(*t, dtype, layout)
     device = model_device(device, family, dtype, models_dir)
+    from .predict import resolve_model
+    print(f"model: {resolve_model(device, family, dtype, models_dir, cli=True)}", file=sys.stderr)
     from_db = recorded = 0
     for m, n, k in triples:
         p = predict_best(m, n, k, dtype=dtype, device=device, family=family, layout=layout, top_k=top_k,
@@ -366,7 +473,8 @@ def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_
             print(json.dumps(dict(m=p.m, n=p.n, k=p.k, dtype=p.dtype, layout=p.layout, family=p.family,
                                   device=p.device, config=p.config.to_dict(), config_id=p.config.config_id,
                                   time_us=p.time_us, chosen_by=p.chosen_by, from_tuning_db=p.from_tuning_db,
-                                  measured_us=dict(p.measured_us), ood=p.ood, ood_reasons=list(p.ood_reasons),
+                                  measured_us=dict(p.measured_us), tied_with=list(p.tied_with), ood=p.ood,
+                                  ood_reasons=list(p.ood_reasons),
                                   top_k=[dict(config_id=c.config_id, time_us=t) for c, t in p.top_k])))
         if tuning_db is not None:
             from_db += p.from_tuning_db
@@ -382,6 +490,9 @@ def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_
             print(f"  {rank:2d}. {c.config_id:<34} {t:10.1f} us predicted" + (" (guess)" if p.ood else ""))
         if p.measured_us:
             print("  measured: " + ", ".join(f"{cid} {t:.1f} us" for cid, t in p.measured_us))
+        if p.tied_with:
+            print(f"  tie: {', '.join(p.tied_with)} could not be separated from {p.config.config_id} within the "
+                  "measuring cap (95 % intervals overlap); any of them is as good as the noise lets one tell")
     if tuning_db is not None:
         print(f"tuning database {tuning_db.path}: {recorded} answers recorded, {from_db} read from it "
               "(`costlearn tuning-db` lists it)", file=sys.stderr)
@@ -393,7 +504,7 @@ def cmd_predict(args) -> int:
     from .problem import Problem
     for t in triples:
         Problem(*t, args.dtype, args.layout)
-    backend = _backend(args.device) if args.measure_top_k else None
+    backend = _backend(args.device, args.family) if args.measure_top_k else None
     db = None
     if args.tuning_db is not None or args.measure_top_k:
         from .tuning import open_tuning_db
@@ -448,11 +559,13 @@ def cmd_dispatch(args) -> int:
     if not eval_dir.is_dir():
         print(f"no measurements in {eval_dir} to evaluate the selector on; add --measure N")
     else:
-        from .dataset import current_rows, load, noise_floor, rows_where, valid_rows
+        from .dataset import current_rows, load, rows_where, valid_rows
+        from .metrics import geomean_regret
+        from .noise import noise_floors
         rows = valid_rows(current_rows(load(eval_dir)[0])[0])
         rows = rows[rows_where(rows, device_slug=pred.spec.slug, family=pred.family, dtype=pred.dtype)]
-        noise = noise_floor(rows) if len(rows) else float("nan")
-        ev = evaluate_dispatch(d, pred, rows, noise_rel=noise if np.isfinite(noise) else 0.0)
+        noise = noise_floors(eval_dir, rows).tie
+        ev = evaluate_dispatch(d, pred, rows, noise_rel=noise)
         if ev.empty:
             print(f"no measured shape in {eval_dir} lies in the ranges; add --measure N")
             return 0
@@ -467,7 +580,7 @@ def cmd_dispatch(args) -> int:
         for who, label in choices:
             r = ev[f"{who}_regret"].to_numpy(np.float64)
             r = r[np.isfinite(r)]
-            print(f"| {label} | {len(r)} | {r.mean():.1%} | {np.exp(np.log1p(r).mean()) - 1:.1%} | {r.max():.1%} |")
+            print(f"| {label} | {len(r)} | {r.mean():.1%} | {geomean_regret(r):.1%} | {r.max():.1%} |")
         if args.per_shape:
             print()
             print(ev.to_string(index=False))
@@ -489,8 +602,13 @@ def cmd_tuning_db(args) -> int:
     return 0
 
 
+def _default_protocol():
+    from .measure import Protocol
+    return Protocol()
+
+
 def evaluate_stage(backend, folder, eval_dir, *, n_random: int, budget_s: float, protocol, seed: int,
-                   progress: bool, report=None, plots=None):
+                   progress: bool, report=None, plots=None, recheck: int = 0):
     """Measure fresh problems on ``backend`` into ``eval_dir``, score the model
     in ``folder`` and print (and write) the report; returns the EvalResult."""
     from .evaluate import evaluate
@@ -500,7 +618,8 @@ def evaluate_stage(backend, folder, eval_dir, *, n_random: int, budget_s: float,
               "measured again", file=sys.stderr)
     print(f"fresh measurements go to {eval_dir}", file=sys.stderr)
     res = evaluate(backend, folder, eval_dir, n_random=n_random, budget_s=budget_s, protocol=protocol, seed=seed,
-                   progress=progress)
+                   progress=progress, before_score=(lambda: recheck_in_new_session(
+                       backend.name, eval_dir, recheck, protocol or _default_protocol())) if recheck else None)
     print(f"fresh shapes measured on {backend.spec.name}, exhaustive over the model's candidates:")
     _print_eval(res, report, plots)
     return res
@@ -524,7 +643,7 @@ def cmd_evaluate(args) -> int:
                   "was not trained on, imported into another folder)", file=sys.stderr)
         _print_eval(res, args.report, args.plots)
         return 0
-    be = _backend(args.device)
+    be = _backend(args.device, args.family)
     folder = resolve_model(args.model or be.spec.slug, args.family, args.dtype, args.models, cli=True)  # default: this device's
     if args.out:
         eval_dir = Path(args.out)
@@ -532,7 +651,8 @@ def cmd_evaluate(args) -> int:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
         eval_dir = Path(args.data) / folder.parents[1].name / f"eval-{stamp}"
     evaluate_stage(be, folder, eval_dir, n_random=args.shapes, budget_s=args.budget, protocol=_protocol(args),
-                   seed=args.seed + 1, progress=not args.no_progress, report=args.report, plots=args.plots)
+                   seed=args.seed + 1, progress=not args.no_progress, report=args.report, plots=args.plots,
+                   recheck=args.recheck)
     return 0
 
 
@@ -554,12 +674,14 @@ def _print_eval(res, report=None, plots=None) -> None:
     if any("tile_only" in sub for sub in res.summary.values()):
         print("\nwith the vendor candidate left out (regret against the best tile config):")
         print(format_table(res, "tile_only"))
-    print(f"noise floor of these measurements: {res.noise_floor:.1%}; regret at or below it counts as 0 (a tie)")
+    print(f"ties: a regret at or below {res.noise_floor:.1%} counts as 0; "
+          + (res.floors.describe() if res.floors is not None else ""))
     if res.hidden_by_noise:
         from .evaluate import header_lines
         print(header_lines(res)[-1], file=sys.stderr)
     if report:
-        print(f"report: {write_report(res, report)}")
+        path = write_report(res, report)
+        print(f"report: {path} (per-problem metrics: {path.with_suffix('.csv')})")
     if plots:
         from .evaluate import write_plots
         for path in write_plots(res, plots):
@@ -578,7 +700,8 @@ def cmd_run(args) -> int:
     data, _ = collect_stage(be, args.data, family=args.family, dtype=args.dtype, budget_s=args.budget,
                             pool=args.pool, configs_per_shape=args.configs_per_shape, max_extent=args.max_extent,
                             max_flops=args.max_flops, shapes=parse_shapes(args.shapes) if args.shapes else None,
-                            protocol=protocol, seed=args.seed, progress=not args.no_progress)
+                            protocol=protocol, seed=args.seed, progress=not args.no_progress,
+                            recheck=args.recheck)
     print(f"== train  [t={time.perf_counter() - t0:.0f}s]", flush=True)
     trained = train_stage(data, args.models, family=args.family, dtype=args.dtype, model="xgboost",
                           feature_set="analytic")
@@ -590,7 +713,8 @@ def cmd_run(args) -> int:
     print(f"== evaluate  [t={time.perf_counter() - t0:.0f}s]", flush=True)
     evaluate_stage(be, model_folder(args.models, be.spec.slug, trained.family, trained.dtype),
                    Path(args.data) / be.spec.slug / "eval", n_random=args.eval_shapes, budget_s=args.eval_budget,
-                   protocol=protocol, seed=args.seed + 1, progress=not args.no_progress, report=args.report)
+                   protocol=protocol, seed=args.seed + 1, progress=not args.no_progress, report=args.report,
+                   recheck=min(args.recheck, 2))
     print(f"== done in {time.perf_counter() - t0:.0f}s")
     return 0
 
@@ -707,7 +831,23 @@ def build_parser() -> argparse.ArgumentParser:
     _add_measure_args(p)
     _add_problem_args(p)
     _add_collect_args(p, 240.0)
+    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="collect on a Ray cluster, one worker per device, into <data>/<device>/ here: ADDRESS of "
+                   "its head (host:6379, ray://host:10001); without ADDRESS the cluster `ray start` made on this "
+                   "machine, else a new local one; --recheck is not run (pip install 'costlearn[ray]')")
+    p.add_argument("--workers", type=_positive_int, default=None, metavar="N",
+                   help="with --ray: workers to start (default: one per GPU of the cluster; for a CPU OpenCL "
+                   "device, one per machine)")
     p.set_defaults(func=cmd_collect)
+
+    p = sub.add_parser("recheck", help="re-time a sample of a dataset in a new session (across-session noise)",
+                       description="Re-time configs of random shapes of a dataset in this new process and print "
+                       "the within- and across-session noise floors; re-timings go to <dataset>/recheck/. "
+                       "`collect` runs it after collecting (--recheck).")
+    _add_measure_args(p)
+    p.add_argument("--shapes", type=_positive_int, default=6, help="shapes to re-time (default: 6)")
+    p.add_argument("--configs", type=_positive_int, default=4, help="configs re-timed per shape (default: 4)")
+    p.set_defaults(func=cmd_recheck)
 
     p = sub.add_parser("train", help="fit the cost model on a dataset",
                        description="Fit a cost model on data/<device>/ and write "
@@ -825,6 +965,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "one is resumed (default: a new <data>/<device>/eval-<UTC time>/)")
     p.add_argument("--report", default=None, help="write markdown + CSV report here")
     p.add_argument("--plots", default=None, help="write PNG plots into this folder (needs matplotlib)")
+    p.add_argument("--recheck", type=_nonneg_int, default=4, metavar="SHAPES",
+                   help="after measuring, re-time configs of this many shapes in a new process; ties then use "
+                   "the across-session noise floor; 0: do not (default: 4)")
     p.add_argument("--no-measure", action="store_true",
                    help="score the measurements already in --out with --model; needs no device")
     p.set_defaults(func=cmd_evaluate)

@@ -35,7 +35,8 @@ from .sampler import ShapeBounds, iter_shapes, select_pool
 from .space import check_config, enumerate_space
 from .util import atomic_write, check_int, check_real
 
-__all__ = ["CollectResult", "collect", "rows_for", "measure_rows", "candidate_pool"]
+__all__ = ["CollectResult", "CollectionInterrupted", "collect", "rows_for", "measure_rows", "candidate_pool", "shape_configs",
+           "SESSION_ID", "record_pool", "write_device_json", "dataset_summary"]
 
 
 @dataclass
@@ -65,6 +66,9 @@ class CollectResult:
     other_pools : list of dict
         Candidate pools recorded in the folder for this family and dtype that
         differ from this call's (:func:`record_pool`): the dataset mixes them.
+    target_rse, at_target : float
+        The protocol's relative-standard-error target, and the share of this
+        call's valid rows that reached it (the rest hit the cap).
     budget_s : float
         The call's budget, seconds; a shape started inside it is measured to
         the end, so ``seconds["total"]`` may exceed it (:attr:`over_budget_s`).
@@ -81,6 +85,8 @@ class CollectResult:
     stopped: str = ""
     other_pools: list = field(default_factory=list)
     budget_s: float = math.inf
+    target_rse: float = math.nan
+    at_target: float = math.nan
 
     @property
     def over_budget_s(self) -> float:
@@ -99,6 +105,12 @@ class CollectionInterrupted(KeyboardInterrupt):
                          f"{skipped}")
         self.result, self.folder = result, folder
 
+
+SESSION_ID = uuid.uuid4().hex[:12]
+"""This process's measurement session (``session_id`` of every row it
+measures): timings of one session share its warm caches and machine state;
+the across-session noise floor compares sessions
+(:func:`costlearn.noise.recheck`)."""
 
 POOLS_FILE = "pools.json"
 """Beside a dataset's parts: the candidate pools collections drew, by family
@@ -207,14 +219,15 @@ def rows_for(results: list[dict], kernels: dict, problem: Problem, protocol: Pro
                    protocol_version=protocol.version, distribution=protocol.distribution,
                    density=protocol.density, rounds=protocol.rounds,
                    costlearn_version=__version__, schema_version=SCHEMA_VERSION, run_id=run_id,
-                   timestamp=stamp, **NOT_IMPORTED,
-                   **prov)
+                   session_id=SESSION_ID, timestamp=stamp, **NOT_IMPORTED,
+                   **{"device_settings": "", **prov})
         out.append(row)
     return out
 
 
 def measure_rows(backend: Backend, kernels: list, problem: Problem, protocol: Protocol, overhead_us: float,
-                 prov: dict, run_id: str, seed: int = 0, repeat_index: int = 0) -> list[dict]:
+                 prov: dict, run_id: str, seed: int = 0, repeat_index: int | None = 0,
+                 until: str = "target") -> list[dict]:
     """Measure compiled kernels on one problem (:func:`costlearn.measure.measure_shape`
     in a fresh workspace) and return complete dataset rows
     (:func:`rows_for`), with the device clocks read before and after.
@@ -232,8 +245,10 @@ def measure_rows(backend: Backend, kernels: list, problem: Problem, protocol: Pr
     run_id : str
     seed : int
         Seed of the kernel order.
-    repeat_index : int
-        Which kernel is measured twice (the noise check).
+    repeat_index : int or None
+        Which kernel is measured twice (the noise check); None: none.
+    until : {"target", "separated"}
+        The stopping rule (:func:`costlearn.measure.measure_shape`).
 
     Returns
     -------
@@ -249,7 +264,7 @@ def measure_rows(backend: Backend, kernels: list, problem: Problem, protocol: Pr
     with backend.workspace(problem, protocol.distribution, protocol.density,
                            seed=protocol.seed + m * 7 + n * 13 + k * 17) as ws:
         results = measure_shape(ws, kernels, protocol, overhead_us, rng=np.random.default_rng([seed, 4, m, n, k]),
-                                repeat_index=repeat_index)
+                                repeat_index=repeat_index, until=until)
         rotation = int(getattr(ws, "n_sets", 0))
     after = backend.clocks()
     if after.get("throttled"):
@@ -257,6 +272,25 @@ def measure_rows(backend: Backend, kernels: list, problem: Problem, protocol: Pr
             clocks.get("throttle_reasons", ""), after.get("throttle_reasons", "")))))
     return rows_for(results, {kern.config.config_id: kern for kern in kernels}, problem, protocol, prov,
                     clocks, overhead_us, run_id, rotation)
+
+
+def shape_configs(pool: list, spec, problem: Problem, seed: int, configs_per_shape: int):
+    """The pool configs measured on ``problem``: a seeded random subset of
+    ``configs_per_shape`` of those feasible for it on ``spec`` (all of them
+    when fewer), in pool order; and the problem's generator, which then picks
+    the config timed twice. Depends only on its arguments, so every
+    collector of one plan (a fleet's workers included) measures the same
+    configs on a problem.
+
+    Returns
+    -------
+    (list of configs, numpy.random.Generator)
+    """
+    m, n, k = problem.shape
+    feasible = [c for c in pool if check_config(c, spec, problem=problem) is None]
+    rng = np.random.default_rng([seed, 3, m, n, k])
+    order = rng.permutation(len(feasible))[:configs_per_shape]
+    return [feasible[i] for i in sorted(order)], rng
 
 
 def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str = "gemm", dtype: str = "float32",
@@ -371,10 +405,7 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
                 break
             m, n, k = shape
             problem = Problem(m, n, k, dtype, layout)
-            feasible = [c for c in pool if check_config(c, spec, problem=problem) is None]
-            sub_rng = np.random.default_rng([seed, 3, m, n, k])
-            order = sub_rng.permutation(len(feasible))[:configs_per_shape]
-            chosen = [feasible[i] for i in sorted(order)]
+            chosen, sub_rng = shape_configs(pool, spec, problem, seed, configs_per_shape)
             todo = [c for c in chosen
                     if (spec.slug, fam.name, dtype, layout, m, n, k, c.config_id, fam.template_hash,
                         protocol.version, protocol.distribution, float(protocol.density)) not in done]
@@ -438,6 +469,10 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
             executor.shutdown(wait=False, cancel_futures=True)
     res.seconds = dict(sw.seconds, total=time.monotonic() - t_start)
     res.spread_frac = float(np.median(spreads)) if spreads else math.nan
+    res.target_rse = protocol.target_rse
+    ok = [r for r in written if r["status"] == "ok"]
+    if ok:
+        res.at_target = sum(r["stop_reason"] in ("target", "fixed") for r in ok) / len(ok)
     if written:
         import pandas as pd
         res.noise_floor = noise_floor(pd.DataFrame(written))

@@ -23,8 +23,11 @@ from .util import atomic_write, fsync_dir
 __all__ = ["SCHEMA_VERSION", "COLUMNS", "ADDED_COLUMNS", "NOT_IMPORTED", "IMPORTED_PROTOCOL", "write_part", "load", "compact", "noise_floor", "LoadReport",
            "valid_rows", "measured_keys", "KEY_COLUMNS", "DatasetError", "current_rows", "rows_where"]
 
-SCHEMA_VERSION = 4
-"""4 added ``source_format``, ``source_file``, ``source_sha256`` and
+SCHEMA_VERSION = 5
+"""5 added ``rse``, ``stop_reason``, ``tied_best``, ``samples_us`` (how a
+row's sampling went, :func:`costlearn.measure.measure_shape`),
+``session_id`` (the measuring process) and ``device_settings`` (the
+backend's settings that are part of the device's identity, JSON); 4 added ``source_format``, ``source_file``, ``source_sha256`` and
 ``source_line`` (where an imported row came from, :mod:`costlearn.interop`);
 2 added ``repeat_time_us``, ``throttled``, ``throttle_reasons``,
 ``rotation_sets``; 3 added ``family``, ``layout`` and ``pipeline_stages`` and
@@ -50,6 +53,7 @@ COLUMNS = {
     "time_us_p80": "float64", "n_samples": "int64", "launches_per_sample": "int64",
     "below_overhead": "bool", "max_abs_err": "float64", "overhead_us": "float64",
     "compile_s": "float64", "repeat_time_us": "float64", "rotation_sets": "int64",
+    "rse": "float64", "stop_reason": "string", "tied_best": "bool", "samples_us": "string",
     # clocks (NaN where the device does not report them)
     "sm_clock_mhz": "float64", "mem_clock_mhz": "float64", "temperature_c": "float64",
     "throttled": "bool", "throttle_reasons": "string",
@@ -60,7 +64,8 @@ COLUMNS = {
     "compute_capability": "string", "device_version": "string", "multiprocessors": "int64",
     "driver_version": "string", "runtime_version": "string", "library_version": "string",
     "host": "string", "template_hash": "string", "costlearn_version": "string",
-    "schema_version": "int64", "run_id": "string", "timestamp": "string",
+    "schema_version": "int64", "run_id": "string", "session_id": "string", "timestamp": "string",
+    "device_settings": "string",
     # import provenance (empty, -1 for rows costlearn measured)
     "source_format": "string", "source_file": "string", "source_sha256": "string", "source_line": "int64",
 }
@@ -74,7 +79,9 @@ IMPORTED_PROTOCOL = 0
 (``source_format`` names it), not :data:`costlearn.measure.PROTOCOL_VERSION`."""
 
 ADDED_COLUMNS = {"repeat_time_us": float("nan"), "rotation_sets": 0, "throttled": False,
-                 "throttle_reasons": "", "family": "gemm", "layout": "NN", "pipeline_stages": 1, **NOT_IMPORTED}
+                 "throttle_reasons": "", "family": "gemm", "layout": "NN", "pipeline_stages": 1, **NOT_IMPORTED,
+                 "rse": float("nan"), "stop_reason": "", "tied_best": False, "samples_us": "", "session_id": "",
+                 "device_settings": ""}
 """Columns added after schema 1, with the value a part written before them
 is read with (schemas 1 and 2 held only ``gemm`` rows, row-major, one stage;
 schemas before 4 no imported rows)."""
@@ -350,10 +357,11 @@ def current_rows(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     from .families import FAMILIES, get_family
     from .measure import PROTOCOL_VERSION
     fams = df["family"].astype(object).where(df["family"].notna(), None)
-    want = np.array([get_family(f).template_hash if f in FAMILIES else None for f in fams], dtype=object)
+    want = {f: get_family(f).template_hashes for f in set(fams) if f in FAMILIES}
     imported = df["protocol_version"].eq(IMPORTED_PROTOCOL).fillna(False).to_numpy(bool) \
         & (df["source_format"].fillna("").ne("").to_numpy(bool) if "source_format" in df else False)
-    keep = (df["template_hash"].astype(object).to_numpy() == want) & \
+    have = df["template_hash"].astype(object).to_numpy()
+    keep = np.fromiter((h in want.get(f, ()) for f, h in zip(fams, have)), bool, count=len(have)) & \
         (df["protocol_version"].eq(PROTOCOL_VERSION).fillna(False).to_numpy(bool) | imported)
     return df[keep], int((~keep).sum())
 

@@ -140,12 +140,18 @@ class DeviceSpec:
 
         Two devices of one class (one :attr:`slug`) can still differ: another
         CPU model reports the same OpenCL name with other core and cache
-        counts, another driver generates other code. Measured figures (the
-        OpenCL bandwidth) vary run to run and are not compared.
+        counts, another driver generates other code, other backend settings
+        (``extra["settings"]``: PoCL's thread pinning) time differently.
+        Measured figures (the OpenCL bandwidth) vary run to run and are not
+        compared.
         """
         check_instance("other", other, DeviceSpec, "a DeviceSpec")
-        return [f"{f} {getattr(self, f)!r} != {getattr(other, f)!r}" for f in IDENTITY_FIELDS
-                if getattr(self, f) != getattr(other, f)]
+        out = [f"{f} {getattr(self, f)!r} != {getattr(other, f)!r}" for f in IDENTITY_FIELDS
+               if getattr(self, f) != getattr(other, f)]
+        mine, theirs = self.extra.get("settings"), other.extra.get("settings")
+        if mine != theirs:
+            out.append(f"settings {mine!r} != {theirs!r}")
+        return out
 
     def peak_gflops_for(self, dtype: str) -> float:
         """Peak throughput for inputs of ``dtype``, GFLOP/s: the float32 peak
@@ -170,7 +176,12 @@ class DeviceSpec:
     def slug(self) -> str:
         """Short folder name for this device class (``data/<slug>/``,
         ``models/<slug>/``); see :func:`device_slug`."""
-        return device_slug(self.name, self.api)
+        slug = device_slug(self.name, self.api)
+        if self.api == "opencl" and self.device_type == "cpu":
+            # A CPU device's times depend on how many worker threads run it
+            # (costlearn.backends.opencl.pocl_settings): its own class.
+            slug += f"-{self.multiprocessors}w"
+        return slug
 
     def to_dict(self) -> dict:
         """Plain-JSON form (round-trips through :meth:`from_dict`)."""

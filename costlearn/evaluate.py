@@ -10,6 +10,7 @@ import pandas as pd
 
 from .collect import collect
 from .dataset import current_rows, load, noise_floor, rows_where, valid_rows
+from .noise import NoiseFloors, noise_floors
 from .measure import Protocol
 from .metrics import VENDOR_ID, evaluate_rows, random_scores, summarize, vendor_only_scores
 from .model import BASELINES
@@ -72,8 +73,9 @@ class EvalResult:
     rows : DataFrame
         The fresh measurements used.
     noise_floor : float
-        Relative noise floor of the fresh measurements
-        (:func:`costlearn.dataset.noise_floor`); a regret at or below it
+        Relative noise floor of the fresh measurements: across sessions where
+        the data folder has re-timings, else within the session
+        (:mod:`costlearn.noise`); a regret at or below it
         counts as 0 (a tie). 0 when the rows carry no repeats.
     predictions : dict of str to ndarray
         Each model's predictions, aligned with ``rows``.
@@ -87,6 +89,9 @@ class EvalResult:
     model_info : dict
         The scored artifact: ``device``, ``family``, ``dtype``, ``model``,
         ``sha256`` (first 12), training ``rows`` and ``shapes``.
+    floors : costlearn.noise.NoiseFloors
+        Within- and across-session floors of the data scored; ``noise_floor``
+        is their :attr:`~costlearn.noise.NoiseFloors.tie`.
     hidden_by_noise : int
         Problems on which the model's top-1 regret is above 0 but at or below
         the noise floor, so it prints as 0 (a tie).
@@ -102,6 +107,7 @@ class EvalResult:
     time_models: tuple = ()
     model_info: dict = None
     hidden_by_noise: int = 0
+    floors: NoiseFloors = None
 
     @property
     def models(self) -> list[str]:
@@ -164,8 +170,11 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0, data=None) -> EvalResul
     env = art.envelope
     ood = {(m, n, k): "; ".join(env.reasons(int(m), int(n), int(k)))
            for m, n, k in shapes.itertuples(index=False)}
-    noise = noise_floor(rows)
-    noise = 0.0 if not np.isfinite(noise) else noise
+    if data is not None and Path(data).is_dir():
+        floors = noise_floors(data, rows)           # the across-session floor where re-timings exist
+    else:
+        floors = NoiseFloors(within=noise_floor(rows))
+    noise = floors.tie
     frames, summary, preds = [], {}, {name: mdl.predict(rows) for name, mdl in models.items()}
     preds["random"] = random_scores(rows, seed)
     vendor = rows["config_id"].eq(VENDOR_ID).to_numpy(bool)
@@ -185,13 +194,24 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0, data=None) -> EvalResul
     mine = frames[0]                      # the product's per-problem rows (models are scored product first)
     raw = (mine["top1_time_us"] / mine["best_time_us"] - 1.0).to_numpy()     # top-1 regret before the noise tie
     training = art.sidecar.get("training", {}) or {}
-    info = dict(device=art.device, family=art.family.name, dtype=art.dtype, model=product.name,
+    info = dict(device=art.device, device_name=art.spec.name, family=art.family.name, dtype=art.dtype,
+                model=product.name,
                 sha256=art.model_sha256[:12], rows=training.get("rows"), shapes=training.get("shapes"),
-                folder=str(art.path), trained_on=training.get("dataset"), data=None if data is None else str(data))
+                folder=_shown(art.path), trained_on=training.get("dataset"), data=None if data is None else str(data))
     return EvalResult(per_shape=pd.concat(frames, ignore_index=True), summary=summary, rows=rows,
                       noise_floor=noise, predictions=preds, vendor_us={}, model=product.name,
                       time_models=tuple(n for n, m in models.items() if m.predicts_time), model_info=info,
-                      hidden_by_noise=int(((raw > 0) & (raw <= noise)).sum()))
+                      hidden_by_noise=int(((raw > 0) & (raw <= noise)).sum()), floors=floors)
+
+
+def _shown(path) -> str:
+    """``path`` relative to the working directory when it lies under it (a
+    report written from the source tree names ``models/...``, not the
+    developer's absolute path), else as it is."""
+    import os
+    p = os.path.abspath(path)
+    rel = os.path.relpath(p)
+    return rel if not rel.startswith("..") else p
 
 
 def header_lines(res: EvalResult) -> list[str]:
@@ -206,7 +226,8 @@ def header_lines(res: EvalResult) -> list[str]:
     trained_on = f" of {i['trained_on']}" if i.get("trained_on") else ""
     data = f" from {i['data']}" if i.get("data") else ""
     lines = [f"Model: {i.get('device')}/{i.get('family')}/{i.get('dtype')} {i.get('model')} {i.get('sha256')} "
-             f"in {i.get('folder')}, trained on {i.get('rows')} rows{trained_on} over {i.get('shapes')} problems.",
+             f"in {i.get('folder')}, for the device {i.get('device_name')}, trained on {i.get('rows')} "
+             f"rows{trained_on} over {i.get('shapes')} problems.",
              f"Evaluated: {len(res.rows)} measurements{data} over {n_problems} problems. "
              f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}, costlearn {__version__}."]
     if res.hidden_by_noise:
@@ -217,7 +238,8 @@ def header_lines(res: EvalResult) -> list[str]:
 
 
 def evaluate(backend, art_folder, eval_dir, *, n_random: int = 4, budget_s: float = 600.0,
-             protocol: Protocol | None = None, seed: int = 1, progress: bool = True) -> EvalResult:
+             protocol: Protocol | None = None, seed: int = 1, progress: bool = True,
+             before_score=None) -> EvalResult:
     """Measure fresh shapes on ``backend`` and score the model.
 
     Every candidate of the model that is feasible for a fresh shape is
@@ -236,6 +258,10 @@ def evaluate(backend, art_folder, eval_dir, *, n_random: int = 4, budget_s: floa
         Random fresh shapes besides :data:`FIXED_SHAPES`.
     budget_s : float
         Time budget for measuring, seconds.
+    before_score : callable, optional
+        Called with no argument after measuring, before scoring: the CLI
+        re-times a sample of ``eval_dir`` there in a new process, so ties use
+        the across-session floor (:mod:`costlearn.noise`).
 
     Returns
     -------
@@ -252,6 +278,8 @@ def evaluate(backend, art_folder, eval_dir, *, n_random: int = 4, budget_s: floa
     pool = list(art.configs)
     collect(backend, eval_dir, budget_s=budget_s, family=art.family.name, dtype=art.dtype, layout=art.layouts[0],
             shapes=shapes, pool=pool, configs_per_shape=len(pool), protocol=protocol, seed=seed, progress=progress)
+    if before_score is not None:
+        before_score()
     rows, _ = load(eval_dir)
     rows = rows.merge(pd.DataFrame(shapes, columns=["m", "n", "k"]), on=["m", "n", "k"])
     res = score(art, rows, data=eval_dir)
@@ -309,13 +337,17 @@ def format_per_shape(res: EvalResult) -> str:
     return "\n".join(lines)
 
 
+def _floors_line(res: EvalResult) -> str:
+    return res.floors.describe() if res.floors is not None else f"noise floor {res.noise_floor:.1%}"
+
+
 def write_report(res: EvalResult, path) -> Path:
     """Write the tables (markdown) and the per-shape metrics (CSV beside it)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     text = ["# costlearn evaluation", "", *header_lines(res), "",
-            f"Noise floor of these measurements: {res.noise_floor:.1%} (median difference between two "
-            "timings of one config in one session); a regret at or below it counts as 0.", "",
+            f"Noise floor used for ties: {res.noise_floor:.1%}; a regret at or below it counts as 0. "
+            f"({_floors_line(res)})", "",
             "## Summary (all fresh shapes)", "", format_table(res, "all"), "",
             *(["## Against the best tile config (vendor candidate left out)", "", format_table(res, "tile_only"), ""]
               if any("tile_only" in sub for sub in res.summary.values()) else []),

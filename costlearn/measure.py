@@ -17,6 +17,15 @@ applies the protocol of design.md ("Measurement protocol"):
 - **Clock drift.** After warm-up, candidates are interleaved: each round runs
   every candidate once in a freshly shuffled order; a candidate's time is
   the median over rounds, with the 20th and 80th percentiles as its spread.
+- **Adaptive repetition.** After ``Protocol.rounds`` rounds, a candidate whose
+  relative standard error (:func:`median_rse`) is above
+  ``Protocol.target_rse`` keeps being sampled, still interleaved with the
+  others left, until it is below the target or its cap (``max_rounds``
+  rounds, ``cap_us`` of sampling) is reached; each row says which
+  (``stop_reason``). With ``until="separated"`` (filter-then-measure) the
+  candidates whose interval overlaps the fastest's keep being sampled until
+  the fastest is separated from all of them or the cap is reached; rows whose
+  interval overlaps the fastest's are a tie (``tied_best``), not ranked.
 - **Caches.** Workspaces rotate among several input buffer sets (sized from
   the device's last-level cache) so consecutive launches do not find their
   inputs in cache.
@@ -27,6 +36,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
+import json
 import math
 import time
 from dataclasses import dataclass
@@ -34,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["Protocol", "PROTOCOL_VERSION", "DeviceLost", "STATUSES", "measure_shape", "make_inputs",
-           "DISTRIBUTIONS", "tolerance", "check_result", "rotation_sets"]
+           "DISTRIBUTIONS", "tolerance", "check_result", "rotation_sets", "median_rse", "STOP_REASONS", "t_quantile_95"]
 
 class DeviceLost(RuntimeError):
     """The device context is unusable (e.g. a CUDA illegal-address fault is
@@ -51,10 +62,61 @@ def _check_sticky(e: Exception) -> None:
         raise DeviceLost(f"device context lost ({text[:300]}); later launches in this process would fail") from e
 
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 """Bumped whenever a change to the protocol makes old timings incomparable.
-2: one candidate per shape is timed twice (``repeat_time_us``) for the noise
-floor; tolerance is the probabilistic bound; below-overhead flag."""
+3: adaptive repetition to a relative-standard-error target, ties by
+interval, and (on CPU OpenCL devices) fewer PoCL worker threads than cores,
+pinned (:mod:`costlearn.backends.opencl`). 2: one candidate per shape is
+timed twice (``repeat_time_us``) for the noise floor; tolerance is the
+probabilistic bound; below-overhead flag."""
+
+STOP_REASONS = ("target", "cap", "separated", "fixed")
+"""Why a row's sampling stopped: its relative standard error reached
+``target_rse``; its cap (rounds or sampling time) was reached first; (with
+``until="separated"``) the fastest candidate's interval no longer overlaps
+this one's; or adaptation was off (``target_rse=0``: ``rounds`` rounds)."""
+
+def median_rse(samples) -> float:
+    """Relative standard error of the median of ``samples``.
+
+    SE(median) ~= sqrt(pi / 2) * s / sqrt(n), the asymptotic standard error
+    of the sample median of a normal sample (Kendall and Stuart, *The
+    Advanced Theory of Statistics*, vol. 1, sec. 10.10), with s the sample
+    standard deviation (ddof 1), divided by the median. The plain standard
+    deviation, not a robust one: at the 5 samples a row starts with, the MAD
+    is often near 0 and would stop sampling too early, while an outlier (a
+    preempted sample) only inflates s, which costs more samples, never a
+    wrong stop.
+
+    Parameters
+    ----------
+    samples : sequence of float, length n >= 1
+        Per-launch times, any unit.
+
+    Returns
+    -------
+    float
+        SE / median; ``inf`` for fewer than 3 samples (too few to judge) or a
+        median <= 0.
+    """
+    a = np.asarray(samples, dtype=np.float64)
+    if a.size < 3:
+        return math.inf
+    med = float(np.median(a))
+    if not med > 0:
+        return math.inf
+    return math.sqrt(math.pi / 2) * float(np.std(a, ddof=1)) / math.sqrt(a.size) / med
+
+
+@functools.lru_cache(maxsize=64)
+def t_quantile_95(n: int) -> float:
+    """Two-sided 95 % quantile of Student's t with n - 1 degrees of freedom
+    (the width factor of a small sample's interval: 2.78 at n = 5, 2.05 at
+    n = 30); ``inf`` for n < 2."""
+    if n < 2:
+        return math.inf
+    from scipy.stats import t
+    return float(t.ppf(0.975, n - 1))
 
 STATUSES = ("ok", "compile_error", "launch_error", "wrong_result", "timeout")
 """Row statuses; only ``ok`` rows carry a time."""
@@ -72,7 +134,17 @@ class Protocol:
     Parameters
     ----------
     rounds : int
-        Interleaved rounds; each candidate gets one sample per round.
+        Interleaved rounds every candidate gets (one sample per round); the
+        minimum when ``target_rse`` > 0.
+    target_rse : float
+        Relative standard error of a row's median (:func:`median_rse`) below
+        which its sampling stops; 0 turns adaptation off (exactly ``rounds``
+        rounds).
+    max_rounds : int
+        Cap on a candidate's rounds (>= ``rounds``).
+    cap_us : float
+        Cap on one candidate's total sampled time, microseconds; adaptive
+        rounds stop for it once reached.
     warmup_launches : int
         Untimed launches of each candidate (with its real arguments) before
         the first round.
@@ -92,7 +164,10 @@ class Protocol:
         Seed of the input values and of the round shuffles.
     """
 
-    rounds: int = 7
+    rounds: int = 5
+    target_rse: float = 0.01
+    max_rounds: int = 30
+    cap_us: float = 3_000_000.0
     warmup_launches: int = 2
     min_sample_us: float = 1000.0
     max_launches: int = 1000
@@ -106,8 +181,15 @@ class Protocol:
         from .util import check_int, check_real
         for name, lo in (("rounds", 1), ("warmup_launches", 0), ("max_launches", 1), ("seed", 0)):
             object.__setattr__(self, name, check_int(f"Protocol.{name}", getattr(self, name), lo))
-        for name in ("min_sample_us", "timeout_us"):
+        for name in ("min_sample_us", "timeout_us", "cap_us"):
             object.__setattr__(self, name, check_real(f"Protocol.{name}", getattr(self, name), 0, strict=True))
+        object.__setattr__(self, "max_rounds", check_int("Protocol.max_rounds", self.max_rounds, 1))
+        object.__setattr__(self, "target_rse", check_real("Protocol.target_rse", self.target_rse, 0))
+        if self.target_rse >= 1:
+            raise ValueError(f"Protocol.target_rse={self.target_rse!r}; must be in [0, 1) (0.01 is 1 %)")
+        if self.max_rounds < self.rounds:
+            raise ValueError(f"Protocol.max_rounds={self.max_rounds} is below rounds={self.rounds}; "
+                             "give max_rounds >= rounds")
         if self.distribution not in DISTRIBUTIONS:
             raise ValueError(f"Protocol.distribution={self.distribution!r}; allowed: {DISTRIBUTIONS}")
         if not 0 < self.density <= 1:
@@ -238,7 +320,7 @@ def _quantiles(x: list[float]) -> tuple[float, float, float]:
 
 def measure_shape(workspace, kernels: list, protocol: Protocol, overhead_us: float = 0.0,
                   rng: np.random.Generator | None = None, on_progress=None,
-                  repeat_index: int | None = None) -> list[dict]:
+                  repeat_index: int | None = None, until: str = "target") -> list[dict]:
     """Verify and time ``kernels`` on one shape under ``protocol``.
 
     Parameters
@@ -264,6 +346,12 @@ def measure_shape(workspace, kernels: list, protocol: Protocol, overhead_us: flo
         the same interleaved rounds; the second timing is that row's
         ``repeat_time_us`` (the raw material of the noise floor). Ignored if
         that kernel is not timed.
+    until : {"target", "separated"}
+        Stopping rule after the first ``protocol.rounds`` rounds: each row
+        until its relative standard error is at most ``protocol.target_rse``
+        (collection); or, filter-then-measure, until the fastest candidate's
+        95 % interval overlaps no other's (see the module docstring). Both
+        stop at the cap.
 
     Raises
     ------
@@ -271,6 +359,8 @@ def measure_shape(workspace, kernels: list, protocol: Protocol, overhead_us: flo
         When an error leaves the device context unusable (CUDA
         illegal-address and similar sticky faults); the shape's rows are not
         returned.
+    ValueError
+        If ``until`` is not one of the above.
 
     Returns
     -------
@@ -278,15 +368,21 @@ def measure_shape(workspace, kernels: list, protocol: Protocol, overhead_us: flo
         One row per kernel, in the order of ``kernels``, with keys
         ``config_id, status, error, time_us, time_us_p20, time_us_p80,
         n_samples, launches_per_sample, max_abs_err, below_overhead,
-        repeat_time_us``.
+        repeat_time_us, rse, stop_reason, tied_best, samples_us`` (``rse``:
+        :func:`median_rse`; ``stop_reason``: :data:`STOP_REASONS`;
+        ``tied_best``: the row's interval overlaps the fastest row's;
+        ``samples_us``: the per-launch samples, a JSON list).
     """
+    if until not in ("target", "separated"):
+        raise ValueError(f"until={until!r}; allowed: 'target', 'separated'")
     rng = rng or np.random.default_rng(protocol.seed)
     rows = []
     for kern in kernels:
         rows.append(dict(config_id=kern.config.config_id, status=kern.status, error=kern.error or "",
                          time_us=math.nan, time_us_p20=math.nan, time_us_p80=math.nan,
                          n_samples=0, launches_per_sample=0, max_abs_err=math.nan,
-                         below_overhead=False, repeat_time_us=math.nan))
+                         below_overhead=False, repeat_time_us=math.nan, rse=math.nan, stop_reason="",
+                         tied_best=False, samples_us=""))
     live: list[int] = []
     launches: dict[int, int] = {}
     for i, kern in enumerate(kernels):
@@ -324,30 +420,105 @@ def measure_shape(workspace, kernels: list, protocol: Protocol, overhead_us: flo
     if repeat_index is not None and repeat_index in live:
         entries.append((repeat_index, True))
     samples: dict = {e: [] for e in entries}
-    for _ in range(protocol.rounds):
-        order = list(range(len(entries)))
-        rng.shuffle(order)
-        for j in order:
-            i, _rep = entries[j]
+    sampled_us: dict = {e: 0.0 for e in entries}
+    stop: dict = {}
+    adaptive = protocol.target_rse > 0
+    for r in range(protocol.max_rounds if adaptive else protocol.rounds):
+        going = [e for e in entries if rows[e[0]]["status"] == "ok" and e not in stop]
+        if r >= protocol.rounds:
+            going = _still_going(going, samples, sampled_us, protocol, until, stop)
+        if not going:
+            break
+        rng.shuffle(going)
+        for e in going:
+            i = e[0]
             if rows[i]["status"] != "ok":
                 continue
             try:
-                samples[entries[j]].append(workspace.sample(kernels[i], launches[i]) / launches[i])
-            except Exception as e:
-                _check_sticky(e)
-                rows[i].update(status="launch_error", error=f"{type(e).__name__}: {e}"[:500])
+                t = workspace.sample(kernels[i], launches[i])
+            except Exception as ex:
+                _check_sticky(ex)
+                rows[i].update(status="launch_error", error=f"{type(ex).__name__}: {ex}"[:500])
+                continue
+            samples[e].append(t / launches[i])
+            sampled_us[e] += t
         if on_progress is not None:
             on_progress()
     for i in live:
         row = rows[i]
         if row["status"] != "ok":
             continue
-        med, p20, p80 = _quantiles(samples[(i, False)])
-        row.update(time_us=med, time_us_p20=p20, time_us_p80=p80, n_samples=len(samples[(i, False)]),
-                   launches_per_sample=launches[i], below_overhead=bool(med < overhead_us))
+        x = samples[(i, False)]
+        med, p20, p80 = _quantiles(x)
+        rse = median_rse(x)
+        reason = stop.get((i, False)) or ("fixed" if not adaptive else
+                                          "target" if rse <= protocol.target_rse and until == "target" else "cap")
+        row.update(time_us=med, time_us_p20=p20, time_us_p80=p80, n_samples=len(x),
+                   launches_per_sample=launches[i], below_overhead=bool(med < overhead_us), rse=rse,
+                   stop_reason=reason, samples_us=json.dumps([float(f"{v:.6g}") for v in x]))
         if samples.get((i, True)):
             row["repeat_time_us"] = _quantiles(samples[(i, True)])[0]
+    _mark_ties(rows)
     return rows
+
+
+def _interval(x: list) -> tuple[float, float]:
+    """95 % interval of the median of samples ``x``: median ± t · SE, with t
+    Student's quantile for n - 1 degrees of freedom (:func:`t_quantile_95`)."""
+    med = float(np.median(x))
+    half = t_quantile_95(len(x)) * median_rse(x) * med
+    return med - half, med + half
+
+
+def _still_going(going: list, samples: dict, sampled_us: dict, protocol: Protocol, until: str, stop: dict) -> list:
+    """The schedule entries that get another adaptive round; records in
+    ``stop`` why the others stopped."""
+    out = []
+    if until == "separated":
+        primary = [e for e in going if not e[1]]
+        if len(primary) < 2:
+            for e in going:
+                stop[e] = "separated"
+            return []
+        best = min(primary, key=lambda e: float(np.median(samples[e])))
+        lo_b, hi_b = _interval(samples[best])
+        rivals = [e for e in primary if e != best and _interval(samples[e])[0] <= hi_b]
+        if not rivals:
+            for e in going:
+                stop[e] = "separated"
+            return []
+        for e in going:
+            if e != best and e not in rivals:
+                stop[e] = "separated"
+        going = [best] + rivals
+    for e in going:
+        if sampled_us[e] >= protocol.cap_us:
+            stop[e] = "cap"
+        elif until == "target" and median_rse(samples[e]) <= protocol.target_rse:
+            stop[e] = "target"
+        else:
+            out.append(e)
+    if until == "separated" and len(out) < len(going) and going[0] not in out:
+        # The fastest reached its cap: nothing more can separate it.
+        for e in out:
+            stop[e] = "cap"
+        return []
+    return out
+
+
+def _mark_ties(rows: list) -> None:
+    """Set ``tied_best`` on the valid rows whose 95 % interval overlaps the
+    fastest valid row's (the fastest included, when it has a tie)."""
+    ok = [r for r in rows if r["status"] == "ok" and r["samples_us"]]
+    if len(ok) < 2:
+        return
+    iv = {id(r): _interval(json.loads(r["samples_us"])) for r in ok}
+    best = min(ok, key=lambda r: r["time_us"])
+    hi_b = iv[id(best)][1]
+    tied = [r for r in ok if r is not best and iv[id(r)][0] <= hi_b]
+    for r in tied:
+        r["tied_best"] = True
+    best["tied_best"] = bool(tied)
 
 
 class Stopwatch:

@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pandas as pd
 
-__all__ = ["PROBLEM_COLUMNS", "VENDOR_ID", "vendor_summaries", "vendor_only_scores", "topk_regret", "shape_metrics", "summarize", "evaluate_rows", "random_scores", "KS"]
+__all__ = ["PROBLEM_COLUMNS", "VENDOR_ID", "vendor_summaries", "vendor_only_scores", "topk_regret", "shape_metrics", "summarize", "evaluate_rows", "random_scores", "KS", "geomean_regret"]
 
 KS = (1, 5, 10)
 
@@ -127,6 +127,21 @@ def vendor_only_scores(rows: pd.DataFrame) -> np.ndarray:
     return np.where(rows["config_id"].eq(VENDOR_ID).to_numpy(bool), 0.0, 1.0)
 
 
+def geomean_regret(regrets) -> float:
+    """Geometric-mean slowdown minus 1 of per-problem regrets: exp(mean(log(1
+    + r))) - 1 (design.md, "Metrics"); NaN regrets are left out, NaN if none
+    is left.
+
+    Parameters
+    ----------
+    regrets : array-like of float, shape (n,)
+        Relative regrets (0.05 is 5 %), each >= 0.
+    """
+    r = np.asarray(regrets, dtype=np.float64)
+    r = r[np.isfinite(r)]
+    return float(np.exp(np.mean(np.log1p(r))) - 1.0) if r.size else math.nan
+
+
 def summarize(per_shape: pd.DataFrame) -> dict:
     """Summary over shapes: for each k, mean top-k regret, geometric-mean
     slowdown minus 1, p90 and max; TenSet top-k score; mean Kendall tau;
@@ -137,7 +152,7 @@ def summarize(per_shape: pd.DataFrame) -> dict:
     for k in KS:
         r = per_shape[f"top{k}_regret"].to_numpy(np.float64)
         s[f"top{k}_mean"] = float(r.mean())
-        s[f"top{k}_geomean"] = float(np.exp(np.mean(np.log1p(r))) - 1.0)
+        s[f"top{k}_geomean"] = geomean_regret(r)
         s[f"top{k}_p90"] = float(np.quantile(r, 0.9))
         s[f"top{k}_max"] = float(r.max())
         s[f"tenset_top{k}"] = float(per_shape["best_time_us"].sum() / per_shape[f"top{k}_time_us"].sum())

@@ -56,6 +56,12 @@ class Prediction(NamedTuple):
         measured, now or in an earlier run found in the tuning database).
     from_tuning_db : bool
         The answer came from the tuning database.
+    tied_with : tuple of str
+        Config ids whose measured 95 % interval still overlapped the chosen
+        config's when measuring stopped at its cap (filter-then-measure,
+        :func:`costlearn.measure.measure_shape` ``until="separated"``): a
+        tie, the chosen one has the lowest median only. Empty when the
+        winner was separated, or not measured in this call.
     """
 
     config: object
@@ -73,6 +79,7 @@ class Prediction(NamedTuple):
     chosen_by: str = "predicted"
     measured_us: tuple = ()
     from_tuning_db: bool = False
+    tied_with: tuple = ()
 
     @property
     def problem(self) -> Problem:
@@ -134,7 +141,7 @@ class Predictor:
                                   ranker)
         side = art.sidecar
         reasons = []
-        if side.get("template_hash") != art.family.template_hash:
+        if side.get("template_hash") not in art.family.template_hashes:
             reasons.append(f"kernel template {side.get('template_hash')} at training, "
                            f"{art.family.template_hash} now")
         if side.get("costlearn_version") != __version__:

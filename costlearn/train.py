@@ -42,6 +42,13 @@ class TrainResult:
     replaced: bool = False
 
 
+def _across(data_dir, rows) -> float:
+    """The across-session noise floor of ``rows`` from ``data_dir``'s
+    re-timings (:func:`costlearn.noise.noise_floors`); NaN without."""
+    from .noise import noise_floors
+    return noise_floors(data_dir, rows).across if Path(data_dir).is_dir() else float("nan")
+
+
 def _finite_or_none(x: float):
     return float(x) if np.isfinite(x) else None
 
@@ -184,6 +191,12 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
     df, stale = current_rows(df)
     rows = valid_rows(df).reset_index(drop=True)
     n_shapes = rows[["m", "n", "k", "layout"]].drop_duplicates().shape[0]
+    templates = sorted(rows["template_hash"].unique().tolist())
+    if len(templates) > 1:
+        raise ValueError(f"{data_dir}'s {family}/{dtype} rows come from {len(templates)} kernel templates "
+                         f"{templates} (the family's own kernel and imported logs of another tool's); train on "
+                         "one: keep them in separate folders")
+    template = templates[0] if templates else fam.template_hash
     if len(rows) < MIN_ROWS or n_shapes < MIN_PROBLEMS:
         others = [f"{f}/{d}" for f, d in pairs if (f, d) != (family, dtype)]
         raise ValueError(f"{data_dir} has {len(rows)} valid {family}/{dtype} rows over {n_shapes} problems; "
@@ -203,6 +216,7 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
                     protocol_versions=sorted(int(v) for v in rows["protocol_version"].unique()),
                     template_hashes=sorted(rows["template_hash"].unique().tolist()),
                     noise_floor=_finite_or_none(noise_floor(rows)),
+                    noise_floor_across=_finite_or_none(_across(data_dir, rows)),
                     corrupt_parts=len(report.corrupt), stale_rows_dropped=stale)
     folder = artifact.model_folder(models_dir, spec.slug, fam.name, dtype)
     replaced = (folder / artifact.SIDECAR).exists()
@@ -210,7 +224,8 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
                            layouts=sorted(rows["layout"].unique().tolist()), spec=spec,
                            candidates=artifact.candidate_table(rows), envelope=fit_envelope(shapes),
                            metrics=dict(holdout=summary), training=training,
-                           baselines={name: b.save(folder) for name, b in baselines.items()})
+                           baselines={name: b.save(folder) for name, b in baselines.items()},
+                           extra=dict(template_hash=template))
     return TrainResult(path=path, holdout=summary, rows=len(rows), shapes=int(n_shapes),
                        dropped=dict(report.quarantined, stale_template_or_protocol=stale), family=fam.name,
                        dtype=dtype, device=spec.slug, replaced=replaced)

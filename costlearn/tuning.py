@@ -116,7 +116,7 @@ class Tuner:
                                  "predicted", p.time_us, {c.config_id: t for c, t in p.top_k}, pred.source))
             return p._replace(top_k=p.top_k[:top_k])
         configs = [c for c, _ in p.top_k[:measure_top_k]]
-        times = self._measure(problem, configs)
+        times, tied = self._measure(problem, configs)
         if not times:
             raise RuntimeError(f"none of the model's top {measure_top_k} configs for {problem} measured "
                                f"correctly on {backend.spec.name}; nothing written to {db.path}")
@@ -126,11 +126,14 @@ class Tuner:
         _put(db, TuningEntry(problem, fam.name, where.slug, fam.template_hash, __version__, best, "measured",
                              best_us, times, pred.source + f", measured top {measure_top_k}"))
         return p._replace(config=best, time_us=best_us, top_k=p.top_k[:top_k], chosen_by="measured",
-                                   measured_us=measured)
+                          measured_us=measured, tied_with=tuple(c for c in tied if c != best_id))
 
-    def _measure(self, problem: Problem, configs) -> dict:
+    def _measure(self, problem: Problem, configs) -> tuple[dict, list]:
         """Median times (µs) of the valid measurements of ``configs`` on
-        ``problem``, by config id (the protocol of :mod:`costlearn.measure`)."""
+        ``problem``, by config id, and the ids tied with the fastest: the
+        candidates are re-timed, interleaved, until the fastest's interval
+        overlaps no other's or the cap is reached (the protocol of
+        :mod:`costlearn.measure`, ``until="separated"``)."""
         from .collect import measure_rows
         from .measure import Protocol
         backend = self.backend
@@ -140,11 +143,16 @@ class Tuner:
             for kern in backend.compile_many(missing, problem.dtype):
                 compiled[kern.config.config_id] = kern
         kernels = [compiled[c.config_id] for c in configs]
-        rows = measure_rows(backend, kernels, problem, Protocol(), backend.launch_overhead_us(),
-                            backend.provenance(), uuid.uuid4().hex[:12])
-        return {r["config_id"]: float(r["time_us"]) for r in rows
-                if r["status"] == "ok" and np.isfinite(r["time_us"]) and r["time_us"] > 0}
+        rows = measure_rows(backend, kernels, problem, Protocol(max_rounds=SEPARATE_MAX_ROUNDS),
+                            backend.launch_overhead_us(), backend.provenance(), uuid.uuid4().hex[:12],
+                            repeat_index=None, until="separated")
+        ok = [r for r in rows if r["status"] == "ok" and np.isfinite(r["time_us"]) and r["time_us"] > 0]
+        return {r["config_id"]: float(r["time_us"]) for r in ok}, [r["config_id"] for r in ok if r["tied_best"]]
 
+
+SEPARATE_MAX_ROUNDS = 40
+"""Cap on the rounds filter-then-measure spends separating its winner (each
+round times every candidate still overlapping it once)."""
 
 _TUNERS: dict = {}
 

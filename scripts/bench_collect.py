@@ -2,11 +2,18 @@
 share of wall time spent compiling, measuring and writing.
 
     python scripts/bench_collect.py [--device auto] [--budget 90] [--pool 32] [--fresh-cache]
+    python scripts/bench_collect.py --ray [--workers 1 2] [--device opencl] [--budget 60] [--pool 16]
 
 Runs one short collection into a temporary folder (nothing is kept) and prints
 a table. ``--fresh-cache`` points PoCL's kernel cache at an empty folder, so
 compile time is what a first run on a new machine pays; without it, kernels
 compiled before are reused.
+
+``--ray`` collects on a local Ray cluster instead (:mod:`costlearn.fleet`),
+once per worker count, each for ``--budget`` seconds on the same seed, and
+prints measurements per second for each: over the wall time, and after the
+workers started (steady state). On one machine the workers share its cores
+(and, on a CPU OpenCL device, the cores the kernels run on).
 """
 from __future__ import annotations
 
@@ -26,7 +33,12 @@ def main(argv=None) -> int:
     ap.add_argument("--pool", type=int, default=32, help="candidate pool size (default: 32)")
     ap.add_argument("--seed", type=int, default=7, help="seed of pool and shapes (default: 7)")
     ap.add_argument("--fresh-cache", action="store_true", help="empty PoCL kernel cache for this run")
+    ap.add_argument("--ray", action="store_true", help="collect on a local Ray cluster, once per --workers count")
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2],
+                    help="with --ray: the worker counts to compare (default: 1 2)")
     args = ap.parse_args(argv)
+    if args.ray:
+        return bench_fleet(args)
     tmp = tempfile.mkdtemp(prefix="costlearn-bench-")
     if args.fresh_cache:
         os.environ["POCL_CACHE_DIR"] = os.path.join(tmp, "pocl-cache")   # before PoCL starts
@@ -54,6 +66,39 @@ def main(argv=None) -> int:
     print(f"| wall total | {total:.1f} s |")
     print(f"| noise floor (repeat timings) | {res.noise_floor:.1%} |")
     print(f"| median sample spread (p80-p20)/median | {res.spread_frac:.1%} |")
+    return 0
+
+
+def bench_fleet(args) -> int:
+    """``--ray``: measurements per second of a fleet collection on a local
+    Ray cluster, for each worker count; prints a table."""
+    import ray
+
+    from costlearn.fleet import collect_fleet, start_fleet
+    tmp = tempfile.mkdtemp(prefix="costlearn-bench-ray-")
+    if args.fresh_cache:
+        os.environ["POCL_CACHE_DIR"] = os.path.join(tmp, "pocl-cache")   # inherited by the Ray workers
+    ray.init(num_cpus=max(max(args.workers), os.cpu_count() or 1), include_dashboard=False, logging_level="WARNING")
+    rows = []
+    try:
+        for n in args.workers:
+            with start_fleet(args.device, workers=n) as fleet:
+                spec = fleet.spec
+                res = collect_fleet(fleet, Path(tmp) / f"data-{n}", budget_s=args.budget, pool_size=args.pool,
+                                    configs_per_shape=args.pool, seed=args.seed, progress=False)
+            total, start = res.seconds["total"], res.seconds["start"]
+            rows.append((n, res, total, start))
+    finally:
+        ray.shutdown()
+    print(f"device: {spec.name} ({args.device}) on a local Ray cluster of {os.cpu_count()} CPUs; pool {args.pool}; "
+          f"budget {args.budget:.0f} s per run; kernel cache: {'fresh' if args.fresh_cache else 'reused'}")
+    print()
+    print("| workers | problems | rows (valid) | measurements/s (wall) | measurements/s after start | start s | "
+          "wall s | lost |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n, res, total, start in rows:
+        print(f"| {n} | {res.shapes_done} | {res.rows_written} ({res.rows_valid}) | {res.rows_written / total:.2f} | "
+              f"{res.rows_written / max(total - start, 1e-9):.2f} | {start:.1f} | {total:.1f} | {len(res.lost)} |")
     return 0
 
 

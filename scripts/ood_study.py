@@ -147,6 +147,7 @@ def main(argv=None) -> int:
                     pool=list(pred.configs), configs_per_shape=len(pred.configs), seed=args.seed, progress=True)
     frames = [load(d)[0] for d in (measure_dir, eval_dir) if d.is_dir()]
     if frames:
+        from costlearn.metrics import geomean_regret
         res = score(pred.artifact, pd.concat(frames, ignore_index=True))
         per = res.per_shape
         lines += ["", f"Measured regret on {pred.spec.name} (every fitting candidate measured per shape; noise "
@@ -157,7 +158,7 @@ def main(argv=None) -> int:
             for flag, sub in per[per["model"] == model].groupby("ood"):
                 r = sub["top1_regret"].to_numpy(np.float64)
                 lines.append(f"| {model} | {len(sub)} | {'yes' if flag else 'no'} | {_pct(r.mean())} | "
-                             f"{_pct(float(np.exp(np.log1p(r).mean()) - 1))} | {_pct(float(np.quantile(r, .9)))} | "
+                             f"{_pct(geomean_regret(r))} | {_pct(float(np.quantile(r, .9)))} | "
                              f"{_pct(r.max())} | {_pct(sub['top5_regret'].mean())} |")
         flagged = per[(per["model"] == res.model) & per["ood"]]
         if len(flagged):

@@ -40,7 +40,7 @@ def test_import_without_cupy_or_pyopencl():
 
 
 @pytest.mark.parametrize("argv, says", [
-    (["predict", "1", "2", "3", "4"], "left over"),
+    (["predict", "1", "2", "3", "4"], "shapes '1 2 3 4': 1 number(s) left over"),
     (["train", "--data", "/nonexistent/costlearn"], "no such folder"),
     (["compact", "/nonexistent/costlearn"], "does not exist"),
     (["space", "--preset", ""], "unknown device preset"),
@@ -196,6 +196,7 @@ def test_commands_that_read_a_model_default_to_this_machines_and_say_when_it_is_
     assert main(["predict", "1", "64", "64", "--models", str(store)]) == 0
     cap = capsys.readouterr()
     assert "gemm model dev-b" in cap.out and "another device" not in cap.err
+    assert f"model: {store / 'dev-b' / 'gemm' / 'float32'}" in cap.err         # which store it came from
     assert main(["predict", "1", "64", "64", "--models", str(store), "--model", "dev-a"]) == 0
     assert "the dev-a model was trained on another device than this machine's (Device dev-b" in capsys.readouterr().err
     _record_local(monkeypatch, tmp_path, "dev-c")                # not in the store, two models: name them

@@ -92,8 +92,8 @@ def test_a_second_candidate_pool_in_one_folder_is_reported(tmp_path):
 
 def _replay_setup(dataset_dir, dataset_rows, n_shapes):
     from costlearn.families.gemm import GemmConfig
-    shapes = [tuple(int(x) for x in s)
-              for s in dataset_rows[["m", "n", "k"]].drop_duplicates().iloc[:n_shapes].to_numpy()]
+    counts = dataset_rows.groupby(["m", "n", "k"]).size().sort_values(ascending=False, kind="stable")
+    shapes = [tuple(int(x) for x in s) for s in counts.index[:n_shapes]]          # shapes with many configs
     on = dataset_rows.set_index(["m", "n", "k"]).loc[shapes]
     common = set.intersection(*(set(g["config_id"]) for _, g in on.groupby(level=[0, 1, 2])))
     pool = [GemmConfig.from_id(c) for c in sorted(common)[:6]]             # measured on every shape

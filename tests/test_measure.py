@@ -50,7 +50,7 @@ def test_interleaved_rounds_cancel_clock_drift():
 def test_sequential_schedule_is_biased_by_drift():
     """The control above matters: timing A fully before B misreads them."""
     ws = DriftingWorkspace(ramp=20)
-    p = Protocol(rounds=9, warmup_launches=0, min_sample_us=100.0)
+    p = Protocol(rounds=9, warmup_launches=0, min_sample_us=100.0, target_rse=0)    # fixed rounds
     ta = measure_shape(ws, _kernels(A), p)[0]["time_us"]
     tb = measure_shape(ws, _kernels(B), p)[0]["time_us"]
     assert abs(ta / tb - 1) > 0.05
@@ -137,3 +137,85 @@ def test_rotation_covers_twice_the_cache():
     assert rotation_sets(1 << 20, 50 << 20) == 101
     assert rotation_sets(10 << 20, 50 << 20) == 11
     assert rotation_sets(1 << 30, 50 << 20) == 1
+
+
+class NoisyWorkspace:
+    """Each config has a true time and multiplicative noise of its own
+    relative size (a seeded lognormal), so stopping rules are pinned without
+    a real device."""
+
+    def __init__(self, true_us: dict, noise: dict, seed=0):
+        self.true_us, self.noise = true_us, noise
+        self.rng = np.random.default_rng(seed)
+        self.calls: dict = {}
+
+    def verify(self, kern):
+        return True, 0.0
+
+    def sample(self, kern, n):
+        cid = kern.config.config_id
+        self.calls[cid] = self.calls.get(cid, 0) + 1
+        return n * self.true_us[cid] * float(np.exp(self.rng.normal(0, self.noise[cid])))
+
+
+def test_median_rse_is_the_robust_standard_error_of_the_median():
+    from costlearn.measure import median_rse
+    rng = np.random.default_rng(1)
+    x = 100 * (1 + 0.05 * rng.standard_normal(400))
+    # sqrt(pi/2) * sigma / sqrt(n) / median, sigma = 5 %
+    assert median_rse(x) == pytest.approx(math.sqrt(math.pi / 2) * 0.05 / 20, rel=0.15)
+    assert median_rse([1.0, 1.0]) == math.inf                   # too few samples to judge
+    # Five samples of 5 % noise whose middle three agree: a MAD-based error
+    # would call this 0.1 % and stop; the standard deviation does not.
+    assert median_rse([95.0, 99.9, 100.0, 100.1, 105.0]) > 0.01
+
+
+def test_sampling_stops_at_the_target_or_at_the_cap_and_says_which():
+    quiet, loud = A.config_id, B.config_id
+    ws = NoisyWorkspace({quiet: 100.0, loud: 100.0}, {quiet: 0.001, loud: 0.30})
+    p = Protocol(rounds=5, target_rse=0.01, max_rounds=25, warmup_launches=0, min_sample_us=100.0)
+    rq, rl = measure_shape(ws, _kernels(A, B), p)
+    assert rq["stop_reason"] == "target" and rq["n_samples"] == 5 and rq["rse"] <= 0.01
+    assert rl["stop_reason"] == "cap" and rl["n_samples"] == 25 and rl["rse"] > 0.01
+    assert len(__import__("json").loads(rl["samples_us"])) == 25
+    ws = NoisyWorkspace({quiet: 100.0, loud: 100.0}, {quiet: 0.001, loud: 0.30})
+    capped = measure_shape(ws, _kernels(B), Protocol(rounds=5, max_rounds=25, cap_us=800.0, min_sample_us=100.0,
+                                                      warmup_launches=0))[0]
+    assert capped["stop_reason"] == "cap" and capped["n_samples"] == 8           # 8 samples of 100 us: the time cap
+    fixed = measure_shape(NoisyWorkspace({loud: 100.0}, {loud: 0.3}), _kernels(B),
+                          Protocol(rounds=7, target_rse=0, warmup_launches=0))[0]
+    assert fixed["stop_reason"] == "fixed" and fixed["n_samples"] == 7
+
+
+def test_candidates_whose_intervals_overlap_are_a_tie_not_a_ranking():
+    C = TileConfig(16, 16, 8, 2, 2)
+    ws = NoisyWorkspace({A.config_id: 100.0, B.config_id: 101.0, C.config_id: 200.0},
+                        {A.config_id: 0.05, B.config_id: 0.05, C.config_id: 0.01})
+    ra, rb, rc = measure_shape(ws, _kernels(A, B, C), Protocol(rounds=5, max_rounds=10, warmup_launches=0))
+    assert ra["tied_best"] and rb["tied_best"] and not rc["tied_best"]
+
+
+def test_filter_then_measure_keeps_timing_until_the_winner_is_separated():
+    C = TileConfig(16, 16, 8, 2, 2)
+    true = {A.config_id: 100.0, B.config_id: 102.0, C.config_id: 300.0}
+    noise = {A.config_id: 0.03, B.config_id: 0.03, C.config_id: 0.03}
+    p = Protocol(rounds=5, max_rounds=200, warmup_launches=0)
+    ws = NoisyWorkspace(true, noise, seed=1)
+    ra, rb, rc = measure_shape(ws, _kernels(A, B, C), p, until="separated")
+    assert ra["stop_reason"] == rb["stop_reason"] == "separated" and not ra["tied_best"]
+    assert rc["n_samples"] < rb["n_samples"]                     # the far one stopped early
+    assert ws.calls[A.config_id] == ra["n_samples"] + 1             # + the one-launch estimate
+    # 100 vs 100.5 us at 3 % noise cannot be separated in 12 rounds: a tie at the cap.
+    true[B.config_id] = 100.5
+    ra, rb, _ = measure_shape(NoisyWorkspace(true, noise, seed=3), _kernels(A, B, C),
+                              Protocol(rounds=5, max_rounds=12, warmup_launches=0), until="separated")
+    assert ra["stop_reason"] == "cap" and ra["tied_best"] and rb["tied_best"]
+
+
+def test_protocol_refuses_caps_below_its_minimum():
+    with pytest.raises(ValueError, match="max_rounds=3 is below rounds=5"):
+        Protocol(rounds=5, max_rounds=3)
+    with pytest.raises(ValueError, match="target_rse"):
+        Protocol(target_rse=1.5)
+    with pytest.raises(ValueError, match="until="):
+        measure_shape(NoisyWorkspace({}, {}), [], Protocol(), until="forever")

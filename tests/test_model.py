@@ -178,14 +178,12 @@ def test_unknown_objective_lists_the_known_ones():
 
 
 def test_committed_booster_is_served_byte_identical_and_its_scorer_matches_it(model_dir):
-    """The restructure moved the committed model without retraining: its
-    model.ubj is the file the sidecar names, and the exported scorer's
-    margins equal XGBoost's to float32 rounding."""
+    """The committed model's model.ubj is the file the sidecar names, and the
+    exported scorer's margins equal XGBoost's to float32 rounding."""
     from costlearn.util import sha256_file
     art = artifact.load(model_dir)
     side = art.sidecar
     assert side["model_state"]["files"]["model.ubj"] == sha256_file(model_dir / "model.ubj")
-    assert side["migrated"]["from_schema"] == 2
     booster = art.model().booster_
     f = art.candidate_features()
     for m, n, k in [(1, 64, 64), (300, 200, 100), (1000, 1000, 1000)]:

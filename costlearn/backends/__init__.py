@@ -17,7 +17,9 @@ BACKENDS = Registry("backend", {
     "cuda": "costlearn.backends.cuda:CudaBackend",
     "opencl": "costlearn.backends.opencl:OpenCLBackend",
     "replay": "costlearn.backends.replay:ReplayBackend",
-}, hints={"cuda": "pip install 'costlearn[cuda]'  (CuPy for your CUDA version, e.g. cupy-cuda12x)",
+    "triton": "costlearn.backends.triton:TritonBackend",
+}, hints={"triton": "pip install 'costlearn[triton]'  (PyTorch with CUDA and Triton, on an NVIDIA GPU machine)",
+          "cuda": "pip install 'costlearn[cuda]'  (CuPy for your CUDA version, e.g. cupy-cuda12x)",
           "opencl": "pip install 'pyopencl[pocl]'  (PoCL provides a CPU OpenCL device)"},
     unavailable=BackendUnavailable)
 """Registered backends (``auto`` picks cuda, else opencl)."""

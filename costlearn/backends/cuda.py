@@ -16,7 +16,7 @@ except ImportError as _e:  # pragma: no cover - exercised only without CuPy
 
 from ..device import DeviceSpec
 from .base import Backend, CompiledKernel, DeviceWorkspace, HostProblem
-from .nvml import smi_clocks, throttle_fields
+from .nvml import ClockReader
 
 __all__ = ["CudaBackend", "FP32_LANES_PER_SM"]
 
@@ -59,13 +59,7 @@ class CudaBackend(Backend):
         self.props = cp.cuda.runtime.getDeviceProperties(device_index)
         self._spec = None
         self._overhead_us = None
-        self._nvml = None
-        try:
-            import pynvml
-            pynvml.nvmlInit()
-            self._nvml = (pynvml, pynvml.nvmlDeviceGetHandleByIndex(device_index))
-        except Exception:  # NVML is optional: clocks are then not recorded
-            self._nvml = None
+        self._clocks = ClockReader(device_index)
 
     @property
     def spec(self) -> DeviceSpec:
@@ -108,22 +102,9 @@ class CudaBackend(Backend):
                     library_version=f"cupy {cp.__version__}", host=platform.node())
 
     def clocks(self) -> dict:
-        """SM and memory clocks (MHz), temperature (C) and active throttle
-        reasons, read through NVML (``pynvml``) or, without it, one
-        ``nvidia-smi --query-gpu`` call; read only, nothing is set. Throttle
-        reasons other than idle and application-clock settings mark the rows
-        ``throttled``."""
-        if self._nvml is not None:
-            nv, h = self._nvml
-            try:
-                out = dict(sm_clock_mhz=float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
-                           mem_clock_mhz=float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),
-                           temperature_c=float(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)))
-                mask = int(nv.nvmlDeviceGetCurrentClocksThrottleReasons(h))
-                return dict(out, **throttle_fields(mask))
-            except Exception:  # a failed NVML read leaves the clock columns NaN
-                return {}
-        return smi_clocks(self.index)
+        """Clocks, temperature and throttle reasons now
+        (:class:`costlearn.backends.nvml.ClockReader`); read only."""
+        return self._clocks.read()
 
     def launch_overhead_us(self) -> float:
         if self._overhead_us is None:

@@ -3,7 +3,7 @@
 Importable without CuPy."""
 from __future__ import annotations
 
-__all__ = ["throttle_fields", "smi_clocks"]
+__all__ = ["throttle_fields", "smi_clocks", "ClockReader"]
 
 # NVML clocks-throttle-reason bits that slow a running kernel (nvml.h,
 # nvmlClocksThrottleReason*). Idle (0x1), application-clock settings (0x2),
@@ -36,3 +36,43 @@ def smi_clocks(index: int) -> dict:
                     **throttle_fields(int(mask, 16)))
     except (OSError, ValueError, subprocess.SubprocessError):
         return {}
+
+
+class ClockReader:
+    """Reads one GPU's SM and memory clocks (MHz), temperature (C) and active
+    throttle reasons, through NVML (``pynvml``) where installed, else one
+    ``nvidia-smi --query-gpu`` call per read; read only, nothing is set.
+    Throttle reasons other than idle and application-clock settings mark the
+    rows ``throttled``.
+
+    Parameters
+    ----------
+    index : int
+        The GPU's ordinal.
+    """
+
+    def __init__(self, index: int):
+        self.index = int(index)
+        self._nvml = None
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            self._nvml = (pynvml, pynvml.nvmlDeviceGetHandleByIndex(self.index))
+        except Exception:  # NVML is optional: nvidia-smi, else no clocks
+            self._nvml = None
+
+    def read(self) -> dict:
+        """The clock columns (``sm_clock_mhz``, ``mem_clock_mhz``,
+        ``temperature_c``, ``throttled``, ``throttle_reasons``) now; empty
+        when nothing can be read."""
+        if self._nvml is not None:
+            nv, h = self._nvml
+            try:
+                out = dict(sm_clock_mhz=float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM)),
+                           mem_clock_mhz=float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)),
+                           temperature_c=float(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU)))
+                mask = int(nv.nvmlDeviceGetCurrentClocksThrottleReasons(h))
+                return dict(out, **throttle_fields(mask))
+            except Exception:  # a failed NVML read leaves the clock columns NaN
+                return {}
+        return smi_clocks(self.index)

@@ -9,6 +9,73 @@ import time
 
 import numpy as np
 
+
+def _allowed_cpus() -> list[int]:
+    """The CPUs this process may run on (its affinity mask), sorted."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):          # not Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def pocl_settings(environ=None) -> dict:
+    """The PoCL CPU-device settings costlearn measures under, from
+    ``environ`` (``os.environ``), each a user's own value where set:
+
+    - ``POCL_MAX_PTHREAD_COUNT``: worker threads; default one fewer than the
+      CPUs this process may use (at least 1), so the host thread, which
+      launches and times the kernels, has a core of its own instead of
+      sharing one with a worker (with two workers on two cores the same
+      config varied by about ±25 % from call to call, with one by about ±3 %).
+    - ``POCL_AFFINITY``: ``1`` pins worker i to CPU i (PoCL's pthread device;
+      PoCL docs, "Tuning pocl behavior with ENV variables"); default ``1``
+      when the process may use CPUs 0..n-1, else ``0``.
+    - ``host_cpu``: the CPU the host thread is pinned to while it measures
+      (the last allowed CPU no worker is pinned to), or None.
+
+    The result is part of the device's identity: ``DeviceSpec.extra
+    ["settings"]``, the ``device_settings`` column, and the worker count in
+    the device's slug (``ocl-...-1w``).
+
+    Returns
+    -------
+    dict with keys ``POCL_MAX_PTHREAD_COUNT`` (int), ``POCL_AFFINITY`` (str)
+    and ``host_cpu`` (int or None).
+
+    Raises
+    ------
+    ValueError
+        If ``POCL_MAX_PTHREAD_COUNT`` is set to something other than a
+        positive integer.
+    """
+    env = os.environ if environ is None else environ
+    cpus = _allowed_cpus()
+    raw = env.get("POCL_MAX_PTHREAD_COUNT", "")
+    if raw.strip():
+        try:
+            workers = int(raw)
+        except ValueError:
+            workers = 0
+        if workers < 1:
+            raise ValueError(f"POCL_MAX_PTHREAD_COUNT={raw!r}; must be a positive integer (worker threads)")
+    else:
+        workers = max(1, len(cpus) - 1)
+    contiguous = cpus == list(range(len(cpus)))
+    affinity = env.get("POCL_AFFINITY", "").strip() or ("1" if contiguous else "0")
+    free = [c for c in cpus if affinity != "1" or c >= workers]
+    host = free[-1] if affinity == "1" and free and workers < len(cpus) else None
+    return {"POCL_MAX_PTHREAD_COUNT": workers, "POCL_AFFINITY": affinity, "host_cpu": host}
+
+
+# PoCL reads its settings when it initialises, at the first OpenCL call of
+# the process: set them before pyopencl is imported here.
+SETTINGS = pocl_settings()
+"""The settings this process's PoCL was started with (:func:`pocl_settings`);
+a process that made an OpenCL call before importing this module keeps the
+settings it had (the backend then reports the worker count PoCL uses)."""
+for _k in ("POCL_MAX_PTHREAD_COUNT", "POCL_AFFINITY"):
+    os.environ.setdefault(_k, str(SETTINGS[_k]))
+
 try:
     import pyopencl as cl
 except ImportError as _e:  # pragma: no cover - exercised only without pyopencl
@@ -17,7 +84,7 @@ except ImportError as _e:  # pragma: no cover - exercised only without pyopencl
 from ..device import DeviceSpec
 from .base import Backend, CompiledKernel, DeviceWorkspace, HostProblem
 
-__all__ = ["OpenCLBackend"]
+__all__ = ["OpenCLBackend", "pocl_settings", "SETTINGS"]
 
 _PROBE_SRC = """
 __kernel void probe(__global float* x) { }
@@ -127,12 +194,25 @@ class OpenCLBackend(Backend):
                 device_type="cpu" if is_cpu else ("gpu" if d.type & cl.device_type.GPU else "accelerator"),
                 source=("queried: OpenCL device info; peak = compute units x max clock x native "
                         "float vector width x 2; bandwidth measured by a 64 MiB copy kernel"),
+                extra=dict(settings=self.settings) if is_cpu else {},
             )
         return self._spec
 
+    @property
+    def settings(self) -> dict:
+        """The settings this device is measured under (CPU devices):
+        :data:`SETTINGS` with the worker count PoCL reports using (its
+        compute units), which differs from the one asked for when PoCL was
+        started before this module set it."""
+        workers = int(self.device.max_compute_units)
+        host = SETTINGS["host_cpu"] if workers == SETTINGS["POCL_MAX_PTHREAD_COUNT"] else None
+        return dict(SETTINGS, POCL_MAX_PTHREAD_COUNT=workers, host_cpu=host)
+
     def provenance(self) -> dict:
         d = self.device
-        return dict(device_name=d.name.strip(), device_slug=self.spec.slug, api="opencl",
+        import json
+        settings = json.dumps(self.settings, sort_keys=True) if d.type & cl.device_type.CPU else ""
+        return dict(device_settings=settings, device_name=d.name.strip(), device_slug=self.spec.slug, api="opencl",
                     compute_capability=d.opencl_c_version, device_version=d.version,
                     multiprocessors=int(d.max_compute_units), driver_version=d.driver_version,
                     runtime_version=d.platform.version, library_version=f"pyopencl {cl.VERSION_TEXT}",
@@ -204,6 +284,16 @@ class _OpenCLWorkspace(DeviceWorkspace):
     def __init__(self, be: OpenCLBackend, prob: HostProblem):
         super().__init__(prob)
         self.be = be
+        # The host thread (the one that launches and waits) runs on its own
+        # CPU while this workspace measures: pinned to SETTINGS["host_cpu"].
+        self._affinity = None
+        host = be.settings.get("host_cpu") if be.device.type & cl.device_type.CPU else None
+        if host is not None:
+            try:
+                self._affinity = os.sched_getaffinity(0)
+                os.sched_setaffinity(0, {host})
+            except (AttributeError, OSError):
+                self._affinity = None
         mf = cl.mem_flags
         self.a = [cl.Buffer(be.ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x) for x in prob.a_sets]
         self.b = [cl.Buffer(be.ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x) for x in prob.b_sets]
@@ -237,6 +327,12 @@ class _OpenCLWorkspace(DeviceWorkspace):
         for buf in self.a + self.b + [self.c]:
             buf.release()
         self.a, self.b = [], []
+        if self._affinity is not None:
+            try:
+                os.sched_setaffinity(0, self._affinity)
+            except OSError:
+                pass
+            self._affinity = None
 
 
 OpenCLBackend._workspace_cls = _OpenCLWorkspace

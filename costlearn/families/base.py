@@ -117,8 +117,13 @@ class KernelFamily(abc.ABC):
     param_feature_names : tuple of str
         Columns of :meth:`param_features` (the raw parameters as numbers).
     template_hash : str
-        Short hash of the kernel source (or of what the kernel's behaviour
-        depends on), recorded with every measurement and model.
+        Short hash of the kernel source costlearn generates and measures (or
+        of what the kernel's behaviour depends on), recorded with every
+        measurement and model.
+    imported_template_hash : str
+        The ``template_hash`` of rows imported from another tool's logs
+        (:mod:`costlearn.interop`), whose kernel is that tool's; the same as
+        ``template_hash`` unless the family says otherwise.
     """
 
     name: str = ""
@@ -129,6 +134,13 @@ class KernelFamily(abc.ABC):
     values: dict = {}
     param_feature_names: tuple = ()
     template_hash: str = ""
+    imported_template_hash: str = ""
+
+    @property
+    def template_hashes(self) -> tuple:
+        """The kernel templates whose rows are current: the family's own, and
+        that of imported rows where it differs."""
+        return tuple(dict.fromkeys(h for h in (self.template_hash, self.imported_template_hash or self.template_hash)))
 
     @abc.abstractmethod
     def all_configs(self) -> list:

@@ -237,7 +237,7 @@ def import_measurements(fmt: str, path, measurements, skipped, spec: DeviceSpec,
                 library_version="", host=host, costlearn_version=__version__, schema_version=SCHEMA_VERSION,
                 run_id=f"import-{sha[:12]}", timestamp=stamp, protocol_version=IMPORTED_PROTOCOL,
                 distribution="", density=math.nan, rounds=0, source_format=fmt, source_file=path.name,
-                source_sha256=sha)
+                source_sha256=sha, session_id=f"import-{sha[:12]}", device_settings="")
     nan = math.nan
     described: dict = {}
     rows = []
@@ -257,8 +257,9 @@ def import_measurements(fmt: str, path, measurements, skipped, spec: DeviceSpec,
             time_us=ms_.time_us if ok else nan, time_us_p20=ms_.time_us if ok else nan,
             time_us_p80=ms_.time_us if ok else nan, n_samples=1 if ok else 0, launches_per_sample=1,
             below_overhead=False, max_abs_err=nan, overhead_us=nan, compile_s=nan, repeat_time_us=nan,
-            rotation_sets=0, sm_clock_mhz=nan, mem_clock_mhz=nan, temperature_c=nan, throttled=False,
-            throttle_reasons="", template_hash=fam.template_hash, source_line=ms_.line, **prov))
+            rotation_sets=0, rse=nan, stop_reason="", tied_best=False, samples_us="", sm_clock_mhz=nan, mem_clock_mhz=nan, temperature_c=nan, throttled=False,
+            throttle_reasons="", template_hash=fam.imported_template_hash or fam.template_hash,
+            source_line=ms_.line, **prov))
     rep.part = write_part(rows, folder)
     rep.rows_added = len(rows)
     rep.failed = sum(r["status"] == FAILED for r in rows)
