@@ -50,6 +50,14 @@ _positive_float = _number(float, 0, True, "a finite number")
 _nonneg_float = _number(float, 0, False, "a finite number")
 
 
+def _rse_target(text: str) -> float:
+    """argparse type of --target-rse: a fraction in [0, 1)."""
+    v = _nonneg_float(text)
+    if v >= 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be a fraction in [0, 1) (0.01 is 1 %; 0: fixed rounds)")
+    return v
+
+
 def _backend_name(name: str, family: str | None = None) -> str:
     """The backend ``--device`` names; ``auto`` for the ``triton_mm`` family
     is the ``triton`` backend (the only one that runs it)."""
@@ -103,7 +111,7 @@ def _add_measure_args(p, data: str = "data"):
     p.add_argument("--data", default=data, help=f"dataset root; rows go to <data>/<device>/ (default: {data})")
     p.add_argument("--rounds", type=_positive_int, default=5,
                    help="interleaved timing rounds every candidate gets (default: 5)")
-    p.add_argument("--target-rse", type=_nonneg_float, default=0.01,
+    p.add_argument("--target-rse", type=_rse_target, default=0.01,
                    help="a candidate is timed in further rounds until the relative standard error of its median "
                    "is at most this, or --max-rounds is reached; 0: exactly --rounds (default: 0.01)")
     p.add_argument("--max-rounds", type=_positive_int, default=30,
@@ -768,6 +776,8 @@ def cmd_features(args) -> int:
     else:
         with pd.option_context("display.max_columns", 12, "display.width", 160):
             print(table.head(args.rows).to_string(index=False))
+            if len(table) > args.rows:
+                print(f"(the first {args.rows} of {len(table)} configs; --rows N for more, --csv FILE for all)")
     return 0
 
 

@@ -3,7 +3,7 @@ an H200, time-boxed, into files under ``$OUT``.
 
     python scripts/h200_triton_collect.py --out "$OUT" [--budget 480] [--dry-run]
 
-Plan (fixed by ``--seed``): an Inductor-like list of :data:`CONFIGS` (35
+Plan (fixed by ``--seed``): an Inductor-like list of :data:`CONFIGS` (46
 Triton configs) plus the vendor call, on problems of batch 1 to 8192 per
 side: LLM projection shapes (M in {1, 16, 128, 2048} x (N, K) of 4096-,
 11008- and 14336-wide layers), skinny, small and square ones, and
@@ -36,9 +36,15 @@ CONFIGS = [
     (128, 128, 32, 8, 4), (128, 128, 64, 4, 3), (128, 128, 64, 8, 3), (128, 256, 32, 8, 3),
     (128, 256, 64, 8, 3), (256, 64, 32, 4, 3), (256, 64, 64, 8, 3), (256, 128, 32, 8, 3),
     (256, 128, 64, 8, 3), (64, 64, 64, 2, 5),
+    # BLOCK_N = 16 and BLOCK_K = 16: the only tiles the family ranks for N < 16 or K < 16.
+    (16, 16, 64, 1, 3), (16, 16, 128, 2, 3), (32, 16, 64, 2, 3), (64, 16, 64, 4, 3), (128, 16, 64, 4, 3),
+    (256, 16, 64, 8, 3), (16, 16, 16, 1, 2), (64, 64, 16, 4, 2), (128, 128, 16, 4, 2), (16, 128, 16, 2, 2),
+    (128, 16, 16, 4, 2),
 ]
-"""The Triton configs measured (GROUP_M 8, as Inductor); seven have
-BLOCK_M = 16, the only block tile the family ranks for M < 32."""
+"""The Triton configs measured (GROUP_M 8, as Inductor). Seven have
+BLOCK_M = 16, the only block tile the family ranks for M < 16 (a tile is
+ranked up to the extent's next power of two, at least 16); eleven more have
+BLOCK_N or BLOCK_K = 16 for N < 16 or K < 16."""
 
 LLM_NK = [(4096, 4096), (11008, 4096), (4096, 11008), (14336, 4096), (4096, 14336)]
 
@@ -81,10 +87,18 @@ def main(argv=None) -> int:
         from costlearn.space import check_config
         spec = preset("h200")
         feas = [sum(check_config(c, spec, problem=Problem(*p)) is None for c in configs) for p in problems]
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "plan.json").write_text(json.dumps([dict(m=p[0], n=p[1], k=p[2], dtype=p[3], layout=p[4],
+                                                        feasible=f) for p, f in zip(problems, feas)], indent=0))
         print(json.dumps(dict(problems=len(problems), shapes=len({p[:3] for p in problems}),
                               by_dtype_layout=Counter(f"{p[3]}/{p[4]}" for p in problems),
-                              configs=len(configs), feasible_per_problem_median=sorted(feas)[len(feas) // 2]),
-                         indent=1, default=str))
+                              triton_configs=len(configs) - 1, plus="the vendor call (torch.mm)",
+                              feasible_per_problem=dict(min=min(feas), median=sorted(feas)[len(feas) // 2],
+                                                        max=max(feas)),
+                              problems_with_only_the_vendor_call=sum(f <= 1 for f in feas),
+                              problems_with_fewer_than_4_triton_configs=sum(f - 1 < 4 for f in feas),
+                              plan=str(out / "plan.json")), indent=1, default=str))
         return 0
     from costlearn.backends import get_backend
     from costlearn.collect import collect

@@ -53,12 +53,14 @@ def test_cli_errors_are_one_line_and_exit_2(capsys, argv, says):
 
 @pytest.mark.parametrize("argv", [["collect", "--budget", "nan"], ["collect", "--budget", "inf"],
                                   ["collect", "--pool", "0"], ["evaluate", "--shapes", "-1"],
-                                  ["predict", "1", "1", "1", "--top-k", "0"]])
+                                  ["predict", "1", "1", "1", "--top-k", "0"], ["collect", "--target-rse", "1.5"],
+                                  ["collect", "--max-rounds", "0"], ["recheck", "--shapes", "0"]])
 def test_cli_refuses_bad_numbers_before_doing_anything(capsys, argv):
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code == 2
-    assert argv[-1] in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert argv[-1] in err and f"argument {argv[-2]}" in err            # named by the flag the user typed
 
 
 def test_predict_checks_every_triple_before_printing(capsys, model_dir):
