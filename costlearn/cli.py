@@ -58,15 +58,11 @@ def _rse_target(text: str) -> float:
     return v
 
 
-def _backend_name(name: str, family: str | None = None) -> str:
-    """The backend ``--device`` names; ``auto`` for the ``triton_mm`` family
-    is the ``triton`` backend (the only one that runs it)."""
-    return "triton" if name == "auto" and family == "triton_mm" else name
-
-
 def _backend(name: str, family: str | None = None):
+    """The backend ``--device`` names (``auto``: the first available that
+    measures ``family``, :data:`costlearn.backends.AUTO_ORDER`)."""
     from .backends import get_backend
-    return get_backend(_backend_name(name, family))
+    return get_backend(name, family=family or "gemm")
 
 
 def _check_family_dtype(args) -> None:
@@ -320,7 +316,8 @@ def fleet_collect_stage(address, workers, device: str, data_root, *, family: str
     for that device (:func:`costlearn.fleet.collect_fleet`); print the same
     summary and what the fleet lost. Returns (dataset folder, FleetResult)."""
     from .fleet import collect_fleet, start_fleet
-    backend = _backend_name(device, family)
+    from .backends import auto_name
+    backend = auto_name(family) if device == "auto" else device
     with start_fleet(backend, workers=workers, address=address) as fleet:
         spec = fleet.spec
         bounds, out, pool = _collection_defaults(spec, data_root, pool, max_extent, max_flops)

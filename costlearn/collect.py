@@ -36,7 +36,8 @@ from .space import check_config, enumerate_space
 from .util import atomic_write, check_int, check_real
 
 __all__ = ["CollectResult", "CollectionInterrupted", "collect", "rows_for", "measure_rows", "candidate_pool", "shape_configs",
-           "SESSION_ID", "record_pool", "write_device_json", "dataset_summary"]
+           "SESSION_ID", "record_pool", "write_device_json", "dataset_summary", "measurement_key",
+           "open_collection"]
 
 
 @dataclass
@@ -293,6 +294,36 @@ def shape_configs(pool: list, spec, problem: Problem, seed: int, configs_per_sha
     return [feasible[i] for i in sorted(order)], rng
 
 
+def measurement_key(slug: str, family, dtype: str, layout: str, shape, config_id: str, protocol: Protocol) -> tuple:
+    """The :data:`costlearn.dataset.KEY_COLUMNS` tuple of one measurement
+    (``family`` a KernelFamily): what a resumed collection skips."""
+    return (slug, family.name, dtype, layout, *shape, config_id, family.template_hash, protocol.version,
+            protocol.distribution, float(protocol.density))
+
+
+def open_collection(out_dir, spec, family, dtype: str, seed: int, pool, pool_size: int):
+    """Prepare ``out_dir`` for a collection on ``spec``: its ``device.json``
+    (:func:`write_device_json`), the keys already measured there, the
+    candidate pool (``pool``, else :func:`candidate_pool` of ``pool_size``)
+    and the other pools recorded in the folder (:func:`record_pool`).
+
+    Returns
+    -------
+    (Path, set of tuple, list of configs, list of dict)
+
+    Raises
+    ------
+    costlearn.dataset.DatasetError
+        If the folder exists but is not a dataset folder.
+    """
+    out_dir = Path(out_dir)
+    write_device_json(spec, out_dir)
+    existing, _ = load(out_dir) if out_dir.exists() else (None, None)
+    done = measured_keys(existing) if existing is not None else set()
+    pool = list(pool) if pool is not None else candidate_pool(spec, family.name, dtype, pool_size, seed)
+    return out_dir, done, pool, record_pool(out_dir, family.name, dtype, seed, pool)
+
+
 def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str = "gemm", dtype: str = "float32",
             layout: str = "NN", pool_size: int = 64, configs_per_shape: int = 48,
             bounds: ShapeBounds | None = None, protocol: Protocol | None = None, seed: int = 0,
@@ -362,13 +393,8 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
     spec = backend.spec
     if bounds is None:
         bounds = ShapeBounds.for_device(spec.device_type == "cpu")
-    out_dir = Path(out_dir)
-    write_device_json(spec, out_dir)
+    out_dir, done, pool, other_pools = open_collection(out_dir, spec, fam, dtype, seed, pool, pool_size)
     prov = backend.provenance()
-    existing, _ = load(out_dir) if out_dir.exists() else (None, None)
-    done = measured_keys(existing) if existing is not None else set()
-    pool = list(pool) if pool is not None else candidate_pool(spec, fam.name, dtype, pool_size, seed)
-    other_pools = record_pool(out_dir, fam.name, dtype, seed, pool)
     rng = np.random.default_rng([seed, 2])
     if shapes is None:
         shape_iter = iter_shapes(bounds, rng)
@@ -407,8 +433,7 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
             problem = Problem(m, n, k, dtype, layout)
             chosen, sub_rng = shape_configs(pool, spec, problem, seed, configs_per_shape)
             todo = [c for c in chosen
-                    if (spec.slug, fam.name, dtype, layout, m, n, k, c.config_id, fam.template_hash,
-                        protocol.version, protocol.distribution, float(protocol.density)) not in done]
+                    if measurement_key(spec.slug, fam, dtype, layout, shape, c.config_id, protocol) not in done]
             res.skipped += len(chosen) - len(todo)
             if not todo:
                 continue
@@ -446,8 +471,7 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
                 res.parts.append(write_part(rows, out_dir))
             written.extend(rows)
             for r in rows:
-                done.add((spec.slug, fam.name, dtype, layout, m, n, k, r["config_id"], fam.template_hash,
-                          protocol.version, protocol.distribution, float(protocol.density)))
+                done.add(measurement_key(spec.slug, fam, dtype, layout, shape, r["config_id"], protocol))
                 if r["status"] == "ok":
                     res.rows_valid += 1
                     spreads.append((r["time_us_p80"] - r["time_us_p20"]) / r["time_us"])

@@ -144,6 +144,16 @@ class DeviceSpec:
         (``extra["settings"]``: PoCL's thread pinning) time differently.
         Measured figures (the OpenCL bandwidth) vary run to run and are not
         compared.
+
+        Returns
+        -------
+        list of str
+            One entry per differing field, this device's value first.
+
+        Raises
+        ------
+        TypeError
+            If ``other`` is not a DeviceSpec.
         """
         check_instance("other", other, DeviceSpec, "a DeviceSpec")
         out = [f"{f} {getattr(self, f)!r} != {getattr(other, f)!r}" for f in IDENTITY_FIELDS

@@ -41,12 +41,11 @@ from . import __version__
 from .collect import (
     CollectionInterrupted,
     CollectResult,
-    candidate_pool,
     measure_rows,
-    record_pool,
+    measurement_key,
+    open_collection,
     rows_for,
     shape_configs,
-    write_device_json,
 )
 from .registry import Unavailable
 
@@ -506,7 +505,7 @@ def collect_fleet(fleet: Fleet, out_dir, *, budget_s: float = 180.0, family: str
     costlearn.collect.CollectionInterrupted
         On Ctrl-C (every problem finished before it is on disk).
     """
-    from .dataset import load, measured_keys, noise_floor, write_part
+    from .dataset import noise_floor, write_part
     from .families import get_family
     from .measure import DeviceLost, Protocol
     from .problem import Problem
@@ -532,20 +531,14 @@ def collect_fleet(fleet: Fleet, out_dir, *, budget_s: float = 180.0, family: str
     spec = fleet.spec
     if bounds is None:
         bounds = ShapeBounds.for_device(spec.device_type == "cpu")
-    out_dir = Path(out_dir)
-    write_device_json(spec, out_dir)
-    existing = load(out_dir)[0] if out_dir.exists() else None
-    done = measured_keys(existing) if existing is not None else set()
-    pool = list(pool) if pool is not None else candidate_pool(spec, fam.name, dtype, pool_size, seed)
+    out_dir, done, pool, other_pools = open_collection(out_dir, spec, fam, dtype, seed, pool, pool_size)
     pool_ids = [c.config_id for c in pool]
-    res = FleetResult(other_pools=record_pool(out_dir, fam.name, dtype, seed, pool), budget_s=budget_s,
-                      folder=out_dir, target_rse=protocol.target_rse)
+    res = FleetResult(other_pools=other_pools, budget_s=budget_s, folder=out_dir, target_rse=protocol.target_rse)
     plan = iter(shapes) if shapes is not None else iter_shapes(bounds, np.random.default_rng([seed, 2]))
     run_id = uuid.uuid4().hex[:12]
 
     def key(problem, config_id):
-        return (spec.slug, fam.name, dtype, layout, *problem.shape, config_id, fam.template_hash,
-                protocol.version, protocol.distribution, float(protocol.density))
+        return measurement_key(spec.slug, fam, dtype, layout, problem.shape, config_id, protocol)
 
     handed = 0
 

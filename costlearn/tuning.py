@@ -28,25 +28,26 @@ from .problem import Problem
 __all__ = ["tune", "Tuner", "local_backend", "open_tuning_db"]
 
 _LOCK = threading.Lock()
-_BACKEND = None
+_BACKEND: dict = {}
+"""The local backend per kernel family (:func:`local_backend`)."""
 _DBS: dict = {}
 
 
-def local_backend():
-    """The local device's backend (CUDA if present, else OpenCL), created
-    once per process.
+def local_backend(family: str = "gemm"):
+    """The local device's backend for ``family`` (``get_backend("auto",
+    family=...)``: for ``gemm`` CUDA if present, else OpenCL), created once
+    per process and family.
 
     Raises
     ------
     costlearn.backends.BackendUnavailable
-        If this machine has neither.
+        If this machine has none that measures ``family``.
     """
-    global _BACKEND
     with _LOCK:
-        if _BACKEND is None:
+        if _BACKEND.get(family) is None:
             from .backends import get_backend
-            _BACKEND = get_backend("auto")
-        return _BACKEND
+            _BACKEND[family] = get_backend("auto", family=family)
+        return _BACKEND[family]
 
 
 def open_tuning_db(db):
@@ -173,7 +174,7 @@ def tune(predictor: Predictor, problem: Problem, *, top_k: int = 5, measure_top_
     """
     db = open_tuning_db(tuning_db)
     if measure_top_k and backend is None:
-        backend = local_backend()
+        backend = local_backend(predictor.artifact.family.name)
     key = (id(predictor), id(db), id(backend))
     with _LOCK:
         tuner = _TUNERS.get(key)

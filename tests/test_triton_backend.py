@@ -145,3 +145,17 @@ def test_own_kernel_rows_and_imported_inductor_rows_are_both_current_but_never_t
             for h in (KERNEL_HASH, INDUCTOR_TEMPLATE_HASH, "0123456789ab")]
     kept, dropped = current_rows(_conform(pd.DataFrame(rows), upgrade=True))
     assert sorted(kept["template_hash"]) == sorted([KERNEL_HASH, INDUCTOR_TEMPLATE_HASH]) and dropped == 1
+
+
+def test_auto_picks_the_backend_that_measures_the_family(monkeypatch):
+    """Regression: `auto` always meant CUDA-else-OpenCL, so measuring a
+    triton_mm model's top-k (`predict --measure-top-k` with `--family
+    triton_mm`) opened a backend that cannot run it."""
+    import costlearn.backends as b
+    assert b.AUTO_ORDER["triton_mm"] == ("triton",) and b.auto_name("triton_mm") == "triton"
+    assert b.auto_name("gemm") == "auto"
+    seen = []
+    monkeypatch.setattr(b, "available", lambda name: seen.append(name) or False)
+    with pytest.raises(b.BackendUnavailable, match=r"costlearn\[triton\]"):
+        b.get_backend("auto", family="triton_mm")          # its own hint, not "no CUDA or OpenCL"
+    assert seen == ["triton"]

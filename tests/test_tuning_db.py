@@ -260,7 +260,7 @@ def test_measuring_with_the_default_backend_keeps_the_running_on_reason(model_di
     recorded = rows.groupby(["m", "n", "k"])["config_id"].apply(set)
     shape = next(s for s, ids in recorded.items()
                  if {c.config_id for c, _ in pred.predict_best(*s).top_k[:2]} <= ids)
-    monkeypatch.setattr(costlearn.tuning, "_BACKEND", ReplayBackend(rows, spec=other))
+    monkeypatch.setattr(costlearn.tuning, "_BACKEND", {"gemm": ReplayBackend(rows, spec=other)})
     p = predict_best(*shape, device=device_name, measure_top_k=2, tuning_db=tmp_path / "t.sqlite")
     assert p.chosen_by == "measured"
     assert any(f"trained on {spec.name}, running on Another Device 9000" in r for r in p.ood_reasons)

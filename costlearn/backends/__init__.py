@@ -6,7 +6,8 @@ from __future__ import annotations
 from ..registry import Registry, Unavailable
 from .base import Backend, CompiledKernel, Workspace
 
-__all__ = ["Backend", "CompiledKernel", "Workspace", "BACKENDS", "BackendUnavailable", "get_backend", "available"]
+__all__ = ["Backend", "CompiledKernel", "Workspace", "BACKENDS", "BackendUnavailable", "get_backend", "available",
+           "AUTO_ORDER", "MEASURING", "auto_name"]
 
 
 class BackendUnavailable(Unavailable):
@@ -24,8 +25,20 @@ BACKENDS = Registry("backend", {
     unavailable=BackendUnavailable)
 """Registered backends (``auto`` picks cuda, else opencl)."""
 
-MEASURING = ("cuda", "opencl")
-"""The backends that measure on a device, in the order ``auto`` tries them."""
+AUTO_ORDER = {"gemm": ("cuda", "opencl"), "triton_mm": ("triton",)}
+"""Per kernel family, the backends that measure it on a device, in the order
+``auto`` tries them."""
+
+MEASURING = AUTO_ORDER["gemm"]
+"""The backends that measure the default family on a device, in the order
+``auto`` tries them."""
+
+
+def auto_name(family: str = "gemm") -> str:
+    """``"auto"``, or the one backend that measures ``family`` when it has
+    only one (so a name can be handed to other processes unresolved)."""
+    order = AUTO_ORDER.get(family, MEASURING)
+    return order[0] if len(order) == 1 else "auto"
 
 
 def available(name: str) -> bool:
@@ -36,13 +49,17 @@ def available(name: str) -> bool:
         return False
 
 
-def get_backend(name: str = "auto", **kwargs) -> Backend:
+def get_backend(name: str = "auto", family: str = "gemm", **kwargs) -> Backend:
     """Construct a backend by name.
 
     Parameters
     ----------
-    name : {"auto", "cuda", "opencl", "replay"}
-        ``"auto"`` picks ``cuda`` when CuPy sees a GPU, else ``opencl``.
+    name : {"auto", "cuda", "opencl", "triton", "replay"}
+        ``"auto"`` picks the first available of :data:`AUTO_ORDER` for
+        ``family``: for ``gemm``, ``cuda`` when CuPy sees a GPU, else
+        ``opencl``; for ``triton_mm``, ``triton``.
+    family : str
+        The kernel family to measure (only ``auto`` looks at it).
     **kwargs
         Passed to the backend's constructor.
 
@@ -55,14 +72,17 @@ def get_backend(name: str = "auto", **kwargs) -> Backend:
     """
     auto = name == "auto"
     if auto:
-        for candidate in MEASURING:
+        order = AUTO_ORDER.get(family, MEASURING)
+        for candidate in order:
             if available(candidate):
                 name = candidate
                 break
         else:
-            raise BackendUnavailable(
-                "no device found: neither CuPy with a CUDA GPU nor PyOpenCL with an OpenCL device; install one "
-                f"of: {BACKENDS.hint('cuda')} | {BACKENDS.hint('opencl')}")
+            if order == MEASURING:
+                raise BackendUnavailable(
+                    "no device found: neither CuPy with a CUDA GPU nor PyOpenCL with an OpenCL device; install "
+                    f"one of: {BACKENDS.hint('cuda')} | {BACKENDS.hint('opencl')}")
+            return BACKENDS.get(order[0])(**kwargs)     # raises BackendUnavailable with its own hint
     elif name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; known: {['auto', *BACKENDS.names()]}")
     backend = BACKENDS.get(name)(**kwargs)
