@@ -392,10 +392,20 @@ def train_stage(data, models_root, *, family: str | None, dtype: str | None, mod
               f"{res.shapes} problems in {time.perf_counter() - t0:.1f}s -> {res.path.parent}"
               + (" (replaced the model that was there)" if res.replaced else ""))
         if res.holdout:
-            print("held-out problems (20%, problem-grouped): top-1 regret mean / geomean, top-5 mean, Kendall tau")
+            print(f"held-out problems ({res.holdout_kind}): top-1 regret mean / geomean, top-5 mean, Kendall tau")
             for name, sm in res.holdout.items():
                 print(f"  {name:<11} {sm['top1_mean']:7.1%} {sm['top1_geomean']:7.1%} {sm['top5_mean']:7.1%} "
                       f"{sm['kendall_tau']:6.3f}")
+        cal = (res.floor or {}).get("calibration", {})
+        if "rule_geomean" in cal:
+            rho = res.floor["unsure_regret"]
+            win = 2 ** res.floor["margin_log2"] - 1
+            print(f"vendor floor: a tile config is chosen where it is predicted {win:.0%} faster than the vendor "
+                  f"library and the vendor lost more than {res.floor['vendor_near_min']:.0%} on the nearest "
+                  "held-out problems; flagged (vendor kept) where the model's held-out top-1 regret "
+                  + ("there is above " + f"{rho:.0%}" if rho is not None else "is never") + f". On the held-out "
+                  f"problems, top-1 vs best of all (geomean): {cal['rule_geomean']:.2%} with the floor, "
+                  f"{cal['argmin_geomean']:.2%} plain argmin, {cal['vendor_geomean']:.2%} vendor only")
     return res
 
 
@@ -633,13 +643,17 @@ def evaluate_stage(backend, folder, eval_dir, *, n_random: int, budget_s: float,
 def cmd_evaluate(args) -> int:
     from .predict import resolve_model
     if args.no_measure:
-        if not args.out or not args.model:
-            raise ValueError("--no-measure scores measurements already made: give --model and --out DIR")
-        from .dataset import load
+        if not args.out:
+            raise ValueError("--no-measure scores measurements already made: give --out DIR (and --model DEVICE "
+                             "where the store holds several devices' models)")
+        from .dataset import current_rows, load, valid_rows
         from .evaluate import score
         from .model.artifact import load as load_artifact
+        from .predict import Predictor
+        from .study import by_source, decision_scores, format_by_source
         art = load_artifact(resolve_model(args.model, args.family, args.dtype, args.models, cli=True))
-        res = score(art, load(args.out)[0], data=args.out)
+        measured = load(args.out)[0]
+        res = score(art, measured, data=args.out)
         print(f"scored {len(res.rows)} measurements from {args.out} (nothing measured):")
         trained_on = str(art.sidecar.get("training", {}).get("dataset", ""))
         if trained_on and Path(trained_on).resolve() == Path(args.out).resolve():
@@ -647,6 +661,13 @@ def cmd_evaluate(args) -> int:
                   "held-out table `costlearn train` printed is the honest one (or score measurements the model "
                   "was not trained on, imported into another folder)", file=sys.stderr)
         _print_eval(res, args.report, args.plots)
+        per = decision_scores(Predictor(art.path), valid_rows(current_rows(measured)[0]),
+                              best_fixed=art.baseline("best_fixed"))
+        print()
+        print(format_by_source(by_source(per), "What predict_best answers (all candidates, vendor floor and coverage "
+                                             "included), by log"))
+        print("the table above ranks the measured configs only; this one scores the answer predict_best gives: "
+              "a pick never measured on its problem is counted in the last column, not scored")
         return 0
     be = _backend(args.device, args.family)
     folder = resolve_model(args.model or be.spec.slug, args.family, args.dtype, args.models, cli=True)  # default: this device's
@@ -691,6 +712,28 @@ def _print_eval(res, report=None, plots=None) -> None:
         from .evaluate import write_plots
         for path in write_plots(res, plots):
             print(f"plot: {path}")
+
+
+def cmd_study(args) -> int:
+    from .study import leave_one_log_out
+    folder = _dataset_folder(args.data)
+    work = Path(args.work) if args.work else Path("out") / "study" / folder.name
+    print(f"leave one log out over {folder}: models go to {work}", file=sys.stderr)
+    res = leave_one_log_out(folder, work, family=args.family, dtypes=args.dtype or None,
+                            log=lambda line: print(line, file=sys.stderr))
+    text = res.format()
+    print(text)
+    print("regret: measured time of the answer / best measured of all (vendor library included) - 1, geometric "
+          "mean over the left-out log's problems that no training log measured; 'prune path': the model choosing "
+          "among exactly the configs measured on the problem; 'picks never measured': answers that cannot be "
+          "scored (left out of the top-1 figures)")
+    if args.report:
+        path = Path(args.report)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "\n")
+        res.per_problem.to_csv(path.with_suffix(".csv"), index=False)
+        print(f"report: {path} (per-problem scores: {path.with_suffix('.csv')})")
+    return 0
 
 
 def cmd_run(args) -> int:
@@ -978,6 +1021,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-measure", action="store_true",
                    help="score the measurements already in --out with --model; needs no device")
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("study", help="leave one log out: train on every log of a folder but one, score that one",
+                       description="The honest score on logs of the kind users compile: for each log (an "
+                       "imported file) of a dataset folder and each dtype, train on the other logs and score what "
+                       "predict_best answers (vendor floor and coverage included) on the left-out log's problems, "
+                       "one table row per log.")
+    p.add_argument("--data", default="data", help="dataset folder of one device holding several logs, or a root "
+                   "holding one device's folder (default: data)")
+    p.add_argument("--family", default="triton_mm", choices=FAMILIES.names(), help="kernel family (default: "
+                   "triton_mm)")
+    p.add_argument("--dtype", action="append", default=None, choices=dtype_names(),
+                   help="dtype to study (repeatable; default: every dtype with two logs)")
+    p.add_argument("--work", default=None, help="where the folds' models go (default: out/study/<device>)")
+    p.add_argument("--report", default=None, help="write the tables (markdown) and per-problem CSV here")
+    p.set_defaults(func=cmd_study)
 
     p = sub.add_parser("run", help="collect, train, predict and evaluate on the local device",
                        description="The main job end to end on the local device: collect for --budget "

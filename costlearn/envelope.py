@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["fit_envelope", "Envelope", "shape_reasons", "embed", "RANGE_MARGIN_LOG2",
+__all__ = ["fit_envelope", "Envelope", "shape_reasons", "embed", "RANGE_MARGIN_LOG2", "fit_coverage", "Coverage",
+           "COVERAGE_MARGIN_LOG2",
            "CALIBRATION_QUANTILE", "CALIBRATION_FOLDS", "ENVELOPE_VERSION"]
 
 ENVELOPE_VERSION = 2
@@ -226,3 +227,89 @@ class Envelope:
 def shape_reasons(envelope: dict, m: int, n: int, k: int) -> list[str]:
     """:meth:`Envelope.reasons` for a one-off query (builds the Envelope)."""
     return Envelope(envelope).reasons(m, n, k)
+
+
+COVERAGE_MARGIN_LOG2 = 1.0
+"""How far (doublings, per extent) beyond the extents a config was measured at
+it is still a candidate: one doubling, so a config measured on N <= 16 is
+not ranked for N = 3584, while the grid of a shape sweep (every config on
+every problem) covers its whole range."""
+
+
+def fit_coverage(rows, config_ids) -> dict:
+    """Per-candidate coverage: the log2 M, N, K range of the problems each
+    config was measured on (valid rows).
+
+    Parameters
+    ----------
+    rows : DataFrame
+        Valid training rows (``config_id``, ``m``, ``n``, ``k``).
+    config_ids : sequence of str, length C
+        The candidates, in the scorer's order.
+
+    Returns
+    -------
+    dict
+        JSON-ready: ``margin_log2`` and ``lo`` / ``hi``, lists of C
+        [log2 M, log2 N, log2 K] triples.
+
+    Raises
+    ------
+    ValueError
+        If a candidate has no row.
+    """
+    lg = rows[["m", "n", "k"]].astype(np.float64).apply(np.log2)
+    lg["config_id"] = rows["config_id"].astype(object).to_numpy()
+    g = lg.groupby("config_id")
+    lo, hi = g[["m", "n", "k"]].min(), g[["m", "n", "k"]].max()
+    missing = [c for c in config_ids if c not in lo.index]
+    if missing:
+        raise ValueError(f"no training row of candidate(s) {missing[:5]}")
+    ids = list(config_ids)
+    return dict(margin_log2=COVERAGE_MARGIN_LOG2, lo=lo.loc[ids].to_numpy().round(6).tolist(),
+                hi=hi.loc[ids].to_numpy().round(6).tolist())
+
+
+class Coverage:
+    """Where each candidate was measured, for the candidate mask of a problem
+    (design.md: a config is a candidate only where the data covers it near
+    the problem).
+
+    Parameters
+    ----------
+    coverage : dict or None
+        :func:`fit_coverage`'s result; None (an artifact trained before
+        coverage was recorded) covers every candidate everywhere.
+    n_candidates : int
+
+    Raises
+    ------
+    ValueError
+        If the ranges do not hold ``n_candidates`` finite triples with lo <= hi.
+    """
+
+    def __init__(self, coverage: dict | None, n_candidates: int):
+        self.recorded = coverage is not None
+        if coverage is None:
+            self.lo = np.full((n_candidates, 3), -np.inf)
+            self.hi = np.full((n_candidates, 3), np.inf)
+            self.margin_log2 = 0.0
+            return
+        try:
+            lo = np.asarray(coverage["lo"], np.float64)
+            hi = np.asarray(coverage["hi"], np.float64)
+            margin = float(coverage["margin_log2"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"malformed coverage ({type(e).__name__}: {e})") from None
+        if lo.shape != (n_candidates, 3) or hi.shape != (n_candidates, 3) or not (
+                np.isfinite(lo).all() and np.isfinite(hi).all() and (lo <= hi).all()) or not margin >= 0:
+            raise ValueError(f"malformed coverage: lo {lo.shape}, hi {hi.shape}, margin {margin!r}; need "
+                             f"({n_candidates}, 3) finite ranges with lo <= hi and a margin >= 0")
+        self.margin_log2 = margin
+        self.lo, self.hi = lo - margin, hi + margin
+
+    def mask(self, m: int, n: int, k: int) -> np.ndarray:
+        """Candidates whose measured range, widened by the margin, holds
+        (M, N, K): bool, shape (C,)."""
+        x = np.log2(np.array([m, n, k], np.float64))
+        return ((self.lo <= x) & (x <= self.hi)).all(axis=1)

@@ -156,12 +156,16 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0, data=None) -> EvalResul
     art = art_folder if isinstance(art_folder, _artifact.Artifact) else _artifact.load(art_folder)
     rows, _ = current_rows(rows)
     rows = valid_rows(rows)
+    held = sorted({f"{d}/{f}/{t}" for d, f, t in rows[["device_slug", "family", "dtype"]].astype(str)
+                   .drop_duplicates().itertuples(index=False)}) if not rows.empty else []
     rows = rows[rows_where(rows, device_slug=art.spec.slug, family=art.family.name, dtype=art.dtype)
                 & rows["layout"].isin(set(art.layouts)).to_numpy(bool)
                 & rows["config_id"].isin(set(art.candidates["config_id"])).to_numpy(bool)]
     rows = ranked_rows(rows, art.family.fit_floors(art.spec))
     if rows.empty:
-        raise ValueError("no valid fresh measurements of the model's candidates to score")
+        raise ValueError(f"no valid measurements of the {art.device}/{art.family.name}/{art.dtype} model's candidates "
+                         f"(layouts {list(art.layouts)}) to score; the measurements hold (device/family/dtype) "
+                         f"{held or 'no valid rows'}")
     product = art.model()
     models = {product.name: product, **{name: art.baseline(name) for name in BASELINES}}
     shapes = rows[["m", "n", "k"]].drop_duplicates()

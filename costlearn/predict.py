@@ -50,7 +50,23 @@ class Prediction(NamedTuple):
     dtype, layout, family : str
     device : str
         Device the model was trained on (its folder name).
-    chosen_by : {"predicted", "measured"}
+    chosen_by : {"predicted", "vendor_floor", "ood_fallback", "measured"}
+        ``predicted``: the lowest predicted time; ``vendor_floor``: the
+        vendor library, kept because no tile config was predicted faster by
+        the calibrated margin where the vendor is beatable
+        (:mod:`costlearn.floor`); ``ood_fallback``: the vendor library,
+        because the held-out evidence near the problem flags it, a symptom
+        says the ranking is a guess (no tile config measured near it, none
+        fits, a time beyond the device's peak), or it is outside the
+        envelope and the floor's calibration sends such problems to the
+        vendor; ``measured``: the fastest measured.
+    tile_vendor_ratio : float
+        Predicted time of the best tile config / predicted time of the
+        vendor library (NaN without a vendor candidate); below
+        ``2 ** -margin_log2`` a tile config may be chosen.
+    margin_log2 : float
+        The artifact's calibrated margin, log2 of the time ratio a tile
+        config must be predicted to win by.
     measured_us : tuple of (str, float)
         Measured median times by config id, fastest first (empty unless
         measured, now or in an earlier run found in the tuning database).
@@ -77,6 +93,8 @@ class Prediction(NamedTuple):
     family: str
     device: str
     chosen_by: str = "predicted"
+    tile_vendor_ratio: float = float("nan")
+    margin_log2: float = 0.0
     measured_us: tuple = ()
     from_tuning_db: bool = False
     tied_with: tuple = ()
@@ -151,6 +169,10 @@ class Predictor:
         self._peak_flop_per_us = self.spec.peak_gflops_for(self.dtype) * 1e3 if side.get("predicts_time") \
             else None
         self.source = f"{self.device}/{self.family}/{self.dtype} model {art.model_sha256[:12]}"
+        self.coverage, self.floor = art.coverage, art.floor
+        vid = art.family.vendor_config_id
+        ids = [c.config_id for c in self.configs]
+        self.vendor_index = ids.index(vid) if vid is not None and vid in ids else None
         self._results: dict = {}
 
     def clear_results(self) -> None:
@@ -181,6 +203,34 @@ class Predictor:
         from .space import tile_fits_problem
         bm, bn, bk = self.ranker.features.block
         return np.asarray(tile_fits_problem(bm, bn, bk, problem.m, problem.n, problem.k, self.ranker.floors), bool)
+
+    def candidate_mask(self, problem: Problem) -> np.ndarray | None:
+        """The candidates a prediction ranks for ``problem``: block tile within
+        the problem (:meth:`feasible`) and measured near it (the artifact's
+        :class:`~costlearn.envelope.Coverage`); the vendor candidate always.
+        Where no tile config is left, every fitting one (the ranking is then
+        flagged by :meth:`predict`). None for an artifact without recorded
+        coverage (the ranker's own fit rule, in C).
+
+        Returns
+        -------
+        ndarray of bool, shape (len(configs),), or None
+        """
+        if not self.coverage.recorded:
+            return None
+        fits = self.feasible(problem)
+        mask = fits & self.coverage.mask(problem.m, problem.n, problem.k)
+        tiles = mask.copy()
+        if self.vendor_index is not None:
+            tiles[self.vendor_index] = False
+        if not tiles.any():
+            fit_tiles = fits.copy()
+            if self.vendor_index is not None:
+                fit_tiles[self.vendor_index] = False
+            mask = fits.copy() if fit_tiles.any() else np.ones(len(self.configs), bool)
+        if self.vendor_index is not None:
+            mask[self.vendor_index] = True
+        return mask
 
     def rank(self, problem: Problem, mask: np.ndarray | None = None) -> tuple[list, np.ndarray]:
         """Every candidate of ``mask`` (default: those that fit; all when none
@@ -256,6 +306,93 @@ class Predictor:
         out[[fam.check_device(c, self.spec, self.dtype) is not None for c in configs]] = np.inf
         return out
 
+    def problem_reasons(self, problem: Problem, nearest: tuple | None = None) -> tuple[list, bool, float]:
+        """Why ``problem`` is out of distribution for this model (the extent
+        envelope and the held-out evidence near it, :mod:`costlearn.floor`),
+        whether that sends it to the vendor, and the vendor's measured
+        held-out regret on its neighbours.
+
+        Parameters
+        ----------
+        problem : Problem
+        nearest : (int, float), optional
+            The nearest training shape's index and distance, where the ranker
+            computed them.
+
+        Returns
+        -------
+        reasons : list of str
+            Empty when in distribution.
+        fallback : bool
+            The held-out evidence flags it, or it is outside the envelope and
+            the floor's calibration sends such problems to the vendor
+            (``ood_fallback``).
+        vendor_near : float
+            NaN without evidence.
+        """
+        reasons = self.envelope.reasons(problem.m, problem.n, problem.k, nearest)
+        fallback = bool(reasons) and self.floor.ood_fallback
+        vendor_near, model_near = self.floor.near(problem.m, problem.n, problem.k, problem.layout)
+        unsure = self.floor.unsure_reason(model_near)
+        if unsure:
+            reasons.append(unsure)
+            fallback = True
+        return reasons, fallback, vendor_near
+
+    def choose_among(self, problem: Problem, configs, times_us: np.ndarray | None = None) -> tuple[int, str, tuple]:
+        """The prune path: pick one of a given list of configs (a Triton
+        autotuner's list, the configs measured on a problem) with the same
+        floor as :meth:`predict`.
+
+        With the vendor candidate in ``configs``, a tile config is chosen
+        only where the problem is not sent to the vendor
+        (:meth:`problem_reasons`) and it is predicted faster than the vendor
+        by the calibrated margin where the vendor is beatable; else the
+        vendor. Without it, the config listed first is
+        kept where the model is unsure (the problem is out of distribution,
+        or no config is predicted faster than the first by the margin).
+
+        Parameters
+        ----------
+        problem : Problem
+        configs : sequence of configs of this model's family, length C >= 1
+        times_us : ndarray of float64, shape (C,), optional
+            :meth:`score_configs` of these configs, where the caller has them.
+
+        Returns
+        -------
+        index : int
+            Into ``configs``.
+        chosen_by : {"predicted", "vendor_floor", "ood_fallback", "first_listed"}
+        reasons : tuple of str
+            The problem's OOD reasons (empty when in distribution).
+
+        Raises
+        ------
+        As :meth:`score_configs`.
+        """
+        configs = list(configs)
+        times = self.score_configs(problem, configs) if times_us is None else np.asarray(times_us, np.float64)
+        reasons, fallback, vendor_near = self.problem_reasons(problem)
+        lt = np.log2(times)
+        best = int(np.argmin(lt))
+        vid = self.artifact.family.vendor_config_id
+        ven = [i for i, c in enumerate(configs) if vid is not None and c.config_id == vid]
+        if ven:
+            v = ven[0]
+            tiles = [i for i in range(len(configs)) if i != v]
+            if not tiles:
+                return v, "vendor_floor", tuple(reasons)
+            t = min(tiles, key=lambda i: (lt[i], i))
+            if fallback:
+                return v, "ood_fallback", tuple(reasons)
+            if self.floor.keeps_vendor(float(lt[t] - lt[v]), vendor_near):
+                return v, "vendor_floor", tuple(reasons)
+            return t, "predicted", ()
+        if best != 0 and np.isfinite(lt[0]) and (fallback or not lt[best] - lt[0] < -self.floor.margin_log2):
+            return 0, "first_listed", tuple(reasons)
+        return best, "predicted", tuple(reasons)
+
     def predict(self, problem: Problem, top_k: int = 5, running_on: DeviceSpec | None = None) -> Prediction:
         """The best candidate for ``problem``, its predicted time, the top k
         and the OOD flag with reasons.
@@ -291,27 +428,65 @@ class Predictor:
             check_instance("running_on", running_on, DeviceSpec,
                            "a DeviceSpec (e.g. costlearn.preset('h200')) or None")
         m, n, k = problem.m, problem.n, problem.k
-        res = self.ranker.rank(problem, None, top=top_k, cascade=self.cascade)
-        reasons = self.envelope.reasons(m, n, k, (res.nearest, res.nearest_distance))
-        reasons += self.identity_reasons
+        mask = self.candidate_mask(problem)
+        vi = self.vendor_index
+        res = self.ranker.rank(problem, mask, top=top_k + (vi is not None), cascade=self.cascade)
+        reasons, fallback, vendor_near = self.problem_reasons(problem, (res.nearest, res.nearest_distance))
+        symptoms = []
+        if mask is not None and not self._tiles_covered(mask, problem):
+            symptoms.append(f"no candidate tile config was measured within {self.coverage.margin_log2:g} doubling(s) "
+                            f"of {m}x{n}x{k}; ranked every fitting one")
         if not res.fits:
-            reasons.append(f"no candidate's block tile fits {m}x{n}x{k}; ranked all {len(self.configs)} "
-                           "candidates anyway")
+            symptoms.append(f"no candidate's block tile fits {m}x{n}x{k}; ranked all {len(self.configs)} "
+                            "candidates anyway")
         best_us = 2.0 ** float(res.scores[0])
         if self._peak_flop_per_us is not None and best_us * self._peak_flop_per_us < problem.flops:
-            reasons.append(f"the predicted {best_us:.4g} us is faster than the device's peak allows "
-                           f"({problem.flops / best_us / 1e6:.4g} TFLOP/s > {self._peak_flop_per_us / 1e6:.4g})")
+            symptoms.append(f"the predicted {best_us:.4g} us is faster than the device's peak allows "
+                            f"({problem.flops / best_us / 1e6:.4g} TFLOP/s > {self._peak_flop_per_us / 1e6:.4g})")
+        reasons += symptoms
+        problem_ood = fallback or bool(symptoms)
+        order, scores = res.order.tolist(), res.scores.tolist()
+        chosen_by, ratio = "predicted", float("nan")
+        if vi is not None:
+            if vi in order:
+                v_score = scores[order.index(vi)]
+            else:
+                only = np.zeros(len(self.configs), bool)
+                only[vi] = True
+                v_score = float(self.ranker.rank(problem, only, top=1, cascade=False).scores[0])
+            tile = next((j for j, c in enumerate(order) if c != vi), None)
+            if tile is None:
+                chosen_by = "ood_fallback" if problem_ood else "vendor_floor"
+            else:
+                ratio = 2.0 ** (scores[tile] - v_score)
+                if problem_ood:
+                    chosen_by = "ood_fallback"
+                elif self.floor.keeps_vendor(scores[tile] - v_score, vendor_near):
+                    chosen_by = "vendor_floor"
+                first = vi if chosen_by != "predicted" else order[tile]
+                rest = [(c, s_) for c, s_ in zip(order, scores) if c != first]
+                fs = v_score if first == vi else scores[tile]
+                order, scores = [first] + [c for c, _ in rest], [fs] + [s_ for _, s_ in rest]
+        reasons += self.identity_reasons
         if running_on is not None and running_on.name != self.spec.name:
             reasons.append(f"trained on {self.spec.name}, running on {running_on.name}")
         configs = self.configs
-        top = tuple([(configs[i], 2.0 ** s) for i, s in zip(res.order[:top_k].tolist(), res.scores[:top_k].tolist())])
+        top = tuple([(configs[i], 2.0 ** s_) for i, s_ in zip(order[:top_k], scores[:top_k])])
         pred = Prediction(top[0][0], top[0][1], top, bool(reasons), tuple(reasons), m, n, k, self.dtype,
-                          problem.layout, self.family, self.device)
+                          problem.layout, self.family, self.device, chosen_by, ratio, self.floor.margin_log2)
         if key is not None:
             if len(self._results) >= self.RESULT_CACHE_SIZE:
                 self._results.clear()
             self._results[key] = pred
         return pred
+
+    def _tiles_covered(self, mask: np.ndarray, problem: Problem) -> bool:
+        """Whether ``mask`` (from :meth:`candidate_mask`) holds a tile config
+        measured near ``problem`` (not only the fallback to every fitting one)."""
+        cov = self.coverage.mask(problem.m, problem.n, problem.k) & mask
+        if self.vendor_index is not None:
+            cov[self.vendor_index] = False
+        return bool(cov.any())
 
     def predict_best(self, m, n, k, *, layout: str | None = None, top_k: int = 5,
                      running_on: DeviceSpec | None = None) -> Prediction:

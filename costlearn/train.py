@@ -15,11 +15,12 @@ import pandas as pd
 
 from .dataset import current_rows, load, noise_floor, rows_where, valid_rows
 from .device import DeviceSpec
-from .envelope import Envelope, fit_envelope
+from .envelope import Envelope, fit_coverage, fit_envelope
+from .floor import calibrate_floor
 from .families import get_family
 from .metrics import evaluate_rows, random_scores, summarize
 from .model import BASELINES, artifact, get_model
-from .model.base import CostModel, shape_groups
+from .model.base import CostModel
 
 __all__ = ["MIN_ROWS", "MIN_PROBLEMS", "pair_counts", "train", "TrainResult", "spec_from_rows", "holdout_report",
            "export_artifact", "migrate_models", "dataset_pairs"]
@@ -40,6 +41,8 @@ class TrainResult:
     dtype: str
     device: str = ""
     replaced: bool = False
+    holdout_kind: str = ""
+    floor: dict = None
 
 
 def _across(data_dir, rows) -> float:
@@ -73,27 +76,45 @@ def spec_from_rows(rows: pd.DataFrame, spec: DeviceSpec | None) -> DeviceSpec:
     return spec
 
 
-def holdout_report(rows: pd.DataFrame, spec: DeviceSpec, model: CostModel, test_share: float = 0.2,
-                   seed: int = 0) -> tuple[dict, pd.DataFrame]:
-    """Fit ``model`` (a fresh, unfitted one) and every baseline on a
-    problem-grouped train split and score them, and a random ranking, on
-    the held-out problems' measured candidates.
+def holdout_report(rows: pd.DataFrame, spec: DeviceSpec, model: CostModel,
+                   seed: int = 0) -> tuple[dict, pd.DataFrame, pd.DataFrame, str]:
+    """Fit ``model`` (a fresh, unfitted one) and every baseline on the
+    training side of each fold of :func:`costlearn.floor.heldout_folds`
+    (leave one log out where the rows hold several logs, else a
+    problem-grouped hold-out) and score them, and a random ranking, on the
+    held-out problems' measured candidates.
 
     Returns
     -------
     summary : dict of str to dict
-        :func:`costlearn.metrics.summarize` per model.
+        :func:`costlearn.metrics.summarize` per model, over every held-out
+        problem.
     per_shape : DataFrame
         Per-problem metrics, with a ``model`` column.
+    held : DataFrame
+        :func:`costlearn.floor.heldout_problems` of the model's held-out
+        predictions (what the vendor floor is calibrated on).
+    kind : str
+        How the hold-out was made.
     """
-    from sklearn.model_selection import GroupShuffleSplit
+    import copy
 
-    groups = shape_groups(rows)
-    tr, te = next(GroupShuffleSplit(n_splits=1, test_size=test_share, random_state=seed)
-                  .split(rows, groups=groups))
-    rtr, rte = rows.iloc[tr], rows.iloc[te]
+    from .floor import heldout_folds, heldout_problems
+    folds, kind = heldout_folds(rows, seed)
+    test = np.concatenate([te for _, te in folds])
     models = {model.name: model, **{name: get_model(name) for name in BASELINES}}
-    preds = {name: mdl.fit(rtr, spec).predict(rte) for name, mdl in models.items()}
+    preds = {name: np.full(len(rows), np.nan) for name in models}
+    outside = np.zeros(len(rows), bool)
+    for tr, te in folds:
+        rtr, rte = rows.iloc[tr], rows.iloc[te]
+        for name, mdl in models.items():
+            preds[name][te] = copy.deepcopy(mdl).fit(rtr, spec).predict(rte)
+        env = Envelope(fit_envelope(rtr[["m", "n", "k"]].drop_duplicates().to_numpy()))
+        shapes = rte[["m", "n", "k"]].drop_duplicates()
+        out = {s: bool(env.reasons(*s)) for s in shapes.itertuples(index=False, name=None)}
+        outside[te] = [out[s] for s in rte[["m", "n", "k"]].itertuples(index=False, name=None)]
+    rte = rows.iloc[test]
+    preds = {name: p[test] for name, p in preds.items()}
     preds["random"] = random_scores(rte, seed)
     summary, frames = {}, []
     for name, pred in preds.items():
@@ -101,7 +122,8 @@ def holdout_report(rows: pd.DataFrame, spec: DeviceSpec, model: CostModel, test_
         per["model"] = name
         frames.append(per)
         summary[name] = summarize(per)
-    return summary, pd.concat(frames, ignore_index=True)
+    return (summary, pd.concat(frames, ignore_index=True), heldout_problems(rte, preds[model.name], outside[test]),
+            kind)
 
 
 MIN_ROWS, MIN_PROBLEMS = 50, 5
@@ -136,7 +158,7 @@ def _device_json(data_dir: Path) -> DeviceSpec | None:
 
 def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str | None = None,
           dtype: str | None = None, model: str = "xgboost", settings: dict | None = None,
-          holdout: bool = True) -> TrainResult:
+          holdout: bool = True, exclude_sources=()) -> TrainResult:
     """Train a cost model on a dataset folder and save the artifact to
     ``<models_dir>/<device>/<family>/<dtype>/``.
 
@@ -156,8 +178,14 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
     settings : dict, optional
         Keyword settings of the model (e.g. ``feature_set="raw"``).
     holdout : bool
-        Also fit on a problem-grouped 80 % split and store the held-out
-        metrics of the model and the baselines in the sidecar.
+        Also fit on the training side of each hold-out fold
+        (:func:`costlearn.floor.heldout_folds`: leave one log out where the
+        folder holds several logs, else problem-grouped), store the
+        held-out metrics of the model and the baselines in the sidecar and
+        calibrate the vendor floor on them (:mod:`costlearn.floor`).
+    exclude_sources : sequence of str
+        Leave out the rows of these logs (``source_file``; ``""`` for
+        collected rows): the leave-one-log-out study trains this way.
 
     Returns
     -------
@@ -188,6 +216,8 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
     fam = get_family(family)
     fam.check_dtype(dtype)
     df = df[rows_where(df, family=family, dtype=dtype)]
+    if exclude_sources:
+        df = df[~df["source_file"].fillna("").isin(list(exclude_sources)).to_numpy(bool)]
     df, stale = current_rows(df)
     rows = valid_rows(df).reset_index(drop=True)
     n_shapes = rows[["m", "n", "k", "layout"]].drop_duplicates().shape[0]
@@ -204,9 +234,11 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
                          "more measurements)" + (f"; it also holds {others}" if others else ""))
     spec = spec_from_rows(rows, spec if spec is not None else _device_json(data_dir))
     settings = dict(settings or {})
-    summary = {}
+    summary, held, kind = {}, pd.DataFrame(), ""
     if holdout:
-        summary, _ = holdout_report(rows, spec, get_model(model, **settings), seed=0)
+        summary, _, held, kind = holdout_report(rows, spec, get_model(model, **settings), seed=0)
+    has_vendor = fam.vendor_config_id is not None and rows["config_id"].eq(fam.vendor_config_id).any()
+    floor = calibrate_floor(held, bool(has_vendor), kind)
     mdl = get_model(model, **settings).fit(rows, spec)
     baselines = {name: get_model(name).fit(rows, spec) for name in BASELINES}
     shapes = rows[["m", "n", "k"]].drop_duplicates().to_numpy()
@@ -217,18 +249,22 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
                     template_hashes=sorted(rows["template_hash"].unique().tolist()),
                     noise_floor=_finite_or_none(noise_floor(rows)),
                     noise_floor_across=_finite_or_none(_across(data_dir, rows)),
-                    corrupt_parts=len(report.corrupt), stale_rows_dropped=stale)
+                    corrupt_parts=len(report.corrupt), stale_rows_dropped=stale,
+                    sources=sorted(rows["source_file"].fillna("").astype(str).unique().tolist()),
+                    excluded_sources=sorted(str(s) for s in exclude_sources))
     folder = artifact.model_folder(models_dir, spec.slug, fam.name, dtype)
     replaced = (folder / artifact.SIDECAR).exists()
+    cands = artifact.candidate_table(rows)
     path = export_artifact(mdl, folder, family=fam.name, dtype=dtype,
                            layouts=sorted(rows["layout"].unique().tolist()), spec=spec,
-                           candidates=artifact.candidate_table(rows), envelope=fit_envelope(shapes),
-                           metrics=dict(holdout=summary), training=training,
+                           candidates=cands, envelope=fit_envelope(shapes),
+                           metrics=dict(holdout=summary, holdout_kind=kind), training=training,
                            baselines={name: b.save(folder) for name, b in baselines.items()},
-                           extra=dict(template_hash=template))
+                           extra=dict(template_hash=template, floor=floor,
+                                      coverage=fit_coverage(rows, cands["config_id"].tolist())))
     return TrainResult(path=path, holdout=summary, rows=len(rows), shapes=int(n_shapes),
                        dropped=dict(report.quarantined, stale_template_or_protocol=stale), family=fam.name,
-                       dtype=dtype, device=spec.slug, replaced=replaced)
+                       dtype=dtype, device=spec.slug, replaced=replaced, holdout_kind=kind, floor=floor)
 
 
 def export_artifact(model: CostModel, folder, *, family: str, dtype: str, layouts, spec: DeviceSpec,

@@ -359,9 +359,12 @@ def prune_configs(top_k: int = 4, *, device, dtype: str | None = None, layout: s
         what the model does not see (other meta-parameters, ``num_ctas``,
         ``maxnreg``, ``pre_hook``) score the same; they are returned untouched.
         Configs the model's device rules reject (shared memory, threads,
-        registers) score ``inf`` and come last. An empty problem (an extent
-        0) returns the first ``top_k`` configs unranked; a negative extent
-        raises ValueError.
+        registers) score ``inf`` and come last. Where the model is unsure
+        (the problem is out of distribution, or no config is predicted faster
+        than the one listed first by the artifact's calibrated margin:
+        :meth:`~costlearn.predict.Predictor.choose_among`), the config listed
+        first comes first. An empty problem (an extent 0) returns the first
+        ``top_k`` configs unranked; a negative extent raises ValueError.
 
     Raises
     ------
@@ -432,9 +435,11 @@ def prune_configs(top_k: int = 4, *, device, dtype: str | None = None, layout: s
             if found is not None and found != lay:
                 warnings.warn(f"layout {found} (from the strides of A and B): the {pred.source} was trained on "
                               f"layouts {list(pred.layouts)}; ranking as {lay}", RuntimeWarning, stacklevel=2)
-        times = pred.score_configs(pred.problem(m, n, k, lay), mapped)
-        order = np.argsort(times, kind="stable")[:top_k]
-        return [configs[i] for i in order.tolist()]
+        problem = pred.problem(m, n, k, lay)
+        times = pred.score_configs(problem, mapped)
+        first, _, _ = pred.choose_among(problem, mapped, times)     # unsure: the user's first config stays
+        order = [first] + [i for i in np.argsort(times, kind="stable").tolist() if i != first]
+        return [configs[i] for i in order[:top_k]]
 
     early_config_prune.__doc__ = (f"Keep the {top_k} configs the triton_mm model of device={device!r} predicts "
                                   "fastest; see costlearn.triton_hook.prune_configs.")

@@ -2,7 +2,8 @@
 :class:`~costlearn.predict.Predictor`, a backend and a
 :class:`~costlearn.tuning_db.TuningDB` (design.md, "Predictor").
 
-- *Filter, then measure*: the model's top k configs for a problem are
+- *Filter, then measure*: the model's top k configs for a problem (and the
+  vendor library where the family has one: the floor) are
   measured on the local device with the collection's protocol
   (:func:`costlearn.collect.measure_rows`, correctness check included) and
   the fastest wins (``chosen_by="measured"``).
@@ -117,6 +118,8 @@ class Tuner:
                                  "predicted", p.time_us, {c.config_id: t for c, t in p.top_k}, pred.source))
             return p._replace(top_k=p.top_k[:top_k])
         configs = [c for c, _ in p.top_k[:measure_top_k]]
+        if pred.vendor_index is not None and pred.configs[pred.vendor_index] not in configs:
+            configs.append(pred.configs[pred.vendor_index])   # the floor: a measured pick never loses to it
         times, tied = self._measure(problem, configs)
         if not times:
             raise RuntimeError(f"none of the model's top {measure_top_k} configs for {problem} measured "

@@ -35,14 +35,19 @@ def strides(layout: str, m: int, n: int, k: int):
     return a, b
 
 
-def write_log(path) -> None:
+def write_log(path, shapes=SHAPES, layouts=SHAPE_LAYOUTS, configs=FIXTURE_CONFIGS, only=None) -> None:
+    """Write the fixture log for ``shapes`` (with ``layouts``) and ``configs``;
+    ``only`` maps a config index to a predicate (M, N, K) -> bool saying on
+    which shapes that config is logged (every shape by default)."""
     lines = [json.dumps(HEADER), COLUMNS]
-    for (m, n, k), lay in zip(SHAPES, SHAPE_LAYOUTS):
+    for (m, n, k), lay in zip(shapes, layouts):
         (a0, a1), (b0, b1) = strides(lay, m, n, k)
         lead = f"{m},{k},{n},torch.float16,torch.float16,{a0},{a1},{b0},{b1},{lay[0] == 'N'},{lay[1] == 'N'}," \
                "not_float_32"
         base_us = (5 + m * n * k / 25e6) * LAYOUT_FACTOR[lay]
-        for j, (bm, bn, bk, w, s) in enumerate(FIXTURE_CONFIGS):
+        for j, (bm, bn, bk, w, s) in enumerate(configs):
+            if only and j in only and not only[j](m, n, k):
+                continue
             choice = f"type=triton_BLOCK-M={bm}_BLOCK-K={bk}_BLOCK-N={bn}_numstages={s}_numwarps={w}"
             lines.append(f"{lead},{choice},{base_us * (1 + 0.3 * j) / 1e3:.6g}")       # feedback is ms
         lines.append(f"{lead},extern_mm,{base_us * VENDOR_FACTOR / 1e3:.6g}")

@@ -124,6 +124,11 @@ class KernelFamily(abc.ABC):
         The ``template_hash`` of rows imported from another tool's logs
         (:mod:`costlearn.interop`), whose kernel is that tool's; the same as
         ``template_hash`` unless the family says otherwise.
+    vendor_config_id : str or None
+        The config id of the family's vendor-library candidate (a call of
+        cuBLAS through the framework), or None when it has none. Where it
+        is a candidate it is the floor of every prediction
+        (:mod:`costlearn.floor`).
     """
 
     name: str = ""
@@ -135,6 +140,7 @@ class KernelFamily(abc.ABC):
     param_feature_names: tuple = ()
     template_hash: str = ""
     imported_template_hash: str = ""
+    vendor_config_id: str | None = None
 
     @property
     def template_hashes(self) -> tuple:

@@ -203,6 +203,7 @@ class TritonMMFamily(KernelFamily):
                            "log2_group_m", "vendor")
     template_hash = KERNEL_HASH
     imported_template_hash = INDUCTOR_TEMPLATE_HASH
+    vendor_config_id = "vendor"
 
     def all_configs(self) -> list:
         keys = list(VALUES)

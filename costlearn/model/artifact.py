@@ -22,7 +22,8 @@ import pandas as pd
 
 from .. import __version__
 from ..device import DeviceSpec
-from ..envelope import Envelope
+from ..envelope import Coverage, Envelope
+from ..floor import VendorFloor
 from ..families import FAMILIES, get_family
 from ..features import FEATURE_SETS, CandidateFeatures, ConfigTable, feature_version, get_feature_set
 from ..util import atomic_write, sha256_file
@@ -191,6 +192,13 @@ class Artifact:
         ``config_id`` and ``registers_per_thread`` of each candidate.
     envelope : costlearn.envelope.Envelope
     scorer : Scorer
+    coverage : costlearn.envelope.Coverage
+        Where each candidate was measured (everywhere for an artifact
+        trained before coverage was recorded).
+    floor : costlearn.floor.VendorFloor
+        The calibrated vendor floor and held-out evidence (the plain argmin
+        for an artifact trained before it was recorded, or without a
+        hold-out).
     """
 
     path: Path
@@ -203,6 +211,8 @@ class Artifact:
     candidates: pd.DataFrame
     envelope: Envelope
     scorer: Scorer
+    coverage: Coverage = None
+    floor: VendorFloor = None
     _model: CostModel | None = field(default=None, repr=False)
 
     @property
@@ -343,6 +353,8 @@ def load(folder) -> Artifact:
         envelope = Envelope(side["envelope"])
         if not configs:
             raise ValueError("no candidate configs")
+        coverage = Coverage(side.get("coverage"), len(configs))
+        floor = VendorFloor(side["floor"]) if side.get("floor") is not None else VendorFloor.plain()
     except (KeyError, TypeError, ValueError) as e:
         raise ArtifactError(f"{side_path}: invalid sidecar ({type(e).__name__}: {e}); "
                             "retrain with `costlearn train`") from e
@@ -359,4 +371,5 @@ def load(folder) -> Artifact:
     if scorer.n_features != len(art_names):
         raise ArtifactError(f"{sc_path} reads {scorer.n_features} features, the sidecar names {len(art_names)}")
     return Artifact(path=folder, sidecar=side, spec=spec, family=fam, dtype=side["dtype"], layouts=layouts,
-                    configs=configs, candidates=cands, envelope=envelope, scorer=scorer)
+                    configs=configs, candidates=cands, envelope=envelope, scorer=scorer, coverage=coverage,
+                    floor=floor)

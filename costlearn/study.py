@@ -1,0 +1,285 @@
+"""The honest score (design.md, "What "good" means for a user"): a model scored
+the way a compiler uses it, on the problems of each log, and leave one log
+out.
+
+:func:`decision_scores` asks a :class:`~costlearn.predict.Predictor` what it
+would run for each measured problem (``predict_best``, vendor floor and
+coverage included, from all its candidates) and scores the answer against
+the measurements: a pick that was never measured on the problem cannot be
+scored, so it is counted, never dropped silently. The prune path (the
+model choosing among exactly the configs measured on the problem, as
+Triton's autotuner asks it) is scored beside it.
+
+:func:`by_source` turns those per-problem scores into one row per log;
+:func:`leave_one_log_out` trains on every log of a folder but one (with
+:func:`costlearn.train.train`, the product's path) and scores the one left
+out, for each.
+"""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .dataset import current_rows, load, rows_where, valid_rows
+from .metrics import PROBLEM_COLUMNS, VENDOR_ID, geomean_regret
+
+__all__ = ["decision_scores", "by_source", "format_by_source", "leave_one_log_out", "StudyResult", "TOP_K"]
+
+TOP_K = 5
+"""The k of "best of top-k" in these tables."""
+
+
+def _median_times(rows: pd.DataFrame) -> pd.DataFrame:
+    """Median time per (problem, source, config): a config measured in several
+    sessions counts once (as :func:`costlearn.metrics.evaluate_rows`)."""
+    src = rows["source_file"].astype(object).fillna("") if "source_file" in rows else ""
+    return rows.assign(source=src).groupby(list(PROBLEM_COLUMNS) + ["source", "config_id"], sort=False,
+                                           observed=True)["time_us"].median().reset_index()
+
+
+def decision_scores(predictor, rows: pd.DataFrame, best_fixed=None) -> pd.DataFrame:
+    """Score what ``predictor`` answers for every problem measured in ``rows``.
+
+    Parameters
+    ----------
+    predictor : costlearn.predict.Predictor
+    rows : DataFrame
+        Valid measurements (any family, dtype or layout: those of the
+        predictor's family, dtype and layouts are scored).
+    best_fixed : CostModel, optional
+        The artifact's ``best_fixed`` baseline, scored on the measured
+        configs when given.
+
+    Returns
+    -------
+    DataFrame
+        One row per problem: the problem columns, ``source``, ``candidates``
+        (measured configs), ``pick`` and ``chosen_by`` (of ``predict_best``),
+        ``pick_measured``, ``top1_regret`` (pick's measured time / best of
+        all measured - 1; NaN where the pick was not measured),
+        ``top1_regret_tile`` (against the best measured tile config),
+        ``top{TOP_K}_regret`` (the best measured of the model's top k; NaN
+        where none was measured), ``prune_regret`` (the pick among the
+        measured configs, :meth:`~costlearn.predict.Predictor.choose_among`),
+        ``model_regret`` (the plain argmin of the model's predictions among
+        the measured configs, no floor: the model's own error), ``tile_lr``
+        and ``tile_regret`` (log2 predicted time ratio of the best measured
+        tile config to the vendor, and that tile's regret), ``vendor_near``
+        and ``model_near`` (the floor's held-out evidence near the problem),
+        ``envelope_ood`` (outside the extent envelope),
+        ``vendor_regret`` (NaN without a vendor row), ``best_fixed_regret``,
+        ``ood`` and ``ood_reasons``.
+
+    Raises
+    ------
+    ValueError
+        If no row is of the predictor's family, dtype and layouts.
+    """
+    from .problem import Problem
+    fam = predictor.artifact.family
+    rows = rows[rows_where(rows, family=fam.name, dtype=predictor.dtype)
+                & rows["layout"].isin(set(predictor.layouts)).to_numpy(bool)]
+    if rows.empty:
+        raise ValueError(f"no valid {fam.name}/{predictor.dtype} measurement of layouts {list(predictor.layouts)} "
+                         "to score")
+    med = _median_times(rows)
+    bf = None
+    if best_fixed is not None:
+        known = med[med["config_id"].isin({c.config_id for c in predictor.configs})]
+        cand = known.assign(family=fam.name)
+        bf = pd.Series(best_fixed.predict(cand), index=cand.index)
+    out = []
+    for key, g in med.groupby(list(PROBLEM_COLUMNS), sort=True, observed=True):
+        m, n, k, dtype, layout = key
+        problem = Problem(int(m), int(n), int(k), str(dtype), str(layout))
+        times = dict(zip(g["config_id"].astype(str), g["time_us"]))
+        best = min(times.values())
+        tiles = [t for c, t in times.items() if c != VENDOR_ID]
+        best_tile = min(tiles) if tiles else math.nan
+        p = predictor.predict(problem, TOP_K)
+        pick = p.config.config_id
+        rec = dict(m=int(m), n=int(n), k=int(k), dtype=str(dtype), layout=str(layout),
+                   source=str(g["source"].iloc[0]), candidates=len(times), pick=pick, chosen_by=p.chosen_by,
+                   pick_measured=pick in times, ood=p.ood, ood_reasons="; ".join(p.ood_reasons))
+        rec["top1_regret"] = times[pick] / best - 1.0 if pick in times else math.nan
+        rec["top1_regret_tile"] = times[pick] / best_tile - 1.0 if pick in times and pick != VENDOR_ID \
+            and tiles else math.nan
+        top = [times[c.config_id] for c, _ in p.top_k if c.config_id in times]
+        rec[f"top{TOP_K}_regret"] = min(top) / best - 1.0 if top else math.nan
+        configs = [fam.config_from_id(c) for c in times]
+        scores = predictor.score_configs(problem, configs)
+        i, _, _ = predictor.choose_among(problem, configs, scores)
+        rec["prune_regret"] = times[configs[i].config_id] / best - 1.0
+        rec["model_regret"] = times[configs[int(np.argmin(scores))].config_id] / best - 1.0
+        tile = [j for j, c in enumerate(configs) if c.config_id != VENDOR_ID]
+        if tile and VENDOR_ID in times:
+            j = min(tile, key=lambda j: scores[j])
+            rec["tile_lr"] = float(np.log2(scores[j] / scores[[c.config_id for c in configs].index(VENDOR_ID)]))
+            rec["tile_regret"] = times[configs[j].config_id] / best - 1.0
+        rec["vendor_near"], rec["model_near"] = predictor.floor.near(problem.m, problem.n, problem.k, problem.layout)
+        rec["envelope_ood"] = bool(predictor.envelope.reasons(problem.m, problem.n, problem.k))
+        rec["vendor_regret"] = times[VENDOR_ID] / best - 1.0 if VENDOR_ID in times else math.nan
+        if bf is not None:
+            gi = g.index[g["config_id"].isin({c.config_id for c in predictor.configs})]
+            rec["best_fixed_regret"] = (g.loc[gi, "time_us"].to_numpy()[np.argmin(bf.loc[gi].to_numpy())] / best
+                                        - 1.0) if len(gi) else math.nan
+        out.append(rec)
+    return pd.DataFrame(out)
+
+
+def by_source(per: pd.DataFrame) -> pd.DataFrame:
+    """One row per log (and ``all``): problems, geometric-mean regrets (top-1
+    vs best of all and vs best tile, best of top-k, prune path, vendor only,
+    best fixed), the share flagged out of distribution, the share where the
+    vendor was chosen, and the picks never measured on their problem
+    (``unmeasured``: left out of the top-1 figures, counted here).
+
+    Parameters
+    ----------
+    per : DataFrame
+        :func:`decision_scores` (several may be concatenated).
+    """
+    recs = []
+    groups = list(per.groupby("source", sort=True)) + ([("all", per)] if per["source"].nunique() > 1 else [])
+    for src, g in groups:
+        recs.append(dict(source=src, problems=len(g),
+                         top1=geomean_regret(g["top1_regret"]), top1_tile=geomean_regret(g["top1_regret_tile"]),
+                         **{f"top{TOP_K}": geomean_regret(g[f"top{TOP_K}_regret"])},
+                         prune=geomean_regret(g["prune_regret"]), vendor_only=geomean_regret(g["vendor_regret"]),
+                         best_fixed=geomean_regret(g["best_fixed_regret"]) if "best_fixed_regret" in g else math.nan,
+                         flagged=float(g["ood"].mean()), vendor_chosen=float(g["pick"].eq(VENDOR_ID).mean()),
+                         unmeasured=int((~g["pick_measured"]).sum())))
+    return pd.DataFrame(recs)
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None or not np.isfinite(x) else f"{x:.2%}"
+
+
+def format_by_source(table: pd.DataFrame, title: str = "") -> str:
+    """:func:`by_source` as a Markdown table."""
+    head = ["log", "problems", "top-1 vs best of all", f"best of top-{TOP_K}", "top-1 vs best tile", "prune path",
+            "vendor only", "best fixed", "flagged OOD", "vendor chosen", "picks never measured"]
+    lines = ([f"### {title}", ""] if title else []) + ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in table.itertuples(index=False):
+        lines.append(f"| {r.source} | {r.problems} | {_pct(r.top1)} | {_pct(getattr(r, f'top{TOP_K}'))} | "
+                     f"{_pct(r.top1_tile)} | {_pct(r.prune)} | {_pct(r.vendor_only)} | {_pct(r.best_fixed)} | "
+                     f"{r.flagged:.0%} | {r.vendor_chosen:.0%} | {r.unmeasured} |")
+    return "\n".join(lines)
+
+
+class StudyResult:
+    """Outcome of :func:`leave_one_log_out`.
+
+    Attributes
+    ----------
+    per_problem : DataFrame
+        :func:`decision_scores` of every left-out log, with ``dtype``.
+    table : DataFrame
+        :func:`by_source` per dtype (a ``dtype`` column).
+    skipped : list of str
+        Why a (dtype, log) was not scored (e.g. the only log of its dtype).
+    """
+
+    def __init__(self, per_problem: pd.DataFrame, table: pd.DataFrame, skipped: list):
+        self.per_problem, self.table, self.skipped = per_problem, table, skipped
+
+    def format(self) -> str:
+        """The tables, one per dtype, as Markdown."""
+        parts = []
+        for dt, t in self.table.groupby("dtype", sort=True):
+            parts.append(format_by_source(t.drop(columns="dtype"), f"{dt}: each log scored by a model trained on "
+                                          "the others"))
+        parts += [f"- {s}" for s in self.skipped]
+        return "\n\n".join(parts)
+
+
+def leave_one_log_out(data_dir, work_dir, *, family: str = "triton_mm", dtypes=None, settings: dict | None = None,
+                      log=print) -> StudyResult:
+    """Train on every log of ``data_dir`` but one and score the one left out
+    (its problems that no training log measured), for each log and dtype.
+
+    Parameters
+    ----------
+    data_dir : path
+        A device's dataset folder holding several logs (rows with distinct
+        ``source_file``: imported files; collected rows count as one log).
+    work_dir : path
+        Where the fold's models go (``<work_dir>/<dtype>/without-<log>/``).
+    family : str
+    dtypes : sequence of str, optional
+        Default: every dtype of the family the folder holds.
+    settings : dict, optional
+        Model settings for :func:`costlearn.train.train`.
+    log : callable
+        Progress lines.
+
+    Returns
+    -------
+    StudyResult
+
+    Raises
+    ------
+    ValueError
+        If the folder holds no valid rows of the family, or no dtype has two
+        logs.
+    """
+    from .predict import Predictor
+    from .train import train
+    data_dir, work_dir = Path(data_dir), Path(work_dir)
+    df, _ = load(data_dir)
+    rows = valid_rows(current_rows(df[rows_where(df, family=family)])[0])
+    if rows.empty:
+        raise ValueError(f"{data_dir} holds no valid {family} rows")
+    rows = rows.assign(source_file=rows["source_file"].astype(object).fillna("")
+                       .replace("", "collected") if "source_file" in rows else "collected")
+    have = sorted(rows["dtype"].astype(str).unique())
+    dtypes = list(dtypes) if dtypes else have
+    frames, tables, skipped = [], [], []
+    for dt in dtypes:
+        sub = rows[rows["dtype"].astype(str) == dt]
+        logs = sorted(sub["source_file"].unique())
+        if len(logs) < 2:
+            skipped.append(f"{dt}: {len(logs)} log(s) ({', '.join(logs) or 'none'}); leave-one-log-out needs two")
+            continue
+        per_dt = []
+        for left in logs:
+            train_logs = [s for s in logs if s != left]
+            seen = set(map(tuple, sub[sub["source_file"].isin(train_logs)][["m", "n", "k", "layout"]]
+                           .drop_duplicates().itertuples(index=False, name=None)))
+            test = sub[sub["source_file"] == left]
+            test = test[[t not in seen for t in test[["m", "n", "k", "layout"]].itertuples(index=False, name=None)]]
+            if test.empty:
+                skipped.append(f"{dt}: every problem of {left} is also in another log")
+                continue
+            t0 = time.perf_counter()
+            models = work_dir / dt / f"without-{Path(left).stem}"
+            try:
+                res = train(data_dir, models, family=family, dtype=dt, settings=settings,
+                            exclude_sources=(left,) if left != "collected" else ("",))
+            except ValueError as e:
+                skipped.append(f"{dt}: without {left}: {e}")
+                continue
+            pred = Predictor(res.path.parent)
+            served = test["layout"].isin(set(pred.layouts)).to_numpy(bool)
+            if not served.all():
+                lost = test[~served][["m", "n", "k", "layout"]].drop_duplicates()
+                skipped.append(f"{dt}: {len(lost)} problem(s) of {left} in layouts "
+                               f"{sorted(lost['layout'].unique())} no other log measures: not scored")
+                test = test[served]
+            per = decision_scores(pred, test, best_fixed=pred.artifact.baseline("best_fixed"))
+            per["source"] = left
+            per_dt.append(per)
+            log(f"{dt}: trained without {left} ({res.rows} rows, {res.shapes} problems) in "
+                f"{time.perf_counter() - t0:.0f} s; scored {len(per)} problems of {left}")
+        if per_dt:
+            per = pd.concat(per_dt, ignore_index=True)
+            frames.append(per)
+            tables.append(by_source(per).assign(dtype=dt))
+    if not frames:
+        raise ValueError(f"{data_dir}: no dtype of {family} holds two logs to leave one out ({'; '.join(skipped)})")
+    return StudyResult(pd.concat(frames, ignore_index=True), pd.concat(tables, ignore_index=True), skipped)

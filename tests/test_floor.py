@@ -1,0 +1,264 @@
+"""The vendor floor (costlearn.floor), per-candidate coverage
+(costlearn.envelope.Coverage) and the decisions the Predictor and the
+Triton hook make with them.
+
+Held-out records below are small hand-made tables (mocks pinning the
+calibration's logic, not measurements); the models are trained on the
+synthetic Inductor fixture log (tests/inductor_fixture.py).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from costlearn.envelope import Coverage, fit_coverage
+from costlearn.floor import (MARGIN_GRID, VendorFloor, calibrate_floor, heldout_folds, heldout_problems,
+                             neighbour_stats, rule_regrets)
+from costlearn.metrics import geomean_regret
+
+from inductor_fixture import DEVICE, FIXTURE_CONFIGS, SHAPE_LAYOUTS, SHAPES, build_models, write_log
+
+
+def _held(n_per_log=12, seed=0):
+    """Two logs: on 'good' the model's tile beats the vendor by 10 % and the
+    prediction says so; on 'bad' the model predicts a 5-15 % win but its tile
+    is 20 % slower than the vendor (what real-model logs showed on an A100)."""
+    rng = np.random.default_rng(seed)
+    recs = []
+    for src, tile_regret, vendor_regret, lr in (("good.txt", 0.0, 0.10, -0.3), ("bad.txt", 0.20, 0.0, -0.15)):
+        for i in range(n_per_log):
+            m, n, k = (int(v) for v in 2 ** rng.integers(6, 13, 3))
+            if src == "bad.txt":
+                m *= 64                       # a region of its own
+            recs.append(dict(m=m, n=n, k=k, dtype="float16", layout="NN", source=src, model_regret=tile_regret,
+                             vendor_regret=vendor_regret, tile_lr=lr + 0.01 * rng.standard_normal(),
+                             tile_regret=tile_regret))
+    return pd.DataFrame(recs)
+
+
+def test_calibrated_floor_is_never_worse_than_the_vendor_on_any_heldout_log():
+    held = _held()
+    floor = calibrate_floor(held, has_vendor=True, kind="leave-one-log-out (2 logs)")
+    cal = floor["calibration"]
+    for log, s in cal["by_log"].items():
+        assert s["rule"] <= s["vendor"] + 1e-9, (log, s)
+    # the plain argmin (always the tile) loses 20 % on 'bad'; the floor must do better overall
+    assert cal["rule_geomean"] < cal["argmin_geomean"]
+    assert floor["margin_log2"] in MARGIN_GRID
+
+
+def test_calibration_scores_each_heldout_problem_with_its_other_neighbours():
+    pts = np.array([[0.0, 0, 0], [0.1, 0, 0], [5.0, 5, 5]])
+    lay = np.array(["NN", "NN", "NN"], object)
+    vr, mr = np.array([0.0, 0.5, 1.0]), np.array([0.2, 0.0, 0.0])
+    vn, mn = neighbour_stats(pts, lay, vr, mr, pts, lay, exclude_self=True, k=1)
+    assert vn.tolist() == pytest.approx([0.5, 0.0, 0.5])       # each sees its nearest *other* problem
+    assert mn.tolist() == pytest.approx([0.0, 0.2, 0.0])
+
+
+def test_rule_keeps_the_vendor_where_the_model_is_unsure():
+    held = _held()
+    vn = np.zeros(len(held)) + 0.5
+    mn = np.where(held["source"] == "bad.txt", 0.3, 0.0)
+    r = rule_regrets(held, vn, mn, margin_log2=0.0, vendor_near_min=0.0, unsure_regret=0.1)
+    assert geomean_regret(r[held["source"] == "bad.txt"]) == 0.0       # vendor kept: its regret there is 0
+    assert geomean_regret(r[held["source"] == "good.txt"]) == 0.0      # tile chosen: best there
+
+
+def test_uncalibrated_floor_is_the_plain_argmin():
+    floor = VendorFloor.plain()
+    assert not floor.calibrated and floor.margin_log2 == 0.0 and math.isinf(floor.unsure_regret)
+    assert all(math.isnan(x) for x in floor.near(64, 64, 64, "NN"))
+    assert floor.keeps_vendor(-0.01, math.nan) is False and floor.keeps_vendor(0.0, math.nan) is True
+    assert floor.unsure_reason(math.nan) is None
+
+
+@pytest.mark.parametrize("change, says", [
+    (dict(version=9), "version 9"),
+    (dict(margin_log2=-1.0), "margin_log2=-1.0"),
+    (dict(problems=[[0, 1, 1, 0, 0.0, 0.0]]), "extents >= 1"),
+    (dict(problems=[[1, 1, 1, 3, 0.0, 0.0]]), "layout"),
+    (dict(neighbors="five"), "malformed vendor floor"),
+    (dict(ood_fallback="yes"), "ood_fallback='yes'"),
+])
+def test_a_malformed_floor_is_refused_naming_the_field(change, says):
+    floor = calibrate_floor(_held(), True)
+    floor.update(change)
+    with pytest.raises(ValueError, match=says):
+        VendorFloor(floor)
+
+
+def test_heldout_folds_leave_one_log_out_where_there_are_several_logs():
+    rows = pd.DataFrame(dict(m=list(range(1, 13)), n=8, k=8, dtype="float16", layout="NN",
+                             source_file=["a.txt"] * 4 + ["b.txt"] * 4 + ["c.txt"] * 4))
+    folds, kind = heldout_folds(rows)
+    assert kind == "leave-one-log-out (3 logs)" and len(folds) == 3
+    for tr, te in folds:
+        assert rows.iloc[te]["source_file"].nunique() == 1
+        assert not set(rows.iloc[te]["source_file"]) & set(rows.iloc[tr]["source_file"])
+    one = rows.assign(source_file="a.txt")
+    folds, kind = heldout_folds(one)
+    assert kind.endswith("-fold by problem")
+    held_out = np.concatenate([te for _, te in folds])
+    assert sorted(held_out.tolist()) == list(range(len(one)))          # every problem held out once
+
+
+def test_heldout_problems_record_vendor_model_and_tile():
+    rows = pd.DataFrame(dict(m=64, n=64, k=64, dtype="float16", layout="NN", source_file="a.txt",
+                             config_id=["vendor", "m64n64k32_w4_s3_g8", "m32n32k32_w2_s2_g8"],
+                             time_us=[10.0, 12.0, 8.0]))
+    h = heldout_problems(rows, np.array([11.0, 9.0, 9.5]))
+    r = h.iloc[0]
+    assert r["vendor_regret"] == pytest.approx(0.25) and r["model_regret"] == pytest.approx(0.5)
+    assert r["tile_lr"] == pytest.approx(np.log2(9.0 / 11.0)) and r["tile_regret"] == pytest.approx(0.5)
+
+
+def test_coverage_masks_a_config_far_from_where_it_was_measured():
+    rows = pd.DataFrame(dict(config_id=["a", "a", "b", "b"], m=[1024, 4096, 1024, 4096], n=[8, 16, 512, 8192],
+                             k=[1024, 1024, 1024, 1024]))
+    cov = Coverage(fit_coverage(rows, ["a", "b"]), 2)
+    assert cov.mask(2048, 16, 1024).tolist() == [True, False]
+    assert cov.mask(2048, 3584, 1024).tolist() == [False, True]        # 'a' was measured on N <= 16 only
+    assert Coverage(None, 2).mask(1, 1, 1).tolist() == [True, True]
+    with pytest.raises(ValueError, match="no training row"):
+        fit_coverage(rows, ["a", "c"])
+    with pytest.raises(ValueError, match="malformed coverage"):
+        Coverage(dict(margin_log2=1.0, lo=[[1, 1, 1]], hi=[[0, 0, 0]]), 1)
+
+
+# -- the Predictor, the prune path and the hook, on models trained from fixture logs --------------------------
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    return build_models(tmp_path_factory.mktemp("floor"))
+
+
+@pytest.fixture()
+def predictor(models):
+    from costlearn.predict import Predictor
+    from costlearn.model.artifact import model_folder
+    return Predictor(model_folder(models, DEVICE, "triton_mm", "float16"))
+
+
+def test_predict_never_picks_a_config_measured_only_far_from_the_problem(tmp_path):
+    """Regression: on an A100 log, predict picked a 128x16 tile measured only on shapes with N <= 16 for a
+    1920x3584x3584 problem. Here the last fixture config is logged only for N <= 512 (and made the fastest
+    there); it must never be the answer for N = 8192."""
+    from costlearn.interop import import_file
+    from costlearn.model.xgb import XGBParams
+    from costlearn.predict import Predictor
+    from costlearn.train import train
+    configs = FIXTURE_CONFIGS[:-1] + [(16, 32, 16, 1, 1)]
+    fast_last = list(reversed(configs))                  # the fixture's order: first is fastest
+    write_log(tmp_path / "log.txt", configs=fast_last, only={0: lambda m, n, k: n <= 512})
+    import_file("inductor", tmp_path / "log.txt", device=DEVICE, data_root=tmp_path / "data")
+    res = train(tmp_path / "data" / DEVICE, tmp_path / "models", family="triton_mm", dtype="float16", holdout=False,
+                settings=dict(params=XGBParams(n_estimators=60, learning_rate=0.3, max_depth=4,
+                                               early_stopping_rounds=20)))
+    pred = Predictor(res.path.parent)
+    narrow = "m16n32k16_w1_s1_g8"
+    for m, k in ((1024, 1024), (2048, 2048), (4096, 512)):
+        p = pred.predict(pred.problem(m, 2048, k, "NN"), top_k=len(pred.configs))
+        assert narrow not in [c.config_id for c, _ in p.top_k]
+        assert not any("no candidate tile config was measured" in r for r in p.ood_reasons)
+    small = pred.predict(pred.problem(256, 256, 256, "NN"), top_k=len(pred.configs))
+    assert narrow in [c.config_id for c, _ in small.top_k]
+
+
+def test_a_floor_with_a_large_margin_keeps_the_vendor_and_says_why(predictor):
+    floor = calibrate_floor(pd.DataFrame(), True)
+    floor["margin_log2"] = 5.0                          # a tile must be predicted 32x faster
+    predictor.floor = VendorFloor(floor)
+    p = predictor.predict(predictor.problem(1024, 1024, 1024, "NN"))
+    assert p.config.config_id == "vendor" and p.chosen_by == "vendor_floor"
+    assert p.top_k[0][0].config_id == "vendor" and len({c.config_id for c, _ in p.top_k}) == len(p.top_k)
+    assert 0 < p.tile_vendor_ratio < 2 ** 5 and p.margin_log2 == 5.0
+
+
+def test_plain_floor_chooses_the_lowest_prediction_and_reports_the_ratio(predictor):
+    predictor.floor = VendorFloor.plain()
+    p = predictor.predict(predictor.problem(1024, 1024, 1024, "NN"), top_k=3)
+    full, times = predictor.rank(p.problem)
+    assert p.config == full[0]
+    assert p.chosen_by == ("predicted" if full[0].config_id != "vendor" else "vendor_floor")
+    assert np.isfinite(p.tile_vendor_ratio)
+
+
+def test_an_out_of_distribution_problem_falls_back_to_the_vendor(predictor):
+    predictor.floor = VendorFloor.plain()
+    p = predictor.predict(predictor.problem(2**24, 8, 2**20, "NN"))
+    assert p.ood and p.config.config_id == "vendor" and p.chosen_by == "ood_fallback"
+
+
+@pytest.mark.parametrize("ood_fallback", [False, True])
+def test_outside_the_envelope_the_calibrated_choice_decides_the_fallback(predictor, ood_fallback):
+    floor = calibrate_floor(pd.DataFrame(), True)
+    floor["ood_fallback"] = ood_fallback
+    predictor.floor = VendorFloor(floor)
+    p = predictor.predict(predictor.problem(8192, 1024, 1024, "NN"))       # M above the trained 4096, tiles cover it
+    assert p.ood and any("above the trained maximum" in r for r in p.ood_reasons)
+    if ood_fallback:
+        assert p.config.config_id == "vendor" and p.chosen_by == "ood_fallback"
+    else:
+        assert p.chosen_by in ("predicted", "vendor_floor")
+
+
+def test_the_prune_path_uses_the_same_floor(predictor):
+    from costlearn.families.triton_mm import VENDOR, TritonMMConfig
+    problem = predictor.problem(1024, 1024, 1024, "NN")
+    tiles = [TritonMMConfig(block_m=bm, block_n=bn, block_k=bk, group_m=8, num_warps=w, num_stages=s)
+             for bm, bn, bk, w, s in FIXTURE_CONFIGS[:3]]
+    floor = calibrate_floor(pd.DataFrame(), True)
+    floor["margin_log2"] = 5.0
+    predictor.floor = VendorFloor(floor)
+    i, how, _ = predictor.choose_among(problem, tiles + [VENDOR])
+    assert (i, how) == (3, "vendor_floor")
+    # without a vendor, an unsure model keeps the config listed first
+    i, how, _ = predictor.choose_among(problem, list(reversed(tiles)))
+    assert (i, how) in ((0, "first_listed"), (0, "predicted"))
+    predictor.floor = VendorFloor.plain()
+    i, how, _ = predictor.choose_among(problem, tiles + [VENDOR])
+    assert how in ("predicted", "vendor_floor")
+
+
+def test_the_hook_keeps_the_users_first_config_when_the_model_is_unsure(models, monkeypatch):
+    from costlearn.predict import load_predictor
+    from costlearn.triton_hook import ConfigStandIn, prune_configs
+    pred = load_predictor(DEVICE, "triton_mm", "float16", models)
+    floor = calibrate_floor(pd.DataFrame(), True)
+    floor["margin_log2"] = 5.0
+    monkeypatch.setattr(pred, "floor", VendorFloor(floor))
+    slow_first = [ConfigStandIn(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8), num_warps=w, num_stages=s)
+                  for bm, bn, bk, w, s in reversed(FIXTURE_CONFIGS[:4])]
+    hook = prune_configs(1, device=DEVICE, dtype="float16", layout="NN", models_dir=models)
+    assert hook(slow_first, dict(M=1024, N=1024, K=1024)) == [slow_first[0]]
+    monkeypatch.setattr(pred, "floor", VendorFloor.plain())
+    kept = hook(slow_first, dict(M=1024, N=1024, K=1024))
+    assert kept[0] is not slow_first[0]                  # confident: the model's choice
+
+
+def test_training_with_a_holdout_calibrates_and_records_the_floor(tmp_path):
+    from costlearn.interop import import_file
+    from costlearn.model.artifact import load
+    from costlearn.model.xgb import XGBParams
+    from costlearn.train import train
+    write_log(tmp_path / "a.txt")
+    write_log(tmp_path / "b.txt", shapes=[(m * 2, n, k) for m, n, k in SHAPES], layouts=SHAPE_LAYOUTS)
+    for f in ("a.txt", "b.txt"):
+        import_file("inductor", tmp_path / f, device=DEVICE, data_root=tmp_path / "data")
+    res = train(tmp_path / "data" / DEVICE, tmp_path / "models", family="triton_mm", dtype="float16",
+                settings=dict(params=XGBParams(n_estimators=40, learning_rate=0.3, max_depth=3,
+                                               early_stopping_rounds=10)))
+    assert res.holdout_kind == "leave-one-log-out (2 logs)"
+    art = load(res.path.parent)
+    assert art.floor.calibrated and len(art.floor.vendor_regret) == 2 * len(SHAPES)
+    cal = art.sidecar["floor"]["calibration"]
+    assert set(cal["by_log"]) == {"a.txt", "b.txt"}
+    for s in cal["by_log"].values():
+        assert s["rule"] <= s["vendor"] + 1e-9
+    assert art.sidecar["training"]["sources"] == ["a.txt", "b.txt"]
+    assert art.coverage.recorded
