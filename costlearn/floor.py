@@ -368,15 +368,29 @@ class VendorFloor:
         self.layout_of = np.array([self.layouts[int(i)] for i in p[:, 3]], object)
         self.vendor_regret, self.model_regret = p[:, 4].copy(), p[:, 5].copy()
         self.calibrated = len(p) > 0
+        # per layout, once: the evidence a query of that layout looks at (all of it where the layout has too little)
+        self._by_layout = {}
+        for lay in self.layouts:
+            idx = np.flatnonzero(self.layout_of == lay)
+            if len(idx) < self.neighbors:
+                idx = np.arange(len(p))
+            self._by_layout[lay] = (self.points[idx], np.log1p(self.vendor_regret[idx]),
+                                    np.log1p(self.model_regret[idx]))
+        self._all = (self.points, np.log1p(self.vendor_regret), np.log1p(self.model_regret))
 
     def near(self, m: int, n: int, k: int, layout: str) -> tuple[float, float]:
         """Geometric-mean (vendor, model) held-out regret over the nearest
         evidence problems of ``layout`` (NaN, NaN without evidence)."""
         if not self.calibrated:
             return math.nan, math.nan
-        vn, mn = neighbour_stats(self.points, self.layout_of, self.vendor_regret, self.model_regret,
-                                 embed([(m, n, k)]), np.array([layout], object), k=self.neighbors)
-        return float(vn[0]), float(mn[0])
+        pts, lv, lm = self._by_layout.get(layout, self._all)
+        d = pts - embed([(m, n, k)])[0]
+        d2 = d[:, 0] * d[:, 0] + d[:, 1] * d[:, 1] + d[:, 2] * d[:, 2]
+        kk = min(self.neighbors, len(d2))
+        near = np.argpartition(d2, kk - 1)[:kk] if kk < len(d2) else np.arange(len(d2))
+        v, w = lv[near], lm[near]
+        v = v[np.isfinite(v)]
+        return (float(np.expm1(v.mean())) if v.size else math.nan), float(np.expm1(w.mean()))
 
     def unsure_reason(self, model_near: float) -> str | None:
         """The OOD reason for a problem whose neighbours' held-out model

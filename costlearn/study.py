@@ -27,7 +27,8 @@ import pandas as pd
 from .dataset import current_rows, load, rows_where, valid_rows
 from .metrics import PROBLEM_COLUMNS, VENDOR_ID, geomean_regret
 
-__all__ = ["decision_scores", "by_source", "format_by_source", "leave_one_log_out", "StudyResult", "TOP_K"]
+__all__ = ["decision_scores", "by_source", "format_by_source", "flag_table", "format_flag_table", "leave_one_log_out",
+           "StudyResult", "TOP_K"]
 
 TOP_K = 5
 """The k of "best of top-k" in these tables."""
@@ -63,7 +64,8 @@ def decision_scores(predictor, rows: pd.DataFrame, best_fixed=None) -> pd.DataFr
         all measured - 1; NaN where the pick was not measured),
         ``top1_regret_tile`` (against the best measured tile config),
         ``top{TOP_K}_regret`` (the best measured of the model's top k; NaN
-        where none was measured), ``prune_regret`` (the pick among the
+        where none was measured), ``top{TOP_K}_regret_tile`` (the best
+        measured tile config of the top k against the best tile config), ``prune_regret`` (the pick among the
         measured configs, :meth:`~costlearn.predict.Predictor.choose_among`),
         ``model_regret`` (the plain argmin of the model's predictions among
         the measured configs, no floor: the model's own error), ``tile_lr``
@@ -110,6 +112,8 @@ def decision_scores(predictor, rows: pd.DataFrame, best_fixed=None) -> pd.DataFr
             and tiles else math.nan
         top = [times[c.config_id] for c, _ in p.top_k if c.config_id in times]
         rec[f"top{TOP_K}_regret"] = min(top) / best - 1.0 if top else math.nan
+        top_tiles = [times[c.config_id] for c, _ in p.top_k if c.config_id in times and c.config_id != VENDOR_ID]
+        rec[f"top{TOP_K}_regret_tile"] = min(top_tiles) / best_tile - 1.0 if top_tiles else math.nan
         configs = [fam.config_from_id(c) for c in times]
         scores = predictor.score_configs(problem, configs)
         i, _, _ = predictor.choose_among(problem, configs, scores)
@@ -148,7 +152,9 @@ def by_source(per: pd.DataFrame) -> pd.DataFrame:
     for src, g in groups:
         recs.append(dict(source=src, problems=len(g),
                          top1=geomean_regret(g["top1_regret"]), top1_tile=geomean_regret(g["top1_regret_tile"]),
-                         **{f"top{TOP_K}": geomean_regret(g[f"top{TOP_K}_regret"])},
+                         **{f"top{TOP_K}": geomean_regret(g[f"top{TOP_K}_regret"]),
+                            f"top{TOP_K}_tile": geomean_regret(g[f"top{TOP_K}_regret_tile"])
+                            if f"top{TOP_K}_regret_tile" in g else math.nan},
                          prune=geomean_regret(g["prune_regret"]), vendor_only=geomean_regret(g["vendor_regret"]),
                          best_fixed=geomean_regret(g["best_fixed_regret"]) if "best_fixed_regret" in g else math.nan,
                          flagged=float(g["ood"].mean()), vendor_chosen=float(g["pick"].eq(VENDOR_ID).mean()),
@@ -162,13 +168,53 @@ def _pct(x) -> str:
 
 def format_by_source(table: pd.DataFrame, title: str = "") -> str:
     """:func:`by_source` as a Markdown table."""
-    head = ["log", "problems", "top-1 vs best of all", f"best of top-{TOP_K}", "top-1 vs best tile", "prune path",
-            "vendor only", "best fixed", "flagged OOD", "vendor chosen", "picks never measured"]
+    head = ["log", "problems", "top-1 vs best of all", f"best of top-{TOP_K}", "top-1 vs best tile",
+            f"best of top-{TOP_K} vs best tile", "prune path", "vendor only", "best fixed", "flagged OOD",
+            "vendor chosen", "picks never measured"]
     lines = ([f"### {title}", ""] if title else []) + ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in table.itertuples(index=False):
         lines.append(f"| {r.source} | {r.problems} | {_pct(r.top1)} | {_pct(getattr(r, f'top{TOP_K}'))} | "
-                     f"{_pct(r.top1_tile)} | {_pct(r.prune)} | {_pct(r.vendor_only)} | {_pct(r.best_fixed)} | "
+                     f"{_pct(r.top1_tile)} | {_pct(getattr(r, f'top{TOP_K}_tile'))} | {_pct(r.prune)} | {_pct(r.vendor_only)} | {_pct(r.best_fixed)} | "
                      f"{r.flagged:.0%} | {r.vendor_chosen:.0%} | {r.unmeasured} |")
+    return "\n".join(lines)
+
+
+def flag_table(per: pd.DataFrame, bad: float = 0.05) -> pd.DataFrame:
+    """How well the OOD flag predicts the model's own error, per log (and
+    ``all``): the share flagged, the geometric-mean regret of the model's
+    plain argmin (``model_regret``: no floor) on flagged and unflagged
+    problems, and the flag's precision and recall for "top-1 regret >
+    ``bad``".
+
+    Parameters
+    ----------
+    per : DataFrame
+        :func:`decision_scores`.
+    bad : float
+        The regret that counts as a miss (0.05: 5 %).
+    """
+    recs = []
+    groups = list(per.groupby("source", sort=True)) + ([("all", per)] if per["source"].nunique() > 1 else [])
+    for src, g in groups:
+        flag, miss = g["ood"].to_numpy(bool), g["model_regret"].to_numpy() > bad
+        recs.append(dict(source=src, problems=len(g), flagged=float(flag.mean()),
+                         model_flagged=geomean_regret(g["model_regret"][flag]),
+                         model_unflagged=geomean_regret(g["model_regret"][~flag]),
+                         vendor_flagged=geomean_regret(g["vendor_regret"][flag]),
+                         precision=float((flag & miss).sum() / flag.sum()) if flag.any() else math.nan,
+                         recall=float((flag & miss).sum() / miss.sum()) if miss.any() else math.nan))
+    return pd.DataFrame(recs)
+
+
+def format_flag_table(table: pd.DataFrame, title: str = "", bad: float = 0.05) -> str:
+    """:func:`flag_table` as a Markdown table."""
+    head = ["log", "problems", "flagged", "model's own top-1 on flagged", "on unflagged", "vendor on flagged",
+            f"precision for top-1 > {bad:.0%}", "recall"]
+    lines = ([f"### {title}", ""] if title else []) + ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in table.itertuples(index=False):
+        lines.append(f"| {r.source} | {r.problems} | {r.flagged:.0%} | {_pct(r.model_flagged)} | "
+                     f"{_pct(r.model_unflagged)} | {_pct(r.vendor_flagged)} | {_pct(r.precision)} | "
+                     f"{_pct(r.recall)} |")
     return "\n".join(lines)
 
 
@@ -194,6 +240,9 @@ class StudyResult:
         for dt, t in self.table.groupby("dtype", sort=True):
             parts.append(format_by_source(t.drop(columns="dtype"), f"{dt}: each log scored by a model trained on "
                                           "the others"))
+        for dt, per in self.per_problem.groupby("dtype", sort=True):
+            parts.append(format_flag_table(flag_table(per), f"{dt}: the OOD flag against the model's own top-1 "
+                                           "(plain argmin of the measured configs, no floor)"))
         parts += [f"- {s}" for s in self.skipped]
         return "\n\n".join(parts)
 

@@ -153,7 +153,7 @@ def random_to_real(work: Path, device: str, rows: pd.DataFrame, jobs: int) -> tu
     every dtype they hold) and score predict_best on the real models' logs:
     the per-problem scores and a by-log table."""
     from costlearn.predict import Predictor
-    from costlearn.study import by_source, decision_scores, format_by_source
+    from costlearn.study import by_source, decision_scores, flag_table, format_by_source, format_flag_table
     from costlearn.train import train
     real = sorted(rows.loc[rows["split"] != "mm", "source_file"].unique())
     mm_logs = sorted(rows.loc[rows["split"] == "mm", "source_file"].unique())
@@ -174,8 +174,12 @@ def random_to_real(work: Path, device: str, rows: pd.DataFrame, jobs: int) -> tu
     per = pd.concat(frames, ignore_index=True)
     together = by_source(per.assign(source="HuggingFace + timm"))
     table = pd.concat([by_source(per), together], ignore_index=True).drop_duplicates("source", keep="last")
-    return per, format_by_source(table, f"Trained on the random-shape log only, scored on the real models' logs "
-                                 f"(every dtype they hold: {', '.join(sorted(per['dtype'].unique()))})")
+    flags = pd.concat([flag_table(per), flag_table(per.assign(source="HuggingFace + timm"))],
+                      ignore_index=True).drop_duplicates("source", keep="last")
+    return per, "\n\n".join([
+        format_by_source(table, f"Trained on the random-shape log only, scored on the real models' logs (every "
+                         f"dtype they hold: {', '.join(sorted(per['dtype'].unique()))})"),
+        format_flag_table(flags, "The same: the OOD flag against the model's own top-1 (no floor)")])
 
 
 def main(argv=None) -> int:

@@ -262,3 +262,15 @@ def test_training_with_a_holdout_calibrates_and_records_the_floor(tmp_path):
         assert s["rule"] <= s["vendor"] + 1e-9
     assert art.sidecar["training"]["sources"] == ["a.txt", "b.txt"]
     assert art.coverage.recorded
+
+
+def test_a_query_sees_the_same_neighbours_as_the_calibration():
+    floor = VendorFloor(calibrate_floor(_held(), True))
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        m, n, k = (int(x) for x in 2 ** rng.uniform(0, 18, 3))
+        got = floor.near(m, n, k, "NN")
+        from costlearn.envelope import embed
+        vn, mn = neighbour_stats(floor.points, floor.layout_of, floor.vendor_regret, floor.model_regret,
+                                 embed([(m, n, k)]), np.array(["NN"], object), k=floor.neighbors)
+        assert got == pytest.approx((vn[0], mn[0]))
