@@ -336,12 +336,12 @@ def fleet_collect_stage(address, workers, device: str, data_root, *, family: str
     return out, res
 
 
-def _dataset_folder(data: str) -> Path:
+def _dataset_folder(data: str, flag: str = "--data") -> Path:
     """A dataset folder; or, under a data root, its one device folder, else
     this machine's device's folder (error listing them otherwise)."""
     folder = Path(data)
     if not folder.is_dir():
-        raise ValueError(f"--data {data}: " + ("a file, not a dataset folder" if folder.exists() else "no such folder")
+        raise ValueError(f"{flag} {data}: " + ("a file, not a dataset folder" if folder.exists() else "no such folder")
                          + "; collect (`costlearn collect`) or import (`costlearn import`) first")
     if not (folder / "device.json").is_file() and not list(folder.glob("part-*.parquet")):
         subs = sorted(p.parent.name for p in folder.glob("*/device.json"))
@@ -350,12 +350,12 @@ def _dataset_folder(data: str) -> Path:
         from .backends import local_device
         local = local_device(probe=True) if subs else None
         if local is not None and local["slug"] in subs:
-            print(f"--data {data} holds datasets for {subs}; using this machine's, {folder / local['slug']} "
-                  f"(pass --data {data}/<device> for another)", file=sys.stderr)
+            print(f"{flag} {data} holds datasets for {subs}; using this machine's, {folder / local['slug']} "
+                  f"(pass {flag} {data}/<device> for another)", file=sys.stderr)
             return folder / local["slug"]
-        raise ValueError(f"--data {data} holds no dataset parts; collect (`costlearn collect`) or import "
+        raise ValueError(f"{flag} {data} holds no dataset parts; collect (`costlearn collect`) or import "
                          "(`costlearn import`) into it first" if not subs else
-                         f"--data {data} holds datasets for {subs}; pass --data {data}/<device>")
+                         f"{flag} {data} holds datasets for {subs}; pass {flag} {data}/<device>")
     return folder
 
 
@@ -642,32 +642,42 @@ def evaluate_stage(backend, folder, eval_dir, *, n_random: int, budget_s: float,
 
 def cmd_evaluate(args) -> int:
     from .predict import resolve_model
+    _check_report_path(args.report)
     if args.no_measure:
         if not args.out:
             raise ValueError("--no-measure scores measurements already made: give --out DIR (and --model DEVICE "
                              "where the store holds several devices' models)")
+        out = _dataset_folder(args.out, "--out")
         from .dataset import current_rows, load, valid_rows
         from .evaluate import score
         from .model.artifact import load as load_artifact
         from .predict import Predictor
-        from .study import by_source, decision_scores, format_by_source
+        from .study import FOOTNOTE, by_source, decision_scores, format_by_source
         art = load_artifact(resolve_model(args.model, args.family, args.dtype, args.models, cli=True))
-        measured = load(args.out)[0]
-        res = score(art, measured, data=args.out)
-        print(f"scored {len(res.rows)} measurements from {args.out} (nothing measured):")
-        trained_on = str(art.sidecar.get("training", {}).get("dataset", ""))
-        if trained_on and Path(trained_on).resolve() == Path(args.out).resolve():
-            print(f"note: {args.out} is the folder this model was trained on, so these scores are in-sample; the "
+        measured = load(out)[0]
+        res = score(art, measured, data=out)
+        print(f"scored {len(res.rows)} measurements from {out} (nothing measured):")
+        training = art.sidecar.get("training", {})
+        trained_on = str(training.get("dataset", ""))
+        shared = set(res.rows["source_sha256"].dropna().astype(str)) & set(training.get("source_sha256s", [])) - {""}
+        if trained_on and Path(trained_on).resolve() == Path(out).resolve():
+            print(f"note: {out} is the folder this model was trained on, so these scores are in-sample; the "
                   "held-out table `costlearn train` printed is the honest one (or score measurements the model "
                   "was not trained on, imported into another folder)", file=sys.stderr)
+        elif shared:
+            print(f"note: {len(shared)} of the logs scored here (by sha256) were in this model's training rows, so "
+                  "their scores are in-sample; `costlearn study` leaves each log out", file=sys.stderr)
         _print_eval(res, args.report, args.plots)
         per = decision_scores(Predictor(art.path), valid_rows(current_rows(measured)[0]),
                               best_fixed=art.baseline("best_fixed"))
+        table = format_by_source(by_source(per), "What predict_best answers (all candidates, vendor floor and coverage "
+                                 "included), by log") + "\n\n" + FOOTNOTE + (
+            " The table above ranks the measured configs only; this one scores the answer predict_best gives.")
         print()
-        print(format_by_source(by_source(per), "What predict_best answers (all candidates, vendor floor and coverage "
-                                             "included), by log"))
-        print("the table above ranks the measured configs only; this one scores the answer predict_best gives: "
-              "a pick never measured on its problem is counted in the last column, not scored")
+        print(table)
+        if args.report:
+            with open(args.report, "a") as f:
+                f.write("\n" + table + "\n")
         return 0
     be = _backend(args.device, args.family)
     folder = resolve_model(args.model or be.spec.slug, args.family, args.dtype, args.models, cli=True)  # default: this device's
@@ -714,19 +724,22 @@ def _print_eval(res, report=None, plots=None) -> None:
             print(f"plot: {path}")
 
 
+def _check_report_path(report) -> None:
+    """Refuse a ``--report`` path that cannot be written as a file, before any work."""
+    if report and Path(report).is_dir():
+        raise ValueError(f"--report {report} is a folder; give a file name (e.g. {Path(report) / 'report.md'})")
+
+
 def cmd_study(args) -> int:
-    from .study import leave_one_log_out
+    from .study import FOOTNOTE, leave_one_log_out
+    _check_report_path(args.report)
     folder = _dataset_folder(args.data)
     work = Path(args.work) if args.work else Path("out") / "study" / folder.name
     print(f"leave one log out over {folder}: models go to {work}", file=sys.stderr)
     res = leave_one_log_out(folder, work, family=args.family, dtypes=args.dtype or None,
                             log=lambda line: print(line, file=sys.stderr))
-    text = res.format()
+    text = res.format() + "\n\n" + FOOTNOTE + " Scored: the left-out log's problems that no training log measured."
     print(text)
-    print("regret: measured time of the answer / best measured of all (vendor library included) - 1, geometric "
-          "mean over the left-out log's problems that no training log measured; 'prune path': the model choosing "
-          "among exactly the configs measured on the problem; 'picks never measured': answers that cannot be "
-          "scored (left out of the top-1 figures)")
     if args.report:
         path = Path(args.report)
         path.parent.mkdir(parents=True, exist_ok=True)

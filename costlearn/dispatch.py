@@ -3,7 +3,10 @@ small selector that picks among them from the actual extents at launch (for
 kernels compiled before the shape is known).
 
 1. Shapes are drawn log-uniformly in the given ranges and every candidate is
-   ranked by the model (its ranker, no cascade).
+   ranked by the model (its ranker, no cascade), among the candidates
+   measured near the shape (:meth:`~costlearn.predict.Predictor.candidate_mask`);
+   where the model's vendor floor keeps the vendor library for a shape
+   (:mod:`costlearn.floor`), the library counts as that shape's best.
 2. The subset of at most ``max_configs`` candidates with the least predicted
    regret is chosen exhaustively: regret of a shape = (fastest predicted
    time within the subset, among members whose block tile fits the shape) /
@@ -343,13 +346,18 @@ def fit_dispatch(predictor, ranges: dict, *, max_configs: int = 3, samples: int 
     configs = predictor.configs
     C = len(configs)
     P = np.full((len(shapes), C), np.inf)
+    vi = predictor.vendor_index
     for s, (m, n, k) in enumerate(shapes):
         problem = predictor.problem(m, n, k)
-        mask = predictor.feasible(problem)
+        mask = predictor.candidate_mask(problem)
+        if mask is None:
+            mask = predictor.feasible(problem)
         if not mask.any():
             continue
         res = predictor.ranker.rank(problem, mask, top=C, cascade=False)
         P[s, res.order] = res.scores
+        if vi is not None and predictor.predict(problem, 1).config is configs[vi]:
+            P[s, vi] = P[s].min()           # the vendor floor kept the library here: it is this shape's best
     best = P.min(axis=1)
     keep = np.isfinite(best)
     if not keep.any():

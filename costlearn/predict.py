@@ -17,6 +17,7 @@ import numpy as np
 
 from . import __version__
 from .device import DeviceSpec
+from .dtypes import get_dtype
 from .model import artifact as _artifact
 from .problem import Problem
 from .ranker import make_ranker
@@ -168,6 +169,9 @@ class Predictor:
         # Scores in microseconds can be checked against the device's peak (a guess beyond it is flagged).
         self._peak_flop_per_us = self.spec.peak_gflops_for(self.dtype) * 1e3 if side.get("predicts_time") \
             else None
+        # ... and against the DRAM bandwidth, where A, B and C (read once, written once) exceed the L2
+        self._element_bytes = get_dtype(self.dtype).element_bytes
+        self._bytes_per_us = self.spec.memory_bandwidth_gbps * 1e3 if side.get("predicts_time") else None
         self.source = f"{self.device}/{self.family}/{self.dtype} model {art.model_sha256[:12]}"
         self.coverage, self.floor = art.coverage, art.floor
         vid = art.family.vendor_config_id
@@ -208,29 +212,39 @@ class Predictor:
         """The candidates a prediction ranks for ``problem``: block tile within
         the problem (:meth:`feasible`) and measured near it (the artifact's
         :class:`~costlearn.envelope.Coverage`); the vendor candidate always.
-        Where no tile config is left, every fitting one (the ranking is then
-        flagged by :meth:`predict`). None for an artifact without recorded
-        coverage (the ranker's own fit rule, in C).
+        Where no tile config is left, every fitting one, else every one (the
+        ranking is then flagged by :meth:`predict`). None for an artifact
+        without recorded coverage (the ranker's own fit rule, in C).
 
         Returns
         -------
         ndarray of bool, shape (len(configs),), or None
         """
+        return self._candidates(problem)[0]
+
+    def _candidates(self, problem: Problem) -> tuple:
+        """:meth:`candidate_mask` and the symptom it shows (a sentence, or
+        None when tile configs measured near the problem fit it)."""
         if not self.coverage.recorded:
-            return None
+            return None, None
         fits = self.feasible(problem)
-        mask = fits & self.coverage.mask(problem.m, problem.n, problem.k)
-        tiles = mask.copy()
+        tiles = fits.copy()
         if self.vendor_index is not None:
             tiles[self.vendor_index] = False
-        if not tiles.any():
-            fit_tiles = fits.copy()
-            if self.vendor_index is not None:
-                fit_tiles[self.vendor_index] = False
-            mask = fits.copy() if fit_tiles.any() else np.ones(len(self.configs), bool)
+        near = tiles & self.coverage.mask(problem.m, problem.n, problem.k)
+        m, n, k = problem.m, problem.n, problem.k
+        if near.any():
+            mask, symptom = near, None
+        elif tiles.any():
+            mask = tiles
+            symptom = (f"no candidate tile config was measured within {self.coverage.margin_log2:g} doubling(s) "
+                       f"of {m}x{n}x{k}; ranked every fitting one")
+        else:
+            mask = np.ones(len(self.configs), bool)
+            symptom = f"no candidate's block tile fits {m}x{n}x{k}; ranked all {len(self.configs)} candidates anyway"
         if self.vendor_index is not None:
             mask[self.vendor_index] = True
-        return mask
+        return mask, symptom
 
     def rank(self, problem: Problem, mask: np.ndarray | None = None) -> tuple[list, np.ndarray]:
         """Every candidate of ``mask`` (default: those that fit; all when none
@@ -428,14 +442,11 @@ class Predictor:
             check_instance("running_on", running_on, DeviceSpec,
                            "a DeviceSpec (e.g. costlearn.preset('h200')) or None")
         m, n, k = problem.m, problem.n, problem.k
-        mask = self.candidate_mask(problem)
+        mask, symptom = self._candidates(problem)
         vi = self.vendor_index
         res = self.ranker.rank(problem, mask, top=top_k + (vi is not None), cascade=self.cascade)
         reasons, fallback, vendor_near = self.problem_reasons(problem, (res.nearest, res.nearest_distance))
-        symptoms = []
-        if mask is not None and not self._tiles_covered(mask, problem):
-            symptoms.append(f"no candidate tile config was measured within {self.coverage.margin_log2:g} doubling(s) "
-                            f"of {m}x{n}x{k}; ranked every fitting one")
+        symptoms = [symptom] if symptom else []
         if not res.fits:
             symptoms.append(f"no candidate's block tile fits {m}x{n}x{k}; ranked all {len(self.configs)} "
                             "candidates anyway")
@@ -443,6 +454,11 @@ class Predictor:
         if self._peak_flop_per_us is not None and best_us * self._peak_flop_per_us < problem.flops:
             symptoms.append(f"the predicted {best_us:.4g} us is faster than the device's peak allows "
                             f"({problem.flops / best_us / 1e6:.4g} TFLOP/s > {self._peak_flop_per_us / 1e6:.4g})")
+        traffic = float(m * k + k * n + m * n) * self._element_bytes
+        if self._bytes_per_us is not None and traffic > self.spec.l2_bytes and best_us * self._bytes_per_us < traffic:
+            symptoms.append(f"the predicted {best_us:.4g} us is faster than the memory bandwidth allows (A, B and C "
+                            f"once: {traffic / 1e9:.4g} GB at {self.spec.memory_bandwidth_gbps:.4g} GB/s take "
+                            f"{traffic / self._bytes_per_us:.4g} us)")
         reasons += symptoms
         problem_ood = fallback or bool(symptoms)
         order, scores = res.order.tolist(), res.scores.tolist()
@@ -479,14 +495,6 @@ class Predictor:
                 self._results.clear()
             self._results[key] = pred
         return pred
-
-    def _tiles_covered(self, mask: np.ndarray, problem: Problem) -> bool:
-        """Whether ``mask`` (from :meth:`candidate_mask`) holds a tile config
-        measured near ``problem`` (not only the fallback to every fitting one)."""
-        cov = self.coverage.mask(problem.m, problem.n, problem.k) & mask
-        if self.vendor_index is not None:
-            cov[self.vendor_index] = False
-        return bool(cov.any())
 
     def predict_best(self, m, n, k, *, layout: str | None = None, top_k: int = 5,
                      running_on: DeviceSpec | None = None) -> Prediction:

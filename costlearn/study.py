@@ -28,7 +28,12 @@ from .dataset import current_rows, load, rows_where, valid_rows
 from .metrics import PROBLEM_COLUMNS, VENDOR_ID, geomean_regret
 
 __all__ = ["decision_scores", "by_source", "format_by_source", "flag_table", "format_flag_table", "leave_one_log_out",
-           "StudyResult", "TOP_K"]
+           "StudyResult", "TOP_K", "FOOTNOTE"]
+
+FOOTNOTE = ("Regret: measured time of the answer / best measured of all (the vendor library included) - 1, geometric "
+            "mean over the scored log's problems. 'prune path': the model choosing among exactly the configs "
+            "measured on the problem. 'picks never measured': answers that cannot be scored (left out of the top-1 "
+            "figures). 'flagged OOD': the answer's ood flag (extent envelope or held-out evidence).")
 
 TOP_K = 5
 """The k of "best of top-k" in these tables."""
@@ -168,9 +173,9 @@ def _pct(x) -> str:
 
 def format_by_source(table: pd.DataFrame, title: str = "") -> str:
     """:func:`by_source` as a Markdown table."""
-    head = ["log", "problems", "top-1 vs best of all", f"best of top-{TOP_K}", "top-1 vs best tile",
-            f"best of top-{TOP_K} vs best tile", "prune path", "vendor only", "best fixed", "flagged OOD",
-            "vendor chosen", "picks never measured"]
+    head = ["log", "problems", "top-1 vs best of all", f"best of top-{TOP_K}", "top-1 vs best tile (where a tile is "
+            "picked)", f"best tile of top-{TOP_K} vs best tile", "prune path", "vendor only", "best fixed",
+            "flagged OOD", "vendor chosen", "picks never measured"]
     lines = ([f"### {title}", ""] if title else []) + ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in table.itertuples(index=False):
         lines.append(f"| {r.source} | {r.problems} | {_pct(r.top1)} | {_pct(getattr(r, f'top{TOP_K}'))} | "

@@ -251,6 +251,7 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
                     noise_floor_across=_finite_or_none(_across(data_dir, rows)),
                     corrupt_parts=len(report.corrupt), stale_rows_dropped=stale,
                     sources=sorted(rows["source_file"].fillna("").astype(str).unique().tolist()),
+                    source_sha256s=sorted(rows["source_sha256"].fillna("").astype(str).unique().tolist()),
                     excluded_sources=sorted(str(s) for s in exclude_sources))
     folder = artifact.model_folder(models_dir, spec.slug, fam.name, dtype)
     replaced = (folder / artifact.SIDECAR).exists()

@@ -274,3 +274,28 @@ def test_a_query_sees_the_same_neighbours_as_the_calibration():
         vn, mn = neighbour_stats(floor.points, floor.layout_of, floor.vendor_regret, floor.model_regret,
                                  embed([(m, n, k)]), np.array(["NN"], object), k=floor.neighbors)
         assert got == pytest.approx((vn[0], mn[0]))
+
+
+def test_dispatch_keeps_the_vendor_where_the_floor_does(predictor):
+    from costlearn.dispatch import fit_dispatch
+    floor = calibrate_floor(pd.DataFrame(), True)
+    floor["margin_log2"] = 5.0
+    predictor.floor = VendorFloor(floor)
+    d = fit_dispatch(predictor, {"M": (256, 2048), "N": (256, 2048), "K": (256, 2048)}, max_configs=2, samples=50)
+    assert [c.config_id for c in d.configs] == ["vendor"] or d.select(1024, 1024, 1024).config_id == "vendor"
+    assert d.predicted["selector_geomean"] == pytest.approx(0.0)
+
+
+def test_a_time_faster_than_the_memory_bandwidth_allows_is_a_symptom(predictor):
+    """Regression (fresh-user trial): 1000000 x 8 x 1000000 float16 got a 37.8 ms answer with no warning although
+    reading A alone (2 TB) takes over 600 ms at the device's bandwidth; only the compute peak was checked."""
+    predictor.floor = VendorFloor.plain()
+    problem = predictor.problem(1_000_000, 8, 1_000_000, "NN")
+    p = predictor.predict(problem)
+    traffic_us = (1e12 + 8e6 * 2) * 2 / (predictor.spec.memory_bandwidth_gbps * 1e3)
+    _, times = predictor.rank(problem, predictor.candidate_mask(problem))
+    assert times.min() < traffic_us                 # trees do not extrapolate to a 2 TB problem
+    assert any("faster than the memory bandwidth allows" in r for r in p.ood_reasons)
+    assert p.chosen_by == "ood_fallback" and p.config.config_id == "vendor"
+    small = predictor.predict(predictor.problem(64, 64, 64, "NN"))      # fits in L2: no bandwidth bound applies
+    assert not any("memory bandwidth" in r for r in small.ood_reasons)

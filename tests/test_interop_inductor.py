@@ -217,3 +217,11 @@ def test_a_predicted_time_beyond_the_devices_peak_is_flagged(tmp_path):
     assert p.ood and any("faster than the device's peak" in r and "> 312" in r for r in p.ood_reasons)
     q = predict_best(1024, 1024, 1024, dtype="float16", device="a100", family="triton_mm", models_dir=models)
     assert not any("peak" in r for r in q.ood_reasons)
+
+
+def test_a_header_only_log_writes_no_device_folder(tmp_path):
+    """Regression (fresh-user trial): a log with no measurement was refused but left DATA/<device>/device.json."""
+    log = _log(tmp_path / "header_only.txt", [])
+    with pytest.raises(InteropError, match="no measurement found"):
+        import_file("inductor", log, device="a100", data_root=tmp_path / "data")
+    assert not (tmp_path / "data").exists()

@@ -117,3 +117,23 @@ def test_decision_scores_follow_what_predict_answers(two_logs, tmp_path):
         p = pred.predict(pred.problem(r.m, r.n, r.k, r.layout))
         assert p.config.config_id == r.pick and p.chosen_by == r.chosen_by
     assert per["pick_measured"].all()              # every candidate was measured on every fixture problem
+
+
+def test_evaluate_no_measure_names_in_sample_logs_and_takes_a_data_root(two_logs, tmp_path, capsys, monkeypatch):
+    """Regressions (fresh-user trial): the same log imported into another folder was scored with no in-sample note;
+    a data root given as --out said 'no valid rows'; --report naming a folder failed only after all the work."""
+    from costlearn.cli import main
+    from costlearn.interop import import_file
+    from costlearn.model.xgb import XGBParams
+    from costlearn.train import train
+    train(two_logs / "data" / DEVICE, tmp_path / "m", family="triton_mm", dtype="float16", holdout=False,
+          settings=dict(params=XGBParams(**FAST)))
+    import_file("inductor", two_logs / "zoo_a.txt", device=DEVICE, data_root=tmp_path / "copy")
+    assert main(["evaluate", "--no-measure", "--family", "triton_mm", "--dtype", "float16", "--models",
+                 str(tmp_path / "m"), "--out", str(tmp_path / "copy")]) == 0
+    err = capsys.readouterr().err
+    assert "1 of the logs scored here (by sha256) were in this model's training rows" in err
+    (tmp_path / "rep").mkdir()
+    assert main(["evaluate", "--no-measure", "--family", "triton_mm", "--dtype", "float16", "--models",
+                 str(tmp_path / "m"), "--out", str(tmp_path / "copy"), "--report", str(tmp_path / "rep")]) == 2
+    assert "is a folder; give a file name" in capsys.readouterr().err

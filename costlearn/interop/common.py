@@ -208,8 +208,13 @@ def import_measurements(fmt: str, path, measurements, skipped, spec: DeviceSpec,
     """
     path = Path(path)
     sha = sha256 or sha256_file(path)
+    skipped = list(skipped)
+    ms = list(measurements)
+    if not ms:                      # before the device folder is made: a failed import writes nothing
+        first = "; ".join(f"line {ln}: {why}" for ln, why in skipped[:3])
+        raise InteropError(f"{path}: no measurement found in this {fmt} file" + (f" ({first})" if first else ""))
     folder = device_folder(data_root, spec)
-    rep = ImportReport(format=fmt, file=str(path), sha256=sha, folder=folder, skipped=list(skipped))
+    rep = ImportReport(format=fmt, file=str(path), sha256=sha, folder=folder, skipped=skipped)
     try:
         have, _ = load(folder)
     except DatasetError as e:
@@ -217,10 +222,6 @@ def import_measurements(fmt: str, path, measurements, skipped, spec: DeviceSpec,
     if (have["source_sha256"] == sha).any():
         rep.already_imported = True
         return rep
-    ms = list(measurements)
-    if not ms:
-        first = "; ".join(f"line {ln}: {why}" for ln, why in rep.skipped[:3])
-        raise InteropError(f"{path}: no measurement found in this {fmt} file" + (f" ({first})" if first else ""))
     # A log that grew since it was imported (AutoHeuristic appends), or a copy of one with other bytes
     # (line endings, name), holds the same measurements at the same lines: those are not added again.
     known = _known_measurements(have, fmt)
