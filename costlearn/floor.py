@@ -30,8 +30,9 @@ problems of the same layout (log-shape and aspect distance,
 The thresholds are calibrated together (:func:`calibrate_floor`) on the
 held-out problems, each scored with its *other* neighbours: among the grid
 points whose rule is never worse than the vendor alone on any held-out log
-(or the least worse), those within :data:`TOLERANCE` of the lowest
-geometric-mean regret, the one that keeps the vendor most often. Untrained behaviour (no
+(or the least worse), the lowest geometric-mean regret; where the hold-out
+is within one log, the setting that keeps the vendor most often among those
+within :data:`TOLERANCE` of it. Untrained behaviour (no
 held-out evidence, e.g. ``train(..., holdout=False)``) is the plain argmin:
 margin 0, nothing flagged. A family without a vendor candidate keeps the
 evidence but flags nothing (``unsure_regret`` None): with no default to fall
@@ -63,14 +64,16 @@ OOD_FALLBACK_GRID = (False, True)
 UNSURE_GRID = (0.03, 0.05, 0.08, 0.12, math.inf)
 """Candidate ``unsure_regret``: the model's held-out top-1 regret on the
 neighbours above which a problem is flagged (and the vendor kept)."""
-TOLERANCE = 0.005
-"""Held-out geometric-mean regret (0.5 points) the calibration gives up for
-a more conservative floor: among the settings within it of the best, the
-one that keeps the vendor most often. A hold-out sees the logs the model
-was trained on, not the shapes it will be asked about; on an A100 a model
-of 81 random problems lost 2.6 % on its own held-out problems and 23 % on
-HuggingFace and timm shapes, where the vendor's measured record near a
-problem still told the two apart."""
+TOLERANCE = 0.02
+"""Held-out geometric-mean regret (2 points) a calibration within one log
+gives up for a more conservative floor: among the settings within it of the
+best, the one that keeps the vendor most often. A hold-out of one log sees
+shapes like the training rows, not the shapes the model will be asked
+about: on an A100, a float16 model of the random-shape log scored 8.1 %
+(against 5.2 % for cuBLAS alone) on HuggingFace shapes with the plain
+calibration, 4.0 % with this one (timm: 11.5 % and 10.4 %, cuBLAS 10.8 %);
+0.5 and 1 point were not enough. Where the hold-out leaves whole logs out,
+it sees the shift itself and no tolerance is given."""
 MIN_SPLIT_PROBLEMS = 500
 """Below this many problems in one log, the hold-out is 5-fold (every problem
 held out once) instead of one 20 % split."""
@@ -294,7 +297,8 @@ def calibrate_floor(held: pd.DataFrame, has_vendor: bool, kind: str = "") -> dic
     least = min(t[0] for t in tried)
     safe = [t for t in tried if t[0] <= least + 1e-4]
     low = min(t[1] for t in safe)
-    mu, tau, rho, fb, r = max((t for t in safe if t[1] <= low + TOLERANCE), key=lambda t: t[2])[3]
+    tol = 0.0 if len(logs) >= 2 else TOLERANCE
+    mu, tau, rho, fb, r = max((t for t in safe if t[1] <= low + tol + 1e-12), key=lambda t: (t[2], -t[1]))[3]
     plain = held["model_regret"].to_numpy()
     out.update(margin_log2=mu, vendor_near_min=tau, unsure_regret=(None if math.isinf(rho) else rho),
                ood_fallback=bool(fb))

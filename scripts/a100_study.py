@@ -24,12 +24,14 @@ measured on its problem cannot be scored: it is counted, not dropped.
 
 The data has no licence: the imported rows and models stay under --work
 (default out/a100-study/), never in data/ or models/. Writes the tables to
---report (default reports/a100_inductor.md). ``--source`` and ``--device``
+--report (default reports/a100_inductor.md; the cross-validation to
+reports/a100_inductor_cv.md). ``--source`` and ``--device``
 run the same study on another GPU's logs of the same format (a zip of
 Inductor mm logs).
 
     .venv/bin/python scripts/a100_study.py            # about 45 min on 2 cores
-    .venv/bin/python scripts/a100_study.py --no-cv    # the first two tables only
+    .venv/bin/python scripts/a100_study.py --no-cv    # the log tables only (about 25 min)
+    .venv/bin/python scripts/a100_study.py --cv-only  # the cross-validation only (about 20 min)
     .venv/bin/python scripts/a100_study.py --quick    # 2 folds of CV over a quarter of the problems; no log study
 """
 from __future__ import annotations
@@ -182,6 +184,28 @@ def random_to_real(work: Path, device: str, rows: pd.DataFrame, jobs: int) -> tu
         format_flag_table(flags, "The same: the OOD flag against the model's own top-1 (no floor)")])
 
 
+README = ROOT / "README.md"
+BEGIN, END = "<!-- lolo:begin -->", "<!-- lolo:end -->"
+
+
+def update_readme(report_text: str, readme: Path = README) -> bool:
+    """Put the report's log tables (leave one log out, random only -> real
+    models) between the README's ``lolo`` markers; False when the report has
+    none or the README lacks the markers."""
+    start = report_text.find("### Leave one log out")
+    if start < 0:
+        return False
+    stop = report_text.find("### Second table", start)
+    block = report_text[start:stop if stop >= 0 else len(report_text)].strip()
+    block = block.replace("### Leave one log out (the headline)\n\n", "")
+    text = readme.read_text()
+    if BEGIN not in text or END not in text:
+        return False
+    head, rest = text.split(BEGIN, 1)
+    readme.write_text(head + BEGIN + "\n" + block + "\n" + END + rest.split(END, 1)[1])
+    return True
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="zip of Inductor mm logs (a100_mm.zip)")
@@ -192,10 +216,19 @@ def main(argv=None) -> int:
     ap.add_argument("--jobs", type=int, default=2, help="XGBoost threads")
     ap.add_argument("--quick", action="store_true", help="2 folds over a quarter of the problems; CV only")
     ap.add_argument("--no-cv", action="store_true", help="leave out the shape-grouped cross-validation")
+    ap.add_argument("--cv-only", action="store_true", help="only the shape-grouped cross-validation")
+    ap.add_argument("--readme-only", action="store_true", help="copy the log tables of an existing --report into "
+                    "the README (between its lolo markers) and stop")
     args = ap.parse_args(argv)
     work = args.work or ROOT / "out" / f"{args.device}-study"
     report = args.report or ROOT / "reports" / ("a100_inductor.md" if args.device == "a100"
                                                 else f"{args.device}_inductor.md")
+    if args.readme_only:
+        if not report.is_file() or not update_readme(report.read_text()):
+            print(f"{report}: no log tables to copy (or README.md lacks the {BEGIN} markers)", file=sys.stderr)
+            return 2
+        print(f"README.md: log tables copied from {report}")
+        return 0
     if not args.source.is_file():
         print(f"{args.source}: not found (the Inductor logs are not part of costlearn)", file=sys.stderr)
         return 2
@@ -215,7 +248,8 @@ def main(argv=None) -> int:
             "over the problems of the scored log that no training log measured. 'prune path': the model "
             "choosing among exactly the configs measured on the problem (Triton's autotuner prune hook). "
             "'picks never measured': answers that cannot be scored, left out of the top-1 figures."]
-    if not args.quick:
+    cv_text = []
+    if not args.quick and not args.cv_only:
         if len(logs) >= 2:
             res = leave_one_log_out(work / "data" / args.device, work / "lolo", family="triton_mm",
                                     settings=dict(params=XGBParams(n_jobs=args.jobs)),
@@ -242,15 +276,25 @@ def main(argv=None) -> int:
             for name, v in p.items():
                 preds.setdefault(name, np.full(len(mm), np.nan))[te] = v
         cv = summaries(mm, preds)
-        text += ["", f"### Second table: shape-grouped {folds}-fold cross-validation over the random-shape log "
-                 f"({len(mm)} rows, {mm[PROBLEM].drop_duplicates().shape[0]} problems)", "",
-                 "The model ranks the configs measured on each held-out problem (no vendor floor); random shapes "
-                 "like its training rows, so an easier number than the tables above.", "",
-                 table(cv, f"Shape-grouped {folds}-fold cross-validation")]
-    text += ["", f"Wall time {time.perf_counter() - t_start:.0f} s."]
+        cv_text += [text[0], "", f"### Second table: shape-grouped {folds}-fold cross-validation over the "
+                    f"random-shape log ({len(mm)} rows, {mm[PROBLEM].drop_duplicates().shape[0]} problems)", "",
+                    "The model ranks the configs measured on each held-out problem (no vendor floor); random "
+                    "shapes like its training rows, so an easier number than the log tables.", "",
+                    table(cv, f"Shape-grouped {folds}-fold cross-validation"), "",
+                    f"Wall time {time.perf_counter() - t_start:.0f} s."]
+        cv_report = report.with_name(report.stem + "_cv.md")
+        cv_report.parent.mkdir(parents=True, exist_ok=True)
+        cv_report.write_text("\n".join(cv_text) + "\n")
+        print("\n".join(cv_text))
+    if args.cv_only:
+        return 0
+    text += ["", f"The shape-grouped cross-validation is in {report.stem}_cv.md (`--cv-only`).", "",
+             f"Wall time {time.perf_counter() - t_start:.0f} s."]
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(text) + "\n")
     print("\n".join(text))
+    if args.device == "a100" and args.source == DEFAULT_SOURCE and not args.quick and update_readme(report.read_text()):
+        print("README.md: log tables updated", file=sys.stderr)
     return 0
 
 

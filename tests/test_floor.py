@@ -299,3 +299,15 @@ def test_a_time_faster_than_the_memory_bandwidth_allows_is_a_symptom(predictor):
     assert p.chosen_by == "ood_fallback" and p.config.config_id == "vendor"
     small = predictor.predict(predictor.problem(64, 64, 64, "NN"))      # fits in L2: no bandwidth bound applies
     assert not any("memory bandwidth" in r for r in small.ood_reasons)
+
+
+def test_within_one_log_the_calibration_gives_up_a_little_regret_to_keep_the_vendor():
+    """A hold-out within one log cannot see another kind of shape: where the tile wins by less than TOLERANCE on
+    held-out problems, the vendor is kept; with two logs the lowest regret wins."""
+    from costlearn.floor import TOLERANCE
+    held = _held().assign(source="one.txt", tile_regret=0.0, vendor_regret=TOLERANCE / 2, model_regret=0.0,
+                          tile_lr=-0.3)
+    one = calibrate_floor(held, True)
+    assert one["calibration"]["rule_geomean"] == pytest.approx(TOLERANCE / 2)      # the vendor everywhere
+    two = calibrate_floor(held.assign(source=np.where(np.arange(len(held)) % 2, "a.txt", "b.txt")), True)
+    assert two["calibration"]["rule_geomean"] == pytest.approx(0.0)                 # the tile everywhere
