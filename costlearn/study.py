@@ -28,7 +28,7 @@ from .dataset import current_rows, load, rows_where, valid_rows
 from .metrics import PROBLEM_COLUMNS, VENDOR_ID, geomean_regret
 
 __all__ = ["decision_scores", "by_source", "format_by_source", "flag_table", "format_flag_table", "leave_one_log_out",
-           "StudyResult", "TOP_K", "FOOTNOTE"]
+           "StudyResult", "TOP_K", "FOOTNOTE", "reusable_model"]
 
 FOOTNOTE = ("Regret: measured time of the answer / best measured of all (the vendor library included) - 1, geometric "
             "mean over the scored log's problems. 'prune path': the model choosing among exactly the configs "
@@ -179,7 +179,8 @@ def format_by_source(table: pd.DataFrame, title: str = "") -> str:
     lines = ([f"### {title}", ""] if title else []) + ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in table.itertuples(index=False):
         lines.append(f"| {r.source} | {r.problems} | {_pct(r.top1)} | {_pct(getattr(r, f'top{TOP_K}'))} | "
-                     f"{_pct(r.top1_tile)} | {_pct(getattr(r, f'top{TOP_K}_tile'))} | {_pct(r.prune)} | {_pct(r.vendor_only)} | {_pct(r.best_fixed)} | "
+                     f"{_pct(r.top1_tile)} | {_pct(getattr(r, f'top{TOP_K}_tile'))} | {_pct(r.prune)} | "
+                     f"{_pct(r.vendor_only)} | {_pct(r.best_fixed)} | "
                      f"{r.flagged:.0%} | {r.vendor_chosen:.0%} | {r.unmeasured} |")
     return "\n".join(lines)
 
@@ -252,8 +253,32 @@ class StudyResult:
         return "\n\n".join(parts)
 
 
+def reusable_model(models, data_dir, family: str, dtype: str, excluded) -> Path | None:
+    """The model folder (under the model store ``models``) an earlier run
+    left, when it was trained on ``data_dir``'s rows less exactly the logs
+    ``excluded`` and the folder holds no rows since (same valid row count);
+    else None."""
+    from .model.artifact import ArtifactError, load as load_artifact, model_folder
+    from .train import dataset_pairs, pair_counts
+    for dev in sorted(p.name for p in Path(models).glob("*") if p.is_dir()):
+        folder = model_folder(models, dev, family, dtype)
+        try:
+            art = load_artifact(folder)
+        except ArtifactError:
+            continue
+        tr = art.sidecar.get("training", {})
+        if Path(tr.get("dataset", "")).resolve() != Path(data_dir).resolve() or \
+                tr.get("excluded_sources") != sorted(excluded):
+            continue
+        df, _ = load(data_dir)
+        df = df[~df["source_file"].fillna("").isin(list(excluded)).to_numpy(bool)]
+        if (family, dtype) in dataset_pairs(df) and pair_counts(df)[(family, dtype)][0] == tr.get("rows"):
+            return folder
+    return None
+
+
 def leave_one_log_out(data_dir, work_dir, *, family: str = "triton_mm", dtypes=None, settings: dict | None = None,
-                      log=print) -> StudyResult:
+                      log=print, reuse: bool = True) -> StudyResult:
     """Train on every log of ``data_dir`` but one and score the one left out
     (its problems that no training log measured), for each log and dtype.
 
@@ -271,6 +296,10 @@ def leave_one_log_out(data_dir, work_dir, *, family: str = "triton_mm", dtypes=N
         Model settings for :func:`costlearn.train.train`.
     log : callable
         Progress lines.
+    reuse : bool
+        Score a fold's model left in ``work_dir`` by an earlier run (trained
+        on the same folder's rows less the same log, none added since)
+        instead of training it again: a stopped study resumes.
 
     Returns
     -------
@@ -312,13 +341,17 @@ def leave_one_log_out(data_dir, work_dir, *, family: str = "triton_mm", dtypes=N
                 continue
             t0 = time.perf_counter()
             models = work_dir / dt / f"without-{Path(left).stem}"
-            try:
-                res = train(data_dir, models, family=family, dtype=dt, settings=settings,
-                            exclude_sources=(left,) if left != "collected" else ("",))
-            except ValueError as e:
-                skipped.append(f"{dt}: without {left}: {e}")
-                continue
-            pred = Predictor(res.path.parent)
+            excluded = (left,) if left != "collected" else ("",)
+            folder = reusable_model(models, data_dir, family, dt, excluded) if reuse else None
+            if folder is None:
+                try:
+                    res = train(data_dir, models, family=family, dtype=dt, settings=settings,
+                                exclude_sources=excluded)
+                except ValueError as e:
+                    skipped.append(f"{dt}: without {left}: {e}")
+                    continue
+                folder = res.path.parent
+            pred = Predictor(folder)
             served = test["layout"].isin(set(pred.layouts)).to_numpy(bool)
             if not served.all():
                 lost = test[~served][["m", "n", "k", "layout"]].drop_duplicates()
@@ -328,7 +361,8 @@ def leave_one_log_out(data_dir, work_dir, *, family: str = "triton_mm", dtypes=N
             per = decision_scores(pred, test, best_fixed=pred.artifact.baseline("best_fixed"))
             per["source"] = left
             per_dt.append(per)
-            log(f"{dt}: trained without {left} ({res.rows} rows, {res.shapes} problems) in "
+            tr = pred.artifact.sidecar.get("training", {})
+            log(f"{dt}: without {left} ({tr.get('rows')} rows, {tr.get('shapes')} problems): "
                 f"{time.perf_counter() - t0:.0f} s; scored {len(per)} problems of {left}")
         if per_dt:
             per = pd.concat(per_dt, ignore_index=True)

@@ -155,7 +155,8 @@ def random_to_real(work: Path, device: str, rows: pd.DataFrame, jobs: int) -> tu
     every dtype they hold) and score predict_best on the real models' logs:
     the per-problem scores and a by-log table."""
     from costlearn.predict import Predictor
-    from costlearn.study import by_source, decision_scores, flag_table, format_by_source, format_flag_table
+    from costlearn.study import (by_source, decision_scores, flag_table, format_by_source, format_flag_table,
+                                 reusable_model)
     from costlearn.train import train
     real = sorted(rows.loc[rows["split"] != "mm", "source_file"].unique())
     mm_logs = sorted(rows.loc[rows["split"] == "mm", "source_file"].unique())
@@ -163,9 +164,12 @@ def random_to_real(work: Path, device: str, rows: pd.DataFrame, jobs: int) -> tu
     for dtype in sorted(rows.loc[rows["split"] != "mm", "dtype"].astype(str).unique()):
         if not (rows["split"].eq("mm") & rows["dtype"].eq(dtype)).any():
             continue
-        res = train(work / "data" / device, work / "random-only" / "models", family="triton_mm", dtype=dtype,
-                    settings=dict(params=XGBParams(n_jobs=jobs)), exclude_sources=tuple(real))
-        pred = Predictor(res.path.parent)
+        models = work / "random-only" / "models"
+        folder = reusable_model(models, work / "data" / device, "triton_mm", dtype, tuple(real))
+        if folder is None:
+            folder = train(work / "data" / device, models, family="triton_mm", dtype=dtype,
+                           settings=dict(params=XGBParams(n_jobs=jobs)), exclude_sources=tuple(real)).path.parent
+        pred = Predictor(folder)
         seen = set(map(tuple, rows[rows["split"] == "mm"][["m", "n", "k", "layout"]].drop_duplicates()
                        .itertuples(index=False, name=None)))
         test = rows[(rows["split"] != "mm") & rows["dtype"].eq(dtype) & rows["layout"].isin(pred.layouts)]
