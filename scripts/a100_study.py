@@ -29,7 +29,7 @@ reports/a100_inductor_cv.md). ``--source`` and ``--device``
 run the same study on another GPU's logs of the same format (a zip of
 Inductor mm logs).
 
-    .venv/bin/python scripts/a100_study.py            # about 45 min on 2 cores
+    .venv/bin/python scripts/a100_study.py            # about 50 min on 2 cores
     .venv/bin/python scripts/a100_study.py --no-cv    # the log tables only (about 25 min)
     .venv/bin/python scripts/a100_study.py --cv-only  # the cross-validation only (about 20 min)
     .venv/bin/python scripts/a100_study.py --quick    # 2 folds of CV over a quarter of the problems; no log study
