@@ -275,11 +275,13 @@ def calibrate_floor(held: pd.DataFrame, has_vendor: bool, kind: str = "") -> dic
                          for a, b, c, d, v, w in zip(held.get("m", []), held.get("n", []), held.get("k", []),
                                                      lay, vr, mr)],
                calibration=dict(heldout=kind, problems=int(len(held))))
-    usable = has_vendor and len(held) > NEIGHBORS and np.isfinite(held["tile_lr"]).all() \
-        and np.isfinite(vr).all()
-    if not usable:
+    # problems without both a vendor and a tile measurement give evidence to their neighbours, not a score here
+    ok = np.isfinite(held["tile_lr"].to_numpy(np.float64)) & np.isfinite(vr) if len(held) else np.zeros(0, bool)
+    if not (has_vendor and ok.sum() > NEIGHBORS):
         return out
     vn, mn = neighbour_stats(pts, lay, vr, mr, pts, lay, exclude_self=True)
+    held, vn, mn, vr = held[ok].reset_index(drop=True), vn[ok], mn[ok], vr[ok]
+    out["calibration"]["scored"] = int(ok.sum())
     src = held["source"].astype(str).to_numpy()
     logs = sorted(set(src))
     vendor_by = {s: geomean_regret(vr[src == s]) for s in logs}

@@ -324,3 +324,12 @@ def test_within_one_log_the_calibration_gives_up_a_little_regret_to_keep_the_ven
     assert one["calibration"]["rule_geomean"] == pytest.approx(TOLERANCE / 2)      # the vendor everywhere
     two = calibrate_floor(held.assign(source=np.where(np.arange(len(held)) % 2, "a.txt", "b.txt")), True)
     assert two["calibration"]["rule_geomean"] == pytest.approx(0.0)                 # the tile everywhere
+
+
+def test_a_problem_without_a_vendor_row_does_not_switch_the_calibration_off():
+    """Regression: one held-out problem whose vendor call failed (no vendor row) left the whole floor uncalibrated."""
+    held = _held()
+    held.loc[0, ["vendor_regret", "tile_lr", "tile_regret"]] = np.nan
+    floor = calibrate_floor(held, True)
+    assert "rule_geomean" in floor["calibration"] and floor["calibration"]["scored"] == len(held) - 1
+    assert len(floor["problems"]) == len(held)
