@@ -347,6 +347,8 @@ class Predictor:
         """
         reasons = self.envelope.reasons(problem.m, problem.n, problem.k, nearest)
         fallback = bool(reasons) and self.floor.ood_fallback
+        if self.vendor_index is None and self.floor.unsure_regret == float("inf"):
+            return reasons, fallback, float("nan")     # nothing the evidence could change: skip the lookup
         vendor_near, model_near = self.floor.near(problem.m, problem.n, problem.k, problem.layout)
         unsure = self.floor.unsure_reason(model_near)
         if unsure:
@@ -455,11 +457,12 @@ class Predictor:
         if self._peak_flop_per_us is not None and best_us * self._peak_flop_per_us < problem.flops:
             symptoms.append(f"the predicted {best_us:.4g} us is faster than the device's peak allows "
                             f"({problem.flops / best_us / 1e6:.4g} TFLOP/s > {self._peak_flop_per_us / 1e6:.4g})")
-        traffic = float(m * k + k * n + m * n) * self._element_bytes
-        if self._bytes_per_us is not None and traffic > self.spec.l2_bytes and best_us * self._bytes_per_us < traffic:
+        traffic_bytes = float(m * k + k * n + m * n) * self._element_bytes
+        if self._bytes_per_us is not None and traffic_bytes > self.spec.l2_bytes \
+                and best_us * self._bytes_per_us < traffic_bytes:
             symptoms.append(f"the predicted {best_us:.4g} us is faster than the memory bandwidth allows (A, B and C "
-                            f"once: {traffic / 1e9:.4g} GB at {self.spec.memory_bandwidth_gbps:.4g} GB/s take "
-                            f"{traffic / self._bytes_per_us:.4g} us)")
+                            f"once: {traffic_bytes / 1e9:.4g} GB at {self.spec.memory_bandwidth_gbps:.4g} GB/s take "
+                            f"{traffic_bytes / self._bytes_per_us:.4g} us)")
         reasons += symptoms         # flagged; they send the problem to the vendor only through the calibration:
         problem_ood = fallback      # on the A100's logs the model's own pick lost 7.8 % where they fired, cuBLAS 25 %
         order, scores = res.order.tolist(), res.scores.tolist()

@@ -253,13 +253,12 @@ class StudyResult:
         return "\n\n".join(parts)
 
 
-def reusable_model(models, data_dir, family: str, dtype: str, excluded) -> Path | None:
+def reusable_model(models, data_dir, family: str, dtype: str, excluded, rows: int) -> Path | None:
     """The model folder (under the model store ``models``) an earlier run
     left, when it was trained on ``data_dir``'s rows less exactly the logs
-    ``excluded`` and the folder holds no rows since (same valid row count);
-    else None."""
+    ``excluded`` and on ``rows`` valid rows (the count the caller has now:
+    none added since); else None."""
     from .model.artifact import ArtifactError, load as load_artifact, model_folder
-    from .train import dataset_pairs, pair_counts
     for dev in sorted(p.name for p in Path(models).glob("*") if p.is_dir()):
         folder = model_folder(models, dev, family, dtype)
         try:
@@ -267,12 +266,8 @@ def reusable_model(models, data_dir, family: str, dtype: str, excluded) -> Path 
         except ArtifactError:
             continue
         tr = art.sidecar.get("training", {})
-        if Path(tr.get("dataset", "")).resolve() != Path(data_dir).resolve() or \
-                tr.get("excluded_sources") != sorted(excluded):
-            continue
-        df, _ = load(data_dir)
-        df = df[~df["source_file"].fillna("").isin(list(excluded)).to_numpy(bool)]
-        if (family, dtype) in dataset_pairs(df) and pair_counts(df)[(family, dtype)][0] == tr.get("rows"):
+        if Path(tr.get("dataset", "")).resolve() == Path(data_dir).resolve() and \
+                tr.get("excluded_sources") == sorted(excluded) and tr.get("rows") == int(rows):
             return folder
     return None
 
@@ -342,7 +337,8 @@ def leave_one_log_out(data_dir, work_dir, *, family: str = "triton_mm", dtypes=N
             t0 = time.perf_counter()
             models = work_dir / dt / f"without-{Path(left).stem}"
             excluded = (left,) if left != "collected" else ("",)
-            folder = reusable_model(models, data_dir, family, dt, excluded) if reuse else None
+            folder = reusable_model(models, data_dir, family, dt, excluded, int((sub["source_file"] != left).sum())) \
+                if reuse else None
             if folder is None:
                 try:
                     res = train(data_dir, models, family=family, dtype=dt, settings=settings,

@@ -165,7 +165,8 @@ def random_to_real(work: Path, device: str, rows: pd.DataFrame, jobs: int) -> tu
         if not (rows["split"].eq("mm") & rows["dtype"].eq(dtype)).any():
             continue
         models = work / "random-only" / "models"
-        folder = reusable_model(models, work / "data" / device, "triton_mm", dtype, tuple(real))
+        n_rows = int((rows["dtype"].eq(dtype) & ~rows["source_file"].isin(real)).sum())
+        folder = reusable_model(models, work / "data" / device, "triton_mm", dtype, tuple(real), n_rows)
         if folder is None:
             folder = train(work / "data" / device, models, family="triton_mm", dtype=dtype,
                            settings=dict(params=XGBParams(n_jobs=jobs)), exclude_sources=tuple(real)).path.parent

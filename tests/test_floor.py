@@ -233,7 +233,7 @@ def test_the_prune_path_uses_the_same_floor(predictor):
     assert (i, how) == (3, "vendor_floor")
     # without a vendor, an unsure model keeps the config listed first
     i, how, _ = predictor.choose_among(problem, list(reversed(tiles)))
-    assert (i, how) in ((0, "first_listed"), (0, "predicted"))
+    assert (i, how) == (0, "first_listed")            # no config is predicted 32x faster than the first
     predictor.floor = VendorFloor.plain()
     i, how, _ = predictor.choose_among(problem, tiles + [VENDOR])
     assert how in ("predicted", "vendor_floor")
