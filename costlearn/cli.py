@@ -749,6 +749,27 @@ def cmd_study(args) -> int:
     return 0
 
 
+def cmd_transfer(args) -> int:
+    from .model.transfer import MIN_DESTINATION_PROBLEMS
+    from .transfer import transfer
+    if args.data is not None and not Path(args.data).is_dir():
+        raise ValueError(f"--data {args.data!r} is not a folder (the destination's dataset, e.g. data/{args.to})")
+    from .model.artifact import default_models_dir
+    results = transfer(args.models or default_models_dir(), args.source, args.to, data_dir=args.data, source_data=args.source_data,
+                       family=args.family, dtype=args.dtype, destination_share=args.destination_share,
+                       replace=args.replace, progress=lambda line: print(line, file=sys.stderr))
+    for r in results:
+        h = r.holdout.get("xgboost_devices", {})
+        held = (f"held-out top-1 {100 * h['top1_geomean']:.2f} % over {h['shapes']} {r.destination} problems"
+                if h else "no held-out figures (too few destination problems)")
+        kind = (f"zero-shot: every prediction is flagged until {MIN_DESTINATION_PROBLEMS} {r.destination} problems "
+                "are measured" if r.zero_shot else "adapted")
+        print(f"{r.family}/{r.dtype}: {r.source} -> {r.destination} from {r.source_rows} {r.source} rows and "
+              f"{r.destination_rows} {r.destination} rows over {r.destination_problems} problems; {kind}; {held}; "
+              f"{r.path.parent}")
+    return 0
+
+
 def cmd_run(args) -> int:
     """collect -> train -> predict -> evaluate on the local device, each stage
     called with explicit arguments."""
@@ -1049,6 +1070,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--work", default=None, help="where the folds' models go (default: out/study/<device>)")
     p.add_argument("--report", default=None, help="write the tables (markdown) and per-problem CSV here")
     p.set_defaults(func=cmd_study)
+
+    p = sub.add_parser("transfer", help="carry a device's models to another device (zero-shot or from a few "
+                       "measurements)",
+                       description="For every (family, dtype) model of the --from device, fit one model on its "
+                       "training rows and the --to device's rows in --data (none: zero-shot, from the device "
+                       "descriptors alone), with the --to device's feasibility rules, and write it to "
+                       "MODELS/<to>/<family>/<dtype>/, served by predict --model <to> like any other. A zero-shot "
+                       "model's predictions are flagged OOD, naming the source device.")
+    p.add_argument("--from", dest="source", required=True, help="device folder of the models to carry (e.g. a100)")
+    p.add_argument("--to", required=True, help="destination device folder (a preset, e.g. h100, or the device of "
+                   "--data's device.json)")
+    p.add_argument("--models", default=None, help="model store root holding the --from device's models (default: "
+                   "$COSTLEARN_MODELS, else the source tree's models/)")
+    p.add_argument("--data", default=None, help="the destination's dataset folder (e.g. data/h100); omit for "
+                   "zero-shot")
+    p.add_argument("--source-data", default=None, help="the source's dataset folder (default: the one its model "
+                   "was trained on)")
+    p.add_argument("--family", default=None, choices=FAMILIES.names(), help="only this family")
+    p.add_argument("--dtype", default=None, choices=dtype_names(), help="only this dtype")
+    p.add_argument("--destination-share", type=float, default=0.2, help="weight of the destination's rows "
+                   "against the source's, in (0, 1] (default: %(default)s)")
+    p.add_argument("--replace", action="store_true", help="overwrite a destination model trained on its own rows")
+    p.set_defaults(func=cmd_transfer)
 
     p = sub.add_parser("run", help="collect, train, predict and evaluate on the local device",
                        description="The main job end to end on the local device: collect for --budget "

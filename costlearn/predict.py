@@ -19,6 +19,7 @@ from . import __version__
 from .device import DeviceSpec
 from .dtypes import get_dtype
 from .model import artifact as _artifact
+from .model.transfer import zero_shot_reason
 from .problem import Problem
 from .ranker import make_ranker
 from .util import check_instance, check_int, check_path
@@ -138,7 +139,9 @@ class Predictor:
     ranker : costlearn.ranker.Ranker
     identity_reasons : tuple of str
         Why every answer of this model is a guess here (another kernel
-        template or costlearn version than at training), else empty.
+        template or costlearn version than at training, a zero-shot
+        transfer from another device: :func:`costlearn.model.transfer.zero_shot_reason`),
+        else empty.
 
     Raises
     ------
@@ -166,6 +169,9 @@ class Predictor:
                            f"{art.family.template_hash} now")
         if side.get("costlearn_version") != __version__:
             reasons.append(f"trained with costlearn {side.get('costlearn_version')}, running {__version__}")
+        zero_shot = zero_shot_reason(side.get("transfer"))
+        if zero_shot:
+            reasons.append(zero_shot)
         self.identity_reasons = tuple(reasons)
         # Scores in microseconds can be checked against the device's peak (a guess beyond it is flagged).
         self._peak_flop_per_us = self.spec.peak_gflops_for(self.dtype) * 1e3 if side.get("predicts_time") \

@@ -23,7 +23,7 @@ from .model import BASELINES, artifact, get_model
 from .model.base import CostModel
 
 __all__ = ["MIN_ROWS", "MIN_PROBLEMS", "pair_counts", "train", "TrainResult", "spec_from_rows", "holdout_report",
-           "export_artifact", "migrate_models", "dataset_pairs"]
+           "export_artifact", "migrate_models", "dataset_pairs", "read_device_json"]
 
 
 @dataclass
@@ -146,7 +146,14 @@ def dataset_pairs(df: pd.DataFrame) -> list[tuple[str, str]]:
     return sorted({(str(f), str(d)) for f, d in v[["family", "dtype"]].drop_duplicates().itertuples(index=False)})
 
 
-def _device_json(data_dir: Path) -> DeviceSpec | None:
+def read_device_json(data_dir: Path) -> DeviceSpec | None:
+    """The DeviceSpec of a dataset folder's ``device.json`` (None without one).
+
+    Raises
+    ------
+    ValueError
+        If the file is not a valid device description.
+    """
     dev_json = data_dir / "device.json"
     if not dev_json.is_file():
         return None
@@ -232,7 +239,7 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
         raise ValueError(f"{data_dir} has {len(rows)} valid {family}/{dtype} rows over {n_shapes} problems; "
                          f"need at least {MIN_ROWS} rows over {MIN_PROBLEMS} problems (collect longer, or import "
                          "more measurements)" + (f"; it also holds {others}" if others else ""))
-    spec = spec_from_rows(rows, spec if spec is not None else _device_json(data_dir))
+    spec = spec_from_rows(rows, spec if spec is not None else read_device_json(data_dir))
     settings = dict(settings or {})
     summary, held, kind = {}, pd.DataFrame(), ""
     if holdout:

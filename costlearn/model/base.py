@@ -234,13 +234,16 @@ class BoostedTreesModel(CostModel):
 
 MODELS = Registry("cost model", {
     "xgboost": "costlearn.model.xgb:XGBCostModel",
+    "xgboost_devices": "costlearn.model.transfer:MultiDeviceXGBModel",
     "hgb": "costlearn.model.hgb:HGBCostModel",
     "roofline": "costlearn.model.baselines:RooflineModel",
     "best_fixed": "costlearn.model.baselines:BestFixedModel",
-}, hints={"xgboost": "pip install xgboost"})
+}, hints={"xgboost": "pip install xgboost", "xgboost_devices": "pip install xgboost"})
 """Registered cost models. ``xgboost`` is the product; ``hgb`` a second
 gradient-boosted model (scikit-learn's HistGradientBoostingRegressor);
-``roofline`` and ``best_fixed`` the baselines."""
+``xgboost_devices`` the model ``costlearn transfer`` fits on several devices'
+rows (:mod:`costlearn.model.transfer`); ``roofline`` and ``best_fixed`` the
+baselines."""
 
 
 BASELINES = ("roofline", "best_fixed")

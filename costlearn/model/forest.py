@@ -159,6 +159,73 @@ class FlatForest:
                               feature=tree["split_indices"], threshold=cond, value=cond))
         return cls.from_trees(trees, base, int(param["num_feature"]))
 
+    def specialize(self, fixed: dict, n_features: int) -> "FlatForest":
+        """This forest with the features of ``fixed`` held at constant values
+        (partial evaluation): every split on one of them is replaced by the
+        branch that value takes, so the result reads only the other
+        features and gives the same bits as this forest on rows that carry
+        those values.
+
+        Used to serve a model trained on several devices' rows for one
+        device: its device descriptors are constants there
+        (:mod:`costlearn.features.device`).
+
+        Parameters
+        ----------
+        fixed : dict of int to float
+            Feature index -> value (compared as float32, as the walk does).
+        n_features : int
+            Width of the new forest's rows: the fixed features must be the
+            last columns, ``n_features <= min(fixed)``, so that the others
+            keep their indices.
+
+        Returns
+        -------
+        FlatForest
+
+        Raises
+        ------
+        ForestError
+            If a fixed index is below ``n_features`` or beyond this forest's
+            width, or a split is left on a feature >= ``n_features``.
+        """
+        fixed = {int(i): np.float32(v) for i, v in fixed.items()}
+        if fixed and (min(fixed) < n_features or max(fixed) >= self.n_features):
+            raise ForestError(f"fixed features {sorted(fixed)} must lie in [{n_features}, {self.n_features})")
+        is_fixed = np.zeros(256, bool)
+        value_of = np.zeros(256, np.float32)
+        for i, v in fixed.items():
+            is_fixed[i], value_of[i] = True, v
+        ends = np.r_[self.roots[1:], len(self.nodes)].astype(np.int64)
+        trees = []
+        for root, end in zip(self.roots.astype(np.int64), ends):
+            nd = self.nodes[root:end]
+            internal = (nd["flags"] & FLAG_INTERNAL) != 0
+            child = nd["child"].astype(np.int64)
+            skip = internal & is_fixed[nd["feature"]]
+            taken = child + ~(value_of[nd["feature"]] < nd["value"])     # the branch a fixed value takes
+            resolved = np.arange(len(nd))
+            while True:                                     # follow fixed splits until a kept node or a leaf
+                nxt = np.where(skip[resolved], taken[resolved], resolved)
+                if np.array_equal(nxt, resolved):
+                    break
+                resolved = nxt
+            # the kept nodes reachable from the (resolved) root, root first
+            keep, frontier = [], np.array([resolved[0]])
+            while len(frontier):
+                keep.append(frontier)
+                inner = frontier[internal[frontier]]
+                frontier = np.stack([resolved[child[inner]], resolved[child[inner] + 1]], axis=1).ravel()
+            order = np.concatenate(keep)
+            index = np.full(len(nd), -1, np.int64)
+            index[order] = np.arange(len(order))
+            inner = internal[order]
+            trees.append(dict(first=np.where(inner, index[resolved[child[order]]], -1),
+                              second=np.where(inner, index[resolved[np.minimum(child[order] + 1, len(nd) - 1)]], -1),
+                              feature=nd["feature"][order].astype(np.int64), threshold=nd["value"][order],
+                              value=nd["value"][order]))
+        return FlatForest.from_trees(trees, self.base_score, n_features)
+
     # -- checks ----------------------------------------------------------
 
     def validate(self) -> None:
