@@ -755,7 +755,8 @@ def cmd_transfer(args) -> int:
     if args.data is not None and not Path(args.data).is_dir():
         raise ValueError(f"--data {args.data!r} is not a folder (the destination's dataset, e.g. data/{args.to})")
     from .model.artifact import default_models_dir
-    results = transfer(args.models or default_models_dir(), args.source, args.to, data_dir=args.data, source_data=args.source_data,
+    results = transfer(args.models or default_models_dir(), args.source, args.to, data_dir=args.data,
+                       source_data=args.source_data,
                        family=args.family, dtype=args.dtype, destination_share=args.destination_share,
                        replace=args.replace, progress=lambda line: print(line, file=sys.stderr))
     for r in results:

@@ -241,7 +241,7 @@ def rule_regrets(held: pd.DataFrame, vendor_near: np.ndarray, model_near: np.nda
     return np.where(tile, held["tile_regret"].to_numpy(), held["vendor_regret"].to_numpy())
 
 
-def calibrate_floor(held: pd.DataFrame, has_vendor: bool, kind: str = "") -> dict:
+def calibrate_floor(held: pd.DataFrame, has_vendor: bool, kind: str = "", tolerance: float | None = None) -> dict:
     """Calibrate the floor's thresholds on held-out problems.
 
     Parameters
@@ -252,6 +252,13 @@ def calibrate_floor(held: pd.DataFrame, has_vendor: bool, kind: str = "") -> dic
         The family has a vendor candidate and the rows measure it.
     kind : str
         How the hold-out was made (:func:`heldout_folds`), recorded.
+    tolerance : float, optional
+        Regret (absolute) within which of the lowest the setting that keeps
+        the vendor most often is chosen. Default: 0 where the problems come
+        from two or more logs, else :data:`TOLERANCE` (within one log the
+        calibration cannot see another kind of shape). A transfer passes 0:
+        its held-out problems are the destination's, and the source's rows
+        carry the kinds of shape (:mod:`costlearn.transfer`).
 
     Returns
     -------
@@ -299,13 +306,14 @@ def calibrate_floor(held: pd.DataFrame, has_vendor: bool, kind: str = "") -> dic
     least = min(t[0] for t in tried)
     safe = [t for t in tried if t[0] <= least + 1e-4]
     low = min(t[1] for t in safe)
-    tol = 0.0 if len(logs) >= 2 else TOLERANCE
+    tol = (0.0 if len(logs) >= 2 else TOLERANCE) if tolerance is None else float(tolerance)
     mu, tau, rho, fb, r = max((t for t in safe if t[1] <= low + tol + 1e-12), key=lambda t: (t[2], -t[1]))[3]
     plain = held["model_regret"].to_numpy()
     out.update(margin_log2=mu, vendor_near_min=tau, unsure_regret=(None if math.isinf(rho) else rho),
                ood_fallback=bool(fb))
     out["calibration"].update(
-        rule_geomean=geomean_regret(r), vendor_geomean=geomean_regret(vr), argmin_geomean=geomean_regret(plain),
+        tolerance=tol, rule_geomean=geomean_regret(r), vendor_geomean=geomean_regret(vr),
+        argmin_geomean=geomean_regret(plain),
         envelope_ood=int(held["envelope_ood"].sum()) if "envelope_ood" in held else 0,
         by_log={s: dict(problems=int((src == s).sum()), rule=geomean_regret(r[src == s]), vendor=vendor_by[s],
                         argmin=geomean_regret(plain[src == s])) for s in logs})

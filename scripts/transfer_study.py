@@ -28,6 +28,8 @@ block between ``<!-- transfer:begin -->`` and ``<!-- transfer:end -->``.
 
     .venv/bin/python scripts/transfer_study.py                 # about 60 min on 2 cores
     .venv/bin/python scripts/transfer_study.py --dtypes tfloat32 --n 0 8   # a few minutes
+    .venv/bin/python scripts/transfer_study.py --mechanisms --work out/ts-m   # the ways of carrying it
+    .venv/bin/python scripts/transfer_study.py --tables-from out/transfer-study out/ts-m   # report from both
 """
 from __future__ import annotations
 
@@ -49,9 +51,13 @@ from a100_study import import_logs  # noqa: E402
 from costlearn.collect import write_device_json  # noqa: E402
 from costlearn.dataset import write_part  # noqa: E402
 from costlearn.device import preset  # noqa: E402
+from costlearn.families import get_family  # noqa: E402
+from costlearn.features import get_feature_set  # noqa: E402
+from costlearn.features.device import DEVICE_FEATURES, device_features  # noqa: E402
 from costlearn.floor import MARGIN_GRID  # noqa: E402
-from costlearn.metrics import VENDOR_ID, geomean_regret  # noqa: E402
-from costlearn.model import artifact  # noqa: E402
+from costlearn.metrics import VENDOR_ID, evaluate_rows, geomean_regret  # noqa: E402
+from costlearn.model import artifact, get_model  # noqa: E402
+from costlearn.model.transfer import ROOFLINE_COLUMN  # noqa: E402
 from costlearn.predict import Predictor  # noqa: E402
 from costlearn.study import decision_scores  # noqa: E402
 from costlearn.train import train  # noqa: E402
@@ -176,6 +182,98 @@ def run_direction(work: Path, src: str, dst: str, rows: dict, dtypes, ns, seed: 
     return table, sweep
 
 
+MECHANISMS = ("destination only", "zero-shot, log2 time", "zero-shot, time / roofline",
+              "continued boosting", "per-config offset", "joint, no descriptors", "joint (costlearn transfer)")
+"""The ways of using the source's rows compared by :func:`mechanisms`."""
+
+
+def mechanisms(rows: dict, src: str, dst: str, dtypes, ns, seeds) -> list:
+    """Each way of carrying the model, scored by the model's own ranking of
+    the measured configs of the destination problems not seen (top-1 vs best
+    of all; no floor, no coverage): the measurement behind the choice of
+    :class:`costlearn.model.transfer.MultiDeviceXGBModel`.
+
+    The ablations are fit with XGBoost directly (400 rounds, step 0.1,
+    depth 8) on the product's feature set and descriptors; the last column is
+    the product's model itself."""
+    import xgboost as xgb
+    fs = get_feature_set("analytic")
+    spec = {src: preset(src), dst: preset(dst)}
+    params = dict(objective="reg:squarederror", max_depth=8, eta=0.1, subsample=0.8, colsample_bytree=0.8,
+                  min_child_weight=2, nthread=1, seed=0, tree_method="hist")
+
+    def matrix(r, dev, dt):
+        X = fs.transform(r, spec[dev]).to_numpy(np.float64)
+        desc = np.broadcast_to(device_features(spec[dev], dt), (len(r), len(DEVICE_FEATURES)))
+        return np.hstack([X, desc]).astype(np.float32)
+
+    def fit(X, y, rounds=400, w=None, base=None):
+        return xgb.train(params, xgb.DMatrix(X, label=y, weight=w), num_boost_round=rounds, xgb_model=base)
+
+    def top1(test, pred):
+        return geomean_regret(evaluate_rows(test, pred)["top1_regret"].to_numpy())
+
+    out = []
+    roof_col = list(fs.feature_names(get_family(FAMILY))).index(ROOFLINE_COLUMN)
+    for dt in dtypes:
+        a = rows[src][rows[src]["dtype"] == dt].reset_index(drop=True)
+        d = rows[dst][rows[dst]["dtype"] == dt].reset_index(drop=True)
+        if a.empty or d.empty:
+            continue
+        Xa, Xd = matrix(a, src, dt), matrix(d, dst, dt)
+        ya, yd = np.log2(a["time_us"].to_numpy()), np.log2(d["time_us"].to_numpy())
+        ra, rd = Xa[:, roof_col].astype(np.float64), Xd[:, roof_col].astype(np.float64)
+        nf = Xa.shape[1] - len(DEVICE_FEATURES)
+        log(f"mechanisms {src} -> {dst} {dt}: source fits")
+        src_time, src_eff = fit(Xa, ya), fit(Xa, ya - ra)
+        probs = d[PROBLEM].drop_duplicates().reset_index(drop=True)
+        pid = d.merge(probs.reset_index(), on=PROBLEM, how="left")["index"].to_numpy()
+        for n in ns:
+            if n and n > len(probs) - 8:
+                continue
+            for seed in (seeds if n else seeds[:1]):
+                perm = np.random.default_rng(seed).permutation(len(probs))
+                seen = np.isin(pid, perm[:n])
+                test, Xt = d[~seen], Xd[~seen]
+                rec = dict(direction=f"{src} -> {dst}", dtype=dt, n=n, seed=seed, test_problems=int(len(probs) - n))
+                rec["vendor only"] = geomean_regret(evaluate_rows(test, np.where(
+                    test["config_id"].eq(VENDOR_ID), 1.0, 2.0))["top1_regret"].to_numpy())
+                rec["zero-shot, log2 time"] = top1(test, src_time.predict(xgb.DMatrix(Xt)))
+                eff = src_eff.predict(xgb.DMatrix(Xt)) + rd[~seen]
+                rec["zero-shot, time / roofline"] = top1(test, eff)
+                if n:
+                    Xs, ys, rs = Xd[seen], yd[seen], rd[seen]
+                    rec["destination only"] = top1(test, fit(Xs[:, :nf], ys, 200).predict(xgb.DMatrix(Xt[:, :nf])))
+                    rec["continued boosting"] = top1(test, fit(Xs, ys - rs, 50, base=src_eff).predict(
+                        xgb.DMatrix(Xt)) + rd[~seen])
+                    res = ys - rs - src_eff.predict(xgb.DMatrix(Xs))
+                    agg = pd.DataFrame(dict(c=d["config_id"][seen].to_numpy(), r=res)).groupby("c")["r"].agg(
+                        ["sum", "count"])
+                    off = (agg["sum"] / (agg["count"] + 2)).to_dict()           # shrunk to 0 with 2 pseudo-rows
+                    rec["per-config offset"] = top1(test, eff + test["config_id"].map(off).fillna(0).to_numpy())
+                    w = np.r_[np.ones(len(ya)), np.full(seen.sum(), max(1.0, 0.2 * len(ya) / seen.sum()))]
+                    nodev = fit(np.vstack([Xa, Xs])[:, :nf], np.r_[ya - ra, ys - rs], w=w)
+                    rec["joint, no descriptors"] = top1(test, nodev.predict(xgb.DMatrix(Xt[:, :nf])) + rd[~seen])
+                    both = pd.concat([a.assign(device_slug=src), d[seen].assign(device_slug=dst)], ignore_index=True)
+                    mdl = get_model("xgboost_devices", device_specs={src: spec[src]}).fit(both, spec[dst])
+                    rec["joint (costlearn transfer)"] = top1(test, mdl.predict(test))
+                log(str({k: (round(v, 4) if isinstance(v, float) else v) for k, v in rec.items()}))
+                out.append(rec)
+    return out
+
+
+def format_mechanisms(mech: pd.DataFrame) -> str:
+    """Mean over seeds per (direction, dtype, n)."""
+    cols = ["vendor only"] + [m for m in MECHANISMS if m in mech]
+    g = mech.groupby(["direction", "dtype", "n"], sort=False)
+    lines = ["| direction | dtype | destination problems seen | seeds | " + " | ".join(cols) + " |",
+             "|---|---|---:|---:|" + "---:|" * len(cols)]
+    for (dirn, dt, n), sub in g:
+        lines.append(f"| {dirn} | {dt} | {n} | {len(sub)} | " + " | ".join(pct(sub[c].mean()) if c in sub else ""
+                                                                          for c in cols) + " |")
+    return "\n".join(lines)
+
+
 def pct(x) -> str:
     return "" if not np.isfinite(x) else f"{100 * x:.2f} %"
 
@@ -186,7 +284,8 @@ def format_tables(table: pd.DataFrame, sweep: pd.DataFrame) -> str:
            "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in table.itertuples():
         out.append(f"| {r.direction} | {r.dtype} | {r.n} | {r.test_problems} | {pct(r.transfer)} | "
-                   f"{pct(r.destination_only)} | {pct(r.vendor)} | {pct(r.best_fixed)} | {100 * r.vendor_chosen:.0f} % |")
+                   f"{pct(r.destination_only)} | {pct(r.vendor)} | {pct(r.best_fixed)} | "
+                   f"{100 * r.vendor_chosen:.0f} % |")
     if len(sweep):
         out += ["", "Zero-shot: the floor's margin rule at each margin (no destination evidence)", "",
                 "| direction | dtype | vendor only | " + " | ".join(f"margin {m:g}" for m in MARGIN_GRID) + " |",
@@ -206,13 +305,23 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--report", type=Path, default=ROOT / "reports" / "transfer_a100_h100.md")
     ap.add_argument("--readme", type=Path, default=ROOT / "README.md")
+    ap.add_argument("--mechanisms", action="store_true", help="only compare the ways of carrying the model "
+                    "(model ranking, no floor; n in 0, 8, 32) into WORK/mechanisms.csv; --tables-from adds it to "
+                    "the report")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="seeds of --mechanisms")
     ap.add_argument("--tables-from", type=Path, nargs="+", metavar="WORK",
                     help="measure nothing: write the report and README from these earlier runs' CSVs (runs of "
-                         "other dtypes, e.g. in parallel processes)")
+                         "other dtypes, e.g. in parallel processes; a later run's row replaces an earlier one's of "
+                         "the same direction, dtype and n)")
     args = ap.parse_args(argv)
     if args.tables_from:
         table = pd.concat([pd.read_csv(w / "transfer.csv") for w in args.tables_from], ignore_index=True)
-        sweep = pd.concat([pd.read_csv(w / "zero_shot_margins.csv") for w in args.tables_from], ignore_index=True)
+        sweep = pd.concat([pd.read_csv(w / "zero_shot_margins.csv") for w in args.tables_from
+                           if (w / "zero_shot_margins.csv").stat().st_size > 1], ignore_index=True)
+        args.work = args.tables_from[0]
+        # a later run replaces an earlier one's rows of the same (direction, dtype, n)
+        table = table.drop_duplicates(["direction", "dtype", "n"], keep="last")
+        sweep = sweep.drop_duplicates(["direction", "dtype", "margin_log2"], keep="last")
         return write_outputs(table.sort_values(["direction", "dtype", "n"], kind="stable"), sweep, args)
     rows = {}
     for dev, zpath in SOURCES.items():
@@ -220,6 +329,11 @@ def main(argv=None) -> int:
             print(f"{zpath} is missing: this study needs the shared Inductor logs", file=sys.stderr)
             return 2
         rows[dev] = import_logs(zpath, args.work / dev, dev)
+    if args.mechanisms:
+        mech = pd.DataFrame(mechanisms(rows, "a100", "h100", args.dtypes, [0, 8, 32], args.seeds))
+        mech.to_csv(args.work / "mechanisms.csv", index=False)
+        print(format_mechanisms(mech))
+        return 0
     table, sweep = run_direction(args.work, "a100", "h100", rows, args.dtypes, args.n, args.seed)
     t2, s2 = run_direction(args.work, "h100", "a100", rows, args.dtypes, args.reverse_n, args.seed)
     table, sweep = pd.DataFrame(table + t2), pd.DataFrame(sweep + s2)
@@ -231,10 +345,14 @@ def main(argv=None) -> int:
 def write_outputs(table: pd.DataFrame, sweep: pd.DataFrame, args) -> int:
     """Write the report and the README block; print the tables."""
     body = format_tables(table, sweep)
+    mech_csv = [w / "mechanisms.csv" for w in (args.tables_from or [args.work]) if (w / "mechanisms.csv").is_file()]
+    mech = format_mechanisms(pd.concat([pd.read_csv(p) for p in mech_csv], ignore_index=True)) if mech_csv else ""
     args.report.write_text(
         "# Transfer across devices: A100 <-> H100 (Inductor triton_mm logs)\n\nGenerated by "
         "`scripts/transfer_study.py`; see its docstring for the protocol. Top-1 regret (geomean) on the destination "
-        "problems not seen, against the best measured of all (cuBLAS included).\n\n" + body + "\n")
+        "problems not seen, against the best measured of all (cuBLAS included).\n\n" + body + "\n"
+        + ("\n## Which way of carrying the model works\n\nThe model's own ranking of the measured configs (no floor, "
+           "no coverage), mean over seeds; `mechanisms()` in the script.\n\n" + mech + "\n" if mech else ""))
     if args.readme.is_file():
         text = args.readme.read_text()
         block = f"<!-- transfer:begin -->\n{body}\n<!-- transfer:end -->"

@@ -333,3 +333,20 @@ def test_a_problem_without_a_vendor_row_does_not_switch_the_calibration_off():
     floor = calibrate_floor(held, True)
     assert "rule_geomean" in floor["calibration"] and floor["calibration"]["scored"] == len(held) - 1
     assert len(floor["problems"]) == len(held)
+
+
+def test_floor_of_one_log_keeps_the_vendor_within_the_tolerance_unless_told_none():
+    """Regression: a transfer's floor, calibrated on 32 H100 bfloat16 problems of one log, kept cuBLAS on every
+    problem (2.67 %) although the model's own picks were 0.90 %: the one-log tolerance of 2 points."""
+    rng = np.random.default_rng(1)
+    recs = [dict(m=int(2 ** rng.integers(6, 13)), n=int(2 ** rng.integers(6, 13)), k=int(2 ** rng.integers(6, 13)),
+                 dtype="bfloat16", layout="NN", source="h100_mm.txt", model_regret=0.01, vendor_regret=0.025,
+                 tile_lr=-0.1 + 0.01 * rng.standard_normal(), tile_regret=0.01, envelope_ood=False)
+            for _ in range(32)]
+    held = pd.DataFrame(recs)
+    default = calibrate_floor(held, True, "one log")
+    none = calibrate_floor(held, True, "destination problems", tolerance=0.0)
+    assert default["calibration"]["tolerance"] == 0.02 and none["calibration"]["tolerance"] == 0.0
+    assert default["calibration"]["rule_geomean"] == pytest.approx(0.025)        # the vendor everywhere
+    assert none["calibration"]["rule_geomean"] == pytest.approx(0.01)            # the model's picks
+    assert not any(VendorFloor(none).keeps_vendor(lr, 0.025) for lr in held["tile_lr"])

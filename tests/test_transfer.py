@@ -66,6 +66,9 @@ def test_zero_shot_transfer_serves_the_destination_flags_every_answer_and_leaves
     pred = p.predict(p.problem(1024, 1024, 1024))
     assert pred.ood and any("zero-shot transfer from a100" in r for r in pred.ood_reasons)
     assert pred.device == "h100"
+    from costlearn import predict_best
+    served = predict_best(1024, 1024, 1024, "float16", "h100", family="triton_mm", models_dir=models)
+    assert served.config == pred.config and served.ood_reasons == pred.ood_reasons
     # the served scorer (device descriptors folded away, roofline column added) is the model
     art = artifact.load(res[0].path.parent)
     X = art.candidate_features().numpy(1024, 2048, 512, None, "NN")
