@@ -13,7 +13,6 @@ from costlearn.cli import main
 from costlearn.floor import VendorFloor
 from costlearn.interop import import_file
 from costlearn.model import artifact, get_model
-from costlearn.model.forest import FlatForest
 from costlearn.model.xgb import XGBParams
 from costlearn.predict import Predictor
 from costlearn.train import train
@@ -148,22 +147,3 @@ def test_multidevice_model_refuses_rows_of_a_device_it_has_no_spec_for(source):
         mdl.fit(rows, preset("h100"))
     with pytest.raises(ValueError, match="destination_share=2"):
         get_model("xgboost_devices", destination_share=2).fit(rows, preset("a100"))
-
-
-def test_specialized_forest_gives_the_same_bits_without_the_fixed_columns():
-    import xgboost as xgb
-    rng = np.random.default_rng(0)
-    X = rng.normal(size=(400, 3)).astype(np.float32)
-    dev = np.where(np.arange(400) < 200, 3.0, 5.0).astype(np.float32)      # a device column: two devices
-    y = X[:, 0] * np.where(dev > 4, 2.0, -1.0) + X[:, 1]
-    full = np.hstack([X, dev[:, None]]).astype(np.float32)
-    bst = xgb.train(dict(max_depth=4, eta=0.3), xgb.DMatrix(full, label=y), num_boost_round=30)
-    forest = FlatForest.from_xgboost(bst)
-    assert (forest.nodes["feature"][(forest.nodes["flags"] & 1) != 0] == 3).any()      # it does split on the device
-    for value in (3.0, 5.0):
-        Xd = np.ascontiguousarray(np.hstack([X, np.full((400, 1), value, np.float32)]))
-        small = forest.specialize({3: value}, 3)
-        assert small.n_features == 3 and small.n_trees == forest.n_trees
-        np.testing.assert_array_equal(small.margin_numpy(np.ascontiguousarray(X)), forest.margin_numpy(Xd))
-    with pytest.raises(Exception, match="must lie in"):
-        forest.specialize({1: 0.0}, 3)
