@@ -227,21 +227,23 @@ def neighbour_stats(points: np.ndarray, layouts: np.ndarray, vendor_regret: np.n
 
 
 def rule_regrets(held: pd.DataFrame, vendor_near: np.ndarray, model_near: np.ndarray, margin_log2: float,
-                 vendor_near_min: float, unsure_regret: float, ood_fallback: bool = False) -> np.ndarray:
+                 vendor_near_min: float | None, unsure_regret: float, ood_fallback: bool = False) -> np.ndarray:
     """Regret of the floor's choice on held-out problems (float64, shape
     (len(held),)): the vendor where the model is unsure there, the tile's
     predicted win is below the margin, the vendor was near-best on the
-    neighbours, or (with ``ood_fallback``) the problem is outside the
-    envelope; else the predicted-best tile."""
+    neighbours (not checked when ``vendor_near_min`` is None), or (with
+    ``ood_fallback``) the problem is outside the envelope; else the
+    predicted-best tile."""
     unsure = np.nan_to_num(model_near, nan=-math.inf) > unsure_regret
     if ood_fallback and "envelope_ood" in held:
         unsure |= held["envelope_ood"].to_numpy(bool)
-    beatable = np.nan_to_num(vendor_near, nan=math.inf) > vendor_near_min
+    beatable = np.nan_to_num(vendor_near, nan=math.inf) > (-math.inf if vendor_near_min is None else vendor_near_min)
     tile = ~unsure & beatable & (held["tile_lr"].to_numpy() < -margin_log2)
     return np.where(tile, held["tile_regret"].to_numpy(), held["vendor_regret"].to_numpy())
 
 
-def calibrate_floor(held: pd.DataFrame, has_vendor: bool, kind: str = "", tolerance: float | None = None) -> dict:
+def calibrate_floor(held: pd.DataFrame, has_vendor: bool, kind: str = "", tolerance: float | None = None,
+                    vendor_near_grid=VENDOR_NEAR_GRID) -> dict:
     """Calibrate the floor's thresholds on held-out problems.
 
     Parameters
@@ -259,6 +261,11 @@ def calibrate_floor(held: pd.DataFrame, has_vendor: bool, kind: str = "", tolera
         calibration cannot see another kind of shape). A transfer passes 0:
         its held-out problems are the destination's, and the source's rows
         carry the kinds of shape (:mod:`costlearn.transfer`).
+    vendor_near_grid : sequence of float or None
+        Candidate ``vendor_near_min`` (None: the neighbours' vendor regret is
+        not checked; a transfer offers it, since on the H100 cuBLAS is the
+        best of all on many problems, and a threshold of 0 then keeps it on
+        every problem near them).
 
     Returns
     -------
@@ -295,7 +302,7 @@ def calibrate_floor(held: pd.DataFrame, has_vendor: bool, kind: str = "", tolera
     tried = []
     for fb in OOD_FALLBACK_GRID:
         for mu in MARGIN_GRID:
-            for tau in VENDOR_NEAR_GRID:
+            for tau in vendor_near_grid:
                 for rho in UNSURE_GRID:
                     r = rule_regrets(held, vn, mn, mu, tau, rho, fb)
                     worse = max(0.0, max(geomean_regret(r[src == s]) - vendor_by[s] for s in logs))
@@ -356,7 +363,8 @@ class VendorFloor:
                              "(retrain with `costlearn train`)")
         try:
             self.margin_log2 = float(floor["margin_log2"])
-            self.vendor_near_min = float(floor["vendor_near_min"])
+            v = floor["vendor_near_min"]
+            self.vendor_near_min = -math.inf if v is None else float(v)
             u = floor["unsure_regret"]
             self.unsure_regret = math.inf if u is None else float(u)
             self.neighbors = int(floor["neighbors"])
@@ -371,7 +379,8 @@ class VendorFloor:
                        or not np.isin(p[:, 3], np.arange(len(self.layouts))).all()):
             raise ValueError(f"malformed vendor floor: problems of shape {p.shape}; need rows of [m, n, k, layout "
                              "index, vendor_regret, model_regret] with extents >= 1")
-        if not (self.margin_log2 >= 0 and self.vendor_near_min >= 0 and self.unsure_regret >= 0
+        if not (self.margin_log2 >= 0 and (self.vendor_near_min >= 0 or self.vendor_near_min == -math.inf)
+                and self.unsure_regret >= 0
                 and self.neighbors >= 1):
             raise ValueError(f"malformed vendor floor: margin_log2={self.margin_log2}, vendor_near_min="
                              f"{self.vendor_near_min}, unsure_regret={self.unsure_regret}, neighbors="

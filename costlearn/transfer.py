@@ -18,7 +18,9 @@ destination there are, and save it as the destination's artifact, served by
   the lowest regret (no tolerance towards keeping the vendor: that guards a
   one-log calibration against kinds of shape it never saw, which the source's
   rows carry here; with it, 32 H100 bfloat16 problems kept cuBLAS on every
-  problem, 2.67 % against the model's own 0.90 %). The source's held-out evidence is not reused: the vendor's
+  problem, 2.67 % against the model's own 0.90 %), and it may leave the
+  neighbours' vendor regret unchecked (:func:`~costlearn.floor.calibrate_floor`'s
+  ``vendor_near_grid``). The source's held-out evidence is not reused: the vendor's
   standing differs between devices (cuBLAS beats every Triton config on the
   H100's float32 and TF32 problems, not on the A100's).
 - **Zero-shot** (fewer destination problems than that): the floor keeps the
@@ -42,7 +44,7 @@ from .dataset import current_rows, load, rows_where, valid_rows
 from .device import DeviceSpec, preset
 from .envelope import Envelope, fit_coverage, fit_envelope
 from .families import get_family
-from .floor import FLOOR_VERSION, NEIGHBORS, calibrate_floor, heldout_problems
+from .floor import FLOOR_VERSION, NEIGHBORS, VENDOR_NEAR_GRID, calibrate_floor, heldout_problems
 from .metrics import evaluate_rows, summarize
 from .model import artifact, get_model
 from .model.transfer import MIN_DESTINATION_PROBLEMS, MultiDeviceXGBModel, zero_shot_reason
@@ -277,7 +279,8 @@ def transfer(models_dir, source: str, destination: str, *, data_dir=None, source
         if n_dst >= MIN_CALIBRATION_PROBLEMS:
             say(f"{fam_name}/{dt}: held-out predictions of {n_dst} {destination} problems")
             summary, held, kind = _heldout(src, dst, spec, make, seed)
-            floor = calibrate_floor(held, bool(has_vendor), kind, tolerance=0.0)
+            floor = calibrate_floor(held, bool(has_vendor), kind, tolerance=0.0,
+                                    vendor_near_grid=(None,) + VENDOR_NEAR_GRID)
         else:
             floor = zero_shot_floor()
         rows = pd.concat([src, dst], ignore_index=True)

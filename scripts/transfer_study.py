@@ -301,7 +301,8 @@ def main(argv=None) -> int:
     ap.add_argument("--work", type=Path, default=ROOT / "out" / "transfer-study")
     ap.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16", "float32", "tfloat32"])
     ap.add_argument("--n", nargs="+", type=int, default=[0, 8, 16, 32, 64, 128])
-    ap.add_argument("--reverse-n", nargs="+", type=int, default=[0, 32], help="n of the H100 -> A100 direction")
+    ap.add_argument("--reverse-n", nargs="*", type=int, default=[0, 32],
+                    help="n of the H100 -> A100 direction (none: skip it)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--report", type=Path, default=ROOT / "reports" / "transfer_a100_h100.md")
     ap.add_argument("--readme", type=Path, default=ROOT / "README.md")
