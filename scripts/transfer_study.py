@@ -316,9 +316,11 @@ def main(argv=None) -> int:
                          "the same direction, dtype and n)")
     args = ap.parse_args(argv)
     if args.tables_from:
-        table = pd.concat([pd.read_csv(w / "transfer.csv") for w in args.tables_from], ignore_index=True)
+        table = pd.concat([pd.read_csv(w / "transfer.csv") for w in args.tables_from
+                           if (w / "transfer.csv").is_file()], ignore_index=True)
         sweep = pd.concat([pd.read_csv(w / "zero_shot_margins.csv") for w in args.tables_from
-                           if (w / "zero_shot_margins.csv").stat().st_size > 1], ignore_index=True)
+                           if (w / "zero_shot_margins.csv").is_file()
+                           and (w / "zero_shot_margins.csv").stat().st_size > 1], ignore_index=True)
         args.work = args.tables_from[0]
         # a later run replaces an earlier one's rows of the same (direction, dtype, n)
         table = table.drop_duplicates(["direction", "dtype", "n"], keep="last")
