@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from sklearn.model_selection import GroupKFold
 
 from .dataset import current_rows, load, rows_where, valid_rows
 from .device import DeviceSpec, preset
@@ -149,7 +150,6 @@ def _problem_ids(rows: pd.DataFrame) -> np.ndarray:
 def _heldout(src: pd.DataFrame, dst: pd.DataFrame, spec, make, seed: int) -> tuple[dict, pd.DataFrame, str]:
     """Predict every destination problem with a model fit without it
     (grouped k-fold; all source rows in every fold)."""
-    from sklearn.model_selection import GroupKFold
     groups = _problem_ids(dst)
     n = len(np.unique(groups))
     k = min(FOLDS, n)
@@ -219,6 +219,8 @@ def transfer(models_dir, source: str, destination: str, *, data_dir=None, source
     source, destination = str(source), str(destination)
     if source == destination:
         raise ValueError(f"--from and --to are both {source!r}; transfer goes to another device")
+    if not (isinstance(destination_share, (int, float)) and 0 < destination_share <= 1):
+        raise ValueError(f"destination_share={destination_share!r} (CLI: --destination-share); must be in (0, 1]")
     models_dir = Path(models_dir)
     pairs = [(f, d) for dev, f, d in artifact.list_models(models_dir) if dev == source
              and (family is None or f == family) and (dtype is None or d == dtype)]

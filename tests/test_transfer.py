@@ -116,6 +116,8 @@ def test_transfer_refuses_bad_requests_naming_the_value(source, tmp_path):
         transfer(models, "v100", "h100")
     with pytest.raises(ValueError, match="not a preset"):
         transfer(models, "a100", "mi300")
+    with pytest.raises(ValueError, match="destination_share=5 .*must be in \\(0, 1\\]"):
+        transfer(models, "a100", "h100", destination_share=5)
     own = tmp_path / "models"
     import shutil
     shutil.copytree(models, own / "x", dirs_exist_ok=True)
