@@ -136,8 +136,10 @@ def _destination_spec(destination: str, data_dir) -> DeviceSpec:
         try:
             spec = preset(destination)
         except ValueError:
-            raise ValueError(f"no description of device {destination!r}: it is not a preset and --data names no "
-                             "folder with a device.json (collect or import a few measurements there)") from None
+            from .device import PRESETS
+            raise ValueError(f"no description of device {destination!r}: it is not a preset ({sorted(PRESETS)}) and "
+                             "--data names no folder with a device.json (collect or import a few measurements "
+                             "there)") from None
     if spec.slug != destination:
         raise ValueError(f"the destination device description is {spec.name!r} ({spec.slug!r}), not {destination!r}")
     return spec
@@ -216,17 +218,20 @@ def transfer(models_dir, source: str, destination: str, *, data_dir=None, source
         If a source artifact does not load.
     """
     say = progress or (lambda line: None)
-    source, destination = str(source), str(destination)
+    source, destination = str(source).lower(), str(destination).lower()     # device folders are lower-case
     if source == destination:
         raise ValueError(f"--from and --to are both {source!r}; transfer goes to another device")
     if not (isinstance(destination_share, (int, float)) and 0 < destination_share <= 1):
         raise ValueError(f"destination_share={destination_share!r} (CLI: --destination-share); must be in (0, 1]")
     models_dir = Path(models_dir)
+    if not models_dir.is_dir():
+        raise ValueError(f"--models {str(models_dir)!r} is not a folder (the model store holding {source}/)")
     pairs = [(f, d) for dev, f, d in artifact.list_models(models_dir) if dev == source
              and (family is None or f == family) and (dtype is None or d == dtype)]
     if not pairs:
         have = sorted({dev for dev, _, _ in artifact.list_models(models_dir)}) if models_dir.is_dir() else []
-        raise ValueError(f"{models_dir} holds no {family or '*'}/{dtype or '*'} model of device {source!r}; it holds "
+        which = "/".join(x for x in (family, dtype) if x)
+        raise ValueError(f"{models_dir} holds no {which + ' ' if which else ''}model of device {source!r}; it holds "
                          f"models of {have}")
     spec = _destination_spec(destination, data_dir)
     results = []
@@ -244,8 +249,10 @@ def transfer(models_dir, source: str, destination: str, *, data_dir=None, source
             except (OSError, ValueError, AttributeError):
                 own = True
             if own:
-                raise ValueError(f"{out_folder} holds a model not made by transfer (trained on {destination}'s own "
-                                 "rows, or unreadable); pass replace=True (CLI: --replace) to overwrite it")
+                raise ValueError(f"{out_folder} holds a model not made by transfer (or an unreadable one); pass "
+                                 "--replace (Python: replace=True) to overwrite it")
+        if (out_folder / artifact.SIDECAR).exists():
+            say(f"{fam_name}/{dt}: replacing the model in {out_folder}")
         training = side.get("training", {})
         src_dir = Path(source_data) if source_data is not None else Path(str(training.get("dataset", "")))
         if not str(training.get("dataset", "")) and source_data is None or not src_dir.is_dir():

@@ -59,6 +59,7 @@ def build_models(tmp):
     from costlearn.interop import import_file
     from costlearn.model.xgb import XGBParams
     from costlearn.train import train
+    tmp.mkdir(parents=True, exist_ok=True)
     log = tmp / "mm_log.txt"
     write_log(log)
     report = import_file("inductor", log, device=DEVICE, data_root=tmp / "data")

@@ -112,9 +112,11 @@ def test_transfer_refuses_bad_requests_naming_the_value(source, tmp_path):
     tmp, models = source
     with pytest.raises(ValueError, match="both 'a100'"):
         transfer(models, "a100", "a100")
-    with pytest.raises(ValueError, match="no \\*/\\* model of device 'v100'"):
+    with pytest.raises(ValueError, match="holds no model of device 'v100'"):
         transfer(models, "v100", "h100")
-    with pytest.raises(ValueError, match="not a preset"):
+    with pytest.raises(ValueError, match="is not a folder"):
+        transfer(tmp_path / "nope", "a100", "h100")
+    with pytest.raises(ValueError, match="not a preset \\(\\['a100', 'h100', 'h200'\\]\\)"):
         transfer(models, "a100", "mi300")
     with pytest.raises(ValueError, match="destination_share=5 .*must be in \\(0, 1\\]"):
         transfer(models, "a100", "h100", destination_share=5)
@@ -123,7 +125,7 @@ def test_transfer_refuses_bad_requests_naming_the_value(source, tmp_path):
     shutil.copytree(models, own / "x", dirs_exist_ok=True)
     shutil.copytree(own / "x" / "a100", own / "a100")
     shutil.copytree(own / "x" / "a100", own / "h100")        # a model of the h100's own rows, as far as it says
-    with pytest.raises(ValueError, match="not made by transfer.*--replace"):
+    with pytest.raises(ValueError, match="not made by transfer.*pass --replace"):
         transfer(own, "a100", "h100", params=FAST)
 
 
@@ -131,7 +133,8 @@ def test_cli_transfer_zero_shot_says_so(source, tmp_path, capsys):
     tmp, models = source
     import shutil
     shutil.copytree(models, tmp_path / "m")
-    assert main(["transfer", "--from", "a100", "--to", "h100", "--models", str(tmp_path / "m")]) == 0
+    # device names as a user may spell them: the folders are lower-case
+    assert main(["transfer", "--from", "A100", "--to", "H100", "--models", str(tmp_path / "m")]) == 0
     out = capsys.readouterr().out
     assert "zero-shot" in out and "a100 -> h100" in out
     assert main(["transfer", "--from", "a100", "--to", "h100", "--models", str(tmp_path / "m"),
