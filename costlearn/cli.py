@@ -752,8 +752,6 @@ def cmd_study(args) -> int:
 def cmd_transfer(args) -> int:
     from .model.transfer import MIN_DESTINATION_PROBLEMS
     from .transfer import transfer
-    if args.data is not None and not Path(args.data).is_dir():
-        raise ValueError(f"--data {args.data!r} is not a folder (the destination's dataset, e.g. data/{args.to})")
     from .model.artifact import default_models_dir
     results = transfer(args.models or default_models_dir(), args.source, args.to, data_dir=args.data,
                        source_data=args.source_data,

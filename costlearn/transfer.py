@@ -209,8 +209,10 @@ def transfer(models_dir, source: str, destination: str, *, data_dir=None, source
     Raises
     ------
     ValueError
-        If ``source`` equals ``destination``, ``source`` has no models (of
-        ``family``/``dtype``), the source rows are missing, a destination
+        If ``source`` equals ``destination``, ``destination_share`` is not in
+        (0, 1], ``models_dir`` or a given ``data_dir`` is not a folder,
+        ``source`` has no models (of ``family``/``dtype``), the source rows
+        are missing, a destination
         folder holds a model of its own (without ``replace``), the
         destination is not described, or rows of another kernel template
         are given.
@@ -223,6 +225,9 @@ def transfer(models_dir, source: str, destination: str, *, data_dir=None, source
         raise ValueError(f"--from and --to are both {source!r}; transfer goes to another device")
     if not (isinstance(destination_share, (int, float)) and 0 < destination_share <= 1):
         raise ValueError(f"destination_share={destination_share!r} (CLI: --destination-share); must be in (0, 1]")
+    if data_dir is not None and not Path(data_dir).is_dir():
+        raise ValueError(f"data_dir {str(data_dir)!r} (CLI: --data) is not a folder; omit it for a zero-shot "
+                         "transfer")
     models_dir = Path(models_dir)
     if not models_dir.is_dir():
         raise ValueError(f"--models {str(models_dir)!r} is not a folder (the model store holding {source}/)")
@@ -265,7 +270,7 @@ def transfer(models_dir, source: str, destination: str, *, data_dir=None, source
         src_spec = src_art.spec
         src = src.assign(device_slug=src_spec.slug)
         dst = pd.DataFrame()
-        if data_dir is not None and Path(data_dir).is_dir():
+        if data_dir is not None:
             dst = transfer_rows(data_dir, fam_name, dt, template)
         if not dst.empty:
             bad = sorted(set(dst["device_slug"].astype(str)) - {spec.slug})

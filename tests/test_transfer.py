@@ -139,7 +139,7 @@ def test_cli_transfer_zero_shot_says_so(source, tmp_path, capsys):
     assert "zero-shot" in out and "a100 -> h100" in out
     assert main(["transfer", "--from", "a100", "--to", "h100", "--models", str(tmp_path / "m"),
                  "--data", str(tmp_path / "nope")]) == 2
-    assert "is not a folder" in capsys.readouterr().err
+    assert "(CLI: --data) is not a folder" in capsys.readouterr().err
 
 
 def test_multidevice_model_refuses_rows_of_a_device_it_has_no_spec_for(source):
