@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["fit_envelope", "Envelope", "shape_reasons", "embed", "RANGE_MARGIN_LOG2", "fit_coverage", "Coverage",
+           "outside_rows",
            "COVERAGE_MARGIN_LOG2",
            "CALIBRATION_QUANTILE", "CALIBRATION_FOLDS", "ENVELOPE_VERSION"]
 
@@ -234,6 +235,25 @@ COVERAGE_MARGIN_LOG2 = 1.0
 it is still a candidate: one doubling, so a config measured on N <= 16 is
 not ranked for N = 3584, while the grid of a shape sweep (every config on
 every problem) covers its whole range."""
+
+
+def outside_rows(train_rows, test_rows) -> np.ndarray:
+    """Whether each test row's problem lies outside the extent envelope of
+    the training rows' shapes (:func:`fit_envelope`, :meth:`Envelope.reasons`).
+
+    Parameters
+    ----------
+    train_rows, test_rows : DataFrame
+        Rows with integer columns ``m``, ``n``, ``k``.
+
+    Returns
+    -------
+    ndarray of bool, shape (len(test_rows),)
+    """
+    env = Envelope(fit_envelope(train_rows[["m", "n", "k"]].drop_duplicates().to_numpy()))
+    keys = list(test_rows[["m", "n", "k"]].itertuples(index=False, name=None))
+    out = {s: bool(env.reasons(*s)) for s in set(keys)}
+    return np.array([out[s] for s in keys], bool)
 
 
 def fit_coverage(rows, config_ids) -> dict:

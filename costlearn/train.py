@@ -15,7 +15,7 @@ import pandas as pd
 
 from .dataset import current_rows, load, noise_floor, rows_where, valid_rows
 from .device import DeviceSpec
-from .envelope import Envelope, fit_coverage, fit_envelope
+from .envelope import Envelope, fit_coverage, fit_envelope, outside_rows
 from .floor import calibrate_floor
 from .families import get_family
 from .metrics import evaluate_rows, random_scores, summarize
@@ -109,10 +109,7 @@ def holdout_report(rows: pd.DataFrame, spec: DeviceSpec, model: CostModel,
         rtr, rte = rows.iloc[tr], rows.iloc[te]
         for name, mdl in models.items():
             preds[name][te] = copy.deepcopy(mdl).fit(rtr, spec).predict(rte)
-        env = Envelope(fit_envelope(rtr[["m", "n", "k"]].drop_duplicates().to_numpy()))
-        shapes = rte[["m", "n", "k"]].drop_duplicates()
-        out = {s: bool(env.reasons(*s)) for s in shapes.itertuples(index=False, name=None)}
-        outside[te] = [out[s] for s in rte[["m", "n", "k"]].itertuples(index=False, name=None)]
+        outside[te] = outside_rows(rtr, rte)
     rte = rows.iloc[test]
     preds = {name: p[test] for name, p in preds.items()}
     preds["random"] = random_scores(rte, seed)

@@ -43,7 +43,7 @@ from sklearn.model_selection import GroupKFold
 
 from .dataset import current_rows, load, rows_where, valid_rows
 from .device import DeviceSpec, preset
-from .envelope import Envelope, fit_coverage, fit_envelope
+from .envelope import fit_coverage, fit_envelope, outside_rows
 from .families import get_family
 from .floor import FLOOR_VERSION, NEIGHBORS, VENDOR_NEAR_GRID, calibrate_floor, heldout_problems
 from .metrics import evaluate_rows, summarize
@@ -160,10 +160,7 @@ def _heldout(src: pd.DataFrame, dst: pd.DataFrame, spec, make, seed: int) -> tup
     for tr, te in GroupKFold(n_splits=k, shuffle=True, random_state=seed).split(dst, groups=groups):
         train_rows = pd.concat([src, dst.iloc[tr]], ignore_index=True)
         pred[te] = make().fit(train_rows, spec).predict(dst.iloc[te])
-        env = Envelope(fit_envelope(train_rows[["m", "n", "k"]].drop_duplicates().to_numpy()))
-        out = {s: bool(env.reasons(*s)) for s in dst.iloc[te][["m", "n", "k"]].drop_duplicates()
-               .itertuples(index=False, name=None)}
-        outside[te] = [out[s] for s in dst.iloc[te][["m", "n", "k"]].itertuples(index=False, name=None)]
+        outside[te] = outside_rows(train_rows, dst.iloc[te])
     summary = {MultiDeviceXGBModel.name: summarize(evaluate_rows(dst, pred))}
     return summary, heldout_problems(dst, pred, outside), f"{k}-fold over {n} destination problems"
 

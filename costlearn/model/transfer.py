@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .base import check_rows, shape_groups
+from .base import shape_groups
 from .xgb import XGBCostModel, XGBParams
 
 __all__ = ["MultiDeviceXGBModel", "ROOFLINE_COLUMN", "TRANSFER_PARAMS", "MIN_DESTINATION_PROBLEMS", "zero_shot_reason"]
@@ -202,13 +202,6 @@ class MultiDeviceXGBModel(XGBCostModel):
         roof = self.feature_names_.index(ROOFLINE_COLUMN)
         out = np.asarray(self.booster_.inplace_predict(X, validate_features=False), np.float64)
         return out + X[:, roof].astype(np.float64)
-
-    def predict(self, rows: pd.DataFrame) -> np.ndarray:
-        """Predicted time on this model's device, microseconds, float64,
-        shape (len(rows),)."""
-        self._check_fitted()
-        check_rows(rows)
-        return np.exp2(self.predict_log2(self._features(rows)))
 
     def save(self, folder) -> dict:
         """:meth:`XGBCostModel.save` plus the dtype and rows per device."""
