@@ -13,12 +13,12 @@ from .problem import Problem  # noqa: E402
 from .space import enumerate_space  # noqa: E402
 
 __all__ = ["__version__", "DeviceSpec", "preset", "Problem", "FAMILIES", "get_family", "enumerate_space",
-           "predict_best", "Prediction"]
+           "predict_best", "predict_many", "Prediction"]
 
 
 def __getattr__(name):
     # The predictor loads compiled code on first use; import it lazily.
-    if name in ("predict_best", "Prediction"):
+    if name in ("predict_best", "predict_many", "Prediction"):
         from . import predict
         value = globals()[name] = getattr(predict, name)   # later lookups skip this hook
         return value

@@ -21,7 +21,7 @@ Two checks on the shape, both in log2 space, where GEMM cost scales:
 
 The aspect coordinates are linear in the log-shape ones, so the six-D
 distance is a Euclidean distance in three dimensions after a fixed linear map
-(:data:`_EMBED`, the Cholesky factor of I + AᵀA for the aspect rows A); a
+(:data:`EMBED`, the Cholesky factor of I + AᵀA for the aspect rows A); a
 query costs one pass over the training shapes.
 
 Identity checks (device, dtype, kernel template, costlearn version) are made
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["fit_envelope", "Envelope", "shape_reasons", "embed", "RANGE_MARGIN_LOG2", "fit_coverage", "Coverage",
+__all__ = ["fit_envelope", "Envelope", "shape_reasons", "embed", "embed_query", "EMBED", "RANGE_MARGIN_LOG2", "fit_coverage", "Coverage",
            "outside_rows",
            "COVERAGE_MARGIN_LOG2",
            "CALIBRATION_QUANTILE", "CALIBRATION_FOLDS", "ENVELOPE_VERSION"]
@@ -43,8 +43,8 @@ CALIBRATION_FOLDS = 5
 MIN_THRESHOLD = 0.5
 
 _ASPECT = np.array([[1.0, -1.0, 0.0], [0.0, 1.0, -1.0], [-1.0, 0.0, 1.0]])
-_EMBED = np.linalg.cholesky(np.eye(3) + _ASPECT.T @ _ASPECT)
-"""x @ _EMBED has the Euclidean norm of the six-D (log-shape, aspect) vector
+EMBED = np.linalg.cholesky(np.eye(3) + _ASPECT.T @ _ASPECT)
+"""x @ EMBED has the Euclidean norm of the six-D (log-shape, aspect) vector
 of x: |x L|² = x L Lᵀ xᵀ = x (I + AᵀA) xᵀ = |x|² + |A x|²."""
 
 
@@ -60,7 +60,18 @@ def embed(shapes) -> np.ndarray:
     -------
     ndarray of float64, shape (S, 3)
     """
-    return np.log2(np.asarray(shapes, dtype=np.float64).reshape(-1, 3)) @ _EMBED
+    return np.log2(np.asarray(shapes, dtype=np.float64).reshape(-1, 3)) @ EMBED
+
+
+def embed_query(m: int, n: int, k: int) -> np.ndarray:
+    """One problem embedded as :func:`embed` does, in the arithmetic of the
+    C ranker (``x0 * E[0] + x1 * E[1] + x2 * E[2]`` with ``x = log2`` of the
+    extents, left to right): float64, shape (3,). The nearest training shape
+    (:meth:`Envelope.nearest_index`) and the floor's evidence
+    (:meth:`costlearn.floor.VendorFloor.near`) use it, so the two rankers
+    give the same bits."""
+    x0, x1, x2 = np.log2(float(m)), np.log2(float(n)), np.log2(float(k))
+    return x0 * EMBED[0] + x1 * EMBED[1] + x2 * EMBED[2]
 
 
 def _heldout_nn(points: np.ndarray, folds: int, seed: int) -> np.ndarray:
@@ -183,9 +194,7 @@ class Envelope:
         sum_i log2(x_i) * E[i, j], squared distances (a*a + b*b) + c*c, the
         lowest index among equals; the two give the same bits.
         """
-        x0, x1, x2 = np.log2(float(m)), np.log2(float(n)), np.log2(float(k))
-        q = x0 * _EMBED[0] + x1 * _EMBED[1] + x2 * _EMBED[2]
-        d = self.points - q
+        d = self.points - embed_query(m, n, k)
         d2 = d[:, 0] * d[:, 0] + d[:, 1] * d[:, 1] + d[:, 2] * d[:, 2]
         i = int(d2.argmin())
         return i, float(np.sqrt(d2[i]))

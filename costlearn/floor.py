@@ -45,8 +45,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from .envelope import embed
+from .envelope import embed, embed_query
 from .metrics import PROBLEM_COLUMNS, VENDOR_ID, geomean_regret
+from .ranker.base import nearest_evidence
 
 __all__ = ["FLOOR_VERSION", "NEIGHBORS", "MARGIN_GRID", "VENDOR_NEAR_GRID", "UNSURE_GRID", "OOD_FALLBACK_GRID", "TOLERANCE",
            "heldout_folds", "heldout_problems", "calibrate_floor", "VendorFloor", "neighbour_stats", "rule_regrets"]
@@ -402,23 +403,29 @@ class VendorFloor:
         self._all = (self.points, np.log1p(self.vendor_regret), np.log1p(self.model_regret))
 
     def near(self, m: int, n: int, k: int, layout: str) -> tuple[float, float]:
-        """Geometric-mean (vendor, model) held-out regret over the nearest
-        evidence problems of ``layout`` (NaN, NaN without evidence)."""
+        """Geometric-mean (vendor, model) held-out regret over the
+        :attr:`neighbors` nearest evidence problems of ``layout`` (nearest
+        by squared distance in the envelope's embedding, then by index; the
+        vendor's over those with a finite regret), NaN, NaN without
+        evidence. The rankers compute the same numbers in the same
+        arithmetic (:func:`costlearn.ranker.base.nearest_evidence`)."""
         if not self.calibrated:
             return math.nan, math.nan
-        pts, lv, lm = self._by_layout.get(layout, self._all)
-        d = pts - embed([(m, n, k)])[0]
-        d2 = d[:, 0] * d[:, 0] + d[:, 1] * d[:, 1] + d[:, 2] * d[:, 2]
-        kk = min(self.neighbors, len(d2))
-        near = np.argpartition(d2, kk - 1)[:kk] if kk < len(d2) else np.arange(len(d2))
-        v, w = lv[near], lm[near]
-        v = v[np.isfinite(v)]
-        return (float(np.expm1(v.mean())) if v.size else math.nan), float(np.expm1(w.mean()))
+        v, w = nearest_evidence(*self.evidence(layout), self.neighbors, embed_query(m, n, k))
+        return float(np.expm1(v)), float(np.expm1(w))
+
+    def evidence(self, layout: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The evidence a problem of ``layout`` looks at: its embedded
+        problems (float64, shape (E, 3)), log1p of the vendor's and of the
+        model's held-out regret on each (float64, shape (E,); the vendor's
+        NaN where it was not measured). Those of the layout, or all where
+        the layout has fewer than :attr:`neighbors`."""
+        return self._by_layout.get(layout, self._all)
 
     def unsure_reason(self, model_near: float) -> str | None:
         """The OOD reason for a problem whose neighbours' held-out model
         regret is ``model_near``, or None."""
-        if np.isfinite(model_near) and model_near > self.unsure_regret:
+        if model_near > self.unsure_regret and math.isfinite(model_near):
             return (f"the model's held-out top-1 regret on the {self.neighbors} nearest training problems is "
                     f"{model_near:.1%} (above {self.unsure_regret:.1%}, calibrated on held-out logs)")
         return None
@@ -430,7 +437,7 @@ class VendorFloor:
         neighbours."""
         if not tile_lr < -self.margin_log2:
             return True
-        return bool(np.isfinite(vendor_near) and vendor_near <= self.vendor_near_min)
+        return math.isfinite(vendor_near) and vendor_near <= self.vendor_near_min
 
     @staticmethod
     def plain() -> "VendorFloor":

@@ -22,10 +22,11 @@ from .model import artifact as _artifact
 from .model.transfer import zero_shot_reason
 from .problem import Problem
 from .ranker import make_ranker
+from .ranker.base import LEVEL_ALL, LEVEL_FITTING
 from .util import check_instance, check_int, check_path
 
-__all__ = ["Prediction", "Predictor", "predict_best", "clear_cache", "default_store", "resolve_model",
-           "load_predictor"]
+__all__ = ["Prediction", "Predictor", "predict_best", "predict_many", "clear_cache", "default_store",
+           "resolve_model", "load_predictor"]
 
 
 class Prediction(NamedTuple):
@@ -125,6 +126,10 @@ class Predictor:
     cascade : bool
         Use the artifact's calibrated cascade (default); False scores every
         candidate with every tree.
+    shortlist : bool
+        With ``cascade``, rank with the artifact's shortlist table where it
+        has one (:mod:`costlearn.ranker.shortlist`; default); False: the
+        cascade alone.
 
     Attributes
     ----------
@@ -151,7 +156,7 @@ class Predictor:
 
     RESULT_CACHE_SIZE = 1 << 16
 
-    def __init__(self, folder, *, ranker: str | None = None, cascade: bool = True):
+    def __init__(self, folder, *, ranker: str | None = None, cascade: bool = True, shortlist: bool = True):
         art = _artifact.load(folder)
         self.artifact = art
         self.spec: DeviceSpec = art.spec
@@ -160,8 +165,12 @@ class Predictor:
         self.configs = tuple(art.configs)
         self.envelope = art.envelope
         self.cascade = bool(cascade)
-        self.ranker = make_ranker(art.candidate_features(), art.scorer, art.envelope, art.family.fit_floors(art.spec),
-                                  ranker)
+        self.coverage = art.coverage
+        vid = art.family.vendor_config_id
+        ids = [c.config_id for c in self.configs]
+        self.vendor_index = ids.index(vid) if vid is not None and vid in ids else None
+        self._ranker_args = (ranker, shortlist)
+        self.floor = art.floor                      # makes the ranker (see the setter)
         side = art.sidecar
         reasons = []
         if side.get("template_hash") not in art.family.template_hashes:
@@ -180,11 +189,24 @@ class Predictor:
         self._element_bytes = get_dtype(self.dtype).element_bytes
         self._bytes_per_us = self.spec.memory_bandwidth_gbps * 1e3 if side.get("predicts_time") else None
         self.source = f"{self.device}/{self.family}/{self.dtype} model {art.model_sha256[:12]}"
-        self.coverage, self.floor = art.coverage, art.floor
-        vid = art.family.vendor_config_id
-        ids = [c.config_id for c in self.configs]
-        self.vendor_index = ids.index(vid) if vid is not None and vid in ids else None
-        self._results: dict = {}
+
+    @property
+    def floor(self):
+        """The vendor floor and held-out evidence (:class:`costlearn.floor.VendorFloor`)
+        its predictions use; setting another (a study of floors) rebuilds
+        :attr:`ranker`, which reports the evidence, and forgets the answers cached."""
+        return self._floor
+
+    @floor.setter
+    def floor(self, floor) -> None:
+        art, (name, shortlist) = self.artifact, self._ranker_args
+        self._floor = floor
+        self.ranker = make_ranker(art.candidate_features(), art.scorer, art.envelope, art.family.fit_floors(art.spec),
+                                  name, coverage=art.coverage, vendor=self.vendor_index, evidence=floor,
+                                  shortlist=art.shortlist if shortlist else None)
+        # the floor's evidence is looked up only where it can change an answer
+        self._uses_evidence = self.vendor_index is not None or floor.unsure_regret != float("inf")
+        self._results = {}
 
     def clear_results(self) -> None:
         """Forget the answers cached for repeated problems (the next call of
@@ -227,31 +249,21 @@ class Predictor:
         -------
         ndarray of bool, shape (len(configs),), or None
         """
-        return self._candidates(problem)[0]
-
-    def _candidates(self, problem: Problem) -> tuple:
-        """:meth:`candidate_mask` and the symptom it shows (a sentence, or
-        None when tile configs measured near the problem fit it)."""
         if not self.coverage.recorded:
-            return None, None
-        fits = self.feasible(problem)
-        tiles = fits.copy()
-        if self.vendor_index is not None:
-            tiles[self.vendor_index] = False
-        near = tiles & self.coverage.mask(problem.m, problem.n, problem.k)
+            return None
+        return self.ranker.candidate_rule(problem)[0]
+
+    def level_symptom(self, problem: Problem, level: int) -> str | None:
+        """The sentence a prediction carries when the candidate rule chose
+        at ``level`` (:attr:`costlearn.ranker.RankResult.level`); None at
+        level 0."""
         m, n, k = problem.m, problem.n, problem.k
-        if near.any():
-            mask, symptom = near, None
-        elif tiles.any():
-            mask = tiles
-            symptom = (f"no candidate tile config was measured within {self.coverage.margin_log2:g} doubling(s) "
-                       f"of {m}x{n}x{k}; ranked every fitting one")
-        else:
-            mask = np.ones(len(self.configs), bool)
-            symptom = f"no candidate's block tile fits {m}x{n}x{k}; ranked all {len(self.configs)} candidates anyway"
-        if self.vendor_index is not None:
-            mask[self.vendor_index] = True
-        return mask, symptom
+        if level == LEVEL_FITTING:
+            return (f"no candidate tile config was measured within {self.coverage.margin_log2:g} doubling(s) "
+                    f"of {m}x{n}x{k}; ranked every fitting one")
+        if level == LEVEL_ALL:
+            return f"no candidate's block tile fits {m}x{n}x{k}; ranked all {len(self.configs)} candidates anyway"
+        return None
 
     def rank(self, problem: Problem, mask: np.ndarray | None = None) -> tuple[list, np.ndarray]:
         """Every candidate of ``mask`` (default: those that fit; all when none
@@ -327,7 +339,8 @@ class Predictor:
         out[[fam.check_device(c, self.spec, self.dtype) is not None for c in configs]] = np.inf
         return out
 
-    def problem_reasons(self, problem: Problem, nearest: tuple | None = None) -> tuple[list, bool, float]:
+    def problem_reasons(self, problem: Problem, nearest: tuple | None = None,
+                        evidence: tuple | None = None) -> tuple[list, bool, float]:
         """Why ``problem`` is out of distribution for this model (the extent
         envelope and the held-out evidence near it, :mod:`costlearn.floor`),
         whether that sends it to the vendor, and the vendor's measured
@@ -339,6 +352,9 @@ class Predictor:
         nearest : (int, float), optional
             The nearest training shape's index and distance, where the ranker
             computed them.
+        evidence : (float, float), optional
+            :meth:`costlearn.floor.VendorFloor.near` of the problem (vendor,
+            model), where the ranker computed it.
 
         Returns
         -------
@@ -353,9 +369,10 @@ class Predictor:
         """
         reasons = self.envelope.reasons(problem.m, problem.n, problem.k, nearest)
         fallback = bool(reasons) and self.floor.ood_fallback
-        if self.vendor_index is None and self.floor.unsure_regret == float("inf"):
+        if not self._uses_evidence:
             return reasons, fallback, float("nan")     # nothing the evidence could change: skip the lookup
-        vendor_near, model_near = self.floor.near(problem.m, problem.n, problem.k, problem.layout)
+        vendor_near, model_near = evidence if evidence is not None else \
+            self.floor.near(problem.m, problem.n, problem.k, problem.layout)
         unsure = self.floor.unsure_reason(model_near)
         if unsure:
             reasons.append(unsure)
@@ -450,28 +467,39 @@ class Predictor:
         if running_on is not None:
             check_instance("running_on", running_on, DeviceSpec,
                            "a DeviceSpec (e.g. costlearn.preset('h200')) or None")
+        res = self.ranker.rank(problem, None, top=top_k + (self.vendor_index is not None), cascade=self.cascade)
+        pred = self._prediction(problem, top_k, running_on, res)
+        if key is not None:
+            if len(self._results) >= self.RESULT_CACHE_SIZE:
+                self._results.clear()
+            self._results[key] = pred
+        return pred
+
+    def _prediction(self, problem: Problem, top_k: int, running_on, res) -> Prediction:
+        """The Prediction of ``problem`` from its ranking ``res`` (a
+        :class:`~costlearn.ranker.RankResult` of the candidate rule): the
+        reasons, the vendor floor, the top k."""
         m, n, k = problem.m, problem.n, problem.k
-        mask, symptom = self._candidates(problem)
         vi = self.vendor_index
-        res = self.ranker.rank(problem, mask, top=top_k + (vi is not None), cascade=self.cascade)
-        reasons, fallback, vendor_near = self.problem_reasons(problem, (res.nearest, res.nearest_distance))
-        symptoms = [symptom] if symptom else []
-        if not res.fits:
-            symptoms.append(f"no candidate's block tile fits {m}x{n}x{k}; ranked all {len(self.configs)} "
-                            "candidates anyway")
-        best_us = 2.0 ** float(res.scores[0])
-        if self._peak_flop_per_us is not None and best_us * self._peak_flop_per_us < problem.flops:
-            symptoms.append(f"the predicted {best_us:.4g} us is faster than the device's peak allows "
-                            f"({problem.flops / best_us / 1e6:.4g} TFLOP/s > {self._peak_flop_per_us / 1e6:.4g})")
-        traffic_bytes = float(m * k + k * n + m * n) * self._element_bytes
-        if self._bytes_per_us is not None and traffic_bytes > self.spec.l2_bytes \
-                and best_us * self._bytes_per_us < traffic_bytes:
-            symptoms.append(f"the predicted {best_us:.4g} us is faster than the memory bandwidth allows (A, B and C "
-                            f"once: {traffic_bytes / 1e9:.4g} GB at {self.spec.memory_bandwidth_gbps:.4g} GB/s take "
-                            f"{traffic_bytes / self._bytes_per_us:.4g} us)")
-        reasons += symptoms         # flagged; they send the problem to the vendor only through the calibration:
-        problem_ood = fallback      # on the A100's logs the model's own pick lost 7.8 % where they fired, cuBLAS 25 %
+        reasons, fallback, vendor_near = self.problem_reasons(problem, (res.nearest, res.nearest_distance),
+                                                              (res.vendor_near, res.model_near))
+        # symptoms: flagged; they send the problem to the vendor only through the calibration (on the A100's
+        # logs the model's own pick lost 7.8 % where they fired, cuBLAS 25 %)
+        if res.level:
+            reasons.append(self.level_symptom(problem, res.level))
         order, scores = res.order.tolist(), res.scores.tolist()
+        best_us = 2.0 ** scores[0]
+        if self._peak_flop_per_us is not None:
+            flops = 2 * m * n * k
+            if best_us * self._peak_flop_per_us < flops:
+                reasons.append(f"the predicted {best_us:.4g} us is faster than the device's peak allows "
+                               f"({flops / best_us / 1e6:.4g} TFLOP/s > {self._peak_flop_per_us / 1e6:.4g})")
+        if self._bytes_per_us is not None:
+            traffic_bytes = float(m * k + k * n + m * n) * self._element_bytes
+            if traffic_bytes > self.spec.l2_bytes and best_us * self._bytes_per_us < traffic_bytes:
+                reasons.append(f"the predicted {best_us:.4g} us is faster than the memory bandwidth allows (A, B "
+                               f"and C once: {traffic_bytes / 1e9:.4g} GB at {self.spec.memory_bandwidth_gbps:.4g} "
+                               f"GB/s take {traffic_bytes / self._bytes_per_us:.4g} us)")
         chosen_by, ratio = "predicted", float("nan")
         if vi is not None:
             if vi in order:
@@ -480,31 +508,75 @@ class Predictor:
                 only = np.zeros(len(self.configs), bool)
                 only[vi] = True
                 v_score = float(self.ranker.rank(problem, only, top=1, cascade=False).scores[0])
-            tile = next((j for j, c in enumerate(order) if c != vi), None)
+            tile = 0 if order[0] != vi else (1 if len(order) > 1 else None)
             if tile is None:
-                chosen_by = "ood_fallback" if problem_ood else "vendor_floor"
+                chosen_by = "ood_fallback" if fallback else "vendor_floor"
             else:
                 ratio = 2.0 ** (scores[tile] - v_score)
-                if problem_ood:
+                if fallback:
                     chosen_by = "ood_fallback"
                 elif self.floor.keeps_vendor(scores[tile] - v_score, vendor_near):
                     chosen_by = "vendor_floor"
-                first = vi if chosen_by != "predicted" else order[tile]
-                rest = [(c, s_) for c, s_ in zip(order, scores) if c != first]
-                fs = v_score if first == vi else scores[tile]
-                order, scores = [first] + [c for c, _ in rest], [fs] + [s_ for _, s_ in rest]
+                if chosen_by == "predicted":            # the best tile first, the rest in order
+                    if tile:
+                        order = [order[1], order[0]] + order[2:]
+                        scores = [scores[1], scores[0]] + scores[2:]
+                elif order[0] != vi:                    # the vendor first, the rest in order
+                    j = order.index(vi) if vi in order else None
+                    if j is None:
+                        order, scores = [vi] + order, [v_score] + scores
+                    else:
+                        order = [vi] + order[:j] + order[j + 1:]
+                        scores = [v_score] + scores[:j] + scores[j + 1:]
         reasons += self.identity_reasons
         if running_on is not None and running_on.name != self.spec.name:
             reasons.append(f"trained on {self.spec.name}, running on {running_on.name}")
         configs = self.configs
         top = tuple([(configs[i], 2.0 ** s_) for i, s_ in zip(order[:top_k], scores[:top_k])])
-        pred = Prediction(top[0][0], top[0][1], top, bool(reasons), tuple(reasons), m, n, k, self.dtype,
+        return Prediction(top[0][0], top[0][1], top, bool(reasons), tuple(reasons), m, n, k, self.dtype,
                           problem.layout, self.family, self.device, chosen_by, ratio, self.floor.margin_log2)
-        if key is not None:
-            if len(self._results) >= self.RESULT_CACHE_SIZE:
-                self._results.clear()
-            self._results[key] = pred
-        return pred
+
+    def predict_many(self, problems, top_k: int = 5, running_on: DeviceSpec | None = None) -> list:
+        """:meth:`predict` of each of ``problems`` (a sequence of Problem of
+        this model's dtype and layouts), in order; those not answered before
+        are ranked together (:meth:`costlearn.ranker.Ranker.rank_many`: one
+        C call per layout).
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :meth:`predict`, naming the first bad problem's position.
+        """
+        top_k = check_int("top_k", top_k, 1)
+        if running_on is not None:
+            check_instance("running_on", running_on, DeviceSpec,
+                           "a DeviceSpec (e.g. costlearn.preset('h200')) or None")
+        out: list = [None] * len(problems)
+        todo: dict = {}                                 # problem key -> positions; a repeat is ranked once
+        for i, q in enumerate(problems):
+            if type(q) is not Problem:
+                raise TypeError(f"problems[{i}]={q!r}; must be a costlearn.Problem (Predictor.problem(M, N, K))")
+            if q.dtype != self.dtype or q.layout not in self.layouts:
+                raise ValueError(f"problems[{i}] {q}: the {self.source} serves dtype {self.dtype!r}, layouts "
+                                 f"{list(self.layouts)}")
+            key = (q.m, q.n, q.k, q.layout, top_k)
+            hit = self._results.get(key) if running_on is None else None
+            if hit is not None:
+                out[i] = hit
+            else:
+                todo.setdefault(key, []).append(i)
+        if todo:
+            first = [problems[at[0]] for at in todo.values()]
+            ranked = self.ranker.rank_many(first, top=top_k + (self.vendor_index is not None), cascade=self.cascade)
+            for (key, at), q, res in zip(todo.items(), first, ranked):
+                pred = self._prediction(q, top_k, running_on, res)
+                for i in at:
+                    out[i] = pred
+                if running_on is None:
+                    if len(self._results) >= self.RESULT_CACHE_SIZE:
+                        self._results.clear()
+                    self._results[key] = pred
+        return out
 
     def predict_best(self, m, n, k, *, layout: str | None = None, top_k: int = 5,
                      running_on: DeviceSpec | None = None) -> Prediction:
@@ -740,4 +812,57 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
         return tune(pred, problem, top_k=top_k, measure_top_k=measure_top_k, running_on=running_on,
                     backend=backend, tuning_db=tuning_db)
     return pred.predict(problem, top_k, running_on)
+
+
+def predict_many(problems, dtype: str = "float32", device=None, *, family: str = "gemm", top_k: int = 5,
+                 models_dir=None, running_on: DeviceSpec | None = None) -> list:
+    """:func:`predict_best` for many problems in one call, for a compiler
+    that knows all its shapes at once (a graph's fused groups).
+
+    The problems not answered before in the process are ranked together:
+    one C call per layout among them (:meth:`Predictor.predict_many`);
+    ``scripts/bench_predict.py`` measures a 30-problem batch.
+
+    Parameters
+    ----------
+    problems : sequence of tuple
+        ``(M, N, K)`` or ``(M, N, K, layout)`` per problem; the layout is
+        ``"NN"`` where not given.
+    dtype, device, family, top_k, models_dir, running_on
+        As :func:`predict_best`, for every problem.
+
+    Returns
+    -------
+    list of Prediction
+        In the order of ``problems``.
+
+    Raises
+    ------
+    TypeError
+        If ``problems`` is not a sequence of tuples, or an extent is not an
+        integer (the message names the problem's position).
+    ValueError
+        As :func:`predict_best`, naming the problem's position.
+
+    Examples
+    --------
+    >>> import costlearn
+    >>> preds = costlearn.predict_many([(8, 4096, 4096), (8, 4096, 11008, "NT")], device="h200")  # doctest: +SKIP
+    >>> [p.config.config_id for p in preds]                                                        # doctest: +SKIP
+    """
+    if isinstance(problems, (str, bytes)) or not hasattr(problems, "__len__") or not hasattr(problems, "__getitem__"):
+        raise TypeError(f"problems={problems!r}; must be a list of (M, N, K) or (M, N, K, layout) tuples")
+    from .families import get_family
+    fam = get_family(family)
+    built = []
+    for i, t in enumerate(problems):
+        if not isinstance(t, (tuple, list)) or len(t) not in (3, 4):
+            raise TypeError(f"problems[{i}]={t!r}; must be an (M, N, K) or (M, N, K, layout) tuple")
+        try:
+            q = Problem(t[0], t[1], t[2], dtype, t[3] if len(t) == 4 else "NN")
+            fam.check_problem(q)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"problems[{i}]: {e}") from None
+        built.append(q)
+    return load_predictor(device, family, dtype, models_dir).predict_many(built, top_k, running_on)
 

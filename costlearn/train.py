@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -15,7 +16,7 @@ import pandas as pd
 
 from .dataset import current_rows, load, noise_floor, rows_where, valid_rows
 from .device import DeviceSpec
-from .envelope import Envelope, fit_coverage, fit_envelope, outside_rows
+from .envelope import Coverage, Envelope, fit_coverage, fit_envelope, outside_rows
 from .floor import calibrate_floor
 from .families import get_family
 from .metrics import evaluate_rows, random_scores, summarize
@@ -277,7 +278,9 @@ def export_artifact(model: CostModel, folder, *, family: str, dtype: str, layout
                     extra: dict | None = None) -> Path:
     """Export ``model``'s scorer for ``candidates``, calibrate its cascade
     (:func:`costlearn.ranker.calibrate_cascade`), check the scorer against
-    ``model.predict`` and save the artifact (:func:`costlearn.model.artifact.save`).
+    ``model.predict``, build its shortlist table where the scorer is deep
+    (:func:`costlearn.ranker.shortlist.worth_a_table`) and save the artifact
+    (:func:`costlearn.model.artifact.save`).
 
     Raises
     ------
@@ -286,7 +289,8 @@ def export_artifact(model: CostModel, folder, *, family: str, dtype: str, layout
         on the calibration problems' candidates).
     """
     from .features import CandidateFeatures, ConfigTable, get_feature_set
-    from .ranker import calibrate_cascade, calibration_problems
+    from .ranker import calibrate_cascade, calibration_problems, make_ranker
+    from .ranker.shortlist import build_shortlist, worth_a_table
     fam = get_family(family)
     configs = [fam.config_from_id(c) for c in candidates["config_id"]]
     table = ConfigTable(fam, configs, dtype, spec, candidates["registers_per_thread"].to_numpy(np.float64))
@@ -302,10 +306,49 @@ def export_artifact(model: CostModel, folder, *, family: str, dtype: str, layout
     _check_scorer(model, scorer, features, candidates, problems[::40], family, dtype)
     stages, info = calibrate_cascade(scorer, features, floors, problems)
     scorer = scorer.with_cascade(stages)
-    Envelope(envelope)                                          # a bad envelope fails before anything is written
+    env = Envelope(envelope)                                    # a bad envelope fails before anything is written
+    shortlist, sl_info = None, None
+    if worth_a_table(scorer):
+        t0 = time.perf_counter()
+        ids = [c.config_id for c in configs]
+        extra_ = extra or {}
+        ranker = make_ranker(features, scorer, env, floors, coverage=Coverage(extra_.get("coverage"), len(configs)),
+                             vendor=ids.index(fam.vendor_config_id) if fam.vendor_config_id in ids else None)
+        shortlist = build_shortlist(ranker, layouts, [int(envelope["max"][d]) for d in "MNK"])
+        sl_info = dict(build_s=round(time.perf_counter() - t0, 1))
     return artifact.save(model, folder, family=family, dtype=dtype, layouts=layouts, spec=spec, candidates=candidates,
                          scorer=scorer, envelope=envelope, metrics=metrics, training=training, baselines=baselines,
-                         cascade=info, extra=extra)
+                         cascade=info, extra=extra, shortlist=shortlist, shortlist_info=sl_info)
+
+
+def add_shortlist(folder, *, threads: int | None = None) -> dict:
+    """Build the shortlist table of the saved artifact in ``folder`` (one
+    trained before tables existed, or rebuilt) and write it into the
+    artifact (:func:`costlearn.model.artifact.replace_shortlist`).
+
+    Returns
+    -------
+    dict
+        The sidecar's new ``shortlist`` entry.
+
+    Raises
+    ------
+    ValueError
+        If the scorer is too shallow for a table (:func:`~costlearn.ranker.shortlist.worth_a_table`).
+    costlearn.model.artifact.ArtifactError
+        If ``folder`` holds no loadable artifact.
+    """
+    from .predict import Predictor
+    from .ranker.shortlist import MIN_TREES, build_shortlist, worth_a_table
+    pred = Predictor(folder, shortlist=False)
+    if not worth_a_table(pred.artifact.scorer):
+        raise ValueError(f"{folder}: a scorer of {pred.artifact.scorer.n_trees} trees; a shortlist table is built for "
+                         f"{MIN_TREES} or more")
+    t0 = time.perf_counter()
+    env = pred.artifact.sidecar["envelope"]
+    sl = build_shortlist(pred.ranker, pred.layouts, [int(env["max"][d]) for d in "MNK"], threads=threads)
+    artifact.replace_shortlist(folder, sl, dict(build_s=round(time.perf_counter() - t0, 1)))
+    return artifact.load(folder).sidecar["shortlist"]
 
 
 def _check_scorer(model, scorer, features, candidates, problems, family, dtype) -> None:

@@ -28,10 +28,11 @@ from ..families import FAMILIES, get_family
 from ..features import FEATURE_SETS, CandidateFeatures, ConfigTable, feature_version, get_feature_set
 from ..util import atomic_write, sha256_file
 from .base import MODELS, CostModel
+from ..ranker.shortlist import SHORTLIST_FILE, Shortlist, ShortlistError
 from .scorer import Scorer, ScorerError
 
 __all__ = ["ARTIFACT_SCHEMA", "save", "load", "Artifact", "ArtifactError", "default_models_dir", "list_models",
-           "candidate_table", "model_folder", "old_layout_folders", "SIDECAR", "SCORER_FILE"]
+           "candidate_table", "model_folder", "old_layout_folders", "replace_shortlist", "SIDECAR", "SCORER_FILE"]
 
 ARTIFACT_SCHEMA = 3
 """3: ``models/<device>/<family>/<dtype>/``, family and layouts in the
@@ -113,7 +114,8 @@ def _json_default(o):
 
 def save(model: CostModel, folder, *, family: str, dtype: str, layouts, spec: DeviceSpec,
          candidates: pd.DataFrame, scorer: Scorer, envelope: dict, metrics: dict, training: dict,
-         baselines: dict, cascade: dict | None = None, extra: dict | None = None) -> Path:
+         baselines: dict, cascade: dict | None = None, extra: dict | None = None, shortlist=None,
+         shortlist_info: dict | None = None) -> Path:
     """Write a fitted model, its scorer and the sidecar to ``folder``.
 
     Parameters
@@ -142,6 +144,11 @@ def save(model: CostModel, folder, *, family: str, dtype: str, layouts, spec: De
         How the scorer's cascade was calibrated.
     extra : dict, optional
         More sidecar entries (e.g. ``migrated``).
+    shortlist : costlearn.ranker.shortlist.Shortlist, optional
+        The scorer's shortlist table, written to ``shortlist.npz`` (without
+        one, a table left in the folder by an earlier model is removed).
+    shortlist_info : dict, optional
+        How it was built (recorded in the sidecar).
 
     Returns
     -------
@@ -153,6 +160,7 @@ def save(model: CostModel, folder, *, family: str, dtype: str, layouts, spec: De
     fam = get_family(family)
     state = model.save(folder)
     scorer_path = atomic_write(folder / SCORER_FILE, scorer.to_bytes())
+    sl_entry = _write_shortlist(folder, shortlist, shortlist_info)
     names = list(get_feature_set(model.feature_set).feature_names(fam))
     side = dict(
         artifact_schema=ARTIFACT_SCHEMA, created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -166,7 +174,7 @@ def save(model: CostModel, folder, *, family: str, dtype: str, layouts, spec: De
         scorer=dict(file=SCORER_FILE, sha256=sha256_file(scorer_path), trees=scorer.n_trees,
                     cascade=dict(stages=[dict(trees=t, keep=k, margin=d) for t, k, d in scorer.cascade],
                                  **(cascade or {}))),
-        versions=_versions())
+        shortlist=sl_entry, versions=_versions())
     side.update(extra or {})
     atomic_write(folder / SIDECAR, json.dumps(side, indent=1, sort_keys=True, default=_json_default))
     return folder / SIDECAR
@@ -199,6 +207,8 @@ class Artifact:
         The calibrated vendor floor and held-out evidence (the plain argmin
         for an artifact trained before it was recorded, or without a
         hold-out).
+    shortlist : costlearn.ranker.shortlist.Shortlist or None
+        The scorer's shortlist table, where it has one.
     """
 
     path: Path
@@ -213,6 +223,7 @@ class Artifact:
     scorer: Scorer
     coverage: Coverage = None
     floor: VendorFloor = None
+    shortlist: Shortlist = None
     _model: CostModel | None = field(default=None, repr=False)
 
     @property
@@ -370,6 +381,68 @@ def load(folder) -> Artifact:
         raise ArtifactError(str(e)) from e
     if scorer.n_features != len(art_names):
         raise ArtifactError(f"{sc_path} reads {scorer.n_features} features, the sidecar names {len(art_names)}")
+    shortlist = _load_shortlist(folder, side_path, side.get("shortlist"), scorer, len(configs), layouts)
     return Artifact(path=folder, sidecar=side, spec=spec, family=fam, dtype=side["dtype"], layouts=layouts,
                     configs=configs, candidates=cands, envelope=envelope, scorer=scorer, coverage=coverage,
-                    floor=floor)
+                    floor=floor, shortlist=shortlist)
+
+
+def _write_shortlist(folder: Path, shortlist, info: dict | None) -> dict | None:
+    """Write ``shortlist`` (or remove a stale table where None); its sidecar entry."""
+    if shortlist is None:
+        (folder / SHORTLIST_FILE).unlink(missing_ok=True)
+        return None
+    path = atomic_write(folder / SHORTLIST_FILE, shortlist.to_bytes())
+    return dict(file=SHORTLIST_FILE, sha256=sha256_file(path), step_log2=shortlist.step, trees=shortlist.trees,
+                tiles=shortlist.tiles, grid=list(shortlist.n), **(info or {}))
+
+
+def replace_shortlist(folder, shortlist, info: dict | None = None) -> Path:
+    """Give the artifact in ``folder`` the shortlist table ``shortlist`` (None:
+    none, which also mends an artifact whose table was lost or damaged), its
+    sidecar updated in place.
+
+    Raises
+    ------
+    ArtifactError
+        If ``folder`` holds no readable sidecar.
+    """
+    folder = Path(folder)
+    try:
+        side = json.loads((folder / SIDECAR).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ArtifactError(f"no readable model sidecar in {str(folder)!r}: {e}") from e
+    if not isinstance(side, dict):
+        raise ArtifactError(f"{folder / SIDECAR}: not a JSON object")
+    side["shortlist"] = _write_shortlist(folder, shortlist, info)
+    return atomic_write(folder / SIDECAR, json.dumps(side, indent=1, sort_keys=True, default=_json_default))
+
+
+def _load_shortlist(folder: Path, side_path: Path, entry, scorer: Scorer, n_candidates: int, layouts):
+    """The shortlist table the sidecar names (None where it names none).
+
+    Raises
+    ------
+    ArtifactError
+        If the file is missing, not the one the sidecar recorded, unreadable,
+        or does not fit the scorer, candidates or layouts.
+    """
+    if entry is None:
+        return None
+    if not isinstance(entry, dict):
+        raise ArtifactError(f"{side_path}: shortlist is a {type(entry).__name__}, not an object")
+    path = folder / str(entry.get("file", SHORTLIST_FILE))
+    if not path.is_file():
+        raise ArtifactError(f"{path} is missing (the artifact's shortlist table)")
+    if sha256_file(path) != entry.get("sha256"):
+        raise ArtifactError(f"{path} does not belong to {side_path} (sha256 differs): a training may be writing "
+                            "this folder; retry, or retrain")
+    try:
+        sl = Shortlist.from_file(path)
+    except ShortlistError as e:
+        raise ArtifactError(str(e)) from e
+    if sl.n_candidates != n_candidates or not sl.trees < scorer.n_trees or not set(sl.tables) <= set(layouts):
+        raise ArtifactError(f"{path}: a table for {sl.n_candidates} candidates, {sl.trees} trees, layouts "
+                            f"{sorted(sl.tables)}; the model has {n_candidates} candidates, {scorer.n_trees} "
+                            f"trees, layouts {list(layouts)}")
+    return sl

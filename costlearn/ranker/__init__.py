@@ -18,10 +18,12 @@ RANKERS = Registry("ranker", {"native": "costlearn.ranker.native:NativeRanker",
                               "numpy": "costlearn.ranker.numpy_ranker:NumpyRanker"})
 
 
-def make_ranker(features, scorer, envelope, floors, name: str | None = None) -> Ranker:
+def make_ranker(features, scorer, envelope, floors, name: str | None = None, **rule) -> Ranker:
     """The ranker for one artifact, chosen once: ``name`` if given, else
     ``$COSTLEARN_RANKER``, else ``native`` where the C library builds and
-    ``numpy`` otherwise.
+    ``numpy`` otherwise. ``rule``: the keyword arguments of
+    :class:`~costlearn.ranker.base.Ranker` (coverage, vendor, evidence,
+    shortlist).
 
     Raises
     ------
@@ -32,10 +34,10 @@ def make_ranker(features, scorer, envelope, floors, name: str | None = None) -> 
     """
     name = name or os.environ.get("COSTLEARN_RANKER") or None
     if name is not None:
-        return RANKERS.get(name)(features, scorer, envelope, floors)
+        return RANKERS.get(name)(features, scorer, envelope, floors, **rule)
     from .native import library
     chosen = "native" if library() is not None else "numpy"
-    return RANKERS.get(chosen)(features, scorer, envelope, floors)
+    return RANKERS.get(chosen)(features, scorer, envelope, floors, **rule)
 
 
 CASCADE_TREES = (4, 8, 16, 32, 64)

@@ -2,8 +2,11 @@
  *
  *   costlearn_forest_predict   a tree ensemble over a small batch of rows
  *   costlearn_shape_features   the 18 shape-dependent features
- *   costlearn_rank             a whole ranking: fit mask, features, nearest
- *                              training shape, cascaded scoring, sort
+ *   costlearn_rank             a whole ranking: candidate rule, features, nearest
+ *                              training shape, held-out evidence, cascaded or
+ *                              shortlist-table scoring, sort
+ *   costlearn_rank_many        costlearn_rank for many problems in one call
+ *   costlearn_shortlist_build  the shortlist table's lists at grid points
  *   costlearn_layout           sizes and field offsets of the structs, checked at load
  *
  * The structs costlearn_node and costlearn_ctx are not written here: they are
@@ -198,73 +201,267 @@ static inline int64_t next_pow2(int64_t x)
     return p;
 }
 
+/* The candidates of problem (m, n, k) into ctx->row_cand (ascending); returns
+ * how many and sets ctx->level and ctx->fits:
+ *   - mask given: those with mask[c] != 0 (level 0);
+ *   - else, with coverage (ctx->cov_lo != NULL): the tile configs whose block
+ *     tile fits the problem (costlearn.space.tile_fits_problem with the
+ *     family's floors) and that were measured near it (lo <= log2 extent <= hi
+ *     per extent), level 0; where none is, every fitting tile config, level
+ *     1; where none fits, all, level 2; the vendor candidate (ctx->vendor >=
+ *     0) always. The twin of Ranker.candidate_rule in ranker/base.py;
+ *   - else: those that fit (level 0), or all when none does (level 2). */
+static int32_t select_candidates(int64_t m, int64_t n, int64_t k, const uint8_t *mask, costlearn_ctx *ctx)
+{
+    const int32_t n_cands = ctx->n_cands, vendor = ctx->vendor;
+    int32_t *row_cand = ctx->row_cand;
+    int32_t rows = 0;
+    ctx->level = 0;
+    if (mask != NULL) {
+        for (int32_t c = 0; c < n_cands; ++c)
+            if (mask[c]) row_cand[rows++] = c;
+        ctx->fits = 1;
+        return rows;
+    }
+    int64_t cap_m = next_pow2(m), cap_n = next_pow2(n), cap_k = next_pow2(k);
+    if (cap_m < ctx->floor_m) cap_m = ctx->floor_m;
+    if (cap_n < ctx->floor_n) cap_n = ctx->floor_n;
+    if (cap_k < ctx->floor_k) cap_k = ctx->floor_k;
+    const int64_t *blk = ctx->block;
+    uint8_t *fit = ctx->mask;
+    for (int32_t c = 0; c < n_cands; ++c)
+        fit[c] = blk[c] <= cap_m && blk[n_cands + c] <= cap_n && blk[2 * n_cands + c] <= cap_k;
+    if (ctx->cov_lo == NULL) {
+        for (int32_t c = 0; c < n_cands; ++c)
+            if (fit[c]) row_cand[rows++] = c;
+        ctx->fits = rows > 0;
+        if (rows == 0) {
+            ctx->level = 2;
+            for (int32_t c = 0; c < n_cands; ++c) row_cand[rows++] = c;
+        }
+        return rows;
+    }
+    const double x[3] = {log2((double)m), log2((double)n), log2((double)k)};
+    const double *lo = ctx->cov_lo, *hi = ctx->cov_hi;
+    int32_t tiles = 0;
+    for (int32_t c = 0; c < n_cands; ++c) {
+        if (!fit[c] || c == vendor)
+            continue;
+        ++tiles;
+        if (lo[3 * c] <= x[0] && x[0] <= hi[3 * c] && lo[3 * c + 1] <= x[1] && x[1] <= hi[3 * c + 1]
+                && lo[3 * c + 2] <= x[2] && x[2] <= hi[3 * c + 2])
+            row_cand[rows++] = c;
+    }
+    ctx->fits = 1;
+    if (rows == 0 && tiles > 0) {
+        ctx->level = 1;
+        for (int32_t c = 0; c < n_cands; ++c)
+            if (fit[c] && c != vendor) row_cand[rows++] = c;
+    } else if (rows == 0) {
+        ctx->level = 2;
+        ctx->fits = 0;
+        for (int32_t c = 0; c < n_cands; ++c) row_cand[rows++] = c;
+        return rows;
+    }
+    if (vendor >= 0) {                                   /* the vendor, in its place */
+        int32_t j = rows;
+        while (j > 0 && row_cand[j - 1] > vendor) { row_cand[j] = row_cand[j - 1]; --j; }
+        row_cand[j] = vendor;
+        ++rows;
+    }
+    return rows;
+}
+
+/* Held-out evidence near the embedded query q (the floor's, costlearn/floor.py
+ * VendorFloor.near): the ev_k nearest evidence problems, by squared distance
+ * then index; the means of their log1p vendor regrets (finite ones only; NaN
+ * when none) and log1p model regrets, summed in that order. */
+static void evidence_near(const double q[3], costlearn_ctx *ctx)
+{
+    const int32_t n = ctx->n_ev;
+    ctx->vendor_near = NAN;
+    ctx->model_near = NAN;
+    if (n <= 0)
+        return;
+    costlearn_scored *w = ctx->ev_work;
+    for (int32_t i = 0; i < n; ++i) {
+        const double a = ctx->ev_points[3 * i] - q[0], b = ctx->ev_points[3 * i + 1] - q[1],
+                     c = ctx->ev_points[3 * i + 2] - q[2];
+        w[i].score = a * a + b * b + c * c;
+        w[i].index = i;
+    }
+    const int32_t kk = ctx->ev_k < n ? ctx->ev_k : n;
+    select_sorted(w, n, kk);
+    double sv = 0.0, sm = 0.0;
+    int32_t nv = 0;
+    for (int32_t i = 0; i < kk; ++i) {
+        const double v = ctx->ev_vendor[w[i].index];
+        if (isfinite(v)) { sv += v; ++nv; }
+        sm += ctx->ev_model[w[i].index];
+    }
+    ctx->vendor_near = nv > 0 ? sv / nv : NAN;
+    ctx->model_near = sm / kk;
+}
+
+/* The feature rows of row_cand[0..rows) into ctx->X, and their linear terms
+ * into ctx->lin; returns ctx->lin or NULL when the scorer has none. */
+static double *feature_rows(int64_t m, int64_t n, int64_t k, int32_t rows, costlearn_ctx *ctx)
+{
+    const int32_t n_features = ctx->n_features;
+    const int32_t *row_cand = ctx->row_cand;
+    float *X = ctx->X;
+    const size_t row_bytes = sizeof(float) * (size_t)n_features;
+    for (int32_t r = 0; r < rows; ++r)
+        memcpy(X + (int64_t)r * n_features, ctx->template_ + (int64_t)row_cand[r] * n_features, row_bytes);
+    costlearn_shape_features(m, n, k, row_cand, rows, ctx->n_cands, ctx->block, ctx->slots, ctx->tile_occ,
+                             ctx->fill, ctx->s, ctx->peak, ctx->bw, ctx->cols, X, n_features);
+    if (ctx->column < 0 && ctx->offsets == NULL)
+        return NULL;
+    double *lin = ctx->lin;
+    for (int32_t r = 0; r < rows; ++r) {
+        double v = 0.0;
+        int have = 0;
+        if (ctx->column >= 0) { v = ctx->column_weight * (double)X[(int64_t)r * n_features + ctx->column]; have = 1; }
+        if (ctx->offsets != NULL) { v = have ? v + ctx->offsets[row_cand[r]] : ctx->offsets[row_cand[r]]; }
+        lin[r] = v;
+    }
+    return lin;
+}
+
+/* Scores of the rows with the first `trees` trees: sign * (sum + base) + lin
+ * (sign * base + lin without a forest), into ctx->acc. */
+static void partial_scores(int32_t rows, int32_t trees, const double *lin, costlearn_ctx *ctx)
+{
+    double *acc = ctx->acc;
+    if (ctx->has_forest && trees > 0) {
+        costlearn_forest_predict((const costlearn_node *)ctx->nodes, ctx->roots, ctx->depths, trees, ctx->X, rows,
+                                 ctx->n_features, ctx->part);
+        for (int32_t r = 0; r < rows; ++r)
+            acc[r] = ctx->sign * (ctx->part[r] + ctx->base);
+    } else {
+        for (int32_t r = 0; r < rows; ++r)
+            acc[r] = ctx->has_forest ? ctx->sign * ctx->base : 0.0;
+    }
+    if (lin != NULL)
+        for (int32_t r = 0; r < rows; ++r)
+            acc[r] = acc[r] + lin[r];
+}
+
+/* Rank the candidates with the shortlist table (costlearn/ranker/shortlist.py,
+ * the twin Shortlist.rank): the query's cell of the grid (step tab_step in
+ * log2 of each extent), the lists of its 8 corners (up to tab_width entries,
+ * -1 ends one) restricted to the candidates selected, each with the residual
+ * (full score - score of the first tab_trees trees) of the nearest corner
+ * that lists it (ties: the lower corner number); score = the first
+ * tab_trees trees' score here + that residual. Returns the number ranked, or
+ * -1 when the table does not answer (outside the grid, no candidate fits:
+ * level 2, or fewer listed than min(top, selected)). */
+static int32_t rank_table(int64_t m, int64_t n, int64_t k, int32_t rows, int32_t top, costlearn_ctx *ctx)
+{
+    if (ctx->tab_index == NULL || ctx->level == 2)
+        return -1;
+    const double x[3] = {log2((double)m), log2((double)n), log2((double)k)};
+    int64_t i0[3];
+    double f[3];
+    for (int j = 0; j < 3; ++j) {
+        f[j] = x[j] / ctx->tab_step;
+        i0[j] = (int64_t)floor(f[j]);
+        if (i0[j] < 0 || i0[j] + 1 >= ctx->tab_n[j])
+            return -1;
+    }
+    const int32_t n_cands = ctx->n_cands, width = ctx->tab_width;
+    uint8_t *sel = ctx->mask;                          /* selected candidates, then: listed */
+    memset(sel, 0, (size_t)n_cands);
+    for (int32_t r = 0; r < rows; ++r)
+        sel[ctx->row_cand[r]] = 1;
+    double *seen = ctx->seen, *resid = ctx->resid;
+    int32_t listed = 0;
+    for (int corner = 0; corner < 8; ++corner) {
+        const int64_t a = i0[0] + (corner >> 2 & 1), b = i0[1] + (corner >> 1 & 1), c = i0[2] + (corner & 1);
+        const double da = f[0] - (double)a, db = f[1] - (double)b, dc = f[2] - (double)c;
+        const double d2 = da * da + db * db + dc * dc;
+        const int64_t point = (a * ctx->tab_n[1] + b) * ctx->tab_n[2] + c;
+        const int16_t *idx = ctx->tab_index + point * width;
+        const float *res = ctx->tab_resid + point * width;
+        for (int32_t e = 0; e < width && idx[e] >= 0; ++e) {
+            const int32_t cand = idx[e];
+            if (cand >= n_cands || !sel[cand])
+                continue;
+            if (sel[cand] == 1) { sel[cand] = 2; ++listed; seen[cand] = d2; resid[cand] = (double)res[e]; }
+            else if (d2 < seen[cand]) { seen[cand] = d2; resid[cand] = (double)res[e]; }
+        }
+    }
+    const int64_t need = top < rows ? top : rows;
+    if (listed < need)
+        return -1;
+    int32_t *row_cand = ctx->row_cand;
+    int32_t kept = 0;
+    for (int32_t c = 0; c < n_cands; ++c)
+        if (sel[c] == 2) row_cand[kept++] = c;
+    const double *lin = feature_rows(m, n, k, kept, ctx);
+    partial_scores(kept, ctx->tab_trees, lin, ctx);
+    costlearn_scored *work = ctx->work;
+    for (int32_t r = 0; r < kept; ++r) {
+        work[r].index = r;
+        work[r].score = ctx->acc[r] + resid[row_cand[r]];
+    }
+    select_sorted(work, kept, kept);
+    for (int32_t r = 0; r < kept; ++r) {
+        ctx->out_index[r] = row_cand[work[r].index];
+        ctx->out_score[r] = work[r].score;
+    }
+    return kept;
+}
+
 /* Rank candidates for problem (m, n, k): the C twin of NumpyRanker.rank in
  * costlearn/ranker/numpy_ranker.py.
- *   1. the candidates: those with mask[c] != 0, or (mask NULL) those whose
- *      block tile fits the problem (costlearn.space.tile_fits_problem with the
- *      family's floors), or all of them when none fits (ctx->fits = 0);
- *   2. their features: template rows, then the shape columns;
- *   3. the nearest training shape (ctx->nearest, ctx->nearest_d2);
- *   4. scores: sign * (trees + base) + weight * X[column] + offsets[c]. With
- *      the cascade, each stage s (trees[s], keep[s], margin[s]) that still has
+ *   1. the candidates (select_candidates);
+ *   2. the nearest training shape (ctx->nearest, ctx->nearest_d2) and the
+ *      held-out evidence near it (evidence_near);
+ *   3. mode 2 with a shortlist table: rank_table, when it answers
+ *      (ctx->used_table = 1); else on:
+ *   4. their features: template rows, then the shape columns;
+ *   5. scores: sign * (trees + base) + weight * X[column] + offsets[c]. With
+ *      the cascade (mode >= 1), each stage s (trees[s], keep[s], margin[s]) that still has
  *      more live rows than keep = keep[s] + max(0, min(top, C) - 5) adds the
  *      trees up to trees[s] to the live rows' margins and keeps the `keep`
  *      best and every other row whose score is within margin[s] of the
  *      keep-th; the remaining trees then score the survivors. Margins: the
  *      first chunk of trees plus base, then each later chunk added;
- *   5. sorted by score, ties by row.
+ *   6. sorted by score, ties by row.
  * Writes the survivors best first to ctx->out_index (candidate numbers) and
  * ctx->out_score; returns how many. */
-int32_t costlearn_rank(int64_t m, int64_t n, int64_t k, const uint8_t *mask, int32_t top, int32_t cascade,
+int32_t costlearn_rank(int64_t m, int64_t n, int64_t k, const uint8_t *mask, int32_t top, int32_t mode,
                        costlearn_ctx *ctx)
 {
     const int32_t n_cands = ctx->n_cands, n_features = ctx->n_features, n_trees = ctx->n_trees;
     int32_t *row_cand = ctx->row_cand;
-    int32_t rows = 0;
-    if (mask != NULL) {
-        for (int32_t c = 0; c < n_cands; ++c)
-            if (mask[c]) row_cand[rows++] = c;
-        ctx->fits = 1;
-    } else {
-        int64_t cap_m = next_pow2(m), cap_n = next_pow2(n), cap_k = next_pow2(k);
-        if (cap_m < ctx->floor_m) cap_m = ctx->floor_m;
-        if (cap_n < ctx->floor_n) cap_n = ctx->floor_n;
-        if (cap_k < ctx->floor_k) cap_k = ctx->floor_k;
-        const int64_t *blk = ctx->block;
-        for (int32_t c = 0; c < n_cands; ++c)
-            if (blk[c] <= cap_m && blk[n_cands + c] <= cap_n && blk[2 * n_cands + c] <= cap_k)
-                row_cand[rows++] = c;
-        ctx->fits = rows > 0;
-        if (rows == 0)
-            for (int32_t c = 0; c < n_cands; ++c) row_cand[rows++] = c;
-    }
-    {   /* nearest training shape, for the OOD density check */
+    const int32_t rows = select_candidates(m, n, k, mask, ctx);
+    ctx->used_table = 0;
+    {   /* nearest training shape, for the OOD density check; the evidence near the query */
         const double x0 = log2((double)m), x1 = log2((double)n), x2 = log2((double)k);
         double q[3];
         for (int j = 0; j < 3; ++j)
             q[j] = x0 * ctx->embed[j] + x1 * ctx->embed[3 + j] + x2 * ctx->embed[6 + j];
         ctx->nearest_d2 = INFINITY;
         ctx->nearest = ctx->n_env > 0 ? nearest(ctx->env_points, ctx->env_index, ctx->n_env, q, &ctx->nearest_d2) : -1;
+        evidence_near(q, ctx);
     }
     if (rows == 0)
         return 0;
+    if (mode == 2) {
+        const int32_t got = rank_table(m, n, k, rows, top, ctx);
+        if (got >= 0) {
+            ctx->used_table = 1;
+            return got;
+        }
+        if (ctx->tab_index != NULL && ctx->level == 0 && mask == NULL)   /* rank_table reused row_cand */
+            select_candidates(m, n, k, mask, ctx);
+    }
+    const int32_t cascade = mode >= 1;
     float *X = ctx->X, *Xk = ctx->Xk;
     const size_t row_bytes = sizeof(float) * (size_t)n_features;
-    for (int32_t r = 0; r < rows; ++r)
-        memcpy(X + (int64_t)r * n_features, ctx->template_ + (int64_t)row_cand[r] * n_features, row_bytes);
-    costlearn_shape_features(m, n, k, row_cand, rows, n_cands, ctx->block, ctx->slots, ctx->tile_occ, ctx->fill,
-                             ctx->s, ctx->peak, ctx->bw, ctx->cols, X, n_features);
-    double *lin = NULL;
-    if (ctx->column >= 0 || ctx->offsets != NULL) {
-        lin = ctx->lin;
-        for (int32_t r = 0; r < rows; ++r) {
-            double v = 0.0;
-            int have = 0;
-            if (ctx->column >= 0) { v = ctx->column_weight * (double)X[(int64_t)r * n_features + ctx->column]; have = 1; }
-            if (ctx->offsets != NULL) { v = have ? v + ctx->offsets[row_cand[r]] : ctx->offsets[row_cand[r]]; }
-            lin[r] = v;
-        }
-    }
+    double *lin = feature_rows(m, n, k, rows, ctx);
     const costlearn_node *nodes = (const costlearn_node *)ctx->nodes;
     const double base = ctx->base, sign = ctx->sign;
     double *acc = ctx->acc, *part = ctx->part;
@@ -315,6 +512,89 @@ int32_t costlearn_rank(int64_t m, int64_t n, int64_t k, const uint8_t *mask, int
         ctx->out_score[r] = work[r].score;
     }
     return live;
+}
+
+/* The shortlist table's lists at the grid points shapes[0..n_points) (m, n, k
+ * each; the twin: costlearn.ranker.shortlist.build_lists_numpy): per point, where
+ * some candidate fits (the candidate rule at level 0 or 1), the `tiles` best tile configs by
+ * the cascaded full scores (mode 1) and the vendor candidate, each with its
+ * residual (full score - score of the first ctx->tab_trees trees); -1 ends a
+ * shorter list (every entry -1 where none fits: level 2).
+ * out_index, out_resid: [n_points x width], width = tiles + (vendor >= 0).
+ * Returns 0, or -1 on a bad argument. */
+int32_t costlearn_shortlist_build(const int64_t *shapes, int32_t n_points, int32_t tiles, int32_t width,
+                                  costlearn_ctx *ctx, int16_t *out_index, float *out_resid)
+{
+    if (tiles < 1 || width != tiles + (ctx->vendor >= 0) || ctx->n_cands > 32767)
+        return -1;
+    const int32_t vendor = ctx->vendor;
+    for (int32_t p = 0; p < n_points; ++p) {
+        int16_t *idx = out_index + (int64_t)p * width;
+        float *res = out_resid + (int64_t)p * width;
+        for (int32_t e = 0; e < width; ++e) { idx[e] = -1; res[e] = 0.0f; }
+        const int64_t m = shapes[3 * p], n = shapes[3 * p + 1], k = shapes[3 * p + 2];
+        const int32_t got = costlearn_rank(m, n, k, NULL, tiles + (vendor >= 0), 1, ctx);
+        if (ctx->level == 2 || got <= 0)
+            continue;
+        /* the list: the best tiles in rank order, then the vendor; their full scores */
+        int32_t *row_cand = ctx->row_cand;
+        double *full = ctx->seen;                      /* scratch: full score per list entry */
+        int32_t len = 0, vendor_at = -1;
+        for (int32_t r = 0; r < got && len < tiles; ++r) {
+            const int32_t c = ctx->out_index[r];
+            if (c == vendor) { vendor_at = r; continue; }
+            idx[len] = (int16_t)c;
+            full[len++] = ctx->out_score[r];
+        }
+        if (vendor >= 0) {
+            if (vendor_at < 0) {                       /* not among the survivors: score it alone, every tree */
+                uint8_t *only = ctx->mask;
+                memset(only, 0, (size_t)ctx->n_cands);
+                only[vendor] = 1;
+                costlearn_rank(m, n, k, only, 1, 0, ctx);
+                full[len] = ctx->out_score[0];
+                ctx->level = 0;
+            } else {
+                full[len] = ctx->out_score[vendor_at];
+            }
+            idx[len++] = (int16_t)vendor;
+        }
+        for (int32_t e = 0; e < len; ++e)
+            row_cand[e] = idx[e];
+        const double *lin = feature_rows(m, n, k, len, ctx);
+        partial_scores(len, ctx->tab_trees, lin, ctx);
+        for (int32_t e = 0; e < len; ++e)
+            res[e] = (float)(full[e] - ctx->acc[e]);
+    }
+    return 0;
+}
+
+/* costlearn_rank (mask NULL) for problems mnk[0..n_problems) (m, n, k each), one
+ * after another; per problem p: count[p] ranked (at most `width` kept), their
+ * candidates and scores in index[p * width ...], score[p * width ...], and
+ * nearest[p], nearest_d2[p], level[p], vendor_near[p], model_near[p],
+ * used_table[p]. Returns 0. */
+int32_t costlearn_rank_many(const int64_t *mnk, int32_t n_problems, int32_t top, int32_t width, int32_t mode,
+                            costlearn_ctx *ctx,
+                            int32_t *count, int32_t *index, double *score, int32_t *nearest_out, double *nearest_d2,
+                            int32_t *level, double *vendor_near, double *model_near, int32_t *used_table)
+{
+    for (int32_t p = 0; p < n_problems; ++p) {
+        const int32_t got = costlearn_rank(mnk[3 * p], mnk[3 * p + 1], mnk[3 * p + 2], NULL, top, mode, ctx);
+        const int32_t keep = got < width ? got : width;
+        count[p] = keep;
+        for (int32_t r = 0; r < keep; ++r) {
+            index[(int64_t)p * width + r] = ctx->out_index[r];
+            score[(int64_t)p * width + r] = ctx->out_score[r];
+        }
+        nearest_out[p] = ctx->nearest;
+        nearest_d2[p] = ctx->nearest_d2;
+        level[p] = ctx->level;
+        vendor_near[p] = ctx->vendor_near;
+        model_near[p] = ctx->model_near;
+        used_table[p] = ctx->used_table;
+    }
+    return 0;
 }
 
 /* sizeof(costlearn_node), sizeof(costlearn_scored), sizeof(costlearn_ctx), then the offset of every

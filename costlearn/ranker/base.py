@@ -5,13 +5,24 @@ it and must give the same bits."""
 from __future__ import annotations
 
 import abc
+import math
 from typing import NamedTuple
 
 import numpy as np
 
+from ..space import tile_fits_problem
 from ..util import check_int
 
-__all__ = ["Ranker", "RankResult"]
+__all__ = ["Ranker", "RankResult", "nearest_evidence", "LEVEL_COVERED", "LEVEL_FITTING", "LEVEL_ALL"]
+
+LEVEL_COVERED = 0
+"""Candidate rule level: the tile configs that fit the problem and were
+measured near it (or, without recorded coverage, those that fit), and the
+vendor candidate."""
+LEVEL_FITTING = 1
+"""No fitting tile config was measured near the problem: every fitting one."""
+LEVEL_ALL = 2
+"""No candidate's block tile fits the problem: all of them."""
 
 
 class RankResult(NamedTuple):
@@ -34,6 +45,18 @@ class RankResult(NamedTuple):
     fits : bool
         False when no candidate's block tile fits the problem (then every
         candidate was ranked).
+    level : int
+        Which step of the candidate rule selected the candidates
+        (:data:`LEVEL_COVERED`, :data:`LEVEL_FITTING`, :data:`LEVEL_ALL`);
+        0 when the caller gave a mask.
+    vendor_near, model_near : float
+        Geometric-mean held-out top-1 regret (a fraction) of the vendor
+        call and of the model's pick on the nearest held-out problems of the
+        problem's layout (:meth:`costlearn.floor.VendorFloor.near`); NaN
+        without evidence.
+    shortlist : bool
+        True when the shortlist table ranked the candidates
+        (:mod:`costlearn.ranker.shortlist`).
     """
 
     order: np.ndarray
@@ -41,6 +64,42 @@ class RankResult(NamedTuple):
     nearest: int
     nearest_distance: float
     fits: bool
+    level: int = LEVEL_COVERED
+    vendor_near: float = math.nan
+    model_near: float = math.nan
+    shortlist: bool = False
+
+
+def nearest_evidence(points: np.ndarray, log_vendor: np.ndarray, log_model: np.ndarray, k: int,
+                     q: np.ndarray) -> tuple[float, float]:
+    """Means over the ``k`` evidence problems nearest the embedded query
+    ``q`` (by squared distance, then index) of their log1p vendor regrets
+    (the finite ones; NaN when none) and log1p model regrets (NaN without
+    evidence), summed in that order: the twin of ``evidence_near`` in
+    ``_native.c`` (the same bits).
+
+    Parameters
+    ----------
+    points : ndarray of float64, shape (E, 3)
+        Evidence problems embedded (:func:`costlearn.envelope.embed`).
+    log_vendor, log_model : ndarray of float64, shape (E,)
+    k : int
+    q : ndarray of float64, shape (3,)
+        :func:`costlearn.envelope.embed_query` of the problem.
+    """
+    if not len(points):
+        return math.nan, math.nan
+    d = points - q
+    d2 = d[:, 0] * d[:, 0] + d[:, 1] * d[:, 1] + d[:, 2] * d[:, 2]
+    near = np.lexsort((np.arange(len(d2)), d2))[:min(k, len(d2))]
+    sv, nv, sm = 0.0, 0, 0.0
+    for i in near.tolist():
+        v = float(log_vendor[i])
+        if math.isfinite(v):
+            sv += v
+            nv += 1
+        sm += float(log_model[i])
+    return (sv / nv if nv else math.nan), sm / len(near)
 
 
 class Ranker(abc.ABC):
@@ -54,11 +113,24 @@ class Ranker(abc.ABC):
     envelope : costlearn.envelope.Envelope
     floors : (int, int, int)
         The family's ``fit_floors(spec)`` (the problem rule).
+    coverage : costlearn.envelope.Coverage, optional
+        Where each candidate was measured; with it the candidate rule
+        (:meth:`candidate_rule`) keeps the tile configs measured near the
+        problem. None: the fit rule alone.
+    vendor : int, optional
+        The vendor candidate's index, always ranked under coverage.
+    evidence : costlearn.floor.VendorFloor, optional
+        Its held-out evidence near each problem is reported
+        (:attr:`RankResult.vendor_near`, :attr:`RankResult.model_near`).
+    shortlist : costlearn.ranker.shortlist.Shortlist, optional
+        The table that ranks a problem from a short list of candidates
+        (``rank(..., shortlist=True)``).
     """
 
     name = ""
 
-    def __init__(self, features, scorer, envelope, floors):
+    def __init__(self, features, scorer, envelope, floors, *, coverage=None, vendor: int | None = None,
+                 evidence=None, shortlist=None):
         if scorer.n_features != len(features.names):
             raise ValueError(f"the scorer reads {scorer.n_features} features, the candidates have "
                              f"{len(features.names)}")
@@ -67,6 +139,57 @@ class Ranker(abc.ABC):
         self.features, self.scorer, self.envelope = features, scorer, envelope
         self.floors = tuple(int(f) for f in floors)
         self.n_candidates = features.n_candidates
+        if vendor is not None and not 0 <= vendor < self.n_candidates:
+            raise ValueError(f"vendor candidate {vendor} outside the {self.n_candidates} candidates")
+        self.coverage = coverage if coverage is not None and coverage.recorded else None
+        self.vendor = vendor
+        self.evidence = evidence if evidence is not None and evidence.calibrated else None
+        if shortlist is not None:
+            shortlist.check(self)
+        self.shortlist = shortlist
+
+    def candidate_rule(self, problem) -> tuple[np.ndarray, int]:
+        """The candidates ranked for ``problem`` when no mask is given, and
+        the level of the rule that chose them: the twin of
+        ``select_candidates`` in ``_native.c``.
+
+        With coverage: the tile configs whose block tile fits the problem
+        (:func:`costlearn.space.tile_fits_problem`) and that were measured
+        near it (:meth:`costlearn.envelope.Coverage.mask`), level 0; where
+        none is, every fitting tile config, level 1; where none fits, all,
+        level 2; the vendor candidate always. Without coverage: those that
+        fit (level 0), else all (level 2).
+
+        Returns
+        -------
+        mask : ndarray of bool, shape (C,)
+        level : int
+        """
+        bm, bn, bk = self.features.block
+        fit = np.asarray(tile_fits_problem(bm, bn, bk, problem.m, problem.n, problem.k, self.floors), bool)
+        if self.coverage is None:
+            return (fit, LEVEL_COVERED) if fit.any() else (np.ones(self.n_candidates, bool), LEVEL_ALL)
+        tiles = fit.copy()
+        if self.vendor is not None:
+            tiles[self.vendor] = False
+        near = tiles & self.coverage.mask(problem.m, problem.n, problem.k)
+        if near.any():
+            mask, level = near, LEVEL_COVERED
+        elif tiles.any():
+            mask, level = tiles, LEVEL_FITTING
+        else:
+            return np.ones(self.n_candidates, bool), LEVEL_ALL
+        if self.vendor is not None:
+            mask[self.vendor] = True
+        return mask, level
+
+    def evidence_arrays(self, layout: str) -> tuple:
+        """(points, log1p vendor regrets, log1p model regrets, neighbours) of
+        the held-out evidence a problem of ``layout`` looks at; empty arrays
+        without evidence."""
+        if self.evidence is None:
+            return np.zeros((0, 3)), np.zeros(0), np.zeros(0), 1
+        return (*self.evidence.evidence(layout), self.evidence.neighbors)
 
     def check_mask(self, mask) -> np.ndarray | None:
         """``mask`` as a C-contiguous bool array of shape (C,) (or None).
@@ -87,21 +210,29 @@ class Ranker(abc.ABC):
         return mask
 
     @abc.abstractmethod
-    def rank(self, problem, mask=None, *, top: int = 5, cascade: bool = True) -> RankResult:
+    def rank(self, problem, mask=None, *, top: int = 5, cascade: bool = True, shortlist: bool = True) -> RankResult:
         """Must rank the candidates for ``problem`` (a Problem).
 
         Parameters
         ----------
         problem : Problem
         mask : ndarray of bool, shape (C,), optional
-            Candidates to rank; by default those whose block tile fits the
-            problem (all when none fits, with ``fits=False``).
+            Candidates to rank; by default :meth:`candidate_rule`'s.
         top : int
             How many of the best the caller needs; the cascade keeps at least
             that many.
         cascade : bool
             Use the scorer's cascade (False: every tree on every candidate).
+        shortlist : bool
+            With ``cascade``, rank with the shortlist table where there is
+            one and it answers (:mod:`costlearn.ranker.shortlist`).
         """
+
+    def rank_many(self, problems, *, top: int = 5, cascade: bool = True, shortlist: bool = True) -> list:
+        """:meth:`rank` with the candidate rule for each of ``problems`` (a
+        sequence of Problem), in order: a list of RankResult. The native
+        ranker makes one C call per layout."""
+        return [self.rank(q, None, top=top, cascade=cascade, shortlist=shortlist) for q in problems]
 
     @staticmethod
     def _top(top) -> int:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..envelope import EMBED
 from ..model.forest import NODE_DTYPE
 from ..util import KeyedCache
 from .base import Ranker, RankResult
@@ -61,6 +62,9 @@ class RankContext(ctypes.Structure):
         ("s", _D), ("peak", _D), ("bw", _D),
         ("cols", _P),             # const int32_t* [18]
         ("floor_m", _I64), ("floor_n", _I64), ("floor_k", _I64),
+        # the candidate rule beyond the fit: coverage, the vendor candidate
+        ("cov_lo", _P), ("cov_hi", _P),   # const double* [n_cands x 3] (log2, margin applied) or NULL
+        ("vendor", _I32),                 # the vendor candidate, -1: none
         # scorer
         ("has_forest", _I32),
         ("nodes", _P),            # const costlearn_node*
@@ -75,15 +79,27 @@ class RankContext(ctypes.Structure):
         ("env_points", _P),       # const double*  [n_env x 3]
         ("env_index", _P),        # const int32_t* [n_env]
         ("n_env", _I32), ("embed", _D * 9),
+        # held-out evidence of the vendor floor (this layout's), embedded
+        ("ev_points", _P),        # const double* [n_ev x 3]
+        ("ev_vendor", _P), ("ev_model", _P),   # const double* [n_ev]: log1p regrets
+        ("n_ev", _I32), ("ev_k", _I32),
+        # shortlist table (this layout's) or NULL
+        ("tab_index", _P),        # const int16_t* [points x tab_width], -1 ends a list
+        ("tab_resid", _P),        # const float*   [points x tab_width]
+        ("tab_n", _I64 * 3), ("tab_step", _D), ("tab_width", _I32), ("tab_trees", _I32),
         # scratch, one set per calling thread
         ("X", _P), ("Xk", _P),    # float* [n_cands x n_features]
         ("work", _P),             # costlearn_scored* [n_cands]
         ("part", _P), ("acc", _P), ("lin", _P),   # double* [n_cands]
         ("row_cand", _P),         # int32_t* [n_cands]
+        ("mask", _P),             # uint8_t* [n_cands]
+        ("seen", _P), ("resid", _P),   # double* [n_cands]
+        ("ev_work", _P),          # costlearn_scored* [max(n_ev, 1)]
         # outputs
         ("out_index", _P),        # int32_t* [n_cands]
         ("out_score", _P),        # double*  [n_cands]
-        ("nearest", _I32), ("nearest_d2", _D), ("fits", _I32),
+        ("nearest", _I32), ("nearest_d2", _D), ("fits", _I32), ("level", _I32),
+        ("vendor_near", _D), ("model_near", _D), ("used_table", _I32),
     ]
 
 
@@ -92,6 +108,10 @@ _C_POINTER = {  # the C type of each void* field of RankContext
     "tile_occ": "const double *", "fill": "const double *", "cols": "const int32_t *",
     "nodes": "const costlearn_node *", "roots": "const int32_t *", "depths": "const int32_t *",
     "offsets": "const double *", "env_points": "const double *", "env_index": "const int32_t *",
+    "cov_lo": "const double *", "cov_hi": "const double *", "ev_points": "const double *",
+    "ev_vendor": "const double *", "ev_model": "const double *", "tab_index": "const int16_t *",
+    "tab_resid": "const float *", "mask": "uint8_t *", "seen": "double *", "resid": "double *",
+    "ev_work": "costlearn_scored *",
     "X": "float *", "Xk": "float *", "work": "costlearn_scored *", "part": "double *", "acc": "double *",
     "lin": "double *", "row_cand": "int32_t *", "out_index": "int32_t *", "out_score": "double *"}
 _C_SCALAR = {_I32: "int32_t", _I64: "int64_t", _D: "double"}
@@ -170,7 +190,8 @@ def _compilers() -> list[list[str]]:
     return out
 
 
-_SYMBOLS = ("costlearn_forest_predict", "costlearn_shape_features", "costlearn_rank", "costlearn_layout")
+_SYMBOLS = ("costlearn_forest_predict", "costlearn_shape_features", "costlearn_rank", "costlearn_rank_many",
+            "costlearn_shortlist_build", "costlearn_layout")
 
 
 def _open(path: Path):
@@ -188,6 +209,10 @@ def _open(path: Path):
                                              _P, _I32]
     lib.costlearn_rank.restype = _I32
     lib.costlearn_rank.argtypes = [_I64, _I64, _I64, _P, _I32, _I32, ctypes.POINTER(RankContext)]
+    lib.costlearn_rank_many.restype = _I32
+    lib.costlearn_rank_many.argtypes = [_P, _I32, _I32, _I32, _I32, ctypes.POINTER(RankContext)] + [_P] * 9
+    lib.costlearn_shortlist_build.restype = _I32
+    lib.costlearn_shortlist_build.argtypes = [_P, _I32, _I32, _I32, ctypes.POINTER(RankContext), _P, _P]
     return lib
 
 
@@ -248,12 +273,13 @@ class NativeRanker(Ranker):
 
     name = "native"
 
-    def __init__(self, features, scorer, envelope, floors):
-        super().__init__(features, scorer, envelope, floors)
+    def __init__(self, features, scorer, envelope, floors, **rule):
+        super().__init__(features, scorer, envelope, floors, **rule)
         lib = library()
         if lib is None:
             why = "COSTLEARN_NO_C is set" if os.environ.get("COSTLEARN_NO_C") else "it could not be built (see the warning)"
             raise OSError(f"the C ranker is unavailable here: {why}; use the numpy ranker")
+        self._lib = lib
         self._rank = lib.costlearn_rank
         f, sc = features, scorer
         env_order = np.lexsort((np.arange(len(envelope.points)), envelope.points[:, 0]))
@@ -267,18 +293,29 @@ class NativeRanker(Ranker):
             keep_alive.update(nodes=forest.nodes, roots=forest.roots, depths=forest.depths)
         if sc.offsets is not None:
             keep_alive["offsets"] = np.ascontiguousarray(sc.offsets, np.float64)
+        if self.coverage is not None:
+            keep_alive.update(cov_lo=np.ascontiguousarray(self.coverage.lo, np.float64),
+                              cov_hi=np.ascontiguousarray(self.coverage.hi, np.float64))
         # One template per layout (they differ in the layout columns only); a
-        # thread's context per layout points at its layout's template.
+        # thread's context per layout points at its layout's template, evidence and table.
         self._templates = {lay: np.ascontiguousarray(t) for lay, t in f.templates.items()}
+        self._layout_arrays = {}
+        for lay in self._templates:
+            pts, lv, lm, kk = self.evidence_arrays(lay)
+            arrays = dict(ev_points=np.ascontiguousarray(pts, np.float64), ev_vendor=np.ascontiguousarray(lv, np.float64),
+                          ev_model=np.ascontiguousarray(lm, np.float64))
+            tab = self.shortlist.tables.get(lay) if self.shortlist is not None else None
+            if tab is not None:
+                arrays.update(tab_index=tab[0], tab_resid=tab[1])
+            self._layout_arrays[lay] = (arrays, len(pts), int(kk))
         self._keep_alive = keep_alive
         ptr = {k: a.ctypes.data for k, a in keep_alive.items()}
-        ptr["template"] = self._templates[next(iter(self._templates))].ctypes.data
-        from ..envelope import _EMBED
         self._const = dict(
-            template_=ptr["template"], n_cands=f.n_candidates, n_features=len(f.names), block=ptr["block"],
+            n_cands=f.n_candidates, n_features=len(f.names), block=ptr["block"],
             slots=ptr["slots"], tile_occ=ptr["tile_occ"], fill=ptr["fill"], s=f.element_bytes,
             peak=f.peak_flop_per_us, bw=f.bytes_per_us, cols=ptr["cols"], floor_m=self.floors[0],
-            floor_n=self.floors[1], floor_k=self.floors[2], has_forest=int(forest is not None),
+            floor_n=self.floors[1], floor_k=self.floors[2], cov_lo=ptr.get("cov_lo", 0), cov_hi=ptr.get("cov_hi", 0),
+            vendor=-1 if self.vendor is None else int(self.vendor), has_forest=int(forest is not None),
             nodes=ptr.get("nodes", 0), roots=ptr.get("roots", 0), depths=ptr.get("depths", 0),
             n_trees=sc.n_trees, base=forest.base_score if forest is not None else 0.0, sign=sc.sign,
             column=sc.column, column_weight=sc.column_weight, offsets=ptr.get("offsets", 0),
@@ -290,43 +327,115 @@ class NativeRanker(Ranker):
             raise ValueError(f"cascade {list(sc.cascade)} out of range for {sc.n_trees} trees")
         self._stages = ([t for t, _, _ in sc.cascade], [k for _, k, _ in sc.cascade],
                         [float(d) for _, _, d in sc.cascade])
-        self._embed = [float(v) for v in _EMBED.ravel()]
+        self._embed = [float(v) for v in EMBED.ravel()]
+        self._first_layout = next(iter(self._templates))
         self._tls = threading.local()
-        self._multi_layout = len(self._templates) > 1
 
-    def _context(self, layout=None):
-        """This thread's context for ``layout`` (default: the first) and its
-        output arrays."""
+    def _new_context(self, layout: str, *, table: bool = True):
+        """A context for ``layout`` with its own scratch and output arrays:
+        (RankContext, its pointer, out_index, out_score, arrays kept alive)."""
         c, f = self.n_candidates, len(self.features.names)
+        lay_arrays, n_ev, ev_k = self._layout_arrays[layout]
         arrays = dict(X=np.empty((c, f), np.float32), Xk=np.empty((c, f), np.float32),
                       work=np.empty(c, SCORED_DTYPE), part=np.empty(c, np.float64), acc=np.empty(c, np.float64),
-                      lin=np.empty(c, np.float64), row_cand=np.empty(c, np.int32),
+                      lin=np.empty(c, np.float64), row_cand=np.empty(c, np.int32), mask=np.empty(c, np.uint8),
+                      seen=np.empty(c, np.float64), resid=np.empty(c, np.float64),
+                      ev_work=np.empty(max(n_ev, 1), SCORED_DTYPE),
                       out_index=np.empty(c, np.int32), out_score=np.empty(c, np.float64))
-        rc = RankContext(**self._const, **{k: a.ctypes.data for k, a in arrays.items()})
-        if layout is not None:
-            rc.template_ = self._templates[layout].ctypes.data
+        ptrs = {k: a.ctypes.data for k, a in arrays.items()}
+        ptrs.update({k: a.ctypes.data for k, a in lay_arrays.items() if table or not k.startswith("tab_")})
+        rc = RankContext(**self._const, **ptrs, template_=self._templates[layout].ctypes.data, n_ev=n_ev, ev_k=ev_k)
         rc.embed[:] = self._embed
         n = len(self._stages[0])
         rc.stage_trees[:n], rc.stage_keep[:n], rc.stage_margin[:n] = self._stages
-        ctx = (rc, ctypes.byref(rc), arrays["out_index"], arrays["out_score"], arrays)
-        if layout is None:
-            self._tls.ctx = ctx
-        else:
-            if not hasattr(self._tls, "by_layout"):
-                self._tls.by_layout = {}
-            self._tls.by_layout[layout] = ctx
+        sl = self.shortlist
+        if sl is not None:
+            rc.tab_n[:] = list(sl.n)
+            rc.tab_step, rc.tab_width, rc.tab_trees = sl.step, sl.width, sl.trees
+        return rc, ctypes.byref(rc), arrays["out_index"], arrays["out_score"], (arrays, lay_arrays)
+
+    def _context(self, layout: str):
+        """This thread's context for ``layout``."""
+        by_layout = getattr(self._tls, "by_layout", None)
+        if by_layout is None:
+            by_layout = self._tls.by_layout = {}
+        ctx = by_layout[layout] = self._new_context(layout)
         return ctx
 
-    def rank(self, problem, mask=None, *, top: int = 5, cascade: bool = True) -> RankResult:
+    @staticmethod
+    def _mode(cascade: bool, shortlist: bool) -> int:
+        return 0 if not cascade else (2 if shortlist else 1)
+
+    def rank(self, problem, mask=None, *, top: int = 5, cascade: bool = True, shortlist: bool = True) -> RankResult:
         top = top if type(top) is int and 0 < top < 2**31 else self._top(top)
-        if self._multi_layout:
-            ctx = getattr(self._tls, "by_layout", {}).get(problem.layout) or self._context(problem.layout)
-        else:
-            ctx = getattr(self._tls, "ctx", None) or self._context()
+        layout = problem.layout if problem.layout in self._templates else self._first_layout
+        by_layout = getattr(self._tls, "by_layout", None)
+        ctx = (by_layout.get(layout) if by_layout is not None else None) or self._context(layout)
         rc, ref, out_index, out_score, _ = ctx
         if mask is not None:
             mask = self.check_mask(mask)
         got = self._rank(problem.m, problem.n, problem.k, None if mask is None else mask.ctypes.data, top,
-                         1 if cascade else 0, ref)
+                         self._mode(cascade, shortlist), ref)
         return RankResult(out_index[:got].copy(), out_score[:got].copy(), rc.nearest, math.sqrt(rc.nearest_d2),
-                          rc.fits != 0)
+                          rc.fits != 0, rc.level, math.expm1(rc.vendor_near), math.expm1(rc.model_near),
+                          rc.used_table != 0)
+
+    def rank_many(self, problems, *, top: int = 5, cascade: bool = True, shortlist: bool = True) -> list:
+        """:meth:`rank` with the candidate rule for many problems: one C call
+        per layout among them.
+
+        Parameters
+        ----------
+        problems : sequence of Problem
+        top, cascade, shortlist
+            As :meth:`rank`.
+
+        Returns
+        -------
+        list of RankResult
+            In the order of ``problems``.
+        """
+        top = self._top(top)
+        mode = self._mode(cascade, shortlist)
+        out: list = [None] * len(problems)
+        groups: dict = {}
+        for i, q in enumerate(problems):
+            groups.setdefault(q.layout if q.layout in self._templates else self._first_layout, []).append(i)
+        width = self.n_candidates
+        for layout, idx in groups.items():
+            p = len(idx)
+            mnk = np.array([(problems[i].m, problems[i].n, problems[i].k) for i in idx], np.int64)
+            by_layout = getattr(self._tls, "by_layout", None)
+            ctx = (by_layout.get(layout) if by_layout is not None else None) or self._context(layout)
+            count, level, used = np.empty(p, np.int32), np.empty(p, np.int32), np.empty(p, np.int32)
+            index, score = np.empty((p, width), np.int32), np.empty((p, width))
+            nearest, d2, vnear, mnear = np.empty(p, np.int32), np.empty(p), np.empty(p), np.empty(p)
+            self._lib.costlearn_rank_many(mnk.ctypes.data, p, top, width, mode, ctx[1], count.ctypes.data,
+                                          index.ctypes.data, score.ctypes.data, nearest.ctypes.data, d2.ctypes.data,
+                                          level.ctypes.data, vnear.ctypes.data, mnear.ctypes.data, used.ctypes.data)
+            dist, vnear, mnear = np.sqrt(d2).tolist(), np.expm1(vnear).tolist(), np.expm1(mnear).tolist()
+            for j, (i, c, lv, u, near) in enumerate(zip(idx, count.tolist(), level.tolist(), used.tolist(),
+                                                        nearest.tolist())):
+                out[i] = RankResult(index[j, :c], score[j, :c], near, dist[j], lv < 2, lv, vnear[j], mnear[j],
+                                    u != 0)
+        return out
+
+    def shortlist_lists(self, layout: str, shapes, tiles: int, trees: int):
+        """The shortlist table's lists at grid points ``shapes`` (int64,
+        shape (P, 3)) of ``layout``: ``costlearn_shortlist_build``.
+
+        Returns
+        -------
+        index : ndarray of int16, shape (P, width)
+        resid : ndarray of float32, shape (P, width)
+        """
+        shapes = np.ascontiguousarray(shapes, np.int64).reshape(-1, 3)
+        width = tiles + (self.vendor is not None)
+        rc, ref, _, _, keep = self._new_context(layout, table=False)
+        rc.tab_trees = trees
+        index = np.empty((len(shapes), width), np.int16)
+        resid = np.empty((len(shapes), width), np.float32)
+        if self._lib.costlearn_shortlist_build(shapes.ctypes.data, len(shapes), tiles, width, ref,
+                                               index.ctypes.data, resid.ctypes.data) != 0:
+            raise ValueError(f"shortlist build refused tiles={tiles}, width={width}")
+        return index, resid

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..space import tile_fits_problem
-from .base import Ranker, RankResult
+import math
+
+from ..envelope import embed_query
+from .base import LEVEL_ALL, Ranker, RankResult, nearest_evidence
+from .shortlist import build_lists_numpy
 
 __all__ = ["NumpyRanker"]
 
@@ -17,28 +20,28 @@ class NumpyRanker(Ranker):
 
     name = "numpy"
 
-    def __init__(self, features, scorer, envelope, floors):
-        super().__init__(features, scorer, envelope, floors)
-        self._block = features.block
+    def shortlist_lists(self, layout: str, shapes, tiles: int, trees: int):
+        """:func:`~costlearn.ranker.shortlist.build_lists_numpy` (the twin of
+        the native ranker's)."""
+        return build_lists_numpy(self, layout, shapes, tiles, trees)
 
-    def fit_mask(self, problem) -> np.ndarray:
-        """Candidates whose block tile fits ``problem`` (the problem rule),
-        bool of shape (C,)."""
-        bm, bn, bk = self._block
-        return np.asarray(tile_fits_problem(bm, bn, bk, problem.m, problem.n, problem.k, self.floors), bool)
-
-    def rank(self, problem, mask=None, *, top: int = 5, cascade: bool = True) -> RankResult:
+    def rank(self, problem, mask=None, *, top: int = 5, cascade: bool = True, shortlist: bool = True) -> RankResult:
         top = self._top(top)
         mask = self.check_mask(mask)
-        fits = True
+        level = 0
         if mask is None:
-            mask = self.fit_mask(problem)
-            fits = bool(mask.any())
-            if not fits:
-                mask = np.ones(self.n_candidates, bool)
+            mask, level = self.candidate_rule(problem)
+        fits = level < 2
         m, n, k = problem.m, problem.n, problem.k
         near, dist = self.envelope.nearest_index(m, n, k) if len(self.envelope.shapes) else (-1, float("inf"))
+        vnear, mnear = nearest_evidence(*self.evidence_arrays(problem.layout), embed_query(m, n, k)) \
+            if self.evidence is not None else (math.nan, math.nan)
+        vnear, mnear = float(np.expm1(vnear)), float(np.expm1(mnear))
         cand = np.flatnonzero(mask)
+        if cascade and shortlist and self.shortlist is not None and level != LEVEL_ALL and len(cand):
+            got = self.shortlist.rank_numpy(self, problem, cand, top)
+            if got is not None:
+                return RankResult(got[0], got[1], int(near), float(dist), fits, level, vnear, mnear, True)
         X = self.features.numpy(m, n, k, cand, problem.layout)
         sc = self.scorer
         forest = sc.forest
@@ -65,4 +68,4 @@ class NumpyRanker(Ranker):
             if keep < len(live):                           # the keep best, and the rest within the margin
                 cut = int(np.searchsorted(score, score[keep - 1] + margin, side="right"))
                 live, score = live[:cut], score[:cut]
-        return RankResult(cand[live].astype(np.int32), score, int(near), float(dist), fits)
+        return RankResult(cand[live].astype(np.int32), score, int(near), float(dist), fits, level, vnear, mnear)
