@@ -472,7 +472,9 @@ def _has_model(device: str, family: str, dtype: str, models_dir) -> bool:
 
 def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_k: int, models_dir,
                   as_json: bool = False, measure_top_k: int = 0, backend=None, tuning_db=None) -> None:
-    """Predict each (M, N, K) and print it (a JSON object per line with ``as_json``)."""
+    """Predict each (M, N, K) and print it (a JSON object per line with ``as_json``): all in one
+    :func:`costlearn.predict.predict_many` call, or one :func:`costlearn.predict.predict_best` call each
+    where they measure or read the tuning database."""
     from .predict import predict_best
     from .problem import Problem
     for t in triples:  # every triple is checked before anything is printed
@@ -481,9 +483,15 @@ def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_
     from .predict import resolve_model
     print(f"model: {resolve_model(device, family, dtype, models_dir, cli=True)}", file=sys.stderr)
     from_db = recorded = 0
-    for m, n, k in triples:
-        p = predict_best(m, n, k, dtype=dtype, device=device, family=family, layout=layout, top_k=top_k,
-                         models_dir=models_dir, measure_top_k=measure_top_k, backend=backend, tuning_db=tuning_db)
+    if not measure_top_k and tuning_db is None:         # predictions only: every shape in one call
+        from .predict import predict_many
+        preds = iter(predict_many([(m, n, k, layout) for m, n, k in triples], dtype, device, family=family,
+                                  top_k=top_k, models_dir=models_dir))
+    else:
+        preds = (predict_best(m, n, k, dtype=dtype, device=device, family=family, layout=layout, top_k=top_k,
+                              models_dir=models_dir, measure_top_k=measure_top_k, backend=backend,
+                              tuning_db=tuning_db) for m, n, k in triples)
+    for p in preds:
         if as_json:
             print(json.dumps(dict(m=p.m, n=p.n, k=p.k, dtype=p.dtype, layout=p.layout, family=p.family,
                                   device=p.device, config=p.config.to_dict(), config_id=p.config.config_id,

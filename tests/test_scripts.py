@@ -24,15 +24,31 @@ def test_bench_collect_prints_the_table():
 
 
 def test_bench_predict_prints_the_table_and_checks_agreement(tmp_path):
+    """The committed gemm model and a triton_mm model with a shortlist table (the Inductor fixture's; held
+    out: two shapes of a second fixture log) in one run."""
+    from costlearn.interop import import_file
+    from costlearn.model.artifact import model_folder, replace_shortlist
+    from costlearn.predict import Predictor
+    from costlearn.ranker.shortlist import build_shortlist
+    from inductor_fixture import DEVICE, build_models, write_log
+    tm = model_folder(build_models(tmp_path / "fixture"), DEVICE, "triton_mm", "float16")
+    write_log(tmp_path / "extra.txt", shapes=[(640, 640, 640), (1280, 2560, 320)], layouts=["NN", "NT"])
+    import_file("inductor", tmp_path / "extra.txt", device=DEVICE, data_root=tmp_path / "extra")
+    pred = Predictor(tm)
+    replace_shortlist(tm, build_shortlist(pred.ranker, pred.layouts, (4096, 4096, 4096), step=1.0, tiles=3, trees=4))
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_predict.py"), "--shapes", "60",
+                          "--model", str(next((ROOT / "models").glob("*/gemm/float32"))), "--model", str(tm),
+                          "--heldout-data", str(tmp_path / "extra" / DEVICE),
                           "--out", str(tmp_path / "b.md")], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     for line in ("**drawn like the training shapes**", "**log-uniform in [1, 16384]**",
-                 "| plain: pandas features + the model's predict |", "| predict_best, unseen problem |",
-                 "| predict_best, repeated problem |", "chosen config equals the full model's argmin on",
-                 "| warm cache", "| empty cache", "NVIDIA heuristics:"):
-        assert line in out.stdout
-    assert out.stdout.count("chosen config equals") == 2
+                 "| plain: pandas features + the model's predict (the full model) |", "| predict_best, unseen problem |",
+                 "| predict_best, repeated problem |", "| predict_many, 30 unseen problems (per call) |",
+                 "the ranking's best equals the full model's argmin on", "| warm cache", "| empty cache",
+                 "NVIDIA heuristics:", "shortlist table: 3 tiles + vendor per point, 4 trees at the query",
+                 "**held-out problems**: 2 problems", "| every tree (the full model) |"):
+        assert line in out.stdout, line
+    assert out.stdout.count("the ranking's best equals") == 4
     assert (tmp_path / "b.md").read_text().strip() == out.stdout.strip()
 
 

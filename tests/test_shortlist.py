@@ -228,3 +228,13 @@ def test_predict_many_answers_as_predict_best_in_order(folder, tmp_path, monkeyp
 def test_predict_many_names_the_bad_problem(folder, problems, exc, says):
     with pytest.raises(exc, match=says):
         costlearn.predict_many(problems, "float16", DEVICE, family="triton_mm", models_dir=folder.parents[2])
+
+
+def test_a_ranking_of_a_given_mask_never_uses_the_table(pred, table, problems):
+    """The table lists the candidate rule's best; a caller's mask (a Triton autotuner's configs, the configs
+    measured on a problem) must get every one of its candidates scored."""
+    for name, r in _rankers(pred, table).items():
+        for q in problems[:40]:
+            mask, _ = r.candidate_rule(q)
+            res = r.rank(q, mask, top=int(mask.sum()))
+            assert not res.shortlist and sorted(res.order.tolist()) == np.flatnonzero(mask).tolist(), (name, q)

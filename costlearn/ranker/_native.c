@@ -418,7 +418,7 @@ static int32_t rank_table(int64_t m, int64_t n, int64_t k, int32_t rows, int32_t
  *   1. the candidates (select_candidates);
  *   2. the nearest training shape (ctx->nearest, ctx->nearest_d2) and the
  *      held-out evidence near it (evidence_near);
- *   3. mode 2 with a shortlist table: rank_table, when it answers
+ *   3. mode 2 with a shortlist table and no mask: rank_table, when it answers
  *      (ctx->used_table = 1); else on:
  *   4. their features: template rows, then the shape columns;
  *   5. scores: sign * (trees + base) + weight * X[column] + offsets[c]. With
@@ -449,7 +449,7 @@ int32_t costlearn_rank(int64_t m, int64_t n, int64_t k, const uint8_t *mask, int
     }
     if (rows == 0)
         return 0;
-    if (mode == 2) {
+    if (mode == 2 && mask == NULL) {                   /* the table lists the rule's candidates, not a caller's */
         const int32_t got = rank_table(m, n, k, rows, top, ctx);
         if (got >= 0) {
             ctx->used_table = 1;

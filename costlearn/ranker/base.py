@@ -224,8 +224,9 @@ class Ranker(abc.ABC):
         cascade : bool
             Use the scorer's cascade (False: every tree on every candidate).
         shortlist : bool
-            With ``cascade``, rank with the shortlist table where there is
-            one and it answers (:mod:`costlearn.ranker.shortlist`).
+            With ``cascade`` and no ``mask``, rank with the shortlist table
+            where there is one and it answers (:mod:`costlearn.ranker.shortlist`);
+            a ranking of a given mask always scores every candidate of it.
         """
 
     def rank_many(self, problems, *, top: int = 5, cascade: bool = True, shortlist: bool = True) -> list:

@@ -28,8 +28,8 @@ class NumpyRanker(Ranker):
     def rank(self, problem, mask=None, *, top: int = 5, cascade: bool = True, shortlist: bool = True) -> RankResult:
         top = self._top(top)
         mask = self.check_mask(mask)
-        level = 0
-        if mask is None:
+        level, ruled = 0, mask is None
+        if ruled:
             mask, level = self.candidate_rule(problem)
         fits = level < 2
         m, n, k = problem.m, problem.n, problem.k
@@ -38,7 +38,7 @@ class NumpyRanker(Ranker):
             if self.evidence is not None else (math.nan, math.nan)
         vnear, mnear = float(np.expm1(vnear)), float(np.expm1(mnear))
         cand = np.flatnonzero(mask)
-        if cascade and shortlist and self.shortlist is not None and level != LEVEL_ALL and len(cand):
+        if cascade and shortlist and ruled and self.shortlist is not None and level != LEVEL_ALL and len(cand):
             got = self.shortlist.rank_numpy(self, problem, cand, top)
             if got is not None:
                 return RankResult(got[0], got[1], int(near), float(dist), fits, level, vnear, mnear, True)
