@@ -391,6 +391,11 @@ def train_stage(data, models_root, *, family: str | None, dtype: str | None, mod
         print(f"trained {model} on {res.rows} {res.family}/{res.dtype} rows of {folder} (device {res.device}) over "
               f"{res.shapes} problems in {time.perf_counter() - t0:.1f}s -> {res.path.parent}"
               + (" (replaced the model that was there)" if res.replaced else ""))
+        sl = json.loads((res.path).read_text()).get("shortlist")
+        if sl:
+            print(f"shortlist table: the {sl['tiles']} best tile configs at {'x'.join(map(str, sl['grid']))} points "
+                  f"per layout, {sl['trees']} trees at the query (built in {sl['build_s']:.0f}s): a deep model "
+                  "answers unseen problems in microseconds (scripts/bench_predict.py measures it)")
         if res.holdout:
             print(f"held-out problems ({res.holdout_kind}): top-1 regret mean / geomean, top-5 mean, Kendall tau")
             for name, sm in res.holdout.items():

@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["fit_envelope", "Envelope", "shape_reasons", "embed", "embed_query", "EMBED", "RANGE_MARGIN_LOG2", "fit_coverage", "Coverage",
+__all__ = ["fit_envelope", "Envelope", "shape_reasons", "embed", "embed_query", "EMBED",
+           "RANGE_MARGIN_LOG2", "fit_coverage", "Coverage",
            "outside_rows",
            "COVERAGE_MARGIN_LOG2",
            "CALIBRATION_QUANTILE", "CALIBRATION_FOLDS", "ENVELOPE_VERSION"]

@@ -113,9 +113,10 @@ class Predictor:
     """Ranks the candidate configs of one model artifact.
 
     A cold call (a problem not seen) is one ranker call (``costlearn_rank``
-    in C: the fit mask, the features, the cascaded trees, the sort and the
-    nearest training shape) plus building the :class:`Prediction`; a repeated
-    problem is a dictionary lookup.
+    in C: the candidate rule, the features, the cascaded trees or the
+    shortlist table, the sort, the nearest training shape and the held-out
+    evidence near the problem) plus building the :class:`Prediction`; a
+    repeated problem is a dictionary lookup.
 
     Parameters
     ----------
@@ -726,8 +727,10 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
     """Predict the fastest config for C[M,N] = op(A)[M,K] @ op(B)[K,N].
 
     A problem seen before in the process is answered from a cache (about a
-    microsecond); an unseen one costs about 20 us (``scripts/bench_predict.py``
-    measures both).
+    microsecond); an unseen one costs tens of microseconds, a deep model's
+    through its shortlist table (:mod:`costlearn.ranker.shortlist`);
+    ``scripts/bench_predict.py`` measures both. :func:`predict_many` answers
+    many problems in one call.
 
     Parameters
     ----------

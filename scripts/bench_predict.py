@@ -140,7 +140,8 @@ def _heldout(folder: Path, data_dir: Path, lines: list) -> None:
               f"(sources {sorted(d_s['source'].unique().tolist())})", "",
               "| path | predict_best top-1 regret (geomean) | plain argmin tile regret (geomean) | picks measured |",
               "|---|---|---|---|",
-              f"| served (cascade, shortlist table where the model has one) | {geomean_regret(d_s['top1_regret']):.2%} | "
+              "| served (cascade, shortlist table where the model has one) | "
+              f"{geomean_regret(d_s['top1_regret']):.2%} | "
               f"{geomean_regret(a_s):.2%} | {d_s['pick_measured'].mean():.0%} |",
               f"| every tree (the full model) | {geomean_regret(d_f['top1_regret']):.2%} | {geomean_regret(a_f):.2%} | "
               f"{d_f['pick_measured'].mean():.0%} |", "",
@@ -154,7 +155,7 @@ def bench_model(folder: Path, n_shapes: int, seed: int, lines: list) -> bool:
     import pandas as pd
 
     import costlearn
-    from costlearn.predict import Predictor, clear_cache
+    from costlearn.predict import Predictor, load_predictor
     from costlearn.sampler import ShapeBounds, sample_shapes
 
     pred = Predictor(folder)
@@ -190,7 +191,7 @@ def bench_model(folder: Path, n_shapes: int, seed: int, lines: list) -> bool:
                  f"doublings ({'x'.join(map(str, sl.n))} points per layout)" if sl is not None else "none") + ")",
               f"{n_shapes} unseen problems per set (seed {seed}), layout {layout}; one core, one thread", ""]
     ok = True
-    kw = dict(device=pred.device, family=pred.family, dtype=pred.dtype, models_dir=str(folder.parents[2]))
+    kw = dict(device=pred.device, family=pred.family, dtype=pred.dtype, models_dir=str(folder.resolve().parents[2]))
     for name, shapes in sets.items():
         problems = [pred.problem(*s, layout) for s in shapes]
         for q in problems[:20]:                                  # warm-up: imports, caches, branch predictors
@@ -217,9 +218,9 @@ def bench_model(folder: Path, n_shapes: int, seed: int, lines: list) -> bool:
             t0 = time.perf_counter()
             pred.predict(q)
             t_mixed.append(time.perf_counter() - t0)
-        clear_cache()                                           # 4. batches of a graph, module-level call
-        costlearn.predict_many([s + (layout,) for s in shapes[:BATCH]], **kw)
-        clear_cache()
+        served = load_predictor(kw["device"], kw["family"], kw["dtype"], kw["models_dir"])
+        costlearn.predict_many([s + (layout,) for s in shapes[:BATCH]], **kw)   # 4. batches of a graph
+        served.clear_results()
         for i in range(0, len(shapes) - BATCH + 1, BATCH):
             t0 = time.perf_counter()
             costlearn.predict_many([s + (layout,) for s in shapes[i:i + BATCH]], **kw)

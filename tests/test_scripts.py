@@ -42,7 +42,8 @@ def test_bench_predict_prints_the_table_and_checks_agreement(tmp_path):
                           "--out", str(tmp_path / "b.md")], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     for line in ("**drawn like the training shapes**", "**log-uniform in [1, 16384]**",
-                 "| plain: pandas features + the model's predict (the full model) |", "| predict_best, unseen problem |",
+                 "| plain: pandas features + the model's predict (the full model) |",
+                 "| predict_best, unseen problem |",
                  "| predict_best, repeated problem |", "| predict_many, 30 unseen problems (per call) |",
                  "the ranking's best equals the full model's argmin on", "| warm cache", "| empty cache",
                  "NVIDIA heuristics:", "shortlist table: 3 tiles + vendor per point, 4 trees at the query",

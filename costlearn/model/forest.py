@@ -260,29 +260,30 @@ class FlatForest:
             raise ForestError("flat forest has unknown flags")
         if not np.isfinite(self.nodes["value"]).all():
             raise ForestError("flat forest has a threshold or leaf value that is not finite")
-        tree_of = np.repeat(np.arange(t), size)
-        own = np.arange(n, dtype=np.int64) - self.roots.astype(np.int64)[tree_of]     # index within its tree
+        # int32 throughout (fewer bytes to move: a deep model has ~1M nodes, checked at every load)
+        base = np.repeat(self.roots, size.astype(np.int32))                     # each node's tree root
+        own = np.arange(n, dtype=np.int32) - base                               # index within its tree
         internal = (self.nodes["flags"] & FLAG_INTERNAL).astype(bool)
-        child = self.nodes["child"].astype(np.int64)
-        if (child + internal >= size[tree_of]).any() or (self.nodes["feature"] >= self.n_features).any():
+        child = self.nodes["child"].astype(np.int32)
+        if (child + internal >= np.repeat(size.astype(np.int32), size)).any() \
+                or (self.nodes["feature"] >= self.n_features).any():
             raise ForestError("flat forest has a child or feature index out of range")
-        if (child[~internal] != own[~internal]).any() or (child[internal] <= own[internal]).any():
+        if np.where(internal, child <= own, child != own).any():
             raise ForestError("flat forest has a leaf that does not point to itself or a child before its parent")
         # Depth of every node reached from a root, a level at a time; a tree
         # deeper than the walks' 64-level limit is refused.
-        depth = np.full(n, -1, np.int64)
-        frontier = self.roots.astype(np.int64)
+        depth = np.full(n, -1, np.int8)
+        first_child = base + child                                               # absolute index
+        frontier = self.roots
         level = 0
         while len(frontier):
             if level > 64:
                 raise ForestError("flat forest has a tree deeper than 64 levels")
             depth[frontier] = level
-            inner = frontier[internal[frontier]]
-            first = self.roots.astype(np.int64)[tree_of[inner]] + child[inner]
+            first = first_child[frontier[internal[frontier]]]
             frontier = np.concatenate([first, first + 1])
             level += 1
-        deepest = np.zeros(t, np.int64)
-        np.maximum.at(deepest, tree_of, depth)
+        deepest = np.maximum.reduceat(depth, self.roots)                        # trees are contiguous runs
         if (self.depths < deepest).any():
             raise ForestError("flat forest declares a tree shallower than its deepest leaf")
 

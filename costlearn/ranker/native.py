@@ -277,7 +277,8 @@ class NativeRanker(Ranker):
         super().__init__(features, scorer, envelope, floors, **rule)
         lib = library()
         if lib is None:
-            why = "COSTLEARN_NO_C is set" if os.environ.get("COSTLEARN_NO_C") else "it could not be built (see the warning)"
+            why = "COSTLEARN_NO_C is set" if os.environ.get("COSTLEARN_NO_C") \
+                else "it could not be built (see the warning)"
             raise OSError(f"the C ranker is unavailable here: {why}; use the numpy ranker")
         self._lib = lib
         self._rank = lib.costlearn_rank
@@ -302,8 +303,8 @@ class NativeRanker(Ranker):
         self._layout_arrays = {}
         for lay in self._templates:
             pts, lv, lm, kk = self.evidence_arrays(lay)
-            arrays = dict(ev_points=np.ascontiguousarray(pts, np.float64), ev_vendor=np.ascontiguousarray(lv, np.float64),
-                          ev_model=np.ascontiguousarray(lm, np.float64))
+            arrays = dict(ev_points=np.ascontiguousarray(pts, np.float64),
+                          ev_vendor=np.ascontiguousarray(lv, np.float64), ev_model=np.ascontiguousarray(lm, np.float64))
             tab = self.shortlist.tables.get(lay) if self.shortlist is not None else None
             if tab is not None:
                 arrays.update(tab_index=tab[0], tab_resid=tab[1])
@@ -314,7 +315,8 @@ class NativeRanker(Ranker):
             n_cands=f.n_candidates, n_features=len(f.names), block=ptr["block"],
             slots=ptr["slots"], tile_occ=ptr["tile_occ"], fill=ptr["fill"], s=f.element_bytes,
             peak=f.peak_flop_per_us, bw=f.bytes_per_us, cols=ptr["cols"], floor_m=self.floors[0],
-            floor_n=self.floors[1], floor_k=self.floors[2], cov_lo=ptr.get("cov_lo", 0), cov_hi=ptr.get("cov_hi", 0),
+            floor_n=self.floors[1], floor_k=self.floors[2], cov_lo=ptr.get("cov_lo", 0),
+            cov_hi=ptr.get("cov_hi", 0),
             vendor=-1 if self.vendor is None else int(self.vendor), has_forest=int(forest is not None),
             nodes=ptr.get("nodes", 0), roots=ptr.get("roots", 0), depths=ptr.get("depths", 0),
             n_trees=sc.n_trees, base=forest.base_score if forest is not None else 0.0, sign=sc.sign,
