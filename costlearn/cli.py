@@ -185,7 +185,13 @@ def parse_shapes(items, *, one: bool = False) -> list:
         raise ValueError(f"no shape given; give {SHAPE_SYNTAX}")
     if one and len(out) > 1:
         raise ValueError(f"one shape wanted, got {len(out)}: {out}; give {SHAPE_SYNTAX}")
-    return [Problem(int(m), int(n), int(k)).shape for m, n, k in out]
+    shapes = []
+    for m, n, k in out:
+        try:
+            shapes.append(Problem(int(m), int(n), int(k)).shape)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"shape {m}x{n}x{k}: {e}") from None
+    return shapes
 
 
 def _is_cpu(spec) -> bool:
@@ -475,15 +481,25 @@ def _has_model(device: str, family: str, dtype: str, models_dir) -> bool:
     return root.is_dir() and (device, family, dtype) in list_models(root)
 
 
+def _check_shapes(triples, family: str, dtype: str, layout: str) -> None:
+    """Raise the error of the first (M, N, K) the family cannot serve, naming the shape."""
+    from .families import get_family
+    from .problem import Problem
+    fam = get_family(family)
+    for t in triples:
+        try:
+            fam.check_problem(Problem(*t, dtype, layout))
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"shape {'x'.join(map(str, t))}: {e}") from None
+
+
 def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_k: int, models_dir,
                   as_json: bool = False, measure_top_k: int = 0, backend=None, tuning_db=None) -> None:
     """Predict each (M, N, K) and print it (a JSON object per line with ``as_json``): all in one
     :func:`costlearn.predict.predict_many` call, or one :func:`costlearn.predict.predict_best` call each
     where they measure or read the tuning database."""
     from .predict import predict_best
-    from .problem import Problem
-    for t in triples:  # every triple is checked before anything is printed
-        Problem(*t, dtype, layout)
+    _check_shapes(triples, family, dtype, layout)   # every triple is checked before anything is printed
     device = model_device(device, family, dtype, models_dir)
     from .predict import resolve_model
     print(f"model: {resolve_model(device, family, dtype, models_dir, cli=True)}", file=sys.stderr)
@@ -529,9 +545,7 @@ def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_
 def cmd_predict(args) -> int:
     _check_family_dtype(args)
     triples = parse_shapes(args.shape)
-    from .problem import Problem
-    for t in triples:
-        Problem(*t, args.dtype, args.layout)
+    _check_shapes(triples, args.family, args.dtype, args.layout)
     backend = _backend(args.device, args.family) if args.measure_top_k else None
     db = None
     if args.tuning_db is not None or args.measure_top_k:

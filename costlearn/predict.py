@@ -828,9 +828,10 @@ def predict_many(problems, dtype: str = "float32", device=None, *, family: str =
 
     Parameters
     ----------
-    problems : sequence of tuple
-        ``(M, N, K)`` or ``(M, N, K, layout)`` per problem; the layout is
-        ``"NN"`` where not given.
+    problems : sequence of tuple, or ndarray of int, shape (n, 3)
+        ``(M, N, K)`` or ``(M, N, K, layout)`` per problem (the layout is
+        ``"NN"`` where not given), or :class:`~costlearn.problem.Problem`
+        objects of ``dtype``.
     dtype, device, family, top_k, models_dir, running_on
         As :func:`predict_best`, for every problem.
 
@@ -842,8 +843,9 @@ def predict_many(problems, dtype: str = "float32", device=None, *, family: str =
     Raises
     ------
     TypeError
-        If ``problems`` is not a sequence of tuples, or an extent is not an
-        integer (the message names the problem's position).
+        If ``problems`` is not a sequence of tuples (a string, a mapping, a
+        generator) or an integer array of shape (n, 3), or an extent is not
+        an integer (the message names the problem's position).
     ValueError
         As :func:`predict_best`, naming the problem's position.
 
@@ -853,16 +855,30 @@ def predict_many(problems, dtype: str = "float32", device=None, *, family: str =
     >>> preds = costlearn.predict_many([(8, 4096, 4096), (8, 4096, 11008, "NT")], device="h200")  # doctest: +SKIP
     >>> [p.config.config_id for p in preds]                                                        # doctest: +SKIP
     """
-    if isinstance(problems, (str, bytes)) or not hasattr(problems, "__len__") or not hasattr(problems, "__getitem__"):
-        raise TypeError(f"problems={problems!r}; must be a list of (M, N, K) or (M, N, K, layout) tuples")
+    if isinstance(problems, np.ndarray):
+        if problems.ndim != 2 or problems.shape[1] not in (3, 4) or not np.issubdtype(problems.dtype, np.integer):
+            raise TypeError(f"problems: an array of shape {problems.shape} dtype {problems.dtype}; an array must be "
+                            "integers of shape (n, 3): M, N, K per row")
+        problems = problems.tolist()
+    if isinstance(problems, (str, bytes, dict)) or not hasattr(problems, "__len__") \
+            or not hasattr(problems, "__getitem__"):
+        raise TypeError(f"problems={problems!r}; must be a list of (M, N, K) or (M, N, K, layout) tuples "
+                        "(or an integer array of shape (n, 3))")
     from .families import get_family
     fam = get_family(family)
     built = []
     for i, t in enumerate(problems):
-        if not isinstance(t, (tuple, list)) or len(t) not in (3, 4):
+        if isinstance(t, Problem):
+            if t.dtype != dtype:
+                raise ValueError(f"problems[{i}] {t}: dtype {t.dtype!r}, the call's is {dtype!r}")
+            q = t
+        elif not isinstance(t, (tuple, list)) or len(t) not in (3, 4):
             raise TypeError(f"problems[{i}]={t!r}; must be an (M, N, K) or (M, N, K, layout) tuple")
+        else:
+            q = None
         try:
-            q = Problem(t[0], t[1], t[2], dtype, t[3] if len(t) == 4 else "NN")
+            if q is None:
+                q = Problem(t[0], t[1], t[2], dtype, t[3] if len(t) == 4 else "NN")
             fam.check_problem(q)
         except (TypeError, ValueError) as e:
             raise type(e)(f"problems[{i}]: {e}") from None

@@ -1,3 +1,4 @@
+import json
 import subprocess
 import sys
 
@@ -25,6 +26,24 @@ def test_predict_command(capsys, model_dir):
 def test_predict_command_bad_shape_is_an_error_not_a_traceback(capsys, model_dir):
     assert main(["predict", "0", "1", "1", "--model", model_dir.parents[1].name]) == 2
     assert "M=0" in capsys.readouterr().err
+
+
+def test_predict_command_names_the_bad_shape_among_several(capsys, model_dir):
+    """Regression (found by a new user): `predict 8 768 768 1x0x5` said only "N=0", and a layout the family
+    cannot serve came back worded for the Python API ("problems[0]: ...")."""
+    assert main(["predict", "8", "768", "768", "1x0x5", "--model", model_dir.parents[1].name]) == 2
+    assert "shape 1x0x5: N=0" in capsys.readouterr().err
+    assert main(["predict", "8", "768", "768", "--layout", "NT", "--model", model_dir.parents[1].name]) == 2
+    err = capsys.readouterr().err
+    assert "shape 8x768x768: layout='NT'" in err and "problems[" not in err
+
+
+def test_predict_command_answers_several_shapes_in_order(capsys, model_dir):
+    assert main(["predict", "8", "768", "768", "64x64x64", "8", "768", "768", "--model",
+                 model_dir.parents[1].name, "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["m"], r["n"], r["k"]) for r in rows] == [(8, 768, 768), (64, 64, 64), (8, 768, 768)]
+    assert rows[0] == rows[2]
 
 
 def test_import_without_cupy_or_pyopencl():

@@ -206,6 +206,16 @@ def test_a_table_for_other_candidates_is_refused(folder, table, tmp_path):
         Predictor(dst)
 
 
+def test_predict_many_takes_an_integer_array_and_problems(folder):
+    """Regression (found by a new user): an (n, 3) int64 array, what a compiler holds, was refused."""
+    models = folder.parents[2]
+    kw = dict(family="triton_mm", models_dir=models)
+    want = costlearn.predict_many([(1000, 3000, 700), (64, 64, 64)], "float16", DEVICE, **kw)
+    got = costlearn.predict_many(np.array([[1000, 3000, 700], [64, 64, 64]], np.int64), "float16", DEVICE, **kw)
+    assert got == want
+    assert costlearn.predict_many([Problem(1000, 3000, 700, "float16")], "float16", DEVICE, **kw) == want[:1]
+
+
 def test_predict_many_answers_as_predict_best_in_order(folder, tmp_path, monkeypatch):
     models = folder.parents[2]
     shapes = [(1000, 3000, 700), (64, 64, 64, "NT"), (5, 7, 9), (1000, 3000, 700, "TN"), (1000, 3000, 700)]
@@ -224,6 +234,10 @@ def test_predict_many_answers_as_predict_best_in_order(folder, tmp_path, monkeyp
     ([(64, 64, 64.0)], TypeError, r"problems\[0\]"),
     ([(64, 64, 64, "XX")], ValueError, r"problems\[0\].*layout"),
     ("64 64 64", TypeError, "list of"),
+    ({(64, 64, 64): 1}, TypeError, "list of"),
+    ((p for p in [(64, 64, 64)]), TypeError, "list of"),
+    (np.array([[64.0, 64, 64]]), TypeError, r"integers of shape \(n, 3\)"),
+    ([Problem(64, 64, 64, "float32")], ValueError, r"problems\[0\].*dtype 'float32'"),
 ])
 def test_predict_many_names_the_bad_problem(folder, problems, exc, says):
     with pytest.raises(exc, match=says):
