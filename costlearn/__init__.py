@@ -5,7 +5,7 @@ backend's or a model's library is imported only when it is asked for.
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: E402
 
 from .device import DeviceSpec, preset  # noqa: E402
 from .families import FAMILIES, get_family  # noqa: E402

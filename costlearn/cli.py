@@ -285,9 +285,14 @@ def print_collect_result(res, out, family: str, dtype: str, seed: int) -> None:
     print(f"collected {res.rows_written} rows ({res.rows_valid} valid) over {res.shapes_done} shapes; "
           f"skipped {res.skipped} already measured; {secs}")
     if res.over_budget_s > max(1.0, 0.05 * res.budget_s):
-        print(f"note: took {res.over_budget_s:.0f} s more than --budget {res.budget_s:.0f}: a shape started inside "
-              f"the budget is measured to the end, and compiling took {res.seconds.get('compile', 0.0):.0f} s "
-              "(the first shape compiles the whole pool; --pool sets its size)", file=sys.stderr)
+        if "start" in res.seconds:                # a fleet: its workers compile the pool when they start
+            why = (f"a problem started inside the budget is measured to the end, and starting the workers (each "
+                   f"compiles the whole pool; --pool sets its size) took {res.seconds['start']:.0f} s")
+        else:
+            why = (f"a shape started inside the budget is measured to the end, and compiling took "
+                   f"{res.seconds.get('compile', 0.0):.0f} s (the first shape compiles the whole pool; --pool "
+                   "sets its size)")
+        print(f"note: took {res.over_budget_s:.0f} s more than --budget {res.budget_s:.0f}: {why}", file=sys.stderr)
     print(f"noise floor: two timings of the same config in one session differ by {res.noise_floor:.1%} "
           f"(median); spread of a row's samples (p80-p20)/median: {res.spread_frac:.1%} (median); "
           f"rows that reached the {res.target_rse:.1%} standard-error target: {res.at_target:.0%}")
@@ -335,6 +340,9 @@ def fleet_collect_stage(address, workers, device: str, data_root, *, family: str
                             bounds=bounds, shapes=shapes, protocol=protocol, seed=seed, progress=progress)
     for line in res.lost + res.notes:
         print(f"fleet: {line}", file=sys.stderr)
+    print(f"fleet: {res.rows_planned} rows planned over {res.problems_planned} problems; {len(res.lost)} losses, "
+          f"{len(res.failed)} problems lost twice; {res.replacements} workers started to replace lost ones",
+          file=sys.stderr)
     if res.failed:
         print(f"warning: {len(res.failed)} problems were lost twice and recorded as launch_error rows: "
               f"{res.failed}", file=sys.stderr)
@@ -517,7 +525,8 @@ def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_
             print(json.dumps(dict(m=p.m, n=p.n, k=p.k, dtype=p.dtype, layout=p.layout, family=p.family,
                                   device=p.device, config=p.config.to_dict(), config_id=p.config.config_id,
                                   time_us=p.time_us, chosen_by=p.chosen_by, from_tuning_db=p.from_tuning_db,
-                                  measured_us=dict(p.measured_us), tied_with=list(p.tied_with), ood=p.ood,
+                                  measured_us=dict(p.measured_us), tied_with=list(p.tied_with),
+                                  tuning_db_source=p.tuning_db_source, ood=p.ood,
                                   ood_reasons=list(p.ood_reasons),
                                   top_k=[dict(config_id=c.config_id, time_us=t) for c, t in p.top_k])))
         if tuning_db is not None:
@@ -525,7 +534,8 @@ def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_
             recorded += not p.from_tuning_db
         if as_json:
             continue
-        earlier = ", an earlier answer" + (" measured then" if p.chosen_by == "measured" else "")
+        earlier = ", an earlier answer" + (" measured then" if p.chosen_by == "measured" else "") \
+            + (f" by {p.tuning_db_source}" if p.tuning_db_source else "")
         how = f"{p.chosen_by} {p.time_us:.1f} us" + (f" (from the tuning database{earlier})" if p.from_tuning_db
                                                      else "")
         print(f"M={p.m} N={p.n} K={p.k} ({p.dtype} {p.layout}, {p.family} model {p.device}): {p.config.config_id} "
@@ -678,9 +688,16 @@ def cmd_evaluate(args) -> int:
         from .dataset import current_rows, load, valid_rows
         from .evaluate import score
         from .model.artifact import load as load_artifact
-        from .predict import Predictor
+        from .predict import Predictor, default_store
         from .study import FOOTNOTE, by_source, decision_scores, format_by_source
-        art = load_artifact(resolve_model(args.model, args.family, args.dtype, args.models, cli=True))
+        from .train import read_device_json
+        model = args.model
+        if model is None:       # the measurements' device's model, where the store has one
+            spec = read_device_json(out)
+            store = Path(args.models) if args.models else default_store()
+            if spec is not None and (store / spec.slug / args.family / args.dtype / "model.json").is_file():
+                model = spec.slug
+        art = load_artifact(resolve_model(model, args.family, args.dtype, args.models, cli=True))
         measured = load(out)[0]
         res = score(art, measured, data=out)
         print(f"scored {len(res.rows)} measurements from {out} (nothing measured):")
@@ -862,6 +879,9 @@ def cmd_features(args) -> int:
     if spec.api == "cuda" and not args.no_nvcc and args.family == "gemm":
         from .families.gemm.registers import NvccUnavailable, nvcc_registers
         arch = "sm_" + spec.compute_capability.replace(".", "")
+        print(f"compiling the {len(pool)} candidate kernels with nvcc -arch={arch} to read their registers per "
+              "thread (tens of seconds the first time; cached after; --no-nvcc uses the estimate instead)",
+              file=sys.stderr, flush=True)
         try:
             regs = nvcc_registers(pool, arch)
         except NvccUnavailable as e:
@@ -874,11 +894,20 @@ def cmd_features(args) -> int:
         table.to_csv(args.csv, index=False)
         print(f"{len(table)} configs x {table.shape[1] - 1} features -> {args.csv}")
     else:
-        with pd.option_context("display.max_columns", 12, "display.width", 160):
-            print(table.head(args.rows).to_string(index=False))
-            if len(table) > args.rows:
-                print(f"(the first {args.rows} of {len(table)} configs; --rows N for more, --csv FILE for all)")
+        # one line per feature, one column per config: the table stays readable however many features there are
+        shown = table.head(args.rows)
+        for i in range(0, len(shown), FEATURE_COLUMNS):
+            part = shown.iloc[i:i + FEATURE_COLUMNS].set_index("config_id").T
+            part.columns.name = None
+            print(part.to_string(float_format=lambda v: f"{v:.4g}"))
+            print()
+        if len(table) > args.rows:
+            print(f"(the first {args.rows} of {len(table)} configs; --rows N for more, --csv FILE for all)")
     return 0
+
+
+FEATURE_COLUMNS = 4
+"""Configs side by side in `costlearn features`' printed table."""
 
 
 def cmd_space(args) -> int:
@@ -926,7 +955,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="costlearn", description="Learned cost model for GPU matmul tile "
                                  "selection: measure, learn, predict, evaluate.",
                                  epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    from . import __version__
+    from .version import __version__
     ap.add_argument("--version", action="version", version=f"costlearn {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -1079,7 +1108,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="after measuring, re-time configs of this many shapes in a new process; ties then use "
                    "the across-session noise floor; 0: do not (default: 4)")
     p.add_argument("--no-measure", action="store_true",
-                   help="score the measurements already in --out with --model; needs no device")
+                   help="score the measurements already in --out with --model (default there: the model of "
+                        "--out's device, else the store's only one); needs no device")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("study", help="leave one log out: train on every log of a folder but one, score that one",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
+from .version import __version__
 from .backends.base import Backend
 from .dataset import (
     NOT_IMPORTED,

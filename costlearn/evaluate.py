@@ -224,7 +224,7 @@ def header_lines(res: EvalResult) -> list[str]:
     noise floor hides regrets."""
     from datetime import datetime, timezone
 
-    from . import __version__
+    from .version import __version__
     i = res.model_info or {}
     n_problems = int((res.per_shape["model"] == res.model).sum())
     trained_on = f" of {i['trained_on']}" if i.get("trained_on") else ""

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
+from .version import __version__
 from .collect import (
     CollectionInterrupted,
     CollectResult,
@@ -387,11 +387,16 @@ class FleetResult(CollectResult):
     workers : list of str
         Every worker that measured or was started in the call.
     lost : list of str
-        One entry per lost problem: the problem and the worker lost with it.
+        One entry per lost problem: the problem, the worker lost with it,
+        why, and what became of the problem (handed out again, or recorded
+        as failed rows when lost twice).
     failed : list of (int, int, int)
         Problems lost twice, recorded as ``launch_error`` rows.
     replacements : int
         Workers started to replace lost ones.
+    problems_planned, rows_planned : int
+        Problems handed out (a lost one counted once) and the rows they
+        were to measure.
     notes : list of str
         Replacement workers that were refused (another device class) or did
         not start.
@@ -402,6 +407,8 @@ class FleetResult(CollectResult):
     lost: list = field(default_factory=list)
     failed: list = field(default_factory=list)
     replacements: int = 0
+    problems_planned: int = 0
+    rows_planned: int = 0
     notes: list = field(default_factory=list)
 
 
@@ -554,6 +561,8 @@ def collect_fleet(fleet: Fleet, out_dir, *, budget_s: float = 180.0, family: str
             res.skipped += len(chosen) - len(todo)
             if todo:
                 handed += 1
+                res.problems_planned += 1
+                res.rows_planned += len(todo)
                 return _Task(problem, [c.config_id for c in todo], int(sub_rng.integers(len(todo))))
         return None
 
@@ -591,11 +600,14 @@ def collect_fleet(fleet: Fleet, out_dir, *, budget_s: float = 180.0, family: str
 
     def lose(member, task, why):
         """A worker died (or its device did) with ``task`` in flight."""
-        res.lost.append(f"{task.problem.shape} on {member.name}: {why}")
         task.lost_on.append(member.name)
+        again = len(task.lost_on) < 2
+        res.lost.append(f"{task.problem.shape} on {member.name}: {why}; "
+                        + (f"handed out again ({len(task.config_ids)} configs)" if again
+                           else "lost twice: recorded as launch_error rows"))
         facts = member.facts
         replace(member)
-        if len(task.lost_on) < 2:
+        if again:
             retry.appendleft(task)
             return
         res.failed.append(task.problem.shape)

@@ -11,102 +11,22 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
-from typing import NamedTuple
-
 import numpy as np
 
-from . import __version__
 from .device import DeviceSpec
 from .dtypes import get_dtype
 from .model import artifact as _artifact
 from .model.transfer import zero_shot_reason
+from .prediction import Prediction
 from .problem import Problem
 from .ranker import make_ranker
 from .ranker.base import LEVEL_ALL, LEVEL_FITTING
+from .tuning import tune
 from .util import check_instance, check_int, check_path
+from .version import __version__
 
 __all__ = ["Prediction", "Predictor", "predict_best", "predict_many", "clear_cache", "default_store",
            "resolve_model", "load_predictor"]
-
-
-class Prediction(NamedTuple):
-    """Answer of :func:`predict_best`: an immutable named tuple (built in
-    0.4 us on the hot path, against 1.7 us for a frozen dataclass of these
-    fields; ``p._replace(...)`` makes a changed copy).
-
-    Attributes
-    ----------
-    config : a family's config
-        The chosen config: the lowest predicted time, or the fastest
-        measured (``chosen_by == "measured"``).
-    time_us : float
-        Its time, microseconds: predicted, or the measured median (a relative
-        score for models that predict no time).
-    top_k : tuple of (config, float)
-        The model's k best configs with predicted times in microseconds,
-        best first.
-    ood : bool
-        True when the problem or the device is outside what the model was
-        trained on; ``ood_reasons`` says why.
-    ood_reasons : tuple of str
-    m, n, k : int
-    dtype, layout, family : str
-    device : str
-        Device the model was trained on (its folder name).
-    chosen_by : {"predicted", "vendor_floor", "ood_fallback", "measured"}
-        ``predicted``: the lowest predicted time; ``vendor_floor``: the
-        vendor library, kept because no tile config was predicted faster by
-        the calibrated margin where the vendor is beatable
-        (:mod:`costlearn.floor`); ``ood_fallback``: the vendor library,
-        because the held-out evidence near the problem flags it, or it is
-        outside the envelope and the floor's calibration sends such problems
-        to the vendor (other OOD reasons, e.g. no tile config measured near
-        the problem or a time beyond the device's peak, are flagged only:
-        on the A100's logs they did not predict the model's error);
-        ``measured``: the fastest measured.
-    tile_vendor_ratio : float
-        Predicted time of the best tile config / predicted time of the
-        vendor library (NaN without a vendor candidate); below
-        ``2 ** -margin_log2`` a tile config may be chosen.
-    margin_log2 : float
-        The artifact's calibrated margin, log2 of the time ratio a tile
-        config must be predicted to win by.
-    measured_us : tuple of (str, float)
-        Measured median times by config id, fastest first (empty unless
-        measured, now or in an earlier run found in the tuning database).
-    from_tuning_db : bool
-        The answer came from the tuning database.
-    tied_with : tuple of str
-        Config ids whose measured 95 % interval still overlapped the chosen
-        config's when measuring stopped at its cap (filter-then-measure,
-        :func:`costlearn.measure.measure_shape` ``until="separated"``): a
-        tie, the chosen one has the lowest median only. Empty when the
-        winner was separated, or not measured in this call.
-    """
-
-    config: object
-    time_us: float
-    top_k: tuple
-    ood: bool
-    ood_reasons: tuple
-    m: int
-    n: int
-    k: int
-    dtype: str
-    layout: str
-    family: str
-    device: str
-    chosen_by: str = "predicted"
-    tile_vendor_ratio: float = float("nan")
-    margin_log2: float = 0.0
-    measured_us: tuple = ()
-    from_tuning_db: bool = False
-    tied_with: tuple = ()
-
-    @property
-    def problem(self) -> Problem:
-        """The Problem this answers (M, N, K, dtype, layout)."""
-        return Problem(self.m, self.n, self.k, self.dtype, self.layout)
 
 
 class Predictor:
@@ -811,7 +731,6 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
     get_family(family).check_problem(problem)
     pred = load_predictor(device, family, dtype, models_dir)
     if measure_top_k or tuning_db is not None:
-        from .tuning import tune
         return tune(pred, problem, top_k=top_k, measure_top_k=measure_top_k, running_on=running_on,
                     backend=backend, tuning_db=tuning_db)
     return pred.predict(problem, top_k, running_on)

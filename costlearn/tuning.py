@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
-from .predict import Prediction, Predictor
+from .prediction import Prediction
 from .problem import Problem
+from .version import __version__
 
 __all__ = ["tune", "Tuner", "local_backend", "open_tuning_db"]
 
@@ -83,7 +83,7 @@ class Tuner:
         Where to measure (needed only when measuring).
     """
 
-    def __init__(self, predictor: Predictor, db, backend=None):
+    def __init__(self, predictor, db, backend=None):
         self.predictor, self.db, self.backend = predictor, db, backend
         self._kernels: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -112,7 +112,8 @@ class Tuner:
         if hit is not None and (hit.how == "measured" or not measure_top_k):
             measured = tuple(sorted(hit.times_us.items(), key=lambda kv: kv[1])) if hit.how == "measured" else ()
             return p._replace(config=hit.config, time_us=hit.time_us, top_k=p.top_k[:top_k],
-                                       chosen_by=hit.how, measured_us=measured, from_tuning_db=True)
+                              chosen_by=hit.how, measured_us=measured, from_tuning_db=True,
+                              tuning_db_source=hit.source)
         if not measure_top_k:
             _put(db, TuningEntry(problem, fam.name, where.slug, fam.template_hash, __version__, p.config,
                                  "predicted", p.time_us, {c.config_id: t for c, t in p.top_k}, pred.source))
@@ -161,7 +162,7 @@ round times every candidate still overlapping it once)."""
 _TUNERS: dict = {}
 
 
-def tune(predictor: Predictor, problem: Problem, *, top_k: int = 5, measure_top_k: int = 0, running_on=None,
+def tune(predictor, problem: Problem, *, top_k: int = 5, measure_top_k: int = 0, running_on=None,
          backend=None, tuning_db=None) -> Prediction:
     """:meth:`Tuner.tune` with the process's tuner for (predictor, database,
     backend); with ``measure_top_k`` and no backend, the local device's.

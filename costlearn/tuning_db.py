@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import __version__
+from .version import __version__
 from .families import FAMILIES, get_family
 from .problem import Problem
 from .space import check_config

@@ -169,3 +169,17 @@ def test_a_report_opens_with_the_model_the_data_and_a_noise_warning(tmp_path, mo
     assert res.hidden_by_noise == int(((raw > 0) & (raw <= res.noise_floor)).sum())
     res.hidden_by_noise = 3                                  # the warning follows the count
     assert "hides the model's top-1 regret on 3 of" in write_report(res, tmp_path / "w.md").read_text()
+
+
+def test_evaluate_no_measure_defaults_to_the_measurements_devices_model(tmp_path, capsys):
+    """Regression (found by a new user): with a store of several devices' models, `evaluate --no-measure`
+    demanded --model although its help promised a default; it now scores with the model of --out's device."""
+    import shutil
+
+    from costlearn.cli import main
+    from inductor_fixture import DEVICE, build_models
+    models = build_models(tmp_path)
+    shutil.copytree(models / DEVICE, models / "h100")                  # a second device in the store
+    assert main(["evaluate", "--no-measure", "--family", "triton_mm", "--dtype", "float16", "--models", str(models),
+                 "--out", str(tmp_path / "data" / DEVICE)]) == 0
+    assert f"Model: {DEVICE}/triton_mm/float16" in capsys.readouterr().out

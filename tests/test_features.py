@@ -141,6 +141,20 @@ def test_features_command_without_nvcc(tmp_path, capsys):
     assert len(table) == 8 and "occupancy_frac" in table.columns and table.notna().all().all()
 
 
+def test_features_command_prints_a_readable_table_and_says_it_compiles(capsys, monkeypatch):
+    """Regression (found by a new user): `features --preset h200 --shape 4096x4096x4096` printed lines of ~900
+    characters and spent 39 s in nvcc without a word."""
+    from costlearn.cli import main
+    from costlearn.families.gemm import registers
+    monkeypatch.setattr(registers, "nvcc_registers", lambda pool, arch: {c.config_id: 64 for c in pool})
+    assert main(["features", "--preset", "h200", "--shape", "4096x4096x4096", "--pool", "8", "--rows", "6"]) == 0
+    cap = capsys.readouterr()
+    assert "compiling the 8 candidate kernels with nvcc -arch=sm_90" in cap.err
+    lines = cap.out.splitlines()
+    assert max(map(len, lines)) <= 160 and any(line.startswith("occupancy_frac") for line in lines)
+    assert "(the first 6 of 8 configs" in cap.out
+
+
 def test_layout_columns_exist_only_for_families_of_several_layouts_and_follow_the_letters():
     import pandas as pd
     from costlearn.device import preset

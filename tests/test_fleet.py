@@ -137,6 +137,8 @@ def test_a_worker_killed_mid_problem_loses_only_that_problem(ray_cluster, tmp_pa
         res = collect_fleet(fleet, tmp_path / "fleet", pool=_pool(), protocol=_protocol(), **SETTINGS)
     assert (tmp_path / "killed-once").exists()
     assert len(res.lost) == 1 and str(SHAPES[2]) in res.lost[0] and res.replacements == 1 and not res.failed
+    assert "handed out again" in res.lost[0] and res.problems_planned == len(SHAPES)         # a new user's report
+    assert res.rows_planned == res.rows_written
     df = load(tmp_path / "fleet")[0]
     assert sorted(set(map(tuple, df[["m", "n", "k"]].to_numpy().tolist()))) == sorted(SHAPES)
     assert len(set(_keys(df))) == len(df) and (df["status"] == "ok").all()
@@ -150,6 +152,7 @@ def test_a_problem_lost_twice_is_recorded_as_failed_rows_naming_the_workers(ray_
     with start_fleet(backend, workers=2) as fleet:
         res = collect_fleet(fleet, tmp_path / "fleet", pool=_pool(), protocol=_protocol(), **SETTINGS)
     assert res.failed == [SHAPES[0]] and len(res.lost) == 2 and res.replacements == 2
+    assert "handed out again" in res.lost[0] and "lost twice: recorded as launch_error rows" in res.lost[1]
     df = load(tmp_path / "fleet")[0]
     lost = df[(df["m"] == 32) & (df["n"] == 32) & (df["k"] == 32)]
     assert len(lost) and (lost["status"] == "launch_error").all()
@@ -226,7 +229,7 @@ def test_collect_command_runs_on_the_ray_cluster(ray_cluster, tmp_path, capsys):
                  "--shapes", "64x64x64", "96x64x32", "--pool", "3", "--rounds", "3", "--max-rounds", "3",
                  "--target-rse", "0", "--recheck", "0", "--no-progress"]) == 0
     out = capsys.readouterr()
-    assert "collected" in out.out and "2 workers" in out.err
+    assert "collected" in out.out and "2 workers" in out.err and "rows planned over 2 problems" in out.err
     (folder,) = [p.parent for p in tmp_path.glob("*/device.json")]
     assert set(map(tuple, load(folder)[0][["m", "n", "k"]].to_numpy().tolist())) == {(64, 64, 64), (96, 64, 32)}
 
@@ -235,3 +238,17 @@ def test_workers_without_ray_is_an_error(capsys):
     from costlearn.cli import main
     assert main(["collect", "--workers", "2"]) == 2
     assert "--workers needs --ray" in capsys.readouterr().err
+
+
+def test_a_fleets_closing_note_says_the_workers_compiled(tmp_path, capsys):
+    """Regression (found by a new user): over budget, a fleet run said "compiling took 0 s (the first shape
+    compiles the whole pool)"; on a fleet the workers compile when they start."""
+    from costlearn.cli import print_collect_result
+    from costlearn.fleet import FleetResult
+    res = FleetResult(budget_s=10.0, folder=tmp_path)
+    res.seconds = dict(start=42.0, write=0.1, total=60.0)
+    print_collect_result(res, tmp_path, "gemm", "float32", 0)
+    err = capsys.readouterr().err
+    assert "starting the workers (each compiles the whole pool; --pool sets its size) took 42 s" in err
+    assert "compiling took 0 s" not in err
+

@@ -108,7 +108,8 @@ def test_bad_files_are_refused_and_write_nothing(tmp_path, content, match):
     f.write_text(content)
     with pytest.raises(InteropError, match=match):
         import_file("inductor", f, device="a100", data_root=tmp_path / "data")
-    assert not list((tmp_path / "data").rglob("part-*.parquet"))
+    assert not (tmp_path / "data").exists(), "a failed import wrote " + ", ".join(
+        str(p) for p in (tmp_path / "data").rglob("*"))                  # no device.json either (a new user's report)
 
 
 def test_unknown_format_device_and_missing_file_are_named(tmp_path):

@@ -238,6 +238,23 @@ def test_predict_best_records_and_reuses(model_dir, device_name, tmp_path):
     db.put(entry("measured", 7.0, config=other, m=300, n=200, k=100, device=spec.slug))
     q = predict_best(300, 200, 100, device=device_name, tuning_db=db)
     assert q.config == other and q.chosen_by == "measured" and q.from_tuning_db and q.time_us == 7.0
+    assert q.tuning_db_source == "test"          # who measured it (a new user's report: it was not said)
+
+
+def test_an_answer_measured_under_another_model_says_which(model_dir, device_name, tmp_path, capsys):
+    """Regression (found by a new user): `measure_top_k` answered from an entry another model's top k had
+    measured, without saying so."""
+    from costlearn.cli import main
+    from costlearn.predict import Predictor
+    pred = Predictor(model_dir)
+    db = TuningDB(tmp_path / "t.sqlite", create=True)
+    src = "models/other/gemm/float32 model 0123456789ab, measured top 3"
+    db.put(entry("measured", 7.0, config=pred.predict_best(300, 200, 100).top_k[1][0], m=300, n=200, k=100,
+                 device=pred.spec.slug, source=src))
+    assert main(["predict", "300", "200", "100", "--model", device_name,
+                 "--tuning-db", str(tmp_path / "t.sqlite")]) == 0
+    out = capsys.readouterr().out
+    assert f"an earlier answer measured then by {src}" in out
 
 
 def test_measuring_with_the_default_backend_keeps_the_running_on_reason(model_dir, device_name, dataset_dir,

@@ -21,6 +21,7 @@ import pandas as pd
 
 from ..device import DeviceSpec
 from ..families import DESCRIPTION_FIELDS, get_family
+from .shape import occupancy, shape_arrays
 
 __all__ = ["FeatureSet", "ConfigTable", "CandidateFeatures", "SHAPE_FEATURES", "rows_family", "LAYOUT_FEATURES",
            "layout_names", "layout_values"]
@@ -98,7 +99,6 @@ class ConfigTable:
     """
 
     def __init__(self, family, configs, dtype: str, spec: DeviceSpec, registers_per_thread=None):
-        from .analytic import occupancy
         self.family, self.configs, self.dtype, self.spec = family, list(configs), dtype, spec
         regs = np.full(len(self.configs), np.nan) if registers_per_thread is None else \
             np.asarray(registers_per_thread, np.float64)
@@ -162,7 +162,6 @@ class FeatureSet(abc.ABC):
         ValueError
             If the rows mix families, or a dtype or config id is invalid.
         """
-        from .analytic import shape_arrays
         fam = rows_family(rows)
         names = self.feature_names(fam)
         out = np.empty((len(rows), len(names)), np.float64)
@@ -285,7 +284,6 @@ class CandidateFeatures:
         -------
         ndarray of float32, shape (R, F), C-contiguous (a new array)
         """
-        from .analytic import shape_arrays
         idx = np.arange(self.n_candidates) if rows is None else np.asarray(rows, np.int64)
         X = (self.template if layout is None else self.templates[layout])[idx].copy()
         if self._shape_cols:

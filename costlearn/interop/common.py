@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import __version__
+from ..version import __version__
 from ..dataset import IMPORTED_PROTOCOL, SCHEMA_VERSION, DatasetError, load, write_part
 from ..device import DeviceSpec, preset
 from ..families import get_family

@@ -632,7 +632,7 @@ def export_t4(rows, out_dir) -> list[Path]:
     list of Path
         Every file written (results then metadata, per problem).
     """
-    from .. import __version__
+    from ..version import __version__
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []

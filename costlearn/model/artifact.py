@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .. import __version__
+from ..version import __version__
 from ..device import DeviceSpec
 from ..envelope import Coverage, Envelope
 from ..floor import VendorFloor
