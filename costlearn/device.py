@@ -12,6 +12,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from .registry import Registry
 from .util import check_instance, check_int, check_real
 
 __all__ = ["DeviceSpec", "PRESETS", "PRESET_SOURCES", "IDENTITY_FIELDS", "preset", "device_slug"]
@@ -250,7 +251,7 @@ _HOPPER = dict(
     peak_gflops_bf16=989_400.0,
 )
 
-PRESETS: dict[str, DeviceSpec] = {
+PRESETS = Registry("device preset", {
     "h200": DeviceSpec(name="NVIDIA H200", multiprocessors=132, l2_bytes=50 * 1024 * 1024,
                        peak_gflops=67_000.0, memory_bandwidth_gbps=4_800.0,
                        source="preset: [CG] cc 9.0; [H200] datasheet SXM; tensor peaks [H100] whitepaper",
@@ -270,7 +271,7 @@ PRESETS: dict[str, DeviceSpec] = {
                        peak_gflops_tf32=156_000.0, peak_gflops_fp16=312_000.0,
                        peak_gflops_bf16=312_000.0, compute_capability="8.0",
                        source="preset: [CG] cc 8.0; [A100] datasheet SXM4 80GB"),
-}
+})
 
 
 PRESET_SOURCES = {
@@ -291,8 +292,7 @@ def preset(name: str) -> DeviceSpec:
     ValueError
         If ``name`` is not a preset; the message lists the presets.
     """
-    from .registry import lookup
-    return lookup(PRESETS, str(name).lower(), "device preset")
+    return PRESETS.get(str(name).lower())
 
 
 IDENTITY_FIELDS = ("name", "api", "multiprocessors", "l2_bytes", "smem_per_mp_bytes", "max_threads_per_block",

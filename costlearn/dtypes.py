@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .registry import Registry
+
 __all__ = ["DType", "DTYPES", "get_dtype", "dtype_names", "TORCH_DTYPES"]
 
 
@@ -52,12 +54,12 @@ class DType:
         return 2.0 ** -self.fraction_bits
 
 
-DTYPES: dict[str, DType] = {
+DTYPES = Registry("dtype", {
     "float32": DType("float32", 4, "float32", 23, "fp32", "float32"),
     "tfloat32": DType("tfloat32", 4, "float32", 10, "tf32", "float32"),
     "float16": DType("float16", 2, "float32", 10, "fp16", "float16"),
     "bfloat16": DType("bfloat16", 2, "float32", 7, "bf16", None),
-}
+})
 """Every dtype costlearn knows; which a kernel family supports is the
 family's :attr:`~costlearn.families.KernelFamily.dtypes`."""
 
@@ -80,7 +82,6 @@ def get_dtype(name) -> DType:
     ValueError
         If ``name`` is not in :data:`DTYPES` (the message lists them).
     """
-    try:
-        return DTYPES[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"dtype={name!r}; allowed: {list(DTYPES)}") from None
+    if name not in DTYPES:
+        raise ValueError(f"dtype={name!r}; allowed: {list(DTYPES)}")
+    return DTYPES.get(name)

@@ -1,5 +1,6 @@
 """Name -> implementation registries for the seams (kernel families, dtypes,
-backends, feature sets, cost models, rankers, device presets).
+backends, feature sets, cost models, rankers, device presets, import and
+export formats): every one is a :class:`Registry`.
 
 An entry is either the object itself or ``"module:attribute"``, imported on
 first use, so a missing optional dependency (CuPy, PyOpenCL, Triton) fails
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 
-__all__ = ["Registry", "Unavailable", "lookup"]
+__all__ = ["Registry", "Unavailable"]
 
 
 class Unavailable(RuntimeError):
@@ -47,6 +48,18 @@ class Registry:
     def __contains__(self, name) -> bool:
         return isinstance(name, str) and name in self._entries
 
+    def __iter__(self):
+        """The names in the order they were registered (a table's own order:
+        DTYPES from float32 down)."""
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __getitem__(self, name):
+        """:meth:`get`, for registries of values used as tables (``DTYPES[name]``)."""
+        return self.get(name)
+
     def get(self, name):
         """The implementation registered as ``name``.
 
@@ -75,10 +88,3 @@ class Registry:
     def hint(self, name: str) -> str:
         """The install hint of ``name`` ("" if none)."""
         return self._hints.get(name, "")
-
-
-def lookup(table: dict, name, what: str):
-    """``table[name]``; ValueError naming ``what`` and listing the keys otherwise."""
-    if not isinstance(name, str) or name not in table:
-        raise ValueError(f"unknown {what} {name!r}; known: {sorted(table)}")
-    return table[name]

@@ -317,3 +317,12 @@ def test_device_differences_name_the_identity_fields_only():
     assert b.differences(a) == [f"multiprocessors {a.multiprocessors - 2} != {a.multiprocessors}"]
     with pytest.raises(TypeError, match="other"):
         a.differences("h200")
+
+
+def test_every_import_format_is_a_registered_importer_under_its_own_name():
+    from costlearn.interop import EXPORTERS, IMPORT_FORMATS, IMPORTERS, Importer
+    assert IMPORT_FORMATS == IMPORTERS.names() == ("inductor", "kernel-tuner")
+    for name in IMPORTERS.names():
+        imp = IMPORTERS.get(name)()
+        assert isinstance(imp, Importer) and imp.name == name
+    assert all(callable(EXPORTERS.get(name)) for name in EXPORTERS.names())

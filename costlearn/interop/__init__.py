@@ -15,16 +15,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .common import InteropError, ImportReport, Measurement, import_measurements, resolve_device
+from ..registry import Registry
+from .common import Importer, InteropError, ImportReport, Measurement, import_measurements, resolve_device
 
-__all__ = ["IMPORT_FORMATS", "EXPORT_FORMATS", "import_file", "export_dataset", "InteropError", "ImportReport",
-           "Measurement"]
+__all__ = ["IMPORTERS", "EXPORTERS", "IMPORT_FORMATS", "EXPORT_FORMATS", "import_file", "export_dataset",
+           "InteropError", "ImportReport", "Importer", "Measurement"]
 
-IMPORT_FORMATS = ("inductor", "kernel-tuner")
-"""Formats :func:`import_file` reads."""
+IMPORTERS = Registry("import format", {"inductor": "costlearn.interop.inductor:InductorImporter",
+                                       "kernel-tuner": "costlearn.interop.kernel_tuner:KernelTunerImporter"})
+"""Formats :func:`import_file` reads: name -> :class:`~costlearn.interop.common.Importer`."""
 
-EXPORT_FORMATS = ("kernel-tuner", "t4")
-"""Formats :func:`export_dataset` writes."""
+EXPORTERS = Registry("export format", {"kernel-tuner": "costlearn.interop.kernel_tuner:export_cache",
+                                       "t4": "costlearn.interop.kernel_tuner:export_t4"})
+"""Formats :func:`export_dataset` writes: name -> a function (valid rows, folder) -> files written."""
+
+IMPORT_FORMATS = IMPORTERS.names()
+EXPORT_FORMATS = EXPORTERS.names()
 
 
 def import_file(fmt: str, path, *, device, data_root, mapping=None) -> ImportReport:
@@ -32,7 +38,8 @@ def import_file(fmt: str, path, *, device, data_root, mapping=None) -> ImportRep
 
     Parameters
     ----------
-    fmt : {"inductor", "kernel-tuner"}
+    fmt : str
+        One of :data:`IMPORTERS` (``inductor``, ``kernel-tuner``).
     path : path
         The file.
     device : str or DeviceSpec
@@ -66,17 +73,7 @@ def import_file(fmt: str, path, *, device, data_root, mapping=None) -> ImportRep
     if path.stat().st_size == 0:
         raise InteropError(f"{path}: empty file")
     spec = resolve_device(device)
-    if fmt == "inductor":
-        if mapping is not None:
-            raise InteropError("--mapping is for kernel-tuner files; an Inductor log maps itself")
-        from .inductor import parse
-        measurements, skipped = parse(path, spec)
-    else:
-        if mapping is None:
-            raise InteropError("a kernel-tuner import needs --mapping FILE (the kernel's parameter names -> a "
-                               "family's; see costlearn.interop.kernel_tuner.load_mapping)")
-        from .kernel_tuner import load_mapping, parse
-        measurements, skipped = parse(path, load_mapping(mapping), spec)
+    measurements, skipped = IMPORTERS.get(fmt)().parse(path, spec, mapping)
     return import_measurements(fmt, path, measurements, skipped, spec, data_root, sha256=sha256_file(path))
 
 
@@ -112,5 +109,4 @@ def export_dataset(fmt: str, data_dir, out_dir) -> list[Path]:
     rows = rows[rows["config_id"] != "vendor"]
     if rows.empty:
         raise InteropError(f"{data_dir}: no valid rows to export")
-    from . import kernel_tuner
-    return (kernel_tuner.export_cache if fmt == "kernel-tuner" else kernel_tuner.export_t4)(rows, Path(out_dir))
+    return EXPORTERS.get(fmt)(rows, Path(out_dir))

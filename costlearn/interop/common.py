@@ -3,6 +3,7 @@ one path from parsed lines to dataset rows (provenance, idempotency, one
 atomic part, nothing touched on failure)."""
 from __future__ import annotations
 
+import abc
 import json
 import math
 import socket
@@ -18,7 +19,8 @@ from ..device import DeviceSpec, preset
 from ..families import get_family
 from ..util import sha256_file
 
-__all__ = ["InteropError", "ImportReport", "Measurement", "import_measurements", "device_folder", "FAILED"]
+__all__ = ["InteropError", "ImportReport", "Measurement", "Importer", "import_measurements", "device_folder",
+           "FAILED"]
 
 FAILED = "failed"
 """Status of an imported row whose source recorded a failure (an ``inf``
@@ -112,6 +114,42 @@ class ImportReport:
             if len(self.skipped) > max_lines:
                 s.append(f"  ... and {len(self.skipped) - max_lines} more")
         return "\n".join(s)
+
+
+class Importer(abc.ABC):
+    """One import format (``costlearn import FORMAT``): a file of another
+    tool's measurements read as :class:`Measurement` values. Registered in
+    :data:`costlearn.interop.IMPORTERS`; :func:`costlearn.interop.import_file`
+    checks the file and writes the rows.
+
+    Attributes
+    ----------
+    name : str
+        The format's name on the command line.
+    takes_mapping : bool
+        Whether the format needs a mapping file from its parameters to a
+        family's (``--mapping``).
+    """
+
+    name = ""
+    takes_mapping = False
+
+    @abc.abstractmethod
+    def parse(self, path: Path, spec: DeviceSpec, mapping=None) -> tuple[list, list]:
+        """Must read ``path``, measured on ``spec``.
+
+        Returns
+        -------
+        measurements : list of Measurement
+        skipped : list of (int, str)
+            Malformed lines: line number, why.
+
+        Raises
+        ------
+        InteropError
+            On a file of another format, a header that contradicts ``spec``,
+            or (``takes_mapping``) a missing or bad mapping.
+        """
 
 
 def device_folder(data_root, spec: DeviceSpec) -> Path:

@@ -23,9 +23,9 @@ from ..device import DeviceSpec
 from ..dtypes import TORCH_DTYPES
 from ..problem import layout_letter
 from ..families.triton_mm import VENDOR, TritonMMConfig
-from .common import InteropError, Measurement
+from .common import Importer, InteropError, Measurement
 
-__all__ = ["parse", "check_header", "COLUMNS", "INDUCTOR_GROUP_M"]
+__all__ = ["InductorImporter", "parse", "check_header", "COLUMNS", "INDUCTOR_GROUP_M"]
 
 COLUMNS = ("m", "k", "n", "mat1_dtype", "mat2_dtype", "mat1_stride_0", "mat1_stride_1", "mat2_stride_0",
            "mat2_stride_1", "mat1_iscontig", "mat2_iscontig", "using_tf32", "choice", "feedback")
@@ -186,3 +186,15 @@ def _measurement(rec: list, pos: dict, line: int) -> Measurement:
     if not (math.isfinite(ms) and ms > 0):
         raise ValueError(f"feedback={g['feedback']!r}; a time must be positive (ms) or inf")
     return Measurement(line, m, n, k, dtype, la + lb, "triton_mm", config, ms * 1e3)
+
+
+class InductorImporter(Importer):
+    """``costlearn import inductor``: :func:`parse`."""
+
+    name = "inductor"
+
+    def parse(self, path, spec, mapping=None):
+        if mapping is not None:
+            raise InteropError("--mapping is for kernel-tuner files; an Inductor log maps itself")
+        return parse(path, spec)
+

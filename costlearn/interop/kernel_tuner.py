@@ -42,9 +42,9 @@ import numpy as np
 
 from ..families import FAMILIES, get_family
 from ..problem import MAX_EXTENT
-from .common import InteropError, Measurement
+from .common import Importer, InteropError, Measurement
 
-__all__ = ["Mapping", "load_mapping", "parse", "export_cache", "export_t4", "ERROR_NAMES", "TIME_UNITS",
+__all__ = ["KernelTunerImporter", "Mapping", "load_mapping", "parse", "export_cache", "export_t4", "ERROR_NAMES", "TIME_UNITS",
            "T4_SCHEMA_VERSION", "cache_key"]
 
 ERROR_NAMES = ("ErrorConfig", "InvalidConfig", "CompilationFailedConfig", "RuntimeFailedConfig")
@@ -666,3 +666,18 @@ def export_t4(rows, out_dir) -> list[Path]:
         written.append(_write(out_dir / f"{stem}_results.json", json.dumps(res_doc, indent=1)))
         written.append(_write(out_dir / f"{stem}_metadata.json", json.dumps(meta_doc, indent=1)))
     return written
+
+
+class KernelTunerImporter(Importer):
+    """``costlearn import kernel-tuner --mapping FILE``: :func:`parse` with
+    :func:`load_mapping`."""
+
+    name = "kernel-tuner"
+    takes_mapping = True
+
+    def parse(self, path, spec, mapping=None):
+        if mapping is None:
+            raise InteropError("a kernel-tuner import needs --mapping FILE (the kernel's parameter names -> a "
+                               "family's; see costlearn.interop.kernel_tuner.load_mapping)")
+        return parse(path, load_mapping(mapping), spec)
+
