@@ -1,3 +1,4 @@
+"""``python -m costlearn``: the command line (:func:`costlearn.cli.main`)."""
 import sys
 
 from .cli import main

@@ -189,14 +189,14 @@ def random_to_real(work: Path, device: str, rows: pd.DataFrame, jobs: int) -> tu
         format_flag_table(flags, "The same: the OOD flag against the model's own top-1 (no floor)")])
 
 
-README = ROOT / "README.md"
+README = ROOT / "docs" / "results.md"
 BEGIN, END = "<!-- lolo:begin -->", "<!-- lolo:end -->"
 
 
 def update_readme(report_text: str, readme: Path = README) -> bool:
     """Put the report's log tables (leave one log out, random only -> real
-    models) between the README's ``lolo`` markers; False when the report has
-    none or the README lacks the markers."""
+    models) between the ``lolo`` markers of docs/results.md; False when the report has
+    none or the file lacks the markers."""
     start = report_text.find("### Leave one log out")
     if start < 0:
         return False
@@ -223,16 +223,16 @@ def main(argv=None) -> int:
     ap.add_argument("--no-cv", action="store_true", help="leave out the shape-grouped cross-validation")
     ap.add_argument("--cv-only", action="store_true", help="only the shape-grouped cross-validation")
     ap.add_argument("--readme-only", action="store_true", help="copy the log tables of an existing --report into "
-                    "the README (between its lolo markers) and stop")
+                    "docs/results.md (between its lolo markers) and stop")
     args = ap.parse_args(argv)
     work = args.work or ROOT / "out" / f"{args.device}-study"
     report = args.report or ROOT / "reports" / ("a100_inductor.md" if args.device == "a100"
                                                 else f"{args.device}_inductor.md")
     if args.readme_only:
         if not report.is_file() or not update_readme(report.read_text()):
-            print(f"{report}: no log tables to copy (or README.md lacks the {BEGIN} markers)", file=sys.stderr)
+            print(f"{report}: no log tables to copy (or docs/results.md lacks the {BEGIN} markers)", file=sys.stderr)
             return 2
-        print(f"README.md: log tables copied from {report}")
+        print(f"docs/results.md: log tables copied from {report}")
         return 0
     if not args.source.is_file():
         print(f"{args.source}: not found (the Inductor logs are not part of costlearn)", file=sys.stderr)
@@ -299,7 +299,7 @@ def main(argv=None) -> int:
     report.write_text("\n".join(text) + "\n")
     print("\n".join(text))
     if args.device == "a100" and args.source == DEFAULT_SOURCE and not args.quick and update_readme(report.read_text()):
-        print("README.md: log tables updated", file=sys.stderr)
+        print("docs/results.md: log tables updated", file=sys.stderr)
     return 0
 
 

@@ -23,7 +23,7 @@ margin of the floor's grid (the vendor unless a tile config is predicted
 faster by that many doublings).
 
 The data has no licence: everything stays under --work (default
-out/transfer-study/). Writes reports/transfer_a100_h100.md and the README
+out/transfer-study/). Writes reports/transfer_a100_h100.md and the docs/results.md
 block between ``<!-- transfer:begin -->`` and ``<!-- transfer:end -->``.
 
     .venv/bin/python scripts/transfer_study.py                 # about 60 min on 2 cores
@@ -305,13 +305,14 @@ def main(argv=None) -> int:
                     help="n of the H100 -> A100 direction (none: skip it)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--report", type=Path, default=ROOT / "reports" / "transfer_a100_h100.md")
-    ap.add_argument("--readme", type=Path, default=ROOT / "README.md")
+    ap.add_argument("--readme", type=Path, default=ROOT / "docs" / "results.md",
+                    help="the file whose transfer block is rewritten (default: docs/results.md)")
     ap.add_argument("--mechanisms", action="store_true", help="only compare the ways of carrying the model "
                     "(model ranking, no floor; n in 0, 8, 32) into WORK/mechanisms.csv; --tables-from adds it to "
                     "the report")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="seeds of --mechanisms")
     ap.add_argument("--tables-from", type=Path, nargs="+", metavar="WORK",
-                    help="measure nothing: write the report and README from these earlier runs' CSVs (runs of "
+                    help="measure nothing: write the report and docs/results.md from these earlier runs' CSVs (runs of "
                          "other dtypes, e.g. in parallel processes; a later run's row replaces an earlier one's of "
                          "the same direction, dtype and n)")
     args = ap.parse_args(argv)
@@ -346,7 +347,7 @@ def main(argv=None) -> int:
 
 
 def write_outputs(table: pd.DataFrame, sweep: pd.DataFrame, args) -> int:
-    """Write the report and the README block; print the tables."""
+    """Write the report and the docs/results.md block; print the tables."""
     body = format_tables(table, sweep)
     mech_csv = [w / "mechanisms.csv" for w in (args.tables_from or [args.work]) if (w / "mechanisms.csv").is_file()]
     mech = format_mechanisms(pd.concat([pd.read_csv(p) for p in mech_csv], ignore_index=True)) if mech_csv else ""

@@ -44,7 +44,8 @@ from ..families import FAMILIES, get_family
 from ..problem import MAX_EXTENT
 from .common import Importer, InteropError, Measurement
 
-__all__ = ["KernelTunerImporter", "Mapping", "load_mapping", "parse", "export_cache", "export_t4", "ERROR_NAMES", "TIME_UNITS",
+__all__ = ["KernelTunerImporter", "Mapping", "load_mapping", "parse",
+           "export_cache", "export_t4", "ERROR_NAMES", "TIME_UNITS",
            "T4_SCHEMA_VERSION", "cache_key"]
 
 ERROR_NAMES = ("ErrorConfig", "InvalidConfig", "CompilationFailedConfig", "RuntimeFailedConfig")
