@@ -21,7 +21,8 @@ def test_the_architecture_map_names_every_module_and_only_modules_that_exist():
     modules = {str(p.relative_to(package)) for p in package.rglob("*.py")}
     listed = set(re.findall(r"^\| `([\w/]+\.py)` \|", text, flags=re.M))
     assert modules - listed == set(), f"modules missing from docs/architecture.md: {sorted(modules - listed)}"
-    assert listed - modules == set(), f"docs/architecture.md lists modules that do not exist: {sorted(listed - modules)}"
+    assert listed - modules == set(), \
+        f"docs/architecture.md lists modules that do not exist: {sorted(listed - modules)}"
 
 
 def test_the_results_and_guide_the_readme_links_exist():
