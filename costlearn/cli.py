@@ -456,12 +456,12 @@ def model_device(model, family: str, dtype: str, models_dir) -> str:
     error in CLI words otherwise). Says on stderr when the model is another
     device's than this machine's."""
     from .backends import local_device
-    from .predict import resolve_model
+    from .model.store import has_model, resolve_model
     local = local_device(probe=True)
     if model is None:
-        model = local["slug"] if local is not None and _has_model(local["slug"], family, dtype, models_dir) else \
+        model = local["slug"] if local is not None and has_model(local["slug"], family, dtype, models_dir) else \
             resolve_model(None, family, dtype, models_dir, cli=True).parents[1].name
-    if local is None or not _has_model(model, family, dtype, models_dir):
+    if local is None or not has_model(model, family, dtype, models_dir):
         return model
     if local["slug"] != model:
         print(f"note: the {model} model was trained on another device than this machine's ({local['name']}, "
@@ -481,12 +481,6 @@ def model_device(model, family: str, dtype: str, models_dir) -> str:
                   f"({'; '.join(diff)}, model's first); its times may not be this machine's (collect and train "
                   "here, into other --data and --models folders, for this one's)", file=sys.stderr)
     return model
-
-
-def _has_model(device: str, family: str, dtype: str, models_dir) -> bool:
-    from .model.artifact import default_models_dir, list_models
-    root = Path(models_dir) if models_dir is not None else default_models_dir()
-    return root.is_dir() and (device, family, dtype) in list_models(root)
 
 
 def _check_shapes(triples, family: str, dtype: str, layout: str) -> None:
@@ -509,7 +503,7 @@ def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_
     from .predict import predict_best
     _check_shapes(triples, family, dtype, layout)   # every triple is checked before anything is printed
     device = model_device(device, family, dtype, models_dir)
-    from .predict import resolve_model
+    from .model.store import resolve_model
     print(f"model: {resolve_model(device, family, dtype, models_dir, cli=True)}", file=sys.stderr)
     from_db = recorded = 0
     if not measure_top_k and tuning_db is None:         # predictions only: every shape in one call
@@ -534,8 +528,8 @@ def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_
             recorded += not p.from_tuning_db
         if as_json:
             continue
-        earlier = ", an earlier answer" + (" measured then" if p.chosen_by == "measured" else "") \
-            + (f" by {p.tuning_db_source}" if p.tuning_db_source else "")
+        earlier = ", an earlier answer" + ((" measured then" + (f" by {p.tuning_db_source}" if p.tuning_db_source
+                                                                  else "")) if p.chosen_by == "measured" else "")
         how = f"{p.chosen_by} {p.time_us:.1f} us" + (f" (from the tuning database{earlier})" if p.from_tuning_db
                                                      else "")
         print(f"M={p.m} N={p.n} K={p.k} ({p.dtype} {p.layout}, {p.family} model {p.device}): {p.config.config_id} "
@@ -573,7 +567,8 @@ def cmd_dispatch(args) -> int:
     import numpy as np
 
     from .dispatch import check_name, evaluate_dispatch, fit_dispatch, parse_range
-    from .predict import Predictor, resolve_model
+    from .model.store import resolve_model
+    from .predict import Predictor
     ranges = {d: parse_range(getattr(args, d.lower()), d) for d in "MNK"}
     check_name(args.name)
     folder = resolve_model(model_device(args.model, args.family, args.dtype, args.models), args.family, args.dtype,
@@ -678,7 +673,7 @@ def evaluate_stage(backend, folder, eval_dir, *, n_random: int, budget_s: float,
 
 
 def cmd_evaluate(args) -> int:
-    from .predict import resolve_model
+    from .model.store import resolve_model
     _check_report_path(args.report)
     if args.no_measure:
         if not args.out:
@@ -688,7 +683,8 @@ def cmd_evaluate(args) -> int:
         from .dataset import current_rows, load, valid_rows
         from .evaluate import score
         from .model.artifact import load as load_artifact
-        from .predict import Predictor, default_store
+        from .model.store import default_store
+        from .predict import Predictor
         from .study import FOOTNOTE, by_source, decision_scores, format_by_source
         from .train import read_device_json
         model = args.model

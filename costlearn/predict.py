@@ -8,21 +8,19 @@ database are composed on top of it by :mod:`costlearn.tuning`.
 """
 from __future__ import annotations
 
-import os
-import threading
-from pathlib import Path
 import numpy as np
 
 from .device import DeviceSpec
 from .dtypes import get_dtype
 from .model import artifact as _artifact
+from .model.store import LoadedModels, default_store, resolve_model, store_key
 from .model.transfer import zero_shot_reason
 from .prediction import Prediction
 from .problem import Problem
 from .ranker import make_ranker
 from .ranker.base import LEVEL_ALL, LEVEL_FITTING
 from .tuning import tune
-from .util import check_instance, check_int, check_path
+from .util import check_instance, check_int
 from .version import __version__
 
 __all__ = ["Prediction", "Predictor", "predict_best", "predict_many", "clear_cache", "default_store",
@@ -510,135 +508,27 @@ class Predictor:
         return self.predict(self.problem(m, n, k, layout), top_k, running_on)
 
 
-_CACHE: dict = {}
-_LOCK = threading.Lock()
-_DEFAULT_STORE: Path | None = None
-_GENERATION = 0
-"""Bumped by :func:`clear_cache`: a load that began before it does not cache."""
+_LOADED = LoadedModels()
+"""The process's Predictors (:class:`costlearn.model.store.LoadedModels`)."""
 
 
 def clear_cache() -> None:
     """Forget loaded predictors (after retraining in the same process) and
     the default model store (:func:`default_store`), so ``$COSTLEARN_MODELS``
     is read again."""
-    global _DEFAULT_STORE, _GENERATION
-    with _LOCK:
-        _CACHE.clear()
-        _DEFAULT_STORE = None
-        _GENERATION += 1
-
-
-def resolve_model(device, family: str, dtype: str, models_dir=None, *, cli: bool = False) -> Path:
-    """The artifact folder for (device, family, dtype) under ``models_dir``.
-
-    Parameters
-    ----------
-    device : str, DeviceSpec or None
-        A device folder name, a DeviceSpec whose slug names it, or None for
-        the only device with a model of this family and dtype.
-    family, dtype : str
-    models_dir : path, optional
-        ``$COSTLEARN_MODELS`` or the source tree's ``models/`` by default.
-    cli : bool
-        Word the errors in command-line terms (``--model``, ``--models``).
-
-    Raises
-    ------
-    TypeError
-        If ``device`` or ``models_dir`` has the wrong type.
-    ValueError
-        If the store is not a folder, there is no such model, or ``device=None`` is ambiguous (the
-        message lists the models present); an artifact in the layout before
-        kernel families names the migration command.
-    """
-    check_path("models_dir", models_dir, optional=True)
-    root = Path(models_dir) if models_dir is not None else _artifact.default_models_dir()
-    if not root.is_dir():
-        raise ValueError(f"models_dir {str(root)!r} is not a folder" + (" (it does not exist)" if not root.exists()
-                                                                       else "") + "; train a model into it with "
-                         "`costlearn train --models DIR`, or point models_dir / --models / $COSTLEARN_MODELS at "
-                         "a model store")
-    have = _artifact.list_models(root)
-    if isinstance(device, DeviceSpec):
-        device = device.slug
-    present = [f"{d}/{f}/{t}" for d, f, t in have] or "none"
-    old = _artifact.old_layout_folders(root)
-    hint = (f"; {len(old)} artifact(s) in the layout before kernel families ({old[0]}): convert them with "
-            f"`costlearn migrate-models {root}`" if old else "")
-    if device is None:
-        devs = sorted({d for d, f, t in have if (f, t) == (family, dtype)})
-        if len(devs) != 1:
-            raise ValueError((f"no --model given and {family}/{dtype} models exist for {devs} in {str(root)!r}; "
-                              f"choose one with --model {devs[0]} (or --models another store)" if devs and cli else
-                              f"device=None is ambiguous: {family}/{dtype} models exist for {devs} in "
-                              f"{str(root)!r}; pass device=<one of them>" if devs else
-                              f"no {family}/{dtype} model in {str(root)!r}; collect (`costlearn collect`) or "
-                              "import (`costlearn import`) measurements and train one (`costlearn train`) "
-                              f"(models present: {present})") + hint)
-        device = devs[0]
-    if not isinstance(device, str):
-        raise TypeError(f"device={device!r} ({type(device).__name__}); must be a str or DeviceSpec")
-    if (device, family, dtype) not in have:
-        raise ValueError(f"no model for device={device!r}, family={family!r}, dtype={dtype!r} in {str(root)!r}; "
-                         f"models present: {present}" + hint)
-    return _artifact.model_folder(root, device, family, dtype)
-
-
-def _store_key(models_dir):
-    """How a model store is keyed in the process cache: None for the default
-    store (:func:`default_store`); else an absolute path as given, or
-    (working folder, relative path), so a relative path names another store
-    after a chdir. No file system call but getcwd."""
-    if models_dir is None:
-        return None
-    path = os.fspath(models_dir)
-    return path if os.path.isabs(path) else (os.getcwd(), path)
-
-
-def default_store() -> Path:
-    """The model store used when no ``models_dir`` is given: ``$COSTLEARN_MODELS``
-    if set, else the source tree's ``models/``, else ``./models``, as an
-    absolute path.
-
-    It is read once, at the first call, and again after :func:`clear_cache`:
-    reading the environment on every call would cost most of the microsecond
-    a repeated :func:`predict_best` is allowed. Set ``$COSTLEARN_MODELS``
-    before the first prediction, or call ``clear_cache()`` after changing it.
-    """
-    global _DEFAULT_STORE
-    store = _DEFAULT_STORE
-    if store is None:
-        with _LOCK:
-            if _DEFAULT_STORE is None:
-                _DEFAULT_STORE = _artifact.default_models_dir().absolute()
-            store = _DEFAULT_STORE
-    return store
+    _LOADED.clear()
 
 
 def load_predictor(device=None, family: str = "gemm", dtype: str = "float32", models_dir=None) -> Predictor:
     """The process's Predictor for (device, family, dtype, models_dir),
-    loaded once: names that resolve to the same artifact folder share one.
+    loaded once: names that resolve to the same artifact folder share one
+    (:meth:`costlearn.model.store.LoadedModels.load`).
 
     Raises
     ------
     As :func:`resolve_model` and :class:`Predictor`.
     """
-    check_path("models_dir", models_dir, optional=True)
-    key = (device.slug if isinstance(device, DeviceSpec) else device, family, dtype, _store_key(models_dir))
-    pred = _CACHE.get(key) if isinstance(key[0], (str, type(None))) else None
-    while pred is None:
-        generation = _GENERATION
-        folder = resolve_model(device, family, dtype, default_store() if models_dir is None else models_dir)
-        folder_key = ("folder", os.path.abspath(folder))
-        with _LOCK:
-            if generation != _GENERATION:
-                continue                    # clear_cache() ran meanwhile: resolve again in the store it names
-            pred = _CACHE.get(key) or _CACHE.get(folder_key)
-            if pred is None:
-                pred = _CACHE[folder_key] = Predictor(folder)
-            if isinstance(key[0], (str, type(None))):
-                _CACHE[key] = pred
-    return pred
+    return _LOADED.load(device, family, dtype, models_dir, Predictor)
 
 
 def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = "gemm", layout: str = "NN",
@@ -714,7 +604,7 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
     # Hot path: a problem this process has answered, plain ints, no options.
     if type(M) is int and type(N) is int and type(K) is int and type(top_k) is int and type(measure_top_k) is int \
             and not measure_top_k and running_on is None and backend is None and tuning_db is None:
-        pred = _CACHE.get((device, family, dtype, _store_key(models_dir))) \
+        pred = _LOADED.get((device, family, dtype, store_key(models_dir))) \
             if (device is None or type(device) is str) and (models_dir is None or type(models_dir) is str) else None
         if pred is not None:
             hit = pred._results.get((M, N, K, layout, top_k))

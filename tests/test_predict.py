@@ -167,9 +167,10 @@ def test_a_load_racing_clear_cache_does_not_cache_the_old_store(model_dir, tmp_p
     import threading
     import time
     from costlearn import predict as P
+    from costlearn.model import store
     monkeypatch.delenv("COSTLEARN_MODELS", raising=False)
     P.clear_cache()
-    real = P.resolve_model
+    real = store.resolve_model
     started = threading.Event()
 
     def slow(*args):
@@ -177,7 +178,7 @@ def test_a_load_racing_clear_cache_does_not_cache_the_old_store(model_dir, tmp_p
         started.set()
         time.sleep(0.3)
         return folder
-    monkeypatch.setattr(P, "resolve_model", slow)
+    monkeypatch.setattr(store, "resolve_model", slow)          # the model store resolves, the predictor loads
     outcome = []
 
     def load():

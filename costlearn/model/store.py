@@ -1,0 +1,175 @@
+"""The model store: where artifacts are found, resolved and kept loaded
+(design.md, "Seams": the artifacts live in ``<store>/<device>/<family>/<dtype>/``).
+
+- :func:`default_store`: ``$COSTLEARN_MODELS``, else the source tree's ``models/``;
+- :func:`resolve_model`: (device, family, dtype) -> the artifact folder, with
+  errors that list what the store holds;
+- :func:`has_model`: whether the store holds one;
+- :class:`LoadedModels`: the process's loaded models, keyed by the names a
+  caller used and by folder, so names of one artifact share one load.
+
+:mod:`costlearn.predict` loads :class:`~costlearn.predict.Predictor` objects
+through it; the command line asks it, and re-implements none of it.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from ..device import DeviceSpec
+from ..util import check_path
+from . import artifact as _artifact
+
+__all__ = ["default_store", "resolve_model", "has_model", "store_key", "LoadedModels"]
+
+_LOCK = threading.Lock()
+_DEFAULT_STORE: Path | None = None
+
+
+def resolve_model(device, family: str, dtype: str, models_dir=None, *, cli: bool = False) -> Path:
+    """The artifact folder for (device, family, dtype) under ``models_dir``.
+
+    Parameters
+    ----------
+    device : str, DeviceSpec or None
+        A device folder name, a DeviceSpec whose slug names it, or None for
+        the only device with a model of this family and dtype.
+    family, dtype : str
+    models_dir : path, optional
+        ``$COSTLEARN_MODELS`` or the source tree's ``models/`` by default.
+    cli : bool
+        Word the errors in command-line terms (``--model``, ``--models``).
+
+    Raises
+    ------
+    TypeError
+        If ``device`` or ``models_dir`` has the wrong type.
+    ValueError
+        If the store is not a folder, there is no such model, or ``device=None`` is ambiguous (the
+        message lists the models present); an artifact in the layout before
+        kernel families names the migration command.
+    """
+    check_path("models_dir", models_dir, optional=True)
+    root = Path(models_dir) if models_dir is not None else _artifact.default_models_dir()
+    if not root.is_dir():
+        raise ValueError(f"models_dir {str(root)!r} is not a folder" + (" (it does not exist)" if not root.exists()
+                                                                       else "") + "; train a model into it with "
+                         "`costlearn train --models DIR`, or point models_dir / --models / $COSTLEARN_MODELS at "
+                         "a model store")
+    have = _artifact.list_models(root)
+    if isinstance(device, DeviceSpec):
+        device = device.slug
+    present = [f"{d}/{f}/{t}" for d, f, t in have] or "none"
+    old = _artifact.old_layout_folders(root)
+    hint = (f"; {len(old)} artifact(s) in the layout before kernel families ({old[0]}): convert them with "
+            f"`costlearn migrate-models {root}`" if old else "")
+    if device is None:
+        devs = sorted({d for d, f, t in have if (f, t) == (family, dtype)})
+        if len(devs) != 1:
+            raise ValueError((f"no --model given and {family}/{dtype} models exist for {devs} in {str(root)!r}; "
+                              f"choose one with --model {devs[0]} (or --models another store)" if devs and cli else
+                              f"device=None is ambiguous: {family}/{dtype} models exist for {devs} in "
+                              f"{str(root)!r}; pass device=<one of them>" if devs else
+                              f"no {family}/{dtype} model in {str(root)!r}; collect (`costlearn collect`) or "
+                              "import (`costlearn import`) measurements and train one (`costlearn train`) "
+                              f"(models present: {present})") + hint)
+        device = devs[0]
+    if not isinstance(device, str):
+        raise TypeError(f"device={device!r} ({type(device).__name__}); must be a str or DeviceSpec")
+    if (device, family, dtype) not in have:
+        raise ValueError(f"no model for device={device!r}, family={family!r}, dtype={dtype!r} in {str(root)!r}; "
+                         f"models present: {present}" + hint)
+    return _artifact.model_folder(root, device, family, dtype)
+
+
+def has_model(device: str, family: str, dtype: str, models_dir=None) -> bool:
+    """Whether the store (``models_dir``, else :func:`default_store`) holds
+    a model for (device, family, dtype)."""
+    root = Path(models_dir) if models_dir is not None else _artifact.default_models_dir()
+    return root.is_dir() and (device, family, dtype) in _artifact.list_models(root)
+
+
+def store_key(models_dir):
+    """How a model store is keyed in the process cache: None for the default
+    store (:func:`default_store`); else an absolute path as given, or
+    (working folder, relative path), so a relative path names another store
+    after a chdir. No file system call but getcwd."""
+    if models_dir is None:
+        return None
+    path = os.fspath(models_dir)
+    return path if os.path.isabs(path) else (os.getcwd(), path)
+
+
+def default_store() -> Path:
+    """The model store used when no ``models_dir`` is given: ``$COSTLEARN_MODELS``
+    if set, else the source tree's ``models/``, else ``./models``, as an
+    absolute path.
+
+    It is read once, at the first call, and again after
+    :meth:`LoadedModels.clear` (``costlearn.predict.clear_cache``):
+    reading the environment on every call would cost most of the microsecond
+    a repeated :func:`predict_best` is allowed. Set ``$COSTLEARN_MODELS``
+    before the first prediction, or call ``costlearn.predict.clear_cache()`` after changing it.
+    """
+    global _DEFAULT_STORE
+    store = _DEFAULT_STORE
+    if store is None:
+        with _LOCK:
+            if _DEFAULT_STORE is None:
+                _DEFAULT_STORE = _artifact.default_models_dir().absolute()
+            store = _DEFAULT_STORE
+    return store
+
+
+class LoadedModels:
+    """The process's loaded models: each artifact folder loaded once, found
+    again by the names a caller used ((device, family, dtype, store key)) or
+    by its folder. Thread-safe; :meth:`clear` forgets them and the default
+    store (a load that began before it does not cache).
+    """
+
+    def __init__(self):
+        self._by_key: dict = {}
+        self._generation = 0
+
+    def get(self, key):
+        """The model loaded under ``key`` ((device, family, dtype,
+        :func:`store_key`)), or None: the hot path of a repeated prediction."""
+        return self._by_key.get(key)
+
+    def load(self, device, family: str, dtype: str, models_dir, loader):
+        """The model for (device, family, dtype) in ``models_dir``, loaded
+        with ``loader(folder)`` the first time.
+
+        Raises
+        ------
+        As :func:`resolve_model` and ``loader``.
+        """
+        check_path("models_dir", models_dir, optional=True)
+        key = (device.slug if isinstance(device, DeviceSpec) else device, family, dtype, store_key(models_dir))
+        cacheable = isinstance(key[0], (str, type(None)))
+        model = self._by_key.get(key) if cacheable else None
+        while model is None:
+            generation = self._generation
+            folder = resolve_model(device, family, dtype, default_store() if models_dir is None else models_dir)
+            folder_key = ("folder", os.path.abspath(folder))
+            with _LOCK:
+                if generation != self._generation:
+                    continue                # cleared meanwhile: resolve again in the store it names
+                model = self._by_key.get(key) or self._by_key.get(folder_key)
+                if model is None:
+                    model = self._by_key[folder_key] = loader(folder)
+                if cacheable:
+                    self._by_key[key] = model
+        return model
+
+    def clear(self) -> None:
+        """Forget every loaded model and the default store (read
+        ``$COSTLEARN_MODELS`` again)."""
+        global _DEFAULT_STORE
+        with _LOCK:
+            self._by_key.clear()
+            _DEFAULT_STORE = None
+            self._generation += 1
+
