@@ -127,6 +127,11 @@ class Predictor:
         self._uses_evidence = self.vendor_index is not None or floor.unsure_regret != float("inf")
         self._results = {}
 
+    def cached(self, m: int, n: int, k: int, layout: str, top_k: int):
+        """The Prediction given earlier for (M, N, K, layout, top_k), or None:
+        the repeated-problem path of :func:`predict_best`."""
+        return self._results.get((m, n, k, layout, top_k))
+
     def clear_results(self) -> None:
         """Forget the answers cached for repeated problems (the next call of
         each problem ranks afresh; benchmarks of cold calls use this)."""
@@ -607,7 +612,7 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
         pred = _LOADED.get((device, family, dtype, store_key(models_dir))) \
             if (device is None or type(device) is str) and (models_dir is None or type(models_dir) is str) else None
         if pred is not None:
-            hit = pred._results.get((M, N, K, layout, top_k))
+            hit = pred.cached(M, N, K, layout, top_k)
             if hit is not None:
                 return hit
     problem = Problem(M, N, K, dtype, layout)

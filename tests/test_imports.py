@@ -84,3 +84,26 @@ def test_a_circle_is_found():
     """The check itself: a made-up graph with a circle through three modules."""
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+ALLOWED_PRIVATE = {"_replace", "_fields", "_asdict", "_make", "_fields_", "_type_", "_length_", "_workspace_cls",
+                   "_predictors", "_baseline_prediction"}
+"""Private names one module may touch on another's object: namedtuple's API, ctypes' struct and array fields, a
+backend class's own workspace class set beside it, and scikit-learn's internals behind their one adapter
+(``model/hgb.py``: ``_sklearn_internals``, with the versions checked)."""
+
+
+def test_no_private_name_crosses_a_module_or_a_class():
+    """``from x import _name`` of costlearn's own, and ``obj._name`` on anything but self or cls."""
+    found = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("costlearn")):
+                found += [f"{name}: imports {a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+            elif isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__") \
+                    and node.attr not in ALLOWED_PRIVATE:
+                owner = node.value
+                if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
+                    found.append(f"{name}:{node.lineno}: .{node.attr}")
+    assert not found, "private names used across modules or classes: " + "; ".join(found)

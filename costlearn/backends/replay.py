@@ -67,6 +67,19 @@ class ReplayBackend(Backend):
     def spec(self) -> DeviceSpec:
         return self._spec
 
+    def recording(self, family: str, dtype: str, layout: str, m: int, n: int, k: int, config_id: str):
+        """The recorded (status, time_us) of a config on a problem.
+
+        Raises
+        ------
+        KeyError
+            If it was not recorded (the message names the config and problem).
+        """
+        got = self._index.get((family, dtype, layout, m, n, k, config_id))
+        if got is None:
+            raise KeyError(f"no recording of {config_id} at {m}x{n}x{k} {dtype} {layout}")
+        return got
+
     def provenance(self) -> dict:
         s = self._spec
         return dict(device_name=s.name, device_slug=s.slug, api="replay",
@@ -96,10 +109,7 @@ class _ReplayWorkspace(Workspace):
 
     def _get(self, kernel):
         p = self.problem
-        key = (kernel.config.family, p.dtype, p.layout, p.m, p.n, p.k, kernel.config.config_id)
-        if key not in self.be._index:
-            raise KeyError(f"no recording of {kernel.config.config_id} at {p}")
-        return self.be._index[key]
+        return self.be.recording(kernel.config.family, p.dtype, p.layout, p.m, p.n, p.k, kernel.config.config_id)
 
     def verify(self, kernel):
         status, _ = self._get(kernel)

@@ -155,7 +155,7 @@ def save(model: CostModel, folder, *, family: str, dtype: str, layouts, spec: De
     Path
         The sidecar's path.
     """
-    model._check_fitted()
+    model.check_fitted()
     folder = Path(folder)
     fam = get_family(family)
     state = model.save(folder)

@@ -120,7 +120,8 @@ class CostModel(abc.ABC):
         candidates ``candidate_ids`` (in order) from rows of
         ``feature_names``, as :meth:`predict` ranks them."""
 
-    def _check_fitted(self):
+    def check_fitted(self) -> None:
+        """Raise NotFittedError unless :meth:`fit` (or :meth:`load`) has run."""
         if not getattr(self, "fitted_", False):
             raise NotFittedError(f"{type(self).__name__} is not fitted; call fit(rows, spec) first")
 
@@ -227,7 +228,7 @@ class BoostedTreesModel(CostModel):
         return model
 
     def _check_columns(self, feature_names) -> None:
-        self._check_fitted()
+        self.check_fitted()
         if tuple(feature_names) != tuple(self.feature_names_):
             raise ValueError("the scorer must read the model's own feature columns")
 

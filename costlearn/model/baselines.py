@@ -41,13 +41,13 @@ class RooflineModel(CostModel):
 
     def predict(self, rows: pd.DataFrame) -> np.ndarray:
         """Predicted time, microseconds, float64, shape (len(rows),)."""
-        self._check_fitted()
+        self.check_fitted()
         check_rows(rows)
         return np.exp2(get_feature_set("analytic").transform(rows, self.spec_)[self.COLUMN].to_numpy(np.float64))
 
     def save(self, folder) -> dict:
         """Nothing to write: the state is empty."""
-        self._check_fitted()
+        self.check_fitted()
         return dict(files={})
 
     @classmethod
@@ -122,13 +122,13 @@ class BestFixedModel(CostModel):
     def predict(self, rows: pd.DataFrame) -> np.ndarray:
         """Relative time 2**(mean log2 slowdown); unseen configs rank last.
         A ranking score, not microseconds."""
-        self._check_fitted()
+        self.check_fitted()
         check_rows(rows)
         return np.exp2(self._offsets(rows["config_id"].to_numpy()))
 
     def save(self, folder) -> dict:
         """The scores go into the state (no file)."""
-        self._check_fitted()
+        self.check_fitted()
         return dict(settings=dict(min_coverage=self.min_coverage),
                     scores={str(k): float(v) for k, v in self.scores_.items()},
                     best_config_id=self.best_config_id_, feature_names=list(self.feature_names_), files={})
@@ -154,5 +154,5 @@ class BestFixedModel(CostModel):
     def scorer(self, feature_names, candidate_ids):
         """One offset per candidate: its score (unseen: last)."""
         from .scorer import Scorer
-        self._check_fitted()
+        self.check_fitted()
         return Scorer(len(feature_names), None, 1.0, -1, 0.0, self._offsets(list(candidate_ids)))

@@ -56,13 +56,38 @@ class HGBParams:
     seed: int = 0
 
 
-def _trees_of(estimator) -> list[dict]:
-    """The fitted estimator's trees in :meth:`FlatForest.from_trees` form.
+SKLEARN_TESTED = ((1, 6), (1, 9))
+"""scikit-learn versions (major, minor), first and last, whose private tree
+attributes :func:`_sklearn_internals` was checked against."""
+
+
+def _sklearn_internals(estimator) -> tuple[list, float]:
+    """The one place scikit-learn's private attributes are read: a fitted
+    HistGradientBoostingRegressor's trees (``_predictors``) and base score
+    (``_baseline_prediction``).
+
+    Raises
+    ------
+    ForestError
+        If the installed scikit-learn lacks them, naming its version and the
+        versions checked (:data:`SKLEARN_TESTED`).
+    """
+    import sklearn
+    try:
+        return list(estimator._predictors), float(np.ravel(estimator._baseline_prediction)[0])
+    except AttributeError as e:
+        lo, hi = SKLEARN_TESTED
+        raise ForestError(f"scikit-learn {sklearn.__version__} keeps HistGradientBoosting's trees elsewhere ({e}); "
+                          f"the hgb model reads versions {lo[0]}.{lo[1]}-{hi[0]}.{hi[1]}") from None
+
+
+def _trees_of(predictors) -> list[dict]:
+    """Trees (``_sklearn_internals``' first value) in :meth:`FlatForest.from_trees` form.
     scikit-learn goes left when ``x <= num_threshold`` (float64); for float32
     x that is ``x < nextafter(f, +inf)`` with f the largest float32 <=
     num_threshold, which the flat layout's ``x < threshold`` rule takes."""
     trees = []
-    for per_iter in estimator._predictors:
+    for per_iter in predictors:
         if len(per_iter) != 1:
             raise ForestError("only single-output HistGradientBoosting models can be flattened")
         nodes = per_iter[0].nodes
@@ -130,7 +155,8 @@ class HGBCostModel(BoostedTreesModel):
         self.n_iter_ = int(probe.n_iter_)
         self.validation_rmse_log2_ = float(np.sqrt(np.mean((probe.predict(X[va]) - y[va]) ** 2)))
         est = self._estimator(self.n_iter_, False).fit(X, y)
-        forest = FlatForest.from_trees(_trees_of(est), float(np.ravel(est._baseline_prediction)[0]), X.shape[1])
+        predictors, base = _sklearn_internals(est)
+        forest = FlatForest.from_trees(_trees_of(predictors), base, X.shape[1])
         err = np.abs(forest.margin_numpy(X[:2000]) - est.predict(X[:2000])).max() if len(X) else 0.0
         if not err <= 1e-4:
             raise ForestError(f"the flattened trees differ from scikit-learn's predictions by {err:.3g} (log2)")
@@ -140,13 +166,13 @@ class HGBCostModel(BoostedTreesModel):
 
     def predict(self, rows: pd.DataFrame) -> np.ndarray:
         """Predicted time, microseconds, float64, shape (len(rows),)."""
-        self._check_fitted()
+        self.check_fitted()
         check_rows(rows)
         return np.exp2(self.forest_.margin_numpy(self._features(rows)))
 
     def save(self, folder) -> dict:
         """Write ``model.npz`` (the flat trees) and return the state."""
-        self._check_fitted()
+        self.check_fitted()
         buf = io.BytesIO()
         np.savez(buf, **self.forest_.arrays())
         files = self._write(folder, "model.npz", buf.getvalue())

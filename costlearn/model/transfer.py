@@ -198,7 +198,7 @@ class MultiDeviceXGBModel(XGBCostModel):
     def predict_log2(self, X: np.ndarray) -> np.ndarray:
         """log2 predicted time, microseconds, from :meth:`_features`' matrix
         (float32, shape (R, F + D))."""
-        self._check_fitted()
+        self.check_fitted()
         roof = self.feature_names_.index(ROOFLINE_COLUMN)
         out = np.asarray(self.booster_.inplace_predict(X, validate_features=False), np.float64)
         return out + X[:, roof].astype(np.float64)

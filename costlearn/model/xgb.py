@@ -147,21 +147,21 @@ class XGBCostModel(BoostedTreesModel):
     def predict_log2(self, X: np.ndarray) -> np.ndarray:
         """log2 predicted time (or ranking score, lower is better) from a
         feature matrix (float32, shape (R, F))."""
-        self._check_fitted()
+        self.check_fitted()
         out = np.asarray(self.booster_.inplace_predict(X, validate_features=False), np.float64)
         return -out if self._params().objective == "rank_pairwise" else out
 
     def predict(self, rows: pd.DataFrame) -> np.ndarray:
         """Predicted time, microseconds (a relative score for the ranking
         objectives), float64, shape (len(rows),)."""
-        self._check_fitted()
+        self.check_fitted()
         check_rows(rows)
         return np.exp2(self.predict_log2(self._features(rows)))
 
     def save(self, folder) -> dict:
         """Write ``model.ubj`` (XGBoost's own binary format) and return the
         state: settings, feature names, rounds, validation RMSE, file digest."""
-        self._check_fitted()
+        self.check_fitted()
         files = self._write(folder, "model.ubj", bytes(self.booster_.save_raw("ubj")))
         return self._state(files, best_iteration=self.best_iteration_,
                            validation_rmse_log2=self.validation_rmse_log2_)
