@@ -266,7 +266,7 @@ def cmd_recheck(args) -> int:
     res = recheck(be, folder, shapes=args.shapes, configs_per_shape=args.configs, protocol=_protocol(args))
     print(f"re-timed {res.rows_written} configs over {res.shapes} shapes in a new session into "
           f"{folder / 'recheck'}")
-    print(res.floors.describe())
+    print(res.noise_floors.describe())
     return 0
 
 
@@ -751,7 +751,7 @@ def _print_eval(res, report=None, plots=None) -> None:
         print("\nwith the vendor candidate left out (regret against the best tile config):")
         print(format_table(res, "tile_only"))
     print(f"ties: a regret at or below {res.noise_floor:.1%} counts as 0; "
-          + (res.floors.describe() if res.floors is not None else ""))
+          + (res.noise_floors.describe() if res.noise_floors is not None else ""))
     if res.hidden_by_noise:
         from .evaluate import header_lines
         print(header_lines(res)[-1], file=sys.stderr)

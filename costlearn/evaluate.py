@@ -89,8 +89,8 @@ class EvalResult:
     model_info : dict
         The scored artifact: ``device``, ``family``, ``dtype``, ``model``,
         ``sha256`` (first 12), training ``rows`` and ``shapes``.
-    floors : costlearn.noise.NoiseFloors
-        Within- and across-session floors of the data scored; ``noise_floor``
+    noise_floors : costlearn.noise.NoiseFloors
+        Within- and across-session noise floors of the data scored; ``noise_floor``
         is their :attr:`~costlearn.noise.NoiseFloors.tie`.
     hidden_by_noise : int
         Problems on which the model's top-1 regret is above 0 but at or below
@@ -107,7 +107,7 @@ class EvalResult:
     time_models: tuple = ()
     model_info: dict = None
     hidden_by_noise: int = 0
-    floors: NoiseFloors = None
+    noise_floors: NoiseFloors = None
 
     @property
     def models(self) -> list[str]:
@@ -115,13 +115,13 @@ class EvalResult:
         return list(self.summary)
 
 
-def ranked_rows(rows: pd.DataFrame, floors) -> pd.DataFrame:
+def ranked_rows(rows: pd.DataFrame, tile_floors) -> pd.DataFrame:
     """The rows whose config the predictor ranks for the row's problem (block
     tile within the problem, :func:`costlearn.space.tile_fits_problem` with
-    the family's ``floors``), so a score covers exactly the candidates a
-    prediction chooses from."""
+    the family's ``fit_floors``: ``tile_floors``), so a score covers exactly
+    the candidates a prediction chooses from."""
     fits = tile_fits_problem(*(rows[c].to_numpy(np.int64) for c in ("block_m", "block_n", "block_k", "m", "n", "k")),
-                             floors)
+                             tile_floors)
     return rows[np.asarray(fits, bool)].reset_index(drop=True)
 
 
@@ -175,10 +175,10 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0, data=None) -> EvalResul
     ood = {(m, n, k): "; ".join(env.reasons(int(m), int(n), int(k)))
            for m, n, k in shapes.itertuples(index=False)}
     if data is not None and Path(data).is_dir():
-        floors = noise_floors(data, rows)           # the across-session floor where re-timings exist
+        floors_ = noise_floors(data, rows)          # the across-session floor where re-timings exist
     else:
-        floors = NoiseFloors(within=noise_floor(rows))
-    noise = floors.tie
+        floors_ = NoiseFloors(within=noise_floor(rows))
+    noise = floors_.tie
     frames, summary, preds = [], {}, {name: mdl.predict(rows) for name, mdl in models.items()}
     preds["random"] = random_scores(rows, seed)
     vendor = rows["config_id"].eq(VENDOR_ID).to_numpy(bool)
@@ -205,7 +205,7 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0, data=None) -> EvalResul
     return EvalResult(per_shape=pd.concat(frames, ignore_index=True), summary=summary, rows=rows,
                       noise_floor=noise, predictions=preds, vendor_us={}, model=product.name,
                       time_models=tuple(n for n, m in models.items() if m.predicts_time), model_info=info,
-                      hidden_by_noise=int(((raw > 0) & (raw <= noise)).sum()), floors=floors)
+                      hidden_by_noise=int(((raw > 0) & (raw <= noise)).sum()), noise_floors=floors_)
 
 
 def _shown(path) -> str:
@@ -342,7 +342,7 @@ def format_per_shape(res: EvalResult) -> str:
 
 
 def _floors_line(res: EvalResult) -> str:
-    return res.floors.describe() if res.floors is not None else f"noise floor {res.noise_floor:.1%}"
+    return res.noise_floors.describe() if res.noise_floors is not None else f"noise floor {res.noise_floor:.1%}"
 
 
 def write_report(res: EvalResult, path) -> Path:

@@ -111,7 +111,7 @@ class RecheckResult:
         Re-timings written to ``<folder>/recheck/``.
     shapes : int
         Shapes re-timed.
-    floors : NoiseFloors
+    noise_floors : NoiseFloors
         The folder's floors after this re-timing.
     part : Path or None
         The part written.
@@ -119,7 +119,7 @@ class RecheckResult:
 
     rows_written: int = 0
     shapes: int = 0
-    floors: NoiseFloors = field(default_factory=NoiseFloors)
+    noise_floors: NoiseFloors = field(default_factory=NoiseFloors)
     part: Path | None = None
 
 
@@ -275,5 +275,5 @@ def recheck(backend, folder, *, shapes: int = 6, configs_per_shape: int = 4, see
     res = RecheckResult(rows_written=len(written), shapes=len(pick))
     if written:
         res.part = write_part(written, folder / RECHECK_FOLDER)
-    res.floors = noise_floors(folder, df)
+    res.noise_floors = noise_floors(folder, df)
     return res

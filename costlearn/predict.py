@@ -159,7 +159,7 @@ class Predictor:
         :mod:`costlearn.space`), bool of shape (len(configs),)."""
         from .space import tile_fits_problem
         bm, bn, bk = self.ranker.features.block
-        return np.asarray(tile_fits_problem(bm, bn, bk, problem.m, problem.n, problem.k, self.ranker.floors), bool)
+        return np.asarray(tile_fits_problem(bm, bn, bk, problem.m, problem.n, problem.k, self.ranker.tile_floors), bool)
 
     def candidate_mask(self, problem: Problem) -> np.ndarray | None:
         """The candidates a prediction ranks for ``problem``: block tile within

@@ -50,7 +50,7 @@ def test_committed_evaluation_rescores_to_the_published_numbers(model_dir, datas
     from costlearn.evaluate import score
     res = score(model_dir, load(dataset_dir / "eval")[0], data=dataset_dir / "eval")
     s = res.summary["xgboost"]["all"]
-    assert s["shapes"] == 29 and res.floors.pairs > 0 and res.noise_floor == res.floors.across_shape
+    assert s["shapes"] == 29 and res.noise_floors.pairs > 0 and res.noise_floor == res.noise_floors.across_shape
     assert (round(s["top1_mean"], 3), round(s["top1_geomean"], 3), round(s["top5_mean"], 3)) == (0.033, 0.031, 0.0)
     assert round(s["kendall_tau"], 3) == 0.47 and round(res.summary["roofline"]["all"]["top1_mean"], 3) == 0.638
 

@@ -84,13 +84,13 @@ def test_recheck_retimes_in_a_new_session_and_ties_use_the_across_floor(dataset_
     assert res.shapes == 2 and res.rows_written > 0
     re_rows, _ = load(tmp_path / RECHECK_FOLDER)
     assert set(re_rows["session_id"]) == {"later0session"}
-    assert res.floors.pairs == res.rows_written and 0.1 - 1e-9 <= res.floors.across <= 0.32 + 1e-9
-    assert 0 < res.floors.across_shape < res.floors.across      # the common 10 % is no ranking noise
-    assert res.floors.tie == res.floors.across_shape            # ties use the across-session floor
-    assert "common factor (the machine's speed then) removed" in res.floors.describe()
+    assert res.noise_floors.pairs == res.rows_written and 0.1 - 1e-9 <= res.noise_floors.across <= 0.32 + 1e-9
+    assert 0 < res.noise_floors.across_shape < res.noise_floors.across      # the common 10 % is no ranking noise
+    assert res.noise_floors.tie == res.noise_floors.across_shape            # ties use the across-session floor
+    assert "common factor (the machine's speed then) removed" in res.noise_floors.describe()
     assert noise_floors(tmp_path).sessions == 1
     s = score(model_dir, load(tmp_path)[0], data=tmp_path)
-    assert s.noise_floor == s.floors.tie > 0 and s.floors.pairs > 0
+    assert s.noise_floor == s.noise_floors.tie > 0 and s.noise_floors.pairs > 0
     assert len(load(tmp_path)[0]) == n_rows                   # re-timings never enter the dataset itself
 
 

@@ -77,7 +77,7 @@ def problems(pred):
 def _rankers(pred, shortlist):
     r = pred.ranker
     kw = dict(coverage=r.coverage, vendor=r.vendor, evidence=r.evidence, shortlist=shortlist)
-    return {name: RANKERS.get(name)(r.features, r.scorer, r.envelope, r.floors, **kw) for name in RANKERS.names()}
+    return {name: RANKERS.get(name)(r.features, r.scorer, r.envelope, r.tile_floors, **kw) for name in RANKERS.names()}
 
 
 def _same(a, b):

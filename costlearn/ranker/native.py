@@ -273,8 +273,8 @@ class NativeRanker(Ranker):
 
     name = "native"
 
-    def __init__(self, features, scorer, envelope, floors, **rule):
-        super().__init__(features, scorer, envelope, floors, **rule)
+    def __init__(self, features, scorer, envelope, tile_floors, **rule):
+        super().__init__(features, scorer, envelope, tile_floors, **rule)
         lib = library()
         if lib is None:
             why = "COSTLEARN_NO_C is set" if os.environ.get("COSTLEARN_NO_C") \
@@ -314,8 +314,8 @@ class NativeRanker(Ranker):
         self._const = dict(
             n_cands=f.n_candidates, n_features=len(f.names), block=ptr["block"],
             slots=ptr["slots"], tile_occ=ptr["tile_occ"], fill=ptr["fill"], s=f.element_bytes,
-            peak=f.peak_flop_per_us, bw=f.bytes_per_us, cols=ptr["cols"], floor_m=self.floors[0],
-            floor_n=self.floors[1], floor_k=self.floors[2], cov_lo=ptr.get("cov_lo", 0),
+            peak=f.peak_flop_per_us, bw=f.bytes_per_us, cols=ptr["cols"], floor_m=self.tile_floors[0],
+            floor_n=self.tile_floors[1], floor_k=self.tile_floors[2], cov_lo=ptr.get("cov_lo", 0),
             cov_hi=ptr.get("cov_hi", 0),
             vendor=-1 if self.vendor is None else int(self.vendor), has_forest=int(forest is not None),
             nodes=ptr.get("nodes", 0), roots=ptr.get("roots", 0), depths=ptr.get("depths", 0),
