@@ -644,7 +644,7 @@ def cmd_tuning_db(args) -> int:
     entries = db.entries()
     print(f"{db.path}: {len(entries)} entries")
     for e in entries[-args.last:]:
-        print(f"  {e.problem} {e.family} {e.device} {e.config.config_id} {e.how} {e.time_us:.1f} us "
+        print(f"  {e.problem} {e.family} {e.device} {e.config.config_id} {e.chosen_by} {e.time_us:.1f} us "
               f"(template {e.template_hash}, costlearn {e.costlearn_version}, {e.updated})")
     return 0
 

@@ -107,12 +107,12 @@ class Tuner:
         p = pred.predict(problem, max(top_k, measure_top_k), running_on)
         fam = pred.artifact.family
         hit = db.get(problem, fam.name, where.slug, fam.template_hash, spec=where)
-        if hit is not None and hit.how == "predicted" and not hit.source.startswith(pred.source):
+        if hit is not None and hit.chosen_by == "predicted" and not hit.source.startswith(pred.source):
             hit = None                  # another model's prediction: this model answers for itself
-        if hit is not None and (hit.how == "measured" or not measure_top_k):
-            measured = tuple(sorted(hit.times_us.items(), key=lambda kv: kv[1])) if hit.how == "measured" else ()
+        if hit is not None and (hit.chosen_by == "measured" or not measure_top_k):
+            measured = tuple(sorted(hit.times_us.items(), key=lambda kv: kv[1])) if hit.chosen_by == "measured" else ()
             return p._replace(config=hit.config, time_us=hit.time_us, top_k=p.top_k[:top_k],
-                              chosen_by=hit.how, measured_us=measured, from_tuning_db=True,
+                              chosen_by=hit.chosen_by, measured_us=measured, from_tuning_db=True,
                               tuning_db_source=hit.source)
         if not measure_top_k:
             _put(db, TuningEntry(problem, fam.name, where.slug, fam.template_hash, __version__, p.config,

@@ -45,11 +45,11 @@ from .problem import Problem
 from .space import check_config
 from .util import cache_dir, check_instance
 
-__all__ = ["TuningDB", "TuningEntry", "TuningDBError", "default_path", "HOW"]
+__all__ = ["TuningDB", "TuningEntry", "TuningDBError", "default_path", "CHOSEN_BY"]
 
 SCHEMA = 2
 """2 added ``layout`` and ``family`` to the key (schema-1 files are upgraded on open)."""
-HOW = ("predicted", "measured")
+CHOSEN_BY = ("predicted", "measured")
 
 _KEY = "m, n, k, dtype, layout, family, device, template_hash, costlearn_version"
 
@@ -115,7 +115,9 @@ class TuningEntry:
     template_hash, costlearn_version : str
     config : a config of ``family``
         The chosen config.
-    how : {"predicted", "measured"}
+    chosen_by : {"predicted", "measured"}
+        How it was chosen (:attr:`costlearn.prediction.Prediction.chosen_by`;
+        the column ``how`` of the database file).
     time_us : float
         The chosen config's time, microseconds: measured median, or the
         model's prediction.
@@ -134,7 +136,7 @@ class TuningEntry:
     template_hash: str
     costlearn_version: str
     config: object
-    how: str
+    chosen_by: str
     time_us: float
     times_us: dict = field(default_factory=dict)
     source: str = ""
@@ -417,7 +419,7 @@ class TuningDB:
         Raises
         ------
         ValueError
-            If ``how`` is not one of :data:`HOW`, the time is not finite and
+            If ``chosen_by`` is not one of :data:`CHOSEN_BY`, the time is not finite and
             positive, or the shape or dtype is invalid.
         """
         if self.read_only:
@@ -427,8 +429,8 @@ class TuningDB:
         check_instance("problem", entry.problem, Problem, "a costlearn.Problem")
         if entry.family not in FAMILIES:
             raise ValueError(f"family={entry.family!r}; known: {list(FAMILIES.names())}")
-        if entry.how not in HOW:
-            raise ValueError(f"how={entry.how!r}; allowed: {HOW}")
+        if entry.chosen_by not in CHOSEN_BY:
+            raise ValueError(f"chosen_by={entry.chosen_by!r}; allowed: {CHOSEN_BY}")
         for name in ("device", "template_hash", "costlearn_version", "source"):
             v = getattr(entry, name)
             if not isinstance(v, str) or (not v and name != "source"):
@@ -444,7 +446,7 @@ class TuningDB:
             datetime.now(timezone.utc).isoformat(timespec="seconds")
         p = entry.problem
         values = (p.m, p.n, p.k, p.dtype, p.layout, entry.family, entry.device, entry.template_hash,
-                  entry.costlearn_version, entry.config.config_id, entry.how, float(entry.time_us),
+                  entry.costlearn_version, entry.config.config_id, entry.chosen_by, float(entry.time_us),
                   json.dumps(_times(entry.times_us), sort_keys=True), entry.source, stamp)
         return bool(self._run(lambda c: c.execute(_UPSERT, values).rowcount))
 

@@ -90,7 +90,7 @@ def test_relative_models_dir_is_not_cached_across_chdir(device_name, tmp_path, m
 
 def _entry(m=64, **kw):
     base = dict(problem=Problem(m, 64, 64), family="gemm", device="dev", template_hash=TEMPLATE_HASH,
-                costlearn_version="0.1.0", config=TileConfig(16, 32, 8, 2, 4), how="predicted", time_us=10.0)
+                costlearn_version="0.1.0", config=TileConfig(16, 32, 8, 2, 4), chosen_by="predicted", time_us=10.0)
     base.update(kw)
     return TuningEntry(**base)
 

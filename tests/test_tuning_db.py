@@ -22,9 +22,9 @@ CFG = TileConfig(16, 32, 8, 2, 4)
 P = Problem(64, 64, 64)
 
 
-def entry(how="predicted", t=10.0, config=CFG, m=64, n=64, k=64, **kw):
+def entry(chosen_by="predicted", t=10.0, config=CFG, m=64, n=64, k=64, **kw):
     base = dict(problem=Problem(m, n, k), family="gemm", device="dev", template_hash=TEMPLATE_HASH,
-                costlearn_version=__version__, config=config, how=how, time_us=t, times_us={config.config_id: t},
+                costlearn_version=__version__, config=config, chosen_by=chosen_by, time_us=t, times_us={config.config_id: t},
                 source="test")
     base.update(kw)
     return TuningEntry(**base)
@@ -39,7 +39,7 @@ def test_round_trip_and_key(tmp_path):
     assert get(db) is None
     assert db.put(entry())
     got = get(db)
-    assert got.config == CFG and got.how == "predicted" and got.time_us == 10.0
+    assert got.config == CFG and got.chosen_by == "predicted" and got.time_us == 10.0
     assert got.times_us == {CFG.config_id: 10.0} and got.problem == P and got.family == "gemm"
     assert get(db, Problem(64, 64, 65)) is None                                  # shape
     assert get(db, device="other") is None                                       # device
@@ -75,7 +75,7 @@ def test_a_schema_1_file_is_upgraded_to_gemm_nn_entries(tmp_path):
     path = tmp_path / "old.sqlite"
     _schema_1_file(path)
     got = get(TuningDB(path))
-    assert got.how == "measured" and got.time_us == 7.5 and got.problem.layout == "NN"
+    assert got.chosen_by == "measured" and got.time_us == 7.5 and got.problem.layout == "NN"
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 2
 
 
@@ -85,7 +85,7 @@ def test_measured_entry_is_never_replaced_by_a_predicted_one(tmp_path):
     assert db.put(entry("measured", 12.0))                  # measured replaces predicted
     assert not db.put(entry("predicted", 5.0))              # ... but not the other way round
     got = get(db)
-    assert got.how == "measured" and got.time_us == 12.0
+    assert got.chosen_by == "measured" and got.time_us == 12.0
 
 
 def test_a_config_no_longer_feasible_is_a_miss_never_launched(tmp_path):
@@ -98,8 +98,8 @@ def test_a_config_no_longer_feasible_is_a_miss_never_launched(tmp_path):
 
 def test_bad_entries_are_refused(tmp_path):
     db = TuningDB(tmp_path / "t.sqlite", create=True)
-    with pytest.raises(ValueError, match="how='guessed'"):
-        db.put(entry(how="guessed"))
+    with pytest.raises(ValueError, match="chosen_by='guessed'"):
+        db.put(entry(chosen_by="guessed"))
     with pytest.raises(ValueError, match="time_us=nan"):
         db.put(entry(t=float("nan")))
     with pytest.raises(ValueError, match="M=0"):
@@ -232,7 +232,7 @@ def test_predict_best_records_and_reuses(model_dir, device_name, tmp_path):
     p = predict_best(300, 200, 100, device=device_name, tuning_db=db)
     assert p.chosen_by == "predicted" and not p.from_tuning_db
     hit = get(db, Problem(300, 200, 100), device=spec.slug)
-    assert hit.config == p.config and hit.how == "predicted"
+    assert hit.config == p.config and hit.chosen_by == "predicted"
     # A measured entry (here written by hand) wins over the model from then on.
     other = p.top_k[2][0]
     db.put(entry("measured", 7.0, config=other, m=300, n=200, k=100, device=spec.slug))
