@@ -24,7 +24,8 @@ P = Problem(64, 64, 64)
 
 def entry(chosen_by="predicted", t=10.0, config=CFG, m=64, n=64, k=64, **kw):
     base = dict(problem=Problem(m, n, k), family="gemm", device="dev", template_hash=TEMPLATE_HASH,
-                costlearn_version=__version__, config=config, chosen_by=chosen_by, time_us=t, times_us={config.config_id: t},
+                costlearn_version=__version__, config=config, chosen_by=chosen_by, time_us=t,
+                times_us={config.config_id: t},
                 source="test")
     base.update(kw)
     return TuningEntry(**base)
