@@ -10,6 +10,7 @@ from costlearn.families.gemm import TEMPLATE_HASH, render
 from costlearn.families.gemm import GemmConfig as TileConfig
 from costlearn.problem import Problem
 from costlearn.space import enumerate_space
+import hashlib
 
 SHAPES = [(1, 1, 1), (1, 1024, 1024), (10, 500, 64), (130, 293, 237), (257, 31, 1000), (64, 64, 1)]
 
@@ -82,3 +83,15 @@ def test_cuda_rendering_compiles_for_sm90(tmp_path):
         regs = list(ex.map(lambda ic: _nvcc_registers(render(ic[1], "cuda"), tmp_path / f"k{ic[0]}.cu"),
                            enumerate(sample)))
     assert all(0 < r <= 255 for r in regs), regs
+
+
+A = TileConfig(64, 64, 16, 4, 4)
+
+
+def test_kernel_source_is_pinned_so_a_change_cannot_reuse_old_timings():
+    """If this fails, the kernel source changed: make the change alter
+    codegen.TEMPLATE_HASH (it keys every measurement) and re-measure."""
+    from costlearn.families.gemm import TEMPLATE_HASH, render
+    src = "".join(render(c, d) for c in (A, TileConfig(1, 64, 8, 1, 2, "dot", 1, "col")) for d in ("cuda", "opencl"))
+    assert TEMPLATE_HASH == "080acee35a12"
+    assert hashlib.sha256(src.encode()).hexdigest()[:12] == "bb205c4775d5"

@@ -8,6 +8,8 @@ import time
 
 from conftest import ROOT, needs_opencl
 from costlearn.dataset import KEY_COLUMNS, load
+from costlearn.measure import Protocol
+from costlearn.families.gemm import GemmConfig as TileConfig
 
 _WRITER = r"""
 import sys
@@ -138,3 +140,40 @@ def test_a_collection_past_its_budget_says_why(dataset_dir, dataset_rows, tmp_pa
     assert res.over_budget_s >= 1.0 and res.shapes_done == 1
     print_collect_result(res, tmp_path, "gemm", "float32", seed=0)
     assert "more than --budget 0: a shape started inside the budget" in capsys.readouterr().err
+
+
+A = TileConfig(64, 64, 16, 4, 4)
+
+
+def test_resume_key_includes_the_input_distribution(dataset_dir, dataset_rows, tmp_path):
+    from costlearn.backends.replay import ReplayBackend
+    from costlearn.collect import collect
+    shape = tuple(int(x) for x in dataset_rows[["m", "n", "k"]].iloc[0])
+    same = (dataset_rows["m"] == shape[0]) & (dataset_rows["n"] == shape[1]) & (dataset_rows["k"] == shape[2])
+    pool = [TileConfig.from_id(c) for c in dataset_rows.loc[same, "config_id"]]
+    be = ReplayBackend(dataset_dir)
+    first = collect(be, tmp_path, shapes=[shape], pool=pool, progress=False)
+    sparse = collect(be, tmp_path, shapes=[shape], pool=pool, progress=False,
+                     protocol=Protocol(distribution="sparse", density=0.1))
+    assert first.rows_written == sparse.rows_written > 0
+
+
+def test_collect_stops_cleanly_when_the_device_is_lost_and_keeps_earlier_shapes(dataset_dir, dataset_rows, tmp_path):
+    from costlearn.backends.replay import ReplayBackend
+    from costlearn.collect import collect
+    from costlearn.dataset import load
+    shapes = [tuple(int(x) for x in s) for s in dataset_rows[["m", "n", "k"]].drop_duplicates().iloc[:3].to_numpy()]
+    pool = [TileConfig.from_id(c) for c in sorted(dataset_rows["config_id"].unique())]
+
+    class LosesDevice(ReplayBackend):
+        def workspace(self, problem, *a, **kw):
+            ws = super().workspace(problem)
+            if problem.shape == shapes[1]:
+                def boom(kern):
+                    raise RuntimeError("cudaErrorIllegalAddress")
+                ws.verify = boom
+            return ws
+    res = collect(LosesDevice(dataset_dir), tmp_path, shapes=shapes, pool=pool, progress=False)
+    assert "device context lost" in res.stopped and res.shapes_done == 1
+    df, _ = load(tmp_path)
+    assert set(map(tuple, df[["m", "n", "k"]].drop_duplicates().to_numpy())) == {shapes[0]}

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 from costlearn.dataset import COLUMNS, DatasetError, load, measured_keys, valid_rows, write_part
+from costlearn.families.gemm import GemmConfig as TileConfig
 
 
 def _row(**kw):
@@ -166,3 +167,18 @@ def test_parts_before_schema_4_read_with_no_import_provenance(tmp_path):
     df, rep = load(tmp_path)
     assert rep.parts == 1 and not rep.corrupt
     assert (df.loc[0, "source_format"], df.loc[0, "source_line"]) == ("", -1)
+
+
+A = TileConfig(64, 64, 16, 4, 4)
+
+
+def test_rows_of_another_template_or_protocol_never_train_or_score():
+    from costlearn.dataset import current_rows
+    from costlearn.families.gemm import TEMPLATE_HASH
+    from costlearn.measure import PROTOCOL_VERSION
+    df = pd.DataFrame(dict(template_hash=[TEMPLATE_HASH, "old", TEMPLATE_HASH, TEMPLATE_HASH],
+                           family=["gemm", "gemm", "gemm", "unknown"],
+                           protocol_version=[PROTOCOL_VERSION, PROTOCOL_VERSION, PROTOCOL_VERSION - 1,
+                                             PROTOCOL_VERSION]))
+    kept, dropped = current_rows(df)
+    assert len(kept) == 1 and dropped == 3

@@ -87,3 +87,11 @@ def test_bad_settings_are_refused(fitted):
         fit_dispatch(pred, RANGES, max_configs=9)
     with pytest.raises(ValueError, match="cover every shape"):
         fit_dispatch(pred, {"M": (1, 1024), "N": (1, 1024), "K": (1, 1024)}, max_configs=1, samples=200)
+
+
+@pytest.mark.parametrize("name", ["select-tile", "bad name", "9lives", "class", "int", "../../escape", ""])
+def test_dispatch_name_must_be_an_identifier(model_dir, tmp_path, name):
+    from costlearn.cli import main
+    rc = main(["dispatch", "--m", "1:64", "--n", "64:128", "--k", "64:128", "--samples", "50",
+               "--out", str(tmp_path / "d"), "--name", name])
+    assert rc == 2 and not (tmp_path / "d").exists()

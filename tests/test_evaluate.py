@@ -183,3 +183,22 @@ def test_evaluate_no_measure_defaults_to_the_measurements_devices_model(tmp_path
     assert main(["evaluate", "--no-measure", "--family", "triton_mm", "--dtype", "float16", "--models", str(models),
                  "--out", str(tmp_path / "data" / DEVICE)]) == 0
     assert f"Model: {DEVICE}/triton_mm/float16" in capsys.readouterr().out
+
+
+
+def test_evaluate_refuses_to_measure_on_another_device_than_the_models(model_dir, dataset_dir, tmp_path):
+    from costlearn.backends.replay import ReplayBackend
+    from costlearn.device import preset
+    from costlearn.evaluate import evaluate
+    rows = ReplayBackend(dataset_dir).rows
+    with pytest.raises(ValueError, match="--no-measure"):
+        evaluate(ReplayBackend(rows, spec=preset("h200")), model_dir, tmp_path, progress=False)
+
+
+def test_evaluate_no_measure_scores_existing_rows_without_a_device(model_dir, device_name, capsys):
+    from costlearn.cli import main
+    eval_dir = model_dir.parents[3] / "data" / device_name / "eval"
+    if not eval_dir.is_dir():
+        pytest.skip("no committed eval measurements")
+    assert main(["evaluate", "--no-measure", "--model", device_name, "--out", str(eval_dir)]) == 0
+    assert "| xgboost |" in capsys.readouterr().out

@@ -7,6 +7,8 @@ import pytest
 from costlearn.backends.base import CompiledKernel
 from costlearn.measure import Protocol, check_result, make_inputs, measure_shape, rotation_sets, tolerance
 from costlearn.families.gemm import GemmConfig as TileConfig
+import pandas as pd
+from costlearn.measure import DeviceLost
 
 A = TileConfig(64, 64, 16, 4, 4)
 B = TileConfig(32, 32, 16, 2, 2)
@@ -219,3 +221,34 @@ def test_protocol_refuses_caps_below_its_minimum():
         Protocol(target_rse=1.5)
     with pytest.raises(ValueError, match="until="):
         measure_shape(NoisyWorkspace({}, {}), [], Protocol(), until="forever")
+
+
+
+
+def test_sticky_device_fault_stops_the_shape_with_device_lost():
+    class Faulting:
+        def verify(self, kern):
+            raise RuntimeError("CUDARuntimeError: cudaErrorIllegalAddress: an illegal memory access")
+
+        def sample(self, kern, n):
+            return 1.0
+    with pytest.raises(DeviceLost, match="IllegalAddress"):
+        measure_shape(Faulting(), [CompiledKernel(A)], Protocol(rounds=1))
+
+
+def test_protocol_accepts_numpy_ints_and_refuses_a_negative_timeout():
+    assert Protocol(rounds=np.int64(3)).rounds == 3
+    with pytest.raises(ValueError, match="timeout_us"):
+        Protocol(timeout_us=-1)
+
+
+def test_replay_reproduces_a_recorded_timeout():
+    from costlearn.backends.replay import ReplayBackend
+    from costlearn.device import preset
+    from test_dataset import _row
+    from costlearn.problem import Problem
+    rows = pd.DataFrame([_row(config_id=A.config_id, status="timeout", time_us=math.nan, device_slug="h200")])
+    be = ReplayBackend(rows, spec=preset("h200"))
+    with be.workspace(Problem(4, 5, 6)) as ws:
+        row = measure_shape(ws, [be.compile(A)], Protocol(rounds=1))[0]
+    assert row["status"] == "timeout"

@@ -6,6 +6,7 @@ import pytest
 import costlearn
 from costlearn.device import preset
 from costlearn.predict import Predictor, predict_best
+from conftest import ROOT
 
 
 @pytest.fixture(scope="module")
@@ -211,3 +212,20 @@ def test_a_models_dir_that_is_not_a_folder_says_so(tmp_path, what):
         path.write_text("x")
     with pytest.raises(ValueError, match="is not a folder" + (r" \(it does not exist\)" if what == "missing" else "")):
         predict_best(8, 8, 8, models_dir=path)
+
+
+@pytest.mark.parametrize("kw", [dict(measure_top_k=None), dict(measure_top_k=0.0), dict(measure_top_k=False),
+                                dict(measure_top_k=""), dict(backend="opencl"), dict(backend=42)])
+def test_result_cache_does_not_let_bad_options_through(device_name, kw):
+    predict_best(48, 64, 96, device=device_name)
+    with pytest.raises(TypeError):
+        predict_best(48, 64, 96, device=device_name, **kw)
+
+
+def test_relative_models_dir_is_not_cached_across_chdir(device_name, tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    predict_best(48, 64, 96, device=device_name, models_dir="models")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()                  # another, empty store of the same relative name
+    with pytest.raises(ValueError, match="no model"):
+        predict_best(48, 64, 96, device=device_name, models_dir="models")

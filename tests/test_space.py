@@ -5,6 +5,8 @@ from costlearn.families import get_family
 from costlearn.families.gemm import GemmConfig as TileConfig
 from costlearn.problem import Problem
 from costlearn.space import check_config, enumerate_space, rules_of
+import numpy as np
+import pandas as pd
 
 GEMM = get_family("gemm")
 smem_bytes = GEMM.smem_bytes
@@ -147,3 +149,19 @@ def test_unknown_preset_lists_the_known_ones():
 def test_device_spec_round_trips_through_dict():
     s = preset("a100")
     assert DeviceSpec.from_dict(s.to_dict()) == s
+
+
+A = TileConfig(64, 64, 16, 4, 4)
+
+
+def test_small_input_errors_are_clear():
+    from costlearn.device import preset
+    from costlearn.features.analytic import analytic_arrays
+    from costlearn.metrics import topk_regret
+    with pytest.raises(TypeError, match="must be a costlearn.Problem"):
+        enumerate_space(preset("h200"), problem=(1, 2))
+    with pytest.raises(ValueError, match="non-empty"):
+        topk_regret(np.array([]), np.array([]), 1)
+    rows = pd.DataFrame([dict(m=8, n=8, k=8, dtype="bf16", layout="NN", family="gemm", config_id=A.config_id)])
+    with pytest.raises(ValueError, match="bf16"):
+        analytic_arrays(rows, preset("h200"))

@@ -17,6 +17,7 @@ from costlearn.problem import Problem
 from costlearn.tuning_db import TuningDB, TuningDBError, TuningEntry
 
 from conftest import ROOT, needs_opencl
+import threading
 
 CFG = TileConfig(16, 32, 8, 2, 4)
 P = Problem(64, 64, 64)
@@ -312,3 +313,71 @@ def test_a_folder_or_unwritable_path_is_an_error_not_corruption(tmp_path):
     with pytest.raises(OSError, match="cannot use the tuning database"):
         TuningDB(folder, create=True)
     assert folder.is_dir() and not list(tmp_path.glob("db.corrupt-*"))
+
+
+def _entry(m=64, **kw):
+    base = dict(problem=Problem(m, 64, 64), family="gemm", device="dev", template_hash=TEMPLATE_HASH,
+                costlearn_version="0.1.0", config=TileConfig(16, 32, 8, 2, 4), chosen_by="predicted", time_us=10.0)
+    base.update(kw)
+    return TuningEntry(**base)
+
+
+def _get(db, m=64):
+    return db.get(Problem(m, 64, 64), "gemm", "dev", TEMPLATE_HASH, costlearn_version="0.1.0")
+
+
+def test_bad_entry_does_not_set_a_healthy_database_aside(tmp_path):
+    db = TuningDB(tmp_path / "t.sqlite", create=True)
+    db.put(_entry())
+    for bad in (dict(device=None), dict(source=None), dict(config="m16"), dict(times_us=[1, 2]),
+                dict(family="conv"), dict(problem=(64, 64, 64))):
+        with pytest.raises((TypeError, ValueError)):
+            db.put(_entry(**bad))
+    assert not db.set_aside and _get(db)
+
+
+def test_damaged_rows_are_misses_not_answers(tmp_path):
+    path = tmp_path / "t.sqlite"
+    db = TuningDB(path, create=True)
+    db.put(_entry(m=1))
+    db.put(_entry(m=2))
+    with sqlite3.connect(path) as c:
+        c.execute("UPDATE tuned SET time_us = -5 WHERE m = 1")
+        c.execute("UPDATE tuned SET times_json = '[1, 2]' WHERE m = 2")
+    for m in (1, 2):
+        assert _get(db, m) is None
+
+
+def test_newer_schema_or_foreign_database_is_left_alone(tmp_path):
+    newer = tmp_path / "newer.sqlite"
+    TuningDB(newer, create=True).close()
+    with sqlite3.connect(newer) as c:
+        c.execute("PRAGMA user_version = 99")
+    foreign = tmp_path / "app.sqlite"
+    with sqlite3.connect(foreign) as c:
+        c.execute("CREATE TABLE users (id INTEGER)")
+    for path, says in ((newer, "newer than"), (foreign, "not a costlearn tuning database")):
+        before = path.read_bytes()
+        with pytest.raises(TuningDBError, match=says):
+            TuningDB(path)
+        assert path.read_bytes() == before and not list(tmp_path.glob("*.corrupt-*"))
+
+
+def test_after_a_set_aside_every_thread_writes_to_the_fresh_file(tmp_path):
+    """A thread's old connection kept writing into the set-aside copy."""
+    path = tmp_path / "t.sqlite"
+    db = TuningDB(path, create=True)
+    db.put(_entry(m=1))                                 # this thread's connection is open
+    done = threading.Event()
+
+    def other():
+        db._set_aside("test", None)                     # what a corruption error in another thread does
+        done.set()
+
+    with pytest.warns(RuntimeWarning):
+        threading.Thread(target=other).start()
+        done.wait(10)
+    assert db.put(_entry(m=888))
+    assert _get(db, 888) is not None
+    with sqlite3.connect(path) as c:
+        assert c.execute("SELECT COUNT(*) FROM tuned WHERE m = 888").fetchone()[0] == 1

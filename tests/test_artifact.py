@@ -1,0 +1,79 @@
+"""Model artifacts: a scorer or model file that is not the one the sidecar recorded, or not consistent,
+is refused, never served."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import numpy as np
+import pytest
+from costlearn.families.gemm import GemmConfig as TileConfig
+
+
+
+A = TileConfig(64, 64, 16, 4, 4)
+
+
+def test_model_file_from_another_training_is_refused(model_dir, tmp_path):
+    from costlearn.model import artifact
+    dst = tmp_path / "dev" / "gemm" / "float32"
+    shutil.copytree(model_dir, dst)
+    side = json.loads((dst / "model.json").read_text())
+    side["model_state"]["files"]["model.ubj"] = hashlib.sha256(b"another model").hexdigest()
+    (dst / "model.json").write_text(json.dumps(side))
+    with pytest.raises(artifact.ArtifactError, match="sha256"):
+        artifact.load(dst).model()
+
+
+def _rewrite_scorer(folder, mutate):
+    """Replace the artifact's scorer.npz by a mutated copy and record its
+    sha256 in the sidecar (as a training writing another scorer would)."""
+    import hashlib
+    import json
+    with np.load(folder / "scorer.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    mutate(arrays)
+    np.savez(folder / "scorer.npz", **arrays)
+    side = json.loads((folder / "model.json").read_text())
+    side["scorer"]["sha256"] = hashlib.sha256((folder / "scorer.npz").read_bytes()).hexdigest()
+    (folder / "model.json").write_text(json.dumps(side))
+
+
+@pytest.mark.parametrize("damage", ["keep_1", "child_out_of_range", "feature_out_of_range", "offsets_short"])
+def test_an_inconsistent_scorer_is_refused_not_served(model_dir, tmp_path, damage):
+    """What the flat-forest and cascade caches once let through (a loadable
+    file with bad values) cannot reach the C ranker: the scorer in the
+    artifact is validated when it loads."""
+    import shutil
+    from costlearn.model.artifact import ArtifactError, load
+    dst = tmp_path / "dev" / "gemm" / "float32"
+    shutil.copytree(model_dir, dst)
+
+    def mutate(a):
+        if damage == "keep_1":
+            a["cascade"] = np.array([[8, 1, 0.0]])
+        elif damage == "child_out_of_range":
+            nodes = a["forest_nodes"].copy()
+            nodes["child"][nodes["flags"] == 1] = 65000
+            a["forest_nodes"] = nodes
+        elif damage == "feature_out_of_range":
+            nodes = a["forest_nodes"].copy()
+            nodes["feature"][:] = 200
+            a["forest_nodes"] = nodes
+        else:
+            a["has_offsets"] = np.int64(1)
+            a["offsets"] = np.zeros(3)
+    _rewrite_scorer(dst, mutate)
+    with pytest.raises(ArtifactError):
+        load(dst)
+
+
+def test_a_scorer_of_another_training_is_refused(model_dir, tmp_path):
+    import shutil
+    from costlearn.model.artifact import ArtifactError, load
+    dst = tmp_path / "dev" / "gemm" / "float32"
+    shutil.copytree(model_dir, dst)
+    with (dst / "scorer.npz").open("ab") as fh:
+        fh.write(b"\0")
+    with pytest.raises(ArtifactError, match="sha256"):
+        load(dst)
