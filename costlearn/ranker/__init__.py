@@ -11,7 +11,8 @@ from ..registry import Registry
 from .base import Ranker, RankResult
 
 __all__ = ["RANKERS", "make_ranker", "Ranker", "RankResult", "calibrate_cascade", "calibration_problems",
-           "CASCADE_TREES", "CASCADE_KEEP", "CASCADE_MARGIN", "CASCADE_LATE_TREES", "CASCADE_LATE_KEEP",
+           "CASCADE_TREES", "CASCADE_MIN_TREES", "CASCADE_KEEP", "CASCADE_MARGIN", "CASCADE_LATE_TREES",
+           "CASCADE_LATE_KEEP",
            "CASCADE_LATE_MARGIN"]
 
 RANKERS = Registry("ranker", {"native": "costlearn.ranker.native:NativeRanker",
@@ -54,6 +55,10 @@ CASCADE_LATE_KEEP = (8, 6)
 """Least survivors of a third stage."""
 CASCADE_LATE_MARGIN = (0.0, 0.02, 0.05)
 """Margins of a third stage."""
+CASCADE_MIN_TREES = 64
+"""Scorers of fewer trees are served without a cascade: all their trees over
+every candidate are a few thousand walks at most (tens of microseconds), and
+the calibration's search (seconds) would cost more than it saves."""
 CASCADE_MISS_TOP1 = 0.0
 """Share of calibration problems on which the cascade may lose the full
 scorer's best candidate."""
@@ -111,7 +116,8 @@ def calibrate_cascade(scorer, features, tile_floors, problems, *, miss_top1: flo
     Returns
     -------
     stages : tuple of (int, int, float)
-        Empty when no cascade is accepted or the scorer has under 5 trees.
+        Empty when no cascade is accepted or the scorer has fewer than
+        :data:`CASCADE_MIN_TREES` trees.
     info : dict
         ``problems``, ``cost`` (tree walks as a share of the full
         scorer's), ``miss_top1``, ``miss_top5`` (measured shares), ``grid``,
@@ -126,7 +132,7 @@ def calibrate_cascade(scorer, features, tile_floors, problems, *, miss_top1: flo
                           late_trees=list(CASCADE_LATE_TREES), late_keep=list(CASCADE_LATE_KEEP),
                           late_margin=list(CASCADE_LATE_MARGIN)),
                 allowed=dict(miss_top1=miss_top1, miss_top5=miss_top5))
-    if total < 5:
+    if total < CASCADE_MIN_TREES:
         return (), info
     forest, bm = scorer.forest, features.block
     cases = []
