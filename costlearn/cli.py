@@ -683,15 +683,14 @@ def cmd_evaluate(args) -> int:
         from .dataset import current_rows, load, valid_rows
         from .evaluate import score
         from .model.artifact import load as load_artifact
-        from .model.store import default_store
+        from .model.store import has_model
         from .predict import Predictor
         from .study import FOOTNOTE, by_source, decision_scores, format_by_source
         from .train import read_device_json
         model = args.model
         if model is None:       # the measurements' device's model, where the store has one
             spec = read_device_json(out)
-            store = Path(args.models) if args.models else default_store()
-            if spec is not None and (store / spec.slug / args.family / args.dtype / "model.json").is_file():
+            if spec is not None and has_model(spec.slug, args.family, args.dtype, args.models):
                 model = spec.slug
         art = load_artifact(resolve_model(model, args.family, args.dtype, args.models, cli=True))
         measured = load(out)[0]
@@ -876,7 +875,7 @@ def cmd_features(args) -> int:
         from .families.gemm.registers import NvccUnavailable, nvcc_registers
         arch = "sm_" + spec.compute_capability.replace(".", "")
         print(f"compiling the {len(pool)} candidate kernels with nvcc -arch={arch} to read their registers per "
-              "thread (tens of seconds the first time; cached after; --no-nvcc uses the estimate instead)",
+              "thread (tens of seconds; --no-nvcc uses the estimate instead)",
               file=sys.stderr, flush=True)
         try:
             regs = nvcc_registers(pool, arch)
