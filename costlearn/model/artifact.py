@@ -439,10 +439,7 @@ def _load_shortlist(folder: Path, side_path: Path, entry, scorer: Scorer, n_cand
                             "this folder; retry, or retrain")
     try:
         sl = Shortlist.from_file(path)
+        sl.fits(n_candidates, scorer.n_trees, layouts)
     except ShortlistError as e:
-        raise ArtifactError(str(e)) from e
-    if sl.n_candidates != n_candidates or not sl.trees < scorer.n_trees or not set(sl.tables) <= set(layouts):
-        raise ArtifactError(f"{path}: a table for {sl.n_candidates} candidates, {sl.trees} trees, layouts "
-                            f"{sorted(sl.tables)}; the model has {n_candidates} candidates, {scorer.n_trees} "
-                            f"trees, layouts {list(layouts)}")
+        raise ArtifactError(f"{path}: {e}" if str(path) not in str(e) else str(e)) from e
     return sl

@@ -148,19 +148,24 @@ class Shortlist:
                 raise ShortlistError(f"shortlist table of layout {lay} names a candidate outside [-1, "
                                      f"{self.n_candidates}) or holds a residual that is not finite")
 
+    def fits(self, n_candidates: int, n_trees: int, layouts) -> None:
+        """Raise ShortlistError unless this table is for ``n_candidates``
+        candidates, fewer trees than the scorer's ``n_trees`` and layouts
+        among ``layouts``."""
+        if self.n_candidates != n_candidates or not self.trees < n_trees or not set(self.tables) <= set(layouts):
+            raise ShortlistError(f"a table for {self.n_candidates} candidates, {self.trees} trees, layouts "
+                                 f"{sorted(self.tables)}; the model has {n_candidates} candidates, {n_trees} "
+                                 f"trees, layouts {sorted(layouts)}")
+
     def check(self, ranker) -> None:
-        """Raise ShortlistError unless this table fits ``ranker``'s
-        candidates, scorer and layouts."""
-        sc = ranker.scorer
-        if self.n_candidates != ranker.n_candidates or sc.forest is None or self.trees > sc.n_trees:
-            raise ShortlistError(f"shortlist for {self.n_candidates} candidates and {self.trees} trees; the model "
-                                 f"has {ranker.n_candidates} candidates and {sc.n_trees} trees")
+        """:meth:`fits` ``ranker``'s candidates, scorer and layouts, and a
+        width that counts its vendor candidate; ShortlistError otherwise."""
+        if ranker.scorer.forest is None:
+            raise ShortlistError("a shortlist table needs a scorer with trees")
+        self.fits(ranker.n_candidates, ranker.scorer.n_trees, ranker.features.templates)
         if self.width != self.tiles + (ranker.vendor is not None):
             raise ShortlistError(f"shortlist of width {self.width} for {self.tiles} tiles; the model "
                                  f"{'has' if ranker.vendor is not None else 'has no'} vendor candidate")
-        missing = set(self.tables) - set(ranker.features.templates)
-        if missing:
-            raise ShortlistError(f"shortlist layouts {sorted(missing)} are not the model's")
 
     def rank_numpy(self, ranker, problem, cand: np.ndarray, top: int):
         """The twin of ``rank_table`` in ``_native.c``: ``cand`` (the
