@@ -211,7 +211,8 @@ static inline int64_t next_pow2(int64_t x)
  *     1; where none fits, all, level 2; the vendor candidate (ctx->vendor >=
  *     0) always. The twin of Ranker.candidate_rule in ranker/base.py;
  *   - else: those that fit (level 0), or all when none does (level 2). */
-static int32_t select_candidates(int64_t m, int64_t n, int64_t k, const uint8_t *mask, costlearn_ctx *ctx)
+static int32_t select_candidates(int64_t m, int64_t n, int64_t k, const double x[3], const uint8_t *mask,
+                                 costlearn_ctx *ctx)
 {
     const int32_t n_cands = ctx->n_cands, vendor = ctx->vendor;
     int32_t *row_cand = ctx->row_cand;
@@ -241,7 +242,6 @@ static int32_t select_candidates(int64_t m, int64_t n, int64_t k, const uint8_t 
         }
         return rows;
     }
-    const double x[3] = {log2((double)m), log2((double)n), log2((double)k)};
     const double *lo = ctx->cov_lo, *hi = ctx->cov_hi;
     int32_t tiles = 0;
     for (int32_t c = 0; c < n_cands; ++c) {
@@ -356,11 +356,11 @@ static void partial_scores(int32_t rows, int32_t trees, const double *lin, costl
  * tab_trees trees' score here + that residual. Returns the number ranked, or
  * -1 when the table does not answer (outside the grid, no candidate fits:
  * level 2, or fewer listed than min(top, selected)). */
-static int32_t rank_table(int64_t m, int64_t n, int64_t k, int32_t rows, int32_t top, costlearn_ctx *ctx)
+static int32_t rank_table(int64_t m, int64_t n, int64_t k, const double x[3], int32_t rows, int32_t top,
+                          costlearn_ctx *ctx)
 {
     if (ctx->tab_index == NULL || ctx->level == 2)
         return -1;
-    const double x[3] = {log2((double)m), log2((double)n), log2((double)k)};
     int64_t i0[3];
     double f[3];
     for (int j = 0; j < 3; ++j) {
@@ -436,13 +436,13 @@ int32_t costlearn_rank(int64_t m, int64_t n, int64_t k, const uint8_t *mask, int
 {
     const int32_t n_cands = ctx->n_cands, n_features = ctx->n_features, n_trees = ctx->n_trees;
     int32_t *row_cand = ctx->row_cand;
-    const int32_t rows = select_candidates(m, n, k, mask, ctx);
+    const double x[3] = {log2((double)m), log2((double)n), log2((double)k)};   /* once per problem */
+    const int32_t rows = select_candidates(m, n, k, x, mask, ctx);
     ctx->used_table = 0;
     {   /* nearest training shape, for the OOD density check; the evidence near the query */
-        const double x0 = log2((double)m), x1 = log2((double)n), x2 = log2((double)k);
         double q[3];
         for (int j = 0; j < 3; ++j)
-            q[j] = x0 * ctx->embed[j] + x1 * ctx->embed[3 + j] + x2 * ctx->embed[6 + j];
+            q[j] = x[0] * ctx->embed[j] + x[1] * ctx->embed[3 + j] + x[2] * ctx->embed[6 + j];
         ctx->nearest_d2 = INFINITY;
         ctx->nearest = ctx->n_env > 0 ? nearest(ctx->env_points, ctx->env_index, ctx->n_env, q, &ctx->nearest_d2) : -1;
         evidence_near(q, ctx);
@@ -450,13 +450,12 @@ int32_t costlearn_rank(int64_t m, int64_t n, int64_t k, const uint8_t *mask, int
     if (rows == 0)
         return 0;
     if (mode == 2 && mask == NULL) {                   /* the table lists the rule's candidates, not a caller's */
-        const int32_t got = rank_table(m, n, k, rows, top, ctx);
+        const int32_t got = rank_table(m, n, k, x, rows, top, ctx);
         if (got >= 0) {
             ctx->used_table = 1;
             return got;
         }
-        if (ctx->tab_index != NULL && ctx->level == 0 && mask == NULL)   /* rank_table reused row_cand */
-            select_candidates(m, n, k, mask, ctx);
+        /* not answered: row_cand is as select_candidates left it (rank_table rewrites it only when it answers) */
     }
     const int32_t cascade = mode >= 1;
     float *X = ctx->X, *Xk = ctx->Xk;
