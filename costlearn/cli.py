@@ -60,7 +60,7 @@ def _rse_target(text: str) -> float:
 
 def _backend(name: str, family: str | None = None):
     """The backend ``--device`` names (``auto``: the first available that
-    measures ``family``, :data:`costlearn.backends.AUTO_ORDER`)."""
+    measures ``family``, :func:`costlearn.backends.auto_order`)."""
     from .backends import get_backend
     return get_backend(name, family=family or "gemm")
 
@@ -79,8 +79,8 @@ def _protocol(args):
 
 
 def _backend_choices() -> list[str]:
-    from .backends import MEASURING
-    return ["auto", *MEASURING, "triton"]
+    from .backends import measuring_backends
+    return ["auto", *measuring_backends()]
 
 
 def _add_device_arg(p, what: str):
@@ -864,6 +864,7 @@ def cmd_features(args) -> int:
 
     from .collect import candidate_pool
     from .device import preset
+    from .families import CompilerUnavailable, get_family
     from .features import get_feature_set
     spec = preset(args.preset) if args.preset is not None else _backend(args.device).spec
     m, n, k = parse_shapes(args.shape, one=True)[0]
@@ -871,18 +872,18 @@ def cmd_features(args) -> int:
     rows = pd.DataFrame([dict(m=m, n=n, k=k, dtype=args.dtype, layout="NN", family=args.family,
                               config_id=c.config_id) for c in pool])
     rows["registers_per_thread"] = float("nan")
-    if spec.api == "cuda" and not args.no_nvcc and args.family == "gemm":
-        from .families.gemm.registers import NvccUnavailable, nvcc_registers
-        arch = "sm_" + spec.compute_capability.replace(".", "")
-        print(f"compiling the {len(pool)} candidate kernels with nvcc -arch={arch} to read their registers per "
-              "thread (tens of seconds; --no-nvcc uses the estimate instead)",
+    fam = get_family(args.family)
+    tool = None if args.no_nvcc else fam.registers_tool(spec)
+    if tool:
+        print(f"compiling the {len(pool)} candidate kernels with {tool} to read their registers per thread (tens of "
+              "seconds; --no-nvcc uses the estimate instead)",
               file=sys.stderr, flush=True)
         try:
-            regs = nvcc_registers(pool, arch)
-        except NvccUnavailable as e:
+            regs = fam.compiled_registers(pool, spec)
+        except CompilerUnavailable as e:
             raise ValueError(f"{e}; or pass --no-nvcc to use the register estimate") from None
         rows["registers_per_thread"] = rows["config_id"].map(regs).astype(float)
-        print(f"registers per thread from nvcc -arch={arch}: min {min(regs.values())}, "
+        print(f"registers per thread from {tool}: min {min(regs.values())}, "
               f"max {max(regs.values())}", file=sys.stderr)
     table = pd.concat([rows[["config_id"]], get_feature_set(args.feature_set).transform(rows, spec)], axis=1)
     if args.csv:

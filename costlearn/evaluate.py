@@ -11,8 +11,9 @@ import pandas as pd
 from .collect import collect
 from .dataset import current_rows, load, noise_floor, rows_where, valid_rows
 from .noise import NoiseFloors, noise_floors
+from .families import VENDOR_CONFIG_ID
 from .measure import Protocol
-from .metrics import VENDOR_ID, evaluate_rows, random_scores, summarize, vendor_only_scores
+from .metrics import evaluate_rows, random_scores, summarize, vendor_only_scores
 from .model import BASELINES
 from .model import artifact as _artifact
 from .sampler import ShapeBounds, sample_shapes, shape_class
@@ -181,7 +182,7 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0, data=None) -> EvalResul
     noise = floors_.tie
     frames, summary, preds = [], {}, {name: mdl.predict(rows) for name, mdl in models.items()}
     preds["random"] = random_scores(rows, seed)
-    vendor = rows["config_id"].eq(VENDOR_ID).to_numpy(bool)
+    vendor = rows["config_id"].eq(VENDOR_CONFIG_ID).to_numpy(bool)
     if vendor.any():
         preds["vendor_only"] = vendor_only_scores(rows)
     for name in preds:

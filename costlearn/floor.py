@@ -46,7 +46,8 @@ import numpy as np
 import pandas as pd
 
 from .envelope import embed, embed_query
-from .metrics import PROBLEM_COLUMNS, VENDOR_ID, geomean_regret
+from .families import VENDOR_CONFIG_ID
+from .metrics import PROBLEM_COLUMNS, geomean_regret
 from .ranker.base import nearest_evidence
 
 __all__ = ["FLOOR_VERSION", "NEIGHBORS", "MARGIN_GRID", "VENDOR_NEAR_GRID", "UNSURE_GRID", "OOD_FALLBACK_GRID", "TOLERANCE",
@@ -163,7 +164,7 @@ def heldout_problems(rows: pd.DataFrame, pred: np.ndarray, envelope_ood: np.ndar
     for key, g in df.groupby(cols, sort=True, observed=True):
         t, p, ids = g["time_us"].to_numpy(), g["_pred"].to_numpy(), g["config_id"].astype(object).to_numpy()
         best = t.min()
-        vend = ids == VENDOR_ID
+        vend = ids == VENDOR_CONFIG_ID
         rec = dict(zip(cols, key))
         rec["source"] = str(g["_src"].iloc[0])
         rec["envelope_ood"] = bool(g["_ood"].any())

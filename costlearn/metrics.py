@@ -17,7 +17,9 @@ import math
 import numpy as np
 import pandas as pd
 
-__all__ = ["PROBLEM_COLUMNS", "VENDOR_ID", "vendor_summaries", "vendor_only_scores", "topk_regret", "shape_metrics", "summarize", "evaluate_rows", "random_scores", "KS", "geomean_regret"]
+from .families import VENDOR_CONFIG_ID
+
+__all__ = ["PROBLEM_COLUMNS", "vendor_summaries", "vendor_only_scores", "topk_regret", "shape_metrics", "summarize", "evaluate_rows", "random_scores", "KS", "geomean_regret"]
 
 KS = (1, 5, 10)
 
@@ -97,10 +99,6 @@ def evaluate_rows(rows: pd.DataFrame, pred: np.ndarray, noise_rel: float = 0.0) 
     return pd.DataFrame(out)
 
 
-VENDOR_ID = "vendor"
-"""Config id of the vendor-library candidate (``triton_mm``)."""
-
-
 def vendor_summaries(rows: pd.DataFrame, pred: np.ndarray, noise_rel: float = 0.0) -> dict:
     """Summaries of predictions on rows that include the vendor candidate.
 
@@ -115,7 +113,7 @@ def vendor_summaries(rows: pd.DataFrame, pred: np.ndarray, noise_rel: float = 0.
     """
     pred = np.asarray(pred, np.float64)
     out = {"all": summarize(evaluate_rows(rows, pred, noise_rel))}
-    vendor = rows["config_id"].eq(VENDOR_ID).to_numpy(bool)
+    vendor = rows["config_id"].eq(VENDOR_CONFIG_ID).to_numpy(bool)
     if vendor.any() and (~vendor).any():
         out["tile_only"] = summarize(evaluate_rows(rows[~vendor], pred[~vendor], noise_rel))
     return out
@@ -124,7 +122,7 @@ def vendor_summaries(rows: pd.DataFrame, pred: np.ndarray, noise_rel: float = 0.
 def vendor_only_scores(rows: pd.DataFrame) -> np.ndarray:
     """The "always call the vendor library" ranking: 0 for vendor rows, 1 for
     the others, float64 of shape (len(rows),)."""
-    return np.where(rows["config_id"].eq(VENDOR_ID).to_numpy(bool), 0.0, 1.0)
+    return np.where(rows["config_id"].eq(VENDOR_CONFIG_ID).to_numpy(bool), 0.0, 1.0)
 
 
 def geomean_regret(regrets) -> float:

@@ -85,6 +85,37 @@ class Registry:
             self._loaded[name] = entry
         return self._loaded[name]
 
+    def register(self, name: str, entry, hint: str | None = None) -> None:
+        """Add ``name`` -> ``entry`` (the object or ``"module:attribute"``),
+        e.g. a kernel family defined outside costlearn.
+
+        Raises
+        ------
+        ValueError
+            If ``name`` is not a non-empty string or is already registered.
+        """
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"name={name!r}; a {self.what} name must be a non-empty string")
+        if name in self:
+            raise ValueError(f"{self.what} {name!r} is already registered; known: {list(self.names())}")
+        self._entries[name] = entry
+        if hint:
+            self._hints[name] = hint
+
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` (what :meth:`register` added).
+
+        Raises
+        ------
+        ValueError
+            If ``name`` is not registered.
+        """
+        if name not in self:
+            raise ValueError(f"unknown {self.what} {name!r}; known: {list(self.names())}")
+        del self._entries[name]
+        self._loaded.pop(name, None)
+        self._hints.pop(name, None)
+
     def hint(self, name: str) -> str:
         """The install hint of ``name`` ("" if none)."""
         return self._hints.get(name, "")

@@ -25,7 +25,8 @@ import numpy as np
 import pandas as pd
 
 from .dataset import current_rows, load, rows_where, valid_rows
-from .metrics import PROBLEM_COLUMNS, VENDOR_ID, geomean_regret
+from .families import VENDOR_CONFIG_ID
+from .metrics import PROBLEM_COLUMNS, geomean_regret
 
 __all__ = ["decision_scores", "by_source", "format_by_source", "flag_table", "format_flag_table", "leave_one_log_out",
            "StudyResult", "TOP_K", "FOOTNOTE", "reusable_model"]
@@ -105,7 +106,7 @@ def decision_scores(predictor, rows: pd.DataFrame, best_fixed=None) -> pd.DataFr
         problem = Problem(int(m), int(n), int(k), str(dtype), str(layout))
         times = dict(zip(g["config_id"].astype(str), g["time_us"]))
         best = min(times.values())
-        tiles = [t for c, t in times.items() if c != VENDOR_ID]
+        tiles = [t for c, t in times.items() if c != VENDOR_CONFIG_ID]
         best_tile = min(tiles) if tiles else math.nan
         p = predictor.predict(problem, TOP_K)
         pick = p.config.config_id
@@ -113,25 +114,25 @@ def decision_scores(predictor, rows: pd.DataFrame, best_fixed=None) -> pd.DataFr
                    source=str(g["source"].iloc[0]), candidates=len(times), pick=pick, chosen_by=p.chosen_by,
                    pick_measured=pick in times, ood=p.ood, ood_reasons="; ".join(p.ood_reasons))
         rec["top1_regret"] = times[pick] / best - 1.0 if pick in times else math.nan
-        rec["top1_regret_tile"] = times[pick] / best_tile - 1.0 if pick in times and pick != VENDOR_ID \
+        rec["top1_regret_tile"] = times[pick] / best_tile - 1.0 if pick in times and pick != VENDOR_CONFIG_ID \
             and tiles else math.nan
         top = [times[c.config_id] for c, _ in p.top_k if c.config_id in times]
         rec[f"top{TOP_K}_regret"] = min(top) / best - 1.0 if top else math.nan
-        top_tiles = [times[c.config_id] for c, _ in p.top_k if c.config_id in times and c.config_id != VENDOR_ID]
+        top_tiles = [times[c.config_id] for c, _ in p.top_k if c.config_id in times and c.config_id != VENDOR_CONFIG_ID]
         rec[f"top{TOP_K}_regret_tile"] = min(top_tiles) / best_tile - 1.0 if top_tiles else math.nan
         configs = [fam.config_from_id(c) for c in times]
         scores = predictor.score_configs(problem, configs)
         i, _, _ = predictor.choose_among(problem, configs, scores)
         rec["prune_regret"] = times[configs[i].config_id] / best - 1.0
         rec["model_regret"] = times[configs[int(np.argmin(scores))].config_id] / best - 1.0
-        tile = [j for j, c in enumerate(configs) if c.config_id != VENDOR_ID]
-        if tile and VENDOR_ID in times:
+        tile = [j for j, c in enumerate(configs) if c.config_id != VENDOR_CONFIG_ID]
+        if tile and VENDOR_CONFIG_ID in times:
             j = min(tile, key=lambda j: scores[j])
-            rec["tile_lr"] = float(np.log2(scores[j] / scores[[c.config_id for c in configs].index(VENDOR_ID)]))
+            rec["tile_lr"] = float(np.log2(scores[j] / scores[[c.config_id for c in configs].index(VENDOR_CONFIG_ID)]))
             rec["tile_regret"] = times[configs[j].config_id] / best - 1.0
         rec["vendor_near"], rec["model_near"] = predictor.floor.near(problem.m, problem.n, problem.k, problem.layout)
         rec["envelope_ood"] = bool(predictor.envelope.reasons(problem.m, problem.n, problem.k))
-        rec["vendor_regret"] = times[VENDOR_ID] / best - 1.0 if VENDOR_ID in times else math.nan
+        rec["vendor_regret"] = times[VENDOR_CONFIG_ID] / best - 1.0 if VENDOR_CONFIG_ID in times else math.nan
         if bf is not None:
             gi = g.index[g["config_id"].isin({c.config_id for c in predictor.configs})]
             rec["best_fixed_regret"] = (g.loc[gi, "time_us"].to_numpy()[np.argmin(bf.loc[gi].to_numpy())] / best
@@ -162,7 +163,7 @@ def by_source(per: pd.DataFrame) -> pd.DataFrame:
                             if f"top{TOP_K}_regret_tile" in g else math.nan},
                          prune=geomean_regret(g["prune_regret"]), vendor_only=geomean_regret(g["vendor_regret"]),
                          best_fixed=geomean_regret(g["best_fixed_regret"]) if "best_fixed_regret" in g else math.nan,
-                         flagged=float(g["ood"].mean()), vendor_chosen=float(g["pick"].eq(VENDOR_ID).mean()),
+                         flagged=float(g["ood"].mean()), vendor_chosen=float(g["pick"].eq(VENDOR_CONFIG_ID).mean()),
                          unmeasured=int((~g["pick_measured"]).sum())))
     return pd.DataFrame(recs)
 

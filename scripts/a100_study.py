@@ -51,7 +51,8 @@ sys.path.insert(0, str(ROOT))
 from costlearn.dataset import load, valid_rows  # noqa: E402
 from costlearn.device import preset  # noqa: E402
 from costlearn.interop import import_file  # noqa: E402
-from costlearn.metrics import VENDOR_ID, evaluate_rows, summarize, vendor_only_scores  # noqa: E402
+from costlearn.families import VENDOR_CONFIG_ID  # noqa: E402
+from costlearn.metrics import evaluate_rows, summarize, vendor_only_scores  # noqa: E402
 from costlearn.model import get_model  # noqa: E402
 from costlearn.model.base import shape_groups  # noqa: E402
 from costlearn.model.xgb import XGBParams  # noqa: E402
@@ -109,7 +110,7 @@ def predict_split(train: pd.DataFrame, test: pd.DataFrame, jobs: int, device: st
 def summaries(test: pd.DataFrame, preds: dict) -> pd.DataFrame:
     """One row per (model, dtype or "all", candidates): top-1 / top-5
     geomean and mean regret."""
-    vendor = test["config_id"].eq(VENDOR_ID).to_numpy()
+    vendor = test["config_id"].eq(VENDOR_CONFIG_ID).to_numpy()
     recs = []
     for name, pred in preds.items():
         for cands, mask in (("triton", ~vendor), ("all", np.ones(len(test), bool))):

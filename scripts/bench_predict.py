@@ -111,7 +111,8 @@ def _heldout(folder: Path, data_dir: Path, lines: list) -> None:
     import numpy as np
 
     from costlearn.dataset import load, valid_rows
-    from costlearn.metrics import VENDOR_ID, geomean_regret
+    from costlearn.families import VENDOR_CONFIG_ID
+    from costlearn.metrics import geomean_regret
     from costlearn.predict import Predictor
     from costlearn.problem import Problem
     from costlearn.study import decision_scores
@@ -131,7 +132,8 @@ def _heldout(folder: Path, data_dir: Path, lines: list) -> None:
             times = r.groupby("config_id")["time_us"].median()
             best = times.min()
             res = p.ranker.rank(Problem(*(int(v) for v in g[:3]), p.dtype, g[3]), top=2, cascade=p.cascade)
-            pick = next(p.configs[c].config_id for c in res.order.tolist() if p.configs[c].config_id != VENDOR_ID)
+            pick = next(p.configs[c].config_id for c in res.order.tolist()
+                        if p.configs[c].config_id != VENDOR_CONFIG_ID)
             argmin.append(times[pick] / best - 1.0 if pick in times else math.nan)
         got[name] = (d, np.array(argmin))
     (d_s, a_s), (d_f, a_f) = got["served"], got["every tree"]

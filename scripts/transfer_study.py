@@ -51,11 +51,11 @@ from a100_study import import_logs  # noqa: E402
 from costlearn.collect import write_device_json  # noqa: E402
 from costlearn.dataset import write_part  # noqa: E402
 from costlearn.device import preset  # noqa: E402
-from costlearn.families import get_family  # noqa: E402
+from costlearn.families import VENDOR_CONFIG_ID, get_family  # noqa: E402
 from costlearn.features import get_feature_set  # noqa: E402
 from costlearn.features.device import DEVICE_FEATURES, device_features  # noqa: E402
 from costlearn.floor import MARGIN_GRID  # noqa: E402
-from costlearn.metrics import VENDOR_ID, evaluate_rows, geomean_regret  # noqa: E402
+from costlearn.metrics import evaluate_rows, geomean_regret  # noqa: E402
 from costlearn.model import artifact, get_model  # noqa: E402
 from costlearn.model.transfer import ROOFLINE_COLUMN  # noqa: E402
 from costlearn.predict import Predictor  # noqa: E402
@@ -106,7 +106,7 @@ def margin_regret(rows: pd.DataFrame, pred: np.ndarray, margin: float) -> float:
     for _, g in t.groupby(level=[0, 1, 2, 3], observed=True):
         ids = g.index.get_level_values("config_id")
         best = g["time_us"].min()
-        vend, tiles = g[ids == VENDOR_ID], g[ids != VENDOR_ID]
+        vend, tiles = g[ids == VENDOR_CONFIG_ID], g[ids != VENDOR_CONFIG_ID]
         if vend.empty or tiles.empty:
             continue
         j = tiles["_p"].idxmin()
@@ -237,7 +237,7 @@ def mechanisms(rows: dict, src: str, dst: str, dtypes, ns, seeds) -> list:
                 test, Xt = d[~seen], Xd[~seen]
                 rec = dict(direction=f"{src} -> {dst}", dtype=dt, n=n, seed=seed, test_problems=int(len(probs) - n))
                 rec["vendor only"] = geomean_regret(evaluate_rows(test, np.where(
-                    test["config_id"].eq(VENDOR_ID), 1.0, 2.0))["top1_regret"].to_numpy())
+                    test["config_id"].eq(VENDOR_CONFIG_ID), 1.0, 2.0))["top1_regret"].to_numpy())
                 rec["zero-shot, log2 time"] = top1(test, src_time.predict(xgb.DMatrix(Xt)))
                 eff = src_eff.predict(xgb.DMatrix(Xt)) + rd[~seen]
                 rec["zero-shot, time / roofline"] = top1(test, eff)

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def _one(args):
     config_id, dtype, layout, arch = args
     from costlearn.families.triton_mm import TritonMMConfig
-    from costlearn.families.triton_mm_compile import compile_for
+    from costlearn.families.triton_mm.compile import compile_for
     f = compile_for(TritonMMConfig.from_id(config_id), dtype, layout, arch=arch)
     return config_id, f.ok, f.error[:300], f.registers_per_thread, f.spill_bytes_per_thread, f.smem_bytes
 
@@ -45,7 +45,7 @@ def main(argv=None) -> int:
 
     from costlearn.device import preset
     from costlearn.families.triton_mm import TritonMMConfig, TritonMMFamily
-    from costlearn.families.triton_mm_compile import triton_version
+    from costlearn.families.triton_mm.compile import triton_version
     if triton_version() is None:
         raise SystemExit("Triton is not installed: pip install triton")
     spec = preset(args.preset)

@@ -1,25 +1,134 @@
 """The KernelFamily seam: one contract test run over every registered family,
-so a new family is tested for free."""
+so a new family is tested for free; and a stand-in family, defined here and
+registered with one line, run through the same contract and through import,
+training and prediction: what a newcomer's third family has to provide."""
 from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import re
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from costlearn.backends import BACKENDS
 from costlearn.device import PRESETS, preset
 from costlearn.dtypes import DTYPES
-from costlearn.families import DESCRIPTION_FIELDS, FAMILIES, TileDescription, family_of, get_family
+from costlearn.families import (DESCRIPTION_FIELDS, FAMILIES, VENDOR_CONFIG_ID, KernelFamily, TileDescription,
+                                family_of, get_family)
 from costlearn.features import FEATURE_SETS, get_feature_set
 from costlearn.problem import LAYOUTS, Problem
 from costlearn.sampler import select_pool
 from costlearn.space import enumerate_space, rules_of
 
-FAMILY_NAMES = FAMILIES.names()
+
+# -- a stand-in family: the smallest KernelFamily, the template of a new one ----
+
+@dataclasses.dataclass(frozen=True, order=True)
+class StandInConfig:
+    """A block tile and a warp count; id ``"m64n32k16_w2"``."""
+
+    block_m: int
+    block_n: int
+    block_k: int
+    num_warps: int = 4
+
+    family = "stand_in_mm"
+
+    @property
+    def config_id(self) -> str:
+        return f"m{self.block_m}n{self.block_n}k{self.block_k}_w{self.num_warps}"
+
+    @classmethod
+    def from_id(cls, config_id: str):
+        m = re.fullmatch(r"m(\d+)n(\d+)k(\d+)_w(\d+)", str(config_id))
+        if not m:
+            raise ValueError(f"malformed stand_in_mm config_id {config_id!r}; expected e.g. 'm64n32k16_w2'")
+        return cls(*(int(g) for g in m.groups()))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class StandInFamily(KernelFamily):
+    """Measured by no backend here (its rows are imported); no vendor call."""
+
+    name = "stand_in_mm"
+    config_type = StandInConfig
+    dtypes = ("float16",)
+    layouts = ("NN",)
+    rules = ("threads_above_max", "smem_above_max")
+    values = {"block_m": (16, 32, 64, 128), "block_n": (16, 32, 64, 128), "block_k": (16, 32),
+              "num_warps": (1, 2, 4)}
+    param_feature_names = ("log2_block_m", "log2_block_n", "log2_block_k", "log2_num_warps")
+    template_hash = "standin00001"
+
+    def all_configs(self) -> list:
+        return [StandInConfig(*v) for v in itertools.product(*self.values.values())]
+
+    def config_from_id(self, config_id: str):
+        return StandInConfig.from_id(config_id)
+
+    def check_device(self, config, spec, dtype: str):
+        if 32 * config.num_warps > spec.max_threads_per_block:
+            return "threads_above_max"
+        if self.describe(config, dtype).smem_bytes > spec.smem_per_block_optin_bytes:
+            return "smem_above_max"
+        return None
+
+    def describe(self, config, dtype: str, registers_per_thread=None) -> TileDescription:
+        threads = 32 * config.num_warps
+        acc = max(1, config.block_m * config.block_n // threads)
+        tm = 1 << (acc.bit_length() // 2)
+        regs = registers_per_thread if registers_per_thread is not None and np.isfinite(registers_per_thread) \
+            else float(acc + 32)
+        eb = DTYPES[dtype].element_bytes
+        return TileDescription(config.block_m, config.block_n, config.block_k, threads, tm, acc // tm, 2, eb,
+                               (config.block_m + config.block_n) * config.block_k * eb, float(regs), 1, 1, 1,
+                               (tm + acc // tm) / acc)
+
+    def param_features(self, configs) -> dict:
+        cs = list(configs)
+        return {f"log2_{f}": np.log2([getattr(c, f) for c in cs]).astype(np.float64)
+                for f in ("block_m", "block_n", "block_k", "num_warps")}
+
+    def fit_floors(self, spec):
+        return 16, 16, 16
+
+
+@pytest.fixture(scope="module", autouse=True)
+def stand_in_registered():
+    """The one registry line a new family needs (here from outside the package)."""
+    FAMILIES.register("stand_in_mm", StandInFamily)
+    yield
+    FAMILIES.unregister("stand_in_mm")
+
+
+FAMILY_NAMES = (*FAMILIES.names(), "stand_in_mm")
 
 
 @pytest.fixture(params=FAMILY_NAMES)
 def family(request):
     return get_family(request.param)
+
+
+def test_what_other_modules_ask_a_family_is_declared_and_implemented(family):
+    """backends name registered backends whose hook the family implements;
+    the vendor id is the shared one; tool names it does not know are None."""
+    for b in family.backends:
+        assert b in BACKENDS, (family.name, b)
+        hook = {"cuda": "render", "opencl": "render", "triton": "torch_launcher"}[b]
+        assert getattr(type(family), hook) is not getattr(KernelFamily, hook), (family.name, b, hook)
+    assert family.vendor_config_id in (None, VENDOR_CONFIG_ID)
+    ids = {c.config_id for c in family.all_configs()}
+    assert (VENDOR_CONFIG_ID in ids) == (family.vendor_config_id is not None)
+    assert family.from_tool("no-such-tool", "extern_mm") is None
+    tool = family.registers_tool(preset("h200"))
+    assert tool is None or type(family).compiled_registers is not KernelFamily.compiled_registers
+    overhead = family.overhead_config()
+    assert overhead.config_id in ids and overhead.config_id != VENDOR_CONFIG_ID
 
 
 def test_config_ids_round_trip(family):
@@ -169,3 +278,54 @@ def test_triton_mm_covers_inductors_configs_and_its_pipeline_stages():
     d = fam.describe(TritonMMConfig(64, 128, 32, 4, 3), "bfloat16")
     assert (d.threads, d.pipeline_stages, d.smem_bytes, d.thread_m * d.thread_n * d.threads) == \
         (128, 3, (64 * 32 + 32 * 128) * 2 * 2, 64 * 128)
+
+
+def test_a_new_family_registered_with_one_line_is_imported_trained_and_answered(tmp_path):
+    """The newcomer's path for a third family: the stand-in family above (one
+    class, registered with one line) gets rows from another tool's files (a
+    Kernel Tuner cache per shape, through a mapping), trains, and
+    ``predict_best`` / ``predict_many`` answer with its configs. The times are
+    a mock (a formula: 16x16 tiles and 1 warp are slow, 64x64x32 with 4 warps
+    is best), enough to pin down that the pipeline never asks for anything a
+    family does not declare."""
+    import costlearn
+    from costlearn.interop import import_file
+    from costlearn.interop.kernel_tuner import cache_key
+    from costlearn.model.xgb import XGBParams
+    from costlearn.train import train
+
+    fam = get_family("stand_in_mm")
+    space = enumerate_space(preset("a100"), family="stand_in_mm", dtype="float16").configs
+    keys = ["BM", "BN", "BK", "WARPS"]
+    mapping = tmp_path / "mapping.json"
+    mapping.write_text(json.dumps({"family": "stand_in_mm", "dtype": "float16", "layout": "NN",
+                                   "params": dict(zip(keys, ("block_m", "block_n", "block_k", "num_warps"))),
+                                   "problem_size": ["m", "n", "k"]}))
+
+    def mock_ms(c, m, n, k):              # a formula standing in for a device, not a measurement
+        miss = abs(np.log2(c.block_m / 64)) + abs(np.log2(c.block_n / 64)) + abs(np.log2(c.block_k / 32))
+        return (2 * m * n * k / 5e12 * 1e3 + 0.005) * (1 + 0.2 * miss + 0.1 * abs(np.log2(c.num_warps / 4)))
+
+    shapes = [(256 * i, 128 * j, 512 * (1 + (i + j) % 3)) for i in (1, 2, 4, 8) for j in (1, 3, 6)]
+    for m, n, k in shapes:
+        values = [(c.block_m, c.block_n, c.block_k, c.num_warps) for c in space]
+        cache = {"device_name": "NVIDIA A100-SXM4-80GB", "kernel_name": "stand_in", "problem_size": [m, n, k],
+                 "tune_params_keys": keys, "objective": ["time"],
+                 "tune_params": {kk: sorted({v[i] for v in values}) for i, kk in enumerate(keys)},
+                 "cache": {cache_key(v): dict(zip(keys, v), time=mock_ms(c, m, n, k), times=[mock_ms(c, m, n, k)] * 3,
+                                              compile_time=1.0, verification_time=0, benchmark_time=1.0,
+                                              timestamp="2026-01-01 12:00:00.000000+00:00")
+                           for v, c in zip(values, space)}}
+        path = tmp_path / f"cache_{m}_{n}_{k}.json"
+        path.write_text(json.dumps(cache))
+        import_file("kernel-tuner", path, device="a100", data_root=tmp_path / "data", mapping=mapping)
+    train(tmp_path / "data" / "a100", tmp_path / "models", family="stand_in_mm", dtype="float16", holdout=False,
+          settings=dict(params=XGBParams(n_estimators=40, learning_rate=0.3, max_depth=4, early_stopping_rounds=20)))
+
+    pred = costlearn.predict_best(1024, 384, 1024, "float16", "a100", family="stand_in_mm",
+                                  models_dir=tmp_path / "models")
+    assert isinstance(pred.config, StandInConfig) and family_of(pred.config) is fam
+    assert (pred.config.block_m, pred.config.block_n) == (64, 64)           # the mock's best block tile
+    many = costlearn.predict_many([(1024, 384, 1024), (512, 128, 512)], "float16", "a100", family="stand_in_mm",
+                                  models_dir=tmp_path / "models")
+    assert many[0].config == pred.config and all(isinstance(p.config, StandInConfig) for p in many)

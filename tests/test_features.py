@@ -149,7 +149,7 @@ def test_features_command_prints_a_readable_table_and_says_it_compiles(capsys, m
     monkeypatch.setattr(registers, "nvcc_registers", lambda pool, arch: {c.config_id: 64 for c in pool})
     assert main(["features", "--preset", "h200", "--shape", "4096x4096x4096", "--pool", "8", "--rows", "6"]) == 0
     cap = capsys.readouterr()
-    assert "compiling the 8 candidate kernels with nvcc -arch=sm_90" in cap.err
+    assert "compiling the 8 candidate kernels with nvcc -arch=sm_90 -Xptxas -v" in cap.err
     lines = cap.out.splitlines()
     assert max(map(len, lines)) <= 160 and any(line.startswith("occupancy_frac") for line in lines)
     assert "(the first 6 of 8 configs" in cap.out

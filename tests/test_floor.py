@@ -241,7 +241,7 @@ def test_the_prune_path_uses_the_same_floor(predictor):
 
 def test_the_hook_keeps_the_users_first_config_when_the_model_is_unsure(models, monkeypatch):
     from costlearn.predict import load_predictor
-    from costlearn.triton_hook import ConfigStandIn, prune_configs
+    from costlearn.families.triton_mm.hook import ConfigStandIn, prune_configs
     pred = load_predictor(DEVICE, "triton_mm", "float16", models)
     floor = calibrate_floor(pd.DataFrame(), True)
     floor["margin_log2"] = 5.0

@@ -80,6 +80,40 @@ def test_the_import_graph_has_no_circle():
         "; ".join(", ".join(c) for c in found)
 
 
+def family_imports_outside(graph: dict) -> list:
+    """``"<module> imports <family module>"`` for each module outside
+    ``costlearn.families`` that imports a family's own module (anything
+    under ``costlearn.families`` but the package and ``base``)."""
+    shared = {"costlearn.families", "costlearn.families.base"}
+    return sorted(f"{mod} imports {dep}" for mod, deps in graph.items() if not mod.startswith("costlearn.families")
+                  for dep in deps if dep.startswith("costlearn.families") and dep not in shared)
+
+
+def test_no_module_outside_families_imports_a_family():
+    """A kernel family is its folder: outside ``costlearn/families/`` only the
+    package (``FAMILIES``, ``get_family``, ...) and the interface
+    (``families/base.py``) are imported, never ``families/<name>/``; and the
+    only place a family's module is named is its registry line."""
+    found = family_imports_outside(import_graph())
+    assert not found, "a family's own modules imported outside families/: " + "; ".join(found)
+    named = sorted(f"{name}: {path.name}" for name, path in _modules().items()
+                   if not name.startswith("costlearn.families") and "costlearn.families." in
+                   " ".join(n.value for n in ast.walk(ast.parse(path.read_text()))
+                            if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                            and n.value.startswith("costlearn.families.")))
+    assert not named, "a family's module named by string (importlib) outside families/: " + "; ".join(named)
+
+
+def test_a_family_import_outside_families_is_found():
+    """The check itself, on a made-up graph; and the real graph does see a
+    family's own imports (``hook`` imports its package)."""
+    made_up = {"costlearn.metrics": {"costlearn.families", "costlearn.families.base"},
+               "costlearn.backends.triton": {"costlearn.families.triton_mm.kernel"},
+               "costlearn.families.triton_mm.hook": {"costlearn.families.triton_mm", "costlearn.predict"}}
+    assert family_imports_outside(made_up) == ["costlearn.backends.triton imports costlearn.families.triton_mm.kernel"]
+    assert "costlearn.families.triton_mm" in import_graph()["costlearn.families.triton_mm.hook"]
+
+
 def test_a_circle_is_found():
     """The check itself: a made-up graph with a circle through three modules."""
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

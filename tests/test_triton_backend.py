@@ -19,8 +19,7 @@ needs_torch_triton = pytest.mark.skipif(not (HAS_TRITON and HAS_TORCH), reason="
 _INTERPRET = r"""
 import json, sys
 import torch
-from costlearn.families.triton_mm import TritonMMConfig
-from costlearn.families.triton_mm_kernel import INPUT_PRECISION, matmul_kernel
+from costlearn.families.triton_mm import TritonMMConfig, TritonMMFamily
 out = []
 for layout in ("NN", "NT", "TN", "TT"):
     for dtype, tdt in (("float32", torch.float32), ("float16", torch.float16)):
@@ -33,10 +32,7 @@ for layout in ("NN", "NT", "TN", "TT"):
             a = a.t() if layout[0] == "T" else a
             b = b.t() if layout[1] == "T" else b
             c = torch.full((m, n), float("nan"), dtype=tdt)
-            grid = (-(-m // cfg.block_m) * -(-n // cfg.block_n),)
-            matmul_kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                                c.stride(0), c.stride(1), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-                                BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, PRECISION=INPUT_PRECISION[dtype])
+            TritonMMFamily().torch_launcher(cfg, dtype)(a, b, c)     # what the triton backend launches
             ref = a.double() @ b.double()
             tol = 16 * k ** 0.5 * (2 ** -10 if dtype == "float16" else 2 ** -23) * (a.double().abs() @ b.double().abs())
             err = (c.double() - ref).abs()
@@ -76,7 +72,7 @@ def test_the_kernel_is_correct_for_every_layout_and_ragged_edges_in_the_interpre
 @needs_triton
 def test_configs_compile_ahead_of_time_for_sm90_with_their_registers_and_shared_memory():
     from costlearn.families.triton_mm import TritonMMConfig
-    from costlearn.families.triton_mm_compile import compile_for
+    from costlearn.families.triton_mm.compile import compile_for
     small = compile_for(TritonMMConfig(64, 64, 32, 4, 3, 8), "bfloat16", "NN")
     assert small.ok, small.error
     assert 16 <= small.registers_per_thread <= 255 and small.smem_bytes > 0
@@ -94,7 +90,7 @@ def test_the_families_smem_rule_is_what_triton_allocates_on_sm80_and_sm90():
     num_stages, so on an H200 configs near the limit passed the rule and
     failed to launch."""
     from costlearn.families.triton_mm import TritonMMConfig, TritonMMFamily
-    from costlearn.families.triton_mm_compile import compile_for
+    from costlearn.families.triton_mm.compile import compile_for
     for cfg in (TritonMMConfig(64, 64, 32, 4, 1, 8), TritonMMConfig(64, 64, 32, 4, 2, 8),
                 TritonMMConfig(128, 128, 32, 4, 3, 8), TritonMMConfig(64, 128, 64, 4, 4, 8),
                 TritonMMConfig(128, 64, 32, 4, 5, 8)):
@@ -109,7 +105,7 @@ def test_a_ragged_k_is_compiled_without_the_pipeline():
     """Without the multiple-of-16 specialisation the K-edge mask is
     element-wise: Triton does not pipeline, one panel copy."""
     from costlearn.families.triton_mm import TritonMMConfig
-    from costlearn.families.triton_mm_compile import compile_for
+    from costlearn.families.triton_mm.compile import compile_for
     cfg = TritonMMConfig(128, 128, 32, 4, 3, 8)
     assert compile_for(cfg, "float16", "NN", arch=80, aligned=False).smem_bytes == (128 * 32 + 32 * 128) * 2
 
@@ -136,7 +132,7 @@ def test_own_kernel_rows_and_imported_inductor_rows_are_both_current_but_never_t
     from costlearn.dataset import _conform, current_rows
     from costlearn.families.triton_mm import INDUCTOR_TEMPLATE_HASH, KERNEL_HASH, TritonMMFamily
     from test_dataset import _row
-    src = (ROOT / "costlearn" / "families" / "triton_mm_kernel.py").read_bytes()
+    src = (ROOT / "costlearn" / "families" / "triton_mm" / "kernel.py").read_bytes()
     assert KERNEL_HASH == hashlib.sha256(src).hexdigest()[:12] != INDUCTOR_TEMPLATE_HASH
     assert TritonMMFamily().template_hashes == (KERNEL_HASH, INDUCTOR_TEMPLATE_HASH)
     from costlearn.measure import PROTOCOL_VERSION
@@ -152,7 +148,7 @@ def test_auto_picks_the_backend_that_measures_the_family(monkeypatch):
     triton_mm model's top-k (`predict --measure-top-k` with `--family
     triton_mm`) opened a backend that cannot run it."""
     import costlearn.backends as b
-    assert b.AUTO_ORDER["triton_mm"] == ("triton",) and b.auto_name("triton_mm") == "triton"
+    assert b.auto_order("triton_mm") == ("triton",) and b.auto_name("triton_mm") == "triton"
     assert b.auto_name("gemm") == "auto"
     seen = []
     monkeypatch.setattr(b, "available", lambda name: seen.append(name) or False)

@@ -1,4 +1,4 @@
-"""Tests of costlearn.triton_hook: the Triton autotune prune hook and
+"""Tests of costlearn.families.triton_mm.hook: the Triton autotune prune hook and
 top_configs, on a small triton_mm model trained from a synthetic Inductor log.
 
 The log is a test fixture, not a measurement: its times follow
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from costlearn.families.triton_mm import TritonMMConfig, VendorCall
-from costlearn.triton_hook import ConfigStandIn, prune_configs, tensor_dtype, tensor_layout, top_configs
+from costlearn.families.triton_mm.hook import ConfigStandIn, prune_configs, tensor_dtype, tensor_layout, top_configs
 
 from inductor_fixture import (DEVICE, FIXTURE_CONFIGS, LAYOUT_FACTOR, SHAPE_LAYOUTS, SHAPES,  # noqa: F401
                                VENDOR_FACTOR, build_models, strides)

@@ -3,11 +3,12 @@ so a missing optional dependency (CuPy, PyOpenCL) fails only when that backend
 is asked for."""
 from __future__ import annotations
 
+from ..families import FAMILIES, get_family
 from ..registry import Registry, Unavailable
 from .base import Backend, CompiledKernel, Workspace
 
 __all__ = ["Backend", "CompiledKernel", "Workspace", "BACKENDS", "BackendUnavailable", "get_backend", "available",
-           "AUTO_ORDER", "MEASURING", "auto_name"]
+           "auto_order", "auto_name", "measuring_backends"]
 
 
 class BackendUnavailable(Unavailable):
@@ -25,19 +26,31 @@ BACKENDS = Registry("backend", {
     unavailable=BackendUnavailable)
 """Registered backends (``auto`` picks cuda, else opencl)."""
 
-AUTO_ORDER = {"gemm": ("cuda", "opencl"), "triton_mm": ("triton",)}
-"""Per kernel family, the backends that measure it on a device, in the order
-``auto`` tries them."""
+def auto_order(family: str = "gemm") -> tuple:
+    """The backends that measure ``family`` on a device, in the order
+    ``auto`` tries them (the family's :attr:`~costlearn.families.KernelFamily.backends`).
 
-MEASURING = AUTO_ORDER["gemm"]
-"""The backends that measure the default family on a device, in the order
-``auto`` tries them."""
+    Raises
+    ------
+    ValueError
+        If ``family`` is not registered, or no backend measures it.
+    """
+    order = get_family(family).backends
+    if not order:
+        raise ValueError(f"family={family!r}: no backend measures it on a device (it is imported or replayed only)")
+    return order
+
+
+def measuring_backends() -> tuple:
+    """Every backend some registered family is measured by, in the order of
+    the families' :func:`auto_order` (the choices of ``--device``)."""
+    return tuple(dict.fromkeys(b for name in FAMILIES.names() for b in get_family(name).backends))
 
 
 def auto_name(family: str = "gemm") -> str:
     """``"auto"``, or the one backend that measures ``family`` when it has
     only one (so a name can be handed to other processes unresolved)."""
-    order = AUTO_ORDER.get(family, MEASURING)
+    order = auto_order(family)
     return order[0] if len(order) == 1 else "auto"
 
 
@@ -55,7 +68,7 @@ def get_backend(name: str = "auto", family: str = "gemm", **kwargs) -> Backend:
     Parameters
     ----------
     name : {"auto", "cuda", "opencl", "triton", "replay"}
-        ``"auto"`` picks the first available of :data:`AUTO_ORDER` for
+        ``"auto"`` picks the first available of :func:`auto_order` for
         ``family``: for ``gemm``, ``cuda`` when CuPy sees a GPU, else
         ``opencl``; for ``triton_mm``, ``triton``.
     family : str
@@ -66,22 +79,23 @@ def get_backend(name: str = "auto", family: str = "gemm", **kwargs) -> Backend:
     Raises
     ------
     ValueError
-        If ``name`` is unknown (the message lists the known ones).
+        If ``name`` is unknown (the message lists the known ones), or
+        ``name`` is ``auto`` and no backend measures ``family``.
     BackendUnavailable
         If the backend's library or device is missing (with an install hint).
     """
     auto = name == "auto"
     if auto:
-        order = AUTO_ORDER.get(family, MEASURING)
+        order = auto_order(family)
         for candidate in order:
             if available(candidate):
                 name = candidate
                 break
         else:
-            if order == MEASURING:
+            if len(order) > 1:
                 raise BackendUnavailable(
-                    "no device found: neither CuPy with a CUDA GPU nor PyOpenCL with an OpenCL device; install "
-                    f"one of: {BACKENDS.hint('cuda')} | {BACKENDS.hint('opencl')}")
+                    f"no device found for the {family!r} family: none of the backends {list(order)} is available "
+                    "here; install one of: " + " | ".join(BACKENDS.hint(b) for b in order))
             return BACKENDS.get(order[0])(**kwargs)     # raises BackendUnavailable with its own hint
     elif name not in BACKENDS:
         raise ValueError(f"unknown backend {name!r}; known: {['auto', *BACKENDS.names()]}")

@@ -7,7 +7,9 @@ import abc
 from dataclasses import dataclass, field
 
 from ..device import DeviceSpec
+from ..families import family_of, get_family, measured_by
 from ..problem import Problem
+from ..util import check_instance
 
 __all__ = ["Backend", "CompiledKernel", "Workspace", "DeviceWorkspace", "HostProblem"]
 
@@ -89,7 +91,6 @@ class DeviceWorkspace(Workspace):
         computed once per config (this runs at every launch)."""
         got = self._blocks.get(config)
         if got is None:
-            from ..families import family_of
             got = self._blocks[config] = family_of(config).blocks(config, self.prob.m, self.prob.n)
         return got
 
@@ -126,8 +127,6 @@ class Backend(abc.ABC):
     :attr:`families`."""
 
     name: str = ""
-    families: tuple = ("gemm",)
-    """Kernel families this backend generates code for and runs."""
     overlap_compile: bool = False
     """True where compiling on the host while the device measures does not
     disturb the timings (a GPU); False on a CPU device, where the compiler
@@ -150,6 +149,12 @@ class Backend(abc.ABC):
         inputs of ``dtype``, returning a CompiledKernel whose status is
         ``compile_error`` (with the message) instead of raising."""
 
+    @property
+    def families(self) -> tuple:
+        """Kernel families this backend runs: those that name it in their
+        :attr:`~costlearn.families.KernelFamily.backends`."""
+        return measured_by(self.name)
+
     def family_for(self, config):
         """The family of ``config``, checked to be one this backend runs.
 
@@ -160,7 +165,6 @@ class Backend(abc.ABC):
         ValueError
             If this backend does not run that family.
         """
-        from ..families import family_of
         fam = family_of(config)
         if fam.name not in self.families:
             raise ValueError(f"the {self.name!r} backend runs the families {list(self.families)}, "
@@ -185,8 +189,6 @@ class Backend(abc.ABC):
         ValueError
             If this backend cannot run the problem's dtype or layout.
         """
-        from ..families import get_family
-        from ..util import check_instance
         check_instance("problem", problem, Problem, "a costlearn.Problem")
         for fam in self.families:
             get_family(fam).check_problem(problem)

@@ -55,7 +55,7 @@ class ReplayBackend(Backend):
             raise ValueError(f"recording mixes devices {sorted(devs)}; replay one device at a time")
         self._spec = spec
         self.rows = rows
-        self.families = tuple(sorted(rows["family"].unique())) or ("gemm",)
+        self._families = tuple(sorted(rows["family"].unique())) or ("gemm",)
         cols = ["family", "dtype", "layout", "m", "n", "k", "config_id", "status", "time_us"]
         self._index = {(r.family, r.dtype, r.layout, int(r.m), int(r.n), int(r.k), r.config_id):
                        (r.status, float(r.time_us)) for r in rows[cols].itertuples(index=False)}
@@ -66,6 +66,11 @@ class ReplayBackend(Backend):
     @property
     def spec(self) -> DeviceSpec:
         return self._spec
+
+    @property
+    def families(self) -> tuple:
+        """The families the recording holds."""
+        return self._families
 
     def recording(self, family: str, dtype: str, layout: str, m: int, n: int, k: int, config_id: str):
         """The recorded (status, time_us) of a config on a problem.

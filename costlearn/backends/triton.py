@@ -1,7 +1,8 @@
-"""Triton backend: times costlearn's own Triton matmul
-(:mod:`costlearn.families.triton_mm_kernel`) and the vendor library
-(``torch.mm``, cuBLAS) for the ``triton_mm`` family on an NVIDIA GPU, with
-the collection protocol of :mod:`costlearn.measure`.
+"""Triton backend: times, on an NVIDIA GPU, the kernels of the families that
+name it in their ``backends`` (``triton_mm``: costlearn's own Triton matmul
+and the vendor library, ``torch.mm``), each launched through the family's
+:meth:`~costlearn.families.KernelFamily.torch_launcher`, with the collection
+protocol of :mod:`costlearn.measure`.
 
 Needs PyTorch with CUDA and Triton (``pip install 'costlearn[triton]'``);
 importing costlearn never does. Inputs are torch tensors on the GPU in the
@@ -17,7 +18,9 @@ import math
 import time
 
 from ..device import DeviceSpec, PRESETS
+from ..families import get_family
 from ..problem import Problem
+from ..util import check_instance
 from .base import Backend, CompiledKernel, Workspace
 
 __all__ = ["TritonBackend"]
@@ -33,8 +36,9 @@ def _torch():
 
 
 class TritonBackend(Backend):
-    """Compile and time ``triton_mm`` configs (and the vendor call) on one
-    CUDA GPU through Triton and PyTorch.
+    """Compile and time configs of the Triton families (``triton_mm``: its
+    tile configs and the vendor call) on one CUDA GPU through Triton and
+    PyTorch.
 
     Parameters
     ----------
@@ -48,7 +52,6 @@ class TritonBackend(Backend):
     """
 
     name = "triton"
-    families = ("triton_mm",)
 
     @staticmethod
     def is_available() -> bool:
@@ -112,39 +115,41 @@ class TritonBackend(Backend):
         return self._clocks.read()
 
     def launch_overhead_us(self) -> float:
-        """Per-launch time of the smallest config on a 1x1x1 problem, 200
-        launches back to back between two CUDA events, median of 5."""
+        """Per-launch time of the first family's smallest config
+        (:meth:`~costlearn.families.KernelFamily.overhead_config`) on a 1x1x1
+        problem, 200 launches back to back between two CUDA events, median
+        of 5."""
         if self._overhead_us is None:
-            from ..families.triton_mm import TritonMMConfig
-            kern = self.compile(TritonMMConfig(16, 16, 16, 1, 1, 1), "float16")
-            with self.workspace(Problem(1, 1, 1, "float16")) as ws:
+            fam = get_family(self.families[0])
+            dtype = "float16" if "float16" in fam.dtypes else fam.dtypes[0]
+            kern = self.compile(fam.overhead_config(), dtype)
+            with self.workspace(Problem(1, 1, 1, dtype)) as ws:
                 ws.sample(kern, 10)
                 self._overhead_us = float(sorted(ws.sample(kern, 200) / 200 for _ in range(5))[2])
         return self._overhead_us
 
     # -- compile --------------------------------------------------------------
     def compile(self, config, dtype: str = "float32") -> CompiledKernel:
-        """A launcher for ``config`` in ``dtype``; Triton compiles it at its
-        first launch on a problem's layout (the verifying launch, untimed).
-        The vendor call needs no compile."""
-        from ..families.triton_mm import VendorCall
+        """The family's launcher for ``config`` in ``dtype``
+        (:meth:`~costlearn.families.KernelFamily.torch_launcher`); Triton
+        compiles a kernel at its first launch on a problem's layout (the
+        verifying launch, untimed). A launcher that cannot be built (e.g.
+        Triton fails to import) is a ``compile_error``."""
         t0 = time.perf_counter()
-        self.family_for(config).check_dtype(dtype)
-        if isinstance(config, VendorCall):
-            return CompiledKernel(config, "ok", "", None, 0.0, ("vendor", dtype))
+        fam = self.family_for(config)
+        fam.check_dtype(dtype)
         try:
-            from ..families.triton_mm_kernel import matmul_kernel  # noqa: F401 (import compiles nothing yet)
+            launcher = fam.torch_launcher(config, dtype)
         except Exception as e:
             return CompiledKernel(config, "compile_error", f"{type(e).__name__}: {e}"[:2000],
                                   compile_s=time.perf_counter() - t0)
-        return CompiledKernel(config, "ok", "", None, time.perf_counter() - t0, ("triton", dtype))
+        return CompiledKernel(config, "ok", "", None, time.perf_counter() - t0, launcher)
 
     def workspace(self, problem: Problem, distribution: str = "normal", density: float = 1.0,
                   seed: int = 0) -> Workspace:
-        from ..families import get_family
-        from ..util import check_instance
         check_instance("problem", problem, Problem, "a costlearn.Problem")
-        get_family("triton_mm").check_problem(problem)
+        for fam in self.families:
+            get_family(fam).check_problem(problem)
         return _TritonWorkspace(self, problem, distribution, density, seed)
 
 
@@ -173,21 +178,7 @@ class _TritonWorkspace(Workspace):
         self.start, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
     def _launch(self, kernel: CompiledKernel, s: int) -> None:
-        torch = self.be.torch
-        kind, dtype = kernel.handle
-        a, b, c = self.a[s], self.b[s], self.c
-        if kind == "vendor":
-            torch.backends.cuda.matmul.allow_tf32 = dtype == "tfloat32"
-            torch.mm(a, b, out=c)
-            return
-        from ..families.triton_mm_kernel import INPUT_PRECISION, matmul_kernel
-        cfg = kernel.config
-        m, n, k = self.problem.shape
-        grid = (-(-m // cfg.block_m) * -(-n // cfg.block_n),)
-        matmul_kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                            c.stride(0), c.stride(1), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-                            BLOCK_K=cfg.block_k, GROUP_M=cfg.group_m, PRECISION=INPUT_PRECISION[dtype],
-                            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        kernel.handle(self.a[s], self.b[s], self.c)
 
     def verify(self, kernel: CompiledKernel) -> tuple[bool, float]:
         torch = self.be.torch

@@ -4,14 +4,17 @@ description; see :class:`~costlearn.families.base.KernelFamily`."""
 from __future__ import annotations
 
 from ..registry import Registry
-from .base import DESCRIPTION_FIELDS, KernelFamily, TileDescription, bank_conflict_degree
+from .base import (DESCRIPTION_FIELDS, VENDOR_CONFIG_ID, CompilerUnavailable, KernelFamily, TileDescription,
+                   bank_conflict_degree)
 
-__all__ = ["FAMILIES", "get_family", "family_of", "KernelFamily", "TileDescription", "DESCRIPTION_FIELDS",
-           "bank_conflict_degree"]
+__all__ = ["FAMILIES", "get_family", "family_of", "measured_by", "config_from_tool", "KernelFamily",
+           "TileDescription", "DESCRIPTION_FIELDS", "VENDOR_CONFIG_ID", "CompilerUnavailable", "bank_conflict_degree"]
 
 FAMILIES = Registry("kernel family", {"gemm": "costlearn.families.gemm:GemmFamily",
                                       "triton_mm": "costlearn.families.triton_mm:TritonMMFamily"})
-"""Registered families (name -> class, imported on first use)."""
+"""Registered families (name -> class, imported on first use). A new family
+is a folder ``families/<name>/`` and one line here (or
+``FAMILIES.register(name, cls)`` from outside the package)."""
 
 _INSTANCES: dict = {}
 
@@ -24,9 +27,10 @@ def get_family(name) -> KernelFamily:
     ValueError
         If ``name`` is not registered (the message lists the families).
     """
-    fam = _INSTANCES.get(name)
+    cls = FAMILIES.get(name)
+    fam = _INSTANCES.get(cls)
     if fam is None:
-        fam = _INSTANCES[name] = FAMILIES.get(name)()
+        fam = _INSTANCES[cls] = cls()
     return fam
 
 
@@ -47,3 +51,26 @@ def family_of(config) -> KernelFamily:
         types = fam.config_type if isinstance(fam.config_type, tuple) else (fam.config_type,)
         raise TypeError(f"config={config!r}; must be a {' or '.join(t.__name__ for t in types)}")
     return fam
+
+
+def measured_by(backend: str) -> tuple:
+    """Names of the registered families backend ``backend`` measures (those
+    whose :attr:`KernelFamily.backends` name it), in registry order."""
+    return tuple(n for n in FAMILIES.names() if backend in get_family(n).backends)
+
+
+def config_from_tool(tool: str, choice: str):
+    """The (family name, config) another tool's log names ``choice``, asking
+    each registered family (:meth:`KernelFamily.from_tool`); None when none
+    maps it.
+
+    Raises
+    ------
+    ValueError
+        If a family recognises ``choice`` but its values are invalid.
+    """
+    for name in FAMILIES.names():
+        config = get_family(name).from_tool(tool, choice)
+        if config is not None:
+            return name, config
+    return None

@@ -11,7 +11,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["KernelFamily", "TileDescription", "DESCRIPTION_FIELDS", "bank_conflict_degree", "SMEM_BANKS"]
+__all__ = ["KernelFamily", "TileDescription", "DESCRIPTION_FIELDS", "bank_conflict_degree", "SMEM_BANKS",
+           "VENDOR_CONFIG_ID", "CompilerUnavailable"]
+
+VENDOR_CONFIG_ID = "vendor"
+"""The ``config_id`` of a family's vendor-library candidate, the same in every
+family, so metrics, the floor and the importers recognise its rows without
+knowing the family."""
+
+
+class CompilerUnavailable(RuntimeError):
+    """A family's device compiler (e.g. ``nvcc``) is not installed; raised by
+    :meth:`KernelFamily.compiled_registers`."""
 
 SMEM_BANKS = 32
 """Shared-memory banks of 4-byte words (CUDA C++ Programming Guide, "Shared
@@ -125,10 +136,24 @@ class KernelFamily(abc.ABC):
         (:mod:`costlearn.interop`), whose kernel is that tool's; the same as
         ``template_hash`` unless the family says otherwise.
     vendor_config_id : str or None
-        The config id of the family's vendor-library candidate (a call of
-        cuBLAS through the framework), or None when it has none. Where it
-        is a candidate it is the floor of every prediction
+        :data:`VENDOR_CONFIG_ID` when the family has a vendor-library
+        candidate (a call of cuBLAS through the framework), else None. Where
+        it is a candidate it is the floor of every prediction
         (:mod:`costlearn.floor`).
+    backends : tuple of str
+        The backends (:data:`costlearn.backends.BACKENDS` names) that
+        measure the family on a device, in the order ``--device auto``
+        tries them; each calls the family's hook for its kind of kernel
+        (:meth:`render` for ``cuda`` and ``opencl``, :meth:`torch_launcher`
+        for ``triton``). Empty: the family is only imported or replayed.
+
+    Notes
+    -----
+    A new family is one folder ``costlearn/families/<name>/`` holding its
+    config, rules, kernel and hooks, plus one line in
+    :data:`costlearn.families.FAMILIES`; no module outside ``families/``
+    imports it (``tests/test_imports.py``), and ``tests/test_families.py``
+    runs the contract every family must keep.
     """
 
     name: str = ""
@@ -141,6 +166,7 @@ class KernelFamily(abc.ABC):
     template_hash: str = ""
     imported_template_hash: str = ""
     vendor_config_id: str | None = None
+    backends: tuple = ()
 
     @property
     def template_hashes(self) -> tuple:
@@ -178,6 +204,87 @@ class KernelFamily(abc.ABC):
     def fit_floors(self, spec) -> tuple[int, int, int]:
         """Must return the smallest block tile (BM, BN, BK) caps the problem
         rule allows on ``spec`` (see :func:`costlearn.space.tile_fits_problem`)."""
+
+    # -- hooks a backend or tool calls; a family implements those it needs --
+    def render(self, config, dialect: str, dtype: str) -> str:
+        """Kernel source of ``config`` in ``dialect`` (``"cuda"`` or
+        ``"opencl"``) for inputs of ``dtype``, for the source-compiling
+        backends. Must be implemented by a family those backends measure.
+
+        Raises
+        ------
+        NotImplementedError
+            Here: this family generates no CUDA or OpenCL source.
+        """
+        raise NotImplementedError(f"the {self.name!r} family generates no {dialect} source; it is measured by "
+                                  f"{list(self.backends) or 'no backend'}")
+
+    def blocks(self, config, m: int, n: int) -> int:
+        """Thread blocks on the 1-D launch grid of an (m, n) output, for the
+        source-compiling backends (with :meth:`render`).
+
+        Raises
+        ------
+        NotImplementedError
+            Here: this family generates no CUDA or OpenCL source.
+        """
+        raise NotImplementedError(f"the {self.name!r} family generates no CUDA or OpenCL source")
+
+    def torch_launcher(self, config, dtype: str):
+        """A callable ``launch(a, b, c)`` running ``config`` on PyTorch CUDA
+        tensors ``a`` (M, K), ``b`` (K, N) (logical views, any strides) into
+        ``c`` (M, N), for the ``triton`` backend. Must be implemented by a
+        family that backend measures; may raise ImportError when its
+        library is missing.
+
+        Raises
+        ------
+        NotImplementedError
+            Here: this family has no PyTorch launcher.
+        """
+        raise NotImplementedError(f"the {self.name!r} family has no PyTorch launcher; it is measured by "
+                                  f"{list(self.backends) or 'no backend'}")
+
+    def overhead_config(self):
+        """The config a backend that has no empty kernel of its own times
+        on a 1x1x1 problem to measure its launch overhead: by default the
+        first of :meth:`all_configs` with the smallest block tile."""
+        tiles = [c for c in self.all_configs() if c.config_id != VENDOR_CONFIG_ID]
+        return min(tiles, key=lambda c: int(np.prod(self.block_tile(c))))
+
+    def from_tool(self, tool: str, choice: str):
+        """The config another tool's log names ``choice`` (e.g. Inductor's
+        ``"extern_mm"``), or None when it is none of this family's (the
+        default: the family maps no tool's names). ``tool`` is an importer
+        name (:data:`costlearn.interop.IMPORTERS`).
+
+        Raises
+        ------
+        ValueError
+            If ``choice`` is this family's but its values are invalid.
+        """
+        return None
+
+    def registers_tool(self, spec) -> str | None:
+        """The compiler command :meth:`compiled_registers` runs for
+        ``spec``'s device, as a user would type it (``"nvcc -arch=sm_90
+        -Xptxas -v"``); None (the default) when the family has no
+        register-count hook for that device."""
+        return None
+
+    def compiled_registers(self, configs, spec) -> dict:
+        """Registers per thread of each config compiled for ``spec``'s
+        device by :meth:`registers_tool` (config_id -> int), where a family
+        has that hook (tens of seconds for a pool).
+
+        Raises
+        ------
+        NotImplementedError
+            Here: the family has no register-count hook.
+        CompilerUnavailable
+            Where implemented, when the compiler is not installed.
+        """
+        raise NotImplementedError(f"the {self.name!r} family has no register-count hook")
 
     def block_tile(self, config) -> tuple[int, int, int]:
         """(BM, BN, BK) of ``config``: the part of the description the

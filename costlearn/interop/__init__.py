@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..families import VENDOR_CONFIG_ID
 from ..registry import Registry
 from .common import Importer, InteropError, ImportReport, Measurement, import_measurements, resolve_device
 
@@ -106,7 +107,7 @@ def export_dataset(fmt: str, data_dir, out_dir) -> list[Path]:
     if Path(out_dir).exists() and not Path(out_dir).is_dir():
         raise InteropError(f"--out {out_dir}: a file; give a folder to write into")
     rows = valid_rows(load(data_dir)[0])
-    rows = rows[rows["config_id"] != "vendor"]
+    rows = rows[rows["config_id"] != VENDOR_CONFIG_ID]
     if rows.empty:
         raise InteropError(f"{data_dir}: no valid rows to export")
     return EXPORTERS.get(fmt)(rows, Path(out_dir))

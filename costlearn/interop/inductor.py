@@ -9,33 +9,29 @@ measurement: ``m,k,n,mat1_dtype,mat2_dtype,mat1_stride_0,mat1_stride_1,
 mat2_stride_0,mat2_stride_1,mat1_iscontig,mat2_iscontig,using_tf32,choice,
 feedback``. ``feedback`` is milliseconds (``inf``: the config failed);
 ``choice`` is ``extern_mm`` (the vendor library) or
-``type=triton_BLOCK-M=.._BLOCK-K=.._BLOCK-N=.._numstages=.._numwarps=..``.
+``type=triton_BLOCK-M=.._BLOCK-K=.._BLOCK-N=.._numstages=.._numwarps=..``;
+which config a choice names is the family's to say
+(:meth:`~costlearn.families.KernelFamily.from_tool` with tool ``"inductor"``;
+the ``triton_mm`` family maps both).
 """
 from __future__ import annotations
 
 import csv
 import json
 import math
-import re
 from pathlib import Path
 
 from ..device import DeviceSpec
 from ..dtypes import TORCH_DTYPES
+from ..families import config_from_tool
 from ..problem import layout_letter
-from ..families.triton_mm import VENDOR, TritonMMConfig
 from .common import Importer, InteropError, Measurement
 
-__all__ = ["InductorImporter", "parse", "check_header", "COLUMNS", "INDUCTOR_GROUP_M"]
+__all__ = ["InductorImporter", "parse", "check_header", "COLUMNS"]
 
 COLUMNS = ("m", "k", "n", "mat1_dtype", "mat2_dtype", "mat1_stride_0", "mat1_stride_1", "mat2_stride_0",
            "mat2_stride_1", "mat1_iscontig", "mat2_iscontig", "using_tf32", "choice", "feedback")
 """The CSV columns an mm log must have (others are ignored)."""
-
-INDUCTOR_GROUP_M = 8
-"""``GROUP_M`` of every config of Inductor's mm template (``mm_options`` in
-``torch/_inductor/kernel/mm_common.py``); the log does not record it."""
-
-_CHOICE = re.compile(r"type=triton_BLOCK-M=(\d+)_BLOCK-K=(\d+)_BLOCK-N=(\d+)_numstages=(\d+)_numwarps=(\d+)")
 
 
 def check_header(header: dict, spec: DeviceSpec, path) -> None:
@@ -72,9 +68,10 @@ def parse(path, spec: DeviceSpec):
     Returns
     -------
     measurements : list of Measurement
-        ``triton_mm`` rows: ``extern_mm`` as the ``vendor`` candidate, a
-        Triton choice as a TritonMMConfig with ``group_m`` =
-        :data:`INDUCTOR_GROUP_M`; strides as the layout; ``using_tf32 ==
+        Rows of the family that maps each ``choice``
+        (:func:`costlearn.families.config_from_tool`; ``triton_mm``:
+        ``extern_mm`` as the ``vendor`` candidate, a Triton choice as a
+        TritonMMConfig with Inductor's ``GROUP_M``); strides as the layout; ``using_tf32 ==
         "True"`` on float32 as ``tfloat32``; feedback ms as time_us
         (``inf``: a failed row).
     skipped : list of (int, str)
@@ -118,7 +115,7 @@ def parse(path, spec: DeviceSpec):
         if missing:
             raise InteropError(f"{path}: line 2 lacks the columns {missing}")
         pos = {c: names.index(c) for c in COLUMNS}
-        out, skipped = [], []
+        out, skipped, choices = [], [], {}
         line = 2
         while True:
             try:
@@ -133,7 +130,7 @@ def parse(path, spec: DeviceSpec):
             if not rec:
                 continue
             try:
-                out.append(_measurement(rec, pos, line))
+                out.append(_measurement(rec, pos, line, choices))
             except (ValueError, IndexError) as e:
                 skipped.append((line, str(e)[:200]))
     return out, skipped
@@ -149,7 +146,7 @@ def _int(v: str, what: str, lo: int) -> int:
     return x
 
 
-def _measurement(rec: list, pos: dict, line: int) -> Measurement:
+def _measurement(rec: list, pos: dict, line: int, choices: dict) -> Measurement:
     if len(rec) < len(pos):
         raise ValueError(f"{len(rec)} fields, need {len(COLUMNS)}")
     g = {c: rec[i].strip() for c, i in pos.items()}
@@ -168,24 +165,21 @@ def _measurement(rec: list, pos: dict, line: int) -> Measurement:
     if la is None or lb is None:
         raise ValueError(f"strides {strides}: a matrix that is neither row- nor column-major")
     choice = g["choice"]
-    if choice == "extern_mm":
-        config = VENDOR
-    else:
-        mt = _CHOICE.fullmatch(choice)
-        if not mt:
-            raise ValueError(f"choice={choice[:80]!r} is neither extern_mm nor a Triton mm config")
-        bm, bk, bn, stages, warps = (int(v) for v in mt.groups())
-        config = TritonMMConfig(bm, bn, bk, warps, stages, INDUCTOR_GROUP_M)
+    if choice not in choices:                  # one lookup per distinct choice of the file
+        choices[choice] = config_from_tool("inductor", choice)
+    if choices[choice] is None:
+        raise ValueError(f"choice={choice[:80]!r} is neither extern_mm nor a Triton mm config")
+    family, config = choices[choice]
     try:
         ms = float(g["feedback"])
     except ValueError:
         raise ValueError(f"feedback={g['feedback']!r} is not a number") from None
     if math.isinf(ms) and ms > 0:
-        return Measurement(line, m, n, k, dtype, la + lb, "triton_mm", config, math.nan,
+        return Measurement(line, m, n, k, dtype, la + lb, family, config, math.nan,
                            "inductor recorded inf (the config failed to compile or run)")
     if not (math.isfinite(ms) and ms > 0):
         raise ValueError(f"feedback={g['feedback']!r}; a time must be positive (ms) or inf")
-    return Measurement(line, m, n, k, dtype, la + lb, "triton_mm", config, ms * 1e3)
+    return Measurement(line, m, n, k, dtype, la + lb, family, config, ms * 1e3)
 
 
 class InductorImporter(Importer):

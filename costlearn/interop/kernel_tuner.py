@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..families import FAMILIES, get_family
+from ..families import FAMILIES, VENDOR_CONFIG_ID, get_family
 from ..problem import MAX_EXTENT
 from .common import Importer, InteropError, Measurement
 
@@ -490,7 +490,7 @@ def _problems(rows):
     ``rows``; a record is (config, times_ms, compile_ms, timestamp)."""
     if rows is None or len(rows) == 0:
         return
-    rows = rows[rows["config_id"] != "vendor"]
+    rows = rows[rows["config_id"] != VENDOR_CONFIG_ID]
     keys = ["device_name", "family", "dtype", "layout", "m", "n", "k"]
     several_devices = rows["device_name"].nunique(dropna=False) > 1
     for key, g in rows.groupby(keys, sort=True, dropna=False):

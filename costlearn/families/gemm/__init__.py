@@ -23,6 +23,7 @@ import numpy as np
 
 from ..base import KernelFamily, TileDescription, bank_conflict_degree
 from .config import LOOP_ORDERS, RASTERS, VALUES, GemmConfig
+from .registers import nvcc_registers
 from .template import TEMPLATE_HASH, kernel_name, render
 
 __all__ = ["GemmFamily", "GemmConfig", "VALUES", "LOOP_ORDERS", "RASTERS", "MAX_ACCUMULATORS", "REG_OVERHEAD",
@@ -65,6 +66,7 @@ class GemmFamily(KernelFamily):
     param_feature_names = ("log2_block_m", "log2_block_n", "log2_block_k", "log2_thread_m", "log2_thread_n",
                            "loop_outer", "raster_row", "smem_pad")
     template_hash = TEMPLATE_HASH
+    backends = ("cuda", "opencl")
 
     def __init__(self):
         self._described: dict = {}
@@ -173,6 +175,34 @@ class GemmFamily(KernelFamily):
     def blocks(config: GemmConfig, m: int, n: int) -> int:
         """Blocks on the 1-D launch grid: ceil(M/BM) * ceil(N/BN)."""
         return -(-m // config.block_m) * -(-n // config.block_n)
+
+    @staticmethod
+    def _arch(spec) -> str | None:
+        """nvcc's ``-arch`` for a CUDA device (``sm_90``), None for others."""
+        if spec.api != "cuda" or not spec.compute_capability:
+            return None
+        return "sm_" + spec.compute_capability.replace(".", "")
+
+    def registers_tool(self, spec) -> str | None:
+        """``nvcc -arch=sm_XY -Xptxas -v`` for a CUDA device, else None."""
+        arch = self._arch(spec)
+        return None if arch is None else f"nvcc -arch={arch} -Xptxas -v"
+
+    def compiled_registers(self, configs, spec) -> dict:
+        """Registers per thread from nvcc for ``spec``'s compute capability
+        (:func:`costlearn.families.gemm.registers.nvcc_registers`).
+
+        Raises
+        ------
+        ValueError
+            If ``spec`` is not a CUDA device (no compute capability).
+        costlearn.families.gemm.registers.NvccUnavailable
+            If nvcc is not installed (a :class:`~costlearn.families.CompilerUnavailable`).
+        """
+        arch = self._arch(spec)
+        if arch is None:
+            raise ValueError(f"device {spec.name!r} (api {spec.api!r}): nvcc registers are for CUDA devices")
+        return nvcc_registers(configs, arch)
 
     def _space_constants(self) -> tuple:
         return (MAX_ACCUMULATORS, REG_OVERHEAD)

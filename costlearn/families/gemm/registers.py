@@ -12,12 +12,13 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ..base import CompilerUnavailable
 from .template import render
 
 __all__ = ["nvcc_registers", "NvccUnavailable"]
 
 
-class NvccUnavailable(RuntimeError):
+class NvccUnavailable(CompilerUnavailable):
     """nvcc is not on the PATH."""
 
 

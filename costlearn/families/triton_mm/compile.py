@@ -1,5 +1,5 @@
 """Ahead-of-time compilation of costlearn's Triton matmul
-(:mod:`costlearn.families.triton_mm_kernel`) for an NVIDIA target, with no
+(:mod:`costlearn.families.triton_mm.kernel`) for an NVIDIA target, with no
 GPU: registers, spills and shared memory per (config, dtype, layout), the
 compiled facts the features and feasibility use.
 
@@ -123,8 +123,8 @@ def compile_for(config, dtype: str, layout: str = "NN", arch: int = 90, aligned:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from ..problem import LAYOUTS
-    from .triton_mm_kernel import INPUT_PRECISION, matmul_kernel
+    from ...problem import LAYOUTS
+    from .kernel import INPUT_PRECISION, matmul_kernel
     if dtype not in TRITON_DTYPE:
         raise ValueError(f"dtype={dtype!r}; allowed: {sorted(TRITON_DTYPE)}")
     if layout not in LAYOUTS:

@@ -1,6 +1,7 @@
-"""costlearn's own Triton matmul kernel for the ``triton_mm`` family (needs
-Triton; imported only by :mod:`costlearn.backends.triton` and
-:func:`costlearn.families.triton_mm_compile.compile_for`).
+"""costlearn's own Triton matmul kernel for the ``triton_mm`` family and its
+launch (needs Triton; imported only through
+:meth:`~costlearn.families.triton_mm.TritonMMFamily.torch_launcher`, which the
+triton backend calls, and by :func:`costlearn.families.triton_mm.compile.compile_for`).
 
 ``C[M, N] = op(A) @ op(B)``, float32 accumulation, C stored in the input
 dtype (float32 for ``float32`` and ``tfloat32``). Layouts are strides: A
@@ -28,7 +29,7 @@ from pathlib import Path
 import triton
 import triton.language as tl
 
-__all__ = ["matmul_kernel", "SOURCE_HASH", "INPUT_PRECISION"]
+__all__ = ["matmul_kernel", "launch", "SOURCE_HASH", "INPUT_PRECISION"]
 
 SOURCE_HASH = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
 
@@ -70,3 +71,33 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
         b_tile += BLOCK_K * stride_bk
     c_tile = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
     tl.store(c_tile, acc.to(c_ptr.dtype.element_ty), mask=in_m[:, None] & in_n[None, :])
+
+
+def launch(config, a, b, c, dtype: str) -> None:
+    """Launch :func:`matmul_kernel` with ``config`` on PyTorch tensors.
+
+    Parameters
+    ----------
+    config : costlearn.families.triton_mm.TritonMMConfig
+    a, b : torch.Tensor, shapes (M, K) and (K, N)
+        The operands as logical views of any strides (a transposed operand
+        is a transposed view), on one CUDA device, in the torch dtype of
+        ``dtype``.
+    c : torch.Tensor, shape (M, N)
+        The output, written in place.
+    dtype : str
+        costlearn dtype name; selects ``tl.dot``'s input precision
+        (:data:`INPUT_PRECISION`).
+
+    Notes
+    -----
+    One program per output tile: ceil(M / BLOCK_M) * ceil(N / BLOCK_N)
+    programs, numbered in the grouped order of the module docstring.
+    """
+    m, k = a.shape
+    n = b.shape[1]
+    grid = (triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n),)
+    matmul_kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                        c.stride(0), c.stride(1), BLOCK_M=config.block_m, BLOCK_N=config.block_n,
+                        BLOCK_K=config.block_k, GROUP_M=config.group_m, PRECISION=INPUT_PRECISION[dtype],
+                        num_warps=config.num_warps, num_stages=config.num_stages)

@@ -33,33 +33,19 @@ Feasibility rules (checked in this order; sources in brackets):
 """
 from __future__ import annotations
 
-import dataclasses
+import functools
 import hashlib
 import itertools
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from ..util import check_int
-from .base import KernelFamily, TileDescription
+from ..base import VENDOR_CONFIG_ID, KernelFamily, TileDescription
+from .config import VALUES, VENDOR, TritonMMConfig, VendorCall
+from .inductor import config_from_choice
 
 __all__ = ["TritonMMFamily", "TritonMMConfig", "VendorCall", "VENDOR", "VALUES", "REG_OVERHEAD",
            "TENSOR_CORE_DTYPES", "MMA_TILE"]
-
-VALUES = {
-    "block_m": (16, 32, 64, 128, 256),
-    "block_n": (16, 32, 64, 128, 256),
-    "block_k": (16, 32, 64, 128, 256),
-    "num_warps": (1, 2, 4, 8, 16),
-    "num_stages": (1, 2, 3, 4, 5, 6, 7),
-    "group_m": (1, 4, 8, 16),
-}
-"""Values each parameter ranges over before the rules: every block size,
-warp and stage count of Inductor's mm config lists (``mm_configs`` in
-``torch/_inductor/kernel/mm_common.py``, A100 and H100 lists) and of
-Triton's matmul tutorial; ``tl.dot`` needs every block dimension >= 16."""
 
 TENSOR_CORE_DTYPES = ("float16", "bfloat16", "tfloat32")
 """Dtypes ``tl.dot`` runs on tensor cores (float32 without TF32 runs on the
@@ -73,120 +59,14 @@ REG_OVERHEAD = 40
 loop state, operand fragments); an estimate for the ``registers_above_max``
 rule and the occupancy features, not a compiled count."""
 
-_ID = re.compile(r"m([1-9][0-9]*)n([1-9][0-9]*)k([1-9][0-9]*)_w([1-9][0-9]*)_s([1-9][0-9]*)_g([1-9][0-9]*)",
-                 flags=re.ASCII)
-
-
-@dataclass(frozen=True, order=True)
-class TritonMMConfig:
-    """One config of Triton's matmul.
-
-    Parameters
-    ----------
-    block_m, block_n : int
-        Block tile [BLOCK_M, BLOCK_N] one program computes, elements
-        (powers of two >= 16).
-    block_k : int
-        Reduction step BLOCK_K, elements (a power of two >= 16).
-    num_warps : int
-        Warps per program (a power of two in [1, 32]).
-    num_stages : int
-        Software-pipeline stages of the K loop, in [1, 16].
-    group_m : int
-        Rows of blocks launched together for L2 reuse (``GROUP_M``), >= 1.
-
-    Raises
-    ------
-    TypeError
-        If a value is not an integer.
-    ValueError
-        If a block size is not a power of two in [16, 4096], num_warps not a
-        power of two in [1, 32], num_stages out of [1, 16] or group_m out of
-        [1, 1024].
-    """
-
-    block_m: int
-    block_n: int
-    block_k: int
-    num_warps: int
-    num_stages: int
-    group_m: int = 8
-
-    family = "triton_mm"     # class attribute: the family this config belongs to
-
-    def __post_init__(self) -> None:
-        for f in ("block_m", "block_n", "block_k"):
-            v = check_int(f"TritonMMConfig.{f}", getattr(self, f), 16, 4096)
-            if v & (v - 1):
-                raise ValueError(f"TritonMMConfig.{f}={v}; must be a power of two in [16, 4096]")
-            object.__setattr__(self, f, v)
-        w = check_int("TritonMMConfig.num_warps", self.num_warps, 1, 32)
-        if w & (w - 1):
-            raise ValueError(f"TritonMMConfig.num_warps={w}; must be a power of two in [1, 32]")
-        object.__setattr__(self, "num_warps", w)
-        object.__setattr__(self, "num_stages", check_int("TritonMMConfig.num_stages", self.num_stages, 1, 16))
-        object.__setattr__(self, "group_m", check_int("TritonMMConfig.group_m", self.group_m, 1, 1024))
-
-    @property
-    def threads(self) -> int:
-        """Threads per program, 32 * num_warps."""
-        return 32 * self.num_warps
-
-    @property
-    def config_id(self) -> str:
-        """Stable, readable id, e.g. ``"m64n128k32_w4_s3_g8"``."""
-        return (f"m{self.block_m}n{self.block_n}k{self.block_k}_w{self.num_warps}_s{self.num_stages}"
-                f"_g{self.group_m}")
-
-    @classmethod
-    def from_id(cls, config_id: str) -> "TritonMMConfig":
-        """Parse a :attr:`config_id`.
-
-        Raises
-        ------
-        ValueError
-            If ``config_id`` is not ``m<BM>n<BN>k<BK>_w<warps>_s<stages>_g<group>``.
-        """
-        m = _ID.fullmatch(str(config_id))
-        if not m:
-            raise ValueError(f"malformed triton_mm config_id {config_id!r}; expected e.g. 'm64n128k32_w4_s3_g8' "
-                             "or 'vendor'")
-        return cls(*(int(g) for g in m.groups()))
-
-    def to_dict(self) -> dict:
-        """The parameters as a plain dict."""
-        return dataclasses.asdict(self)
-
-
-@dataclass(frozen=True)
-class VendorCall:
-    """The candidate "call the vendor library" (cuBLAS through aten's
-    ``extern_mm`` in Inductor's logs): no tile parameters of its own."""
-
-    family = "triton_mm"
-
-    @property
-    def config_id(self) -> str:
-        """Always ``"vendor"``."""
-        return "vendor"
-
-    def to_dict(self) -> dict:
-        """No parameters: ``{}``."""
-        return {}
-
-
-VENDOR = VendorCall()
-"""The one vendor candidate."""
-
-
 INDUCTOR_TEMPLATE_HASH = hashlib.sha256(b"triton_mm: torch/_inductor/kernel/mm.py mm_template; vendor = aten mm"
                                         ).hexdigest()[:12]
 """``template_hash`` of imported rows: PyTorch Inductor's mm template (and
 aten's mm for the vendor candidate), the kernel of its AutoHeuristic logs."""
 
-KERNEL_HASH = hashlib.sha256((Path(__file__).with_name("triton_mm_kernel.py")).read_bytes()).hexdigest()[:12]
+KERNEL_HASH = hashlib.sha256((Path(__file__).with_name("kernel.py")).read_bytes()).hexdigest()[:12]
 """``template_hash`` of rows costlearn measures: sha256 of its own Triton
-kernel's source (:mod:`costlearn.families.triton_mm_kernel`), read as bytes,
+kernel's source (:mod:`costlearn.families.triton_mm.kernel`), read as bytes,
 so the family needs no Triton to know it."""
 
 
@@ -203,7 +83,8 @@ class TritonMMFamily(KernelFamily):
                            "log2_group_m", "vendor")
     template_hash = KERNEL_HASH
     imported_template_hash = INDUCTOR_TEMPLATE_HASH
-    vendor_config_id = "vendor"
+    vendor_config_id = VENDOR_CONFIG_ID
+    backends = ("triton",)
 
     def all_configs(self) -> list:
         keys = list(VALUES)
@@ -211,7 +92,7 @@ class TritonMMFamily(KernelFamily):
                 ] + [VENDOR]
 
     def config_from_id(self, config_id: str):
-        return VENDOR if config_id == "vendor" else TritonMMConfig.from_id(config_id)
+        return VENDOR if config_id == VENDOR_CONFIG_ID else TritonMMConfig.from_id(config_id)
 
     @staticmethod
     def smem_bytes(config, dtype: str, compute_capability: str = "") -> int:
@@ -229,7 +110,7 @@ class TritonMMFamily(KernelFamily):
         (``tests/test_triton_backend.py``), and on the A100 logs it agrees
         with which configs Inductor recorded as failed (module docstring).
         """
-        from ..dtypes import get_dtype
+        from ...dtypes import get_dtype
         if isinstance(config, VendorCall):
             return 0
         c = config
@@ -273,7 +154,7 @@ class TritonMMFamily(KernelFamily):
         tile (16x16x16, so the problem rule never removes it), 4 warps, 1
         stage and no shared memory: a placeholder that keeps every feature
         defined; its ``vendor`` flag is what the model learns from."""
-        from ..dtypes import get_dtype
+        from ...dtypes import get_dtype
         regs = registers_per_thread
         if regs is None or not np.isfinite(regs):
             regs = float(self.registers_estimate(config))
@@ -308,6 +189,31 @@ class TritonMMFamily(KernelFamily):
                     log2_block_k=np.log2(col("block_k", 16)), log2_num_warps=np.log2(col("num_warps", 4)),
                     num_stages=col("num_stages", 1), log2_group_m=np.log2(col("group_m", 1)),
                     vendor=vendor.astype(np.float64))
+
+    def overhead_config(self):
+        """The smallest program: 16x16x16, one warp, one stage."""
+        return TritonMMConfig(16, 16, 16, 1, 1, 1)
+
+    def torch_launcher(self, config, dtype: str):
+        """``launch(a, b, c)`` for the triton backend: costlearn's Triton
+        kernel (:func:`costlearn.families.triton_mm.kernel.launch`), or for
+        the vendor call ``torch.mm(a, b, out=c)`` with TF32 allowed exactly
+        when ``dtype`` is ``tfloat32``. Importing the kernel needs Triton
+        (ImportError otherwise); nothing compiles until the first launch."""
+        if isinstance(config, VendorCall):
+            import torch
+
+            def vendor(a, b, c):
+                torch.backends.cuda.matmul.allow_tf32 = dtype == "tfloat32"
+                torch.mm(a, b, out=c)
+            return vendor
+        from .kernel import launch          # needs Triton: an optional dependency
+        return functools.partial(launch, config, dtype=dtype)
+
+    def from_tool(self, tool: str, choice: str):
+        """Inductor's mm choices (:func:`costlearn.families.triton_mm.inductor.config_from_choice`);
+        None for other tools."""
+        return config_from_choice(choice) if tool == "inductor" else None
 
     def fit_floors(self, spec) -> tuple[int, int, int]:
         """(16, 16, 16): ``tl.dot``'s smallest block, so every problem keeps

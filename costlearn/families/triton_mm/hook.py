@@ -39,11 +39,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .device import DeviceSpec
-from .dtypes import TORCH_DTYPES
-from .families.triton_mm import TritonMMConfig, TritonMMFamily, VendorCall
-from .problem import LAYOUTS, layout_letter
-from .util import check_int
+from ...device import DeviceSpec
+from ...dtypes import TORCH_DTYPES
+from . import TritonMMFamily
+from .config import TritonMMConfig, VendorCall
+from ...problem import LAYOUTS, layout_letter
+from ...util import check_int
 
 __all__ = ["prune_configs", "top_configs", "ConfigStandIn", "DEFAULT_PARAM_NAMES", "DEFAULT_GROUP_M",
            "TORCH_DTYPES", "tensor_dtype", "tensor_layout"]
@@ -402,7 +403,7 @@ def prune_configs(top_k: int = 4, *, device, dtype: str | None = None, layout: s
     tensor_args = _check_tensor_args(tensor_args)
 
     def early_config_prune(configs, named_args, /, **kwargs):
-        from .predict import load_predictor
+        from ...predict import load_predictor
         configs = list(configs)
         if not configs:
             return configs
@@ -442,7 +443,7 @@ def prune_configs(top_k: int = 4, *, device, dtype: str | None = None, layout: s
         return [configs[i] for i in order[:top_k]]
 
     early_config_prune.__doc__ = (f"Keep the {top_k} configs the triton_mm model of device={device!r} predicts "
-                                  "fastest; see costlearn.triton_hook.prune_configs.")
+                                  "fastest; see costlearn.families.triton_mm.hook.prune_configs.")
     return early_config_prune
 
 
@@ -499,7 +500,7 @@ def top_configs(M, N, K, *, device, dtype: str, layout: str = "NN", top_k: int =
         there is no model (as :func:`~costlearn.predict.load_predictor`,
         which lists the models present).
     """
-    from .predict import load_predictor
+    from ...predict import load_predictor
     top_k = check_int("top_k", top_k, 1)
     device = _check_device(device)
     dtype = _check_dtype(dtype, optional=False)
