@@ -5,15 +5,38 @@ Each command parses its arguments and calls the library with explicit
 arguments (``run`` calls the same stage functions in turn); choices of
 backends, kernel families, dtypes, feature sets and models come from their
 registries. Run ``costlearn <command> --help`` for each command's options.
+
+Start-up: the modules that load pandas, scikit-learn or XGBoost (the
+dataset, training, prediction, evaluation, ...) are imported inside the
+command that runs them, so ``costlearn --help`` and a command's ``--help``
+start in about 0.3 s instead of 1-2.5 s; everything else is imported here
+(``tests/test_imports.py`` holds the rule).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
+import subprocess
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
+
+from .backends import auto_name, get_backend, local_device, measuring_backends
+from .device import PRESET_SOURCES, DeviceSpec, preset
+from .dtypes import dtype_names
+from .families import FAMILIES, CompilerUnavailable, get_family
+from .measure import Protocol
+from .problem import LAYOUTS, Problem
+from .registry import Unavailable
+from .sampler import ShapeBounds
+from .space import enumerate_space
+from .tuning_db import TuningDB, default_path
+from .version import __version__
 
 __all__ = ["main"]
 
@@ -30,7 +53,6 @@ or all four at once:
 
 def _number(kind: type, lo: float, strict: bool, what: str):
     """argparse type: a finite ``kind`` (int or float) >= lo (> lo if strict)."""
-    import math
 
     def parse(text: str):
         try:
@@ -61,25 +83,21 @@ def _rse_target(text: str) -> float:
 def _backend(name: str, family: str | None = None):
     """The backend ``--device`` names (``auto``: the first available that
     measures ``family``, :func:`costlearn.backends.auto_order`)."""
-    from .backends import get_backend
     return get_backend(name, family=family or "gemm")
 
 
 def _check_family_dtype(args) -> None:
     """Refuse a dtype the chosen family does not support before any device
     is opened or anything measured."""
-    from .families import get_family
     get_family(args.family).check_dtype(args.dtype)
 
 
 def _protocol(args):
-    from .measure import Protocol
     return Protocol(rounds=args.rounds, target_rse=args.target_rse, max_rounds=max(args.max_rounds, args.rounds),
                     distribution=args.distribution, density=args.density, seed=args.seed)
 
 
 def _backend_choices() -> list[str]:
-    from .backends import measuring_backends
     return ["auto", *measuring_backends()]
 
 
@@ -90,9 +108,6 @@ def _add_device_arg(p, what: str):
 
 def _add_problem_args(p, layout: bool = False):
     """--family and --dtype (and --layout), choices from the registries."""
-    from .dtypes import dtype_names
-    from .families import FAMILIES, get_family
-    from .problem import LAYOUTS
     p.add_argument("--family", default="gemm", choices=FAMILIES.names(), help="kernel family (default: gemm)")
     support = "; ".join(f"{n}: {', '.join(get_family(n).dtypes)}" for n in FAMILIES.names())
     p.add_argument("--dtype", default="float32", choices=dtype_names(),
@@ -159,9 +174,7 @@ def parse_shapes(items, *, one: bool = False) -> list:
         On a token that is none of these, integers not in threes, or (with
         ``one``) more than one shape; the message shows :data:`SHAPE_SYNTAX`.
     """
-    import re
 
-    from .problem import Problem
     out, loose = [], []
     for item in items:
         text = str(item).strip()
@@ -202,7 +215,6 @@ def _collection_defaults(spec, data_root, pool, max_extent, max_flops):
     """(ShapeBounds, dataset folder, pool size) of a collection on ``spec``:
     the device's shape bounds unless given, ``<data_root>/<slug>``, and a
     pool of 48 configs on a CPU, 160 on a GPU unless given."""
-    from .sampler import ShapeBounds
     cpu = _is_cpu(spec)
     b = ShapeBounds.for_device(cpu)
     bounds = ShapeBounds(1, b.max_extent if max_extent is None else max_extent,
@@ -235,7 +247,6 @@ def recheck_in_new_session(device: str, folder, shapes: int, protocol) -> int:
     separate measurement session, :mod:`costlearn.noise`); its report goes
     to this process's stdout. Returns its exit status (a failed recheck is
     reported, and costs nothing already collected)."""
-    import subprocess
 
     import costlearn
     env = dict(os.environ)
@@ -327,7 +338,6 @@ def fleet_collect_stage(address, workers, device: str, data_root, *, family: str
     for that device (:func:`costlearn.fleet.collect_fleet`); print the same
     summary and what the fleet lost. Returns (dataset folder, FleetResult)."""
     from .fleet import collect_fleet, start_fleet
-    from .backends import auto_name
     backend = auto_name(family) if device == "auto" else device
     with start_fleet(backend, workers=workers, address=address) as fleet:
         spec = fleet.spec
@@ -361,7 +371,6 @@ def _dataset_folder(data: str, flag: str = "--data") -> Path:
         subs = sorted(p.parent.name for p in folder.glob("*/device.json"))
         if len(subs) == 1:
             return folder / subs[0]
-        from .backends import local_device
         local = local_device(probe=True) if subs else None
         if local is not None and local["slug"] in subs:
             print(f"{flag} {data} holds datasets for {subs}; using this machine's, {folder / local['slug']} "
@@ -455,7 +464,6 @@ def model_device(model, family: str, dtype: str, models_dir) -> str:
     else the local device's model if the store has one; else the only one (an
     error in CLI words otherwise). Says on stderr when the model is another
     device's than this machine's."""
-    from .backends import local_device
     from .model.store import has_model, resolve_model
     local = local_device(probe=True)
     if model is None:
@@ -468,7 +476,6 @@ def model_device(model, family: str, dtype: str, models_dir) -> str:
               f"{local['slug']}); its times are that device's (collect and train here for this one's)",
               file=sys.stderr)
     elif isinstance(local.get("spec"), dict):
-        from .device import DeviceSpec
         from .model.artifact import default_models_dir, load, model_folder
         try:
             here = DeviceSpec.from_dict(local["spec"])
@@ -485,8 +492,6 @@ def model_device(model, family: str, dtype: str, models_dir) -> str:
 
 def _check_shapes(triples, family: str, dtype: str, layout: str) -> None:
     """Raise the error of the first (M, N, K) the family cannot serve, naming the shape."""
-    from .families import get_family
-    from .problem import Problem
     fam = get_family(family)
     for t in triples:
         try:
@@ -564,7 +569,6 @@ def cmd_predict(args) -> int:
 
 
 def cmd_dispatch(args) -> int:
-    import numpy as np
 
     from .dispatch import check_name, evaluate_dispatch, fit_dispatch, parse_range
     from .model.store import resolve_model
@@ -635,7 +639,6 @@ def cmd_dispatch(args) -> int:
 
 
 def cmd_tuning_db(args) -> int:
-    from .tuning_db import TuningDB, default_path
     if args.path is None and not default_path().exists():
         print(f"{default_path()}: no tuning database yet (`costlearn predict ... --measure-top-k K` or "
               "`--tuning-db PATH` records one)")
@@ -650,7 +653,6 @@ def cmd_tuning_db(args) -> int:
 
 
 def _default_protocol():
-    from .measure import Protocol
     return Protocol()
 
 
@@ -789,9 +791,9 @@ def cmd_study(args) -> int:
 
 
 def cmd_transfer(args) -> int:
+    from .model.artifact import default_models_dir
     from .model.transfer import MIN_DESTINATION_PROBLEMS
     from .transfer import transfer
-    from .model.artifact import default_models_dir
     results = transfer(args.models or default_models_dir(), args.source, args.to, data_dir=args.data,
                        source_data=args.source_data,
                        family=args.family, dtype=args.dtype, destination_share=args.destination_share,
@@ -863,8 +865,6 @@ def cmd_features(args) -> int:
     import pandas as pd
 
     from .collect import candidate_pool
-    from .device import preset
-    from .families import CompilerUnavailable, get_family
     from .features import get_feature_set
     spec = preset(args.preset) if args.preset is not None else _backend(args.device).spec
     m, n, k = parse_shapes(args.shape, one=True)[0]
@@ -907,9 +907,6 @@ FEATURE_COLUMNS = 4
 
 
 def cmd_space(args) -> int:
-    from .device import preset
-    from .problem import Problem
-    from .space import enumerate_space
     spec = preset(args.preset) if args.preset is not None else _backend(args.device).spec
     problem = Problem(*parse_shapes(args.shape, one=True)[0], args.dtype) if args.shape else None
     res = enumerate_space(spec, family=args.family, dtype=args.dtype, problem=problem)
@@ -921,7 +918,6 @@ def cmd_space(args) -> int:
 def describe_spec(spec) -> str:
     """The limits and peaks the tile space and the features use, with where
     they come from (a preset's sources, or the live device's query)."""
-    from .device import PRESET_SOURCES
     def kib(b):
         return f"{b / 1024:g} KiB"
     peaks = ", ".join(f"{d} {spec.peak_gflops_for(d) / 1e3:g}" for d in ("float32", "tfloat32", "float16", "bfloat16")
@@ -951,12 +947,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="costlearn", description="Learned cost model for GPU matmul tile "
                                  "selection: measure, learn, predict, evaluate.",
                                  epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    from .version import __version__
     ap.add_argument("--version", action="version", version=f"costlearn {__version__}")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    from .dtypes import dtype_names
-    from .families import FAMILIES
     from .features import FEATURE_SETS
     from .model import MODELS
 
@@ -1209,7 +1202,6 @@ def main(argv=None) -> int:
         return 2
     except RuntimeError as e:
         from .dataset import DatasetError
-        from .registry import Unavailable
         if isinstance(e, (Unavailable, DatasetError)):
             print(f"costlearn {args.command}: error: {e}", file=sys.stderr)
             return 2

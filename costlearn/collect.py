@@ -8,16 +8,20 @@ dataset.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import os
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
-from .version import __version__
 from .backends.base import Backend
 from .dataset import (
     NOT_IMPORTED,
@@ -34,6 +38,7 @@ from .problem import Problem
 from .sampler import ShapeBounds, iter_shapes, select_pool
 from .space import check_config, enumerate_space
 from .util import atomic_write, check_int, check_real
+from .version import __version__
 
 __all__ = ["CollectResult", "CollectionInterrupted", "collect", "rows_for", "measure_rows", "candidate_pool", "shape_configs",
            "SESSION_ID", "record_pool", "write_device_json", "dataset_summary", "measurement_key",
@@ -127,8 +132,6 @@ def record_pool(folder, family: str, dtype: str, seed: int, configs) -> list:
     pools in one dataset are a mixed dataset (more configs on some shapes
     than on others), which is allowed but reported.
     """
-    import hashlib
-    import json
     path = Path(folder) / POOLS_FILE
     ids = sorted(c.config_id for c in configs)
     entry = dict(family=family, dtype=dtype, seed=int(seed), size=len(ids),
@@ -413,8 +416,6 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
     executor = None
     futures: dict = {}
     if overlap:
-        import os
-        from concurrent.futures import ThreadPoolExecutor
         executor = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1))
     bar = None
     if progress:
@@ -498,7 +499,6 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
     if ok:
         res.at_target = sum(r["stop_reason"] in ("target", "fixed") for r in ok) / len(ok)
     if written:
-        import pandas as pd
         res.noise_floor = noise_floor(pd.DataFrame(written))
     return res
 
@@ -507,7 +507,6 @@ def write_device_json(spec, folder) -> Path:
     """Store the DeviceSpec beside the dataset (``device.json``) so training
     needs no device; an existing file is kept (the first description wins).
     Written atomically (:func:`costlearn.util.atomic_write`)."""
-    import json
     path = Path(folder) / "device.json"
     if not path.exists():
         atomic_write(path, json.dumps(spec.to_dict(), indent=1, sort_keys=True))

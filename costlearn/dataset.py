@@ -18,6 +18,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .dtypes import DTYPES
+from .families import FAMILIES, get_family
+from .measure import PROTOCOL_VERSION
+from .problem import LAYOUTS
 from .util import atomic_write, fsync_dir
 
 __all__ = ["SCHEMA_VERSION", "COLUMNS", "ADDED_COLUMNS", "NOT_IMPORTED", "IMPORTED_PROTOCOL", "write_part", "load", "compact", "noise_floor", "LoadReport",
@@ -300,7 +304,6 @@ def compact(folder: str | os.PathLike) -> tuple[int, int]:
 
 
 def _config_ok(family, config_id) -> bool:
-    from .families import FAMILIES, get_family
     if family not in FAMILIES:
         return False
     try:
@@ -313,9 +316,6 @@ def _config_ok(family, config_id) -> bool:
 def _problems_ok(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Per row: whether its dtype and layout are ones costlearn knows, and
     whether its family supports them (bool arrays of shape (len(df),))."""
-    from .dtypes import DTYPES
-    from .families import FAMILIES, get_family
-    from .problem import LAYOUTS
     fam, dt, lay = (df[c].astype(object).where(df[c].notna(), None).to_numpy() for c in ("family", "dtype", "layout"))
     known = np.isin(dt, list(DTYPES)) & np.isin(lay, list(LAYOUTS))
     supported = np.ones(len(df), bool)
@@ -354,8 +354,6 @@ def current_rows(df: pd.DataFrame) -> tuple[pd.DataFrame, int]:
     and protocol version, or imported (:data:`IMPORTED_PROTOCOL` with a
     ``source_format``), so a changed kernel or protocol never silently reuses
     old timings; and how many other rows were dropped."""
-    from .families import FAMILIES, get_family
-    from .measure import PROTOCOL_VERSION
     fams = df["family"].astype(object).where(df["family"].notna(), None)
     want = {f: get_family(f).template_hashes for f in set(fams) if f in FAMILIES}
     imported = df["protocol_version"].eq(IMPORTED_PROTOCOL).fillna(False).to_numpy(bool) \

@@ -12,6 +12,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from .dtypes import get_dtype
 from .registry import Registry
 from .util import check_instance, check_int, check_real
 
@@ -175,7 +176,6 @@ class DeviceSpec:
         ValueError
             If ``dtype`` is unknown, or this device gives no peak for it.
         """
-        from .dtypes import get_dtype
         field_name = _PEAK_FIELD[get_dtype(dtype).peak]
         v = getattr(self, field_name)
         if v is None:

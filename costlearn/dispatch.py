@@ -32,6 +32,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import keyword
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -56,7 +58,6 @@ def parse_range(text: str, name: str) -> tuple[int, int]:
     ValueError
         If the text is not of that form (the message names ``name``).
     """
-    import re
     got = re.fullmatch(r"(\d+)(?::(\d+))?", str(text))
     lo, hi = (int(got.group(1)), int(got.group(2) or got.group(1))) if got else (0, -1)
     if not 1 <= lo <= hi < 2**31:
@@ -257,7 +258,6 @@ def check_name(name) -> str:
     ValueError
         Naming the value and the rule.
     """
-    import keyword
     if not isinstance(name, str) or not name.isascii() or not name.isidentifier() or keyword.iskeyword(name) \
             or name in _C_KEYWORDS:
         raise ValueError(f"name={name!r}; must be an ASCII identifier valid in Python and C (letters, digits, _; "

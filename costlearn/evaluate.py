@@ -2,7 +2,9 @@
 and compare the model's choices with the baselines' (design.md, "Metrics")."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -10,14 +12,15 @@ import pandas as pd
 
 from .collect import collect
 from .dataset import current_rows, load, noise_floor, rows_where, valid_rows
-from .noise import NoiseFloors, noise_floors
 from .families import VENDOR_CONFIG_ID
 from .measure import Protocol
 from .metrics import evaluate_rows, random_scores, summarize, vendor_only_scores
 from .model import BASELINES
 from .model import artifact as _artifact
+from .noise import NoiseFloors, noise_floors
 from .sampler import ShapeBounds, sample_shapes, shape_class
 from .space import tile_fits_problem
+from .version import __version__
 
 __all__ = ["fresh_shapes", "evaluate", "score", "ranked_rows", "EvalResult", "format_table", "format_per_shape",
            "format_by_class", "write_report", "write_plots", "FIXED_SHAPES"]
@@ -213,7 +216,6 @@ def _shown(path) -> str:
     """``path`` relative to the working directory when it lies under it (a
     report written from the source tree names ``models/...``, not the
     developer's absolute path), else as it is."""
-    import os
     p = os.path.abspath(path)
     rel = os.path.relpath(p)
     return rel if not rel.startswith("..") else p
@@ -223,9 +225,7 @@ def header_lines(res: EvalResult) -> list[str]:
     """What a report opens with: the model, its training data, the data
     evaluated, the date and the costlearn version, and a warning when the
     noise floor hides regrets."""
-    from datetime import datetime, timezone
 
-    from .version import __version__
     i = res.model_info or {}
     n_problems = int((res.per_shape["model"] == res.model).sum())
     trained_on = f" of {i['trained_on']}" if i.get("trained_on") else ""

@@ -25,6 +25,7 @@ this module never needs it; :func:`start_fleet` raises
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 import socket
@@ -36,8 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
-from .version import __version__
+from .backends import get_backend
+from .backends.base import CompiledKernel
 from .collect import (
     CollectionInterrupted,
     CollectResult,
@@ -47,7 +50,14 @@ from .collect import (
     rows_for,
     shape_configs,
 )
+from .dataset import noise_floor, write_part
+from .families import get_family
+from .measure import DeviceLost, Protocol, measure_shape
+from .problem import Problem
 from .registry import Unavailable
+from .sampler import ShapeBounds, iter_shapes
+from .util import check_instance, check_int, check_real
+from .version import __version__
 
 __all__ = ["Fleet", "FleetResult", "FleetUnavailable", "FleetWorker", "RAY_HINT", "GPU_BACKENDS", "start_fleet",
            "collect_fleet", "check_same_device", "lost_rows"]
@@ -112,7 +122,6 @@ class FleetWorker:
             at construction, so the driver receives the backend's own error).
         """
         if self.backend is None:
-            from .backends import get_backend
             self.backend = self._make(self.index) if callable(self._make) else get_backend(self._make)
         be = self.backend
         self._prov = be.provenance()
@@ -131,7 +140,6 @@ class FleetWorker:
             compile_s) of each compiled config; ``template_hash`` of the
             family here; ``compile_s``, wall seconds.
         """
-        from .families import get_family
         fam = get_family(family)
         t0 = time.monotonic()
         kernels = self.backend.compile_many([fam.config_from_id(c) for c in config_ids], dtype)
@@ -151,7 +159,6 @@ class FleetWorker:
             If the device fails in a way that persists (the driver then
             treats this worker as lost).
         """
-        from .problem import Problem
         if self._prov is None:
             self.describe()
         problem = Problem(*shape, dtype, layout)
@@ -311,14 +318,12 @@ def start_fleet(backend="auto", *, workers: int | None = None, address: str | No
         If ``workers`` < 1, or two workers measure different device classes
         (:func:`check_same_device`; both named).
     """
-    from .util import check_int, check_real
     if workers is not None:
         workers = check_int("workers", workers, 1)
     start_timeout_s = check_real("start_timeout_s", start_timeout_s, 0, strict=True)
     ray = _ray()
     started = False
     if not ray.is_initialized():
-        import logging
         ray.init(address=address, logging_level=logging.WARNING)
         started = True
     members: list = []
@@ -443,9 +448,6 @@ def lost_rows(problem, config_ids: list, facts: dict, family: str, protocol, pro
         That worker's launch-overhead floor, microseconds.
     run_id, why : str
     """
-    from .backends.base import CompiledKernel
-    from .families import get_family
-    from .measure import measure_shape
     fam = get_family(family)
     kernels = []
     for cid in config_ids:
@@ -512,12 +514,6 @@ def collect_fleet(fleet: Fleet, out_dir, *, budget_s: float = 180.0, family: str
     costlearn.collect.CollectionInterrupted
         On Ctrl-C (every problem finished before it is on disk).
     """
-    from .dataset import noise_floor, write_part
-    from .families import get_family
-    from .measure import DeviceLost, Protocol
-    from .problem import Problem
-    from .sampler import ShapeBounds, iter_shapes
-    from .util import check_instance, check_int, check_real
     check_instance("fleet", fleet, Fleet, "a costlearn.fleet.Fleet (start_fleet)")
     budget_s = check_real("budget_s", budget_s, 0, strict=True)
     pool_size = check_int("pool_size", pool_size, 1)
@@ -710,7 +706,6 @@ def collect_fleet(fleet: Fleet, out_dir, *, budget_s: float = 180.0, family: str
     if ok:
         res.at_target = sum(r["stop_reason"] in ("target", "fixed") for r in ok) / len(ok)
     if written:
-        import pandas as pd
         res.noise_floor = noise_floor(pd.DataFrame(written))
     return res
 

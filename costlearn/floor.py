@@ -48,6 +48,7 @@ import pandas as pd
 from .envelope import embed, embed_query
 from .families import VENDOR_CONFIG_ID
 from .metrics import PROBLEM_COLUMNS, geomean_regret
+from .model.base import shape_groups
 from .ranker.base import nearest_evidence
 
 __all__ = ["FLOOR_VERSION", "NEIGHBORS", "MARGIN_GRID", "VENDOR_NEAR_GRID", "UNSURE_GRID", "OOD_FALLBACK_GRID", "TOLERANCE",
@@ -104,7 +105,6 @@ def heldout_folds(rows: pd.DataFrame, seed: int = 0) -> tuple[list, str]:
     """
     from sklearn.model_selection import GroupKFold, GroupShuffleSplit
 
-    from .model.base import shape_groups
     src = rows["source_file"].astype(object).fillna("").to_numpy() if "source_file" in rows else \
         np.full(len(rows), "", object)
     logs = sorted(set(src))

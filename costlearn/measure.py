@@ -44,6 +44,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .dtypes import get_dtype
+from .util import check_int, check_real
+
 __all__ = ["Protocol", "PROTOCOL_VERSION", "DeviceLost", "STATUSES", "measure_shape", "make_inputs",
            "DISTRIBUTIONS", "tolerance", "check_result", "rotation_sets", "median_rse", "STOP_REASONS", "t_quantile_95"]
 
@@ -178,7 +181,6 @@ class Protocol:
     version: int = PROTOCOL_VERSION
 
     def __post_init__(self) -> None:
-        from .util import check_int, check_real
         for name, lo in (("rounds", 1), ("warmup_launches", 0), ("max_launches", 1), ("seed", 0)):
             object.__setattr__(self, name, check_int(f"Protocol.{name}", getattr(self, name), lo))
         for name in ("min_sample_us", "timeout_us", "cap_us"):
@@ -215,7 +217,6 @@ def make_inputs(m: int, n: int, k: int, distribution: str = "normal", density: f
         If ``distribution`` is unknown, ``density`` outside (0, 1], or the
         dtype has no numpy host type (bfloat16: its backend makes inputs).
     """
-    from .dtypes import get_dtype
     host = get_dtype(dtype).host_dtype
     if host is None:
         raise ValueError(f"dtype={dtype!r} has no numpy host type; its backend generates the inputs")
@@ -264,7 +265,6 @@ def tolerance(a, b, dtype: str = "float32", xp=np):
     -------
     array of float64, shape (M, N), of the module ``xp``
     """
-    from .dtypes import get_dtype
     eps = get_dtype(dtype).eps
     k = a.shape[1]
     scale = xp.abs(a).astype(xp.float64) @ xp.abs(b).astype(xp.float64)

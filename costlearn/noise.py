@@ -28,7 +28,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .dataset import current_rows, load, noise_floor, valid_rows
+from .collect import SESSION_ID, measure_rows
+from .dataset import current_rows, load, noise_floor, valid_rows, write_part
+from .families import get_family
+from .measure import Protocol
+from .problem import Problem
+from .util import check_int
 
 __all__ = ["RECHECK_FOLDER", "recheck", "across_session_pairs", "noise_floors",
            "RecheckResult", "NoiseFloors"]
@@ -234,12 +239,6 @@ def recheck(backend, folder, *, shapes: int = 6, configs_per_shape: int = 4, see
         If a sample size is < 1, or the folder holds no row of this device
         measured in another session.
     """
-    from .collect import SESSION_ID, measure_rows
-    from .dataset import write_part
-    from .families import get_family
-    from .measure import Protocol
-    from .problem import Problem
-    from .util import check_int
     shapes = check_int("shapes", shapes, 1)
     configs_per_shape = check_int("configs_per_shape", configs_per_shape, 1)
     protocol = protocol or Protocol()

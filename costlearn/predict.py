@@ -12,6 +12,8 @@ import numpy as np
 
 from .device import DeviceSpec
 from .dtypes import get_dtype
+from .families import family_of, get_family
+from .features import CandidateFeatures, ConfigTable, get_feature_set
 from .model import artifact as _artifact
 from .model.store import LoadedModels, default_store, resolve_model, store_key
 from .model.transfer import zero_shot_reason
@@ -19,6 +21,7 @@ from .prediction import Prediction
 from .problem import Problem
 from .ranker import make_ranker
 from .ranker.base import LEVEL_ALL, LEVEL_FITTING
+from .space import tile_fits_problem
 from .tuning import tune
 from .util import check_instance, check_int
 from .version import __version__
@@ -157,7 +160,6 @@ class Predictor:
     def feasible(self, problem: Problem) -> np.ndarray:
         """Candidates whose block tile fits ``problem`` (the problem rule of
         :mod:`costlearn.space`), bool of shape (len(configs),)."""
-        from .space import tile_fits_problem
         bm, bn, bk = self.ranker.features.block
         return np.asarray(tile_fits_problem(bm, bn, bk, problem.m, problem.n, problem.k, self.ranker.tile_floors), bool)
 
@@ -240,8 +242,6 @@ class Predictor:
             empty, or the model scores per candidate (``best_fixed``) and
             cannot score other configs.
         """
-        from .families import family_of
-        from .features import CandidateFeatures, ConfigTable, get_feature_set
         check_instance("problem", problem, Problem, "a costlearn.Problem (Predictor.problem(M, N, K))")
         if problem.dtype != self.dtype or problem.layout not in self.layouts:
             raise ValueError(f"problem {problem}: the {self.source} serves dtype {self.dtype!r}, layouts "
@@ -622,7 +622,6 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
         check_instance("running_on", running_on, DeviceSpec, "a DeviceSpec (e.g. costlearn.preset('h200')) or None")
     if backend is not None and not hasattr(backend, "spec"):
         raise TypeError(f"backend={backend!r}; must be a costlearn Backend (costlearn.backends.get_backend) or None")
-    from .families import get_family
     get_family(family).check_problem(problem)
     pred = load_predictor(device, family, dtype, models_dir)
     if measure_top_k or tuning_db is not None:
@@ -678,7 +677,6 @@ def predict_many(problems, dtype: str = "float32", device=None, *, family: str =
             or not hasattr(problems, "__getitem__"):
         raise TypeError(f"problems={problems!r}; must be a list of (M, N, K) or (M, N, K, layout) tuples "
                         "(or an integer array of shape (n, 3))")
-    from .families import get_family
     fam = get_family(family)
     built = []
     for i, t in enumerate(problems):

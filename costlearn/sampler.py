@@ -8,10 +8,14 @@ tile so that every block-tile class (including BM = 1 for batch 1) is present.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
 import numpy as np
+
+from .families import family_of
+from .util import check_int
 
 __all__ = ["ShapeBounds", "sample_shapes", "iter_shapes", "select_pool", "shape_class", "SHAPE_CLASSES"]
 
@@ -42,7 +46,6 @@ class ShapeBounds:
     skinny_share: float = 0.15
 
     def __post_init__(self) -> None:
-        from .util import check_int
         lo = check_int("ShapeBounds.min_extent", self.min_extent, 1, 2**31 - 1)
         hi = check_int("ShapeBounds.max_extent", self.max_extent, 1, 2**31 - 1)
         if lo > hi:
@@ -119,7 +122,6 @@ def sample_shapes(n: int, bounds: ShapeBounds, rng: np.random.Generator) -> list
     ValueError
         If ``n`` distinct shapes do not exist within the bounds.
     """
-    import itertools
     return list(itertools.islice(iter_shapes(bounds, rng), n))
 
 
@@ -152,7 +154,6 @@ def select_pool(configs, size: int, rng: np.random.Generator) -> list:
         raise ValueError("no feasible configs to choose a pool from")
     if len(configs) <= size:
         return sorted(configs, key=lambda c: c.config_id)
-    from .families import family_of
     fam = family_of(configs[0])
     strata: dict[int, list] = {}
     for c in configs:

@@ -27,6 +27,11 @@ import pandas as pd
 from .dataset import current_rows, load, rows_where, valid_rows
 from .families import VENDOR_CONFIG_ID
 from .metrics import PROBLEM_COLUMNS, geomean_regret
+from .model.artifact import ArtifactError, model_folder
+from .model.artifact import load as load_artifact
+from .predict import Predictor
+from .problem import Problem
+from .train import train
 
 __all__ = ["decision_scores", "by_source", "format_by_source", "flag_table", "format_flag_table", "leave_one_log_out",
            "StudyResult", "TOP_K", "FOOTNOTE", "reusable_model"]
@@ -87,7 +92,6 @@ def decision_scores(predictor, rows: pd.DataFrame, best_fixed=None) -> pd.DataFr
     ValueError
         If no row is of the predictor's family, dtype and layouts.
     """
-    from .problem import Problem
     fam = predictor.artifact.family
     rows = rows[rows_where(rows, family=fam.name, dtype=predictor.dtype)
                 & rows["layout"].isin(set(predictor.layouts)).to_numpy(bool)]
@@ -259,7 +263,6 @@ def reusable_model(models, data_dir, family: str, dtype: str, excluded, rows: in
     left, when it was trained on ``data_dir``'s rows less exactly the logs
     ``excluded`` and on ``rows`` valid rows (the count the caller has now:
     none added since); else None."""
-    from .model.artifact import ArtifactError, load as load_artifact, model_folder
     for dev in sorted(p.name for p in Path(models).glob("*") if p.is_dir()):
         folder = model_folder(models, dev, family, dtype)
         try:
@@ -307,8 +310,6 @@ def leave_one_log_out(data_dir, work_dir, *, family: str = "triton_mm", dtypes=N
         If the folder holds no valid rows of the family, or no dtype has two
         logs.
     """
-    from .predict import Predictor
-    from .train import train
     data_dir, work_dir = Path(data_dir), Path(work_dir)
     df, _ = load(data_dir)
     rows = valid_rows(current_rows(df[rows_where(df, family=family)])[0])

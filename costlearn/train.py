@@ -4,6 +4,7 @@ calibrate the scorer); and the conversion of artifacts of the layout before
 kernel families."""
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import time
@@ -17,11 +18,21 @@ import pandas as pd
 from .dataset import current_rows, load, noise_floor, rows_where, valid_rows
 from .device import DeviceSpec
 from .envelope import Coverage, Envelope, fit_coverage, fit_envelope, outside_rows
-from .floor import calibrate_floor
 from .families import get_family
+from .features import CandidateFeatures, ConfigTable, feature_version, get_feature_set
+from .floor import calibrate_floor, heldout_folds, heldout_problems
 from .metrics import evaluate_rows, random_scores, summarize
 from .model import BASELINES, artifact, get_model
 from .model.base import CostModel
+from .model.baselines import BestFixedModel, RooflineModel
+from .model.xgb import XGBCostModel
+from .noise import noise_floors
+from .predict import Predictor
+from .problem import Problem
+from .ranker import calibrate_cascade, calibration_problems, make_ranker
+from .ranker.shortlist import MIN_TREES, build_shortlist, worth_a_table
+from .sampler import ShapeBounds
+from .util import atomic_write, sha256_file
 
 __all__ = ["MIN_ROWS", "MIN_PROBLEMS", "pair_counts", "train", "TrainResult", "spec_from_rows", "holdout_report",
            "export_artifact", "migrate_models", "dataset_pairs", "read_device_json"]
@@ -49,7 +60,6 @@ class TrainResult:
 def _across(data_dir, rows) -> float:
     """The across-session noise floor of ``rows`` from ``data_dir``'s
     re-timings (:func:`costlearn.noise.noise_floors`); NaN without."""
-    from .noise import noise_floors
     return noise_floors(data_dir, rows).across if Path(data_dir).is_dir() else float("nan")
 
 
@@ -98,9 +108,7 @@ def holdout_report(rows: pd.DataFrame, spec: DeviceSpec, model: CostModel,
     kind : str
         How the hold-out was made.
     """
-    import copy
 
-    from .floor import heldout_folds, heldout_problems
     folds, kind = heldout_folds(rows, seed)
     test = np.concatenate([te for _, te in folds])
     models = {model.name: model, **{name: get_model(name) for name in BASELINES}}
@@ -288,20 +296,15 @@ def export_artifact(model: CostModel, folder, *, family: str, dtype: str, layout
         If the scorer disagrees with the model (more than 1e-3 in log2 time
         on the calibration problems' candidates).
     """
-    from .features import CandidateFeatures, ConfigTable, get_feature_set
-    from .ranker import calibrate_cascade, calibration_problems, make_ranker
-    from .ranker.shortlist import build_shortlist, worth_a_table
     fam = get_family(family)
     configs = [fam.config_from_id(c) for c in candidates["config_id"]]
     table = ConfigTable(fam, configs, dtype, spec, candidates["registers_per_thread"].to_numpy(np.float64))
     features = CandidateFeatures(get_feature_set(model.feature_set), table)
     scorer = model.scorer(features.names, [c.config_id for c in configs])
     floors = fam.fit_floors(spec)
-    from .sampler import ShapeBounds
     problems = calibration_problems(envelope["shapes"], dtype, layouts[0],
                                     ShapeBounds.for_device(spec.device_type == "cpu"))
     if len(layouts) > 1:          # the layout columns change the scores: calibrate on every layout served
-        from .problem import Problem
         problems = [Problem(p.m, p.n, p.k, dtype, layouts[i % len(layouts)]) for i, p in enumerate(problems)]
     _check_scorer(model, scorer, features, candidates, problems[::40], family, dtype)
     stages, info = calibrate_cascade(scorer, features, floors, problems)
@@ -338,8 +341,6 @@ def add_shortlist(folder, *, threads: int | None = None) -> dict:
     costlearn.model.artifact.ArtifactError
         If ``folder`` holds no loadable artifact.
     """
-    from .predict import Predictor
-    from .ranker.shortlist import MIN_TREES, build_shortlist, worth_a_table
     pred = Predictor(folder, shortlist=False)
     if not worth_a_table(pred.artifact.scorer):
         raise ValueError(f"{folder}: a scorer of {pred.artifact.scorer.n_trees} trees; a shortlist table is built for "
@@ -389,9 +390,6 @@ def migrate_models(models_dir) -> list[tuple[Path, Path]]:
         not this code's, its model file is not the sidecar's), or the new
         folder already holds a model (nothing is removed or replaced then).
     """
-    from .features import feature_version, get_feature_set
-    from .model.xgb import XGBCostModel
-    from .util import atomic_write, sha256_file
     root = Path(models_dir)
     if not root.is_dir():
         raise ValueError(f"{str(root)!r} is not a folder of models")
@@ -437,7 +435,6 @@ def migrate_models(models_dir) -> list[tuple[Path, Path]]:
             cands["registers_per_thread"] = np.nan
         cands = cands[["config_id", "registers_per_thread"]]
         bf = side.get("baselines", {}).get("best_fixed", {})
-        from .model.baselines import BestFixedModel, RooflineModel
         names = list(side["feature_names"])
         baselines = dict(roofline=RooflineModel().fit(None, spec).save(new),
                          best_fixed=dict(settings=dict(min_coverage=BestFixedModel().min_coverage),

@@ -42,7 +42,7 @@ import pandas as pd
 from sklearn.model_selection import GroupKFold
 
 from .dataset import current_rows, load, rows_where, valid_rows
-from .device import DeviceSpec, preset
+from .device import PRESETS, DeviceSpec, preset
 from .envelope import fit_coverage, fit_envelope, outside_rows
 from .families import get_family
 from .floor import FLOOR_VERSION, NEIGHBORS, VENDOR_NEAR_GRID, calibrate_floor, heldout_problems
@@ -136,7 +136,6 @@ def _destination_spec(destination: str, data_dir) -> DeviceSpec:
         try:
             spec = preset(destination)
         except ValueError:
-            from .device import PRESETS
             raise ValueError(f"no description of device {destination!r}: it is not a preset ({sorted(PRESETS)}) and "
                              "--data names no folder with a device.json (collect or import a few measurements "
                              "there)") from None

@@ -22,8 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
+from .backends import get_backend
+from .collect import measure_rows
+from .measure import Protocol
 from .prediction import Prediction
 from .problem import Problem
+from .tuning_db import TuningDB, TuningEntry, default_path
 from .version import __version__
 
 __all__ = ["tune", "Tuner", "local_backend", "open_tuning_db"]
@@ -46,7 +50,6 @@ def local_backend(family: str = "gemm"):
     """
     with _LOCK:
         if _BACKEND.get(family) is None:
-            from .backends import get_backend
             _BACKEND[family] = get_backend("auto", family=family)
         return _BACKEND[family]
 
@@ -60,7 +63,6 @@ def open_tuning_db(db):
     TypeError
         If ``db`` is neither a path, a TuningDB nor None.
     """
-    from .tuning_db import TuningDB, default_path
     if isinstance(db, TuningDB):
         return db
     if db is not None and not isinstance(db, (str, os.PathLike)):
@@ -97,7 +99,6 @@ class Tuner:
         RuntimeError
             If measuring was asked and none of the configs measured correctly.
         """
-        from .tuning_db import TuningEntry
         pred, db, backend = self.predictor, self.db, self.backend
         if measure_top_k and backend is None:
             raise ValueError("measuring needs a backend")
@@ -139,8 +140,6 @@ class Tuner:
         candidates are re-timed, interleaved, until the fastest's interval
         overlaps no other's or the cap is reached (the protocol of
         :mod:`costlearn.measure`, ``until="separated"``)."""
-        from .collect import measure_rows
-        from .measure import Protocol
         backend = self.backend
         compiled = self._kernels.setdefault(backend, {})
         missing = [c for c in configs if c.config_id not in compiled]

@@ -141,3 +141,117 @@ def test_no_private_name_crosses_a_module_or_a_class():
                 if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
                     found.append(f"{name}:{node.lineno}: .{node.attr}")
     assert not found, "private names used across modules or classes: " + "; ".join(found)
+
+
+OPTIONAL = {"triton": "an extra (costlearn[triton])", "torch": "an extra (costlearn[triton])",
+            "cupy": "an extra (costlearn[cuda])", "pyopencl": "an extra (PoCL)", "pynvml": "optional (nvidia-ml-py)",
+            "ray": "an extra (costlearn[fleet])", "kernel_tuner": "an extra (costlearn[interop])",
+            "xgboost": "importing costlearn never needs it (package docstring)",
+            "matplotlib": "plots only", "sklearn": "start-up (about 1 s)", "scipy": "start-up",
+            "joblib": "start-up", "tqdm": "start-up", "pandas": "start-up (about 0.4 s)"}
+"""Third-party packages an import inside a function may load, and why."""
+
+DEFERRED_OWN = {"costlearn.families.triton_mm.kernel": "needs Triton (an optional dependency)"}
+"""costlearn modules any function may import late, and why."""
+
+HEAVY_LIBS = {"pandas", "sklearn", "scipy", "xgboost", "joblib", "tqdm", "matplotlib", "pyarrow"}
+
+
+def _top_level_imports(path) -> tuple:
+    """(third-party roots, costlearn modules) a module imports when it loads
+    (its body's imports, those under try/if included, not functions')."""
+    mods, graph_names = _modules(), set()
+    name = next(n for n, p in mods.items() if p == path)
+    pkg = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    roots = set()
+    stack = list(ast.parse(path.read_text()).body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(node, ast.Import):
+            roots.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg.split(".")[:len(pkg.split(".")) - (node.level - 1)]
+                target = ".".join(base) + (f".{node.module}" if node.module else "")
+                graph_names.update(f"{target}.{a.name}" if f"{target}.{a.name}" in mods else target
+                                   for a in node.names)
+            else:
+                roots.add((node.module or "").split(".")[0])
+        else:
+            stack.extend(ast.iter_child_nodes(node))
+    return roots, {m for m in graph_names if m in mods}
+
+
+def heavy_modules() -> set:
+    """costlearn modules whose loading imports pandas, scikit-learn, XGBoost
+    or another slow library, directly or through other costlearn modules."""
+    mods = _modules()
+    direct = {n: _top_level_imports(p) for n, p in mods.items()}
+    heavy = {n for n, (roots, _) in direct.items() if roots & HEAVY_LIBS}
+    grew = True
+    while grew:
+        new = {n for n, (_, own) in direct.items() if own & heavy} - heavy
+        heavy |= new
+        grew = bool(new)
+    return heavy
+
+
+def late_imports(extra: dict | None = None) -> list:
+    """Imports inside functions that neither load an optional or slow
+    library (:data:`OPTIONAL`), nor are one of :data:`DEFERRED_OWN`, nor are
+    the CLI's or the package's late import of a heavy module
+    (:func:`heavy_modules`, start-up cost)."""
+    mods, heavy, found = _modules(), heavy_modules(), []
+    for name, path in {**mods, **(extra or {})}.items():
+        pkg = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Import):
+                    roots = {a.name.split(".")[0] for a in node.names}
+                    if roots <= set(OPTIONAL):
+                        continue
+                    if roots == {"costlearn"} and name == "costlearn.cli":
+                        continue           # `import costlearn` for its __file__: the package is loaded already
+                    found.append(f"{name}:{node.lineno}: import {', '.join(sorted(roots))}")
+                elif isinstance(node, ast.ImportFrom):
+                    if not node.level and not (node.module or "").startswith("costlearn"):
+                        if (node.module or "").split(".")[0] not in OPTIONAL:
+                            found.append(f"{name}:{node.lineno}: from {node.module} import ...")
+                        continue
+                    if node.level:
+                        base = pkg.split(".")[:len(pkg.split(".")) - (node.level - 1)]
+                        target = ".".join(base) + (f".{node.module}" if node.module else "")
+                    else:
+                        target = node.module
+                    for a in node.names:
+                        t = f"{target}.{a.name}" if f"{target}.{a.name}" in mods else target
+                        if t in DEFERRED_OWN or (name in ("costlearn.cli", "costlearn") and t in heavy):
+                            continue
+                        found.append(f"{name}:{node.lineno}: from {t} import {a.name}")
+    return sorted(set(found))
+
+
+def test_imports_inside_functions_are_for_optional_libraries_or_start_up_only():
+    found = late_imports()
+    assert not found, "imports inside functions with no reason (move them to the top): " + "; ".join(found)
+
+
+def test_a_late_import_without_a_reason_is_found(tmp_path):
+    """The check itself, on a made-up module beside the real ones."""
+    fake = tmp_path / "fake.py"
+    fake.write_text("def f():\n    import json\n    from .util import check_int\n    from .dataset import load\n"
+                    "    import torch\n    from .families.triton_mm.kernel import launch\n")
+    assert late_imports({"costlearn.fake": fake}) == ["costlearn.fake:2: import json",
+                                                     "costlearn.fake:3: from costlearn.util import check_int",
+                                                     "costlearn.fake:4: from costlearn.dataset import load"]
+
+
+def test_heavy_modules_are_found():
+    """The check's own facts: the dataset loads pandas, the problem value does not."""
+    heavy = heavy_modules()
+    assert {"costlearn.dataset", "costlearn.predict", "costlearn.train"} <= heavy
+    assert not {"costlearn.problem", "costlearn.device", "costlearn.families", "costlearn.cli"} & heavy

@@ -3,8 +3,11 @@ so a missing optional dependency (CuPy, PyOpenCL) fails only when that backend
 is asked for."""
 from __future__ import annotations
 
+import json
+
 from ..families import FAMILIES, get_family
 from ..registry import Registry, Unavailable
+from ..util import atomic_write, cache_dir
 from .base import Backend, CompiledKernel, Workspace
 
 __all__ = ["Backend", "CompiledKernel", "Workspace", "BACKENDS", "BackendUnavailable", "get_backend", "available",
@@ -114,9 +117,7 @@ know this machine's device without opening it."""
 def record_local_device(spec) -> None:
     """Remember ``spec`` as this machine's device (best effort: an unwritable
     cache is ignored)."""
-    import json
 
-    from ..util import atomic_write, cache_dir
     try:
         atomic_write(cache_dir() / LOCAL_DEVICE_FILE, json.dumps(_local_record(spec), default=str))
     except OSError:
@@ -133,9 +134,7 @@ def local_device(probe: bool = True) -> dict | None:
     Never called on :func:`costlearn.predict_best`'s path: the CLI uses it to
     choose a default model and to say when a model is another device's.
     """
-    import json
 
-    from ..util import cache_dir
     try:
         d = json.loads((cache_dir() / LOCAL_DEVICE_FILE).read_text())
         if isinstance(d, dict) and isinstance(d.get("slug"), str):

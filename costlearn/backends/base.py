@@ -6,8 +6,11 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ..device import DeviceSpec
 from ..families import family_of, get_family, measured_by
+from ..measure import check_result, make_inputs, rotation_sets, tolerance
 from ..problem import Problem
 from ..util import check_instance
 
@@ -77,7 +80,6 @@ class DeviceWorkspace(Workspace):
     and sets ``xp`` to its array module."""
 
     def __init__(self, prob: "HostProblem"):
-        import numpy as np
         self.xp = np
         self.ref, self.tol = prob.reference, prob.tol
         self.prob = prob
@@ -116,7 +118,6 @@ class DeviceWorkspace(Workspace):
         """Launch once over a NaN-poisoned C and compare with the float64
         host reference (:func:`costlearn.measure.check_result`); returns
         (ok, max_abs_err)."""
-        from ..measure import check_result
         self._poison_output()
         self._launch(kernel, 0)
         return check_result(self._read_output(), self.ref, self.tol, xp=self.xp)
@@ -236,9 +237,7 @@ class HostProblem:
              reference: bool = True) -> "HostProblem":
         """Draw the inputs; with ``reference=False`` the float64 reference
         and tolerance are left to the device (``None`` here)."""
-        import numpy as np
 
-        from ..measure import make_inputs, rotation_sets, tolerance
         m, n, k, dtype = problem.m, problem.n, problem.k, problem.dtype
         rng = np.random.default_rng(seed)
         bytes_per_set = problem.element_bytes * (m * k + k * n)

@@ -15,6 +15,8 @@ except ImportError as _e:  # pragma: no cover - exercised only without CuPy
     raise ImportError(f"CuPy is not installed ({_e})") from _e
 
 from ..device import DeviceSpec
+from ..measure import Protocol, tolerance
+from ..problem import Problem
 from .base import Backend, CompiledKernel, DeviceWorkspace, HostProblem
 from .nvml import ClockReader
 
@@ -147,8 +149,6 @@ class CudaBackend(Backend):
         chosen as for our kernels), rotating the same buffer sets. TF32 is
         used only if ``CUPY_TF32=1`` is set; leave it unset for a float32
         reference."""
-        from ..measure import Protocol
-        from ..problem import Problem
         protocol = protocol or Protocol()
         with self.workspace(Problem(m, n, k)) as ws:
             ws.sample_vendor(2)
@@ -172,7 +172,6 @@ class _CudaWorkspace(DeviceWorkspace):
         self.c = cp.empty((prob.m, prob.n), cp.float32)
         # float64 reference and tolerance of set 0, computed on the GPU (a
         # host reference of an 8192^3 product would take the CPU seconds).
-        from ..measure import tolerance
         self.xp = cp
         self.ref = self.a[0].astype(cp.float64) @ self.b[0].astype(cp.float64)
         self.tol = tolerance(self.a[0], self.b[0], "float32", xp=cp)

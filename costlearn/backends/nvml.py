@@ -3,6 +3,9 @@
 Importable without CuPy."""
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 __all__ = ["throttle_fields", "smi_clocks", "ClockReader"]
 
 # NVML clocks-throttle-reason bits that slow a running kernel (nvml.h,
@@ -22,8 +25,6 @@ def throttle_fields(mask: int) -> dict:
 
 def smi_clocks(index: int) -> dict:
     """Clocks through ``nvidia-smi`` (read-only query); empty when absent."""
-    import shutil
-    import subprocess
     if shutil.which("nvidia-smi") is None:
         return {}
     try:

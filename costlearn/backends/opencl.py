@@ -2,6 +2,7 @@
 exists, so the whole pipeline runs on real measurements on any machine."""
 from __future__ import annotations
 
+import json
 import math
 import os
 import platform
@@ -81,8 +82,10 @@ try:
 except ImportError as _e:  # pragma: no cover - exercised only without pyopencl
     raise ImportError(f"PyOpenCL is not installed ({_e})") from _e
 
-from ..device import DeviceSpec
-from .base import Backend, CompiledKernel, DeviceWorkspace, HostProblem
+from ..device import DeviceSpec  # noqa: E402 (after the PoCL settings)
+from ..families import get_family  # noqa: E402 (after the PoCL settings)
+from . import BackendUnavailable  # noqa: E402 (after the PoCL settings)
+from .base import Backend, CompiledKernel, DeviceWorkspace, HostProblem  # noqa: E402 (after the PoCL settings)
 
 __all__ = ["OpenCLBackend", "pocl_settings", "SETTINGS"]
 
@@ -99,7 +102,6 @@ def _pick_device(device_index: int | None):
     try:
         platforms = cl.get_platforms()
     except cl.Error as e:   # no ICD loader / no platform
-        from . import BackendUnavailable
         raise BackendUnavailable(f"no OpenCL platform ({e}); install PoCL: pip install 'pyopencl[pocl]'") from e
     for p in platforms:
         try:
@@ -107,7 +109,6 @@ def _pick_device(device_index: int | None):
         except cl.Error:
             continue
     if not devices:
-        from . import BackendUnavailable
         raise BackendUnavailable("PyOpenCL found no OpenCL device; install PoCL: pip install 'pyopencl[pocl]'")
     if device_index is not None:
         if not 0 <= device_index < len(devices):
@@ -210,7 +211,6 @@ class OpenCLBackend(Backend):
 
     def provenance(self) -> dict:
         d = self.device
-        import json
         settings = json.dumps(self.settings, sort_keys=True) if d.type & cl.device_type.CPU else ""
         return dict(device_settings=settings, device_name=d.name.strip(), device_slug=self.spec.slug, api="opencl",
                     compute_capability=d.opencl_c_version, device_version=d.version,
@@ -341,7 +341,6 @@ OpenCLBackend._workspace_cls = _OpenCLWorkspace
 def _warm_cache(family, config_ids, dtype, device_index):
     """joblib worker: compile configs in a fresh process (fills the driver's
     kernel cache); returns how many compiled."""
-    from ..families import get_family
     be = OpenCLBackend(device_index)
     fam = get_family(family)
     return sum(be.compile(fam.config_from_id(c), dtype).status == "ok" for c in config_ids)

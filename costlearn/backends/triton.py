@@ -14,14 +14,19 @@ computed on the GPU; time is CUDA events around n back-to-back launches.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 
-from ..device import DeviceSpec, PRESETS
+from ..device import PRESETS, DeviceSpec, device_slug
+from ..dtypes import get_dtype
 from ..families import get_family
+from ..measure import rotation_sets
 from ..problem import Problem
 from ..util import check_instance
+from . import BackendUnavailable
 from .base import Backend, CompiledKernel, Workspace
+from .nvml import ClockReader
 
 __all__ = ["TritonBackend"]
 
@@ -64,7 +69,6 @@ class TritonBackend(Backend):
 
     def __init__(self, device_index: int = 0):
         if not self.is_available():
-            from . import BackendUnavailable
             raise BackendUnavailable("the triton backend needs PyTorch with CUDA, Triton and an NVIDIA GPU: "
                                      "pip install 'costlearn[triton]' on a GPU machine")
         torch = _torch()
@@ -73,7 +77,6 @@ class TritonBackend(Backend):
         self.dev = torch.device("cuda", self.index)
         self._spec = None
         self._overhead_us = None
-        from .nvml import ClockReader
         self._clocks = ClockReader(self.index)
 
     # -- description --------------------------------------------------------
@@ -83,9 +86,7 @@ class TritonBackend(Backend):
         ``h200``), with the queried SM count and L2; an unknown GPU is
         described from ``torch.cuda.get_device_properties`` alone."""
         if self._spec is None:
-            import dataclasses
             props = self.torch.cuda.get_device_properties(self.index)
-            from ..device import device_slug
             slug = device_slug(props.name, "cuda")
             cc = f"{props.major}.{props.minor}"
             if slug in PRESETS:
@@ -94,7 +95,6 @@ class TritonBackend(Backend):
                                                  l2_bytes=int(getattr(props, "L2_cache_size", base.l2_bytes)),
                                                  compute_capability=cc, source=base.source + "; queried: torch")
             else:
-                from . import BackendUnavailable
                 raise BackendUnavailable(f"no preset for {props.name!r} (cc {cc}); the triton backend knows "
                                          f"{sorted(PRESETS)}")
         return self._spec
@@ -155,8 +155,6 @@ class TritonBackend(Backend):
 
 class _TritonWorkspace(Workspace):
     def __init__(self, be: TritonBackend, problem: Problem, distribution: str, density: float, seed: int):
-        from ..dtypes import get_dtype
-        from ..measure import rotation_sets
         torch = be.torch
         self.be, self.problem = be, problem
         m, n, k = problem.shape

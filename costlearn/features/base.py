@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..device import DeviceSpec
+from ..dtypes import get_dtype
 from ..families import DESCRIPTION_FIELDS, get_family
 from .shape import occupancy, shape_arrays
 
@@ -107,7 +108,6 @@ class ConfigTable:
                                  np.float64 if f in ("registers_per_thread", "smem_loads_per_fma") else np.int64)
                      for f in DESCRIPTION_FIELDS}
         self.params = family.param_features(self.configs)
-        from ..dtypes import get_dtype
         self.element_bytes = float(get_dtype(dtype).element_bytes)
         d = self.desc
         bpm, lim = occupancy(d["threads"], d["smem_bytes"], d["registers_per_thread"], spec)

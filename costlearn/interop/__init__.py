@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..dataset import load, valid_rows
 from ..families import VENDOR_CONFIG_ID
 from ..registry import Registry
-from .common import Importer, InteropError, ImportReport, Measurement, import_measurements, resolve_device
+from ..util import sha256_file
+from .common import Importer, ImportReport, InteropError, Measurement, import_measurements, resolve_device
 
 __all__ = ["IMPORTERS", "EXPORTERS", "IMPORT_FORMATS", "EXPORT_FORMATS", "import_file", "export_dataset",
            "InteropError", "ImportReport", "Importer", "Measurement"]
@@ -63,7 +65,6 @@ def import_file(fmt: str, path, *, device, data_root, mapping=None) -> ImportRep
         another format, a header that contradicts the device, or a bad
         mapping; nothing is written then.
     """
-    from ..util import sha256_file
     if fmt not in IMPORT_FORMATS:
         raise InteropError(f"import format {fmt!r}; allowed: {list(IMPORT_FORMATS)}")
     path = Path(path)
@@ -101,7 +102,6 @@ def export_dataset(fmt: str, data_dir, out_dir) -> list[Path]:
     InteropError
         On an unknown format or a dataset with no valid rows.
     """
-    from ..dataset import load, valid_rows
     if fmt not in EXPORT_FORMATS:
         raise InteropError(f"export format {fmt!r}; allowed: {list(EXPORT_FORMATS)}")
     if Path(out_dir).exists() and not Path(out_dir).is_dir():

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..version import __version__
+from ..collect import write_device_json
 from ..dataset import IMPORTED_PROTOCOL, SCHEMA_VERSION, DatasetError, load, write_part
 from ..device import DeviceSpec, preset
 from ..families import get_family
 from ..util import sha256_file
+from ..version import __version__
 
 __all__ = ["InteropError", "ImportReport", "Measurement", "Importer", "import_measurements", "device_folder",
            "FAILED"]
@@ -171,7 +172,6 @@ def device_folder(data_root, spec: DeviceSpec) -> Path:
         if have.name != spec.name:
             raise InteropError(f"{dev} describes {have.name!r}, not {spec.name!r}")
     else:
-        from ..collect import write_device_json
         folder.mkdir(parents=True, exist_ok=True)
         write_device_json(spec, folder)
     return folder

@@ -39,9 +39,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
+from ..device import device_slug
 from ..families import FAMILIES, VENDOR_CONFIG_ID, get_family
 from ..problem import MAX_EXTENT
+from ..util import atomic_write
+from ..version import __version__
 from .common import Importer, InteropError, Measurement
 
 __all__ = ["KernelTunerImporter", "Mapping", "load_mapping", "parse",
@@ -354,7 +358,6 @@ def _check_source(path: Path, spec, mapping: Mapping, device_name, meta: dict) -
     """Refuse a file that says it was measured on another device than
     ``spec`` (a cache's ``device_name``), or for another family, dtype or
     layout than the mapping's (the metadata :func:`export_t4` writes)."""
-    from ..device import device_slug
     if spec is not None and isinstance(device_name, str) and device_name.strip():
         have = device_slug(device_name, spec.api)
         if have != device_slug(spec.name, spec.api):        # the class by name (a CPU slug adds its workers)
@@ -527,7 +530,6 @@ def _problems(rows):
 
 def _plain(v, default=""):
     """A pandas cell as a JSON value (missing -> ``default``)."""
-    import pandas as pd
     try:
         if pd.isna(v):
             return default
@@ -545,7 +547,6 @@ def _tune_params(fields, records) -> dict:
 
 
 def _write(path: Path, text: str) -> Path:
-    from ..util import atomic_write
     atomic_write(path, text.encode("utf-8"))
     return path
 
@@ -633,7 +634,6 @@ def export_t4(rows, out_dir) -> list[Path]:
     list of Path
         Every file written (results then metadata, per problem).
     """
-    from ..version import __version__
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []

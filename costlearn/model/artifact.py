@@ -10,6 +10,7 @@ are refused with the command that converts them (:func:`migrate`).
 """
 from __future__ import annotations
 
+import importlib.metadata as md
 import json
 import os
 import platform
@@ -20,15 +21,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..version import __version__
 from ..device import DeviceSpec
 from ..envelope import Coverage, Envelope
-from ..floor import VendorFloor
 from ..families import FAMILIES, get_family
 from ..features import FEATURE_SETS, CandidateFeatures, ConfigTable, feature_version, get_feature_set
-from ..util import atomic_write, sha256_file
-from .base import MODELS, CostModel
+from ..floor import VendorFloor
 from ..ranker.shortlist import SHORTLIST_FILE, Shortlist, ShortlistError
+from ..util import atomic_write, sha256_file
+from ..version import __version__
+from .base import MODELS, CostModel
 from .scorer import Scorer, ScorerError
 
 __all__ = ["ARTIFACT_SCHEMA", "save", "load", "Artifact", "ArtifactError", "default_models_dir", "list_models",
@@ -94,7 +95,6 @@ def candidate_table(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def _versions() -> dict:
-    import importlib.metadata as md
     out = dict(python=platform.python_version(), numpy=np.__version__, pandas=pd.__version__, costlearn=__version__)
     for pkg in ("scikit-learn", "xgboost"):
         try:

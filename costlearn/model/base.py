@@ -20,11 +20,15 @@ registry).
 from __future__ import annotations
 
 import abc
+import dataclasses
+import inspect
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from ..features import get_feature_set
+from ..features.base import rows_family
 from ..registry import Registry
 from ..util import atomic_write, sha256_file
 
@@ -175,15 +179,12 @@ class BoostedTreesModel(CostModel):
 
     def _fit_start(self, rows: pd.DataFrame, spec) -> None:
         """Validate rows and record the device and the feature columns."""
-        from ..features import get_feature_set
-        from ..features.base import rows_family
         check_rows(rows, need_time=True)
         self.spec_ = spec
         self.feature_names_ = tuple(get_feature_set(self.feature_set).feature_names(rows_family(rows)))
 
     def _features(self, rows: pd.DataFrame) -> np.ndarray:
         """The rows' feature matrix, float32, shape (R, F), C-contiguous."""
-        from ..features import get_feature_set
         return np.ascontiguousarray(get_feature_set(self.feature_set).transform(rows, self.spec_).to_numpy(np.float32))
 
     def _split(self, rows: pd.DataFrame, *, contiguous: bool = False):
@@ -213,7 +214,6 @@ class BoostedTreesModel(CostModel):
 
     def _state(self, files: dict, **fitted) -> dict:
         """The JSON-ready state: settings, feature names, fitted scalars, files."""
-        import dataclasses
         return dict(settings=dict(feature_set=self.feature_set, params=dataclasses.asdict(self._params())),
                     feature_names=list(self.feature_names_), files=files, **fitted)
 
@@ -265,7 +265,6 @@ def get_model(name: str, **settings) -> CostModel:
     costlearn.registry.Unavailable
         If its library is missing (with an install hint).
     """
-    import inspect
     cls = MODELS.get(name)
     takes = [p for p in inspect.signature(cls).parameters if p != "self"]
     unknown = sorted(set(settings) - set(takes))

@@ -17,6 +17,7 @@ import pandas as pd
 from ..features import get_feature_set
 from ..features.base import rows_family
 from .base import CostModel, check_rows
+from .scorer import Scorer
 
 __all__ = ["RooflineModel", "BestFixedModel", "UNSEEN_SLOWDOWN_LOG2"]
 
@@ -57,7 +58,6 @@ class RooflineModel(CostModel):
 
     def scorer(self, feature_names, candidate_ids):
         """The roofline column, weight 1."""
-        from .scorer import Scorer
         names = list(feature_names)
         if self.COLUMN not in names:
             raise ValueError(f"the roofline scorer needs the column {self.COLUMN!r}; use the analytic features")
@@ -153,6 +153,5 @@ class BestFixedModel(CostModel):
 
     def scorer(self, feature_names, candidate_ids):
         """One offset per candidate: its score (unseen: last)."""
-        from .scorer import Scorer
         self.check_fitted()
         return Scorer(len(feature_names), None, 1.0, -1, 0.0, self._offsets(list(candidate_ids)))

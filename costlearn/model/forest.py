@@ -23,6 +23,7 @@ is 25 us for features, trees and the nearest-shape search together.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 
 import numpy as np
@@ -294,7 +295,6 @@ class FlatForest:
 
     def digest(self) -> str:
         """sha256 of the arrays, base score and feature count."""
-        import hashlib
         h = hashlib.sha256()
         for a in (self.nodes, self.roots, self.depths):
             h.update(a.tobytes())

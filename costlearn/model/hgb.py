@@ -22,6 +22,7 @@ import pandas as pd
 
 from .base import BoostedTreesModel, check_rows
 from .forest import FlatForest, ForestError
+from .scorer import Scorer
 
 __all__ = ["HGBParams", "HGBCostModel"]
 
@@ -201,6 +202,5 @@ class HGBCostModel(BoostedTreesModel):
 
     def scorer(self, feature_names, candidate_ids):
         """The fitted flat forest (its margin is log2 time)."""
-        from .scorer import Scorer
         self._check_columns(feature_names)
         return Scorer(len(self.feature_names_), self.forest_, 1.0)

@@ -22,6 +22,8 @@ scorer's choice on the calibration problems.
 from __future__ import annotations
 
 import io
+import math
+import zipfile
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,7 +72,6 @@ class Scorer:
     cascade: tuple = ()
 
     def __post_init__(self):
-        import math
         if not 0 < self.n_features <= 256:
             raise ScorerError(f"scorer n_features={self.n_features}; must be in [1, 256]")
         if not math.isfinite(self.column_weight):
@@ -156,7 +157,6 @@ class Scorer:
             If the file is unreadable, of another format, or inconsistent
             (including offsets not of length ``n_candidates``).
         """
-        import zipfile
         try:
             with np.load(path, allow_pickle=False) as z:
                 if int(z["format"]) != SCORER_FORMAT:

@@ -32,7 +32,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..features import get_feature_set
+from ..features.device import DEVICE_FEATURES, device_features
 from .base import shape_groups
+from .forest import FlatForest
+from .scorer import Scorer
 from .xgb import XGBCostModel, XGBParams
 
 __all__ = ["MultiDeviceXGBModel", "ROOFLINE_COLUMN", "TRANSFER_PARAMS", "MIN_DESTINATION_PROBLEMS", "zero_shot_reason"]
@@ -113,8 +117,6 @@ class MultiDeviceXGBModel(XGBCostModel):
 
     def _device_matrix(self, rows: pd.DataFrame, spec) -> np.ndarray:
         """Served features and device descriptors of rows measured on ``spec``."""
-        from ..features import get_feature_set
-        from ..features.device import device_features
         X = get_feature_set(self.feature_set).transform(rows, spec).to_numpy(np.float64)
         d = np.broadcast_to(device_features(spec, self.dtype_), (len(rows), len(_device_names())))
         return np.ascontiguousarray(np.hstack([X, d]), np.float32)
@@ -237,9 +239,6 @@ class MultiDeviceXGBModel(XGBCostModel):
         ValueError
             If ``feature_names`` are not the model's served columns.
         """
-        from ..features.device import device_features
-        from .forest import FlatForest
-        from .scorer import Scorer
         self._check_columns(feature_names)
         f = len(self.feature_names_)
         fixed = {f + i: v for i, v in enumerate(device_features(self.spec_, self.dtype_))}
@@ -248,5 +247,4 @@ class MultiDeviceXGBModel(XGBCostModel):
 
 
 def _device_names() -> tuple:
-    from ..features.device import DEVICE_FEATURES
     return DEVICE_FEATURES

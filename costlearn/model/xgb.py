@@ -7,6 +7,8 @@ import numpy as np
 import pandas as pd
 
 from .base import BoostedTreesModel, check_rows
+from .forest import FlatForest
+from .scorer import Scorer
 
 __all__ = ["XGBParams", "XGBCostModel", "OBJECTIVES"]
 
@@ -200,8 +202,6 @@ class XGBCostModel(BoostedTreesModel):
             If ``feature_names`` are not the model's, or the booster cannot
             be flattened.
         """
-        from .forest import FlatForest
-        from .scorer import Scorer
         self._check_columns(feature_names)
         sign = -1.0 if self._params().objective == "rank_pairwise" else 1.0
         return Scorer(len(self.feature_names_), FlatForest.from_xgboost(self.booster_), sign)

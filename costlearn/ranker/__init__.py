@@ -3,12 +3,17 @@ implementations giving the same bits, one chosen once when a model loads
 (:func:`make_ranker`); and the calibration of a scorer's cascade."""
 from __future__ import annotations
 
+import itertools
 import os
 
 import numpy as np
 
+from ..problem import Problem
 from ..registry import Registry
+from ..sampler import sample_shapes
+from ..space import tile_fits_problem
 from .base import Ranker, RankResult
+from .native import library
 
 __all__ = ["RANKERS", "make_ranker", "Ranker", "RankResult", "calibrate_cascade", "calibration_problems",
            "CASCADE_TREES", "CASCADE_MIN_TREES", "CASCADE_KEEP", "CASCADE_MARGIN", "CASCADE_LATE_TREES",
@@ -36,7 +41,6 @@ def make_ranker(features, scorer, envelope, tile_floors, name: str | None = None
     name = name or os.environ.get("COSTLEARN_RANKER") or None
     if name is not None:
         return RANKERS.get(name)(features, scorer, envelope, tile_floors, **rule)
-    from .native import library
     chosen = "native" if library() is not None else "numpy"
     return RANKERS.get(chosen)(features, scorer, envelope, tile_floors, **rule)
 
@@ -76,8 +80,6 @@ def calibration_problems(train_shapes, dtype: str, layout: str, bounds, *, n_tra
     log-uniform in [1, ``max_extent``] per extent (mostly out of
     distribution). No problem here is one ``scripts/bench_predict.py``
     draws (other seeds)."""
-    from ..problem import Problem
-    from ..sampler import sample_shapes
     rng = np.random.default_rng([seed, 71])
     train = np.asarray(train_shapes, np.int64).reshape(-1, 3)
     pick = [tuple(int(v) for v in s) for s in train[rng.permutation(len(train))[:n_train]]]
@@ -123,9 +125,7 @@ def calibrate_cascade(scorer, features, tile_floors, problems, *, miss_top1: flo
         scorer's), ``miss_top1``, ``miss_top5`` (measured shares), ``grid``,
         ``allowed``.
     """
-    import itertools
 
-    from ..space import tile_fits_problem
     total = scorer.n_trees
     info = dict(problems=len(problems), cost=1.0, miss_top1=0.0, miss_top5=0.0,
                 grid=dict(trees=list(CASCADE_TREES), keep=list(CASCADE_KEEP), margin=list(CASCADE_MARGIN),

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..problem import Problem
 from .base import LEVEL_ALL
 
 __all__ = ["Shortlist", "ShortlistError", "build_shortlist", "build_lists_numpy", "grid_axes", "grid_shapes",
@@ -269,7 +270,6 @@ def build_lists_numpy(ranker, layout: str, shapes: np.ndarray, tiles: int, trees
     index : ndarray of int16, shape (P, width)
     resid : ndarray of float32, shape (P, width)
     """
-    from ..problem import Problem
     vendor = ranker.vendor
     width = tiles + (vendor is not None)
     index = np.full((len(shapes), width), -1, np.int16)

@@ -21,6 +21,7 @@ import itertools
 
 import numpy as np
 
+from ...dtypes import get_dtype
 from ..base import KernelFamily, TileDescription, bank_conflict_degree
 from .config import LOOP_ORDERS, RASTERS, VALUES, GemmConfig
 from .registers import nvcc_registers
@@ -89,7 +90,6 @@ class GemmFamily(KernelFamily):
         """Shared (local) memory one block allocates, bytes:
         (BM*(KS+pad) + KS*(BN+pad)) * element bytes (A stored [BM][KS+pad],
         B [KS][BN+pad], see :mod:`.template`)."""
-        from ...dtypes import get_dtype
         c = config
         return (c.block_m * (c.block_k + c.smem_pad) + c.block_k * (c.block_n + c.smem_pad)) \
             * get_dtype(dtype).element_bytes
@@ -133,7 +133,6 @@ class GemmFamily(KernelFamily):
         if deg is None:
             deg = self._described[key] = _warp_degrees(c.block_m, c.block_n, c.block_k, c.thread_m, c.thread_n,
                                                        c.smem_pad, c.threads)
-        from ...dtypes import get_dtype
         return TileDescription(
             block_m=c.block_m, block_n=c.block_n, block_k=c.block_k, threads=c.threads,
             thread_m=c.thread_m, thread_n=c.thread_n, pipeline_stages=1,

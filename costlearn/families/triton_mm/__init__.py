@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...dtypes import get_dtype
 from ..base import VENDOR_CONFIG_ID, KernelFamily, TileDescription
 from .config import VALUES, VENDOR, TritonMMConfig, VendorCall
 from .inductor import config_from_choice
@@ -110,7 +111,6 @@ class TritonMMFamily(KernelFamily):
         (``tests/test_triton_backend.py``), and on the A100 logs it agrees
         with which configs Inductor recorded as failed (module docstring).
         """
-        from ...dtypes import get_dtype
         if isinstance(config, VendorCall):
             return 0
         c = config
@@ -154,7 +154,6 @@ class TritonMMFamily(KernelFamily):
         tile (16x16x16, so the problem rule never removes it), 4 warps, 1
         stage and no shared memory: a placeholder that keeps every feature
         defined; its ``vendor`` flag is what the model learns from."""
-        from ...dtypes import get_dtype
         regs = registers_per_thread
         if regs is None or not np.isfinite(regs):
             regs = float(self.registers_estimate(config))
@@ -207,7 +206,7 @@ class TritonMMFamily(KernelFamily):
                 torch.backends.cuda.matmul.allow_tf32 = dtype == "tfloat32"
                 torch.mm(a, b, out=c)
             return vendor
-        from .kernel import launch          # needs Triton: an optional dependency
+        from .kernel import launch  # needs Triton: an optional dependency
         return functools.partial(launch, config, dtype=dtype)
 
     def from_tool(self, tool: str, choice: str):

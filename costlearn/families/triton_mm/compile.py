@@ -19,6 +19,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...problem import LAYOUTS
+
 __all__ = ["CompiledFacts", "compile_for", "triton_version"]
 
 TRITON_DTYPE = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "tfloat32": "fp32"}
@@ -123,7 +125,6 @@ def compile_for(config, dtype: str, layout: str = "NN", arch: int = 90, aligned:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from ...problem import LAYOUTS
     from .kernel import INPUT_PRECISION, matmul_kernel
     if dtype not in TRITON_DTYPE:
         raise ValueError(f"dtype={dtype!r}; allowed: {sorted(TRITON_DTYPE)}")

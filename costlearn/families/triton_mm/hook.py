@@ -41,10 +41,11 @@ import numpy as np
 
 from ...device import DeviceSpec
 from ...dtypes import TORCH_DTYPES
-from . import TritonMMFamily
-from .config import TritonMMConfig, VendorCall
+from ...predict import load_predictor
 from ...problem import LAYOUTS, layout_letter
 from ...util import check_int
+from . import TritonMMFamily
+from .config import TritonMMConfig, VendorCall
 
 __all__ = ["prune_configs", "top_configs", "ConfigStandIn", "DEFAULT_PARAM_NAMES", "DEFAULT_GROUP_M",
            "TORCH_DTYPES", "tensor_dtype", "tensor_layout"]
@@ -403,7 +404,6 @@ def prune_configs(top_k: int = 4, *, device, dtype: str | None = None, layout: s
     tensor_args = _check_tensor_args(tensor_args)
 
     def early_config_prune(configs, named_args, /, **kwargs):
-        from ...predict import load_predictor
         configs = list(configs)
         if not configs:
             return configs
@@ -500,7 +500,6 @@ def top_configs(M, N, K, *, device, dtype: str, layout: str = "NN", top_k: int =
         there is no model (as :func:`~costlearn.predict.load_predictor`,
         which lists the models present).
     """
-    from ...predict import load_predictor
     top_k = check_int("top_k", top_k, 1)
     device = _check_device(device)
     dtype = _check_dtype(dtype, optional=False)
