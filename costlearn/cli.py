@@ -36,6 +36,7 @@ from .registry import Unavailable
 from .sampler import ShapeBounds
 from .space import enumerate_space
 from .tuning_db import TuningDB, default_path
+from .util import atomic_write
 from .version import __version__
 
 __all__ = ["main"]
@@ -569,7 +570,6 @@ def cmd_predict(args) -> int:
 
 
 def cmd_dispatch(args) -> int:
-
     from .dispatch import check_name, evaluate_dispatch, fit_dispatch, parse_range
     from .model.store import resolve_model
     from .predict import Predictor
@@ -581,18 +581,26 @@ def cmd_dispatch(args) -> int:
     d = fit_dispatch(pred, ranges, max_configs=args.configs, samples=args.samples, max_depth=args.depth,
                      seed=args.seed)
     paths = d.write(args.out, args.name)
+    report = []                # what is printed below, also written as <out>/report.md
+
+    def say(line: str = "") -> None:
+        print(line)
+        report.append(line)
     q = d.predicted
     span = ", ".join(f"{d_} {lo}..{hi}" for d_, (lo, hi) in ranges.items())
-    print(f"{len(d.configs)} configs for {span} "
-          f"(model {pred.device}; {q['shapes']} sampled shapes):")
+    say(f"# costlearn dispatch: {len(d.configs)} configs for {span}")
+    say()
+    say(f"{len(d.configs)} configs for {span} (model {pred.device}; {q['shapes']} sampled shapes):")
+    say()
     for i, c in enumerate(d.configs):
-        print(f"  {i}. {c.config_id}")
+        say(f"  {i}. `{c.config_id}`")
     single = (f"one config for all ({d.single_best.config_id}) {q['single_best_geomean']:.1%}"
               if d.single_best is not None else "no single config fits every shape")
-    print(f"predicted regret vs the per-shape best: selector geomean {q['selector_geomean']:.1%}, mean "
-          f"{q['selector_mean']:.1%}, max {q['selector_max']:.1%}; best member per shape {q['subset_geomean']:.1%}; "
-          + single)
-    print("wrote " + ", ".join(str(p) for p in paths))
+    say()
+    say(f"predicted regret vs the per-shape best: selector geomean {q['selector_geomean']:.1%}, mean "
+        f"{q['selector_mean']:.1%}, max {q['selector_max']:.1%}; best member per shape {q['subset_geomean']:.1%}; "
+        + single)
+    print("wrote " + ", ".join(str(p) for p in paths) + f", {Path(args.out) / 'report.md'}")
     eval_dir = Path(args.eval_dir) if args.eval_dir else Path("data") / pred.device / "dispatch-eval"
     if args.measure:
         from .collect import collect
@@ -608,7 +616,7 @@ def cmd_dispatch(args) -> int:
                 shapes=fresh[:args.measure], pool=list(pred.configs), configs_per_shape=len(pred.configs),
                 seed=args.seed)
     if not eval_dir.is_dir():
-        print(f"no measurements in {eval_dir} to evaluate the selector on; add --measure N")
+        say(f"no measurements in {eval_dir} to evaluate the selector on; add --measure N")
     else:
         from .dataset import current_rows, load, rows_where, valid_rows
         from .metrics import geomean_regret
@@ -618,23 +626,26 @@ def cmd_dispatch(args) -> int:
         noise = noise_floors(eval_dir, rows).tie
         ev = evaluate_dispatch(d, pred, rows, noise_rel=noise)
         if ev.empty:
-            print(f"no measured shape in {eval_dir} lies in the ranges; add --measure N")
-            return 0
-        print(f"\nmeasured on {pred.spec.name}: {len(ev)} fresh shapes in range from {eval_dir} (every candidate "
-              f"measured; noise floor {noise:.1%}, regrets at or below it count as 0)\n")
-        print("| choice | shapes | top-1 regret mean | geomean | max |")
-        print("|---|---|---|---|---|")
-        choices = [("selector", f"selector ({len(d.configs)} configs, chosen at launch)"),
-                   ("model", "predict_best per shape (a kernel per shape)")]
-        if d.single_best is not None:
-            choices.append(("single", f"one config for all ({d.single_best.config_id})"))
-        for who, label in choices:
-            r = ev[f"{who}_regret"].to_numpy(np.float64)
-            r = r[np.isfinite(r)]
-            print(f"| {label} | {len(r)} | {r.mean():.1%} | {geomean_regret(r):.1%} | {r.max():.1%} |")
-        if args.per_shape:
-            print()
-            print(ev.to_string(index=False))
+            say(f"no measured shape in {eval_dir} lies in the ranges; add --measure N")
+        else:
+            say()
+            say(f"measured on {pred.spec.name}: {len(ev)} fresh shapes in range from {eval_dir} (every candidate "
+                f"measured; noise floor {noise:.1%}, regrets at or below it count as 0)")
+            say()
+            say("| choice | shapes | top-1 regret mean | geomean | max |")
+            say("|---|---|---|---|---|")
+            choices = [("selector", f"selector ({len(d.configs)} configs, chosen at launch)"),
+                       ("model", "predict_best per shape (a kernel per shape)")]
+            if d.single_best is not None:
+                choices.append(("single", f"one config for all ({d.single_best.config_id})"))
+            for who, label in choices:
+                r = ev[f"{who}_regret"].to_numpy(np.float64)
+                r = r[np.isfinite(r)]
+                say(f"| {label} | {len(r)} | {r.mean():.1%} | {geomean_regret(r):.1%} | {r.max():.1%} |")
+            if args.per_shape:
+                print()
+                print(ev.to_string(index=False))
+    atomic_write(Path(args.out) / "report.md", "\n".join(report) + "\n")
     return 0
 
 

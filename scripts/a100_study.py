@@ -47,6 +47,9 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import docs_from_reports  # noqa: E402
 
 from costlearn.dataset import load, valid_rows  # noqa: E402
 from costlearn.device import preset  # noqa: E402
@@ -190,28 +193,6 @@ def random_to_real(work: Path, device: str, rows: pd.DataFrame, jobs: int) -> tu
         format_flag_table(flags, "The same: the OOD flag against the model's own top-1 (no floor)")])
 
 
-README = ROOT / "docs" / "results.md"
-BEGIN, END = "<!-- lolo:begin -->", "<!-- lolo:end -->"
-
-
-def update_readme(report_text: str, readme: Path = README) -> bool:
-    """Put the report's log tables (leave one log out, random only -> real
-    models) between the ``lolo`` markers of docs/results.md; False when the report has
-    none or the file lacks the markers."""
-    start = report_text.find("### Leave one log out")
-    if start < 0:
-        return False
-    stop = report_text.find("### Second table", start)
-    block = report_text[start:stop if stop >= 0 else len(report_text)].strip()
-    block = block.replace("### Leave one log out (the headline)\n\n", "")
-    text = readme.read_text()
-    if BEGIN not in text or END not in text:
-        return False
-    head, rest = text.split(BEGIN, 1)
-    readme.write_text(head + BEGIN + "\n" + block + "\n" + END + rest.split(END, 1)[1])
-    return True
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="zip of Inductor mm logs (a100_mm.zip)")
@@ -223,18 +204,10 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="2 folds over a quarter of the problems; CV only")
     ap.add_argument("--no-cv", action="store_true", help="leave out the shape-grouped cross-validation")
     ap.add_argument("--cv-only", action="store_true", help="only the shape-grouped cross-validation")
-    ap.add_argument("--readme-only", action="store_true", help="copy the log tables of an existing --report into "
-                    "docs/results.md (between its lolo markers) and stop")
     args = ap.parse_args(argv)
     work = args.work or ROOT / "out" / f"{args.device}-study"
     report = args.report or ROOT / "reports" / ("a100_inductor.md" if args.device == "a100"
                                                 else f"{args.device}_inductor.md")
-    if args.readme_only:
-        if not report.is_file() or not update_readme(report.read_text()):
-            print(f"{report}: no log tables to copy (or docs/results.md lacks the {BEGIN} markers)", file=sys.stderr)
-            return 2
-        print(f"docs/results.md: log tables copied from {report}")
-        return 0
     if not args.source.is_file():
         print(f"{args.source}: not found (the Inductor logs are not part of costlearn)", file=sys.stderr)
         return 2
@@ -299,8 +272,9 @@ def main(argv=None) -> int:
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(text) + "\n")
     print("\n".join(text))
-    if args.device == "a100" and args.source == DEFAULT_SOURCE and not args.quick and update_readme(report.read_text()):
-        print("docs/results.md: log tables updated", file=sys.stderr)
+    if report.resolve() == ROOT / "reports" / "a100_inductor.md" and args.source == DEFAULT_SOURCE and not args.quick:
+        for path in docs_from_reports.update(["lolo", "headline"]):
+            print(f"{path.relative_to(ROOT)}: tables updated from {report.name}", file=sys.stderr)
     return 0
 
 

@@ -27,7 +27,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_REPORT = ROOT / "reports" / "bench_noise.md"
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import docs_from_reports  # noqa: E402
 
 BEFORE_ENV = {"POCL_MAX_PTHREAD_COUNT": "2", "POCL_AFFINITY": "0"}
 """The protocol-2 PoCL settings: PoCL's default of one worker per core,
@@ -125,6 +129,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-before", action="store_true", help="skip the two protocol-2 sweeps")
     ap.add_argument("--out", default="out/bench-noise", help="where the sessions' rows go (default: out/bench-noise)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--report", default=str(DEFAULT_REPORT), help="the report to write (default: "
+                    "reports/bench_noise.md, whose tables docs/results.md shows)")
     ap.add_argument("--tables-only", action="store_true", help="measure nothing: print the tables of the run in --out")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--setting", default="after", help=argparse.SUPPRESS)
@@ -204,21 +210,26 @@ def main(argv=None) -> int:
             truth = allr.groupby(key)["time_us"].median().reset_index()
             sweep_s = _median(walls)
             across_after = float(d["rel_shape"].median())
-    print(f"\n## Repeatability ({len(shapes)} fresh shapes x {len(art.configs)} candidates, sessions = separate "
+    report = ["# Measurement noise (`scripts/bench_noise.py`)"]
+
+    def emit(text: str) -> None:
+        print(text)
+        report.append(text)
+    emit(f"\n## Repeatability ({len(shapes)} fresh shapes x {len(art.configs)} candidates, sessions = separate "
           f"processes, {time.perf_counter() - t_start:.0f} s in all)\n")
-    print("| protocol | PoCL settings | within-session floor | across sessions: median | p90 | across, shape's "
+    emit("| protocol | PoCL settings | within-session floor | across sessions: median | p90 | across, shape's "
           "factor removed: median | p90 | same best config (median over session pairs) | samples per row "
           "(median) | sweep s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    emit("|---|---|---|---|---|---|---|---|---|---|")
     for r in table:
         label = "3 (adaptive, 1 % RSE target)" if r["setting"] == "after" else "2 settings (7 fixed rounds)"
-        print(f"| {label} | `{r['settings']}` | {r['within']:.1%} | {r['across']:.1%} | {r['p90']:.1%} | "
+        emit(f"| {label} | `{r['settings']}` | {r['within']:.1%} | {r['across']:.1%} | {r['p90']:.1%} | "
               f"{r['across_shape']:.1%} | {r['p90_shape']:.1%} | {r['same_best']} | {r['samples']:.0f} | "
               f"{r['sweep_s']:.0f} |")
-    print("\n| protocol | shape class | config pairs | across sessions: median | p90 | factor removed: median | "
+    emit("\n| protocol | shape class | config pairs | across sessions: median | p90 | factor removed: median | "
           "p90 |\n|---|---|---|---|---|---|---|")
     for r in by_class:
-        print(f"| {'3' if r['setting'] == 'after' else '2'} | {r['cls']} | {r['pairs']} | {r['across']:.1%} | "
+        emit(f"| {'3' if r['setting'] == 'after' else '2'} | {r['cls']} | {r['pairs']} | {r['across']:.1%} | "
               f"{r['p90']:.1%} | {r['across_shape']:.1%} | {r['p90_shape']:.1%} |")
 
     # -- filter-then-measure against the exhaustive truth ----------------------
@@ -244,18 +255,21 @@ def main(argv=None) -> int:
             within_noise[name] += bool(v <= across_after)
         ties += bool(a["tied_with"])
     ftm_s = sum(a["seconds"] for a in ftm)
-    print(f"\n## Filter-then-measure on the same {len(shapes)} shapes (truth: median over {args.sweeps} protocol-3 "
+    emit(f"\n## Filter-then-measure on the same {len(shapes)} shapes (truth: median over {args.sweeps} protocol-3 "
           f"sweeps; within noise: regret <= the across-session floor with the shape's factor removed, "
           f"{across_after:.1%})\n")
-    print("| choice | top-1 regret geomean | mean | max | within noise of the best | time s | time / exhaustive sweep |")
-    print("|---|---|---|---|---|---|---|")
+    emit("| choice | top-1 regret geomean | mean | max | within noise of the best | time s | time / exhaustive sweep |")
+    emit("|---|---|---|---|---|---|---|")
     for name, v in reg.items():
         v = np.asarray(v, np.float64)
         cost = (f"{ftm_s:.1f} | {ftm_s / sweep_s:.3f}" if name.startswith("filter") else "— | —")
-        print(f"| {name} | {geomean_regret(v):.1%} | {np.nanmean(v):.1%} | {np.nanmax(v):.1%} | "
+        emit(f"| {name} | {geomean_regret(v):.1%} | {np.nanmean(v):.1%} | {np.nanmax(v):.1%} | "
               f"{within_noise[name]}/{len(v)} | {cost} |")
-    print(f"\nfilter-then-measure reported a tie (winner not separated within its cap) on {ties} of {len(ftm)} "
+    emit(f"\nfilter-then-measure reported a tie (winner not separated within its cap) on {ties} of {len(ftm)} "
           f"shapes; the exhaustive sweep took {sweep_s:.0f} s per session")
+    Path(args.report).write_text("\n".join(report).strip() + "\n")
+    if Path(args.report).resolve() == DEFAULT_REPORT:
+        docs_from_reports.update(["noise"])
     return 0
 
 

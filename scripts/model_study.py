@@ -21,6 +21,9 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import docs_from_reports  # noqa: E402
 
 from costlearn.dataset import current_rows, load, noise_floor, valid_rows  # noqa: E402
 from costlearn.device import DeviceSpec  # noqa: E402
@@ -129,6 +132,8 @@ def main(argv=None) -> int:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(out) + "\n")
     print(f"written: {args.out}")
+    if Path(args.out).resolve() == Path(docs_from_reports.REPORTS / "model_study.md"):
+        docs_from_reports.update(["model-study"])
     return 0
 
 

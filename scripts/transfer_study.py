@@ -34,7 +34,6 @@ block between ``<!-- transfer:begin -->`` and ``<!-- transfer:end -->``.
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
 import sys
 import time
@@ -46,6 +45,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
+
+import docs_from_reports  # noqa: E402
 
 from a100_study import import_logs  # noqa: E402
 from costlearn.collect import write_device_json  # noqa: E402
@@ -305,8 +306,6 @@ def main(argv=None) -> int:
                     help="n of the H100 -> A100 direction (none: skip it)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--report", type=Path, default=ROOT / "reports" / "transfer_a100_h100.md")
-    ap.add_argument("--readme", type=Path, default=ROOT / "docs" / "results.md",
-                    help="the file whose transfer block is rewritten (default: docs/results.md)")
     ap.add_argument("--mechanisms", action="store_true", help="only compare the ways of carrying the model "
                     "(model ranking, no floor; n in 0, 8, 32) into WORK/mechanisms.csv; --tables-from adds it to "
                     "the report")
@@ -347,7 +346,7 @@ def main(argv=None) -> int:
 
 
 def write_outputs(table: pd.DataFrame, sweep: pd.DataFrame, args) -> int:
-    """Write the report and the docs/results.md block; print the tables."""
+    """Write the report (and, for the default one, the docs' blocks made from it); print the tables."""
     body = format_tables(table, sweep)
     mech_csv = [w / "mechanisms.csv" for w in (args.tables_from or [args.work]) if (w / "mechanisms.csv").is_file()]
     mech = format_mechanisms(pd.concat([pd.read_csv(p) for p in mech_csv], ignore_index=True)) if mech_csv else ""
@@ -357,12 +356,8 @@ def write_outputs(table: pd.DataFrame, sweep: pd.DataFrame, args) -> int:
         "problems not seen, against the best measured of all (cuBLAS included).\n\n" + body + "\n"
         + ("\n## Which way of carrying the model works\n\nThe model's own ranking of the measured configs (no floor, "
            "no coverage), mean over seeds; `mechanisms()` in the script.\n\n" + mech + "\n" if mech else ""))
-    if args.readme.is_file():
-        text = args.readme.read_text()
-        block = f"<!-- transfer:begin -->\n{body}\n<!-- transfer:end -->"
-        if "<!-- transfer:begin -->" in text:
-            text = re.sub(r"<!-- transfer:begin -->.*?<!-- transfer:end -->", lambda _: block, text, flags=re.S)
-            args.readme.write_text(text)
+    if args.report.resolve() == ROOT / "reports" / "transfer_a100_h100.md":
+        docs_from_reports.update(["transfer", "headline"])
     print(body)
     return 0
 

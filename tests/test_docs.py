@@ -29,3 +29,41 @@ def test_the_results_and_guide_the_readme_links_exist():
     readme = (ROOT / "README.md").read_text()
     for target in set(re.findall(r"\]\(((?:docs|reports)/[\w./-]+?)(?:#[\w-]+)?\)", readme)):
         assert (ROOT / target).exists(), target
+
+
+def _docs_from_reports():
+    import importlib
+    import sys
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        return importlib.import_module("docs_from_reports")
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+
+
+def test_every_result_table_is_generated_from_the_reports():
+    """docs/results.md and the README's headline table hold no hand-copied
+    figure: each table sits in a block ``scripts/docs_from_reports.py``
+    writes from reports/, and every block is what the reports give now."""
+    gen = _docs_from_reports()
+    assert gen.stale() == [], "run python scripts/docs_from_reports.py"
+    for doc in ("docs/results.md", "README.md"):
+        text = (ROOT / doc).read_text()
+        outside = re.sub(r"<!-- ([\w-]+):begin -->.*?<!-- \1:end -->", "", text, flags=re.S)
+        tables = [ln for ln in outside.splitlines() if ln.startswith("|")]
+        assert not tables, f"{doc}: a table outside the generated blocks: {tables[0][:100]}"
+
+
+def test_a_stale_block_is_found(tmp_path):
+    """The check itself: a figure changed in a report makes its blocks stale."""
+    import shutil
+    gen = _docs_from_reports()
+    for part in ("README.md", "docs", "reports"):
+        src = ROOT / part
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / part)
+    assert gen.stale(tmp_path) == []
+    report = tmp_path / "reports" / "a100_inductor.md"
+    report.write_text(report.read_text().replace("| all | 1864 | 4.96% |", "| all | 1864 | 4.97% |", 1))
+    assert gen.stale(tmp_path) == ["docs/results.md: lolo", "README.md: headline"]
+    gen.update(root=tmp_path)
+    assert gen.stale(tmp_path) == [] and "4.97 % top-1" in (tmp_path / "README.md").read_text()
