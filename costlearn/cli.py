@@ -588,8 +588,7 @@ def cmd_dispatch(args) -> int:
         report.append(line)
     q = d.predicted
     span = ", ".join(f"{d_} {lo}..{hi}" for d_, (lo, hi) in ranges.items())
-    say(f"# costlearn dispatch: {len(d.configs)} configs for {span}")
-    say()
+    report += [f"# costlearn dispatch: {len(d.configs)} configs for {span}", ""]
     say(f"{len(d.configs)} configs for {span} (model {pred.device}; {q['shapes']} sampled shapes):")
     say()
     for i, c in enumerate(d.configs):
