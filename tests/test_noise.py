@@ -79,7 +79,9 @@ def test_recheck_retimes_in_a_new_session_and_ties_use_the_across_floor(dataset_
             base = ws.sample
             ws.sample = lambda kern, n: 1.1 * (1.2 if kern.config.config_id in odd else 1.0) * base(kern, n)
             return ws
-    monkeypatch.setattr(costlearn.collect, "SESSION_ID", "later0session")
+    import costlearn.noise
+    for mod in (costlearn.collect, costlearn.noise):          # the session id, where each module reads it
+        monkeypatch.setattr(mod, "SESSION_ID", "later0session")
     res = recheck(Slower(dataset_dir), tmp_path, shapes=2, configs_per_shape=len(pool), seed=0)
     assert res.shapes == 2 and res.rows_written > 0
     re_rows, _ = load(tmp_path / RECHECK_FOLDER)

@@ -65,6 +65,7 @@ def test_an_unmeasured_pick_is_counted_not_scored():
 
 
 def test_cli_study_and_evaluate_no_measure_by_log(two_logs, tmp_path, capsys, monkeypatch):
+    import costlearn.study as study_mod
     from costlearn import train as train_mod
     from costlearn.cli import main
     from costlearn.model.xgb import XGBParams
@@ -74,7 +75,7 @@ def test_cli_study_and_evaluate_no_measure_by_log(two_logs, tmp_path, capsys, mo
         kw["settings"] = dict(params=XGBParams(**FAST))
         return real(*a, **kw)
 
-    monkeypatch.setattr(train_mod, "train", fast_train)
+    monkeypatch.setattr(study_mod, "train", fast_train)        # where leave_one_log_out looks it up
     data = str(two_logs / "data" / DEVICE)
     report = tmp_path / "study.md"
     assert main(["study", "--data", data, "--dtype", "float16", "--work", str(tmp_path / "w"),
