@@ -628,8 +628,9 @@ def cmd_dispatch(args) -> int:
             say(f"no measured shape in {eval_dir} lies in the ranges; add --measure N")
         else:
             say()
-            say(f"measured on {pred.spec.name}: {len(ev)} fresh shapes in range from {eval_dir} (every candidate "
-                f"measured; noise floor {noise:.1%}, regrets at or below it count as 0)")
+            when = "" if args.measure else " earlier (--measure N measures fresh shapes now)"
+            say(f"measured on {pred.spec.name}{when}: {len(ev)} fresh shapes in range from {eval_dir} (every "
+                f"candidate measured; noise floor {noise:.1%}, regrets at or below it count as 0)")
             say()
             say("| choice | shapes | top-1 regret mean | geomean | max |")
             say("|---|---|---|---|---|")
