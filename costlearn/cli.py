@@ -454,9 +454,45 @@ def cmd_import(args) -> int:
 
 
 def cmd_export(args) -> int:
+    if args.format == LUT_FORMAT:
+        return _export_lut(args)
     from .interop import export_dataset
     paths = export_dataset(args.format, _dataset_folder(args.data), args.out)
     print(f"wrote {len(paths)} {args.format} files into {args.out}")
+    return 0
+
+
+LUT_FORMAT = "inductor-lut"
+"""``costlearn export inductor-lut``: a model's choices as PyTorch Inductor's template lookup table."""
+
+
+def _export_lut(args) -> int:
+    from .interop.common import resolve_device
+    from .interop.inductor_lut import export_lut, problems_from_log, read_shapes_file, read_table
+    sources = {"--shapes": args.shapes, "--from-log": args.from_log, "--from-table": args.from_table}
+    given = [k for k, v in sources.items() if v]
+    if len(given) != 1:
+        raise ValueError(f"export {LUT_FORMAT} takes one source of shapes: --shapes FILE ('M N K dtype layout' per "
+                         f"line), --from-log LOG (an Inductor AutoHeuristic mm log) or --from-table JSON (a lookup "
+                         f"table Inductor recorded); got {given or 'none'}")
+    device = args.device or model_device(None, "triton_mm", (args.dtype or ["float16"])[0], args.models)
+    if args.shapes:
+        problems = read_shapes_file(args.shapes)
+    elif args.from_log:
+        problems = problems_from_log(args.from_log, resolve_device(device))
+    else:
+        problems = read_table(args.from_table)[0]
+    if args.dtype:
+        have = sorted({lp.problem.dtype for lp in problems})
+        problems = [lp for lp in problems if lp.problem.dtype in args.dtype]
+        if not problems:
+            raise ValueError(f"--dtype {' '.join(args.dtype)}: the shapes hold only {have}")
+    rep = export_lut(problems, args.out, device=device, top_k=args.top_k, models_dir=args.models,
+                     device_name=args.device_name, portable=args.portable)
+    print(rep.summary())
+    print("use it: torch._inductor.config.lookup_table.table = json.load(open(...)); "
+          "torch._inductor.config.inductor_choices_class = torch._inductor.lookup_table.LookupTableChoices; "
+          "then torch.compile(..., mode='max-autotune') (README, 'Inside PyTorch Inductor')")
     return 0
 
 
@@ -1020,12 +1056,32 @@ def build_parser() -> argparse.ArgumentParser:
                    "to a family's (see the README)")
     p.set_defaults(func=cmd_import)
 
-    p = sub.add_parser("export", help="write a dataset as Kernel Tuner cache files or T4 results",
+    p = sub.add_parser("export", help="write a dataset as Kernel Tuner cache files or T4 results, or a model's "
+                       "choices as Inductor's lookup table",
                        description="Write a device's dataset as one Kernel Tuner cache file per problem "
-                       "(kernel-tuner) or T4 results + metadata per problem (t4).")
-    p.add_argument("format", choices=EXPORT_FORMATS)
+                       "(kernel-tuner) or T4 results + metadata per problem (t4); or (inductor-lut) a triton_mm "
+                       "model's best configs and the vendor call for given shapes as PyTorch Inductor's template "
+                       "lookup table, so max-autotune times those instead of its whole list.")
+    p.add_argument("format", choices=[*EXPORT_FORMATS, LUT_FORMAT])
     p.add_argument("--data", default="data", help="dataset folder (default: data, if it holds one device)")
-    p.add_argument("--out", required=True, help="folder to write into")
+    p.add_argument("--out", required=True, help="folder to write into (inductor-lut: the JSON file)")
+    lut = p.add_argument_group("inductor-lut")
+    lut.add_argument("--models", default=None, help="model store root (default: $COSTLEARN_MODELS, else the "
+                     "source tree's models/)")
+    lut.add_argument("--device", default=None, help="the model's device folder and preset, e.g. a100 (default: "
+                     "this machine's, else the only one)")
+    lut.add_argument("--dtype", nargs="+", default=None, choices=dtype_names(), help="export only these dtypes")
+    lut.add_argument("--shapes", default=None, help="file of 'M N K dtype [layout]' lines")
+    lut.add_argument("--from-log", default=None, help="an Inductor AutoHeuristic mm log: its shapes and strides")
+    lut.add_argument("--from-table", default=None, help="a lookup table Inductor recorded (inductor_lut_*.json): "
+                     "its mm shapes")
+    lut.add_argument("--top-k", type=_positive_int, default=3, help="tile configs per shape; the vendor call is "
+                     "added, and one more config where the model is unsure; 1 on a sure shape: that config alone, "
+                     "no autotuning (default: 3)")
+    lut.add_argument("--portable", action="store_true", help="also write device-agnostic keys")
+    lut.add_argument("--device-name", default=None, help="the device part of the keys: what "
+                     "torch.cuda.get_device_properties(0).gcnArchName prints on the target GPU (default: the "
+                     "preset's name)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("predict", help="best tile config for shapes",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,7 @@ from .problem import Problem
 from .train import train
 
 __all__ = ["decision_scores", "by_source", "format_by_source", "flag_table", "format_flag_table", "leave_one_log_out",
-           "StudyResult", "TOP_K", "FOOTNOTE", "reusable_model"]
+           "StudyResult", "TOP_K", "FOOTNOTE", "reusable_model", "LogFold", "log_folds", "fold_model", "median_times"]
 
 FOOTNOTE = ("Regret: measured time of the answer / best measured of all (the vendor library included) - 1, geometric "
             "mean over the scored log's problems. 'prune path': the model choosing among exactly the configs "
@@ -45,7 +46,7 @@ TOP_K = 5
 """The k of "best of top-k" in these tables."""
 
 
-def _median_times(rows: pd.DataFrame) -> pd.DataFrame:
+def median_times(rows: pd.DataFrame) -> pd.DataFrame:
     """Median time per (problem, source, config): a config measured in several
     sessions counts once (as :func:`costlearn.metrics.evaluate_rows`)."""
     src = rows["source_file"].astype(object).fillna("") if "source_file" in rows else ""
@@ -98,7 +99,7 @@ def decision_scores(predictor, rows: pd.DataFrame, best_fixed=None) -> pd.DataFr
     if rows.empty:
         raise ValueError(f"no valid {fam.name}/{predictor.dtype} measurement of layouts {list(predictor.layouts)} "
                          "to score")
-    med = _median_times(rows)
+    med = median_times(rows)
     bf = None
     if best_fixed is not None:
         known = med[med["config_id"].isin({c.config_id for c in predictor.configs})]
@@ -276,6 +277,119 @@ def reusable_model(models, data_dir, family: str, dtype: str, excluded, rows: in
     return None
 
 
+@dataclass(frozen=True)
+class LogFold:
+    """One fold of leave one log out.
+
+    Attributes
+    ----------
+    data_dir : Path
+        The device's dataset folder.
+    family, dtype : str
+    left_out : str
+        The log left out (its ``source_file``; ``"collected"`` for rows
+        costlearn measured).
+    test : pandas.DataFrame
+        Valid rows of the left-out log on problems (M, N, K, layout) that no
+        other log measures.
+    training_rows : int
+        Valid rows of the other logs of this dtype.
+    """
+
+    data_dir: Path
+    family: str
+    dtype: str
+    left_out: str
+    test: pd.DataFrame
+    training_rows: int
+
+    @property
+    def excluded(self) -> tuple:
+        """The ``exclude_sources`` of the fold's training."""
+        return (self.left_out,) if self.left_out != "collected" else ("",)
+
+    def served(self, layouts, skipped: list) -> pd.DataFrame:
+        """:attr:`test` in the ``layouts`` a model serves; the rest noted in
+        ``skipped``."""
+        test = self.test
+        ok = test["layout"].isin(set(layouts)).to_numpy(bool)
+        if not ok.all():
+            lost = test[~ok][["m", "n", "k", "layout"]].drop_duplicates()
+            skipped.append(f"{self.dtype}: {len(lost)} problem(s) of {self.left_out} in layouts "
+                           f"{sorted(lost['layout'].unique())} no other log measures: not scored")
+        return test[ok]
+
+
+def log_folds(data_dir, family: str = "triton_mm", dtypes=None, skipped: list | None = None):
+    """The folds of leave one log out over a device's dataset folder, in
+    order of dtype, then log.
+
+    Parameters
+    ----------
+    data_dir : path
+        Rows with distinct ``source_file`` are logs (imported files;
+        collected rows count as one log).
+    family : str
+    dtypes : sequence of str, optional
+        Default: every dtype of the family the folder holds.
+    skipped : list, optional
+        Gets a line for each dtype with fewer than two logs and each log
+        whose every problem another log measures.
+
+    Yields
+    ------
+    LogFold
+
+    Raises
+    ------
+    ValueError
+        If the folder holds no valid rows of the family.
+    """
+    data_dir = Path(data_dir)
+    skipped = [] if skipped is None else skipped
+    df, _ = load(data_dir)
+    rows = valid_rows(current_rows(df[rows_where(df, family=family)])[0])
+    if rows.empty:
+        raise ValueError(f"{data_dir} holds no valid {family} rows")
+    rows = rows.assign(source_file=rows["source_file"].astype(object).fillna("")
+                       .replace("", "collected") if "source_file" in rows else "collected")
+    for dt in (list(dtypes) if dtypes else sorted(rows["dtype"].astype(str).unique())):
+        sub = rows[rows["dtype"].astype(str) == dt]
+        logs = sorted(sub["source_file"].unique())
+        if len(logs) < 2:
+            skipped.append(f"{dt}: {len(logs)} log(s) ({', '.join(logs) or 'none'}); leave-one-log-out needs two")
+            continue
+        for left in logs:
+            others = sub[sub["source_file"] != left]
+            seen = set(map(tuple, others[["m", "n", "k", "layout"]].drop_duplicates()
+                           .itertuples(index=False, name=None)))
+            test = sub[sub["source_file"] == left]
+            test = test[[t not in seen for t in test[["m", "n", "k", "layout"]].itertuples(index=False, name=None)]]
+            if test.empty:
+                skipped.append(f"{dt}: every problem of {left} is also in another log")
+                continue
+            yield LogFold(data_dir, family, dt, left, test, len(others))
+
+
+def fold_model(fold: LogFold, work_dir, *, settings: dict | None = None, reuse: bool = True) -> Path:
+    """The model folder of ``fold`` under ``<work_dir>/<dtype>/without-<log>/``:
+    the one an earlier run left there when it fits (:func:`reusable_model`,
+    with ``reuse``), else one trained now.
+
+    Raises
+    ------
+    ValueError
+        As :func:`costlearn.train.train` (e.g. too few rows).
+    """
+    models = Path(work_dir) / fold.dtype / f"without-{Path(fold.left_out).stem}"
+    folder = reusable_model(models, fold.data_dir, fold.family, fold.dtype, fold.excluded, fold.training_rows) \
+        if reuse else None
+    if folder is None:
+        folder = train(fold.data_dir, models, family=fold.family, dtype=fold.dtype, settings=settings,
+                       exclude_sources=fold.excluded).path.parent
+    return folder
+
+
 def leave_one_log_out(data_dir, work_dir, *, family: str = "triton_mm", dtypes=None, settings: dict | None = None,
                       log=print, reuse: bool = True) -> StudyResult:
     """Train on every log of ``data_dir`` but one and score the one left out
@@ -311,61 +425,28 @@ def leave_one_log_out(data_dir, work_dir, *, family: str = "triton_mm", dtypes=N
         logs.
     """
     data_dir, work_dir = Path(data_dir), Path(work_dir)
-    df, _ = load(data_dir)
-    rows = valid_rows(current_rows(df[rows_where(df, family=family)])[0])
-    if rows.empty:
-        raise ValueError(f"{data_dir} holds no valid {family} rows")
-    rows = rows.assign(source_file=rows["source_file"].astype(object).fillna("")
-                       .replace("", "collected") if "source_file" in rows else "collected")
-    have = sorted(rows["dtype"].astype(str).unique())
-    dtypes = list(dtypes) if dtypes else have
     frames, tables, skipped = [], [], []
-    for dt in dtypes:
-        sub = rows[rows["dtype"].astype(str) == dt]
-        logs = sorted(sub["source_file"].unique())
-        if len(logs) < 2:
-            skipped.append(f"{dt}: {len(logs)} log(s) ({', '.join(logs) or 'none'}); leave-one-log-out needs two")
+    by_dtype: dict = {}
+    for fold in log_folds(data_dir, family, dtypes, skipped):
+        dt, left = fold.dtype, fold.left_out
+        t0 = time.perf_counter()
+        try:
+            folder = fold_model(fold, work_dir, settings=settings, reuse=reuse)
+        except ValueError as e:
+            skipped.append(f"{dt}: without {left}: {e}")
             continue
-        per_dt = []
-        for left in logs:
-            train_logs = [s for s in logs if s != left]
-            seen = set(map(tuple, sub[sub["source_file"].isin(train_logs)][["m", "n", "k", "layout"]]
-                           .drop_duplicates().itertuples(index=False, name=None)))
-            test = sub[sub["source_file"] == left]
-            test = test[[t not in seen for t in test[["m", "n", "k", "layout"]].itertuples(index=False, name=None)]]
-            if test.empty:
-                skipped.append(f"{dt}: every problem of {left} is also in another log")
-                continue
-            t0 = time.perf_counter()
-            models = work_dir / dt / f"without-{Path(left).stem}"
-            excluded = (left,) if left != "collected" else ("",)
-            folder = reusable_model(models, data_dir, family, dt, excluded, int((sub["source_file"] != left).sum())) \
-                if reuse else None
-            if folder is None:
-                try:
-                    res = train(data_dir, models, family=family, dtype=dt, settings=settings,
-                                exclude_sources=excluded)
-                except ValueError as e:
-                    skipped.append(f"{dt}: without {left}: {e}")
-                    continue
-                folder = res.path.parent
-            pred = Predictor(folder)
-            served = test["layout"].isin(set(pred.layouts)).to_numpy(bool)
-            if not served.all():
-                lost = test[~served][["m", "n", "k", "layout"]].drop_duplicates()
-                skipped.append(f"{dt}: {len(lost)} problem(s) of {left} in layouts "
-                               f"{sorted(lost['layout'].unique())} no other log measures: not scored")
-                test = test[served]
-            per = decision_scores(pred, test, best_fixed=pred.artifact.baseline("best_fixed"))
-            per["source"] = left
-            per_dt.append(per)
-            tr = pred.artifact.sidecar.get("training", {})
-            log(f"{dt}: without {left} ({tr.get('rows')} rows, {tr.get('shapes')} problems): "
-                f"{time.perf_counter() - t0:.0f} s; scored {len(per)} problems of {left}")
-        if per_dt:
-            per = pd.concat(per_dt, ignore_index=True)
-            frames.append(per)
-            tables.append(by_source(per).assign(dtype=dt))
+        pred = Predictor(folder)
+        test = fold.served(pred.layouts, skipped)
+        per = decision_scores(pred, test, best_fixed=pred.artifact.baseline("best_fixed"))
+        per["source"] = left
+        by_dtype.setdefault(dt, []).append(per)
+        tr = pred.artifact.sidecar.get("training", {})
+        log(f"{dt}: without {left} ({tr.get('rows')} rows, {tr.get('shapes')} problems): "
+            f"{time.perf_counter() - t0:.0f} s; scored {len(per)} problems of {left}")
+    for dt, per_dt in by_dtype.items():
+        per = pd.concat(per_dt, ignore_index=True)
+        frames.append(per)
+        tables.append(by_source(per).assign(dtype=dt))
     if not frames:
         raise ValueError(f"{data_dir}: no dtype of {family} holds two logs to leave one out ({'; '.join(skipped)})")
     return StudyResult(pd.concat(frames, ignore_index=True), pd.concat(tables, ignore_index=True), skipped)

@@ -10,7 +10,7 @@ Usage::
 
 The scripts that measure call :func:`update` after writing their report
 (``a100_study.py``, ``transfer_study.py``, ``bench_predict.py``,
-``bench_noise.py``, ``model_study.py``, ``ood_study.py``); ``costlearn
+``bench_noise.py``, ``model_study.py``, ``ood_study.py``, ``lut_study.py``); ``costlearn
 evaluate --report reports/pocl_eval.md`` and ``costlearn dispatch --out
 reports/dispatch`` write theirs, then run this script.
 """
@@ -126,6 +126,10 @@ def ood(reports: Path) -> str:
     return (reports / "ood_study.md").read_text().strip()
 
 
+def lut(reports: Path) -> str:
+    return _demote(_drop_title((reports / "inductor_lut.md").read_text()), 2)
+
+
 def dispatch(reports: Path) -> str:
     return _drop_title((reports / "dispatch" / "report.md").read_text())
 
@@ -154,7 +158,8 @@ def speed_rows(reports: Path) -> list:
             nv = t.get("NVIDIA heuristics top-1 (`get`)")
             out.append(dict(model=name, folder=model.group(1), candidates=int(model.group(2)),
                             trees=int(model.group(3)), served=served, set=short, p50=float(best[1]),
-                            p99=float(best[2]), nv_p50=float(nv[1]) if nv else None, nv_p99=float(nv[2]) if nv else None,
+                            p99=float(best[2]), nv_p50=float(nv[1]) if nv else None,
+                            nv_p99=float(nv[2]) if nv else None,
                             many=float(t["predict_many, 30 unseen problems (per call)"][1]),
                             repeated=float(t["predict_best, repeated problem"][1]),
                             agreement=agree.group(1) if agree else ""))
@@ -187,6 +192,18 @@ def _pct(v: str) -> str:
     return v.replace(" %", "%").replace("%", " %")
 
 
+OWN_LIST = "Inductor's own list: candidates mean / max"
+
+
+def _ah(row: dict) -> str:
+    """``"0.06 % with 11 candidates"`` from the study's AutoHeuristic column ("n/a" without PyTorch)."""
+    cell = next((v for k, v in row.items() if "AutoHeuristic" in k), "n/a")
+    if "/" not in cell:
+        return "n/a"
+    regret, n = (v.strip() for v in cell.split("/"))
+    return f"{_pct(regret)} with {float(n):.0f} candidates"
+
+
 def headline(reports: Path) -> str:
     lolo_t = md_tables((reports / "a100_inductor.md").read_text())
     f16 = _row(lolo_t, "### float16: each log", "all")
@@ -196,6 +213,9 @@ def headline(reports: Path) -> str:
     ev_text = (reports / "pocl_eval.md").read_text()
     ev = next(dict(zip(h, r)) for b, h, rows in md_tables(_between(ev_text, "## Summary", ("## ",)))
               for r in rows if r[0] == "xgboost")
+    lut_t = md_tables((reports / "inductor_lut.md").read_text())
+    k3 = next(dict(zip(h, r)) for b, h, rows in lut_t for r in rows if r[:2] == ["float16", "all"] and r[3] == "3")
+    own = next(dict(zip(h, r)) for b, h, rows in lut_t for r in rows if r[:2] == ["float16", "all"] and len(r) == 6)
     sp = [r for r in speed_rows(reports) if r["model"] == "a100/triton_mm/bfloat16"]
     p50 = sorted(r["p50"] for r in sp)
     nv = sorted(r["nv_p50"] for r in sp if r["nv_p50"])
@@ -208,11 +228,18 @@ def headline(reports: Path) -> str:
         f"[leave one log out]({where}) |",
         f"| the same, tfloat32 ({int(f32['problems']):,} problems) | {_pct(f32['top-1 vs best of all'])} | "
         f"cuBLAS: {_pct(f32['vendor only'])} | [same]({where}) |",
+        f"| Inductor's max-autotune timing only the exported table's choices (3 configs + cuBLAS), float16, "
+        f"each log by a model trained on the others | {_pct(k3['regret vs full autotune (geomean)'])} slower than "
+        f"full autotuning, {float(k3['choices per problem: mean / max'].split('/')[0]):.0f} candidates | "
+        f"Inductor's list: {float(own[OWN_LIST].split('/')[0]):.0f} candidates; PyTorch's AutoHeuristic ranking "
+        f"(trained on these logs): {_ah(own)} | "
+        "[lookup table](docs/results.md#inside-pytorch-inductor-a-lookup-table-instead-of-autotuning-everything) |",
         f"| the A100 model carried to an H100 with no H100 row (float16, {tr['problems scored']} problems) | "
         f"{_pct(tr['transfer (predict_best)'])} | cuBLAS: {_pct(tr['vendor only'])} | "
         "[transfer](docs/results.md#a-new-gpu-carry-a-model-across-devices) |",
         f"| costlearn's own kernel on PoCL's CPU device, {ev['shapes']} fresh shapes (committed model) | "
-        f"{_pct(ev['top-1 geomean'])} top-1 | | [committed data and model](docs/results.md#the-committed-data-and-model) |",
+        f"{_pct(ev['top-1 geomean'])} top-1 | | "
+        "[committed data and model](docs/results.md#the-committed-data-and-model) |",
         f"| an unseen problem answered, one core (A100 bfloat16 model, {sp[0]['trees']:,} trees) | "
         f"{p50[0]:.0f}-{p50[-1]:.0f} µs p50 | NVIDIA's heuristics: {nv[0]:.0f}-{nv[-1]:.0f} µs | "
         "[speed](docs/results.md#speed) |"])
@@ -231,6 +258,7 @@ class Block:
 BLOCKS = (Block("lolo", "docs/results.md", lolo), Block("transfer", "docs/results.md", transfer),
           Block("noise", "docs/results.md", noise), Block("eval", "docs/results.md", evaluation),
           Block("model-study", "docs/results.md", model_study), Block("speed", "docs/results.md", speed),
+          Block("lut", "docs/results.md", lut),
           Block("ood", "docs/guide.md", ood), Block("dispatch", "docs/guide.md", dispatch),
           Block("headline", "README.md", headline))
 """Every generated block, in the order written."""

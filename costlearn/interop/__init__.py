@@ -25,6 +25,7 @@ __all__ = ["IMPORTERS", "EXPORTERS", "IMPORT_FORMATS", "EXPORT_FORMATS", "import
            "InteropError", "ImportReport", "Importer", "Measurement"]
 
 IMPORTERS = Registry("import format", {"inductor": "costlearn.interop.inductor:InductorImporter",
+                                       "inductor-lut": "costlearn.interop.inductor_lut:InductorLutImporter",
                                        "kernel-tuner": "costlearn.interop.kernel_tuner:KernelTunerImporter"})
 """Formats :func:`import_file` reads: name -> :class:`~costlearn.interop.common.Importer`."""
 

@@ -48,6 +48,9 @@ class Measurement:
         Per-launch time, microseconds; NaN for a failed measurement.
     error : str
         Why it failed ("" when it did not).
+    strides : tuple of int
+        ``(a0, a1, b0, b1)``: the element strides of A [M, K] and B [K, N]
+        where the file records them (Inductor's logs), else empty.
     """
 
     line: int
@@ -60,6 +63,7 @@ class Measurement:
     config: object
     time_us: float
     error: str = ""
+    strides: tuple = ()
 
 
 @dataclass

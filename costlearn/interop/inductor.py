@@ -176,10 +176,10 @@ def _measurement(rec: list, pos: dict, line: int, choices: dict) -> Measurement:
         raise ValueError(f"feedback={g['feedback']!r} is not a number") from None
     if math.isinf(ms) and ms > 0:
         return Measurement(line, m, n, k, dtype, la + lb, family, config, math.nan,
-                           "inductor recorded inf (the config failed to compile or run)")
+                           "inductor recorded inf (the config failed to compile or run)", tuple(strides))
     if not (math.isfinite(ms) and ms > 0):
         raise ValueError(f"feedback={g['feedback']!r}; a time must be positive (ms) or inf")
-    return Measurement(line, m, n, k, dtype, la + lb, family, config, ms * 1e3)
+    return Measurement(line, m, n, k, dtype, la + lb, family, config, ms * 1e3, strides=tuple(strides))
 
 
 class InductorImporter(Importer):

@@ -43,7 +43,7 @@ import numpy as np
 from ...dtypes import get_dtype
 from ..base import VENDOR_CONFIG_ID, KernelFamily, TileDescription
 from .config import VALUES, VENDOR, TritonMMConfig, VendorCall
-from .inductor import config_from_choice
+from .inductor import config_from_choice, config_from_entry, lut_entry
 
 __all__ = ["TritonMMFamily", "TritonMMConfig", "VendorCall", "VENDOR", "VALUES", "REG_OVERHEAD",
            "TENSOR_CORE_DTYPES", "MMA_TILE"]
@@ -209,10 +209,20 @@ class TritonMMFamily(KernelFamily):
         from .kernel import launch  # needs Triton: an optional dependency
         return functools.partial(launch, config, dtype=dtype)
 
-    def from_tool(self, tool: str, choice: str):
-        """Inductor's mm choices (:func:`costlearn.families.triton_mm.inductor.config_from_choice`);
+    def from_tool(self, tool: str, choice):
+        """Inductor's AutoHeuristic choice names (tool ``"inductor"``,
+        :func:`~costlearn.families.triton_mm.inductor.config_from_choice`) and
+        its lookup-table entries (``"inductor-lut"``,
+        :func:`~costlearn.families.triton_mm.inductor.config_from_entry`);
         None for other tools."""
-        return config_from_choice(choice) if tool == "inductor" else None
+        if tool == "inductor":
+            return config_from_choice(choice)
+        return config_from_entry(choice) if tool == "inductor-lut" else None
+
+    def to_tool(self, tool: str, config, problem):
+        """Inductor's lookup-table entry (:func:`costlearn.families.triton_mm.inductor.lut_entry`)
+        for tool ``"inductor"``; None for other tools."""
+        return lut_entry(config, problem) if tool == "inductor" else None
 
     def fit_floors(self, spec) -> tuple[int, int, int]:
         """(16, 16, 16): ``tl.dot``'s smallest block, so every problem keeps

@@ -1,18 +1,25 @@
-"""How PyTorch Inductor names ``triton_mm`` configs: the ``choice`` strings of
-its AutoHeuristic mm logs (``torch/_inductor/autoheuristic/``), read by the
-Inductor importer (:mod:`costlearn.interop.inductor`) through
-:meth:`~costlearn.families.triton_mm.TritonMMFamily.from_tool`.
+"""How PyTorch Inductor names ``triton_mm`` configs.
 
-``extern_mm`` is the vendor library (aten's mm, cuBLAS); a Triton choice is
-``type=triton_BLOCK-M=.._BLOCK-K=.._BLOCK-N=.._numstages=.._numwarps=..``.
+- In its AutoHeuristic mm logs (``torch/_inductor/autoheuristic/``), read by
+  the Inductor importer (:mod:`costlearn.interop.inductor`) through
+  :meth:`~costlearn.families.triton_mm.TritonMMFamily.from_tool`: a
+  ``choice`` is ``extern_mm`` (the vendor library, aten's mm, cuBLAS) or
+  ``type=triton_BLOCK-M=.._BLOCK-K=.._BLOCK-N=.._numstages=.._numwarps=..``.
+- In its template lookup table (``torch/_inductor/lookup_table/``, PyTorch
+  2.13 and later), written by :mod:`costlearn.interop.inductor_lut` through
+  :meth:`~costlearn.families.triton_mm.TritonMMFamily.to_tool`: an entry is
+  ``{"template_id": "aten::mm"}`` or ``{"template_id": "triton::mm", ...}``
+  with the keyword arguments of Inductor's mm template
+  (``torch/_inductor/kernel/templates/triton_mm.py.jinja``).
 """
 from __future__ import annotations
 
 import re
 
-from .config import VENDOR, TritonMMConfig
+from .config import VENDOR, TritonMMConfig, VendorCall
 
-__all__ = ["INDUCTOR_GROUP_M", "VENDOR_CHOICE", "config_from_choice"]
+__all__ = ["INDUCTOR_GROUP_M", "VENDOR_CHOICE", "config_from_choice", "TRITON_TEMPLATE_ID", "VENDOR_TEMPLATE_ID",
+           "lut_entry", "config_from_entry"]
 
 INDUCTOR_GROUP_M = 8
 """``GROUP_M`` of every config of Inductor's mm template (``mm_options`` in
@@ -52,3 +59,77 @@ def config_from_choice(choice: str):
         return None
     bm, bk, bn, stages, warps = (int(v) for v in m.groups())
     return TritonMMConfig(bm, bn, bk, warps, stages, INDUCTOR_GROUP_M)
+
+
+TRITON_TEMPLATE_ID = "triton::mm"
+"""``template_id`` of Inductor's Triton mm template (``mm_template.uid``)."""
+
+VENDOR_TEMPLATE_ID = "aten::mm"
+"""``template_id`` of aten's mm, the vendor call (``aten_mm.uid``)."""
+
+
+def lut_entry(config, problem) -> dict:
+    """A lookup-table entry running ``config`` on ``problem``.
+
+    Parameters
+    ----------
+    config : TritonMMConfig or VendorCall
+    problem : costlearn.Problem
+        Its K decides ``EVEN_K``.
+
+    Returns
+    -------
+    dict
+        ``{"template_id": "aten::mm"}`` for the vendor call; else
+        ``template_id`` ``"triton::mm"`` with ``BLOCK_M``, ``BLOCK_N``,
+        ``BLOCK_K``, ``GROUP_M``, ``num_stages``, ``num_warps`` and the
+        options Inductor derives per config (``mm_options`` in
+        ``torch/_inductor/template_heuristics/triton.py``): ``EVEN_K`` (K a
+        multiple of BLOCK_K, so the K loop needs no mask), ``USE_FAST_ACCUM``
+        False, ``ACC_TYPE`` ``"tl.float32"`` (every dtype here accumulates in
+        float32). ``ALLOW_TF32`` is left to Inductor, which sets it per
+        problem from ``torch.backends.cuda.matmul.fp32_precision``.
+
+    Raises
+    ------
+    TypeError
+        If ``config`` is not a triton_mm config.
+    """
+    if isinstance(config, VendorCall):
+        return {"template_id": VENDOR_TEMPLATE_ID}
+    if not isinstance(config, TritonMMConfig):
+        raise TypeError(f"config={config!r}; must be a TritonMMConfig or VendorCall")
+    return {"template_id": TRITON_TEMPLATE_ID, "BLOCK_M": config.block_m, "BLOCK_N": config.block_n,
+            "BLOCK_K": config.block_k, "GROUP_M": config.group_m, "num_stages": config.num_stages,
+            "num_warps": config.num_warps, "EVEN_K": problem.k % config.block_k == 0, "USE_FAST_ACCUM": False,
+            "ACC_TYPE": "tl.float32"}
+
+
+def config_from_entry(entry):
+    """The config a lookup-table entry names (the inverse of :func:`lut_entry`).
+
+    Returns
+    -------
+    TritonMMConfig or VendorCall or None
+        None for an entry of another template (or not a dict).
+
+    Raises
+    ------
+    ValueError
+        If a ``triton::mm`` entry lacks a parameter or has an invalid one,
+        naming it.
+    """
+    if not isinstance(entry, dict):
+        return None
+    template = entry.get("template_id")
+    if template == VENDOR_TEMPLATE_ID:
+        return VENDOR
+    if template != TRITON_TEMPLATE_ID:
+        return None
+    try:
+        return TritonMMConfig(entry["BLOCK_M"], entry["BLOCK_N"], entry["BLOCK_K"], entry["num_warps"],
+                              entry["num_stages"], entry.get("GROUP_M", INDUCTOR_GROUP_M))
+    except KeyError as e:
+        raise ValueError(f"a {TRITON_TEMPLATE_ID} entry without {e.args[0]}: {str(entry)[:120]}") from None
+    except TypeError as e:
+        raise ValueError(f"a {TRITON_TEMPLATE_ID} entry with {e}") from None

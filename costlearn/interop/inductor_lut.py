@@ -1,0 +1,425 @@
+"""PyTorch Inductor's template lookup table, out and in.
+
+Inductor (PyTorch 2.13 and later, ``torch/_inductor/lookup_table/``) reads
+``torch._inductor.config.lookup_table.table = {key: [entry, ...]}`` when
+``LookupTableChoices`` is its choice handler; on a key match it uses only the
+listed choices: one entry is used as is (no autotuning), several are
+autotuned among themselves. :func:`export_lut` writes such a table from a
+``triton_mm`` model's predictions, so ``mode="max-autotune"`` times a few
+candidates per matmul instead of Inductor's ~30.
+
+Key (``LookupTableChoices.make_lookup_key``; checked against PyTorch's own
+code by ``tests/test_interop_inductor_lut.py``)::
+
+    [device_name+]str(((dtype, [M, K], [sa0, sa1]), (dtype, [K, N], [sb0, sb1])))+mm
+
+with ``dtype`` printed as torch prints it (``torch.float16``), the shapes
+and strides of ``mat1`` and ``mat2`` as Inductor sees them, and the device
+name ``torch.cuda.get_device_properties(i).gcnArchName`` reports (the
+preset's name by default). A device-agnostic key (``portable``) leaves the
+device out; Inductor tries the device key first. Entries are the family's
+(:meth:`~costlearn.families.KernelFamily.to_tool` with tool ``"inductor"``).
+
+float32 and tfloat32 problems share one key (the tensors are float32 either
+way; ``torch.backends.cuda.matmul.fp32_precision`` decides), so one table
+holds one of them per shape.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..dtypes import DTYPES, TORCH_DTYPES
+from ..families import VENDOR_CONFIG_ID, get_family
+from ..predict import load_predictor, predict_many
+from ..problem import LAYOUTS, Problem, layout_letter
+from ..util import atomic_write, check_int
+from .common import Importer, InteropError, Measurement, resolve_device
+from .inductor import parse as parse_log
+
+__all__ = ["LutProblem", "lookup_key", "inputs_key", "read_shapes_file", "problems_from_log", "read_table",
+           "choices_for", "confident", "export_lut", "LutReport", "InductorLutImporter", "OP_NAME", "TIME_KEYS"]
+
+OP_NAME = "mm"
+"""The op name of a plain matmul in Inductor's keys (``addmm`` has a bias
+input and ``alpha``/``beta`` scalars; costlearn's models have no epilogue
+yet)."""
+
+TORCH_NAME = {**{v: k for k, v in TORCH_DTYPES.items()}, "tfloat32": "torch.float32"}
+"""How torch prints each costlearn dtype's tensors."""
+
+TIME_KEYS = {"time_us": 1.0, "time_ms": 1e3}
+"""Fields of a recorded table's entry read as its measured time (factor to
+microseconds). PyTorch's own recorder writes none; an entry without one gives
+its shape only."""
+
+_INPUT = re.compile(r"\((torch\.\w+), \[(\d+), (\d+)\], \[(\d+), (\d+)\]\)")
+
+
+@dataclass(frozen=True)
+class LutProblem:
+    """A matmul as Inductor keys it: the problem and the operands' strides.
+
+    Attributes
+    ----------
+    problem : Problem
+    strides_a, strides_b : tuple of (int, int)
+        Element strides of ``mat1`` [M, K] and ``mat2`` [K, N];
+        :meth:`contiguous` gives the dense ones of the problem's layout.
+    """
+
+    problem: Problem
+    strides_a: tuple
+    strides_b: tuple
+
+    @classmethod
+    def contiguous(cls, problem: Problem) -> "LutProblem":
+        """Dense operands: ``N`` row-major ([K, 1], [N, 1]), ``T``
+        column-major ([1, M], [1, K])."""
+        m, n, k = problem.shape
+        a = (k, 1) if problem.layout[0] == "N" else (1, m)
+        b = (n, 1) if problem.layout[1] == "N" else (1, k)
+        return cls(problem, a, b)
+
+
+def inputs_key(lp: LutProblem) -> str:
+    """``str()`` of Inductor's ``(dtype, shape, stride)`` tuple of the two
+    operands (``LookupTableChoices._generate_kernel_inputs_key``; an mm has
+    no scalars)."""
+    p, t = lp.problem, TORCH_NAME[lp.problem.dtype]
+    (a0, a1), (b0, b1) = lp.strides_a, lp.strides_b
+    return f"(({t}, [{p.m}, {p.k}], [{a0}, {a1}]), ({t}, [{p.k}, {p.n}], [{b0}, {b1}]))"
+
+
+def lookup_key(lp: LutProblem, device_name: str | None = None) -> str:
+    """The table key of ``lp``: ``device_name+inputs+mm``, or without the
+    device (a device-agnostic key) when ``device_name`` is None."""
+    parts = ([device_name] if device_name else []) + [inputs_key(lp), OP_NAME]
+    return "+".join(parts)
+
+
+def _problem(m, n, k, dtype, layout, where: str) -> Problem:
+    try:
+        return Problem(m, n, k, dtype, layout)
+    except (TypeError, ValueError) as e:
+        raise InteropError(f"{where}: {e}") from None
+
+
+def read_shapes_file(path) -> list:
+    """Problems of a shapes file: one ``M N K dtype layout`` per line
+    (``layout`` optional, ``NN`` by default; ``#`` starts a comment).
+
+    Returns
+    -------
+    list of LutProblem
+        Dense operands, in file order, repeats dropped.
+
+    Raises
+    ------
+    InteropError
+        Naming the file and line: unreadable file, a line of another form,
+        an extent out of [1, 2**31 - 1], an unknown dtype or layout; or a
+        file with no problem.
+    """
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InteropError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+    out = {}
+    for i, line in enumerate(lines, 1):
+        text = line.split("#", 1)[0].split()
+        if not text:
+            continue
+        where = f"{path}:{i}"
+        if len(text) not in (4, 5) or not all(re.fullmatch(r"\d+", t) for t in text[:3]):
+            raise InteropError(f"{where}: {line.strip()!r}; each line is 'M N K dtype [layout]', e.g. "
+                               "'4096 4096 1024 float16 NN'")
+        dtype, layout = text[3], text[4] if len(text) == 5 else "NN"
+        if dtype not in DTYPES:
+            raise InteropError(f"{where}: dtype={dtype!r}; allowed: {list(DTYPES)}")
+        if layout not in LAYOUTS:
+            raise InteropError(f"{where}: layout={layout!r}; allowed: {list(LAYOUTS)}")
+        p = _problem(*(int(t) for t in text[:3]), dtype, layout, where)
+        out.setdefault(p, LutProblem.contiguous(p))
+    if not out:
+        raise InteropError(f"{path}: no problem (each line is 'M N K dtype [layout]')")
+    return list(out.values())
+
+
+def problems_from_log(path, device) -> list:
+    """The problems of an Inductor AutoHeuristic mm log, with the strides it
+    recorded (:func:`costlearn.interop.inductor.parse`), in log order.
+
+    Parameters
+    ----------
+    path : path
+    device : str or DeviceSpec
+        The preset the log was measured on (its header must agree).
+
+    Raises
+    ------
+    InteropError
+        As :func:`costlearn.interop.inductor.parse`, or when the log holds no
+        measurement.
+    """
+    measurements, _ = parse_log(path, resolve_device(device))
+    out = {}
+    for x in measurements:
+        p = Problem(x.m, x.n, x.k, x.dtype, x.layout)
+        if (p, x.strides) not in out:
+            out[(p, x.strides)] = LutProblem(p, tuple(x.strides[:2]), tuple(x.strides[2:]))
+    if not out:
+        raise InteropError(f"{path}: no measurement found; nothing to export")
+    return list(out.values())
+
+
+def _parse_key(key: str):
+    """(device name or None, LutProblem, op) of a table key; None when the
+    key is not a two-operand matmul key."""
+    m = re.fullmatch(r"(?:(?P<dev>.+?)\+)?(?P<inputs>\(\(.*\)\))(?:\+(?P<scalars>[^+]*=[^+]*))?\+(?P<op>\w+)", key)
+    if not m:
+        return None
+    ops = _INPUT.findall(m.group("inputs"))
+    if len(ops) != 2 or m.group("inputs") != "(" + ", ".join(
+            f"({d}, [{x}, {y}], [{s}, {t}])" for d, x, y, s, t in ops) + ")":
+        return None
+    (da, m_, k, a0, a1), (db, k2, n, b0, b1) = ops
+    if da != db or k != k2 or da not in TORCH_DTYPES:
+        return None
+    sa, sb = (int(a0), int(a1)), (int(b0), int(b1))
+    la, lb = layout_letter(sa), layout_letter(sb)
+    if la is None or lb is None:
+        return None
+    p = Problem(int(m_), int(n), int(k), TORCH_DTYPES[da], la + lb)
+    return m.group("dev"), LutProblem(p, sa, sb), m.group("op")
+
+
+def read_table(path, family: str = "triton_mm"):
+    """A lookup table Inductor recorded or a user wrote (``inductor_lut_*.json``).
+
+    Parameters
+    ----------
+    path : path
+    family : str
+        The family whose entries the table's choices are
+        (:meth:`~costlearn.families.KernelFamily.from_tool` with tool
+        ``"inductor-lut"``).
+
+    Returns
+    -------
+    problems : list of LutProblem
+        Every ``mm`` key's problem (float32 keys as ``float32``), in file order.
+    measurements : list of Measurement
+        Entries that carry a time (:data:`TIME_KEYS`) and name a config of
+        ``family``, as rows (``line`` is the key's index, from 1).
+    skipped : list of (int, str)
+        Keys and entries left out, and why (another op such as ``addmm``, an
+        unreadable key, an entry of no known template).
+
+    Raises
+    ------
+    InteropError
+        If the file is unreadable, not JSON, or not an object of lists.
+    """
+    path = Path(path)
+    try:
+        table = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise InteropError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+    except json.JSONDecodeError as e:
+        raise InteropError(f"{path}: not JSON ({e}); a lookup table is an object of key -> list of entries") from None
+    if not isinstance(table, dict) or not all(isinstance(v, list) for v in table.values()):
+        raise InteropError(f"{path}: a lookup table is a JSON object of key -> list of entries")
+    fam = get_family(family)
+    problems, measurements, skipped = {}, [], []
+    for i, (key, entries) in enumerate(table.items(), 1):
+        op = re.search(r"\+(\w+)$", key)
+        if op and op.group(1) != OP_NAME:
+            skipped.append((i, f"op {op.group(1)!r}: only {OP_NAME!r} keys are read (no epilogue yet)"))
+            continue
+        parsed = _parse_key(key)
+        if parsed is None:
+            skipped.append((i, f"key {key[:80]!r} is not a two-operand matmul key"))
+            continue
+        lp = parsed[1]
+        problems.setdefault((lp.problem, lp.strides_a, lp.strides_b), lp)
+        for entry in entries:
+            times = [float(entry[k]) * f for k, f in TIME_KEYS.items()
+                     if isinstance(entry, dict) and isinstance(entry.get(k), (int, float))]
+            if not times:
+                continue
+            try:
+                config = fam.from_tool("inductor-lut", entry)
+            except ValueError as e:
+                skipped.append((i, str(e)[:200]))
+                continue
+            if config is None:
+                skipped.append((i, f"entry {str(entry)[:80]} is no {family} config"))
+                continue
+            p, t = lp.problem, times[0]
+            ok = math.isfinite(t) and t > 0
+            measurements.append(Measurement(i, p.m, p.n, p.k, p.dtype, p.layout, family, config,
+                                            t if ok else math.nan, "" if ok else "recorded time is not positive"))
+    return list(problems.values()), measurements, skipped
+
+
+def choices_for(prediction, top_k: int, vendor=None) -> list:
+    """The configs a table lists for one prediction.
+
+    With ``top_k`` 1 and a confident prediction (chosen by the model, the
+    problem inside what it was trained on): the answer alone, which
+    Inductor then runs without autotuning. Otherwise the ``top_k`` best tile
+    configs and the vendor call, so a problem the model is not sure of (the
+    vendor floor or the OOD fallback chose, or it is flagged) never lists
+    fewer than the vendor and one config.
+
+    Parameters
+    ----------
+    prediction : costlearn.Prediction
+        With at least ``top_k + 1`` ranked configs.
+    top_k : int
+        >= 1.
+    vendor : config, optional
+        The family's vendor call; None for a family without one (then only
+        tile configs are listed).
+
+    Returns
+    -------
+    list of configs, best predicted first, the vendor call last.
+    """
+    if top_k == 1 and confident(prediction):
+        return [prediction.config]
+    tiles = [c for c, _ in prediction.top_k if c.config_id != VENDOR_CONFIG_ID][:top_k]
+    return tiles + ([vendor] if vendor is not None else [])
+
+
+def confident(prediction) -> bool:
+    """The model chose (not the vendor floor or the OOD fallback) and the
+    problem is inside what it was trained on."""
+    return prediction.chosen_by == "predicted" and not prediction.ood
+
+
+@dataclass
+class LutReport:
+    """What :func:`export_lut` wrote.
+
+    Attributes
+    ----------
+    path : Path
+    problems : int
+    keys : int
+        Keys written (two per problem with ``portable``).
+    candidates : dict of int to int
+        Problems by how many choices their entry lists.
+    confident : int
+        Problems the model was sure of.
+    seconds : float
+        Wall time of the predictions and the table, not the file write.
+    """
+
+    path: Path
+    problems: int
+    keys: int
+    candidates: dict = field(default_factory=dict)
+    confident: int = 0
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        counts = ", ".join(f"{n} choice{'s' if n > 1 else ''}: {c}" for n, c in sorted(self.candidates.items()))
+        return (f"wrote {self.keys} keys for {self.problems} problems into {self.path} ({counts}; the model was "
+                f"sure of {self.confident}) in {self.seconds * 1e3:.0f} ms")
+
+
+def export_lut(problems, out, *, device, top_k: int = 3, family: str = "triton_mm", models_dir=None,
+               device_name: str | None = None, portable: bool = False) -> LutReport:
+    """Write an Inductor lookup table of the model's choices for ``problems``.
+
+    Parameters
+    ----------
+    problems : sequence of LutProblem or Problem
+        A Problem is taken with dense operands.
+    out : path
+        The JSON file to write (atomically).
+    device : str
+        The model store's device folder (``a100``), whose models answer.
+    top_k : int
+        Tile configs per problem (:func:`choices_for`), >= 1.
+    family : str
+        A family whose configs map to Inductor entries (``triton_mm``).
+    models_dir : path, optional
+        Model store root (:func:`costlearn.model.store.default_store`).
+    device_name : str, optional
+        The device part of the keys: what ``torch.cuda.get_device_properties
+        (i).gcnArchName`` reports on the GPU the table is for; by default the
+        model's device preset name (e.g. ``"NVIDIA A100-SXM4-80GB"``).
+    portable : bool
+        Also write each entry under its device-agnostic key.
+
+    Returns
+    -------
+    LutReport
+
+    Raises
+    ------
+    ValueError
+        If ``top_k`` < 1 or ``problems`` is empty; if two problems share a
+        key (float32 and tfloat32 of one shape), naming them; or as
+        :func:`costlearn.predict_many` (no model for a dtype, a layout it
+        does not serve).
+    """
+    top_k = check_int("top_k", top_k, 1)
+    lps = [p if isinstance(p, LutProblem) else LutProblem.contiguous(p) for p in problems]
+    if not lps:
+        raise ValueError("no problems to export")
+    fam = get_family(family)
+    vendor = fam.config_from_id(fam.vendor_config_id) if fam.vendor_config_id is not None else None
+    t0 = time.perf_counter()
+    by_dtype: dict = {}
+    for i, lp in enumerate(lps):
+        by_dtype.setdefault(lp.problem.dtype, []).append(i)
+    preds = [None] * len(lps)
+    names = {}
+    for dtype, idx in by_dtype.items():
+        answers = predict_many([lps[i].problem for i in idx], dtype, device, family=family, top_k=top_k + 1,
+                               models_dir=models_dir)
+        for i, a in zip(idx, answers):
+            preds[i] = a
+        names[dtype] = device_name or load_predictor(device, family, dtype, models_dir).spec.name
+    table, seen, report = {}, {}, LutReport(Path(out), len(lps), 0)
+    for lp, pred in zip(lps, preds):
+        configs = choices_for(pred, top_k, vendor)
+        entries = [fam.to_tool("inductor", c, lp.problem) for c in configs]
+        if any(e is None for e in entries):
+            raise ValueError(f"family={family!r} has no Inductor lookup-table entries; the triton_mm family has")
+        n = len(entries)
+        report.candidates[n] = report.candidates.get(n, 0) + 1
+        report.confident += confident(pred)
+        keys = [lookup_key(lp, names[lp.problem.dtype])] + ([lookup_key(lp)] if portable else [])
+        for key in keys:
+            if key in seen and seen[key] != lp.problem:
+                raise ValueError(f"{seen[key]} and {lp.problem} share the key {key[:120]!r} (float32 and tfloat32 "
+                                 "tensors are both torch.float32); export them into separate tables")
+            seen[key] = lp.problem
+            table[key] = entries
+    report.keys = len(table)
+    report.seconds = time.perf_counter() - t0
+    atomic_write(Path(out), json.dumps(table, indent=1) + "\n")
+    return report
+
+
+class InductorLutImporter(Importer):
+    """``costlearn import inductor-lut``: the entries of a recorded lookup
+    table that carry a time (:func:`read_table`)."""
+
+    name = "inductor-lut"
+
+    def parse(self, path, spec, mapping=None):
+        if mapping is not None:
+            raise InteropError("--mapping is for kernel-tuner files; a lookup table maps itself")
+        _, measurements, skipped = read_table(path)
+        return measurements, skipped
