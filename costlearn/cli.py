@@ -467,28 +467,50 @@ LUT_FORMAT = "inductor-lut"
 
 
 def _export_lut(args) -> int:
-    from .interop.common import resolve_device
     from .interop.inductor_lut import export_lut, problems_from_log, read_shapes_file, read_table
+    from .model.store import has_model, resolve_model
     sources = {"--shapes": args.shapes, "--from-log": args.from_log, "--from-table": args.from_table}
     given = [k for k, v in sources.items() if v]
     if len(given) != 1:
         raise ValueError(f"export {LUT_FORMAT} takes one source of shapes: --shapes FILE ('M N K dtype layout' per "
                          f"line), --from-log LOG (an Inductor AutoHeuristic mm log) or --from-table JSON (a lookup "
                          f"table Inductor recorded); got {given or 'none'}")
-    device = args.device or model_device(None, "triton_mm", (args.dtype or ["float16"])[0], args.models)
+    family = "triton_mm"
+    device = args.device or resolve_model(None, family, (args.dtype or ["float16"])[0], args.models,
+                                          cli=True).parents[1].name
+    served = [d for d in dtype_names() if has_model(device, family, d, args.models)]
+    if not served:
+        resolve_model(device, family, (args.dtype or ["float16"])[0], args.models, cli=True)  # names what there is
+    t0 = time.perf_counter()
+    device_name = args.device_name
     if args.shapes:
         problems = read_shapes_file(args.shapes)
     elif args.from_log:
-        problems = problems_from_log(args.from_log, resolve_device(device))
+        problems = problems_from_log(args.from_log, device)
     else:
-        problems = read_table(args.from_table)[0]
-    if args.dtype:
-        have = sorted({lp.problem.dtype for lp in problems})
-        problems = [lp for lp in problems if lp.problem.dtype in args.dtype]
+        got = read_table(args.from_table)
+        problems = got.problems
+        for line, why in got.skipped[:5]:
+            print(f"{args.from_table}:{line}: left out: {why}", file=sys.stderr)
+        if len(got.skipped) > 5:
+            print(f"... {len(got.skipped) - 5} more left out", file=sys.stderr)
+        if device_name is None and len(got.devices) == 1:
+            device_name = got.devices[0]          # keep the table's own device name: its GPU's torch reports it
         if not problems:
-            raise ValueError(f"--dtype {' '.join(args.dtype)}: the shapes hold only {have}")
-    rep = export_lut(problems, args.out, device=device, top_k=args.top_k, models_dir=args.models,
-                     device_name=args.device_name, portable=args.portable)
+            raise ValueError(f"{args.from_table}: no mm key costlearn reads ({len(got.skipped)} left out, above)")
+    have = sorted({lp.problem.dtype for lp in problems})
+    wanted = args.dtype or have
+    problems = [lp for lp in problems if lp.problem.dtype in wanted]
+    if not problems:
+        raise ValueError(f"--dtype {' '.join(args.dtype)}: the shapes hold only {have}")
+    missing = sorted({lp.problem.dtype for lp in problems} - set(served))
+    if missing:
+        raise ValueError(f"the shapes hold {missing}, but the store has {family} models of {device} for {served} "
+                         f"only; pass --dtype {' '.join(sorted(set(have) & set(served))) or '...'} to export those")
+    print(f"read {len(problems)} problems from {given[0][2:].replace('-', ' ')} {sources[given[0]]} in "
+          f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    rep = export_lut(problems, args.out, device=device, top_k=args.top_k, family=family, models_dir=args.models,
+                     device_name=device_name, portable=args.portable)
     print(rep.summary())
     print("use it: torch._inductor.config.lookup_table.table = json.load(open(...)); "
           "torch._inductor.config.inductor_choices_class = torch._inductor.lookup_table.LookupTableChoices; "
@@ -1047,10 +1069,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "dataset rows (source file, format and sha256 recorded; the same file twice adds nothing; "
                        "malformed lines are reported and skipped; a failed import writes nothing).")
     p.add_argument("format", choices=IMPORT_FORMATS, help="inductor: PyTorch Inductor AutoHeuristic mm log; "
+                   "inductor-lut: an Inductor lookup table whose entries carry time_us or time_ms; "
                    "kernel-tuner: a Kernel Tuner cache file or T4 results JSON (needs --mapping)")
     p.add_argument("file", help="the file to import")
     p.add_argument("--device", required=True, help="preset of the GPU the file was measured on (h200, h100, a100); "
-                   "the file's header, where it has one, must agree")
+                   "the file's header or keys, where it has them, must agree")
     p.add_argument("--data", default="data", help="data root; rows go to DATA/<device>/ (default: data)")
     p.add_argument("--mapping", default=None, help="kernel-tuner: JSON file mapping the kernel's parameter names "
                    "to a family's (see the README)")
@@ -1075,9 +1098,9 @@ def build_parser() -> argparse.ArgumentParser:
     lut.add_argument("--from-log", default=None, help="an Inductor AutoHeuristic mm log: its shapes and strides")
     lut.add_argument("--from-table", default=None, help="a lookup table Inductor recorded (inductor_lut_*.json): "
                      "its mm shapes")
-    lut.add_argument("--top-k", type=_positive_int, default=3, help="tile configs per shape; the vendor call is "
-                     "added, and one more config where the model is unsure; 1 on a sure shape: that config alone, "
-                     "no autotuning (default: 3)")
+    lut.add_argument("--top-k", type=_positive_int, default=3, help="tile configs per shape, with the vendor call "
+                     "added; with 1, a shape the model is sure of lists that config alone (no autotuning) and "
+                     "another lists it and the vendor call (default: 3)")
     lut.add_argument("--portable", action="store_true", help="also write device-agnostic keys")
     lut.add_argument("--device-name", default=None, help="the device part of the keys: what "
                      "torch.cuda.get_device_properties(0).gcnArchName prints on the target GPU (default: the "

@@ -321,7 +321,7 @@ def test_device_differences_name_the_identity_fields_only():
 
 def test_every_import_format_is_a_registered_importer_under_its_own_name():
     from costlearn.interop import EXPORTERS, IMPORT_FORMATS, IMPORTERS, Importer
-    assert IMPORT_FORMATS == IMPORTERS.names() == ("inductor", "kernel-tuner")
+    assert IMPORT_FORMATS == IMPORTERS.names() == ("inductor", "inductor-lut", "kernel-tuner")
     for name in IMPORTERS.names():
         imp = IMPORTERS.get(name)()
         assert isinstance(imp, Importer) and imp.name == name

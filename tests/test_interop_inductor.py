@@ -114,7 +114,8 @@ def test_bad_files_are_refused_and_write_nothing(tmp_path, content, match):
 
 def test_unknown_format_device_and_missing_file_are_named(tmp_path):
     log = _log(tmp_path / "log.txt", LINES)
-    with pytest.raises(InteropError, match=r"import format 'csv'; allowed: \['inductor', 'inductor-lut', 'kernel-tuner'\]"):
+    with pytest.raises(InteropError,
+                       match=r"import format 'csv'; allowed: \['inductor', 'inductor-lut', 'kernel-tuner'\]"):
         import_file("csv", log, device="a100", data_root=tmp_path)
     with pytest.raises(InteropError, match="--device 'v100'"):
         import_file("inductor", log, device="v100", data_root=tmp_path)

@@ -89,9 +89,10 @@ def test_export_from_a_shapes_file_reads_back_as_its_problems(models, tmp_path):
     table = json.loads(out.read_text())
     assert rep.problems == 3 and rep.keys == len(table) == 6 and sum(rep.candidates.values()) == 3
     assert sum(k.startswith(A100 + "+") for k in table) == 3                   # device keys: the preset's name
-    back, measured, skipped = lut.read_table(out)
-    assert {(lp.problem, lp.strides_a, lp.strides_b) for lp in back} == \
-        {(lp.problem, lp.strides_a, lp.strides_b) for lp in problems} and measured == [] and skipped == []
+    back = lut.read_table(out)
+    assert {(lp.problem, lp.strides_a, lp.strides_b) for lp in back.problems} == \
+        {(lp.problem, lp.strides_a, lp.strides_b) for lp in problems}
+    assert back.measurements == [] and back.skipped == [] and back.devices == (A100,)
     for entries in table.values():
         configs = [config_from_entry(e) for e in entries]
         assert configs[-1] is VENDOR and all(isinstance(c, TritonMMConfig) for c in configs[:-1])
@@ -126,12 +127,20 @@ def test_float32_and_tfloat32_of_one_shape_are_refused_in_one_table(monkeypatch,
 
 
 @pytest.mark.parametrize("line, says", [("64 64 float16", "each line is"), ("64 64 64 int4", "dtype='int4'"),
-                                        ("64 64 64 float16 NX", "layout='NX'"), ("0 64 64 float16", "M=0")])
+                                        ("64 64 64 float16 NX", "layout='NX'"), ("0 64 64 float16", "M=0"),
+                                        ("64 -8 64 float16", "N=-8; must be an int >= 1"),
+                                        ("６４ 64 64 float16", "each line is")])
 def test_a_bad_shapes_line_is_named(tmp_path, line, says):
     f = tmp_path / "s.txt"
     f.write_text("64 64 64 float16\n" + line + "\n")
     with pytest.raises(InteropError, match=re.escape(f"{f}:2") + ".*" + re.escape(says)):
         lut.read_shapes_file(f)
+
+
+def test_a_shapes_file_written_with_a_bom_reads(tmp_path):
+    f = tmp_path / "s.txt"
+    f.write_bytes("\ufeff64 64 64 float16\n".encode())
+    assert [lp.problem for lp in lut.read_shapes_file(f)] == [Problem(64, 64, 64, "float16")]
 
 
 def test_a_recorded_table_imports_the_entries_that_carry_a_time(tmp_path):
@@ -143,12 +152,30 @@ def test_a_recorded_table_imports_the_entries_that_carry_a_time(tmp_path):
              "(torch.float16, [8, 8], [8, 1]))+alpha=1&beta=1+addmm": [{"template_id": "aten::bias_addmm"}]}
     f = tmp_path / "inductor_lut_1.json"
     f.write_text(json.dumps(table))
-    problems, measured, skipped = lut.read_table(f)
-    assert [lp.problem for lp in problems] == [p] and skipped == [(2, "op 'addmm': only 'mm' keys are read "
-                                                                   "(no epilogue yet)")]
-    assert sorted((m.config.config_id, m.time_us) for m in measured) == [(T1.config_id, 125.0), ("vendor", 140.0)]
+    got = lut.read_table(f)
+    assert [lp.problem for lp in got.problems] == [p]
+    assert got.skipped == [(1, "op 'addmm': only 'mm' keys are read (no epilogue yet)")]      # line of the key
+    assert sorted((m.config.config_id, m.time_us) for m in got.measurements) == [(T1.config_id, 125.0),
+                                                                                 ("vendor", 140.0)]
+    table["((torch.float16, [0, 8], [8, 1]), (torch.float16, [8, 8], [8, 1]))+mm"] = [lut_entry(T1, p)]
+    table["((torch.float16, [64, 64], [0, 1]), (torch.float16, [64, 64], [64, 1]))+mm"] = [lut_entry(T1, p)]
+    table[lut.lookup_key(lut.LutProblem.contiguous(p))] = [{**lut_entry(T1, p), "time_ms": 0.125},
+                                                           {**lut_entry(T2, p), "time_ms": "0.2"}, 7]
+    f.write_text(json.dumps(table, indent=1))
+    got = lut.read_table(f)
+    whys = [why for _, why in got.skipped]
+    assert any("[0, 8]" in w and "extents >= 1" in w for w in whys)          # regression: a zero extent crashed
+    assert any("[0, 1]" in w and "dense" in w for w in whys)                 # a broadcast operand is no layout
+    assert "entry 1: time_ms='0.2' is not a number" in whys and "entry 2 is int, not an object" in whys
+    assert len(got.measurements) == 2           # the device-agnostic key's T1 time is the device key's: once
+    assert got.devices == ("NVIDIA H100",)
+    with pytest.raises(InteropError, match="keyed for 'NVIDIA H100'.*a100"):
+        import_file("inductor-lut", f, device="a100", data_root=tmp_path / "data")
     rep = import_file("inductor-lut", f, device="h100", data_root=tmp_path / "data")
     assert rep.rows_added == 2
+    f.write_text(json.dumps({key: [lut_entry(T1, p)]}))
+    with pytest.raises(InteropError, match="no entry carries a time.*export inductor-lut --from-table"):
+        import_file("inductor-lut", f, device="h100", data_root=tmp_path / "data2")
     f.write_text("[1, 2]")
     with pytest.raises(InteropError, match="object of key"):
         lut.read_table(f)
@@ -169,6 +196,24 @@ def test_cli_export_needs_one_source_of_shapes(models, tmp_path, capsys):
     assert main(["export", "inductor-lut", "--models", str(models), "--device", DEVICE, "--shapes", str(shapes),
                  "--dtype", "bfloat16", "--out", str(out)]) == 2
     assert "the shapes hold only ['float16']" in capsys.readouterr().err
+    shapes.write_text("512 1024 256 float16 NN\n512 1024 256 bfloat16 NN\n")
+    assert main(["export", "inductor-lut", "--models", str(models), "--device", DEVICE, "--shapes", str(shapes),
+                 "--out", str(out)]) == 2
+    assert "models of a100 for ['float16'] only; pass --dtype float16" in capsys.readouterr().err
+    assert main(["export", "inductor-lut", "--models", str(models), "--device", DEVICE, "--shapes", str(shapes),
+                 "--dtype", "float16", "--out", str(tmp_path)]) == 2          # a folder
+    assert f"--out '{tmp_path}': give the JSON file to write" in capsys.readouterr().err
+    # a recorded table keeps its own device name, and what it leaves out is said
+    rec = tmp_path / "inductor_lut_rec.json"
+    p = Problem(512, 1024, 256, "float16")
+    rec.write_text(json.dumps({lut.lookup_key(lut.LutProblem.contiguous(p), "NVIDIA A100 80GB PCIe"): [],
+                               "NVIDIA A100 80GB PCIe+((torch.float16, [8, 8], [8, 1]), (torch.float16, [8, 8], "
+                               "[8, 1]), (torch.float16, [8, 8], [8, 1]))+bmm": []}))
+    assert main(["export", "inductor-lut", "--models", str(models), "--device", DEVICE, "--from-table", str(rec),
+                 "--out", str(out)]) == 0
+    cap = capsys.readouterr()
+    assert "left out: op 'bmm'" in cap.err
+    assert list(json.loads(out.read_text())) == [lut.lookup_key(lut.LutProblem.contiguous(p), "NVIDIA A100 80GB PCIe")]
 
 
 # -- against PyTorch's own code -------------------------------------------------------

@@ -32,16 +32,19 @@ import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
+from ..device import device_slug
 from ..dtypes import DTYPES, TORCH_DTYPES
 from ..families import VENDOR_CONFIG_ID, get_family
 from ..predict import load_predictor, predict_many
-from ..problem import LAYOUTS, Problem, layout_letter
+from ..problem import LAYOUTS, Problem
 from ..util import atomic_write, check_int
 from .common import Importer, InteropError, Measurement, resolve_device
 from .inductor import parse as parse_log
 
 __all__ = ["LutProblem", "lookup_key", "inputs_key", "read_shapes_file", "problems_from_log", "read_table",
+           "RecordedTable", "dense_layout",
            "choices_for", "confident", "export_lut", "LutReport", "InductorLutImporter", "OP_NAME", "TIME_KEYS"]
 
 OP_NAME = "mm"
@@ -127,7 +130,7 @@ def read_shapes_file(path) -> list:
     """
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as e:
         raise InteropError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
     out = {}
@@ -136,7 +139,7 @@ def read_shapes_file(path) -> list:
         if not text:
             continue
         where = f"{path}:{i}"
-        if len(text) not in (4, 5) or not all(re.fullmatch(r"\d+", t) for t in text[:3]):
+        if len(text) not in (4, 5) or not all(re.fullmatch(r"[+-]?[0-9]+", t) for t in text[:3]):
             raise InteropError(f"{where}: {line.strip()!r}; each line is 'M N K dtype [layout]', e.g. "
                                "'4096 4096 1024 float16 NN'")
         dtype, layout = text[3], text[4] if len(text) == 5 else "NN"
@@ -178,6 +181,19 @@ def problems_from_log(path, device) -> list:
     return list(out.values())
 
 
+def dense_layout(shape, strides) -> str | None:
+    """``N`` for a row-major matrix of ``shape`` (rows, cols) with these
+    element strides (the last 1, the first at least cols: padding allowed),
+    ``T`` for a column-major one, None for anything else (a broadcast, an
+    overlapping or a strided view)."""
+    (rows, cols), (s0, s1) = shape, strides
+    if s1 == 1 and (s0 >= cols or rows == 1):
+        return "N"
+    if s0 == 1 and (s1 >= rows or cols == 1):
+        return "T"
+    return None
+
+
 def _parse_key(key: str):
     """(device name or None, LutProblem, op) of a table key; None when the
     key is not a two-operand matmul key."""
@@ -192,14 +208,26 @@ def _parse_key(key: str):
     if da != db or k != k2 or da not in TORCH_DTYPES:
         return None
     sa, sb = (int(a0), int(a1)), (int(b0), int(b1))
-    la, lb = layout_letter(sa), layout_letter(sb)
+    la, lb = dense_layout((int(m_), int(k)), sa), dense_layout((int(k), int(n)), sb)
     if la is None or lb is None:
         return None
-    p = Problem(int(m_), int(n), int(k), TORCH_DTYPES[da], la + lb)
+    try:
+        p = Problem(int(m_), int(n), int(k), TORCH_DTYPES[da], la + lb)
+    except ValueError:                     # an extent of 0 or beyond 2**31 - 1
+        return None
     return m.group("dev"), LutProblem(p, sa, sb), m.group("op")
 
 
-def read_table(path, family: str = "triton_mm"):
+class RecordedTable(NamedTuple):
+    """What :func:`read_table` reads."""
+
+    problems: list
+    measurements: list
+    skipped: list
+    devices: tuple
+
+
+def read_table(path, family: str = "triton_mm") -> RecordedTable:
     """A lookup table Inductor recorded or a user wrote (``inductor_lut_*.json``).
 
     Parameters
@@ -212,14 +240,17 @@ def read_table(path, family: str = "triton_mm"):
 
     Returns
     -------
-    problems : list of LutProblem
-        Every ``mm`` key's problem (float32 keys as ``float32``), in file order.
-    measurements : list of Measurement
-        Entries that carry a time (:data:`TIME_KEYS`) and name a config of
-        ``family``, as rows (``line`` is the key's index, from 1).
-    skipped : list of (int, str)
-        Keys and entries left out, and why (another op such as ``addmm``, an
-        unreadable key, an entry of no known template).
+    RecordedTable
+        ``problems``: every ``mm`` key's problem (float32 keys as
+        ``float32``), in file order, each once. ``measurements``: entries
+        that carry a time (:data:`TIME_KEYS`) and name a config of
+        ``family``, as rows (``line``: the key's line in the file), each
+        (problem, config) once (a table with device and device-agnostic keys
+        lists it twice). ``skipped``: (line, why) for keys and entries left
+        out (another op such as ``addmm``, a key of no dense two-operand
+        matmul, an entry of no known template, a time that is not a
+        number). ``devices``: the device names of the keys, in order of
+        first use.
 
     Raises
     ------
@@ -228,7 +259,8 @@ def read_table(path, family: str = "triton_mm"):
     """
     path = Path(path)
     try:
-        table = json.loads(Path(path).read_text(encoding="utf-8"))
+        text = Path(path).read_text(encoding="utf-8-sig")
+        table = json.loads(text)
     except (OSError, UnicodeDecodeError) as e:
         raise InteropError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
     except json.JSONDecodeError as e:
@@ -236,22 +268,38 @@ def read_table(path, family: str = "triton_mm"):
     if not isinstance(table, dict) or not all(isinstance(v, list) for v in table.values()):
         raise InteropError(f"{path}: a lookup table is a JSON object of key -> list of entries")
     fam = get_family(family)
-    problems, measurements, skipped = {}, [], []
-    for i, (key, entries) in enumerate(table.items(), 1):
+    problems, measurements, skipped, devices, seen = {}, [], [], {}, set()
+    for key, entries in table.items():
+        at = text.find(json.dumps(key))
+        i = text.count("\n", 0, at) + 1 if at >= 0 else 0
         op = re.search(r"\+(\w+)$", key)
         if op and op.group(1) != OP_NAME:
             skipped.append((i, f"op {op.group(1)!r}: only {OP_NAME!r} keys are read (no epilogue yet)"))
             continue
         parsed = _parse_key(key)
         if parsed is None:
-            skipped.append((i, f"key {key[:80]!r} is not a two-operand matmul key"))
+            skipped.append((i, f"key {key[:100]!r} is not an mm key costlearn reads (two operands of one dtype, "
+                               "extents >= 1, each a dense row- or column-major matrix)"))
             continue
-        lp = parsed[1]
+        device, lp, _ = parsed
+        if device:
+            devices.setdefault(device, None)
         problems.setdefault((lp.problem, lp.strides_a, lp.strides_b), lp)
-        for entry in entries:
-            times = [float(entry[k]) * f for k, f in TIME_KEYS.items()
-                     if isinstance(entry, dict) and isinstance(entry.get(k), (int, float))]
+        for j, entry in enumerate(entries):
+            if not isinstance(entry, dict):
+                skipped.append((i, f"entry {j} is {type(entry).__name__}, not an object"))
+                continue
+            bad = [k for k in TIME_KEYS if k in entry and (isinstance(entry[k], bool)
+                                                           or not isinstance(entry[k], (int, float)))]
+            if bad:
+                skipped.append((i, f"entry {j}: {bad[0]}={entry[bad[0]]!r} is not a number"))
+                continue
+            times = [float(entry[k]) * f for k, f in TIME_KEYS.items() if k in entry]
             if not times:
+                continue
+            if len(times) > 1 and not math.isclose(times[0], times[1], rel_tol=0.01):
+                skipped.append((i, f"entry {j}: time_us={entry['time_us']!r} and time_ms={entry['time_ms']!r} "
+                                   "disagree"))
                 continue
             try:
                 config = fam.from_tool("inductor-lut", entry)
@@ -262,10 +310,14 @@ def read_table(path, family: str = "triton_mm"):
                 skipped.append((i, f"entry {str(entry)[:80]} is no {family} config"))
                 continue
             p, t = lp.problem, times[0]
+            if (p, lp.strides_a, lp.strides_b, config.config_id) in seen:
+                continue
+            seen.add((p, lp.strides_a, lp.strides_b, config.config_id))
             ok = math.isfinite(t) and t > 0
             measurements.append(Measurement(i, p.m, p.n, p.k, p.dtype, p.layout, family, config,
-                                            t if ok else math.nan, "" if ok else "recorded time is not positive"))
-    return list(problems.values()), measurements, skipped
+                                            t if ok else math.nan, "" if ok else "recorded time is not positive",
+                                            lp.strides_a + lp.strides_b))
+    return RecordedTable(list(problems.values()), measurements, skipped, tuple(devices))
 
 
 def choices_for(prediction, top_k: int, vendor=None) -> list:
@@ -318,6 +370,9 @@ class LutReport:
         Problems by how many choices their entry lists.
     confident : int
         Problems the model was sure of.
+    short : int
+        Problems with fewer than ``top_k`` candidate tile configs (tiny
+        shapes the model knows few configs for).
     seconds : float
         Wall time of the predictions and the table, not the file write.
     """
@@ -327,12 +382,15 @@ class LutReport:
     keys: int
     candidates: dict = field(default_factory=dict)
     confident: int = 0
+    short: int = 0
     seconds: float = 0.0
 
     def summary(self) -> str:
+        """One line: keys, problems, choices per problem, time."""
         counts = ", ".join(f"{n} choice{'s' if n > 1 else ''}: {c}" for n, c in sorted(self.candidates.items()))
+        short = f"; {self.short} with fewer candidate configs than asked" if self.short else ""
         return (f"wrote {self.keys} keys for {self.problems} problems into {self.path} ({counts}; the model was "
-                f"sure of {self.confident}) in {self.seconds * 1e3:.0f} ms")
+                f"sure of {self.confident}{short}); answers and table in {self.seconds * 1e3:.0f} ms")
 
 
 def export_lut(problems, out, *, device, top_k: int = 3, family: str = "triton_mm", models_dir=None,
@@ -373,6 +431,14 @@ def export_lut(problems, out, *, device, top_k: int = 3, family: str = "triton_m
         does not serve).
     """
     top_k = check_int("top_k", top_k, 1)
+    out = Path(out)
+    if out.is_dir() or (out.parent.exists() and not out.parent.is_dir()) or not out.name:
+        raise ValueError(f"--out {str(out)!r}: give the JSON file to write (a file path whose folder exists or can "
+                         "be made)")
+    if device_name is not None and (not isinstance(device_name, str) or not device_name.strip()
+                                    or "+" in device_name):
+        raise ValueError(f"device_name={device_name!r}; must be the GPU's name as torch reports it, e.g. "
+                         "'NVIDIA H100 80GB HBM3' (no '+', not empty)")
     lps = [p if isinstance(p, LutProblem) else LutProblem.contiguous(p) for p in problems]
     if not lps:
         raise ValueError("no problems to export")
@@ -393,6 +459,8 @@ def export_lut(problems, out, *, device, top_k: int = 3, family: str = "triton_m
     table, seen, report = {}, {}, LutReport(Path(out), len(lps), 0)
     for lp, pred in zip(lps, preds):
         configs = choices_for(pred, top_k, vendor)
+        tiles = sum(c.config_id != VENDOR_CONFIG_ID for c in configs)
+        report.short += tiles < top_k and not (top_k == 1 and confident(pred))
         entries = [fam.to_tool("inductor", c, lp.problem) for c in configs]
         if any(e is None for e in entries):
             raise ValueError(f"family={family!r} has no Inductor lookup-table entries; the triton_mm family has")
@@ -419,7 +487,24 @@ class InductorLutImporter(Importer):
     name = "inductor-lut"
 
     def parse(self, path, spec, mapping=None):
+        """The timed entries of the table at ``path``, measured on ``spec``.
+
+        Raises
+        ------
+        InteropError
+            As :func:`read_table`; if a key names a device of another class
+            than ``spec`` (``NVIDIA A100 80GB PCIe`` is an ``a100``); or if
+            the table holds mm keys but no timed entry.
+        """
         if mapping is not None:
             raise InteropError("--mapping is for kernel-tuner files; a lookup table maps itself")
-        _, measurements, skipped = read_table(path)
-        return measurements, skipped
+        got = read_table(path)
+        other = [d for d in got.devices if device_slug(d, "cuda") != spec.slug]
+        if other:
+            raise InteropError(f"{path}: keyed for {other[0]!r}, not a {spec.name!r} ({spec.slug}); pass the "
+                               "--device preset the table was measured on")
+        if got.problems and not got.measurements:
+            raise InteropError(f"{path}: {len(got.problems)} mm keys, but no entry carries a time ("
+                               f"{' or '.join(TIME_KEYS)}); PyTorch's recorder writes none. Its shapes can be "
+                               "exported: costlearn export inductor-lut --from-table")
+        return got.measurements, got.skipped
