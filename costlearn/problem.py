@@ -7,9 +7,16 @@ from dataclasses import dataclass
 from .dtypes import DTYPES, get_dtype
 from .util import check_int
 
-__all__ = ["Problem", "LAYOUTS", "MAX_EXTENT", "layout_letter"]
+__all__ = ["Problem", "LAYOUTS", "MAX_EXTENT", "layout_letter", "EPILOGUES"]
 
 LAYOUTS = ("NN", "NT", "TN", "TT")
+
+EPILOGUES = ("none", "bias", "bias_relu", "bias_gelu")
+"""What a fused group computes after C = A @ B, per output element:
+nothing; ``+ bias[n]`` (a length-N vector broadcast over rows); then ReLU,
+max(x, 0); or GELU in its tanh form, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
+x^3))) (Hendrycks and Gimpel, "Gaussian Error Linear Units", 2016, eq. for
+the approximation; PyTorch's ``gelu(approximate="tanh")``)."""
 """Two letters, for A then B: ``N`` when that matrix is row-major (its last
 stride is 1: A is [M][K], B is [K][N] in memory), ``T`` when it is
 column-major (its first stride is 1). BLAS's transpose flags for row-major

@@ -95,3 +95,73 @@ def test_kernel_source_is_pinned_so_a_change_cannot_reuse_old_timings():
     src = "".join(render(c, d) for c in (A, TileConfig(1, 64, 8, 1, 2, "dot", 1, "col")) for d in ("cuda", "opencl"))
     assert TEMPLATE_HASH == "080acee35a12"
     assert hashlib.sha256(src.encode()).hexdigest()[:12] == "bb205c4775d5"
+
+
+# -- epilogues (issue 26): bias, then ReLU or GELU (tanh form), in the store --------------------------------------
+
+EPILOGUE_CONFIGS = [CONFIGS[0], CONFIGS[1], CONFIGS[4], CONFIGS[5]]       # both loop orders and rasters, BM = 1
+EPILOGUE_SHAPES = [(1, 1, 1), (10, 500, 64), (130, 293, 237), (257, 31, 1000)]
+
+
+def _reference(a, b, bias, epilogue):
+    v = a.astype(np.float64) @ b.astype(np.float64) + bias.astype(np.float64)
+    if epilogue == "bias_relu":
+        return np.maximum(v, 0.0)
+    if epilogue == "bias_gelu":
+        return 0.5 * v * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (v + 0.044715 * v ** 3)))
+    return v
+
+
+@needs_opencl
+@pytest.mark.parametrize("epilogue", ["bias", "bias_relu", "bias_gelu"])
+def test_epilogue_kernels_match_float64_on_pocl_for_ragged_shapes(epilogue):
+    """Each epilogue rendered for OpenCL, on PoCL, against a float64
+    reference of A @ B + bias then the activation; C is poisoned with NaN
+    first, so an element never stored fails."""
+    import pyopencl as cl
+
+    from costlearn.backends import get_backend
+    from costlearn.families import get_family
+    from costlearn.families.gemm import kernel_name
+    be, fam = get_backend("opencl"), get_family("gemm")
+    rng = np.random.default_rng(0)
+    mf = cl.mem_flags
+    for config in EPILOGUE_CONFIGS:
+        knl = getattr(cl.Program(be.ctx, render(config, "opencl", epilogue=epilogue)).build(), kernel_name(config))
+        for m, n, k in EPILOGUE_SHAPES:
+            a, b = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
+            bias = rng.standard_normal(n).astype(np.float32)
+            c = np.full((m, n), np.nan, np.float32)
+            bufs = [cl.Buffer(be.ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x) for x in (a, b)]
+            cbuf = cl.Buffer(be.ctx, mf.READ_WRITE | mf.COPY_HOST_PTR, hostbuf=c)
+            biasbuf = cl.Buffer(be.ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=bias)
+            knl.set_args(*bufs, cbuf, np.int32(m), np.int32(n), np.int32(k), biasbuf)
+            cl.enqueue_nd_range_kernel(be.queue, knl, (fam.blocks(config, m, n) * config.threads,),
+                                       (config.threads,)).wait()
+            cl.enqueue_copy(be.queue, c, cbuf).wait()
+            ref = _reference(a, b, bias, epilogue)
+            tol = 1.2 * (16 * np.sqrt(k) * 2.0 ** -23 * (np.abs(a).astype(np.float64) @ np.abs(b) + np.abs(bias))) \
+                + 1e-6 * (1 + np.abs(ref))
+            assert np.isfinite(c).all(), f"{config.config_id} {epilogue} {(m, n, k)}: an element never stored"
+            err = np.abs(c - ref)
+            assert (err <= tol).all(), f"{config.config_id} {epilogue} {(m, n, k)}: max abs err {err.max()}"
+
+
+def test_epilogue_none_is_the_epilogue_free_kernel_and_each_epilogue_has_its_own_hash():
+    from costlearn.families.gemm.template import epilogue_hash
+    for d in ("cuda", "opencl"):
+        assert render(A, d, epilogue="none") == render(A, d)
+        src = render(A, d, epilogue="bias_relu")
+        assert src.count("bias[gn]") == 1 and "GLOBAL const float* RESTRICT bias)" in src
+        assert src.startswith(f"// costlearn GEMM template {epilogue_hash('bias_relu')}: ")
+    hashes = [epilogue_hash(e) for e in ("none", "bias", "bias_relu", "bias_gelu")]
+    assert hashes[0] == TEMPLATE_HASH and len(set(hashes)) == 4
+    with pytest.raises(ValueError, match=r"epilogue='silu'; allowed: \['none', 'bias', 'bias_relu', 'bias_gelu'\]"):
+        render(A, "opencl", epilogue="silu")
+
+
+@needs_nvcc
+def test_epilogue_kernels_compile_for_sm90(tmp_path):
+    regs = {e: _nvcc_registers(render(CONFIGS[0], "cuda", epilogue=e), tmp_path / f"{e}.cu")
+            for e in ("none", "bias", "bias_relu", "bias_gelu")}
+    assert all(0 < r <= 255 for r in regs.values()), regs

@@ -69,6 +69,56 @@ def test_the_kernel_is_correct_for_every_layout_and_ragged_edges_in_the_interpre
     assert not bad, bad
 
 
+_INTERPRET_EPILOGUES = r"""
+import json, math
+import torch
+from costlearn.families.triton_mm import TritonMMConfig
+from costlearn.families.triton_mm.kernel import launch
+out = []
+for epilogue in ("bias", "bias_relu", "bias_gelu"):
+    for layout in ("NN", "TN"):
+        for dtype, tdt in (("float32", torch.float32), ("float16", torch.float16)):
+            for (m, n, k), cfg in (((1, 17, 33), TritonMMConfig(16, 16, 16, 1, 1, 1)),
+                                   ((37, 5, 70), TritonMMConfig(32, 16, 32, 2, 1, 4))):
+                g = torch.Generator().manual_seed(m * n + k)
+                a = torch.randn((k, m) if layout[0] == "T" else (m, k), generator=g).to(tdt)
+                b = torch.randn((k, n), generator=g).to(tdt)
+                a = a.t() if layout[0] == "T" else a
+                bias = torch.randn(n, generator=g).to(tdt)
+                c = torch.full((m, n), float("nan"), dtype=tdt)
+                launch(cfg, a, b, c, dtype, bias=bias, epilogue=epilogue)
+                v = a.double() @ b.double() + bias.double()
+                if epilogue == "bias_relu":
+                    v = v.clamp(min=0)
+                if epilogue == "bias_gelu":
+                    v = 0.5 * v * (1 + torch.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3)))
+                eps = 2 ** -10 if dtype == "float16" else 2 ** -23
+                tol = 1.2 * 16 * k ** 0.5 * eps * (a.double().abs() @ b.double().abs() + bias.double().abs()) \
+                    + eps * (1 + v.abs())
+                err = (c.double() - v).abs()
+                out.append(dict(epilogue=epilogue, layout=layout, dtype=dtype, shape=[m, n, k],
+                                finite=bool(torch.isfinite(c).all()), ok=bool((err <= tol).all()),
+                                max_err=float(err.max())))
+print(json.dumps(out))
+"""
+
+
+@needs_torch_triton
+def test_the_kernels_epilogues_are_correct_in_the_interpreter():
+    """Issue 26: bias, bias + ReLU and bias + GELU (tanh form) in costlearn's
+    Triton kernel, against a float64 reference, on ragged shapes, C poisoned."""
+    if not _interpreter_works():
+        pytest.skip("Triton's interpreter does not run with this NumPy (Triton 3.6 needs NumPy < 2.3 for it)")
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
+    run = subprocess.run([sys.executable, "-c", _INTERPRET_EPILOGUES], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    res = json.loads(run.stdout.strip().splitlines()[-1])
+    assert len(res) == 3 * 2 * 2 * 2
+    bad = [r for r in res if not (r["finite"] and r["ok"])]
+    assert not bad, bad
+
+
 @needs_triton
 def test_configs_compile_ahead_of_time_for_sm90_with_their_registers_and_shared_memory():
     from costlearn.families.triton_mm import TritonMMConfig
@@ -81,6 +131,8 @@ def test_configs_compile_ahead_of_time_for_sm90_with_their_registers_and_shared_
     assert big.smem_bytes > small.smem_bytes                  # more stages of bigger panels
     tf32 = compile_for(TritonMMConfig(64, 64, 32, 4, 2, 8), "tfloat32", "TN")
     assert tf32.ok, tf32.error
+    gelu = compile_for(TritonMMConfig(64, 64, 32, 4, 3, 8), "bfloat16", "NN", epilogue="bias_gelu")
+    assert gelu.ok and 16 <= gelu.registers_per_thread <= 255, gelu.error
 
 
 @needs_triton

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import hashlib
 
+from ...problem import EPILOGUES
 from .config import GemmConfig
 
-__all__ = ["render", "kernel_name", "TEMPLATE_HASH", "DIALECTS"]
+__all__ = ["render", "kernel_name", "TEMPLATE_HASH", "DIALECTS", "epilogue_hash"]
 
 DIALECTS = ("cuda", "opencl")
 
@@ -161,13 +162,53 @@ TEMPLATE_HASH = hashlib.sha256(
 so that a changed kernel never silently reuses old timings."""
 
 
+_SIGNATURE = "const int M, const int N, const int K)"
+_STORE = "if (gm < M && gn < N) C[gm * N + gn] = acc[i][j];"
+
+_EPILOGUE_MATH = {
+    "cuda": "#define TANH tanhf\n#define FMAX fmaxf\n",
+    "opencl": "#define TANH tanh\n#define FMAX fmax\n",
+}
+
+_EPILOGUE = {
+    "bias": "#define EPI(v) (v)\n",
+    "bias_relu": "#define EPI(v) FMAX((v), 0.0f)\n",
+    "bias_gelu": "#define EPI(v) (0.5f * (v) * (1.0f + TANH(0.7978845608028654f * ((v) + 0.044715f * (v) * (v) * (v)"
+                 "))))\n",
+}
+"""``EPI(v)`` of each epilogue with a bias (costlearn.problem.EPILOGUES); the
+store computes ``v = acc + bias[n]`` once, then ``C = EPI(v)``."""
+
+_EPILOGUE_SIGNATURE = "const int M, const int N, const int K,\n             GLOBAL const float* RESTRICT bias)"
+_EPILOGUE_STORE = "if (gm < M && gn < N) { const float v = acc[i][j] + bias[gn]; C[gm * N + gn] = EPI(v); }"
+
+
+def epilogue_hash(epilogue: str = "none") -> str:
+    """The ``template_hash`` of kernels rendered with ``epilogue``:
+    :data:`TEMPLATE_HASH` for ``"none"`` (the source is unchanged), else a
+    hash of it and the epilogue's code.
+
+    Raises
+    ------
+    ValueError
+        If ``epilogue`` is not one of :data:`costlearn.problem.EPILOGUES`.
+    """
+    if epilogue not in EPILOGUES:
+        raise ValueError(f"epilogue={epilogue!r}; allowed: {list(EPILOGUES)}")
+    if epilogue == "none":
+        return TEMPLATE_HASH
+    text = TEMPLATE_HASH + _EPILOGUE[epilogue] + "".join(_EPILOGUE_MATH.values()) + _EPILOGUE_SIGNATURE \
+        + _EPILOGUE_STORE
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
 def kernel_name(config: GemmConfig) -> str:
     """C identifier of the kernel for ``config``: ``gemm_`` + its config_id."""
     return "gemm_" + config.config_id
 
 
 def render(config: GemmConfig, dialect: str, dtype: str = "float32",
-           name: str | None = None) -> str:
+           name: str | None = None, epilogue: str = "none") -> str:
     """Render the GEMM kernel source for ``config``.
 
     Parameters
@@ -183,19 +224,26 @@ def render(config: GemmConfig, dialect: str, dtype: str = "float32",
         Element type.
     name : str, optional
         Kernel name; :func:`kernel_name` by default.
+    epilogue : str
+        One of :data:`costlearn.problem.EPILOGUES`: ``"none"`` (the source is
+        byte for byte the epilogue-free kernel's), or a bias (float32,
+        length N) added to every row before the store, then the
+        activation.
 
     Returns
     -------
     str
         Complete source of one kernel with signature
         ``(const float* A, const float* B, float* C, int M, int N, int K)``,
-        to be launched with ``config.threads`` threads per block and
-        ceil(M/BM)*ceil(N/BN) blocks on a 1-D grid.
+        and ``const float* bias`` last for an epilogue with a bias, to be
+        launched with ``config.threads`` threads per block and
+        ceil(M/BM)*ceil(N/BN) blocks on a 1-D grid. Its first line names
+        the template hash (:func:`epilogue_hash`).
 
     Raises
     ------
     ValueError
-        If ``dialect`` or ``dtype`` is not supported.
+        If ``dialect``, ``dtype`` or ``epilogue`` is not supported.
     """
     if dialect not in DIALECTS:
         raise ValueError(f"dialect={dialect!r}; allowed: {DIALECTS}")
@@ -208,5 +256,11 @@ def render(config: GemmConfig, dialect: str, dtype: str = "float32",
         f"#define TCOLS {c.block_n // c.thread_n}\n#define THREADS {c.threads}\n"
         f"#define KNAME {name or kernel_name(c)}\n"
     )
+    template_hash = epilogue_hash(epilogue)
     body = _BODY.replace("LOOP_BODY", _LOOP[c.loop_order]).replace("RASTER_DECODE", _RASTER[c.raster])
-    return f"// costlearn GEMM template {TEMPLATE_HASH}: {c.config_id}\n" + defines + _PRELUDE[dialect] + body
+    if epilogue != "none":
+        body = body.replace(_SIGNATURE, _EPILOGUE_SIGNATURE).replace(_STORE, _EPILOGUE_STORE)
+        defines += _EPILOGUE_MATH[dialect] + _EPILOGUE[epilogue]
+    head = f"// costlearn GEMM template {template_hash}: {c.config_id}" + ("" if epilogue == "none" else
+                                                                          f" + {epilogue}")
+    return head + "\n" + defines + _PRELUDE[dialect] + body

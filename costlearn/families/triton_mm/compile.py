@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...problem import LAYOUTS
+from ...problem import EPILOGUES, LAYOUTS
 
 __all__ = ["CompiledFacts", "compile_for", "triton_version"]
 
@@ -89,7 +89,8 @@ def _res_usage(cubin: bytes) -> tuple[int | None, int | None]:
     return (int(reg.group(1)) if reg else None), (spill if reg else None)
 
 
-def compile_for(config, dtype: str, layout: str = "NN", arch: int = 90, aligned: bool = True) -> CompiledFacts:
+def compile_for(config, dtype: str, layout: str = "NN", arch: int = 90, aligned: bool = True,
+                epilogue: str = "none") -> CompiledFacts:
     """Compile ``config`` of the ``triton_mm`` family for ``sm_<arch>``.
 
     Parameters
@@ -107,6 +108,8 @@ def compile_for(config, dtype: str, layout: str = "NN", arch: int = 90, aligned:
         to be constant over 16 elements, loads vectorise and the K loop is
         software-pipelined into ``num_stages`` buffers. With False, as for a
         ragged K: the loads stay element-wise and are not pipelined.
+    epilogue : str
+        One of :data:`costlearn.problem.EPILOGUES`.
 
     Returns
     -------
@@ -119,7 +122,7 @@ def compile_for(config, dtype: str, layout: str = "NN", arch: int = 90, aligned:
     ImportError
         Without Triton.
     ValueError
-        On an unknown dtype or layout.
+        On an unknown dtype, layout or epilogue.
     """
     import triton
     from triton.backends.compiler import GPUTarget
@@ -130,9 +133,11 @@ def compile_for(config, dtype: str, layout: str = "NN", arch: int = 90, aligned:
         raise ValueError(f"dtype={dtype!r}; allowed: {sorted(TRITON_DTYPE)}")
     if layout not in LAYOUTS:
         raise ValueError(f"layout={layout!r}; allowed: {LAYOUTS}")
+    if epilogue not in EPILOGUES:
+        raise ValueError(f"epilogue={epilogue!r}; allowed: {list(EPILOGUES)}")
     t = TRITON_DTYPE[dtype]
     a_col, b_col = layout[0] == "T", layout[1] == "T"
-    # Arguments: a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn.
+    # Arguments: a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, bias.
     unit = {"stride_am": a_col, "stride_ak": not a_col, "stride_bk": b_col, "stride_bn": not b_col,
             "stride_cn": True}
     signature = {"a_ptr": f"*{t}", "b_ptr": f"*{t}", "c_ptr": f"*{t}", "M": "i32", "N": "i32", "K": "i32"}
@@ -143,8 +148,9 @@ def compile_for(config, dtype: str, layout: str = "NN", arch: int = 90, aligned:
             constexprs[name] = 1
         else:
             signature[name] = "i32"
+    signature["bias_ptr"] = f"*{t}"
     meta = dict(BLOCK_M=config.block_m, BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
-                PRECISION=INPUT_PRECISION[dtype])
+                PRECISION=INPUT_PRECISION[dtype], EPILOGUE=epilogue)
     for name, v in meta.items():
         signature[name] = "constexpr"
         constexprs[name] = v

@@ -4,7 +4,10 @@ launch (needs Triton; imported only through
 triton backend calls, and by :func:`costlearn.families.triton_mm.compile.compile_for`).
 
 ``C[M, N] = op(A) @ op(B)``, float32 accumulation, C stored in the input
-dtype (float32 for ``float32`` and ``tfloat32``). Layouts are strides: A
+dtype (float32 for ``float32`` and ``tfloat32``); with an epilogue
+(:data:`costlearn.problem.EPILOGUES`, the ``EPILOGUE`` constexpr) the
+length-N ``bias`` (input dtype) is added to every row in float32 before the
+store, then ReLU or GELU (tanh form, tanh(x) = 2 sigmoid(2x) - 1). Layouts are strides: A
 is read at ``a + m * stride_am + k * stride_ak`` and B at ``b + k * stride_bk
 + n * stride_bn``, so ``NN``, ``NT``, ``TN`` and ``TT`` are one kernel with
 other strides (Triton specialises a stride of 1 at compile time). Every
@@ -29,6 +32,8 @@ from pathlib import Path
 import triton
 import triton.language as tl
 
+from ...problem import EPILOGUES
+
 __all__ = ["matmul_kernel", "launch", "SOURCE_HASH", "INPUT_PRECISION"]
 
 SOURCE_HASH = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:12]
@@ -41,9 +46,9 @@ rounded to TF32 ("tf32")."""
 
 @triton.jit
 def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
-                  stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                  stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, bias_ptr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-                  PRECISION: tl.constexpr):
+                  PRECISION: tl.constexpr, EPILOGUE: tl.constexpr):
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_n = tl.cdiv(N, BLOCK_N)
@@ -69,11 +74,18 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
         a_tile += BLOCK_K * stride_ak
         b_tile += BLOCK_K * stride_bk
+    if EPILOGUE != "none":
+        acc += tl.load(bias_ptr + rn, mask=in_n, other=0.0).to(tl.float32)[None, :]
+        if EPILOGUE == "bias_relu":
+            acc = tl.maximum(acc, 0.0)
+        if EPILOGUE == "bias_gelu":
+            inner = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
+            acc = 0.5 * acc * (2.0 * tl.sigmoid(2.0 * inner))       # 1 + tanh(x) = 2 sigmoid(2x)
     c_tile = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
     tl.store(c_tile, acc.to(c_ptr.dtype.element_ty), mask=in_m[:, None] & in_n[None, :])
 
 
-def launch(config, a, b, c, dtype: str) -> None:
+def launch(config, a, b, c, dtype: str, bias=None, epilogue: str = "none") -> None:
     """Launch :func:`matmul_kernel` with ``config`` on PyTorch tensors.
 
     Parameters
@@ -88,16 +100,31 @@ def launch(config, a, b, c, dtype: str) -> None:
     dtype : str
         costlearn dtype name; selects ``tl.dot``'s input precision
         (:data:`INPUT_PRECISION`).
+    bias : torch.Tensor, shape (N,), optional
+        The epilogue's bias (input dtype); required unless ``epilogue`` is
+        ``"none"``.
+    epilogue : str
+        One of :data:`costlearn.problem.EPILOGUES`.
+
+    Raises
+    ------
+    ValueError
+        If ``epilogue`` is unknown, or needs a bias and none is given.
 
     Notes
     -----
     One program per output tile: ceil(M / BLOCK_M) * ceil(N / BLOCK_N)
     programs, numbered in the grouped order of the module docstring.
     """
+    if epilogue not in EPILOGUES:
+        raise ValueError(f"epilogue={epilogue!r}; allowed: {list(EPILOGUES)}")
+    if epilogue != "none" and bias is None:
+        raise ValueError(f"epilogue={epilogue!r} needs a bias (a length-N tensor)")
     m, k = a.shape
     n = b.shape[1]
     grid = (triton.cdiv(m, config.block_m) * triton.cdiv(n, config.block_n),)
     matmul_kernel[grid](a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                        c.stride(0), c.stride(1), BLOCK_M=config.block_m, BLOCK_N=config.block_n,
-                        BLOCK_K=config.block_k, GROUP_M=config.group_m, PRECISION=INPUT_PRECISION[dtype],
-                        num_warps=config.num_warps, num_stages=config.num_stages)
+                        c.stride(0), c.stride(1), c if bias is None else bias, BLOCK_M=config.block_m,
+                        BLOCK_N=config.block_n, BLOCK_K=config.block_k, GROUP_M=config.group_m,
+                        PRECISION=INPUT_PRECISION[dtype], EPILOGUE=epilogue, num_warps=config.num_warps,
+                        num_stages=config.num_stages)
