@@ -54,7 +54,6 @@ or all four at once:
 
 def _number(kind: type, lo: float, strict: bool, what: str):
     """argparse type: a finite ``kind`` (int or float) >= lo (> lo if strict)."""
-
     def parse(text: str):
         try:
             v = kind(text)
@@ -175,7 +174,6 @@ def parse_shapes(items, *, one: bool = False) -> list:
         On a token that is none of these, integers not in threes, or (with
         ``one``) more than one shape; the message shows :data:`SHAPE_SYNTAX`.
     """
-
     out, loose = [], []
     for item in items:
         text = str(item).strip()
@@ -248,7 +246,6 @@ def recheck_in_new_session(device: str, folder, shapes: int, protocol) -> int:
     separate measurement session, :mod:`costlearn.noise`); its report goes
     to this process's stdout. Returns its exit status (a failed recheck is
     reported, and costs nothing already collected)."""
-
     import costlearn
     env = dict(os.environ)
     src = str(Path(costlearn.__file__).resolve().parents[1])

@@ -225,7 +225,6 @@ def header_lines(res: EvalResult) -> list[str]:
     """What a report opens with: the model, its training data, the data
     evaluated, the date and the costlearn version, and a warning when the
     noise floor hides regrets."""
-
     i = res.model_info or {}
     n_problems = int((res.per_shape["model"] == res.model).sum())
     trained_on = f" of {i['trained_on']}" if i.get("trained_on") else ""

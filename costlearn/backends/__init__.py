@@ -117,7 +117,6 @@ know this machine's device without opening it."""
 def record_local_device(spec) -> None:
     """Remember ``spec`` as this machine's device (best effort: an unwritable
     cache is ignored)."""
-
     try:
         atomic_write(cache_dir() / LOCAL_DEVICE_FILE, json.dumps(_local_record(spec), default=str))
     except OSError:
@@ -134,7 +133,6 @@ def local_device(probe: bool = True) -> dict | None:
     Never called on :func:`costlearn.predict_best`'s path: the CLI uses it to
     choose a default model and to say when a model is another device's.
     """
-
     try:
         d = json.loads((cache_dir() / LOCAL_DEVICE_FILE).read_text())
         if isinstance(d, dict) and isinstance(d.get("slug"), str):

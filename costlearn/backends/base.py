@@ -237,7 +237,6 @@ class HostProblem:
              reference: bool = True) -> "HostProblem":
         """Draw the inputs; with ``reference=False`` the float64 reference
         and tolerance are left to the device (``None`` here)."""
-
         m, n, k, dtype = problem.m, problem.n, problem.k, problem.dtype
         rng = np.random.default_rng(seed)
         bytes_per_set = problem.element_bytes * (m * k + k * n)

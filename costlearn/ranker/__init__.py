@@ -125,7 +125,6 @@ def calibrate_cascade(scorer, features, tile_floors, problems, *, miss_top1: flo
         scorer's), ``miss_top1``, ``miss_top5`` (measured shares), ``grid``,
         ``allowed``.
     """
-
     total = scorer.n_trees
     info = dict(problems=len(problems), cost=1.0, miss_top1=0.0, miss_top5=0.0,
                 grid=dict(trees=list(CASCADE_TREES), keep=list(CASCADE_KEEP), margin=list(CASCADE_MARGIN),
