@@ -269,9 +269,11 @@ def read_table(path, family: str = "triton_mm") -> RecordedTable:
         raise InteropError(f"{path}: a lookup table is a JSON object of key -> list of entries")
     fam = get_family(family)
     problems, measurements, skipped, devices, seen = {}, [], [], {}, set()
-    for key, entries in table.items():
+    for index, (key, entries) in enumerate(table.items(), 1):
         at = text.find(json.dumps(key))
-        i = text.count("\n", 0, at) + 1 if at >= 0 else 0
+        if at < 0:
+            at = text.find(json.dumps(key, ensure_ascii=False))
+        i = text.count("\n", 0, at) + 1 if at >= 0 else index      # the key's line; else its position
         op = re.search(r"\+(\w+)$", key)
         if op and op.group(1) != OP_NAME:
             skipped.append((i, f"op {op.group(1)!r}: only {OP_NAME!r} keys are read (no epilogue yet)"))
