@@ -48,7 +48,21 @@ TOP_K = 5
 
 def median_times(rows: pd.DataFrame) -> pd.DataFrame:
     """Median time per (problem, source, config): a config measured in several
-    sessions counts once (as :func:`costlearn.metrics.evaluate_rows`)."""
+    sessions counts once (as :func:`costlearn.metrics.evaluate_rows`).
+
+    Parameters
+    ----------
+    rows : pandas.DataFrame
+        Valid dataset rows (``m, n, k, dtype, layout, config_id, time_us``,
+        optionally ``source_file``).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per (m, n, k, dtype, layout, source, config_id) with its
+        median ``time_us`` (microseconds); ``source`` is the row's
+        ``source_file`` ("" where absent).
+    """
     src = rows["source_file"].astype(object).fillna("") if "source_file" in rows else ""
     return rows.assign(source=src).groupby(list(PROBLEM_COLUMNS) + ["source", "config_id"], sort=False,
                                            observed=True)["time_us"].median().reset_index()

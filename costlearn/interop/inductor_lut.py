@@ -353,8 +353,10 @@ def choices_for(prediction, top_k: int, vendor=None) -> list:
 
 
 def confident(prediction) -> bool:
-    """The model chose (not the vendor floor or the OOD fallback) and the
-    problem is inside what it was trained on."""
+    """Whether a :class:`costlearn.Prediction` is sure: the model chose
+    (``chosen_by == "predicted"``, not the vendor floor or the OOD
+    fallback) and the problem is inside what it was trained on (not
+    ``ood``)."""
     return prediction.chosen_by == "predicted" and not prediction.ood
 
 

@@ -125,22 +125,27 @@ def _check_device(device):
     return device
 
 
-def _check_dtype(dtype, optional: bool):
-    if dtype is None and optional:
+def _check_optional(name: str, value, allowed, optional: bool, what: str, none_means: str):
+    """``value`` if it is one of ``allowed`` (or None where ``optional``),
+    else ValueError: ``name=value; what`` and, where optional, what None
+    means."""
+    if value is None and optional:
         return None
-    if not isinstance(dtype, str) or dtype not in _TRITON_MM_DTYPES:
-        raise ValueError(f"dtype={dtype!r}; the triton_mm family supports {list(_TRITON_MM_DTYPES)}"
-                         + (" (or None: read it from the first tensor argument)" if optional else ""))
-    return dtype
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{name}={value!r}; {what}" + (none_means if optional else ""))
+    return value
+
+
+def _check_dtype(dtype, optional: bool):
+    return _check_optional("dtype", dtype, _TRITON_MM_DTYPES, optional,
+                           f"the triton_mm family supports {list(_TRITON_MM_DTYPES)}",
+                           " (or None: read it from the first tensor argument)")
 
 
 def _check_layout(layout, optional: bool):
-    if layout is None and optional:
-        return None
-    if not isinstance(layout, str) or layout not in LAYOUTS:
-        raise ValueError(f"layout={layout!r}; allowed: {list(LAYOUTS)} (A then B: N row-major, T column-major)"
-                         + (" or None: read it from the strides of A and B" if optional else ""))
-    return layout
+    return _check_optional("layout", layout, LAYOUTS, optional,
+                           f"allowed: {list(LAYOUTS)} (A then B: N row-major, T column-major)",
+                           " or None: read it from the strides of A and B")
 
 
 def _names_tuple(what: str, value) -> tuple:
