@@ -1100,8 +1100,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "another lists it and the vendor call (default: 3)")
     lut.add_argument("--portable", action="store_true", help="also write device-agnostic keys")
     lut.add_argument("--device-name", default=None, help="the device part of the keys: what "
-                     "torch.cuda.get_device_properties(0).gcnArchName prints on the target GPU (default: the "
-                     "preset's name)")
+                     "torch.cuda.get_device_properties(0).gcnArchName prints on the target GPU (on NVIDIA GPUs the "
+                     "device name, e.g. 'NVIDIA H100 80GB HBM3'; default: the preset's name)")
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("predict", help="best tile config for shapes",
