@@ -31,7 +31,7 @@ from .device import PRESET_SOURCES, DeviceSpec, preset
 from .dtypes import dtype_names
 from .families import FAMILIES, CompilerUnavailable, get_family
 from .measure import Protocol
-from .problem import LAYOUTS, Problem
+from .problem import EPILOGUES, LAYOUTS, Problem
 from .registry import Unavailable
 from .sampler import ShapeBounds
 from .space import enumerate_space
@@ -135,9 +135,15 @@ def _add_measure_args(p, data: str = "data"):
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def _add_collect_args(p, budget_s: float):
+def _add_collect_args(p, budget_s: float, epilogues: tuple = EPILOGUES):
     p.add_argument("--budget", type=_positive_seconds, default=budget_s,
                    help=f"seconds of collection, compiling included (default: {budget_s:.0f})")
+    p.add_argument("--epilogues", nargs="+", choices=EPILOGUES, default=None, metavar="EPILOGUE",
+                   help=f"what the fused kernels compute after A @ B, of {', '.join(EPILOGUES)} (bias: a length-N "
+                   "vector added to every row; then ReLU or the tanh GELU): each random shape is measured with one "
+                   "drawn from these, each --shapes shape with every one; the pool compiles once per epilogue "
+                   f"(default: {' '.join(epilogues)}{'; none with --ray' if len(epilogues) > 1 else ''})")
+    p.set_defaults(default_epilogues=list(epilogues))
     p.add_argument("--pool", type=_positive_int, default=None,
                    help="candidate pool size, compiled once (default: 48 on a CPU, 160 on a GPU)")
     p.add_argument("--configs-per-shape", type=_positive_int, default=None,
@@ -223,18 +229,21 @@ def _collection_defaults(spec, data_root, pool, max_extent, max_flops):
 
 def collect_stage(backend, data_root, *, family: str, dtype: str, budget_s: float, pool: int | None,
                   configs_per_shape: int | None, max_extent: int | None, max_flops: float | None, shapes,
-                  protocol, seed: int, progress: bool, recheck: int = 0):
-    """Collect into ``<data_root>/<device>/`` and print the summary, then
+                  protocol, seed: int, progress: bool, recheck: int = 0, epilogues=("none",)):
+    """Collect into ``<data_root>/<device>/`` (each problem with one of
+    ``epilogues``, :func:`costlearn.collect.collect`) and print the summary, then
     (``recheck`` > 0) re-time that many shapes in a new process
     (:func:`recheck_in_new_session`); returns (dataset folder, CollectResult)."""
     from .collect import collect
     spec = backend.spec
     bounds, out, pool = _collection_defaults(spec, data_root, pool, max_extent, max_flops)
     print(f"device: {spec.name} ({backend.name}); dataset: {out}; {family}/{dtype}; pool {pool} configs; "
-          f"shapes M,N,K <= {bounds.max_extent}, 2MNK <= {bounds.max_flops:.3g}", file=sys.stderr)
+          f"shapes M,N,K <= {bounds.max_extent}, 2MNK <= {bounds.max_flops:.3g}; epilogues {', '.join(epilogues)}",
+          file=sys.stderr)
     res = collect(backend, out, budget_s=budget_s, family=family, dtype=dtype, pool_size=pool,
                   configs_per_shape=pool if configs_per_shape is None else configs_per_shape,
-                  bounds=bounds, shapes=shapes, protocol=protocol, seed=seed, progress=progress)
+                  bounds=bounds, shapes=shapes, protocol=protocol, seed=seed, progress=progress,
+                  epilogues=epilogues)
     print_collect_result(res, out, family, dtype, seed)
     if recheck and res.rows_written:
         recheck_in_new_session(backend.name, out, recheck, protocol)
@@ -312,8 +321,16 @@ def cmd_collect(args) -> int:
     if args.workers is not None and args.ray is None:
         raise ValueError(f"--workers {args.workers}: --workers needs --ray (the workers are a Ray cluster's)")
     _check_family_dtype(args)
+    fam = get_family(args.family)
+    asked = args.epilogues or (["none"] if args.ray is not None else args.default_epilogues)
+    epilogues = [e for e in asked if e in fam.epilogues]
+    if not epilogues or (args.epilogues and len(epilogues) < len(asked)):
+        raise ValueError(f"--epilogues {' '.join(asked)}: the {args.family!r} family fuses {list(fam.epilogues)}")
     shapes = parse_shapes(args.shapes) if args.shapes else None
     if args.ray is not None:
+        if epilogues != ["none"]:
+            raise ValueError(f"--epilogues {' '.join(epilogues)} with --ray: a fleet measures epilogue none only "
+                             "(pass --epilogues none, or collect epilogues without --ray)")
         fleet_collect_stage(args.ray or None, args.workers, args.device, args.data, family=args.family,
                             dtype=args.dtype, budget_s=args.budget, pool=args.pool,
                             configs_per_shape=args.configs_per_shape, max_extent=args.max_extent,
@@ -323,7 +340,7 @@ def cmd_collect(args) -> int:
     collect_stage(_backend(args.device, args.family), args.data, family=args.family, dtype=args.dtype, budget_s=args.budget,
                   pool=args.pool, configs_per_shape=args.configs_per_shape, max_extent=args.max_extent,
                   max_flops=args.max_flops, shapes=shapes, protocol=_protocol(args), seed=args.seed,
-                  progress=not args.no_progress, recheck=args.recheck)
+                  progress=not args.no_progress, recheck=args.recheck, epilogues=epilogues)
     return 0
 
 
@@ -889,7 +906,7 @@ def cmd_run(args) -> int:
                             pool=args.pool, configs_per_shape=args.configs_per_shape, max_extent=args.max_extent,
                             max_flops=args.max_flops, shapes=parse_shapes(args.shapes) if args.shapes else None,
                             protocol=protocol, seed=args.seed, progress=not args.no_progress,
-                            recheck=args.recheck)
+                            recheck=args.recheck, epilogues=args.epilogues or args.default_epilogues)
     print(f"== train  [t={time.perf_counter() - t0:.0f}s]", flush=True)
     trained = train_stage(data, args.models, family=args.family, dtype=args.dtype, model="xgboost",
                           feature_set="analytic")
@@ -1231,7 +1248,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "seconds, train, predict a few shapes (M=1 included), evaluate on fresh shapes.")
     _add_measure_args(p, data="out/data")
     _add_problem_args(p)
-    _add_collect_args(p, 180.0)
+    _add_collect_args(p, 180.0, epilogues=("none",))
     p.add_argument("--models", default="out/models", help="model store root (default: out/models)")
     p.add_argument("--eval-shapes", type=_nonneg_int, default=2,
                    help="random fresh shapes besides the fixed set of 8 (default: 2)")

@@ -34,7 +34,7 @@ from .dataset import (
 )
 from .families import family_of, get_family
 from .measure import DeviceLost, Protocol, Stopwatch, measure_shape
-from .problem import Problem
+from .problem import EPILOGUES, Problem, check_epilogue
 from .sampler import ShapeBounds, iter_shapes, select_pool
 from .space import check_config, enumerate_space
 from .util import atomic_write, check_int, check_real
@@ -42,7 +42,7 @@ from .version import __version__
 
 __all__ = ["CollectResult", "CollectionInterrupted", "collect", "rows_for", "measure_rows", "candidate_pool", "shape_configs",
            "SESSION_ID", "record_pool", "write_device_json", "dataset_summary", "measurement_key",
-           "open_collection"]
+           "open_collection", "plan_problems", "check_epilogues"]
 
 
 @dataclass
@@ -207,6 +207,7 @@ def rows_for(results: list[dict], kernels: dict, problem: Problem, protocol: Pro
         d = fam.describe(c, problem.dtype)
         row = dict(r)
         row.update(m=problem.m, n=problem.n, k=problem.k, dtype=problem.dtype, layout=problem.layout,
+                   epilogue=problem.epilogue,
                    family=fam.name, block_m=d.block_m, block_n=d.block_n, block_k=d.block_k,
                    thread_m=d.thread_m, thread_n=d.thread_n, threads=d.threads,
                    pipeline_stages=d.pipeline_stages, smem_bytes=d.smem_bytes,
@@ -297,11 +298,56 @@ def shape_configs(pool: list, spec, problem: Problem, seed: int, configs_per_sha
     return [feasible[i] for i in sorted(order)], rng
 
 
-def measurement_key(slug: str, family, dtype: str, layout: str, shape, config_id: str, protocol: Protocol) -> tuple:
+def plan_problems(shapes, dtype: str, layout: str, epilogues, seed: int, drawn: bool):
+    """The problems a collection measures, in order: each shape of
+    ``shapes`` with one epilogue of ``epilogues`` drawn for it (``drawn``,
+    random shapes: seeded by the shape, so a resumed collection draws the
+    same), or with every one of them in turn (given shapes: an evaluation
+    compares the epilogues on the same shapes).
+
+    Yields
+    ------
+    Problem
+
+    Raises
+    ------
+    ValueError
+        If ``epilogues`` is empty or names an unknown epilogue.
+    """
+    epilogues = check_epilogues(epilogues)
+    for shape in shapes:
+        m, n, k = shape
+        if drawn:
+            pick = epilogues[int(np.random.default_rng([seed, 5, m, n, k]).integers(len(epilogues)))] \
+                if len(epilogues) > 1 else epilogues[0]
+            yield Problem(m, n, k, dtype, layout, pick)
+        else:
+            for e in epilogues:
+                yield Problem(m, n, k, dtype, layout, e)
+
+
+def check_epilogues(epilogues) -> tuple:
+    """``epilogues`` as a tuple of distinct names of
+    :data:`costlearn.problem.EPILOGUES`, in the order given.
+
+    Raises
+    ------
+    ValueError
+        If it is empty or a name is unknown (the message lists the allowed).
+    """
+    if isinstance(epilogues, str):
+        epilogues = [epilogues]
+    out = tuple(dict.fromkeys(check_epilogue(e) for e in epilogues))
+    if not out:
+        raise ValueError(f"epilogues is empty; give at least one of {list(EPILOGUES)}")
+    return out
+
+
+def measurement_key(slug: str, family, problem: Problem, config_id: str, protocol: Protocol) -> tuple:
     """The :data:`costlearn.dataset.KEY_COLUMNS` tuple of one measurement
     (``family`` a KernelFamily): what a resumed collection skips."""
-    return (slug, family.name, dtype, layout, *shape, config_id, family.template_hash, protocol.version,
-            protocol.distribution, float(protocol.density))
+    return (slug, family.name, problem.dtype, problem.layout, problem.epilogue, *problem.shape, config_id,
+            family.template_hash, protocol.version, protocol.distribution, float(protocol.density))
 
 
 def open_collection(out_dir, spec, family, dtype: str, seed: int, pool, pool_size: int):
@@ -331,7 +377,7 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
             layout: str = "NN", pool_size: int = 64, configs_per_shape: int = 48,
             bounds: ShapeBounds | None = None, protocol: Protocol | None = None, seed: int = 0,
             max_shapes: int | None = None, shapes: list | None = None, pool: list | None = None,
-            progress: bool = True) -> CollectResult:
+            progress: bool = True, epilogues=("none",)) -> CollectResult:
     """Measure random shapes x pool configs of a kernel family on ``backend``
     into ``out_dir``.
 
@@ -368,6 +414,11 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
         ignored); an evaluation passes a model's candidate set.
     progress : bool
         Show a progress bar (tqdm) on stderr.
+    epilogues : sequence of str
+        Epilogues (:data:`costlearn.problem.EPILOGUES`) the kernels fuse:
+        each random shape is measured with one of them drawn for it, each
+        given shape with every one (:func:`plan_problems`); the pool is
+        compiled once per epilogue, when a shape first needs it.
 
     Returns
     -------
@@ -386,6 +437,9 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
     configs_per_shape = check_int("configs_per_shape", configs_per_shape, 1)
     fam = get_family(family)
     fam.check_dtype(dtype, layout)
+    epilogues = check_epilogues(epilogues)
+    for e in epilogues:
+        fam.check_epilogue(e)
     if fam.name not in backend.families:
         raise ValueError(f"the {backend.name!r} backend runs the families {list(backend.families)}, "
                          f"not {fam.name!r}")
@@ -399,10 +453,8 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
     out_dir, done, pool, other_pools = open_collection(out_dir, spec, fam, dtype, seed, pool, pool_size)
     prov = backend.provenance()
     rng = np.random.default_rng([seed, 2])
-    if shapes is None:
-        shape_iter = iter_shapes(bounds, rng)
-    else:
-        shape_iter = iter(shapes)
+    problems = plan_problems(iter_shapes(bounds, rng) if shapes is None else shapes, dtype, layout, epilogues,
+                             seed, drawn=shapes is None)
     overhead_us = backend.launch_overhead_us()
     run_id = uuid.uuid4().hex[:12]
     compiled: dict = {}
@@ -425,40 +477,39 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
                    disable=None,
                    bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f}s{postfix}")
     try:
-        for shape in shape_iter:
+        for problem in problems:
             if time.monotonic() - t_start > budget_s:
                 break
             if max_shapes is not None and res.shapes_done >= max_shapes:
                 break
-            m, n, k = shape
-            problem = Problem(m, n, k, dtype, layout)
+            shape, epi = problem.shape, problem.epilogue
             chosen, sub_rng = shape_configs(pool, spec, problem, seed, configs_per_shape)
-            todo = [c for c in chosen
-                    if measurement_key(spec.slug, fam, dtype, layout, shape, c.config_id, protocol) not in done]
+            todo = [c for c in chosen if measurement_key(spec.slug, fam, problem, c.config_id, protocol) not in done]
             res.skipped += len(chosen) - len(todo)
             if not todo:
                 continue
             with sw.phase("compile"):
-                missing = [c for c in todo if c.config_id not in compiled]
+                missing = [c for c in todo if (c.config_id, epi) not in compiled]
                 if missing and overlap:
-                    if not futures:
+                    if not any(e == epi for _, e in futures):
                         # Compile the whole pool in background threads while
                         # the device measures; each shape waits only for its
                         # own configs.
-                        futures.update({c.config_id: executor.submit(backend.compile, c, dtype)
+                        futures.update({(c.config_id, epi): executor.submit(backend.compile, c, dtype, epi)
                                         for c in pool})
                     for c in missing:
-                        compiled[c.config_id] = futures[c.config_id].result()
+                        compiled[c.config_id, epi] = futures[c.config_id, epi].result()
                 elif missing:
-                    if not compiled:
-                        # First need: compile the whole pool at once, so that
-                        # backends can parallelise code generation.
+                    if not any(e == epi for _, e in compiled):
+                        # First need of this epilogue: compile the whole pool
+                        # at once, so that backends can parallelise code
+                        # generation.
                         missing = list(pool)
                         if bar is not None:
-                            bar.set_postfix_str(f"compiling {len(missing)} configs", refresh=True)
-                    for kern in backend.compile_many(missing, dtype):
-                        compiled[kern.config.config_id] = kern
-            kernels = [compiled[c.config_id] for c in todo]
+                            bar.set_postfix_str(f"compiling {len(missing)} configs ({epi})", refresh=True)
+                    for kern in backend.compile_many(missing, dtype, epilogue=epi):
+                        compiled[kern.config.config_id, epi] = kern
+            kernels = [compiled[c.config_id, epi] for c in todo]
             with sw.phase("measure"):
                 try:
                     rows = measure_rows(backend, kernels, problem, protocol, overhead_us, prov, run_id,
@@ -466,13 +517,13 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
                 except DeviceLost as e:
                     # Everything measured before this shape is on disk; a
                     # rerun resumes here in a fresh process.
-                    res.stopped = f"stopped at shape {shape}: {e}"
+                    res.stopped = f"stopped at shape {shape} ({epi}): {e}"
                     break
             with sw.phase("write"):
                 res.parts.append(write_part(rows, out_dir))
             written.extend(rows)
             for r in rows:
-                done.add(measurement_key(spec.slug, fam, dtype, layout, shape, r["config_id"], protocol))
+                done.add(measurement_key(spec.slug, fam, problem, r["config_id"], protocol))
                 if r["status"] == "ok":
                     res.rows_valid += 1
                     spreads.append((r["time_us_p80"] - r["time_us_p20"]) / r["time_us"])

@@ -21,14 +21,15 @@ import pandas as pd
 from .dtypes import DTYPES
 from .families import FAMILIES, get_family
 from .measure import PROTOCOL_VERSION
-from .problem import LAYOUTS
+from .problem import EPILOGUES, LAYOUTS
 from .util import atomic_write, fsync_dir
 
 __all__ = ["SCHEMA_VERSION", "COLUMNS", "ADDED_COLUMNS", "NOT_IMPORTED", "IMPORTED_PROTOCOL", "write_part", "load", "compact", "noise_floor", "LoadReport",
            "valid_rows", "measured_keys", "KEY_COLUMNS", "DatasetError", "current_rows", "rows_where"]
 
-SCHEMA_VERSION = 5
-"""5 added ``rse``, ``stop_reason``, ``tied_best``, ``samples_us`` (how a
+SCHEMA_VERSION = 6
+"""6 added ``epilogue`` (:data:`costlearn.problem.EPILOGUES`; parts written
+before it are read as ``"none"``: their kernels fused nothing); 5 added ``rse``, ``stop_reason``, ``tied_best``, ``samples_us`` (how a
 row's sampling went, :func:`costlearn.measure.measure_shape`),
 ``session_id`` (the measuring process) and ``device_settings`` (the
 backend's settings that are part of the device's identity, JSON); 4 added ``source_format``, ``source_file``, ``source_sha256`` and
@@ -40,14 +41,14 @@ keeps a config's own parameters only in its ``config_id`` (the columns
 family parses the id). Parts written under schemas 1 and 2 are read with
 the added columns at their defaults (:data:`ADDED_COLUMNS`)."""
 
-KEY_COLUMNS = ("device_slug", "family", "dtype", "layout", "m", "n", "k", "config_id", "template_hash",
+KEY_COLUMNS = ("device_slug", "family", "dtype", "layout", "epilogue", "m", "n", "k", "config_id", "template_hash",
                "protocol_version", "distribution", "density")
 """Columns that identify one measurement; a restarted collection skips keys
 already present."""
 
 COLUMNS = {
     # problem
-    "m": "int64", "n": "int64", "k": "int64", "dtype": "string", "layout": "string",
+    "m": "int64", "n": "int64", "k": "int64", "dtype": "string", "layout": "string", "epilogue": "string",
     # config: its family and id, and its tile description (costlearn.families.TileDescription)
     "family": "string", "config_id": "string", "block_m": "int64", "block_n": "int64", "block_k": "int64",
     "thread_m": "int64", "thread_n": "int64", "threads": "int64", "pipeline_stages": "int64",
@@ -85,7 +86,7 @@ IMPORTED_PROTOCOL = 0
 ADDED_COLUMNS = {"repeat_time_us": float("nan"), "rotation_sets": 0, "throttled": False,
                  "throttle_reasons": "", "family": "gemm", "layout": "NN", "pipeline_stages": 1, **NOT_IMPORTED,
                  "rse": float("nan"), "stop_reason": "", "tied_best": False, "samples_us": "", "session_id": "",
-                 "device_settings": ""}
+                 "device_settings": "", "epilogue": "none"}
 """Columns added after schema 1, with the value a part written before them
 is read with (schemas 1 and 2 held only ``gemm`` rows, row-major, one stage;
 schemas before 4 no imported rows)."""
@@ -314,16 +315,19 @@ def _config_ok(family, config_id) -> bool:
 
 
 def _problems_ok(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Per row: whether its dtype and layout are ones costlearn knows, and
-    whether its family supports them (bool arrays of shape (len(df),))."""
-    fam, dt, lay = (df[c].astype(object).where(df[c].notna(), None).to_numpy() for c in ("family", "dtype", "layout"))
-    known = np.isin(dt, list(DTYPES)) & np.isin(lay, list(LAYOUTS))
+    """Per row: whether its dtype, layout and epilogue are ones costlearn
+    knows, and whether its family supports them (bool arrays of shape
+    (len(df),))."""
+    fam, dt, lay, epi = (df[c].astype(object).where(df[c].notna(), None).to_numpy()
+                         for c in ("family", "dtype", "layout", "epilogue"))
+    known = np.isin(dt, list(DTYPES)) & np.isin(lay, list(LAYOUTS)) & np.isin(epi, list(EPILOGUES))
     supported = np.ones(len(df), bool)
     for f in set(fam.tolist()):
         if f in FAMILIES:
             family = get_family(f)
             rows = fam == f
-            supported[rows] = np.isin(dt[rows], list(family.dtypes)) & np.isin(lay[rows], list(family.layouts))
+            supported[rows] = np.isin(dt[rows], list(family.dtypes)) & np.isin(lay[rows], list(family.layouts)) \
+                & np.isin(epi[rows], list(family.epilogues))
     return known, supported
 
 

@@ -541,7 +541,7 @@ def collect_fleet(fleet: Fleet, out_dir, *, budget_s: float = 180.0, family: str
     run_id = uuid.uuid4().hex[:12]
 
     def key(problem, config_id):
-        return measurement_key(spec.slug, fam, dtype, layout, problem.shape, config_id, protocol)
+        return measurement_key(spec.slug, fam, problem, config_id, protocol)
 
     handed = 0
 

@@ -45,9 +45,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .dtypes import get_dtype
+from .problem import check_epilogue
 from .util import check_int, check_real
 
-__all__ = ["Protocol", "PROTOCOL_VERSION", "DeviceLost", "STATUSES", "measure_shape", "make_inputs",
+__all__ = ["Protocol", "PROTOCOL_VERSION", "DeviceLost", "STATUSES", "measure_shape", "make_inputs", "apply_epilogue",
            "DISTRIBUTIONS", "tolerance", "check_result", "rotation_sets", "median_rse", "STOP_REASONS", "t_quantile_95"]
 
 class DeviceLost(RuntimeError):
@@ -241,8 +242,9 @@ def make_inputs(m: int, n: int, k: int, distribution: str = "normal", density: f
     return out[0], out[1]
 
 
-def tolerance(a, b, dtype: str = "float32", xp=np):
-    """Per-element error bound for C = A @ B accumulated in ``dtype``.
+def tolerance(a, b, dtype: str = "float32", xp=np, bias=None):
+    """Per-element error bound for C = A @ B accumulated in ``dtype``, and
+    for an epilogue's output when ``bias`` is given.
 
     Bound: ``|C - C_ref| <= 16 * sqrt(K) * eps * (|A| @ |B|) + tiny``, the
     probabilistic forward error bound of a length-K dot product,
@@ -252,6 +254,12 @@ def tolerance(a, b, dtype: str = "float32", xp=np):
     K and the dtype's epsilon, and is tight enough that an error of one unit
     in one element of a K = 4096 product is caught.
 
+    With a bias the sum's magnitude ``|A| @ |B| + |bias|`` replaces
+    ``|A| @ |B|``, times 1.2 (the steepest slope of the activations of
+    :data:`costlearn.problem.EPILOGUES`: ReLU 1, the tanh GELU 1.13), plus
+    the activation's own float32 rounding, 2**-20 (8 ulp) of that
+    magnitude plus 2**-20 absolute.
+
     Parameters
     ----------
     a, b : array, shapes (M, K) and (K, N)
@@ -260,6 +268,8 @@ def tolerance(a, b, dtype: str = "float32", xp=np):
         multiply: 2**-10 for TF32) scales the bound.
     xp : module
         ``numpy``, or ``cupy`` to compute on the GPU.
+    bias : array, shape (N,), optional
+        The epilogue's bias; None without an epilogue.
 
     Returns
     -------
@@ -268,7 +278,47 @@ def tolerance(a, b, dtype: str = "float32", xp=np):
     eps = get_dtype(dtype).eps
     k = a.shape[1]
     scale = xp.abs(a).astype(xp.float64) @ xp.abs(b).astype(xp.float64)
-    return 16.0 * math.sqrt(k) * eps * scale + 1e-30
+    if bias is None:
+        return 16.0 * math.sqrt(k) * eps * scale + 1e-30
+    scale += xp.abs(bias).astype(xp.float64)
+    return 1.2 * 16.0 * math.sqrt(k) * eps * scale + 2.0 ** -20 * (scale + 1.0)
+
+
+def apply_epilogue(v, bias, epilogue: str, xp=np):
+    """The float64 reference of an epilogue: ``v + bias`` (broadcast over
+    rows), then the activation of ``epilogue``
+    (:data:`costlearn.problem.EPILOGUES`; the tanh GELU of Hendrycks and
+    Gimpel, 2016); ``v`` itself for ``"none"``.
+
+    Parameters
+    ----------
+    v : array of float64, shape (M, N)
+        A @ B.
+    bias : array, shape (N,), or None for ``"none"``
+    epilogue : str
+    xp : module
+        ``numpy`` or ``cupy``.
+
+    Returns
+    -------
+    array of float64, shape (M, N)
+
+    Raises
+    ------
+    ValueError
+        If ``epilogue`` is unknown, or needs a bias and none is given.
+    """
+    check_epilogue(epilogue)
+    if epilogue == "none":
+        return v
+    if bias is None:
+        raise ValueError(f"epilogue={epilogue!r} needs a bias (a length-N vector)")
+    v = v + xp.asarray(bias).astype(xp.float64)
+    if epilogue == "bias_relu":
+        return xp.maximum(v, 0.0)
+    if epilogue == "bias_gelu":
+        return 0.5 * v * (1.0 + xp.tanh(math.sqrt(2.0 / math.pi) * (v + 0.044715 * v ** 3)))
+    return v
 
 
 def check_result(c, ref, tol, xp=np) -> tuple[bool, float]:

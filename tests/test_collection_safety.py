@@ -132,9 +132,9 @@ def test_a_collection_past_its_budget_says_why(dataset_dir, dataset_rows, tmp_pa
     shapes, pool = _replay_setup(dataset_dir, dataset_rows, 1)
 
     class SlowCompile(ReplayBackend):
-        def compile_many(self, configs, dtype):
+        def compile_many(self, configs, dtype, epilogue="none"):
             time.sleep(1.5)
-            return super().compile_many(configs, dtype)
+            return super().compile_many(configs, dtype, epilogue=epilogue)
     res = collect(SlowCompile(dataset_dir), tmp_path, shapes=shapes, pool=pool, configs_per_shape=6, budget_s=0.5,
                   progress=False)
     assert res.over_budget_s >= 1.0 and res.shapes_done == 1

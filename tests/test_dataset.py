@@ -12,7 +12,7 @@ from costlearn.families.gemm import GemmConfig as TileConfig
 def _row(**kw):
     r = {c: (0 if t == "int64" else 0.0 if t == "float64" else False if t == "bool" else "x")
          for c, t in COLUMNS.items()}
-    r.update(m=4, n=5, k=6, dtype="float32", layout="NN", family="gemm", config_id="m4n8k4_t1x1_outer_p0_row", status="ok",
+    r.update(m=4, n=5, k=6, dtype="float32", layout="NN", epilogue="none", family="gemm", config_id="m4n8k4_t1x1_outer_p0_row", status="ok",
              time_us=10.0, time_us_p20=9.0, time_us_p80=11.0, device_slug="dev", template_hash="abc",
              protocol_version=1)
     r.update(kw)
@@ -25,7 +25,7 @@ def test_parts_round_trip_and_leave_no_temporary_file(tmp_path):
     df, rep = load(tmp_path)
     assert sorted(df["m"]) == [4, 7, 8] and rep.parts == 2 and not rep.corrupt
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
-    assert ("dev", "gemm", "float32", "NN", 7, 5, 6, "m4n8k4_t1x1_outer_p0_row", "abc", 1, "x", 0.0) in measured_keys(df)
+    assert ("dev", "gemm", "float32", "NN", "none", 7, 5, 6, "m4n8k4_t1x1_outer_p0_row", "abc", 1, "x", 0.0) in measured_keys(df)
 
 
 def test_corrupt_part_is_reported_not_used(tmp_path):

@@ -10,11 +10,11 @@ import numpy as np
 
 from ..device import DeviceSpec
 from ..families import family_of, get_family, measured_by
-from ..measure import check_result, make_inputs, rotation_sets, tolerance
+from ..measure import apply_epilogue, check_result, make_inputs, rotation_sets, tolerance
 from ..problem import Problem
 from ..util import check_instance
 
-__all__ = ["Backend", "CompiledKernel", "Workspace", "DeviceWorkspace", "HostProblem"]
+__all__ = ["Backend", "CompiledKernel", "Workspace", "DeviceWorkspace", "HostProblem", "check_epilogue_match"]
 
 
 @dataclass
@@ -32,6 +32,9 @@ class CompiledKernel:
         the API does not report it.
     compile_s : float
         Wall time spent compiling, seconds.
+    epilogue : str
+        The epilogue the kernel fuses (:data:`costlearn.problem.EPILOGUES`);
+        it runs only on problems with that epilogue.
     handle : object
         Backend-specific launchable object (not part of any row).
     """
@@ -42,6 +45,7 @@ class CompiledKernel:
     registers_per_thread: int | None = None
     compile_s: float = 0.0
     handle: object = field(default=None, repr=False)
+    epilogue: str = "none"
 
 
 class Workspace(abc.ABC):
@@ -73,11 +77,13 @@ class DeviceWorkspace(Workspace):
     """Shared part of the real backends' workspaces for the ``gemm`` family:
     the host problem, the buffer-set rotation and verification against the
     reference. Subclasses
-    provide ``_launch(kernel, set_index)``, ``_poison_output()`` (fill C with
-    NaN) and ``_read_output()`` (C as an array of module ``xp``), and
-    ``sample``. ``ref`` and ``tol`` (float64, shape (M, N)) are the host
-    reference and tolerance unless a subclass computes them on the device
-    and sets ``xp`` to its array module."""
+    provide ``_launch(kernel, set_index)`` (passing ``bias``, the
+    problem's float32 bias as the kernel's last argument, where the problem
+    has an epilogue), ``_poison_output()`` (fill C with NaN) and
+    ``_read_output()`` (C as an array of module ``xp``), and ``sample``.
+    ``ref`` and ``tol`` (float64, shape (M, N)) are the host reference and
+    tolerance unless a subclass computes them on the device and sets ``xp``
+    to its array module."""
 
     def __init__(self, prob: "HostProblem"):
         self.xp = np
@@ -118,9 +124,18 @@ class DeviceWorkspace(Workspace):
         """Launch once over a NaN-poisoned C and compare with the float64
         host reference (:func:`costlearn.measure.check_result`); returns
         (ok, max_abs_err)."""
+        check_epilogue_match(kernel, self.prob.epilogue)
         self._poison_output()
         self._launch(kernel, 0)
         return check_result(self._read_output(), self.ref, self.tol, xp=self.xp)
+
+
+def check_epilogue_match(kernel: CompiledKernel, epilogue: str) -> None:
+    """Raise ValueError if ``kernel`` was compiled for another epilogue than
+    the problem's ``epilogue`` (its arguments and output would differ)."""
+    if kernel.epilogue != epilogue:
+        raise ValueError(f"{kernel.config.config_id} was compiled for epilogue={kernel.epilogue!r}; this problem's "
+                         f"epilogue is {epilogue!r} (compile it with epilogue={epilogue!r})")
 
 
 class Backend(abc.ABC):
@@ -145,10 +160,11 @@ class Backend(abc.ABC):
         count, driver and runtime versions, library version."""
 
     @abc.abstractmethod
-    def compile(self, config, dtype: str = "float32") -> CompiledKernel:
+    def compile(self, config, dtype: str = "float32", epilogue: str = "none") -> CompiledKernel:
         """Must compile ``config`` (of one of :attr:`families`) once for
-        inputs of ``dtype``, returning a CompiledKernel whose status is
-        ``compile_error`` (with the message) instead of raising."""
+        inputs of ``dtype`` fusing ``epilogue``, returning a CompiledKernel
+        (its ``epilogue`` set) whose status is ``compile_error`` (with the
+        message) instead of raising."""
 
     @property
     def families(self) -> tuple:
@@ -208,11 +224,12 @@ class Backend(abc.ABC):
         otherwise."""
         return {}
 
-    def compile_many(self, configs, dtype: str = "float32", progress=None) -> list[CompiledKernel]:
+    def compile_many(self, configs, dtype: str = "float32", progress=None,
+                     epilogue: str = "none") -> list[CompiledKernel]:
         """Compile several configs; backends may override to parallelise."""
         out = []
         for c in configs:
-            out.append(self.compile(c, dtype))
+            out.append(self.compile(c, dtype, epilogue))
             if progress is not None:
                 progress(1)
         return out
@@ -221,7 +238,8 @@ class Backend(abc.ABC):
 @dataclass
 class HostProblem:
     """Host-side inputs of one problem: ``n_sets`` independent (A, B) pairs,
-    the float64 reference of the first pair and its error tolerance."""
+    the epilogue's bias (float32, shape (N,); None without one), the float64
+    reference of the first pair and its error tolerance."""
 
     m: int
     n: int
@@ -231,6 +249,8 @@ class HostProblem:
     b_sets: list
     reference: object
     tol: object
+    epilogue: str = "none"
+    bias: object = None
 
     @classmethod
     def make(cls, problem: Problem, distribution: str, density: float, seed: int, cache_bytes: int,
@@ -242,12 +262,15 @@ class HostProblem:
         bytes_per_set = problem.element_bytes * (m * k + k * n)
         n_sets = rotation_sets(bytes_per_set, cache_bytes)
         a0, b0 = make_inputs(m, n, k, distribution, density, rng, dtype)
+        # The bias has the inputs' distribution (one row of it), float32.
+        bias = None if problem.epilogue == "none" else \
+            np.ascontiguousarray(make_inputs(1, n, 1, distribution, density, rng, "float32")[1][0])
         a_sets, b_sets = [a0], [b0]
         # Further sets are the first one permuted (cheap, same distribution).
         for s in range(1, n_sets):
             a_sets.append(np.ascontiguousarray(np.roll(a0, s, axis=0)))
             b_sets.append(np.ascontiguousarray(np.roll(b0, s, axis=1)))
         if not reference:
-            return cls(m, n, k, dtype, a_sets, b_sets, None, None)
-        ref = a0.astype(np.float64) @ b0.astype(np.float64)
-        return cls(m, n, k, dtype, a_sets, b_sets, ref, tolerance(a0, b0, dtype))
+            return cls(m, n, k, dtype, a_sets, b_sets, None, None, problem.epilogue, bias)
+        ref = apply_epilogue(a0.astype(np.float64) @ b0.astype(np.float64), bias, problem.epilogue)
+        return cls(m, n, k, dtype, a_sets, b_sets, ref, tolerance(a0, b0, dtype, bias=bias), problem.epilogue, bias)

@@ -15,7 +15,7 @@ except ImportError as _e:  # pragma: no cover - exercised only without CuPy
     raise ImportError(f"CuPy is not installed ({_e})") from _e
 
 from ..device import DeviceSpec
-from ..measure import Protocol, tolerance
+from ..measure import Protocol, apply_epilogue, tolerance
 from ..problem import Problem
 from .base import Backend, CompiledKernel, DeviceWorkspace, HostProblem
 from .nvml import ClockReader
@@ -126,21 +126,22 @@ class CudaBackend(Backend):
             self._overhead_us = float(np.median(samples))
         return self._overhead_us
 
-    def compile(self, config, dtype: str = "float32") -> CompiledKernel:
+    def compile(self, config, dtype: str = "float32", epilogue: str = "none") -> CompiledKernel:
         t0 = time.perf_counter()
         self.device.use()
         fam = self.family_for(config)
+        fam.check_epilogue(epilogue)
         smem = fam.describe(config, dtype).smem_bytes
         try:
-            mod = cp.RawModule(code=fam.render(config, "cuda", dtype), options=("--std=c++14",))
+            mod = cp.RawModule(code=fam.render(config, "cuda", dtype, epilogue), options=("--std=c++14",))
             fn = mod.get_function(fam.kernel_name(config))
             if smem > self.spec.smem_per_block_bytes:
                 fn.max_dynamic_shared_size_bytes = smem  # opt in above 48 KiB
             regs = int(fn.num_regs)
         except Exception as e:  # NVRTC or driver failure: a compile_error row
             return CompiledKernel(config, "compile_error", f"{type(e).__name__}: {e}"[:2000],
-                                  compile_s=time.perf_counter() - t0)
-        return CompiledKernel(config, "ok", "", regs, time.perf_counter() - t0, (fn, smem))
+                                  compile_s=time.perf_counter() - t0, epilogue=epilogue)
+        return CompiledKernel(config, "ok", "", regs, time.perf_counter() - t0, (fn, smem), epilogue)
 
     def vendor_time_us(self, m: int, n: int, k: int, protocol=None) -> float:
         """cuBLAS float32 time of C = A @ B through ``cupy.matmul``, µs, the
@@ -156,11 +157,11 @@ class CudaBackend(Backend):
             reps = int(min(protocol.max_launches, max(1, np.ceil(protocol.min_sample_us / est))))
             return float(np.median([ws.sample_vendor(reps) / reps for _ in range(protocol.rounds)]))
 
-    def compile_many(self, configs, dtype="float32", progress=None):
+    def compile_many(self, configs, dtype="float32", progress=None, epilogue="none"):
         """Compile in parallel threads (NVRTC releases the GIL)."""
         from joblib import Parallel, delayed
         return Parallel(n_jobs=min(8, os.cpu_count() or 1), prefer="threads")(
-            delayed(self.compile)(c, dtype) for c in configs)
+            delayed(self.compile)(c, dtype, epilogue) for c in configs)
 
 class _CudaWorkspace(DeviceWorkspace):
     def __init__(self, be: CudaBackend, prob: HostProblem):
@@ -170,16 +171,19 @@ class _CudaWorkspace(DeviceWorkspace):
         self.a = [cp.asarray(x) for x in prob.a_sets]
         self.b = [cp.asarray(x) for x in prob.b_sets]
         self.c = cp.empty((prob.m, prob.n), cp.float32)
+        self.bias = () if prob.bias is None else (cp.asarray(prob.bias),)
         # float64 reference and tolerance of set 0, computed on the GPU (a
         # host reference of an 8192^3 product would take the CPU seconds).
         self.xp = cp
-        self.ref = self.a[0].astype(cp.float64) @ self.b[0].astype(cp.float64)
-        self.tol = tolerance(self.a[0], self.b[0], "float32", xp=cp)
+        bias = self.bias[0] if self.bias else None
+        self.ref = apply_epilogue(self.a[0].astype(cp.float64) @ self.b[0].astype(cp.float64), bias,
+                                  prob.epilogue, xp=cp)
+        self.tol = tolerance(self.a[0], self.b[0], "float32", xp=cp, bias=bias)
 
     def _launch(self, kernel: CompiledKernel, s: int):
         fn, smem = kernel.handle
         c = kernel.config
-        fn((self.blocks(c),), (c.threads,), (self.a[s], self.b[s], self.c, *self.mnk), shared_mem=smem)
+        fn((self.blocks(c),), (c.threads,), (self.a[s], self.b[s], self.c, *self.mnk, *self.bias), shared_mem=smem)
 
     def _poison_output(self):
         self.c.fill(np.nan)
@@ -210,7 +214,7 @@ class _CudaWorkspace(DeviceWorkspace):
         return cp.cuda.get_elapsed_time(start, end) * 1e3
 
     def close(self):
-        self.a, self.b, self.c, self.ref, self.tol = [], [], None, None, None
+        self.a, self.b, self.c, self.ref, self.tol, self.bias = [], [], None, None, None, ()
 
 
 CudaBackend._workspace_cls = _CudaWorkspace

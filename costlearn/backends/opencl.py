@@ -232,31 +232,34 @@ class OpenCLBackend(Backend):
         return self._overhead_us
 
     # -- compile --------------------------------------------------------------
-    def compile(self, config, dtype: str = "float32") -> CompiledKernel:
+    def compile(self, config, dtype: str = "float32", epilogue: str = "none") -> CompiledKernel:
         t0 = time.perf_counter()
         fam = self.family_for(config)
+        fam.check_epilogue(epilogue)
         smem = fam.describe(config, dtype).smem_bytes
         if smem > self.device.local_mem_size:
             return CompiledKernel(config, "compile_error",
-                                  f"needs {smem} B local memory, device has {self.device.local_mem_size} B")
+                                  f"needs {smem} B local memory, device has {self.device.local_mem_size} B",
+                                  epilogue=epilogue)
         try:
-            prg = cl.Program(self.ctx, fam.render(config, "opencl", dtype)).build()
+            prg = cl.Program(self.ctx, fam.render(config, "opencl", dtype, epilogue)).build()
             knl = getattr(prg, fam.kernel_name(config))
             wg = knl.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device)
             if config.threads > wg:
                 return CompiledKernel(config, "compile_error",
                                       f"kernel allows {wg} work-items per group, config needs {config.threads}",
-                                      compile_s=time.perf_counter() - t0)
+                                      compile_s=time.perf_counter() - t0, epilogue=epilogue)
             # PoCL and other drivers finish code generation at the first
             # launch; do it now so compile time is not charged to timing.
             tiny = self._tiny_buffers()
-            knl.set_args(*tiny, np.int32(1), np.int32(1), np.int32(1))
+            knl.set_args(*tiny, np.int32(1), np.int32(1), np.int32(1), *([] if epilogue == "none" else [tiny[0]]))
             cl.enqueue_nd_range_kernel(self.queue, knl, (config.threads,), (config.threads,)).wait()
         except cl.Error as e:
-            return CompiledKernel(config, "compile_error", str(e)[:2000], compile_s=time.perf_counter() - t0)
-        return CompiledKernel(config, "ok", "", None, time.perf_counter() - t0, knl)
+            return CompiledKernel(config, "compile_error", str(e)[:2000], compile_s=time.perf_counter() - t0,
+                                  epilogue=epilogue)
+        return CompiledKernel(config, "ok", "", None, time.perf_counter() - t0, knl, epilogue)
 
-    def compile_many(self, configs, dtype="float32", progress=None, n_jobs=None):
+    def compile_many(self, configs, dtype="float32", progress=None, epilogue="none", n_jobs=None):
         """Compile ``configs``, generating code in parallel worker processes.
 
         Each joblib worker builds and first-launches a share of the configs on
@@ -272,8 +275,8 @@ class OpenCLBackend(Backend):
             chunks = [ids[i::n_jobs] for i in range(n_jobs)]
             family = self.family_for(configs[0]).name
             Parallel(n_jobs=n_jobs, backend="loky")(
-                delayed(_warm_cache)(family, chunk, dtype, self._device_index) for chunk in chunks if chunk)
-        return super().compile_many(configs, dtype, progress)
+                delayed(_warm_cache)(family, chunk, dtype, self._device_index, epilogue) for chunk in chunks if chunk)
+        return super().compile_many(configs, dtype, progress, epilogue)
 
     def _tiny_buffers(self):
         if getattr(self, "_tiny", None) is None:
@@ -299,11 +302,13 @@ class _OpenCLWorkspace(DeviceWorkspace):
         self.b = [cl.Buffer(be.ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=x) for x in prob.b_sets]
         self.c_host = np.empty((prob.m, prob.n), np.float32)
         self.c = cl.Buffer(be.ctx, mf.READ_WRITE, size=self.c_host.nbytes)
+        self.bias = () if prob.bias is None else \
+            (cl.Buffer(be.ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=prob.bias),)
 
     def _launch(self, kernel: CompiledKernel, s: int):
         c = kernel.config
         knl = kernel.handle
-        knl.set_args(self.a[s], self.b[s], self.c, *self.mnk)
+        knl.set_args(self.a[s], self.b[s], self.c, *self.mnk, *self.bias)
         return cl.enqueue_nd_range_kernel(self.be.queue, knl, (self.blocks(c) * c.threads,), (c.threads,))
 
     def _poison_output(self):
@@ -324,9 +329,9 @@ class _OpenCLWorkspace(DeviceWorkspace):
         return (last.profile.end - first.profile.start) * 1e-3
 
     def close(self):
-        for buf in self.a + self.b + [self.c]:
+        for buf in self.a + self.b + [self.c, *self.bias]:
             buf.release()
-        self.a, self.b = [], []
+        self.a, self.b, self.bias = [], [], ()
         if self._affinity is not None:
             try:
                 os.sched_setaffinity(0, self._affinity)
@@ -338,9 +343,9 @@ class _OpenCLWorkspace(DeviceWorkspace):
 OpenCLBackend._workspace_cls = _OpenCLWorkspace
 
 
-def _warm_cache(family, config_ids, dtype, device_index):
+def _warm_cache(family, config_ids, dtype, device_index, epilogue="none"):
     """joblib worker: compile configs in a fresh process (fills the driver's
     kernel cache); returns how many compiled."""
     be = OpenCLBackend(device_index)
     fam = get_family(family)
-    return sum(be.compile(fam.config_from_id(c), dtype).status == "ok" for c in config_ids)
+    return sum(be.compile(fam.config_from_id(c), dtype, epilogue).status == "ok" for c in config_ids)

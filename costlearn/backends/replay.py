@@ -14,7 +14,7 @@ import pandas as pd
 from ..dataset import load
 from ..device import DeviceSpec
 from ..problem import Problem
-from .base import Backend, CompiledKernel, Workspace
+from .base import Backend, CompiledKernel, Workspace, check_epilogue_match
 
 __all__ = ["ReplayBackend"]
 
@@ -56,8 +56,10 @@ class ReplayBackend(Backend):
         self._spec = spec
         self.rows = rows
         self._families = tuple(sorted(rows["family"].unique())) or ("gemm",)
-        cols = ["family", "dtype", "layout", "m", "n", "k", "config_id", "status", "time_us"]
-        self._index = {(r.family, r.dtype, r.layout, int(r.m), int(r.n), int(r.k), r.config_id):
+        if "epilogue" not in rows:
+            rows = rows.assign(epilogue="none")
+        cols = ["family", "dtype", "layout", "m", "n", "k", "config_id", "status", "time_us", "epilogue"]
+        self._index = {(r.family, r.dtype, r.layout, int(r.m), int(r.n), int(r.k), r.config_id, r.epilogue):
                        (r.status, float(r.time_us)) for r in rows[cols].itertuples(index=False)}
         self._configs = set(zip(rows["family"], rows["dtype"], rows["config_id"]))
         oh = rows["overhead_us"].to_numpy(np.float64)
@@ -72,17 +74,20 @@ class ReplayBackend(Backend):
         """The families the recording holds."""
         return self._families
 
-    def recording(self, family: str, dtype: str, layout: str, m: int, n: int, k: int, config_id: str):
-        """The recorded (status, time_us) of a config on a problem.
+    def recording(self, family: str, dtype: str, layout: str, m: int, n: int, k: int, config_id: str,
+                  epilogue: str = "none"):
+        """The recorded (status, time_us) of a config on a problem (with
+        ``epilogue``).
 
         Raises
         ------
         KeyError
             If it was not recorded (the message names the config and problem).
         """
-        got = self._index.get((family, dtype, layout, m, n, k, config_id))
+        got = self._index.get((family, dtype, layout, m, n, k, config_id, epilogue))
         if got is None:
-            raise KeyError(f"no recording of {config_id} at {m}x{n}x{k} {dtype} {layout}")
+            tail = "" if epilogue == "none" else f" +{epilogue}"
+            raise KeyError(f"no recording of {config_id} at {m}x{n}x{k} {dtype} {layout}{tail}")
         return got
 
     def provenance(self) -> dict:
@@ -100,11 +105,11 @@ class ReplayBackend(Backend):
         """A workspace answering from the recording (no inputs are made)."""
         return _ReplayWorkspace(self, problem)
 
-    def compile(self, config, dtype: str = "float32") -> CompiledKernel:
+    def compile(self, config, dtype: str = "float32", epilogue: str = "none") -> CompiledKernel:
         fam = self.family_for(config)
         if (fam.name, dtype, config.config_id) not in self._configs:
-            return CompiledKernel(config, "compile_error", "config not in the recording")
-        return CompiledKernel(config, "ok", "", None, 0.0, config.config_id)
+            return CompiledKernel(config, "compile_error", "config not in the recording", epilogue=epilogue)
+        return CompiledKernel(config, "ok", "", None, 0.0, config.config_id, epilogue)
 
 
 
@@ -114,7 +119,9 @@ class _ReplayWorkspace(Workspace):
 
     def _get(self, kernel):
         p = self.problem
-        return self.be.recording(kernel.config.family, p.dtype, p.layout, p.m, p.n, p.k, kernel.config.config_id)
+        check_epilogue_match(kernel, p.epilogue)
+        return self.be.recording(kernel.config.family, p.dtype, p.layout, p.m, p.n, p.k, kernel.config.config_id,
+                                 p.epilogue)
 
     def verify(self, kernel):
         status, _ = self._get(kernel)

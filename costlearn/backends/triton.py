@@ -25,7 +25,7 @@ from ..measure import rotation_sets
 from ..problem import Problem
 from ..util import check_instance
 from . import BackendUnavailable
-from .base import Backend, CompiledKernel, Workspace
+from .base import Backend, CompiledKernel, Workspace, check_epilogue_match
 from .nvml import ClockReader
 
 __all__ = ["TritonBackend"]
@@ -129,7 +129,7 @@ class TritonBackend(Backend):
         return self._overhead_us
 
     # -- compile --------------------------------------------------------------
-    def compile(self, config, dtype: str = "float32") -> CompiledKernel:
+    def compile(self, config, dtype: str = "float32", epilogue: str = "none") -> CompiledKernel:
         """The family's launcher for ``config`` in ``dtype``
         (:meth:`~costlearn.families.KernelFamily.torch_launcher`); Triton
         compiles a kernel at its first launch on a problem's layout (the
@@ -138,12 +138,13 @@ class TritonBackend(Backend):
         t0 = time.perf_counter()
         fam = self.family_for(config)
         fam.check_dtype(dtype)
+        fam.check_epilogue(epilogue)
         try:
-            launcher = fam.torch_launcher(config, dtype)
+            launcher = fam.torch_launcher(config, dtype, epilogue)
         except Exception as e:
             return CompiledKernel(config, "compile_error", f"{type(e).__name__}: {e}"[:2000],
-                                  compile_s=time.perf_counter() - t0)
-        return CompiledKernel(config, "ok", "", None, time.perf_counter() - t0, launcher)
+                                  compile_s=time.perf_counter() - t0, epilogue=epilogue)
+        return CompiledKernel(config, "ok", "", None, time.perf_counter() - t0, launcher, epilogue)
 
     def workspace(self, problem: Problem, distribution: str = "normal", density: float = 1.0,
                   seed: int = 0) -> Workspace:
@@ -169,16 +170,36 @@ class _TritonWorkspace(Workspace):
             self.a.append(a.t() if a_col else a)          # logical (M, K) and (K, N) views
             self.b.append(b.t() if b_col else b)
         self.c = torch.empty((m, n), dtype=tdt, device=be.dev)
+        # The bias (length N, the inputs' distribution and dtype) of an
+        # epilogue; None without one.
+        self.bias = None if problem.epilogue == "none" else \
+            _draw((1, n), distribution, density, gen, be.dev).to(tdt).reshape(n)
         a64, b64 = self.a[0].to(torch.float64), self.b[0].to(torch.float64)
-        self.ref = a64 @ b64
-        self.tol = 16.0 * math.sqrt(k) * get_dtype(problem.dtype).eps * (a64.abs() @ b64.abs()) + 1e-30
+        scale = a64.abs() @ b64.abs()
+        eps = get_dtype(problem.dtype).eps
+        if self.bias is None:
+            self.ref = a64 @ b64
+            self.tol = 16.0 * math.sqrt(k) * eps * scale + 1e-30
+        else:     # the bound of costlearn.measure.tolerance with a bias, in torch
+            bias64 = self.bias.to(torch.float64)
+            v = a64 @ b64 + bias64
+            if problem.epilogue == "bias_relu":
+                v = torch.relu(v)
+            elif problem.epilogue == "bias_gelu":
+                v = torch.nn.functional.gelu(v, approximate="tanh")
+            self.ref = v
+            scale = scale + bias64.abs()
+            # The output is stored in the input dtype: its rounding of the
+            # result's magnitude is part of the bound.
+            self.tol = 1.2 * 16.0 * math.sqrt(k) * eps * scale + (2.0 ** -20 + eps) * (scale + 1.0)
         self.n_sets, self._next = n_sets, 0
         self.start, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
     def _launch(self, kernel: CompiledKernel, s: int) -> None:
-        kernel.handle(self.a[s], self.b[s], self.c)
+        kernel.handle(self.a[s], self.b[s], self.c, self.bias)
 
     def verify(self, kernel: CompiledKernel) -> tuple[bool, float]:
+        check_epilogue_match(kernel, self.problem.epilogue)
         torch = self.be.torch
         self.c.fill_(float("nan"))
         self._launch(kernel, 0)
@@ -199,7 +220,7 @@ class _TritonWorkspace(Workspace):
         return float(self.start.elapsed_time(self.end)) * 1e3       # ms -> us
 
     def close(self) -> None:
-        self.a, self.b, self.c, self.ref, self.tol = [], [], None, None, None
+        self.a, self.b, self.c, self.ref, self.tol, self.bias = [], [], None, None, None, None
 
 
 def _draw(shape, distribution: str, density: float, gen, device):

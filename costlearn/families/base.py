@@ -120,6 +120,9 @@ class KernelFamily(abc.ABC):
         Dtypes it supports (names in :data:`costlearn.dtypes.DTYPES`).
     layouts : tuple of str
         Layouts it supports (:data:`costlearn.problem.LAYOUTS`).
+    epilogues : tuple of str
+        Epilogues its kernels fuse (:data:`costlearn.problem.EPILOGUES`);
+        ``("none",)`` by default.
     rules : tuple of str
         Its device feasibility rules, in the order checked; the problem rule
         ``block_tile_exceeds_problem`` of :mod:`costlearn.space` follows them.
@@ -160,6 +163,7 @@ class KernelFamily(abc.ABC):
     config_type: type = object
     dtypes: tuple = ()
     layouts: tuple = ("NN",)
+    epilogues: tuple = ("none",)
     rules: tuple = ()
     values: dict = {}
     param_feature_names: tuple = ()
@@ -206,10 +210,12 @@ class KernelFamily(abc.ABC):
         rule allows on ``spec`` (see :func:`costlearn.space.tile_fits_problem`)."""
 
     # -- hooks a backend or tool calls; a family implements those it needs --
-    def render(self, config, dialect: str, dtype: str) -> str:
+    def render(self, config, dialect: str, dtype: str, epilogue: str = "none") -> str:
         """Kernel source of ``config`` in ``dialect`` (``"cuda"`` or
-        ``"opencl"``) for inputs of ``dtype``, for the source-compiling
-        backends. Must be implemented by a family those backends measure.
+        ``"opencl"``) for inputs of ``dtype``, fusing ``epilogue`` (one of
+        :attr:`epilogues`; with a bias the kernel takes it, float32, as its
+        last argument), for the source-compiling backends. Must be
+        implemented by a family those backends measure.
 
         Raises
         ------
@@ -230,10 +236,11 @@ class KernelFamily(abc.ABC):
         """
         raise NotImplementedError(f"the {self.name!r} family generates no CUDA or OpenCL source")
 
-    def torch_launcher(self, config, dtype: str):
-        """A callable ``launch(a, b, c)`` running ``config`` on PyTorch CUDA
-        tensors ``a`` (M, K), ``b`` (K, N) (logical views, any strides) into
-        ``c`` (M, N), for the ``triton`` backend. Must be implemented by a
+    def torch_launcher(self, config, dtype: str, epilogue: str = "none"):
+        """A callable ``launch(a, b, c, bias)`` running ``config`` on PyTorch
+        CUDA tensors ``a`` (M, K), ``b`` (K, N) (logical views, any strides)
+        into ``c`` (M, N), fusing ``epilogue`` with ``bias`` (N,) (None for
+        ``"none"``), for the ``triton`` backend. Must be implemented by a
         family that backend measures; may raise ImportError when its
         library is missing.
 
@@ -305,9 +312,16 @@ class KernelFamily(abc.ABC):
         return d.block_m, d.block_n, d.block_k
 
     def check_problem(self, problem) -> None:
-        """Raise ValueError if this family cannot run ``problem``'s dtype or
-        layout (the message lists what it supports)."""
+        """Raise ValueError if this family cannot run ``problem``'s dtype,
+        layout or epilogue (the message lists what it supports)."""
         self.check_dtype(problem.dtype, problem.layout)
+        self.check_epilogue(problem.epilogue)
+
+    def check_epilogue(self, epilogue: str) -> None:
+        """Raise ValueError if this family's kernels do not fuse
+        ``epilogue``; the message lists those they do."""
+        if epilogue not in self.epilogues:
+            raise ValueError(f"epilogue={epilogue!r}: the {self.name!r} family fuses {list(self.epilogues)}")
 
     def check_dtype(self, dtype: str, layout: str | None = None) -> None:
         """Raise ValueError if this family does not run ``dtype`` (or, when

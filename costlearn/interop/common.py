@@ -51,6 +51,9 @@ class Measurement:
     strides : tuple of int
         ``(a0, a1, b0, b1)``: the element strides of A [M, K] and B [K, N]
         where the file records them (Inductor's logs), else empty.
+    epilogue : str
+        What the measured kernel computed after A @ B
+        (:data:`costlearn.problem.EPILOGUES`): ``"bias"`` for an ``addmm``.
     """
 
     line: int
@@ -64,6 +67,7 @@ class Measurement:
     time_us: float
     error: str = ""
     strides: tuple = ()
+    epilogue: str = "none"
 
 
 @dataclass
@@ -193,7 +197,7 @@ def resolve_device(device) -> DeviceSpec:
 
 
 def _measurement_key(x: Measurement) -> tuple:
-    return (int(x.line), int(x.m), int(x.n), int(x.k), x.dtype, x.layout, x.family, x.config.config_id,
+    return (int(x.line), int(x.m), int(x.n), int(x.k), x.dtype, x.layout, x.epilogue, x.family, x.config.config_id,
             float(x.time_us) if not x.error and math.isfinite(x.time_us) and x.time_us > 0 else "failed")
 
 
@@ -204,9 +208,10 @@ def _known_measurements(have, fmt: str) -> set:
         return set()
     t = rows["time_us"].to_numpy(np.float64)
     ok = rows["status"].ne("failed").to_numpy(bool) & np.isfinite(t) & (t > 0)
-    cols = [rows[c].to_numpy() for c in ("source_line", "m", "n", "k", "dtype", "layout", "family", "config_id")]
-    return {(int(a), int(b), int(c), int(d), str(e), str(f), str(g), str(h), float(ti) if o else "failed")
-            for a, b, c, d, e, f, g, h, ti, o in zip(*cols, t, ok)}
+    cols = [rows[c].to_numpy() for c in ("source_line", "m", "n", "k", "dtype", "layout", "epilogue", "family",
+                                         "config_id")]
+    return {(int(a), int(b), int(c), int(d), str(e), str(f), str(ep), str(g), str(h), float(ti) if o else "failed")
+            for a, b, c, d, e, f, ep, g, h, ti, o in zip(*cols, t, ok)}
 
 
 def import_measurements(fmt: str, path, measurements, skipped, spec: DeviceSpec, data_root, *,
@@ -292,7 +297,7 @@ def import_measurements(fmt: str, path, measurements, skipped, spec: DeviceSpec,
             d = described[key] = fam.describe(ms_.config, ms_.dtype)
         ok = not ms_.error and np.isfinite(ms_.time_us) and ms_.time_us > 0
         rows.append(dict(
-            m=ms_.m, n=ms_.n, k=ms_.k, dtype=ms_.dtype, layout=ms_.layout, family=ms_.family,
+            m=ms_.m, n=ms_.n, k=ms_.k, dtype=ms_.dtype, layout=ms_.layout, epilogue=ms_.epilogue, family=ms_.family,
             config_id=ms_.config.config_id, block_m=d.block_m, block_n=d.block_n, block_k=d.block_k,
             thread_m=d.thread_m, thread_n=d.thread_n, threads=d.threads, pipeline_stages=d.pipeline_stages,
             smem_bytes=d.smem_bytes, registers_per_thread=nan,

@@ -22,6 +22,7 @@ import itertools
 import numpy as np
 
 from ...dtypes import get_dtype
+from ...problem import EPILOGUES
 from ..base import KernelFamily, TileDescription, bank_conflict_degree
 from .config import LOOP_ORDERS, RASTERS, VALUES, GemmConfig
 from .registers import nvcc_registers
@@ -61,6 +62,7 @@ class GemmFamily(KernelFamily):
     config_type = GemmConfig
     dtypes = ("float32",)
     layouts = ("NN",)
+    epilogues = EPILOGUES
     rules = ("threads_not_whole_warps", "threads_above_max", "accumulators_above_max", "smem_above_max",
              "registers_above_max", "registers_per_block_above_mp")
     values = VALUES
@@ -167,7 +169,10 @@ class GemmFamily(KernelFamily):
 
     # -- code generation and launch geometry (backends use these) ------------
 
-    render = staticmethod(render)
+    def render(self, config: GemmConfig, dialect: str, dtype: str = "float32", epilogue: str = "none") -> str:
+        """Kernel source (:func:`costlearn.families.gemm.template.render`)."""
+        return render(config, dialect, dtype, epilogue=epilogue)
+
     kernel_name = staticmethod(kernel_name)
 
     @staticmethod

@@ -33,7 +33,6 @@ Feasibility rules (checked in this order; sources in brackets):
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import itertools
 from pathlib import Path
@@ -41,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from ...dtypes import get_dtype
+from ...problem import EPILOGUES
 from ..base import VENDOR_CONFIG_ID, KernelFamily, TileDescription
 from .config import VALUES, VENDOR, TritonMMConfig, VendorCall
 from .inductor import config_from_choice, config_from_entry, lut_entry
@@ -78,6 +78,7 @@ class TritonMMFamily(KernelFamily):
     config_type = (TritonMMConfig, VendorCall)
     dtypes = ("float16", "bfloat16", "float32", "tfloat32")
     layouts = ("NN", "NT", "TN", "TT")
+    epilogues = EPILOGUES
     rules = ("threads_above_max", "smem_above_max", "warp_tile_below_mma", "registers_above_max")
     values = VALUES
     param_feature_names = ("log2_block_m", "log2_block_n", "log2_block_k", "log2_num_warps", "num_stages",
@@ -193,21 +194,42 @@ class TritonMMFamily(KernelFamily):
         """The smallest program: 16x16x16, one warp, one stage."""
         return TritonMMConfig(16, 16, 16, 1, 1, 1)
 
-    def torch_launcher(self, config, dtype: str):
-        """``launch(a, b, c)`` for the triton backend: costlearn's Triton
-        kernel (:func:`costlearn.families.triton_mm.kernel.launch`), or for
-        the vendor call ``torch.mm(a, b, out=c)`` with TF32 allowed exactly
-        when ``dtype`` is ``tfloat32``. Importing the kernel needs Triton
-        (ImportError otherwise); nothing compiles until the first launch."""
+    def torch_launcher(self, config, dtype: str, epilogue: str = "none"):
+        """``launch(a, b, c, bias)`` for the triton backend: costlearn's
+        Triton kernel (:func:`costlearn.families.triton_mm.kernel.launch`)
+        with ``epilogue`` fused, or for the vendor call ``torch.mm(a, b,
+        out=c)`` (``torch.addmm(bias, a, b, out=c)`` with a bias, then the
+        activation in place: cuBLAS does not fuse ReLU or GELU behind this
+        call, so the vendor candidate pays its extra pass, as a compiler
+        calling it would), with TF32 allowed exactly when ``dtype`` is
+        ``tfloat32``. Importing the kernel needs Triton (ImportError
+        otherwise); nothing compiles until the first launch.
+
+        Raises
+        ------
+        ValueError
+            If ``epilogue`` is not one of :attr:`epilogues`.
+        """
+        self.check_epilogue(epilogue)
         if isinstance(config, VendorCall):
             import torch
 
-            def vendor(a, b, c):
+            def vendor(a, b, c, bias=None):
                 torch.backends.cuda.matmul.allow_tf32 = dtype == "tfloat32"
-                torch.mm(a, b, out=c)
+                if epilogue == "none":
+                    torch.mm(a, b, out=c)
+                    return
+                torch.addmm(bias, a, b, out=c)
+                if epilogue == "bias_relu":
+                    torch.relu_(c)
+                elif epilogue == "bias_gelu":
+                    c.copy_(torch.nn.functional.gelu(c, approximate="tanh"))
             return vendor
         from .kernel import launch  # needs Triton: an optional dependency
-        return functools.partial(launch, config, dtype=dtype)
+
+        def kernel(a, b, c, bias=None):
+            launch(config, a, b, c, dtype=dtype, bias=bias, epilogue=epilogue)
+        return kernel
 
     def from_tool(self, tool: str, choice):
         """Inductor's AutoHeuristic choice names (tool ``"inductor"``,
