@@ -66,7 +66,7 @@ def shape_metrics(pred: np.ndarray, true: np.ndarray, noise_rel: float = 0.0) ->
     return out
 
 
-PROBLEM_COLUMNS = ("m", "n", "k", "dtype", "layout")
+PROBLEM_COLUMNS = ("m", "n", "k", "dtype", "layout", "epilogue")
 """What identifies one problem (its rows are one ranking)."""
 
 
@@ -74,8 +74,8 @@ def evaluate_rows(rows: pd.DataFrame, pred: np.ndarray, noise_rel: float = 0.0) 
     """Per-problem metrics of predictions ``pred`` (aligned with ``rows``,
     valid rows with ``time_us``).
 
-    A problem is (m, n, k) with ``dtype`` and ``layout`` where the rows have
-    those columns. A config measured several times on one problem (rows
+    A problem is (m, n, k) with ``dtype``, ``layout`` and ``epilogue``
+    where the rows have those columns. A config measured several times on one problem (rows
     with one ``config_id``, e.g. an imported log's repeated sessions) counts
     once, with the median of its times and the mean of its predictions.
 

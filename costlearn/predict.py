@@ -60,6 +60,8 @@ class Predictor:
         The candidates, in the ranker's order.
     family, dtype, device : str
     layouts : tuple of str
+    epilogues : tuple of str
+        The epilogues it was trained on (:data:`costlearn.problem.EPILOGUES`).
     spec : DeviceSpec
         The device of the training data.
     envelope : costlearn.envelope.Envelope
@@ -83,6 +85,7 @@ class Predictor:
         self.artifact = art
         self.spec: DeviceSpec = art.spec
         self.family, self.dtype, self.layouts = art.family.name, art.dtype, art.layouts
+        self.epilogues = art.epilogues
         self.device = art.device
         self.configs = tuple(art.configs)
         self.envelope = art.envelope
@@ -130,10 +133,10 @@ class Predictor:
         self._uses_evidence = self.vendor_index is not None or floor.unsure_regret != float("inf")
         self._results = {}
 
-    def cached(self, m: int, n: int, k: int, layout: str, top_k: int):
-        """The Prediction given earlier for (M, N, K, layout, top_k), or None:
-        the repeated-problem path of :func:`predict_best`."""
-        return self._results.get((m, n, k, layout, top_k))
+    def cached(self, m: int, n: int, k: int, layout: str, top_k: int, epilogue: str = "none"):
+        """The Prediction given earlier for (M, N, K, layout, top_k,
+        epilogue), or None: the repeated-problem path of :func:`predict_best`."""
+        return self._results.get((m, n, k, layout, top_k, epilogue))
 
     def clear_results(self) -> None:
         """Forget the answers cached for repeated problems (the next call of
@@ -142,20 +145,33 @@ class Predictor:
 
     # -- public ranking ----------------------------------------------------
 
-    def problem(self, m, n, k, layout: str | None = None) -> Problem:
+    def problem(self, m, n, k, layout: str | None = None, epilogue: str = "none") -> Problem:
         """The Problem (M, N, K) of this model's dtype, checked against the
-        layouts it was trained on.
+        layouts and epilogues it was trained on.
 
         Raises
         ------
         TypeError, ValueError
             As :class:`~costlearn.problem.Problem`; ValueError if the layout
-            is not one of :attr:`layouts`.
+            is not one of :attr:`layouts` or the epilogue not one of
+            :attr:`epilogues`.
         """
-        p = Problem(m, n, k, self.dtype, self.layouts[0] if layout is None else layout)
+        p = Problem(m, n, k, self.dtype, self.layouts[0] if layout is None else layout, epilogue)
         if p.layout not in self.layouts:
             raise ValueError(f"layout={p.layout!r}: the {self.source} was trained on layouts {list(self.layouts)}")
+        if p.epilogue not in self.epilogues:
+            raise ValueError(f"epilogue={p.epilogue!r}: the {self.source} was trained on epilogues "
+                             f"{list(self.epilogues)}; collect rows with it (`costlearn collect --epilogues "
+                             f"{p.epilogue}`) and retrain")
         return p
+
+    def check_served(self, problem: Problem, where: str = "problem") -> None:
+        """Raise ValueError (naming ``where``) if ``problem`` is not of this
+        model's dtype, or of a layout or epilogue it was trained on."""
+        if problem.dtype != self.dtype or problem.layout not in self.layouts \
+                or problem.epilogue not in self.epilogues:
+            raise ValueError(f"{where} {problem}: the {self.source} serves dtype {self.dtype!r}, layouts "
+                             f"{list(self.layouts)}, epilogues {list(self.epilogues)}")
 
     def feasible(self, problem: Problem) -> np.ndarray:
         """Candidates whose block tile fits ``problem`` (the problem rule of
@@ -243,9 +259,7 @@ class Predictor:
             cannot score other configs.
         """
         check_instance("problem", problem, Problem, "a costlearn.Problem (Predictor.problem(M, N, K))")
-        if problem.dtype != self.dtype or problem.layout not in self.layouts:
-            raise ValueError(f"problem {problem}: the {self.source} serves dtype {self.dtype!r}, layouts "
-                             f"{list(self.layouts)}")
+        self.check_served(problem)
         configs = list(configs)
         if not configs:
             raise ValueError("configs is empty; give at least one config to score")
@@ -258,7 +272,7 @@ class Predictor:
             raise ValueError(f"the {self.source} scores its own candidates only; it cannot score other configs")
         feats = CandidateFeatures(get_feature_set(self.artifact.feature_set),
                                   ConfigTable(fam, configs, self.dtype, self.spec))
-        X = feats.numpy(problem.m, problem.n, problem.k, None, problem.layout)
+        X = feats.numpy(problem.m, problem.n, problem.k, None, problem.layout, problem.epilogue)
         out = np.exp2(scorer.full_numpy(X, np.arange(len(configs))))
         out[[fam.check_device(c, self.spec, self.dtype) is not None for c in configs]] = np.inf
         return out
@@ -379,14 +393,12 @@ class Predictor:
         """
         key = None
         if type(problem) is Problem and type(top_k) is int and running_on is None:
-            key = (problem.m, problem.n, problem.k, problem.layout, top_k)
+            key = (problem.m, problem.n, problem.k, problem.layout, top_k, problem.epilogue)
             hit = self._results.get(key)
             if hit is not None and hit.dtype == problem.dtype:
                 return hit
         check_instance("problem", problem, Problem, "a costlearn.Problem (Predictor.problem(M, N, K))")
-        if problem.dtype != self.dtype or problem.layout not in self.layouts:
-            raise ValueError(f"problem {problem}: the {self.source} serves dtype {self.dtype!r}, layouts "
-                             f"{list(self.layouts)}")
+        self.check_served(problem)
         top_k = check_int("top_k", top_k, 1)
         if running_on is not None:
             check_instance("running_on", running_on, DeviceSpec,
@@ -458,7 +470,8 @@ class Predictor:
         configs = self.configs
         top = tuple([(configs[i], 2.0 ** s_) for i, s_ in zip(order[:top_k], scores[:top_k])])
         return Prediction(top[0][0], top[0][1], top, bool(reasons), tuple(reasons), m, n, k, self.dtype,
-                          problem.layout, self.family, self.device, chosen_by, ratio, self.floor.margin_log2)
+                          problem.layout, self.family, self.device, chosen_by, ratio, self.floor.margin_log2,
+                          epilogue=problem.epilogue)
 
     def predict_many(self, problems, top_k: int = 5, running_on: DeviceSpec | None = None) -> list:
         """:meth:`predict` of each of ``problems`` (a sequence of Problem of
@@ -480,10 +493,8 @@ class Predictor:
         for i, q in enumerate(problems):
             if type(q) is not Problem:
                 raise TypeError(f"problems[{i}]={q!r}; must be a costlearn.Problem (Predictor.problem(M, N, K))")
-            if q.dtype != self.dtype or q.layout not in self.layouts:
-                raise ValueError(f"problems[{i}] {q}: the {self.source} serves dtype {self.dtype!r}, layouts "
-                                 f"{list(self.layouts)}")
-            key = (q.m, q.n, q.k, q.layout, top_k)
+            self.check_served(q, f"problems[{i}]")
+            key = (q.m, q.n, q.k, q.layout, top_k, q.epilogue)
             hit = self._results.get(key) if running_on is None else None
             if hit is not None:
                 out[i] = hit
@@ -503,14 +514,14 @@ class Predictor:
         return out
 
     def predict_best(self, m, n, k, *, layout: str | None = None, top_k: int = 5,
-                     running_on: DeviceSpec | None = None) -> Prediction:
+                     running_on: DeviceSpec | None = None, epilogue: str = "none") -> Prediction:
         """:meth:`predict` of :meth:`problem` (M, N, K); a repeated problem
         is answered from a cache."""
         if type(m) is int and type(n) is int and type(k) is int and type(top_k) is int and running_on is None:
-            hit = self._results.get((m, n, k, layout or self.layouts[0], top_k))
+            hit = self._results.get((m, n, k, layout or self.layouts[0], top_k, epilogue))
             if hit is not None:
                 return hit
-        return self.predict(self.problem(m, n, k, layout), top_k, running_on)
+        return self.predict(self.problem(m, n, k, layout, epilogue), top_k, running_on)
 
 
 _LOADED = LoadedModels()
@@ -538,7 +549,7 @@ def load_predictor(device=None, family: str = "gemm", dtype: str = "float32", mo
 
 def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = "gemm", layout: str = "NN",
                  top_k: int = 5, models_dir=None, running_on: DeviceSpec | None = None, measure_top_k: int = 0,
-                 backend=None, tuning_db=None) -> Prediction:
+                 backend=None, tuning_db=None, epilogue: str = "none") -> Prediction:
     """Predict the fastest config for C[M,N] = op(A)[M,K] @ op(B)[K,N].
 
     A problem seen before in the process is answered from a cache (about a
@@ -563,6 +574,11 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
     layout : str
         ``NN``, ``NT``, ``TN`` or ``TT`` (A then B: N row-major, T
         column-major); one the model was trained on.
+    epilogue : str
+        What the fused kernel computes after A @ B: ``none``, ``bias`` (a
+        length-N vector added to every row), ``bias_relu`` or ``bias_gelu``
+        (tanh form) (:data:`costlearn.problem.EPILOGUES`); one the model was
+        trained on.
     top_k : int
         Length of :attr:`Prediction.top_k`.
     models_dir : path, optional
@@ -592,8 +608,8 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
         If an extent is not an integer (bool and float included), or an
         argument has the wrong type.
     ValueError
-        If an extent is < 1 or >= 2**31, the dtype, layout or family is
-        unknown or not served, ``top_k`` < 1, ``measure_top_k`` < 0, or there
+        If an extent is < 1 or >= 2**31, the dtype, layout, epilogue or family
+        is unknown or not served, ``top_k`` < 1, ``measure_top_k`` < 0, or there
         is no model for ``device`` (the message lists the models present).
     RuntimeError
         If ``measure_top_k`` is set and none of the configs measured correctly.
@@ -612,10 +628,10 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
         pred = _LOADED.get((device, family, dtype, store_key(models_dir))) \
             if (device is None or type(device) is str) and (models_dir is None or type(models_dir) is str) else None
         if pred is not None:
-            hit = pred.cached(M, N, K, layout, top_k)
+            hit = pred.cached(M, N, K, layout, top_k, epilogue)
             if hit is not None:
                 return hit
-    problem = Problem(M, N, K, dtype, layout)
+    problem = Problem(M, N, K, dtype, layout, epilogue)
     top_k = check_int("top_k", top_k, 1)
     measure_top_k = check_int("measure_top_k", measure_top_k, 0)
     if running_on is not None:
@@ -642,8 +658,9 @@ def predict_many(problems, dtype: str = "float32", device=None, *, family: str =
     Parameters
     ----------
     problems : sequence of tuple, or ndarray of int, shape (n, 3)
-        ``(M, N, K)`` or ``(M, N, K, layout)`` per problem (the layout is
-        ``"NN"`` where not given), or :class:`~costlearn.problem.Problem`
+        ``(M, N, K)``, ``(M, N, K, layout)`` or ``(M, N, K, layout,
+        epilogue)`` per problem (the layout is ``"NN"`` and the epilogue
+        ``"none"`` where not given), or :class:`~costlearn.problem.Problem`
         objects of ``dtype``.
     dtype, device, family, top_k, models_dir, running_on
         As :func:`predict_best`, for every problem.
@@ -684,13 +701,14 @@ def predict_many(problems, dtype: str = "float32", device=None, *, family: str =
             if t.dtype != dtype:
                 raise ValueError(f"problems[{i}] {t}: dtype {t.dtype!r}, the call's is {dtype!r}")
             q = t
-        elif not isinstance(t, (tuple, list)) or len(t) not in (3, 4):
-            raise TypeError(f"problems[{i}]={t!r}; must be an (M, N, K) or (M, N, K, layout) tuple")
+        elif not isinstance(t, (tuple, list)) or len(t) not in (3, 4, 5):
+            raise TypeError(f"problems[{i}]={t!r}; must be an (M, N, K), (M, N, K, layout) or (M, N, K, layout, "
+                            "epilogue) tuple")
         else:
             q = None
         try:
             if q is None:
-                q = Problem(t[0], t[1], t[2], dtype, t[3] if len(t) == 4 else "NN")
+                q = Problem(t[0], t[1], t[2], dtype, t[3] if len(t) >= 4 else "NN", t[4] if len(t) == 5 else "none")
             fam.check_problem(q)
         except (TypeError, ValueError) as e:
             raise type(e)(f"problems[{i}]: {e}") from None

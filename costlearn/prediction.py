@@ -67,6 +67,9 @@ class Prediction(NamedTuple):
         With ``from_tuning_db``: what chose the database's answer (the model
         folder and its sha256 prefix, and for a measured answer the top k it
         measured), which may be another model than this one; else empty.
+    epilogue : str
+        What the fused kernel computes after A @ B
+        (:data:`costlearn.problem.EPILOGUES`).
     """
 
     config: object
@@ -88,8 +91,9 @@ class Prediction(NamedTuple):
     from_tuning_db: bool = False
     tied_with: tuple = ()
     tuning_db_source: str = ""
+    epilogue: str = "none"
 
     @property
     def problem(self) -> Problem:
-        """The Problem this answers (M, N, K, dtype, layout)."""
-        return Problem(self.m, self.n, self.k, self.dtype, self.layout)
+        """The Problem this answers (M, N, K, dtype, layout, epilogue)."""
+        return Problem(self.m, self.n, self.k, self.dtype, self.layout, self.epilogue)

@@ -28,7 +28,7 @@ from .model.baselines import BestFixedModel, RooflineModel
 from .model.xgb import XGBCostModel
 from .noise import noise_floors
 from .predict import Predictor
-from .problem import Problem
+from .problem import EPILOGUES, Problem
 from .ranker import calibrate_cascade, calibration_problems, make_ranker
 from .ranker.shortlist import MIN_TREES, build_shortlist, worth_a_table
 from .sampler import ShapeBounds
@@ -270,6 +270,7 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
     cands = artifact.candidate_table(rows)
     path = export_artifact(mdl, folder, family=fam.name, dtype=dtype,
                            layouts=sorted(rows["layout"].unique().tolist()), spec=spec,
+                           epilogues=[e for e in EPILOGUES if e in set(rows["epilogue"].astype(str))],
                            candidates=cands, envelope=fit_envelope(shapes),
                            metrics=dict(holdout=summary, holdout_kind=kind), training=training,
                            baselines={name: b.save(folder) for name, b in baselines.items()},
@@ -282,7 +283,7 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
 
 def export_artifact(model: CostModel, folder, *, family: str, dtype: str, layouts, spec: DeviceSpec,
                     candidates: pd.DataFrame, envelope: dict, metrics: dict, training: dict, baselines: dict,
-                    extra: dict | None = None) -> Path:
+                    extra: dict | None = None, epilogues=("none",)) -> Path:
     """Export ``model``'s scorer for ``candidates``, calibrate its cascade
     (:func:`costlearn.ranker.calibrate_cascade`), check the scorer against
     ``model.predict``, build its shortlist table where the scorer is deep
@@ -303,8 +304,9 @@ def export_artifact(model: CostModel, folder, *, family: str, dtype: str, layout
     floors = fam.fit_floors(spec)
     problems = calibration_problems(envelope["shapes"], dtype, layouts[0],
                                     ShapeBounds.for_device(spec.device_type == "cpu"))
-    if len(layouts) > 1:          # the layout columns change the scores: calibrate on every layout served
-        problems = [Problem(p.m, p.n, p.k, dtype, layouts[i % len(layouts)]) for i, p in enumerate(problems)]
+    variants = [(lay, e) for lay in layouts for e in epilogues]
+    if len(variants) > 1:         # the layout and epilogue columns change the scores: calibrate on every one served
+        problems = [Problem(p.m, p.n, p.k, dtype, *variants[i % len(variants)]) for i, p in enumerate(problems)]
     _check_scorer(model, scorer, features, candidates, problems[::40], family, dtype)
     stages, info = calibrate_cascade(scorer, features, floors, problems)
     scorer = scorer.with_cascade(stages)
@@ -320,7 +322,7 @@ def export_artifact(model: CostModel, folder, *, family: str, dtype: str, layout
         sl_info = dict(build_s=round(time.perf_counter() - t0, 1))
     return artifact.save(model, folder, family=family, dtype=dtype, layouts=layouts, spec=spec, candidates=candidates,
                          scorer=scorer, envelope=envelope, metrics=metrics, training=training, baselines=baselines,
-                         cascade=info, extra=extra, shortlist=shortlist, shortlist_info=sl_info)
+                         cascade=info, extra=extra, shortlist=shortlist, shortlist_info=sl_info, epilogues=epilogues)
 
 
 def add_shortlist(folder, *, threads: int | None = None) -> dict:
@@ -357,8 +359,8 @@ def _check_scorer(model, scorer, features, candidates, problems, family, dtype) 
     training library may sum in float32)."""
     worst = 0.0
     for p in problems:
-        X = features.numpy(p.m, p.n, p.k, None, p.layout)
-        rows = pd.DataFrame(dict(m=p.m, n=p.n, k=p.k, dtype=dtype, layout=p.layout, family=family,
+        X = features.numpy(p.m, p.n, p.k, None, p.layout, p.epilogue)
+        rows = pd.DataFrame(dict(m=p.m, n=p.n, k=p.k, dtype=dtype, layout=p.layout, epilogue=p.epilogue, family=family,
                                  config_id=candidates["config_id"].to_numpy(),
                                  registers_per_thread=candidates["registers_per_thread"].to_numpy(np.float64)))
         want = np.log2(model.predict(rows))

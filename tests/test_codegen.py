@@ -8,6 +8,7 @@ from conftest import needs_nvcc, needs_opencl
 from costlearn.device import preset
 from costlearn.families.gemm import TEMPLATE_HASH, render
 from costlearn.families.gemm import GemmConfig as TileConfig
+from costlearn.measure import apply_epilogue
 from costlearn.problem import Problem
 from costlearn.space import enumerate_space
 import hashlib
@@ -104,12 +105,7 @@ EPILOGUE_SHAPES = [(1, 1, 1), (10, 500, 64), (130, 293, 237), (257, 31, 1000)]
 
 
 def _reference(a, b, bias, epilogue):
-    v = a.astype(np.float64) @ b.astype(np.float64) + bias.astype(np.float64)
-    if epilogue == "bias_relu":
-        return np.maximum(v, 0.0)
-    if epilogue == "bias_gelu":
-        return 0.5 * v * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (v + 0.044715 * v ** 3)))
-    return v
+    return apply_epilogue(a.astype(np.float64) @ b.astype(np.float64), bias, epilogue)
 
 
 @needs_opencl

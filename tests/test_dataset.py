@@ -182,3 +182,23 @@ def test_rows_of_another_template_or_protocol_never_train_or_score():
                                              PROTOCOL_VERSION]))
     kept, dropped = current_rows(df)
     assert len(kept) == 1 and dropped == 3
+
+
+def test_a_part_written_before_epilogues_reads_as_epilogue_none(tmp_path):
+    """Schema 5 parts (no ``epilogue`` column) were measured with kernels that
+    fuse nothing: they load as ``none`` and keep their measurement keys."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    row = _row(schema_version=5)
+    del row["epilogue"]
+    pq.write_table(pa.Table.from_pylist([row]), tmp_path / "part-old.parquet")
+    df, rep = load(tmp_path)
+    assert df["epilogue"].tolist() == ["none"] and not rep.corrupt and df["status"].tolist() == ["ok"]
+    assert ("dev", "gemm", "float32", "NN", "none", 4, 5, 6) == next(iter(measured_keys(df)))[:8]
+
+
+def test_a_row_with_an_unknown_epilogue_is_quarantined(tmp_path):
+    write_part([_row(epilogue="silu"), _row(m=7)], tmp_path)
+    df, rep = load(tmp_path)
+    assert rep.quarantined == {"problem_invalid": 1}
+    assert df.set_index("m").loc[4, "status"] == "quarantined" and len(valid_rows(df)) == 1

@@ -7,6 +7,7 @@ from costlearn.families import FAMILIES, bank_conflict_degree, get_family
 from costlearn.families.gemm import GemmConfig as TileConfig
 from costlearn.features import FEATURE_SETS, SHAPE_FEATURES, feature_version, get_feature_set
 from costlearn.features.analytic import analytic_arrays, occupancy, shape_arrays
+from costlearn.features.base import EPILOGUE_FEATURES
 from costlearn.space import enumerate_space
 
 
@@ -101,8 +102,8 @@ def test_gemm_analytic_columns_are_the_ones_the_committed_model_was_trained_on()
     names = get_feature_set("analytic").feature_names(get_family("gemm"))
     assert names[:12] == ("log2_m", "log2_n", "log2_k", "log2_flops", "log2_block_m", "log2_block_n", "log2_block_k",
                           "log2_thread_m", "log2_thread_n", "loop_outer", "raster_row", "smem_pad")
-    assert len(names) == 40 and set(SHAPE_FEATURES) <= set(names)
-    assert feature_version("analytic", get_family("gemm")) == "2-c8233a11"   # the committed model's, from before the restructure
+    assert len(names) == 45 and set(SHAPE_FEATURES) <= set(names) and names[-5:] == EPILOGUE_FEATURES
+    assert feature_version("analytic", get_family("gemm")) == "2-dc811999"   # the committed model's (epilogues added)
 
 
 def test_shape_features_come_in_the_order_the_c_code_writes_them():
@@ -170,3 +171,36 @@ def test_layout_columns_exist_only_for_families_of_several_layouts_and_follow_th
     assert X["a_column_major"].tolist() == [0, 0, 1, 1, 1] and X["b_column_major"].tolist() == [0, 1, 0, 1, 0]
     other = X.drop(columns=list(LAYOUT_FEATURES))
     assert (other.iloc[:4].nunique() == 1).all()                  # nothing else depends on the layout
+
+
+def test_golden_epilogue_features_and_none_adds_nothing():
+    """M=100, N=1000, K=30 with a 16x64x8 block tile, float32 (s = 4), on A100:
+    - bias_gelu: f = 10 flops per element; per tile 16*64*10 = 10240 flops,
+      the bias slice 64*4 = 256 bytes; flop share 10/(2*30 + 10) = 1/7
+    - blocks = ceil(100/16)=7 x ceil(1000/64)=16 = 112 -> bias reads 112*64*4 = 28672 B;
+      tiled traffic 4*(100*30*16 + 30*1000*7 + 100*1000) = 1432000 B -> share 28672/1460672
+    - none: every epilogue column 0, every other column unchanged."""
+    cfg = TileConfig(16, 64, 8, 2, 4)
+    rows = pd.concat([_rows((100, 1000, 30), [cfg])] * 3, ignore_index=True)
+    rows["epilogue"] = ["bias_gelu", "none", "bias"]
+    f = analytic_arrays(rows, preset("a100"))
+    assert f["epilogue_flops_per_element"].tolist() == [10, 0, 1]
+    assert f["epilogue_flops_per_tile"].tolist() == [10240, 0, 1024]
+    assert f["epilogue_bytes_per_tile"].tolist() == [256, 0, 256]
+    assert f["epilogue_flop_share"][0] == pytest.approx(1 / 7) and f["epilogue_flop_share"][1] == 0
+    assert f["epilogue_byte_share"][0] == pytest.approx(28672 / 1460672) and f["epilogue_byte_share"][1] == 0
+    plain = analytic_arrays(_rows((100, 1000, 30), [cfg]), preset("a100"))      # no epilogue column: none
+    for name, v in plain.items():
+        assert f[name][1] == v[0], name
+        if name not in EPILOGUE_FEATURES:
+            assert f[name][0] == v[0], name
+
+
+def test_every_feature_set_tells_the_epilogues_apart_for_families_that_fuse_them():
+    for fs in ("analytic", "raw", "derived"):
+        assert "epilogue_flops_per_element" in get_feature_set(fs).feature_names(get_family("gemm"))
+    rows = _rows((64, 64, 64), [TileConfig(16, 16, 8, 2, 2)] * 2).assign(epilogue=["none", "bias_relu"])
+    X = get_feature_set("raw").transform(rows, preset("a100"))
+    assert X["epilogue_flops_per_element"].tolist() == [0.0, 2.0]
+    with pytest.raises(ValueError, match="epilogue='silu'"):
+        get_feature_set("raw").transform(rows.assign(epilogue="silu"), preset("a100"))

@@ -252,3 +252,31 @@ def test_replay_reproduces_a_recorded_timeout():
     with be.workspace(Problem(4, 5, 6)) as ws:
         row = measure_shape(ws, [be.compile(A)], Protocol(rounds=1))[0]
     assert row["status"] == "timeout"
+
+
+def test_epilogue_reference_adds_the_bias_then_the_activation():
+    from costlearn.measure import apply_epilogue
+    v = np.array([[-2.0, 0.5], [1.0, -0.25]])
+    bias = np.array([1.0, -1.0], np.float32)
+    assert apply_epilogue(v, None, "none") is v
+    np.testing.assert_array_equal(apply_epilogue(v, bias, "bias"), [[-1.0, -0.5], [2.0, -1.25]])
+    np.testing.assert_array_equal(apply_epilogue(v, bias, "bias_relu"), [[0.0, 0.0], [2.0, 0.0]])
+    x = np.array([[-1.0, -0.5], [2.0, -1.25]])
+    gelu = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+    np.testing.assert_allclose(apply_epilogue(v, bias, "bias_gelu"), gelu, rtol=1e-15)
+    assert abs(apply_epilogue(np.array([[3.0]]), np.zeros(1), "bias_gelu")[0, 0] - 2.9963625) < 1e-6   # torch's value
+    with pytest.raises(ValueError, match="needs a bias"):
+        apply_epilogue(v, None, "bias")
+    with pytest.raises(ValueError, match="epilogue='gelu'"):
+        apply_epilogue(v, bias, "gelu")
+
+
+def test_epilogue_tolerance_covers_the_bias_and_catches_a_missing_bias():
+    """With a bias the bound grows with |bias|, and stays far below leaving
+    the bias out (an error of |bias|)."""
+    rng = np.random.default_rng(3)
+    a, b = make_inputs(64, 48, 300, rng=rng)
+    bias = rng.standard_normal(48).astype(np.float32)
+    plain, with_bias = tolerance(a, b), tolerance(a, b, bias=bias)
+    assert (with_bias > plain).all()
+    assert (with_bias < 0.2 * np.abs(bias)[None, :] + 1e-3).mean() > 0.9

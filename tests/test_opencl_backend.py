@@ -61,3 +61,68 @@ def test_input_distribution_is_recorded_per_row(tmp_path):
     df, _ = load(tmp_path)
     assert (df["distribution"] == "sparse").all() and (df["density"] == 0.05).all()
     assert (df["status"] == "ok").all() and (df["rotation_sets"] > 1).all()
+
+
+# -- epilogues (issue 26) ---------------------------------------------------------------------------------------
+
+
+def test_collect_measures_each_given_shape_with_every_epilogue_verified_and_resumes(tmp_path):
+    """Given shapes are measured once per epilogue asked, each row verified
+    against the float64 reference of A @ B + bias then the activation (a
+    wrong kernel would be ``wrong_result``); a second call skips them all,
+    and asking for one more epilogue measures only that one."""
+    from costlearn.backends import get_backend
+    from costlearn.collect import collect
+    from costlearn.dataset import load
+    from costlearn.families.gemm import GemmConfig as TileConfig
+    from costlearn.measure import Protocol
+    be = get_backend("opencl")
+    pool = [TileConfig(16, 16, 8, 2, 2), TileConfig(1, 64, 16, 1, 2, "dot")]
+    shapes = [(1, 200, 64), (37, 45, 29)]
+    proto = Protocol(rounds=3, max_rounds=3, min_sample_us=100.0)
+    res = collect(be, tmp_path, shapes=shapes, pool=pool, protocol=proto, progress=False,
+                  epilogues=("none", "bias_gelu"))
+    df, _ = load(tmp_path)
+    assert res.shapes_done == 4 and (df["status"] == "ok").all(), df[["config_id", "epilogue", "status", "error"]]
+    assert df.groupby(["m", "n", "k", "epilogue"]).ngroups == 4
+    assert set(df["epilogue"]) == {"none", "bias_gelu"}
+    again = collect(be, tmp_path, shapes=shapes, pool=pool, protocol=proto, progress=False,
+                    epilogues=("none", "bias_gelu", "bias_relu"))
+    assert again.skipped == res.rows_written and again.shapes_done == 2
+    df, _ = load(tmp_path)
+    assert df.groupby("epilogue").size().to_dict() == {"bias_gelu": 3, "bias_relu": 3, "none": 3}
+
+
+def test_a_kernel_compiled_for_another_epilogue_is_refused_not_measured():
+    import pytest
+
+    from costlearn.backends import get_backend
+    from costlearn.families.gemm import GemmConfig as TileConfig
+    from costlearn.problem import Problem
+    be = get_backend("opencl")
+    kern = be.compile(TileConfig(16, 16, 8, 2, 2), "float32", "bias")
+    assert kern.status == "ok" and kern.epilogue == "bias"
+    with be.workspace(Problem(20, 30, 40, epilogue="bias_relu")) as ws:
+        with pytest.raises(ValueError, match="compiled for epilogue='bias'.*epilogue is 'bias_relu'"):
+            ws.verify(kern)
+    with be.workspace(Problem(20, 30, 40, epilogue="bias")) as ws:
+        ok, err = ws.verify(kern)
+        assert ok and err < 1e-3
+    with pytest.raises(ValueError, match="epilogue='silu'"):
+        be.compile(TileConfig(16, 16, 8, 2, 2), "float32", "silu")
+
+
+def test_a_kernel_that_drops_the_activation_is_a_wrong_result():
+    """The reference includes the activation: the bias-only kernel run on a
+    bias_relu problem's inputs disagrees where A @ B + bias < 0."""
+    import numpy as np
+
+    from costlearn.backends import get_backend
+    from costlearn.families.gemm import GemmConfig as TileConfig
+    from costlearn.problem import Problem
+    be = get_backend("opencl")
+    kern = be.compile(TileConfig(16, 16, 8, 2, 2), "float32", "bias")
+    with be.workspace(Problem(20, 30, 40, epilogue="bias_relu")) as ws:
+        kern.epilogue = "bias_relu"               # a mislabelled kernel: the check above cannot see it
+        ok, err = ws.verify(kern)
+    assert not ok and np.isfinite(err) and err > 0.1

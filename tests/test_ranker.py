@@ -14,7 +14,7 @@ import pytest
 from costlearn.model.forest import FlatForest
 from costlearn.model.scorer import Scorer
 from costlearn.predict import Predictor, predict_best
-from costlearn.problem import Problem
+from costlearn.problem import EPILOGUES, Problem
 from costlearn.ranker import RANKERS
 from costlearn.sampler import ShapeBounds, sample_shapes
 
@@ -39,7 +39,9 @@ def rankers(pred):
 def problems():
     rng = np.random.default_rng(17)
     wide = [Problem(*(int(x) for x in np.round(2 ** rng.uniform(0, 14, 3)))) for _ in range(150)]
-    return wide + [Problem(*s) for s in [(1, 1, 1), (1, 1024, 1024), (2**31 - 1, 1, 1), (3, 2**20, 5)]]
+    fused = [Problem(*q.shape, epilogue=EPILOGUES[1 + i % 3]) for i, q in enumerate(wide[:60])]
+    return wide + [Problem(*s) for s in [(1, 1, 1), (1, 1024, 1024), (2**31 - 1, 1, 1), (3, 2**20, 5)]] + fused + \
+        [Problem(1, 1, 1, epilogue="bias_gelu"), Problem(2**31 - 1, 1, 1, epilogue="bias")]
 
 
 def _same(a, b):

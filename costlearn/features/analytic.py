@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..device import DeviceSpec
-from .base import ConfigTable, FeatureSet, layout_names
+from .base import ConfigTable, FeatureSet, epilogue_names, layout_names
 from .shape import occupancy, shape_arrays
 
 __all__ = ["AnalyticFeatures", "analytic_names", "occupancy", "shape_arrays", "analytic_arrays",
@@ -58,10 +58,12 @@ def analytic_names(family) -> tuple[str, ...]:
     flops; :data:`TILE_FEATURES`; the family's parameter features not already
     among them (for ``gemm``: ``loop_outer``, ``raster_row``, ``smem_pad``);
     then :data:`COMMON_CONFIG_FEATURES`; then, for a family of several
-    layouts, :data:`~costlearn.features.base.LAYOUT_FEATURES`."""
+    layouts, :data:`~costlearn.features.base.LAYOUT_FEATURES`; then, for a
+    family that fuses several epilogues,
+    :data:`~costlearn.features.base.EPILOGUE_FEATURES`."""
     own = tuple(f for f in family.param_feature_names if f not in TILE_FEATURES)
     return ("log2_m", "log2_n", "log2_k", "log2_flops") + TILE_FEATURES + own + COMMON_CONFIG_FEATURES \
-        + layout_names(family)
+        + layout_names(family) + epilogue_names(family)
 
 
 class AnalyticFeatures(FeatureSet):
@@ -92,6 +94,16 @@ class AnalyticFeatures(FeatureSet):
       [ROOF]; ``roofline_corrected_time_us`` = max(compute /
       (device_util_frac * min(1, 4*occupancy_frac)), tiled memory): the
       occupancy and tail corrections, assuming 25 % occupancy hides latency.
+    - Epilogue (f = flops per output element of the epilogue,
+      :data:`costlearn.problem.EPILOGUE_FLOPS`; b = bias bytes per output
+      column, s with a bias, else 0) [DESIGN]: ``epilogue_flops_per_element``
+      = f; ``epilogue_flops_per_tile`` = BM*BN*f; ``epilogue_bytes_per_tile``
+      = BN*b, the bias slice a block reads; ``epilogue_flop_share`` = f /
+      (2K + f), its share of the flops per output element;
+      ``epilogue_byte_share`` = blocks*BN*b / (tiled bytes + blocks*BN*b),
+      its share of the DRAM traffic of the tiled model above. The epilogue
+      runs once per output element after the K loop, so it weighs most when
+      K is small and the kernel memory-bound.
     """
 
     name = "analytic"

@@ -22,19 +22,58 @@ import pandas as pd
 from ..device import DeviceSpec
 from ..dtypes import get_dtype
 from ..families import DESCRIPTION_FIELDS, get_family
+from ..problem import EPILOGUE_FLOPS, check_epilogue
 from .shape import occupancy, shape_arrays
 
 __all__ = ["FeatureSet", "ConfigTable", "CandidateFeatures", "SHAPE_FEATURES", "rows_family", "LAYOUT_FEATURES",
-           "layout_names", "layout_values"]
+           "layout_names", "layout_values", "EPILOGUE_FEATURES", "epilogue_names", "epilogue_values"]
 
 SHAPE_FEATURES = (
     "log2_m", "log2_n", "log2_k", "log2_flops", "ai_problem_flop_per_byte",
     "log2_blocks", "waves", "last_wave_fill", "device_util_frac", "k_steps", "pipeline_fill_share",
     "padding_waste_frac", "log2_compute_time_us", "log2_memory_time_us", "log2_tiled_memory_time_us",
     "log2_roofline_time_us", "log2_roofline_corrected_time_us", "roofline_compute_bound",
+    "epilogue_flops_per_element", "epilogue_flops_per_tile", "epilogue_bytes_per_tile", "epilogue_flop_share",
+    "epilogue_byte_share",
 )
 """The shape-dependent features, in the order ``costlearn_shape_features``
-writes them (exactly 18); formulas in :func:`costlearn.features.analytic.shape_arrays`."""
+writes them (exactly 23); formulas in :func:`costlearn.features.analytic.shape_arrays`
+(the last five, :data:`EPILOGUE_FEATURES`, depend on the problem's epilogue)."""
+
+EPILOGUE_FEATURES = SHAPE_FEATURES[18:]
+"""What a fused epilogue adds (formulas in :class:`costlearn.features.analytic.AnalyticFeatures`):
+its flops per output element; per block tile, its flops (BM*BN*f) and the
+bias bytes it reads (BN*s); and its share of the kernel's flops, f/(2K + f),
+and of the kernel's DRAM bytes, the bias reads over the tiled traffic plus
+them. All 0 for ``none``. Present for families that fuse several epilogues
+(:func:`epilogue_names`)."""
+
+
+def epilogue_names(family) -> tuple[str, ...]:
+    """:data:`EPILOGUE_FEATURES` for a family that fuses several epilogues,
+    else ()."""
+    return EPILOGUE_FEATURES if len(family.epilogues) > 1 else ()
+
+
+def epilogue_values(epilogue, element_bytes: float) -> tuple:
+    """(flops per output element, bias bytes per output column) of
+    ``epilogue``: :data:`costlearn.problem.EPILOGUE_FLOPS` and the element
+    bytes where it has a bias (the bias is in the inputs' type; float32 for
+    ``gemm``), else 0. ``epilogue`` may be a name or an array of names
+    (float64 arrays are returned then).
+
+    Raises
+    ------
+    ValueError
+        If an epilogue is unknown.
+    """
+    if isinstance(epilogue, str):
+        return float(EPILOGUE_FLOPS[check_epilogue(epilogue)]), (0.0 if epilogue == "none" else float(element_bytes))
+    names = np.asarray(epilogue, object)
+    uniq, codes = np.unique(names, return_inverse=True)
+    flops = np.array([float(EPILOGUE_FLOPS[check_epilogue(str(e))]) for e in uniq])
+    has_bias = np.array([e != "none" for e in uniq])
+    return flops[codes], np.where(has_bias[codes], float(element_bytes), 0.0)
 
 
 LAYOUT_FEATURES = ("a_column_major", "b_column_major")
@@ -148,8 +187,9 @@ class FeatureSet(abc.ABC):
         ----------
         rows : DataFrame, R rows
             Columns ``m, n, k, dtype, family, config_id`` (and ``layout`` for a
-            family of several layouts) and optionally ``registers_per_thread``
-            (NaN or missing: the family's estimate).
+            family of several layouts) and optionally ``epilogue`` (missing:
+            ``"none"``) and ``registers_per_thread`` (NaN or missing: the
+            family's estimate).
 
         Returns
         -------
@@ -180,7 +220,9 @@ class FeatureSet(abc.ABC):
             shape_needed = [nm for nm in names if nm in SHAPE_FEATURES]
             if shape_needed:
                 m, n, k = (sub[c].to_numpy(np.int64) for c in ("m", "n", "k"))
-                sh = shape_arrays(m, n, k, _gather(table, codes), spec, str(dtype))
+                epi = sub["epilogue"].astype(object).to_numpy() if "epilogue" in sub else "none"
+                ef, eb = epilogue_values(epi, table.element_bytes)
+                sh = shape_arrays(m, n, k, _gather(table, codes), spec, str(dtype), ef, eb)
             if layout_names(fam):
                 lay = sub["layout"].astype(object).to_numpy()
                 cols = dict(cols, a_column_major=np.array([str(x)[:1] == "T" for x in lay], np.float64),
@@ -267,9 +309,10 @@ class CandidateFeatures:
         self.peak_flop_per_us = table.spec.peak_gflops_for(table.dtype) * 1e3
         self.bytes_per_us = table.spec.memory_bandwidth_gbps * 1e3
 
-    def numpy(self, m: int, n: int, k: int, rows: np.ndarray | None = None, layout: str | None = None) -> np.ndarray:
-        """Features of candidates ``rows`` (all by default) at extents (m, n, k)
-        and ``layout`` (default: the family's first).
+    def numpy(self, m: int, n: int, k: int, rows: np.ndarray | None = None, layout: str | None = None,
+              epilogue: str = "none") -> np.ndarray:
+        """Features of candidates ``rows`` (all by default) at extents (m, n, k),
+        ``layout`` (default: the family's first) and ``epilogue``.
 
         Parameters
         ----------
@@ -279,6 +322,8 @@ class CandidateFeatures:
             Candidate indices, in the order wanted.
         layout : str, optional
             One of the family's layouts.
+        epilogue : str
+            One of :data:`costlearn.problem.EPILOGUES`.
 
         Returns
         -------
@@ -289,7 +334,8 @@ class CandidateFeatures:
         if self._shape_cols:
             cfg = dict(block=self.block[:, idx], element_bytes=self.element_bytes, slots=self.slots[idx],
                        tile_occ=self.tile_occ[idx], fill_loads=self.fill_loads[idx])
-            f = shape_arrays(np.int64(m), np.int64(n), np.int64(k), cfg, self.table.spec, self.table.dtype)
+            f = shape_arrays(np.int64(m), np.int64(n), np.int64(k), cfg, self.table.spec, self.table.dtype,
+                             *epilogue_values(epilogue, self.element_bytes))
             for j, nm in self._shape_cols:
                 X[:, j] = f[nm]
         return X

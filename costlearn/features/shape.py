@@ -51,7 +51,8 @@ def occupancy(threads, smem_bytes, registers, spec: DeviceSpec):
     return np.maximum(stack.min(axis=0), 1), stack.argmin(axis=0)
 
 
-def shape_arrays(m, n, k, cfg: dict, spec: DeviceSpec, dtype: str = "float32") -> dict:
+def shape_arrays(m, n, k, cfg: dict, spec: DeviceSpec, dtype: str = "float32", epilogue_flops=0.0,
+                 bias_bytes=0.0) -> dict:
     """The :data:`~costlearn.features.base.SHAPE_FEATURES` (formulas in
     :class:`AnalyticFeatures`), in the same operations and order as
     ``costlearn_shape_features`` in ``_native.c``.
@@ -67,6 +68,11 @@ def shape_arrays(m, n, k, cfg: dict, spec: DeviceSpec, dtype: str = "float32") -
     spec : DeviceSpec
     dtype : str
         Selects the peak (:meth:`DeviceSpec.peak_gflops_for`).
+    epilogue_flops, bias_bytes : float or float64 ndarray of shape (R,)
+        The problem's epilogue: flops per output element
+        (:data:`costlearn.problem.EPILOGUE_FLOPS`) and bias bytes per output
+        column (the element bytes with a bias, else 0)
+        (:func:`costlearn.features.base.epilogue_values`).
 
     Returns
     -------
@@ -101,6 +107,9 @@ def shape_arrays(m, n, k, cfg: dict, spec: DeviceSpec, dtype: str = "float32") -
     tiled_us = s * (mf * kf * gn + kf * nf * gm + mf * nf) / bw
     roof = np.maximum(compute_us, memory_us)
     corrected = np.maximum(compute_us / (util * cfg["tile_occ"]), tiled_us)
+    ef, eb = epilogue_flops, bias_bytes
+    tiled_bytes = s * (mf * kf * gn + kf * nf * gm + mf * nf)
+    bias_total = blocks.astype(np.float64) * cfg["block"][1].astype(np.float64) * eb
     out = dict(
         log2_m=np.log2(mf), log2_n=np.log2(nf), log2_k=np.log2(kf), log2_flops=np.log2(flops),
         ai_problem_flop_per_byte=ai_prob,
@@ -111,5 +120,10 @@ def shape_arrays(m, n, k, cfg: dict, spec: DeviceSpec, dtype: str = "float32") -
         log2_tiled_memory_time_us=np.log2(tiled_us), log2_roofline_time_us=np.log2(roof),
         log2_roofline_corrected_time_us=np.log2(corrected),
         roofline_compute_bound=(compute_us >= memory_us).astype(np.float64),
+        epilogue_flops_per_element=ef + 0.0 * mf,
+        epilogue_flops_per_tile=(cfg["block"][0] * cfg["block"][1]).astype(np.float64) * ef,
+        epilogue_bytes_per_tile=cfg["block"][1].astype(np.float64) * eb,
+        epilogue_flop_share=ef / (2.0 * kf + ef),
+        epilogue_byte_share=bias_total / (tiled_bytes + bias_total),
     )
     return out

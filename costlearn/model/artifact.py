@@ -115,7 +115,7 @@ def _json_default(o):
 def save(model: CostModel, folder, *, family: str, dtype: str, layouts, spec: DeviceSpec,
          candidates: pd.DataFrame, scorer: Scorer, envelope: dict, metrics: dict, training: dict,
          baselines: dict, cascade: dict | None = None, extra: dict | None = None, shortlist=None,
-         shortlist_info: dict | None = None) -> Path:
+         shortlist_info: dict | None = None, epilogues=("none",)) -> Path:
     """Write a fitted model, its scorer and the sidecar to ``folder``.
 
     Parameters
@@ -129,6 +129,8 @@ def save(model: CostModel, folder, *, family: str, dtype: str, layouts, spec: De
         Layouts the model was trained on.
     spec : DeviceSpec
         The device of the training data.
+    epilogues : sequence of str
+        Epilogues it was trained on (:data:`costlearn.problem.EPILOGUES`).
     candidates : DataFrame
         :func:`candidate_table` of the configs prediction ranks.
     scorer : Scorer
@@ -167,7 +169,8 @@ def save(model: CostModel, folder, *, family: str, dtype: str, layouts, spec: De
         model=model.name, model_state=state, feature_set=model.feature_set,
         predicts_time=bool(model.predicts_time),
         feature_version=feature_version(model.feature_set, fam), feature_names=names,
-        family=fam.name, dtype=dtype, layouts=list(layouts), device=spec.to_dict(), device_slug=spec.slug,
+        family=fam.name, dtype=dtype, layouts=list(layouts), epilogues=list(epilogues), device=spec.to_dict(),
+        device_slug=spec.slug,
         template_hash=fam.template_hash, space_hash=fam.space_hash(), costlearn_version=__version__,
         candidates=json.loads(candidates[["config_id", "registers_per_thread"]].to_json(orient="records")),
         envelope=envelope, metrics=metrics, training=training, baselines=baselines,
@@ -209,6 +212,9 @@ class Artifact:
         hold-out).
     shortlist : costlearn.ranker.shortlist.Shortlist or None
         The scorer's shortlist table, where it has one.
+    epilogues : tuple of str
+        The epilogues it was trained on (``("none",)`` for an artifact
+        written before epilogues were recorded).
     """
 
     path: Path
@@ -223,6 +229,7 @@ class Artifact:
     scorer: Scorer
     coverage: Coverage = None
     floor: VendorFloor = None
+    epilogues: tuple = ("none",)
     shortlist: Shortlist = None
     _model: CostModel | None = field(default=None, repr=False)
 
@@ -361,6 +368,9 @@ def load(folder) -> Artifact:
         layouts = tuple(side["layouts"])
         if not layouts or any(lay not in fam.layouts for lay in layouts):
             raise ValueError(f"layouts {list(layouts)} not among the family's {list(fam.layouts)}")
+        epilogues = tuple(side.get("epilogues") or ("none",))
+        if any(e not in fam.epilogues for e in epilogues):
+            raise ValueError(f"epilogues {list(epilogues)} not among the family's {list(fam.epilogues)}")
         envelope = Envelope(side["envelope"])
         if not configs:
             raise ValueError("no candidate configs")
@@ -384,7 +394,7 @@ def load(folder) -> Artifact:
     shortlist = _load_shortlist(folder, side_path, side.get("shortlist"), scorer, len(configs), layouts)
     return Artifact(path=folder, sidecar=side, spec=spec, family=fam, dtype=side["dtype"], layouts=layouts,
                     configs=configs, candidates=cands, envelope=envelope, scorer=scorer, coverage=coverage,
-                    floor=floor, shortlist=shortlist)
+                    floor=floor, shortlist=shortlist, epilogues=epilogues)
 
 
 def _write_shortlist(folder: Path, shortlist, info: dict | None) -> dict | None:

@@ -99,7 +99,7 @@ class BestFixedModel(CostModel):
             If rows lack columns or have times that are not finite and positive.
         """
         check_rows(rows, need_time=True)
-        key = ["m", "n", "k", "dtype", "layout"]
+        key = ["m", "n", "k", "dtype", "layout"] + (["epilogue"] if "epilogue" in rows.columns else [])
         best = rows.groupby(key)["time_us"].transform("min")
         slow = np.log2(rows["time_us"].to_numpy(np.float64) / best.to_numpy(np.float64))
         g = pd.DataFrame({"config_id": rows["config_id"].to_numpy(), "slow": slow})

@@ -138,7 +138,7 @@ def calibrate_cascade(scorer, features, tile_floors, problems, *, miss_top1: flo
     for p in problems:
         fit = np.asarray(tile_fits_problem(bm[0], bm[1], bm[2], p.m, p.n, p.k, tile_floors), bool)
         cand = np.flatnonzero(fit) if fit.any() else np.arange(features.n_candidates)
-        X = features.numpy(p.m, p.n, p.k, cand, p.layout)
+        X = features.numpy(p.m, p.n, p.k, cand, p.layout, p.epilogue)
         cs = np.cumsum(forest.leaves_numpy(X).astype(np.float64), axis=1) + forest.base_score
         lin = scorer.linear_numpy(X, cand)
         score = scorer.sign * cs + (0.0 if lin is None else lin[:, None])     # (rows, trees): score after t+1 trees

@@ -1,7 +1,7 @@
 /* costlearn's ranker in C, loaded by costlearn/ranker/native.py:
  *
  *   costlearn_forest_predict   a tree ensemble over a small batch of rows
- *   costlearn_shape_features   the 18 shape-dependent features
+ *   costlearn_shape_features   the 23 shape-dependent features
  *   costlearn_rank             a whole ranking: candidate rule, features, nearest
  *                              training shape, held-out evidence, cascaded or
  *                              shortlist-table scoring, sort
@@ -86,18 +86,19 @@ int32_t costlearn_forest_predict(const costlearn_node *nodes, const int32_t *roo
 
 #undef STEP
 
-/* The 18 shape-dependent features (SHAPE_FEATURES in costlearn/features/base.py),
+/* The 23 shape-dependent features (SHAPE_FEATURES in costlearn/features/base.py),
  * for the candidates rows[0..n_rows), into row r of X; cols[j] is the column
  * of feature j, or -1 to skip it. Every expression mirrors
  * costlearn.features.analytic.shape_arrays (same operations, same order).
  * Per candidate c: block[c], block[C + c], block[2C + c] are BM, BN, KS;
  * slots[c] = blocks per MP x MPs; tile_occ[c] = min(1, 4 x occupancy);
  * fill[c] = panel loads before the first multiply. s: element bytes; peak:
- * flop per us; bw: bytes per us. */
+ * flop per us; bw: bytes per us; epi_f: the epilogue's flops per output
+ * element, epi_b: its bias bytes per output column (0 without a bias). */
 void costlearn_shape_features(int64_t m, int64_t n, int64_t k, const int32_t *rows, int32_t n_rows,
                               int32_t n_cands, const int64_t *block, const int64_t *slots, const double *tile_occ,
-                              const double *fill, double s, double peak, double bw, const int32_t *cols,
-                              float *X, int32_t n_features)
+                              const double *fill, double s, double peak, double bw, double epi_f, double epi_b,
+                              const int32_t *cols, float *X, int32_t n_features)
 {
     const double mf = (double)m, nf = (double)n, kf = (double)k;
     const double flops = 2.0 * mf * nf * kf;
@@ -106,6 +107,7 @@ void costlearn_shape_features(int64_t m, int64_t n, int64_t k, const int32_t *ro
     /* The features of the problem alone, once (the same values for every row). */
     const double l2m = log2(mf), l2n = log2(nf), l2k = log2(kf), l2flops = log2(flops), ai = flops / abc;
     const double l2memory = log2(memory_us);
+    const double epi_flop_share = epi_f / (2.0 * kf + epi_f);
     for (int32_t r = 0; r < n_rows; ++r) {
         const int32_t c = rows[r];
         const int64_t bm = block[c], bn = block[n_cands + c], bk = block[2 * n_cands + c];
@@ -126,14 +128,18 @@ void costlearn_shape_features(int64_t m, int64_t n, int64_t k, const int32_t *ro
          * corrected = max(corr_c, tiled). */
         const double l2roof = compute_us > memory_us ? l2compute : l2memory;
         const double l2corrected = corr_c > tiled_us ? log2(corr_c) : l2tiled;
-        const double v[18] = {
+        const double tiled_bytes = s * (mf * kf * (double)grid_n + kf * nf * (double)grid_m + mf * nf);
+        const double bias_bytes = (double)blocks * (double)bn * epi_b;
+        const double v[23] = {
             l2m, l2n, l2k, l2flops, ai,
             log2((double)blocks), waves, last_fill, util, (double)k_steps, fill[c] / (double)k_steps, waste,
             l2compute, l2memory, l2tiled, l2roof, l2corrected,
             compute_us >= memory_us ? 1.0 : 0.0,
+            epi_f, (double)(bm * bn) * epi_f, (double)bn * epi_b, epi_flop_share,
+            bias_bytes / (tiled_bytes + bias_bytes),
         };
         float *row = X + (int64_t)r * n_features;
-        for (int j = 0; j < 18; ++j)
+        for (int j = 0; j < 23; ++j)
             if (cols[j] >= 0)
                 row[cols[j]] = (float)v[j];
     }
@@ -314,7 +320,8 @@ static double *feature_rows(int64_t m, int64_t n, int64_t k, int32_t rows, costl
     for (int32_t r = 0; r < rows; ++r)
         memcpy(X + (int64_t)r * n_features, ctx->template_ + (int64_t)row_cand[r] * n_features, row_bytes);
     costlearn_shape_features(m, n, k, row_cand, rows, ctx->n_cands, ctx->block, ctx->slots, ctx->tile_occ,
-                             ctx->fill, ctx->s, ctx->peak, ctx->bw, ctx->cols, X, n_features);
+                             ctx->fill, ctx->s, ctx->peak, ctx->bw, ctx->epi_flops, ctx->epi_bytes, ctx->cols, X,
+                             n_features);
     if (ctx->column < 0 && ctx->offsets == NULL)
         return NULL;
     double *lin = ctx->lin;

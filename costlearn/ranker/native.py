@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ..envelope import EMBED
+from ..features.base import epilogue_values
 from ..model.forest import NODE_DTYPE
 from ..util import KeyedCache
 from .base import Ranker, RankResult
@@ -60,7 +61,9 @@ class RankContext(ctypes.Structure):
         ("tile_occ", _P),         # const double*  [n_cands]
         ("fill", _P),             # const double*  [n_cands]
         ("s", _D), ("peak", _D), ("bw", _D),
-        ("cols", _P),             # const int32_t* [18]
+        ("epi_flops", _D), ("epi_bytes", _D),   # the problem's epilogue (set per call): flops per element,
+                                                # bias bytes per column
+        ("cols", _P),             # const int32_t* [23]
         ("floor_m", _I64), ("floor_n", _I64), ("floor_k", _I64),
         # the candidate rule beyond the fit: coverage, the vendor candidate
         ("cov_lo", _P), ("cov_hi", _P),   # const double* [n_cands x 3] (log2, margin applied) or NULL
@@ -205,8 +208,8 @@ def _open(path: Path):
     lib.costlearn_forest_predict.restype = _I32
     lib.costlearn_forest_predict.argtypes = [_P, _P, _P, _I32, _P, _I32, _I32, _P]
     lib.costlearn_shape_features.restype = None
-    lib.costlearn_shape_features.argtypes = [_I64, _I64, _I64, _P, _I32, _I32, _P, _P, _P, _P, _D, _D, _D, _P,
-                                             _P, _I32]
+    lib.costlearn_shape_features.argtypes = [_I64, _I64, _I64, _P, _I32, _I32, _P, _P, _P, _P, _D, _D, _D, _D, _D,
+                                             _P, _P, _I32]
     lib.costlearn_rank.restype = _I32
     lib.costlearn_rank.argtypes = [_I64, _I64, _I64, _P, _I32, _I32, ctypes.POINTER(RankContext)]
     lib.costlearn_rank_many.restype = _I32
@@ -333,9 +336,11 @@ class NativeRanker(Ranker):
         self._first_layout = next(iter(self._templates))
         self._tls = threading.local()
 
-    def _new_context(self, layout: str, *, table: bool = True):
-        """A context for ``layout`` with its own scratch and output arrays:
-        (RankContext, its pointer, out_index, out_score, arrays kept alive)."""
+    def _new_context(self, layout: str, *, table: bool = True, epilogue: str = "none"):
+        """A context for problems of ``layout`` and ``epilogue`` with its own
+        scratch and output arrays: (RankContext, its pointer, out_index,
+        out_score, arrays kept alive). The shortlist table, built for
+        epilogue-free problems, is left out (NULL) for another epilogue."""
         c, f = self.n_candidates, len(self.features.names)
         lay_arrays, n_ev, ev_k = self._layout_arrays[layout]
         arrays = dict(X=np.empty((c, f), np.float32), Xk=np.empty((c, f), np.float32),
@@ -345,8 +350,11 @@ class NativeRanker(Ranker):
                       ev_work=np.empty(max(n_ev, 1), SCORED_DTYPE),
                       out_index=np.empty(c, np.int32), out_score=np.empty(c, np.float64))
         ptrs = {k: a.ctypes.data for k, a in arrays.items()}
+        table = table and epilogue == "none"
         ptrs.update({k: a.ctypes.data for k, a in lay_arrays.items() if table or not k.startswith("tab_")})
-        rc = RankContext(**self._const, **ptrs, template_=self._templates[layout].ctypes.data, n_ev=n_ev, ev_k=ev_k)
+        epi_flops, epi_bytes = epilogue_values(epilogue, self.features.element_bytes)
+        rc = RankContext(**self._const, **ptrs, template_=self._templates[layout].ctypes.data, n_ev=n_ev, ev_k=ev_k,
+                         epi_flops=epi_flops, epi_bytes=epi_bytes)
         rc.embed[:] = self._embed
         n = len(self._stages[0])
         rc.stage_trees[:n], rc.stage_keep[:n], rc.stage_margin[:n] = self._stages
@@ -356,12 +364,12 @@ class NativeRanker(Ranker):
             rc.tab_step, rc.tab_width, rc.tab_trees = sl.step, sl.width, sl.trees
         return rc, ctypes.byref(rc), arrays["out_index"], arrays["out_score"], (arrays, lay_arrays)
 
-    def _context(self, layout: str):
-        """This thread's context for ``layout``."""
+    def _context(self, layout: str, epilogue: str = "none"):
+        """This thread's context for problems of ``layout`` and ``epilogue``."""
         by_layout = getattr(self._tls, "by_layout", None)
         if by_layout is None:
             by_layout = self._tls.by_layout = {}
-        ctx = by_layout[layout] = self._new_context(layout)
+        ctx = by_layout[layout, epilogue] = self._new_context(layout, epilogue=epilogue)
         return ctx
 
     @staticmethod
@@ -370,9 +378,9 @@ class NativeRanker(Ranker):
 
     def rank(self, problem, mask=None, *, top: int = 5, cascade: bool = True, shortlist: bool = True) -> RankResult:
         top = top if type(top) is int and 0 < top < 2**31 else self._top(top)
-        layout = problem.layout if problem.layout in self._templates else self._first_layout
+        key = (problem.layout if problem.layout in self._templates else self._first_layout, problem.epilogue)
         by_layout = getattr(self._tls, "by_layout", None)
-        ctx = (by_layout.get(layout) if by_layout is not None else None) or self._context(layout)
+        ctx = (by_layout.get(key) if by_layout is not None else None) or self._context(*key)
         rc, ref, out_index, out_score, _ = ctx
         if mask is not None:
             mask = self.check_mask(mask)
@@ -384,7 +392,7 @@ class NativeRanker(Ranker):
 
     def rank_many(self, problems, *, top: int = 5, cascade: bool = True, shortlist: bool = True) -> list:
         """:meth:`rank` with the candidate rule for many problems: one C call
-        per layout among them.
+        per (layout, epilogue) among them.
 
         Parameters
         ----------
@@ -402,13 +410,14 @@ class NativeRanker(Ranker):
         out: list = [None] * len(problems)
         groups: dict = {}
         for i, q in enumerate(problems):
-            groups.setdefault(q.layout if q.layout in self._templates else self._first_layout, []).append(i)
+            groups.setdefault((q.layout if q.layout in self._templates else self._first_layout, q.epilogue),
+                              []).append(i)
         width = self.n_candidates
-        for layout, idx in groups.items():
+        for key, idx in groups.items():
             p = len(idx)
             mnk = np.array([(problems[i].m, problems[i].n, problems[i].k) for i in idx], np.int64)
             by_layout = getattr(self._tls, "by_layout", None)
-            ctx = (by_layout.get(layout) if by_layout is not None else None) or self._context(layout)
+            ctx = (by_layout.get(key) if by_layout is not None else None) or self._context(*key)
             count, level, used = np.empty(p, np.int32), np.empty(p, np.int32), np.empty(p, np.int32)
             index, score = np.empty((p, width), np.int32), np.empty((p, width))
             nearest, d2, vnear, mnear = np.empty(p, np.int32), np.empty(p), np.empty(p), np.empty(p)

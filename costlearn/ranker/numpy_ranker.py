@@ -38,11 +38,12 @@ class NumpyRanker(Ranker):
             if self.evidence is not None else (math.nan, math.nan)
         vnear, mnear = float(np.expm1(vnear)), float(np.expm1(mnear))
         cand = np.flatnonzero(mask)
-        if cascade and shortlist and ruled and self.shortlist is not None and level != LEVEL_ALL and len(cand):
+        if cascade and shortlist and ruled and self.shortlist is not None and level != LEVEL_ALL and len(cand) \
+                and problem.epilogue == "none":               # the table is built for epilogue-free problems
             got = self.shortlist.rank_numpy(self, problem, cand, top)
             if got is not None:
                 return RankResult(got[0], got[1], int(near), float(dist), fits, level, vnear, mnear, True)
-        X = self.features.numpy(m, n, k, cand, problem.layout)
+        X = self.features.numpy(m, n, k, cand, problem.layout, problem.epilogue)
         sc = self.scorer
         forest = sc.forest
         lin = sc.linear_numpy(X, cand)

@@ -250,7 +250,8 @@ def partial_scores_numpy(ranker, problem, rows: np.ndarray, trees: int) -> np.nd
     ``trees`` trees: sign * (sum + base) + the linear terms; float64, shape
     (R,). The twin of ``partial_scores`` in ``_native.c``."""
     sc = ranker.scorer
-    X = np.ascontiguousarray(ranker.features.numpy(problem.m, problem.n, problem.k, rows, problem.layout))
+    X = np.ascontiguousarray(ranker.features.numpy(problem.m, problem.n, problem.k, rows, problem.layout,
+                                                   problem.epilogue))
     if sc.forest is not None and trees > 0:
         acc = sc.sign * (sc.forest.partial_sum_numpy(X, 0, trees) + sc.forest.base_score)
     else:
