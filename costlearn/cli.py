@@ -106,8 +106,8 @@ def _add_device_arg(p, what: str):
                    help=f"backend {what}; auto = CUDA if CuPy sees a GPU, else OpenCL (default: auto)")
 
 
-def _add_problem_args(p, layout: bool = False):
-    """--family and --dtype (and --layout), choices from the registries."""
+def _add_problem_args(p, layout: bool = False, epilogue: bool = False):
+    """--family and --dtype (and --layout, --epilogue), choices from the registries."""
     p.add_argument("--family", default="gemm", choices=FAMILIES.names(), help="kernel family (default: gemm)")
     support = "; ".join(f"{n}: {', '.join(get_family(n).dtypes)}" for n in FAMILIES.names())
     p.add_argument("--dtype", default="float32", choices=dtype_names(),
@@ -115,6 +115,10 @@ def _add_problem_args(p, layout: bool = False):
     if layout:
         p.add_argument("--layout", default="NN", choices=LAYOUTS,
                        help="A then B: N row-major, T column-major (default: NN)")
+    if epilogue:
+        p.add_argument("--epilogue", default="none", choices=EPILOGUES,
+                       help="what the fused kernel computes after A @ B: bias adds a length-N vector to every "
+                       "row, then ReLU or the tanh GELU (default: none)")
 
 
 def _add_measure_args(p, data: str = "data"):
@@ -563,38 +567,40 @@ def model_device(model, family: str, dtype: str, models_dir) -> str:
     return model
 
 
-def _check_shapes(triples, family: str, dtype: str, layout: str) -> None:
+def _check_shapes(triples, family: str, dtype: str, layout: str, epilogue: str = "none") -> None:
     """Raise the error of the first (M, N, K) the family cannot serve, naming the shape."""
     fam = get_family(family)
     for t in triples:
         try:
-            fam.check_problem(Problem(*t, dtype, layout))
+            fam.check_problem(Problem(*t, dtype, layout, epilogue))
         except (TypeError, ValueError) as e:
             raise type(e)(f"shape {'x'.join(map(str, t))}: {e}") from None
 
 
 def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_k: int, models_dir,
-                  as_json: bool = False, measure_top_k: int = 0, backend=None, tuning_db=None) -> None:
+                  as_json: bool = False, measure_top_k: int = 0, backend=None, tuning_db=None,
+                  epilogue: str = "none") -> None:
     """Predict each (M, N, K) and print it (a JSON object per line with ``as_json``): all in one
     :func:`costlearn.predict.predict_many` call, or one :func:`costlearn.predict.predict_best` call each
     where they measure or read the tuning database."""
     from .predict import predict_best
-    _check_shapes(triples, family, dtype, layout)   # every triple is checked before anything is printed
+    _check_shapes(triples, family, dtype, layout, epilogue)   # every triple is checked before anything is printed
     device = model_device(device, family, dtype, models_dir)
     from .model.store import resolve_model
     print(f"model: {resolve_model(device, family, dtype, models_dir, cli=True)}", file=sys.stderr)
     from_db = recorded = 0
     if not measure_top_k and tuning_db is None:         # predictions only: every shape in one call
         from .predict import predict_many
-        preds = iter(predict_many([(m, n, k, layout) for m, n, k in triples], dtype, device, family=family,
-                                  top_k=top_k, models_dir=models_dir))
+        preds = iter(predict_many([(m, n, k, layout, epilogue) for m, n, k in triples], dtype, device,
+                                  family=family, top_k=top_k, models_dir=models_dir))
     else:
         preds = (predict_best(m, n, k, dtype=dtype, device=device, family=family, layout=layout, top_k=top_k,
                               models_dir=models_dir, measure_top_k=measure_top_k, backend=backend,
-                              tuning_db=tuning_db) for m, n, k in triples)
+                              tuning_db=tuning_db, epilogue=epilogue) for m, n, k in triples)
     for p in preds:
         if as_json:
-            print(json.dumps(dict(m=p.m, n=p.n, k=p.k, dtype=p.dtype, layout=p.layout, family=p.family,
+            print(json.dumps(dict(m=p.m, n=p.n, k=p.k, dtype=p.dtype, layout=p.layout, epilogue=p.epilogue,
+                                  family=p.family,
                                   device=p.device, config=p.config.to_dict(), config_id=p.config.config_id,
                                   time_us=p.time_us, chosen_by=p.chosen_by, from_tuning_db=p.from_tuning_db,
                                   measured_us=dict(p.measured_us), tied_with=list(p.tied_with),
@@ -610,7 +616,9 @@ def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_
                                                                   else "")) if p.chosen_by == "measured" else "")
         how = f"{p.chosen_by} {p.time_us:.1f} us" + (f" (from the tuning database{earlier})" if p.from_tuning_db
                                                      else "")
-        print(f"M={p.m} N={p.n} K={p.k} ({p.dtype} {p.layout}, {p.family} model {p.device}): {p.config.config_id} "
+        fused = "" if p.epilogue == "none" else f" +{p.epilogue}"
+        print(f"M={p.m} N={p.n} K={p.k} ({p.dtype} {p.layout}{fused}, {p.family} model {p.device}): "
+              f"{p.config.config_id} "
               f"{how}" + (f"  [GUESS, out of distribution: {'; '.join(p.ood_reasons)}]" if p.ood else ""))
         for rank, (c, t) in enumerate(p.top_k, 1):
             print(f"  {rank:2d}. {c.config_id:<34} {t:10.1f} us predicted" + (" (guess)" if p.ood else ""))
@@ -627,7 +635,7 @@ def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_
 def cmd_predict(args) -> int:
     _check_family_dtype(args)
     triples = parse_shapes(args.shape)
-    _check_shapes(triples, args.family, args.dtype, args.layout)
+    _check_shapes(triples, args.family, args.dtype, args.layout, args.epilogue)
     backend = _backend(args.device, args.family) if args.measure_top_k else None
     db = None
     if args.tuning_db is not None or args.measure_top_k:
@@ -635,7 +643,7 @@ def cmd_predict(args) -> int:
         db = open_tuning_db(args.tuning_db)
     predict_stage(triples, device=args.model, family=args.family, dtype=args.dtype, layout=args.layout,
                   top_k=args.top_k, models_dir=args.models, as_json=args.json, measure_top_k=args.measure_top_k,
-                  backend=backend, tuning_db=db)
+                  backend=backend, tuning_db=db, epilogue=args.epilogue)
     if db is not None and db.set_aside:
         print(f"note: corrupt tuning database set aside as {', '.join(map(str, db.set_aside))}", file=sys.stderr)
     return 0
@@ -651,7 +659,7 @@ def cmd_dispatch(args) -> int:
                            args.models, cli=True)
     pred = Predictor(folder)
     d = fit_dispatch(pred, ranges, max_configs=args.configs, samples=args.samples, max_depth=args.depth,
-                     seed=args.seed)
+                     seed=args.seed, epilogue=args.epilogue)
     paths = d.write(args.out, args.name)
     report = []                # what is printed below, also written as <out>/report.md
 
@@ -659,7 +667,8 @@ def cmd_dispatch(args) -> int:
         print(line)
         report.append(line)
     q = d.predicted
-    span = ", ".join(f"{d_} {lo}..{hi}" for d_, (lo, hi) in ranges.items())
+    span = ", ".join(f"{d_} {lo}..{hi}" for d_, (lo, hi) in ranges.items()) \
+        + ("" if args.epilogue == "none" else f", epilogue {args.epilogue}")
     report += [f"# costlearn dispatch: {len(d.configs)} configs for {span}", ""]
     say(f"{len(d.configs)} configs for {span} (model {pred.device}; {q['shapes']} sampled shapes):")
     say()
@@ -685,7 +694,7 @@ def cmd_dispatch(args) -> int:
                  if tuple(s) not in known and pred.feasible(pred.problem(*s)).any()]
         collect(backend, eval_dir, budget_s=args.budget, family=pred.family, dtype=pred.dtype,
                 shapes=fresh[:args.measure], pool=list(pred.configs), configs_per_shape=len(pred.configs),
-                seed=args.seed)
+                seed=args.seed, epilogues=(args.epilogue,))
     if not eval_dir.is_dir():
         say(f"no measurements in {eval_dir} to evaluate the selector on; add --measure N")
     else:
@@ -1128,7 +1137,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "device's model if the store has one, else the only one)")
     p.add_argument("--models", default=None,
                    help="model store root (default: $COSTLEARN_MODELS, else the source tree's models/)")
-    _add_problem_args(p, layout=True)
+    _add_problem_args(p, layout=True, epilogue=True)
     p.add_argument("--top-k", type=_positive_int, default=5, help="how many ranked configs to list (default: 5)")
     p.add_argument("--json", action="store_true", help="one JSON object per shape")
     p.add_argument("--measure-top-k", type=_nonneg_int, default=0, metavar="K",
@@ -1158,7 +1167,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "the store has one, else the only one)")
     p.add_argument("--models", default=None,
                    help="model store root (default: $COSTLEARN_MODELS, else the source tree's models/)")
-    _add_problem_args(p)
+    _add_problem_args(p, epilogue=True)
     p.add_argument("--out", default="out/dispatch", help="folder for the selector (default: out/dispatch)")
     p.add_argument("--name", default="select_tile", help="selector function and file name (default: select_tile)")
     p.add_argument("--measure", type=_nonneg_int, default=0, metavar="N",

@@ -142,11 +142,12 @@ class Tuner:
         :mod:`costlearn.measure`, ``until="separated"``)."""
         backend = self.backend
         compiled = self._kernels.setdefault(backend, {})
-        missing = [c for c in configs if c.config_id not in compiled]
+        epi = problem.epilogue                     # a kernel is compiled per (config, epilogue)
+        missing = [c for c in configs if (c.config_id, epi) not in compiled]
         if missing:
-            for kern in backend.compile_many(missing, problem.dtype):
-                compiled[kern.config.config_id] = kern
-        kernels = [compiled[c.config_id] for c in configs]
+            for kern in backend.compile_many(missing, problem.dtype, epilogue=epi):
+                compiled[kern.config.config_id, epi] = kern
+        kernels = [compiled[c.config_id, epi] for c in configs]
         rows = measure_rows(backend, kernels, problem, Protocol(max_rounds=SEPARATE_MAX_ROUNDS),
                             backend.launch_overhead_us(), backend.provenance(), uuid.uuid4().hex[:12],
                             repeat_index=None, until="separated")

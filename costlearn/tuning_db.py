@@ -2,8 +2,8 @@
 (predicted by the model, or measured on the device) and its times, in one
 SQLite file shared by every process of a machine (design.md, "Predictor").
 
-Key: (M, N, K, dtype, layout, kernel family, device slug, kernel-template
-hash, costlearn version). A change of template or version starts afresh: old
+Key: (M, N, K, dtype, layout, epilogue, kernel family, device slug,
+kernel-template hash, costlearn version). A change of template or version starts afresh: old
 entries stay in the file but are never returned. A measured entry is never
 overwritten by a predicted one.
 
@@ -11,9 +11,11 @@ overwritten by a predicted one.
   is created only when asked (``create=True``: recording a prediction or a
   measurement). A file that is not an SQLite database at all (it lacks the
   SQLite header: a user's CSV, say) is refused and left alone. A schema-1
-  file (before kernel families) is upgraded in place when opened for
-  writing, its entries becoming ``gemm`` / ``NN`` entries; ``read_only=True``
-  (listing) reads it as it is and changes nothing in any file.
+  file (before kernel families) or schema-2 file (before epilogues) is
+  upgraded in place when opened for writing, its entries becoming ``gemm``
+  / ``NN`` entries (schema 1) and epilogue ``none`` entries;
+  ``read_only=True`` (listing) reads it as it is and changes nothing in any
+  file.
 
 - **Concurrency.** SQLite in write-ahead-log mode: readers never block,
   writers queue (``busy_timeout``); each thread gets its own connection.
@@ -47,16 +49,21 @@ from .util import cache_dir, check_instance
 
 __all__ = ["TuningDB", "TuningEntry", "TuningDBError", "default_path", "CHOSEN_BY"]
 
-SCHEMA = 2
-"""2 added ``layout`` and ``family`` to the key (schema-1 files are upgraded on open)."""
+SCHEMA = 3
+"""3 added ``epilogue``, 2 ``layout`` and ``family`` to the key (older files are upgraded on open)."""
 CHOSEN_BY = ("predicted", "measured")
 
-_KEY = "m, n, k, dtype, layout, family, device, template_hash, costlearn_version"
+_KEYS = {1: "m, n, k, dtype, 'NN', 'none', 'gemm', device, template_hash, costlearn_version",
+         2: "m, n, k, dtype, layout, 'none', family, device, template_hash, costlearn_version",
+         3: "m, n, k, dtype, layout, epilogue, family, device, template_hash, costlearn_version"}
+"""The key columns as read from a file of each schema (older ones with the
+values their entries had)."""
+_KEY = _KEYS[SCHEMA]
 
 _CREATE = f"""
 CREATE TABLE IF NOT EXISTS tuned (
     m INTEGER NOT NULL, n INTEGER NOT NULL, k INTEGER NOT NULL,
-    dtype TEXT NOT NULL, layout TEXT NOT NULL, family TEXT NOT NULL,
+    dtype TEXT NOT NULL, layout TEXT NOT NULL, epilogue TEXT NOT NULL, family TEXT NOT NULL,
     device TEXT NOT NULL, template_hash TEXT NOT NULL,
     costlearn_version TEXT NOT NULL,
     config_id TEXT NOT NULL,
@@ -69,21 +76,20 @@ CREATE TABLE IF NOT EXISTS tuned (
 )"""
 
 _UPSERT = f"""
-INSERT INTO tuned VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO tuned VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT ({_KEY}) DO UPDATE SET
     config_id = excluded.config_id, how = excluded.how, time_us = excluded.time_us,
     times_json = excluded.times_json, source = excluded.source, updated = excluded.updated
 WHERE excluded.how = 'measured' OR tuned.how = 'predicted'
 """
 
-_UPGRADE_1 = [
-    "ALTER TABLE tuned RENAME TO tuned_v1",
-    _CREATE,
-    "INSERT INTO tuned SELECT m, n, k, dtype, 'NN', 'gemm', device, template_hash, costlearn_version, config_id, "
-    "how, time_us, times_json, source, updated FROM tuned_v1",
-    "DROP TABLE tuned_v1",
-    f"PRAGMA user_version = {SCHEMA}",
-]
+def _upgrade(version: int) -> list:
+    """The statements that bring a schema-``version`` table to :data:`SCHEMA`."""
+    return ["ALTER TABLE tuned RENAME TO tuned_old", _CREATE,
+            f"INSERT INTO tuned SELECT {_KEYS[version]}, config_id, how, time_us, times_json, source, updated "
+            "FROM tuned_old", "DROP TABLE tuned_old", f"PRAGMA user_version = {SCHEMA}"]
+
+
 _V1_COLUMNS = ["m", "n", "k", "dtype", "device", "template_hash", "costlearn_version", "config_id", "how", "time_us",
                "times_json", "source", "updated"]
 
@@ -244,8 +250,8 @@ class TuningDB:
                 self._version = version or SCHEMA
                 return conn
             conn.execute("PRAGMA journal_mode = WAL")
-            if version == 1:
-                self._upgrade_from_1(conn)
+            if version in (1, 2):
+                self._upgrade_from(conn, version)
             conn.execute(_CREATE)
             if version == 0:
                 conn.execute(f"PRAGMA user_version = {SCHEMA}")
@@ -259,16 +265,18 @@ class TuningDB:
         if cols != _V1_COLUMNS:
             raise TuningDBError(f"{self.path} claims tuning-database schema 1 but has columns {cols}; use another file")
 
-    def _upgrade_from_1(self, conn: sqlite3.Connection) -> None:
-        """Schema 1 -> 2 in one transaction: every entry becomes a ``gemm``
-        ``NN`` entry (the only ones schema 1 could hold). A file another
+    def _upgrade_from(self, conn: sqlite3.Connection, version: int) -> None:
+        """Schema 1 or 2 -> :data:`SCHEMA` in one transaction: every entry
+        of schema 1 becomes a ``gemm`` ``NN`` entry (the only ones it could
+        hold), every older entry an epilogue ``none`` one. A file another
         process upgraded meanwhile is left as it is; one whose rows cannot be
         copied is left untouched (TuningDBError)."""
         conn.execute("BEGIN IMMEDIATE")
         try:
-            if conn.execute("PRAGMA user_version").fetchone()[0] == 1:     # not upgraded by another process meanwhile
-                self._check_v1_columns(conn)
-                for stmt in _UPGRADE_1:
+            if conn.execute("PRAGMA user_version").fetchone()[0] == version:     # not upgraded by another process
+                if version == 1:
+                    self._check_v1_columns(conn)
+                for stmt in _upgrade(version):
                     conn.execute(stmt)
             conn.execute("COMMIT")
         except sqlite3.IntegrityError as e:
@@ -388,10 +396,10 @@ class TuningDB:
         """
         check_instance("problem", problem, Problem, "a costlearn.Problem")
         p = problem
+        where = " AND ".join(f"{expr}=?" for expr in _KEYS[self._version].split(", "))
         row = self._run(lambda c: c.execute(
-            "SELECT config_id, how, time_us, times_json, source, updated FROM tuned WHERE m=? AND n=? AND "
-            "k=? AND dtype=? AND layout=? AND family=? AND device=? AND template_hash=? AND costlearn_version=?",
-            (p.m, p.n, p.k, p.dtype, p.layout, str(family), str(device), str(template_hash),
+            f"SELECT config_id, how, time_us, times_json, source, updated FROM tuned WHERE {where}",
+            (p.m, p.n, p.k, p.dtype, p.layout, p.epilogue, str(family), str(device), str(template_hash),
              str(costlearn_version))).fetchone())
         if row is None:
             return None
@@ -445,23 +453,21 @@ class TuningDB:
         stamp = entry.updated if isinstance(entry.updated, str) and entry.updated else \
             datetime.now(timezone.utc).isoformat(timespec="seconds")
         p = entry.problem
-        values = (p.m, p.n, p.k, p.dtype, p.layout, entry.family, entry.device, entry.template_hash,
+        values = (p.m, p.n, p.k, p.dtype, p.layout, p.epilogue, entry.family, entry.device, entry.template_hash,
                   entry.costlearn_version, entry.config.config_id, entry.chosen_by, float(entry.time_us),
                   json.dumps(_times(entry.times_us), sort_keys=True), entry.source, stamp)
         return bool(self._run(lambda c: c.execute(_UPSERT, values).rowcount))
 
     def entries(self) -> list[TuningEntry]:
         """Every stored entry (all versions), oldest first."""
-        key = _KEY if self._version >= 2 else \
-            "m, n, k, dtype, 'NN', 'gemm', device, template_hash, costlearn_version"      # a schema-1 file, read-only
-        rows = self._run(lambda c: c.execute(
-            f"SELECT {key}, config_id, how, time_us, times_json, source, updated FROM tuned "
+        rows = self._run(lambda c: c.execute(                       # an older file only when opened read-only
+            f"SELECT {_KEYS[self._version]}, config_id, how, time_us, times_json, source, updated FROM tuned "
             "ORDER BY updated").fetchall())
         out = []
         for r in rows:
             try:
-                out.append(TuningEntry(Problem(*r[:5]), r[5], *r[6:9], get_family(r[5]).config_from_id(r[9]), r[10],
-                                       float(r[11]), json.loads(r[12]), r[13], r[14]))
+                out.append(TuningEntry(Problem(*r[:6]), r[6], *r[7:10], get_family(r[6]).config_from_id(r[10]),
+                                       r[11], float(r[12]), json.loads(r[13]), r[14], r[15]))
             except (ValueError, TypeError):
                 continue
         return out

@@ -73,12 +73,12 @@ def _schema_1_file(path):
         c.execute("PRAGMA user_version = 1")
 
 
-def test_a_schema_1_file_is_upgraded_to_gemm_nn_entries(tmp_path):
+def test_a_schema_1_file_is_upgraded_to_gemm_nn_epilogue_none_entries(tmp_path):
     path = tmp_path / "old.sqlite"
     _schema_1_file(path)
     got = get(TuningDB(path))
     assert got.chosen_by == "measured" and got.time_us == 7.5 and got.problem.layout == "NN"
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 2
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 3 and got.problem.epilogue == "none"
 
 
 def test_measured_entry_is_never_replaced_by_a_predicted_one(tmp_path):
@@ -188,13 +188,13 @@ def test_the_schema_1_upgrade_tolerates_another_process_finishing_it_first(tmp_p
     another process upgraded in between was refused."""
     path = tmp_path / "old.sqlite"
     _schema_1_file(path)
-    real = TuningDB._upgrade_from_1
+    real = TuningDB._upgrade_from
 
-    def racing(self, conn):
-        monkeypatch.setattr(TuningDB, "_upgrade_from_1", real)
+    def racing(self, conn, version):
+        monkeypatch.setattr(TuningDB, "_upgrade_from", real)
         TuningDB(path).close()                                    # the other process upgrades first
-        real(self, conn)
-    monkeypatch.setattr(TuningDB, "_upgrade_from_1", racing)
+        real(self, conn, version)
+    monkeypatch.setattr(TuningDB, "_upgrade_from", racing)
     assert get(TuningDB(path)).time_us == 7.5
 
 
@@ -381,3 +381,37 @@ def test_after_a_set_aside_every_thread_writes_to_the_fresh_file(tmp_path):
     assert _get(db, 888) is not None
     with sqlite3.connect(path) as c:
         assert c.execute("SELECT COUNT(*) FROM tuned WHERE m = 888").fetchone()[0] == 1
+
+
+def _schema_2_file(path):
+    """A tuning database as schema 2 wrote it (no epilogue in the key)."""
+    import sqlite3
+    with sqlite3.connect(path) as c:
+        c.execute("CREATE TABLE tuned (m INTEGER NOT NULL, n INTEGER NOT NULL, k INTEGER NOT NULL, "
+                  "dtype TEXT NOT NULL, layout TEXT NOT NULL, family TEXT NOT NULL, device TEXT NOT NULL, template_hash TEXT NOT NULL, "
+                  "costlearn_version TEXT NOT NULL, config_id TEXT NOT NULL, how TEXT NOT NULL, time_us REAL NOT NULL, "
+                  "times_json TEXT NOT NULL, source TEXT NOT NULL, updated TEXT NOT NULL, PRIMARY KEY (m, n, k, "
+                  "dtype, layout, family, device, template_hash, costlearn_version))")
+        c.execute("INSERT INTO tuned VALUES (8, 8, 8, 'float32', 'NN', 'gemm', 'dev', ?, ?, ?, 'measured', 7.5, "
+                  "'{}', 's', '2026-01-01T00:00:00+00:00')", (TEMPLATE_HASH, __version__, CFG.config_id))
+        c.execute("PRAGMA user_version = 2")
+    c.close()
+
+
+def test_a_schema_2_file_reads_its_entries_as_epilogue_none_and_upgrades_on_write(tmp_path):
+    """Entries written before epilogues were measured without one: read-only
+    they list as ``none``; opened for writing the file gains the column and
+    an epilogue entry of the same shape is kept apart."""
+    path = tmp_path / "v2.sqlite"
+    _schema_2_file(path)
+    ro = TuningDB(path, read_only=True)
+    assert [e.problem.epilogue for e in ro.entries()] == ["none"]
+    assert ro.get(Problem(8, 8, 8), "gemm", "dev", TEMPLATE_HASH).time_us == 7.5
+    assert ro.get(Problem(8, 8, 8, epilogue="bias"), "gemm", "dev", TEMPLATE_HASH) is None
+    db = TuningDB(path)
+    assert db.get(Problem(8, 8, 8), "gemm", "dev", TEMPLATE_HASH).time_us == 7.5
+    db.put(TuningEntry(Problem(8, 8, 8, epilogue="bias_relu"), "gemm", "dev", TEMPLATE_HASH, __version__, CFG,
+                       "measured", 9.0, {}, "s"))
+    assert db.get(Problem(8, 8, 8, epilogue="bias_relu"), "gemm", "dev", TEMPLATE_HASH).time_us == 9.0
+    assert db.get(Problem(8, 8, 8), "gemm", "dev", TEMPLATE_HASH).time_us == 7.5
+    assert sorted(e.problem.epilogue for e in db.entries()) == ["bias_relu", "none"]
