@@ -153,8 +153,8 @@ def test_a_recorded_table_imports_the_entries_that_carry_a_time(tmp_path):
     f = tmp_path / "inductor_lut_1.json"
     f.write_text(json.dumps(table))
     got = lut.read_table(f)
-    assert [lp.problem for lp in got.problems] == [p]
-    assert got.skipped == [(1, "op 'addmm': only 'mm' keys are read (no epilogue yet)")]      # line of the key
+    assert [lp.problem for lp in got.problems] == [p, Problem(8, 8, 8, "float16", epilogue="bias")]
+    assert got.skipped == []
     assert sorted((m.config.config_id, m.time_us) for m in got.measurements) == [(T1.config_id, 125.0),
                                                                                  ("vendor", 140.0)]
     table["((torch.float16, [0, 8], [8, 1]), (torch.float16, [8, 8], [8, 1]))+mm"] = [lut_entry(T1, p)]
@@ -289,3 +289,33 @@ def test_the_readmes_way_to_turn_the_table_on_gives_inductor_lookuptablechoices(
             "assert type(V.choices) is LookupTableChoices\n")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
 
+
+
+def test_addmm_keys_are_the_bias_epilogue_and_other_epilogues_are_refused_by_name(tmp_path):
+    """An addmm key with alpha = beta = 1 and a row bias broadcast over the
+    rows is the bias epilogue, its entries (aten::bias_addmm is the vendor
+    call) imported with it; a scaled bias, a full-matrix bias and another op
+    are left out, each naming what costlearn cannot map."""
+    mats = "(torch.float16, [64, 32], [32, 1]), (torch.float16, [32, 128], [128, 1])"
+    table = {
+        f"NVIDIA H100+((torch.float16, [64, 128], [0, 1]), {mats})+alpha=1&beta=1+addmm":
+            [{"template_id": "aten::bias_addmm", "time_us": 9.0}, {**lut_entry(T1, Problem(64, 128, 32, "float16")),
+                                                                    "time_us": 7.5}],
+        f"NVIDIA H100+((torch.float16, [128], [1]), {mats})+addmm": [{"template_id": "aten::addmm", "time_us": 9.5}],
+        f"NVIDIA H100+((torch.float16, [64, 128], [0, 1]), {mats})+alpha=1&beta=0.5+addmm": [],
+        f"NVIDIA H100+((torch.float16, [64, 128], [128, 1]), {mats})+alpha=1&beta=1+addmm": [],
+        f"NVIDIA H100+((torch.float32, [1, 128], [128, 1]), {mats})+addmm": [],
+        f"NVIDIA H100+({mats})+bmm": [],
+    }
+    f = tmp_path / "inductor_lut_addmm.json"
+    f.write_text(json.dumps(table, indent=1))
+    got = lut.read_table(f)
+    assert [lp.problem for lp in got.problems] == [Problem(64, 128, 32, "float16", epilogue="bias")]
+    assert sorted((m.config.config_id, m.time_us, m.epilogue) for m in got.measurements) == \
+        [(T1.config_id, 7.5, "bias"), ("vendor", 9.0, "bias")]
+    why = [w for _, w in got.skipped]
+    assert len(why) == 4
+    assert "beta=0.5" in why[0] and "scaled" in why[0]
+    assert "bias of shape [64, 128] and strides [128, 1]" in why[1] and "full-matrix" in why[1]
+    assert "torch.float32 bias and torch.float16 operands" in why[2]
+    assert why[3].startswith("op 'bmm'")

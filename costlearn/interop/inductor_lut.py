@@ -45,12 +45,20 @@ from .inductor import parse as parse_log
 
 __all__ = ["LutProblem", "lookup_key", "inputs_key", "read_shapes_file", "problems_from_log", "read_table",
            "RecordedTable", "dense_layout",
-           "choices_for", "confident", "export_lut", "LutReport", "InductorLutImporter", "OP_NAME", "TIME_KEYS"]
+           "choices_for", "confident", "export_lut", "LutReport", "InductorLutImporter", "OP_NAME", "TIME_KEYS",
+           "OP_EPILOGUES", "addmm_bias_problem"]
 
 OP_NAME = "mm"
-"""The op name of a plain matmul in Inductor's keys (``addmm`` has a bias
-input and ``alpha``/``beta`` scalars; costlearn's models have no epilogue
-yet)."""
+"""The op name of a plain matmul in Inductor's keys."""
+
+OP_EPILOGUES = {"mm": "none", "addmm": "bias"}
+"""The ops whose keys are read, and the epilogue each is
+(:data:`costlearn.problem.EPILOGUES`): ``addmm`` with ``alpha = beta = 1``
+and a bias that is one row broadcast over the output's rows is the ``bias``
+epilogue; other ``addmm`` keys (a scaled or full-matrix bias) and other ops
+(``bmm``, ...) are left out, naming why."""
+
+_ANY_INPUT = re.compile(r"\((torch\.\w+), \[([\d, ]*)\], \[([\d, ]*)\]\)")
 
 TORCH_NAME = {**{v: k for k, v in TORCH_DTYPES.items()}, "tfloat32": "torch.float32"}
 """How torch prints each costlearn dtype's tensors."""
@@ -196,12 +204,20 @@ def dense_layout(shape, strides) -> str | None:
 
 def _parse_key(key: str):
     """(device name or None, LutProblem, op) of a table key; None when the
-    key is not a two-operand matmul key."""
+    key is not a two-operand matmul key (after the bias of an ``addmm``
+    key, which :func:`addmm_bias_problem` checks); the problem's epilogue
+    is the op's (:data:`OP_EPILOGUES`)."""
     m = re.fullmatch(r"(?:(?P<dev>.+?)\+)?(?P<inputs>\(\(.*\)\))(?:\+(?P<scalars>[^+]*=[^+]*))?\+(?P<op>\w+)", key)
     if not m:
         return None
-    ops = _INPUT.findall(m.group("inputs"))
-    if len(ops) != 2 or m.group("inputs") != "(" + ", ".join(
+    inputs = m.group("inputs")
+    if m.group("op") == "addmm":                  # the bias first: drop it, read the two matrices
+        first = _ANY_INPUT.match(inputs, 1)
+        if first is None or inputs[first.end():first.end() + 2] != ", ":
+            return None
+        inputs = "(" + inputs[first.end() + 2:]
+    ops = _INPUT.findall(inputs)
+    if len(ops) != 2 or inputs != "(" + ", ".join(
             f"({d}, [{x}, {y}], [{s}, {t}])" for d, x, y, s, t in ops) + ")":
         return None
     (da, m_, k, a0, a1), (db, k2, n, b0, b1) = ops
@@ -212,10 +228,40 @@ def _parse_key(key: str):
     if la is None or lb is None:
         return None
     try:
-        p = Problem(int(m_), int(n), int(k), TORCH_DTYPES[da], la + lb)
+        p = Problem(int(m_), int(n), int(k), TORCH_DTYPES[da], la + lb, OP_EPILOGUES.get(m.group("op"), "none"))
     except ValueError:                     # an extent of 0 or beyond 2**31 - 1
         return None
     return m.group("dev"), LutProblem(p, sa, sb), m.group("op")
+
+
+def addmm_bias_problem(key: str) -> str | None:
+    """Why an ``addmm`` key is not the ``bias`` epilogue, or None when it is:
+    ``alpha`` and ``beta`` 1 (or not recorded), and a bias of the operands'
+    dtype that is one length-N row broadcast over the rows: shape [N] with
+    stride [1], [1, N], or [M, N] with strides [0, 1]."""
+    m = re.fullmatch(r"(?:(?P<dev>.+?)\+)?(?P<inputs>\(\(.*\)\))(?:\+(?P<scalars>[^+]*=[^+]*))?\+addmm", key)
+    if not m:
+        return "not an addmm key"
+    scalars = dict(kv.split("=", 1) for kv in (m.group("scalars") or "").split("&") if "=" in kv)
+    scaled = {k: v for k, v in scalars.items() if k in ("alpha", "beta") and v.strip() not in ("1", "1.0")}
+    if scaled:
+        return (f"addmm with {', '.join(f'{k}={v}' for k, v in scaled.items())}: a scaled product or bias is no "
+                f"epilogue costlearn maps (it maps bias = A @ B + bias[n])")
+    ops = _ANY_INPUT.findall(m.group("inputs"))
+    if len(ops) != 3:
+        return f"addmm with {len(ops)} inputs; expected bias, mat1, mat2"
+    (db, shape, stride), (da, mk, _), (_, kn, _) = ops
+    shape = [int(x) for x in shape.replace(" ", "").split(",") if x]
+    stride = [int(x) for x in stride.replace(" ", "").split(",") if x]
+    mm_, n = int(mk.split(",")[0]), int(kn.split(",")[-1])
+    row = shape == [n] and stride == [1] or shape == [1, n] and stride[-1:] == [1] \
+        or shape == [mm_, n] and stride == [0, 1]
+    if not row:
+        return (f"addmm with a bias of shape {shape} and strides {stride}: not a length-{n} row broadcast over the "
+                "rows (the bias epilogue); a full-matrix or column bias is no epilogue costlearn maps")
+    if db != da:
+        return f"addmm with a {db} bias and {da} operands: costlearn's bias has the operands' dtype"
+    return None
 
 
 class RecordedTable(NamedTuple):
@@ -275,8 +321,13 @@ def read_table(path, family: str = "triton_mm") -> RecordedTable:
             at = text.find(json.dumps(key, ensure_ascii=False))
         i = text.count("\n", 0, at) + 1 if at >= 0 else index      # the key's line; else its position
         op = re.search(r"\+(\w+)$", key)
-        if op and op.group(1) != OP_NAME:
-            skipped.append((i, f"op {op.group(1)!r}: only {OP_NAME!r} keys are read (no epilogue yet)"))
+        if op and op.group(1) not in OP_EPILOGUES:
+            skipped.append((i, f"op {op.group(1)!r}: only {' and '.join(map(repr, OP_EPILOGUES))} keys are read "
+                               "(mm, and addmm as the bias epilogue)"))
+            continue
+        why = addmm_bias_problem(key) if op and op.group(1) == "addmm" else None
+        if why is not None:
+            skipped.append((i, why))
             continue
         parsed = _parse_key(key)
         if parsed is None:
@@ -318,7 +369,7 @@ def read_table(path, family: str = "triton_mm") -> RecordedTable:
             ok = math.isfinite(t) and t > 0
             measurements.append(Measurement(i, p.m, p.n, p.k, p.dtype, p.layout, family, config,
                                             t if ok else math.nan, "" if ok else "recorded time is not positive",
-                                            lp.strides_a + lp.strides_b))
+                                            lp.strides_a + lp.strides_b, p.epilogue))
     return RecordedTable(list(problems.values()), measurements, skipped, tuple(devices))
 
 

@@ -18,7 +18,7 @@ import re
 
 from .config import VENDOR, TritonMMConfig, VendorCall
 
-__all__ = ["INDUCTOR_GROUP_M", "VENDOR_CHOICE", "config_from_choice", "TRITON_TEMPLATE_ID", "VENDOR_TEMPLATE_ID",
+__all__ = ["INDUCTOR_GROUP_M", "VENDOR_CHOICE", "config_from_choice", "TRITON_TEMPLATE_ID", "VENDOR_TEMPLATE_ID", "VENDOR_TEMPLATE_IDS",
            "lut_entry", "config_from_entry"]
 
 INDUCTOR_GROUP_M = 8
@@ -66,6 +66,11 @@ TRITON_TEMPLATE_ID = "triton::mm"
 
 VENDOR_TEMPLATE_ID = "aten::mm"
 """``template_id`` of aten's mm, the vendor call (``aten_mm.uid``)."""
+
+VENDOR_TEMPLATE_IDS = (VENDOR_TEMPLATE_ID, "aten::addmm", "aten::bias_addmm")
+"""Inductor's template ids of the vendor call: cuBLAS through ``aten::mm``,
+and for an ``addmm`` (the bias epilogue) ``aten::addmm`` or
+``aten::bias_addmm`` (cuBLAS adding the bias itself)."""
 
 
 def lut_entry(config, problem) -> dict:
@@ -122,7 +127,7 @@ def config_from_entry(entry):
     if not isinstance(entry, dict):
         return None
     template = entry.get("template_id")
-    if template == VENDOR_TEMPLATE_ID:
+    if template in VENDOR_TEMPLATE_IDS:
         return VENDOR
     if template != TRITON_TEMPLATE_ID:
         return None
