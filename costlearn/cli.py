@@ -831,7 +831,7 @@ log has thousands; the report file holds them all)."""
 
 
 def _print_eval(res, report=None, plots=None) -> None:
-    from .evaluate import format_per_shape, format_table, header_lines, write_report
+    from .evaluate import epilogue_subsets, format_per_shape, format_table, header_lines, write_report
     print(header_lines(res)[0])
     n_problems = int((res.per_shape["model"] == res.model).sum())
     if n_problems <= PER_SHAPE_PRINT_MAX:
@@ -843,6 +843,9 @@ def _print_eval(res, report=None, plots=None) -> None:
     if any("tile_only" in sub for sub in res.summary.values()):
         print("\nwith the vendor candidate left out (regret against the best tile config):")
         print(format_table(res, "tile_only"))
+    for subset in epilogue_subsets(res.per_shape):
+        print(f"\nproblems with the {subset}:")
+        print(format_table(res, subset))
     print(f"ties: a regret at or below {res.noise_floor:.1%} counts as 0; "
           + (res.noise_floors.describe() if res.noise_floors is not None else ""))
     if res.hidden_by_noise:

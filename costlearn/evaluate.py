@@ -14,6 +14,7 @@ from .collect import collect
 from .dataset import current_rows, load, noise_floor, rows_where, valid_rows
 from .families import VENDOR_CONFIG_ID
 from .measure import Protocol
+from .problem import EPILOGUES
 from .metrics import evaluate_rows, random_scores, summarize, vendor_only_scores
 from .model import BASELINES
 from .model import artifact as _artifact
@@ -22,7 +23,7 @@ from .sampler import ShapeBounds, sample_shapes, shape_class
 from .space import tile_fits_problem
 from .version import __version__
 
-__all__ = ["fresh_shapes", "evaluate", "score", "ranked_rows", "EvalResult", "format_table", "format_per_shape",
+__all__ = ["fresh_shapes", "evaluate", "score", "epilogue_subsets", "ranked_rows", "EvalResult", "format_table", "format_per_shape",
            "format_by_class", "write_report", "write_plots", "FIXED_SHAPES"]
 
 FIXED_SHAPES = {
@@ -70,7 +71,9 @@ class EvalResult:
         One row per (model, shape): regrets, tau, MAPE, ``ood``,
         ``shape_class``.
     summary : dict of str to dict
-        For each model, summaries over ``all``, ``in_envelope`` and ``ood``
+        For each model, summaries over ``all``, ``in_envelope``, ``ood``
+        (and ``epilogue <name>`` for each epilogue where the rows hold
+        several, :func:`epilogue_subsets`)``
         shapes (:func:`costlearn.metrics.summarize`); with a vendor candidate
         among the rows also ``tile_only`` (vendor rows left out: regret
         against the best tile config), and the ``vendor_only`` ranking.
@@ -164,6 +167,7 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0, data=None) -> EvalResul
                    .drop_duplicates().itertuples(index=False)}) if not rows.empty else []
     rows = rows[rows_where(rows, device_slug=art.spec.slug, family=art.family.name, dtype=art.dtype)
                 & rows["layout"].isin(set(art.layouts)).to_numpy(bool)
+                & rows["epilogue"].isin(set(art.epilogues)).to_numpy(bool)
                 & rows["config_id"].isin(set(art.candidates["config_id"])).to_numpy(bool)]
     rows = ranked_rows(rows, art.family.fit_floors(art.spec))
     if rows.empty:
@@ -197,6 +201,8 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0, data=None) -> EvalResul
         frames.append(per)
         summary[name] = {"all": summarize(per), "in_envelope": summarize(per[~per["ood"]]),
                          "ood": summarize(per[per["ood"]])}
+        for subset, epi in epilogue_subsets(per).items():
+            summary[name][subset] = summarize(per[per["epilogue"] == epi])
         if vendor.any() and name != "vendor_only":
             summary[name]["tile_only"] = summarize(evaluate_rows(rows[~vendor], preds[name][~vendor], noise))
     mine = frames[0]                      # the product's per-problem rows (models are scored product first)
@@ -210,6 +216,14 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0, data=None) -> EvalResul
                       noise_floor=noise, predictions=preds, vendor_us={}, model=product.name,
                       time_models=tuple(n for n, m in models.items() if m.predicts_time), model_info=info,
                       hidden_by_noise=int(((raw > 0) & (raw <= noise)).sum()), noise_floors=floors_)
+
+
+def epilogue_subsets(per: pd.DataFrame) -> dict:
+    """``{"epilogue <name>": name}`` for each epilogue of the per-problem
+    rows ``per`` when they hold several (the summaries :func:`score` adds),
+    else empty."""
+    epis = sorted(per["epilogue"].unique(), key=EPILOGUES.index) if "epilogue" in per else []
+    return {f"epilogue {e}": e for e in epis} if len(epis) > 1 else {}
 
 
 def _shown(path) -> str:
@@ -247,7 +261,8 @@ def evaluate(backend, art_folder, eval_dir, *, n_random: int = 4, budget_s: floa
     """Measure fresh shapes on ``backend`` and score the model.
 
     Every candidate of the model that is feasible for a fresh shape is
-    measured (exhaustive over the candidate set). Measurements go to
+    measured (exhaustive over the candidate set), with each epilogue the
+    model was trained on. Measurements go to
     ``eval_dir`` as a dataset, so an interrupted evaluation resumes.
 
     Parameters
@@ -281,7 +296,8 @@ def evaluate(backend, art_folder, eval_dir, *, n_random: int = 4, budget_s: floa
     shapes = fresh_shapes(art.sidecar["envelope"]["shapes"], n_random, bounds, kind, seed)
     pool = list(art.configs)
     collect(backend, eval_dir, budget_s=budget_s, family=art.family.name, dtype=art.dtype, layout=art.layouts[0],
-            shapes=shapes, pool=pool, configs_per_shape=len(pool), protocol=protocol, seed=seed, progress=progress)
+            shapes=shapes, pool=pool, configs_per_shape=len(pool), protocol=protocol, seed=seed, progress=progress,
+            epilogues=art.epilogues)
     if before_score is not None:
         before_score()
     rows, _ = load(eval_dir)
@@ -356,6 +372,8 @@ def write_report(res: EvalResult, path) -> Path:
             *(["## Against the best tile config (vendor candidate left out)", "", format_table(res, "tile_only"), ""]
               if any("tile_only" in sub for sub in res.summary.values()) else []),
             "## In-envelope shapes", "", format_table(res, "in_envelope"), "",
+            *[line for subset in epilogue_subsets(res.per_shape) for line in
+              (f"## Problems with the {subset}", "", format_table(res, subset), "")],
             "## By shape class", "", format_by_class(res), "",
             "## Per shape", "", format_per_shape(res), ""]
     path.write_text("\n".join(text))

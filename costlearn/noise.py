@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from .collect import SESSION_ID, measure_rows
-from .dataset import current_rows, load, noise_floor, valid_rows, write_part
+from .dataset import current_rows, load, noise_floor, rows_where, valid_rows, write_part
 from .families import get_family
 from .measure import Protocol
 from .problem import Problem
@@ -42,7 +42,7 @@ RECHECK_FOLDER = "recheck"
 """Subfolder of a dataset holding its re-timings (a dataset of its own, so a
 re-timing never trains a model twice on one key)."""
 
-PAIR_KEY = ["device_slug", "family", "dtype", "layout", "m", "n", "k", "config_id", "template_hash",
+PAIR_KEY = ["device_slug", "family", "dtype", "layout", "epilogue", "m", "n", "k", "config_id", "template_hash",
             "protocol_version"]
 """Columns matching a re-timing to the row it re-timed."""
 
@@ -167,7 +167,7 @@ def across_session_pairs(rows: pd.DataFrame, rechecks: pd.DataFrame) -> pd.DataF
     # The later session's common factor on each shape: the machine's speed
     # then (a shared host drifts by tens of percent over seconds), which
     # every config of the shape shares and no ranking sees.
-    group = p.groupby(["m", "n", "k", "dtype", "layout", "session_id_recheck"])["ratio"]
+    group = p.groupby(["m", "n", "k", "dtype", "layout", "epilogue", "session_id_recheck"])["ratio"]
     shift = group.transform("median").to_numpy(np.float64)
     r = p["ratio"].to_numpy(np.float64) / shift
     p["rel_diff_shape"] = np.where(group.transform("size").to_numpy() >= 2, np.maximum(r, 1 / r) - 1, np.nan)
@@ -252,24 +252,22 @@ def recheck(backend, folder, *, shapes: int = 6, configs_per_shape: int = 4, see
         raise ValueError(f"{folder} holds no valid {backend.spec.slug} rows of protocol {protocol.version} "
                          "measured in another session to re-time")
     rng = np.random.default_rng(seed if seed is not None else int(SESSION_ID, 16) % 2**32)
-    keys = mine[["family", "dtype", "layout", "m", "n", "k"]].drop_duplicates().reset_index(drop=True)
+    keys = mine[["family", "dtype", "layout", "epilogue", "m", "n", "k"]].drop_duplicates().reset_index(drop=True)
     pick = keys.iloc[np.sort(rng.permutation(len(keys))[:shapes])]
     prov = backend.provenance()
     overhead = backend.launch_overhead_us()
     run_id = f"recheck-{uuid.uuid4().hex[:8]}"
     written, compiled = [], {}
-    for fam_name, dtype, layout, m, n, k in pick.itertuples(index=False):
+    for fam_name, dtype, layout, epi, m, n, k in pick.itertuples(index=False):
         fam = get_family(fam_name)
-        on = mine[(mine["family"] == fam_name).to_numpy(bool) & (mine["dtype"] == dtype).to_numpy(bool)
-                  & (mine["layout"] == layout).to_numpy(bool) & (mine["m"] == m).to_numpy(bool)
-                  & (mine["n"] == n).to_numpy(bool) & (mine["k"] == k).to_numpy(bool)]
+        on = mine[rows_where(mine, family=fam_name, dtype=dtype, layout=layout, epilogue=epi, m=m, n=n, k=k)]
         ids = sorted(set(on["config_id"]))
         ids = [ids[i] for i in np.sort(rng.permutation(len(ids))[:configs_per_shape])]
-        missing = [fam.config_from_id(c) for c in ids if (dtype, c) not in compiled]
-        for kern in backend.compile_many(missing, dtype) if missing else ():
-            compiled[(dtype, kern.config.config_id)] = kern
-        kernels = [compiled[(dtype, c)] for c in ids]
-        written += measure_rows(backend, kernels, Problem(int(m), int(n), int(k), dtype, layout), protocol,
+        missing = [fam.config_from_id(c) for c in ids if (dtype, epi, c) not in compiled]
+        for kern in backend.compile_many(missing, dtype, epilogue=epi) if missing else ():
+            compiled[(dtype, epi, kern.config.config_id)] = kern
+        kernels = [compiled[(dtype, epi, c)] for c in ids]
+        written += measure_rows(backend, kernels, Problem(int(m), int(n), int(k), dtype, layout, epi), protocol,
                                 overhead, prov, run_id, int(rng.integers(2**31)), repeat_index=0)
     res = RecheckResult(rows_written=len(written), shapes=len(pick))
     if written:

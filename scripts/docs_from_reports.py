@@ -10,7 +10,7 @@ Usage::
 
 The scripts that measure call :func:`update` after writing their report
 (``a100_study.py``, ``transfer_study.py``, ``bench_predict.py``,
-``bench_noise.py``, ``model_study.py``, ``ood_study.py``, ``lut_study.py``); ``costlearn
+``bench_noise.py``, ``model_study.py``, ``ood_study.py``, ``lut_study.py``, ``epilogue_study.py``); ``costlearn
 evaluate --report reports/pocl_eval.md`` and ``costlearn dispatch --out
 reports/dispatch`` write theirs, then run this script.
 """
@@ -128,6 +128,10 @@ def ood(reports: Path) -> str:
 
 def lut(reports: Path) -> str:
     return _demote(_drop_title((reports / "inductor_lut.md").read_text()), 2)
+
+
+def epilogue(reports: Path) -> str:
+    return _demote(_drop_title((reports / "epilogue_study.md").read_text()), 2)
 
 
 def dispatch(reports: Path) -> str:
@@ -258,7 +262,7 @@ class Block:
 BLOCKS = (Block("lolo", "docs/results.md", lolo), Block("transfer", "docs/results.md", transfer),
           Block("noise", "docs/results.md", noise), Block("eval", "docs/results.md", evaluation),
           Block("model-study", "docs/results.md", model_study), Block("speed", "docs/results.md", speed),
-          Block("lut", "docs/results.md", lut),
+          Block("lut", "docs/results.md", lut), Block("epilogue", "docs/results.md", epilogue),
           Block("ood", "docs/guide.md", ood), Block("dispatch", "docs/guide.md", dispatch),
           Block("headline", "README.md", headline))
 """Every generated block, in the order written."""

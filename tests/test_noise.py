@@ -175,3 +175,36 @@ def test_filter_then_measure_returns_the_tie_set_when_it_cannot_separate(model_d
     tuner = Tuner(pred, TuningDB(tmp_path / "u.sqlite", create=True), Apart(rows, spec=pred.spec))
     p = tuner.tune(pred.problem(*shape), measure_top_k=3)
     assert p.config.config_id == top[0] and p.tied_with == ()
+
+
+def test_a_retiming_pairs_only_with_the_row_of_its_epilogue():
+    """Regression: the pairing key had no epilogue, so re-timing a shape's
+    bias row was compared with the same config's epilogue-free row too."""
+    from costlearn.dataset import _conform
+    from costlearn.noise import across_session_pairs
+    first = _conform(pd.DataFrame(_rows([100.0], "s1", epilogue="none") + _rows([300.0], "s1", epilogue="bias")),
+                     upgrade=True)
+    later = _conform(pd.DataFrame(_rows([330.0], "s2", epilogue="bias")), upgrade=True)
+    pairs = across_session_pairs(first, later)
+    assert len(pairs) == 1 and pairs["epilogue"].tolist() == ["bias"] and np.isclose(pairs["rel_diff"].iloc[0], 0.1)
+
+
+@needs_opencl
+def test_recheck_retimes_an_epilogue_row_with_its_epilogue(tmp_path):
+    from costlearn.backends import get_backend
+    from costlearn.collect import collect
+    from costlearn.dataset import load
+    from costlearn.families.gemm import GemmConfig
+    from costlearn.measure import Protocol
+    from costlearn.noise import RECHECK_FOLDER, recheck
+    import costlearn.noise
+    be = get_backend("opencl")
+    proto = Protocol(rounds=3, max_rounds=3, min_sample_us=100.0)
+    collect(be, tmp_path, shapes=[(40, 48, 24)], pool=[GemmConfig(16, 16, 8, 2, 2)], protocol=proto,
+            progress=False, epilogues=("bias_relu",))
+    df, _ = load(tmp_path)
+    df.assign(session_id="an-earlier-session").pipe(lambda d: d.to_parquet(next(tmp_path.glob("part-*.parquet"))))
+    res = recheck(be, tmp_path, shapes=1, configs_per_shape=1, protocol=proto, seed=0)
+    again, _ = load(tmp_path / RECHECK_FOLDER)
+    assert res.rows_written == 1 and again["epilogue"].tolist() == ["bias_relu"] and again["status"].tolist() == ["ok"]
+    assert costlearn.noise.across_session_pairs(df.assign(session_id="x"), again)["epilogue"].tolist() == ["bias_relu"]

@@ -229,3 +229,36 @@ def test_relative_models_dir_is_not_cached_across_chdir(device_name, tmp_path, m
     (tmp_path / "models").mkdir()                  # another, empty store of the same relative name
     with pytest.raises(ValueError, match="no model"):
         predict_best(48, 64, 96, device=device_name, models_dir="models")
+
+
+def test_an_epilogue_is_part_of_the_problem_asked_cached_and_answered(dev, model_dir):
+    """The committed model knows the four epilogues: each is answered and
+    carried in the Prediction; the repeated-problem cache keeps them apart;
+    the same shape without an epilogue is answered as before."""
+    from costlearn.problem import EPILOGUES
+    pred = Predictor(model_dir)
+    assert pred.epilogues == EPILOGUES
+    plain = predict_best(48, 300, 20, device=dev)
+    got = {e: predict_best(48, 300, 20, device=dev, epilogue=e) for e in EPILOGUES}
+    assert {e: p.epilogue for e, p in got.items()} == {e: e for e in EPILOGUES}
+    assert got["none"] is plain and got["bias_gelu"].problem.epilogue == "bias_gelu"
+    assert [p.epilogue for p in costlearn.predict_many([(48, 300, 20, "NN", "bias_relu"), (48, 300, 20)],
+                                                        device=dev)] == ["bias_relu", "none"]
+    assert pred.predict_best(48, 300, 20, epilogue="bias").config == got["bias"].config
+
+
+def test_an_unknown_or_untrained_epilogue_is_refused_naming_it(dev, model_dir, tmp_path):
+    with pytest.raises(ValueError, match=r"epilogue='silu'; allowed: \['none', 'bias', 'bias_relu', 'bias_gelu'\]"):
+        predict_best(4, 4, 4, device=dev, epilogue="silu")
+    import json
+    import shutil
+    folder = tmp_path / "m"
+    shutil.copytree(model_dir, folder)
+    side = json.loads((folder / "model.json").read_text())
+    side["epilogues"] = ["none"]                          # a model trained without epilogues
+    (folder / "model.json").write_text(json.dumps(side))
+    pred = Predictor(folder)
+    with pytest.raises(ValueError, match="epilogue='bias': the .* was trained on epilogues \\['none'\\]; collect"):
+        pred.predict_best(4, 4, 4, epilogue="bias")
+    with pytest.raises(ValueError, match="serves dtype 'float32', layouts \\['NN'\\], epilogues \\['none'\\]"):
+        pred.predict_many([costlearn.Problem(4, 4, 4, epilogue="bias_relu")])
