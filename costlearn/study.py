@@ -109,7 +109,8 @@ def decision_scores(predictor, rows: pd.DataFrame, best_fixed=None) -> pd.DataFr
     """
     fam = predictor.artifact.family
     rows = rows[rows_where(rows, family=fam.name, dtype=predictor.dtype)
-                & rows["layout"].isin(set(predictor.layouts)).to_numpy(bool)]
+                & rows["layout"].isin(set(predictor.layouts)).to_numpy(bool)
+                & rows["epilogue"].isin(set(predictor.epilogues)).to_numpy(bool)]
     if rows.empty:
         raise ValueError(f"no valid {fam.name}/{predictor.dtype} measurement of layouts {list(predictor.layouts)} "
                          "to score")
@@ -121,15 +122,15 @@ def decision_scores(predictor, rows: pd.DataFrame, best_fixed=None) -> pd.DataFr
         bf = pd.Series(best_fixed.predict(cand), index=cand.index)
     out = []
     for key, g in med.groupby(list(PROBLEM_COLUMNS), sort=True, observed=True):
-        m, n, k, dtype, layout = key
-        problem = Problem(int(m), int(n), int(k), str(dtype), str(layout))
+        m, n, k, dtype, layout, epilogue = key
+        problem = Problem(int(m), int(n), int(k), str(dtype), str(layout), str(epilogue))
         times = dict(zip(g["config_id"].astype(str), g["time_us"]))
         best = min(times.values())
         tiles = [t for c, t in times.items() if c != VENDOR_CONFIG_ID]
         best_tile = min(tiles) if tiles else math.nan
         p = predictor.predict(problem, TOP_K)
         pick = p.config.config_id
-        rec = dict(m=int(m), n=int(n), k=int(k), dtype=str(dtype), layout=str(layout),
+        rec = dict(m=int(m), n=int(n), k=int(k), dtype=str(dtype), layout=str(layout), epilogue=str(epilogue),
                    source=str(g["source"].iloc[0]), candidates=len(times), pick=pick, chosen_by=p.chosen_by,
                    pick_measured=pick in times, ood=p.ood, ood_reasons="; ".join(p.ood_reasons))
         rec["top1_regret"] = times[pick] / best - 1.0 if pick in times else math.nan

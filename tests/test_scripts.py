@@ -67,3 +67,23 @@ def test_ood_study_flag_rates_without_measuring(tmp_path):
     assert out.returncode == (0 if like <= 5 and min(far) >= 95 else 1)      # the status follows the bars
     assert "| drawn like the training shapes | 300 |" in out.stdout
     assert "| outside the trained ranges | 300 |" in out.stdout
+
+
+def test_the_epilogue_study_counts_a_changed_best_config_only_beyond_the_noise():
+    """Shape A: with the bias the best config changes, by 20 %; shape B:
+    it changes by 1 %, within a 3 % noise floor (counted as no change);
+    shape C has no epilogue-free rows and is not scored."""
+    import pandas as pd
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from epilogue_study import best_config_change
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    rows = []
+    for (m, e), times in {(1, "none"): [10, 12], (1, "bias"): [15, 12.5],
+                          (2, "none"): [10, 20], (2, "bias"): [10.1, 10.0], (3, "bias"): [5, 6]}.items():
+        rows += [dict(m=m, n=8, k=8, epilogue=e, config_id=c, time_us=t) for c, t in zip("xy", times)]
+    ch = best_config_change(pd.DataFrame(rows), noise=0.03).set_index("m")
+    assert ch.loc[1, "changed"] and abs(ch.loc[1, "regret"] - 0.2) < 1e-12
+    assert not ch.loc[2, "changed"] and ch.loc[2, "regret"] == 0.0
+    assert 3 not in ch.index and abs(ch.loc[1, "slowdown"] - ((1.5 + 12.5 / 12) / 2 - 1)) < 1e-12
