@@ -106,7 +106,7 @@ class Problem:
         if type(m) is int and type(n) is int and type(k) is int and 0 < m <= MAX_EXTENT \
                 and 0 < n <= MAX_EXTENT and 0 < k <= MAX_EXTENT and type(self.dtype) is str \
                 and type(self.layout) is str and self.dtype in DTYPES and self.layout in LAYOUTS \
-                and self.epilogue in _EPILOGUE_SET:
+                and type(self.epilogue) is str and self.epilogue in _EPILOGUE_SET:
             return                                   # the common case, checked in one expression
         for name, v in (("M", m), ("N", n), ("K", k)):
             try:

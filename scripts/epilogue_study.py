@@ -4,8 +4,8 @@ the committed PoCL data (issue 26).
 
 Two sources, both measured by ``costlearn collect`` on this device:
 
-1. **Fresh shapes, every epilogue, every candidate** (``<data>/eval``,
-   written by ``costlearn evaluate``): each shape is measured with each
+1. **Fresh shapes, every epilogue, every candidate** (``--eval``, default
+   ``<data>/eval-epilogues``, written by ``costlearn evaluate --out``): each shape is measured with each
    epilogue, every candidate of the model, in one session. Per shape and
    epilogue e: the measured best config with e against the best without an
    epilogue, and the regret of launching the epilogue-free best with e,
@@ -25,7 +25,7 @@ best measured.
 
 Usage::
 
-    python scripts/epilogue_study.py [--data data/ocl-pthread-amd-epyc-1w] [--models models]
+    python scripts/epilogue_study.py [--data data/ocl-pthread-amd-epyc-1w] [--eval DIR] [--models models]
 
 Writes ``reports/epilogue_study.md`` and the ``epilogue`` block of
 ``docs/results.md`` (:mod:`docs_from_reports`).
@@ -114,12 +114,14 @@ def model_table(art, rows: pd.DataFrame, noise: float) -> tuple[list, dict]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=str(ROOT / "data" / "ocl-pthread-amd-epyc-1w"))
+    ap.add_argument("--eval", default=None, help="fresh measurements of every epilogue (default: <data>/eval-epilogues)")
     ap.add_argument("--models", default=str(ROOT / "models"))
     ap.add_argument("--out", default=str(ROOT / "reports" / "epilogue_study.md"))
     args = ap.parse_args(argv)
     data = Path(args.data)
     train = valid_rows(current_rows(load(data)[0])[0])
-    fresh = valid_rows(current_rows(load(data / "eval")[0])[0])
+    eval_dir = Path(args.eval) if args.eval else data / "eval-epilogues"
+    fresh = valid_rows(current_rows(load(eval_dir)[0])[0])
     fresh = fresh[fresh.groupby(SHAPE)["epilogue"].transform("nunique") == len(EPILOGUES)]
     noise_fresh, noise_train = noise_floor(fresh), noise_floor(train)
     ch_fresh = best_config_change(fresh, noise_fresh)

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from costlearn.device import PRESETS, DeviceSpec, device_slug, preset
@@ -127,6 +129,24 @@ def test_problem_rejects_unknown_dtype_and_layout_and_the_family_its_unsupported
         GEMM.check_problem(Problem(1, 1, 1, "float16"))
     with pytest.raises(ValueError, match="supports \\['NN'\\]"):
         GEMM.check_problem(Problem(1, 1, 1, "float32", "NT"))
+
+
+@pytest.mark.parametrize("bad", ["gelu", "BIAS", None, ["bias"], 3])
+def test_problem_rejects_an_unknown_epilogue_naming_it_and_the_allowed(bad):
+    """Regression: an unhashable epilogue (a list) raised a bare TypeError."""
+    with pytest.raises(ValueError, match=f"epilogue={re.escape(repr(bad))}; allowed: \\['none', 'bias'"):
+        Problem(1, 1, 1, epilogue=bad)
+
+
+def test_a_family_that_fuses_no_epilogue_refuses_one_and_problems_print_theirs():
+    from costlearn.families.base import KernelFamily
+    assert GEMM.epilogues == ("none", "bias", "bias_relu", "bias_gelu") and KernelFamily.epilogues == ("none",)
+    p = Problem(3, 4, 5, epilogue="bias_relu")
+    assert str(p) == "3x4x5 float32 NN +bias_relu" and p.epilogue_flops == 3 * 4 * 2
+    assert str(Problem(3, 4, 5)) == "3x4x5 float32 NN" and p != Problem(3, 4, 5)
+    with pytest.raises(ValueError, match="epilogue='bias': the 'stand_in' family fuses \\['none'\\]"):
+        type("StandIn", (GEMM.__class__,), {"name": "stand_in", "epilogues": ("none",)})().check_problem(
+            Problem(1, 1, 1, epilogue="bias"))
 
 
 def test_problem_turns_numpy_ints_into_python_ints():
