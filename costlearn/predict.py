@@ -517,7 +517,8 @@ class Predictor:
                      running_on: DeviceSpec | None = None, epilogue: str = "none") -> Prediction:
         """:meth:`predict` of :meth:`problem` (M, N, K); a repeated problem
         is answered from a cache."""
-        if type(m) is int and type(n) is int and type(k) is int and type(top_k) is int and running_on is None:
+        if type(m) is int and type(n) is int and type(k) is int and type(top_k) is int and running_on is None \
+                and type(epilogue) is str and (layout is None or type(layout) is str):
             hit = self._results.get((m, n, k, layout or self.layouts[0], top_k, epilogue))
             if hit is not None:
                 return hit
@@ -624,7 +625,8 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
     """
     # Hot path: a problem this process has answered, plain ints, no options.
     if type(M) is int and type(N) is int and type(K) is int and type(top_k) is int and type(measure_top_k) is int \
-            and not measure_top_k and running_on is None and backend is None and tuning_db is None:
+            and not measure_top_k and running_on is None and backend is None and tuning_db is None \
+            and type(layout) is str and type(epilogue) is str:
         pred = _LOADED.get((device, family, dtype, store_key(models_dir))) \
             if (device is None or type(device) is str) and (models_dir is None or type(models_dir) is str) else None
         if pred is not None:

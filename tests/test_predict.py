@@ -262,3 +262,16 @@ def test_an_unknown_or_untrained_epilogue_is_refused_naming_it(dev, model_dir, t
         pred.predict_best(4, 4, 4, epilogue="bias")
     with pytest.raises(ValueError, match="serves dtype 'float32', layouts \\['NN'\\], epilogues \\['none'\\]"):
         pred.predict_many([costlearn.Problem(4, 4, 4, epilogue="bias_relu")])
+
+
+@pytest.mark.parametrize("bad", [["bias"], {"e": 1}])
+def test_an_unhashable_epilogue_or_layout_is_a_clear_error_not_a_cache_crash(dev, bad):
+    """Regression: the repeated-problem cache looked the value up as a dict
+    key first, so a list raised 'unhashable type'."""
+    predict_best(4, 4, 4, device=dev)
+    with pytest.raises(ValueError, match="epilogue="):
+        predict_best(4, 4, 4, device=dev, epilogue=bad)
+    with pytest.raises(ValueError, match="layout="):
+        predict_best(4, 4, 4, device=dev, layout=bad)
+    with pytest.raises(ValueError, match="epilogue="):
+        Predictor(costlearn.predict.load_predictor(dev).artifact.path).predict_best(4, 4, 4, epilogue=bad)
