@@ -335,19 +335,20 @@ def format_per_shape(res: EvalResult) -> str:
     """Markdown per-shape table: top-1 regret of each model, the measured
     best time, the candidate count and the OOD flag."""
     ps = res.per_shape
-    key = ["m", "n", "k"] + (["layout"] if "layout" in ps and ps["layout"].nunique() > 1 else [])
+    extra = [c for c in ("layout", "epilogue") if c in ps and ps[c].nunique() > 1]   # columns that vary
+    key = ["m", "n", "k"] + extra
     p = ps.pivot_table(index=key, columns="model", values="top1_regret")
     meta = ps[ps["model"] == res.model].set_index(key)
     models = [c for c in res.models if c in p.columns]
     vendor = res.vendor_us or {}
-    head = ("| M | N | K | " + ("layout | " if len(key) > 3 else "") + "class | candidates | best µs | "
+    head = ("| M | N | K | " + "".join(f"{c} | " for c in extra) + "class | candidates | best µs | "
             + " | ".join(f"{c} top-1" for c in models)
             + " | model top-5 | τ | OOD |" + (" vendor µs | best / vendor throughput |" if vendor else ""))
     lines = [head, _rule(head)]
     for kv, r in p.iterrows():
         m, n, k = kv[:3]
         mt = meta.loc[kv]
-        lines.append(f"| {m} | {n} | {k} | " + (f"{kv[3]} | " if len(key) > 3 else "")
+        lines.append(f"| {m} | {n} | {k} | " + "".join(f"{v} | " for v in kv[3:])
                      + f"{mt['shape_class']} | {int(mt['n_candidates'])} | "
                      f"{mt['best_time_us']:.1f} | " + " | ".join(f"{r[c]:.1%}" for c in models)
                      + f" | {mt['top5_regret']:.1%} | {mt['kendall_tau']:.2f} | "
