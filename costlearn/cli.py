@@ -431,7 +431,7 @@ def train_stage(data, models_root, *, family: str | None, dtype: str | None, mod
         res = train(folder, models_root or default_models_dir(), family=fam, dtype=dt, model=model,
                     settings=settings)
         print(f"trained {model} on {res.rows} {res.family}/{res.dtype} rows of {folder} (device {res.device}) over "
-              f"{res.shapes} problems in {time.perf_counter() - t0:.1f}s -> {res.path.parent}"
+              f"{res.shapes} shapes in {time.perf_counter() - t0:.1f}s -> {res.path.parent}"
               + (" (replaced the model that was there)" if res.replaced else ""))
         sl = json.loads((res.path).read_text()).get("shortlist")
         if sl:

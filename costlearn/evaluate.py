@@ -245,7 +245,7 @@ def header_lines(res: EvalResult) -> list[str]:
     data = f" from {i['data']}" if i.get("data") else ""
     lines = [f"Model: {i.get('device')}/{i.get('family')}/{i.get('dtype')} {i.get('model')} {i.get('sha256')} "
              f"in {i.get('folder')}, for the device {i.get('device_name')}, trained on {i.get('rows')} "
-             f"rows{trained_on} over {i.get('shapes')} problems.",
+             f"rows{trained_on} over {i.get('shapes')} shapes.",
              f"Evaluated: {len(res.rows)} measurements{data} over {n_problems} problems. "
              f"{datetime.now(timezone.utc).isoformat(timespec='seconds')}, costlearn {__version__}."]
     if res.hidden_by_noise:

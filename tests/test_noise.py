@@ -153,6 +153,7 @@ def test_filter_then_measure_returns_the_tie_set_when_it_cannot_separate(model_d
     from costlearn.tuning_db import TuningDB
     pred = Predictor(model_dir)
     rows = valid_rows(load(dataset_dir)[0])
+    rows = rows[rows["epilogue"] == "none"]             # the problems asked below have no epilogue
     recorded = rows.groupby(["m", "n", "k"])["config_id"].apply(set).to_dict()
     shape = next(s for s, ids in recorded.items() if {c.config_id for c, _ in pred.predict_best(*s).top_k[:3]} <= ids)
     top = [c.config_id for c, _ in pred.predict_best(*shape).top_k[:3]]
