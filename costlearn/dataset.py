@@ -29,7 +29,8 @@ __all__ = ["SCHEMA_VERSION", "COLUMNS", "ADDED_COLUMNS", "NOT_IMPORTED", "IMPORT
 
 SCHEMA_VERSION = 6
 """6 added ``epilogue`` (:data:`costlearn.problem.EPILOGUES`; parts written
-before it are read as ``"none"``: their kernels fused nothing); 5 added ``rse``, ``stop_reason``, ``tied_best``, ``samples_us`` (how a
+before it are read as ``"none"``: their kernels fused nothing); 5 added
+``rse``, ``stop_reason``, ``tied_best``, ``samples_us`` (how a
 row's sampling went, :func:`costlearn.measure.measure_shape`),
 ``session_id`` (the measuring process) and ``device_settings`` (the
 backend's settings that are part of the device's identity, JSON); 4 added ``source_format``, ``source_file``, ``source_sha256`` and

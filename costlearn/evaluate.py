@@ -23,7 +23,8 @@ from .sampler import ShapeBounds, sample_shapes, shape_class
 from .space import tile_fits_problem
 from .version import __version__
 
-__all__ = ["fresh_shapes", "evaluate", "score", "epilogue_subsets", "ranked_rows", "EvalResult", "format_table", "format_per_shape",
+__all__ = ["fresh_shapes", "evaluate", "score", "epilogue_subsets",
+           "ranked_rows", "EvalResult", "format_table", "format_per_shape",
            "format_by_class", "write_report", "write_plots", "FIXED_SHAPES"]
 
 FIXED_SHAPES = {

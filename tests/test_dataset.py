@@ -26,7 +26,8 @@ def test_parts_round_trip_and_leave_no_temporary_file(tmp_path):
     df, rep = load(tmp_path)
     assert sorted(df["m"]) == [4, 7, 8] and rep.parts == 2 and not rep.corrupt
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
-    assert ("dev", "gemm", "float32", "NN", "none", 7, 5, 6, "m4n8k4_t1x1_outer_p0_row", "abc", 1, "x", 0.0) in measured_keys(df)
+    assert ("dev", "gemm", "float32", "NN", "none", 7, 5, 6, "m4n8k4_t1x1_outer_p0_row", "abc", 1, "x", 0.0) \
+        in measured_keys(df)
 
 
 def test_corrupt_part_is_reported_not_used(tmp_path):

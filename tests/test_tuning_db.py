@@ -389,7 +389,8 @@ def _schema_2_file(path):
     import sqlite3
     with sqlite3.connect(path) as c:
         c.execute("CREATE TABLE tuned (m INTEGER NOT NULL, n INTEGER NOT NULL, k INTEGER NOT NULL, "
-                  "dtype TEXT NOT NULL, layout TEXT NOT NULL, family TEXT NOT NULL, device TEXT NOT NULL, template_hash TEXT NOT NULL, "
+                  "dtype TEXT NOT NULL, layout TEXT NOT NULL, family TEXT NOT NULL, device TEXT NOT NULL, "
+                  "template_hash TEXT NOT NULL, "
                   "costlearn_version TEXT NOT NULL, config_id TEXT NOT NULL, how TEXT NOT NULL, time_us REAL NOT NULL, "
                   "times_json TEXT NOT NULL, source TEXT NOT NULL, updated TEXT NOT NULL, PRIMARY KEY (m, n, k, "
                   "dtype, layout, family, device, template_hash, costlearn_version))")

@@ -18,7 +18,8 @@ import re
 
 from .config import VENDOR, TritonMMConfig, VendorCall
 
-__all__ = ["INDUCTOR_GROUP_M", "VENDOR_CHOICE", "config_from_choice", "TRITON_TEMPLATE_ID", "VENDOR_TEMPLATE_ID", "VENDOR_TEMPLATE_IDS",
+__all__ = ["INDUCTOR_GROUP_M", "VENDOR_CHOICE", "config_from_choice", "TRITON_TEMPLATE_ID", "VENDOR_TEMPLATE_ID",
+           "VENDOR_TEMPLATE_IDS",
            "lut_entry", "config_from_entry"]
 
 INDUCTOR_GROUP_M = 8
