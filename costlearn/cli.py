@@ -706,7 +706,8 @@ def cmd_dispatch(args) -> int:
         noise = noise_floors(eval_dir, rows).tie
         ev = evaluate_dispatch(d, pred, rows, noise_rel=noise)
         if ev.empty:
-            say(f"no measured shape in {eval_dir} lies in the ranges; add --measure N")
+            fused = "" if args.epilogue == "none" else f" with the epilogue {args.epilogue}"
+            say(f"no measured shape{fused} in {eval_dir} lies in the ranges; add --measure N")
         else:
             say()
             when = "" if args.measure else " earlier (--measure N measures fresh shapes now)"

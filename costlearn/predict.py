@@ -170,8 +170,10 @@ class Predictor:
         model's dtype, or of a layout or epilogue it was trained on."""
         if problem.dtype != self.dtype or problem.layout not in self.layouts \
                 or problem.epilogue not in self.epilogues:
+            fix = "" if problem.epilogue in self.epilogues else \
+                f"; collect rows with it (`costlearn collect --epilogues {problem.epilogue}`) and retrain"
             raise ValueError(f"{where} {problem}: the {self.source} serves dtype {self.dtype!r}, layouts "
-                             f"{list(self.layouts)}, epilogues {list(self.epilogues)}")
+                             f"{list(self.layouts)}, epilogues {list(self.epilogues)}{fix}")
 
     def feasible(self, problem: Problem) -> np.ndarray:
         """Candidates whose block tile fits ``problem`` (the problem rule of

@@ -260,7 +260,8 @@ def test_an_unknown_or_untrained_epilogue_is_refused_naming_it(dev, model_dir, t
     pred = Predictor(folder)
     with pytest.raises(ValueError, match="epilogue='bias': the .* was trained on epilogues \\['none'\\]; collect"):
         pred.predict_best(4, 4, 4, epilogue="bias")
-    with pytest.raises(ValueError, match="serves dtype 'float32', layouts \\['NN'\\], epilogues \\['none'\\]"):
+    with pytest.raises(ValueError, match="serves dtype 'float32', layouts \\['NN'\\], epilogues \\['none'\\]; "
+                                         "collect rows with it \\(`costlearn collect --epilogues bias_relu`\\)"):
         pred.predict_many([costlearn.Problem(4, 4, 4, epilogue="bias_relu")])
 
 

@@ -118,7 +118,8 @@ class ImportReport:
             s.append(f"left out {self.duplicates} measurements already in the folder (the same lines of an earlier "
                      "import of this log)")
         if self.skipped:
-            s.append(f"skipped {len(self.skipped)} malformed lines:")
+            s.append(f"skipped {len(self.skipped)} line{'s' if len(self.skipped) != 1 else ''} (malformed, or "
+                     "nothing costlearn maps):")
             s += [f"  line {ln}: {why}" for ln, why in self.skipped[:max_lines]]
             if len(self.skipped) > max_lines:
                 s.append(f"  ... and {len(self.skipped) - max_lines} more")
