@@ -166,8 +166,15 @@ class Predictor:
         return p
 
     def check_served(self, problem: Problem, where: str = "problem") -> None:
-        """Raise ValueError (naming ``where``) if ``problem`` is not of this
-        model's dtype, or of a layout or epilogue it was trained on."""
+        """Check that this model serves ``problem``.
+
+        Raises
+        ------
+        ValueError
+            Naming ``where`` and what the model serves, if ``problem`` is not
+            of this model's dtype, or of a layout or epilogue it was trained
+            on (for an epilogue, also what to collect).
+        """
         if problem.dtype != self.dtype or problem.layout not in self.layouts \
                 or problem.epilogue not in self.epilogues:
             fix = "" if problem.epilogue in self.epilogues else \

@@ -58,6 +58,9 @@ and a bias that is one row broadcast over the output's rows is the ``bias``
 epilogue; other ``addmm`` keys (a scaled or full-matrix bias) and other ops
 (``bmm``, ...) are left out, naming why."""
 
+_KEY = re.compile(r"(?:(?P<dev>.+?)\+)?(?P<inputs>\(\(.*\)\))(?:\+(?P<scalars>[^+]*=[^+]*))?\+(?P<op>\w+)")
+"""A table key: [device+]((inputs))[+scalars]+op."""
+
 _ANY_INPUT = re.compile(r"\((torch\.\w+), \[([\d, ]*)\], \[([\d, ]*)\]\)")
 
 TORCH_NAME = {**{v: k for k, v in TORCH_DTYPES.items()}, "tfloat32": "torch.float32"}
@@ -207,7 +210,7 @@ def _parse_key(key: str):
     key is not a two-operand matmul key (after the bias of an ``addmm``
     key, which :func:`addmm_bias_problem` checks); the problem's epilogue
     is the op's (:data:`OP_EPILOGUES`)."""
-    m = re.fullmatch(r"(?:(?P<dev>.+?)\+)?(?P<inputs>\(\(.*\)\))(?:\+(?P<scalars>[^+]*=[^+]*))?\+(?P<op>\w+)", key)
+    m = _KEY.fullmatch(key)
     if not m:
         return None
     inputs = m.group("inputs")
@@ -239,8 +242,8 @@ def addmm_bias_problem(key: str) -> str | None:
     ``alpha`` and ``beta`` 1 (or not recorded), and a bias of the operands'
     dtype that is one length-N row broadcast over the rows: shape [N] with
     stride [1], [1, N], or [M, N] with strides [0, 1]."""
-    m = re.fullmatch(r"(?:(?P<dev>.+?)\+)?(?P<inputs>\(\(.*\)\))(?:\+(?P<scalars>[^+]*=[^+]*))?\+addmm", key)
-    if not m:
+    m = _KEY.fullmatch(key)
+    if not m or m.group("op") != "addmm":
         return "not an addmm key"
     scalars = dict(kv.split("=", 1) for kv in (m.group("scalars") or "").split("&") if "=" in kv)
     scaled = {k: v for k, v in scalars.items() if k in ("alpha", "beta") and v.strip() not in ("1", "1.0")}
