@@ -304,8 +304,8 @@ def print_collect_result(res, out, family: str, dtype: str, seed: int) -> None:
     secs = ", ".join(f"{k} {v:.1f}s" for k, v in res.seconds.items())
     if res.stopped:
         print(f"warning: {res.stopped}; rerun the same command to resume", file=sys.stderr)
-    print(f"collected {res.rows_written} rows ({res.rows_valid} valid) over {res.shapes_done} shapes; "
-          f"skipped {res.skipped} already measured; {secs}")
+    print(f"collected {res.rows_written} rows ({res.rows_valid} valid) over {res.shapes_done} problems "
+          f"(shape, epilogue); skipped {res.skipped} already measured; {secs}")
     if res.over_budget_s > max(1.0, 0.05 * res.budget_s):
         if "start" in res.seconds:                # a fleet: its workers compile the pool when they start
             why = (f"a problem started inside the budget is measured to the end, and starting the workers (each "

@@ -54,7 +54,7 @@ class CollectResult:
     rows_written, rows_valid : int
         Rows written by this call, and how many of them have status ``ok``.
     shapes_done : int
-        Shapes measured by this call.
+        Problems (a shape with one epilogue) measured by this call.
     skipped : int
         (shape, config) pairs skipped because the dataset already had them.
     seconds : dict of str to float
