@@ -29,6 +29,8 @@ by the predictor against the artifact's sidecar.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 __all__ = ["fit_envelope", "Envelope", "shape_reasons", "embed", "embed_query", "EMBED",
@@ -70,8 +72,10 @@ def embed_query(m: int, n: int, k: int) -> np.ndarray:
     extents, left to right): float64, shape (3,). The nearest training shape
     (:meth:`Envelope.nearest_index`) and the floor's evidence
     (:meth:`costlearn.floor.VendorFloor.near`) use it, so the two rankers
-    give the same bits."""
-    x0, x1, x2 = np.log2(float(m)), np.log2(float(n)), np.log2(float(k))
+    give the same bits: the logarithms are the C library's (:func:`math.log2`),
+    as the C ranker's are; numpy's may differ in the last bit on CPUs with
+    AVX-512 (:func:`costlearn.features.shape.libm_log2`)."""
+    x0, x1, x2 = math.log2(m), math.log2(n), math.log2(k)
     return x0 * EMBED[0] + x1 * EMBED[1] + x2 * EMBED[2]
 
 

@@ -409,11 +409,12 @@ class VendorFloor:
         by squared distance in the envelope's embedding, then by index; the
         vendor's over those with a finite regret), NaN, NaN without
         evidence. The rankers compute the same numbers in the same
-        arithmetic (:func:`costlearn.ranker.base.nearest_evidence`)."""
+        arithmetic (:func:`costlearn.ranker.base.nearest_evidence`, and libm's
+        :func:`math.expm1`)."""
         if not self.calibrated:
             return math.nan, math.nan
         v, w = nearest_evidence(*self.evidence(layout), self.neighbors, embed_query(m, n, k))
-        return float(np.expm1(v)), float(np.expm1(w))
+        return math.expm1(v), math.expm1(w)
 
     def evidence(self, layout: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The evidence a problem of ``layout`` looks at: its embedded

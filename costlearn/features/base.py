@@ -23,7 +23,7 @@ from ..device import DeviceSpec
 from ..dtypes import get_dtype
 from ..families import DESCRIPTION_FIELDS, get_family
 from ..problem import EPILOGUE_FLOPS, check_epilogue
-from .shape import occupancy, shape_arrays
+from .shape import libm_log2, occupancy, shape_arrays
 
 __all__ = ["FeatureSet", "ConfigTable", "CandidateFeatures", "SHAPE_FEATURES", "rows_family", "LAYOUT_FEATURES",
            "layout_names", "layout_values", "EPILOGUE_FEATURES", "epilogue_names", "epilogue_values"]
@@ -312,7 +312,9 @@ class CandidateFeatures:
     def numpy(self, m: int, n: int, k: int, rows: np.ndarray | None = None, layout: str | None = None,
               epilogue: str = "none") -> np.ndarray:
         """Features of candidates ``rows`` (all by default) at extents (m, n, k),
-        ``layout`` (default: the family's first) and ``epilogue``.
+        ``layout`` (default: the family's first) and ``epilogue``: the
+        native ranker's bits on any CPU (its logarithms are the C library's,
+        :func:`~costlearn.features.shape.libm_log2`).
 
         Parameters
         ----------
@@ -335,7 +337,7 @@ class CandidateFeatures:
             cfg = dict(block=self.block[:, idx], element_bytes=self.element_bytes, slots=self.slots[idx],
                        tile_occ=self.tile_occ[idx], fill_loads=self.fill_loads[idx])
             f = shape_arrays(np.int64(m), np.int64(n), np.int64(k), cfg, self.table.spec, self.table.dtype,
-                             *epilogue_values(epilogue, self.element_bytes))
+                             *epilogue_values(epilogue, self.element_bytes), log2=libm_log2)
             for j, nm in self._shape_cols:
                 X[:, j] = f[nm]
         return X

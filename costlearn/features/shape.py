@@ -6,11 +6,38 @@ sources are in :class:`costlearn.features.analytic.AnalyticFeatures`.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..device import DeviceSpec
 
-__all__ = ["occupancy", "shape_arrays"]
+__all__ = ["occupancy", "shape_arrays", "libm_log2"]
+
+_LIBM_LOG2 = np.frompyfunc(math.log2, 1, 1)
+
+
+def libm_log2(x):
+    """log2 of each element through the C library's ``log2`` (Python's
+    :func:`math.log2` calls it), the function the native ranker calls.
+
+    numpy's own ``np.log2`` dispatches on the CPU: with AVX-512 it takes
+    SIMD paths that round some results differently in the last bit (4 of
+    10^5 random float64 inputs on an AMD EPYC with numpy 2.4.6, none with
+    ``NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL AVX512_SPR"``). Where the
+    numpy ranker must give the native ranker's bits, it calls this instead.
+
+    Parameters
+    ----------
+    x : float or ndarray of float64, any shape
+        Positive values.
+
+    Returns
+    -------
+    float64 scalar or ndarray of float64, the shape of ``x``
+    """
+    out = _LIBM_LOG2(np.asarray(x, np.float64))
+    return np.asarray(out, np.float64) if isinstance(out, np.ndarray) else np.float64(out)
 
 
 def occupancy(threads, smem_bytes, registers, spec: DeviceSpec):
@@ -52,7 +79,7 @@ def occupancy(threads, smem_bytes, registers, spec: DeviceSpec):
 
 
 def shape_arrays(m, n, k, cfg: dict, spec: DeviceSpec, dtype: str = "float32", epilogue_flops=0.0,
-                 bias_bytes=0.0) -> dict:
+                 bias_bytes=0.0, log2=np.log2) -> dict:
     """The :data:`~costlearn.features.base.SHAPE_FEATURES` (formulas in
     :class:`AnalyticFeatures`), in the same operations and order as
     ``costlearn_shape_features`` in ``_native.c``.
@@ -73,6 +100,10 @@ def shape_arrays(m, n, k, cfg: dict, spec: DeviceSpec, dtype: str = "float32", e
         (:data:`costlearn.problem.EPILOGUE_FLOPS`) and bias bytes per output
         column (the element bytes with a bias, else 0)
         (:func:`costlearn.features.base.epilogue_values`).
+    log2 : callable
+        The base-2 logarithm: ``np.log2`` (fast, for training rows), or
+        :func:`libm_log2` where the result must be the native ranker's bits
+        on any CPU.
 
     Returns
     -------
@@ -111,14 +142,14 @@ def shape_arrays(m, n, k, cfg: dict, spec: DeviceSpec, dtype: str = "float32", e
     tiled_bytes = s * (mf * kf * gn + kf * nf * gm + mf * nf)
     bias_total = blocks.astype(np.float64) * cfg["block"][1].astype(np.float64) * eb
     out = dict(
-        log2_m=np.log2(mf), log2_n=np.log2(nf), log2_k=np.log2(kf), log2_flops=np.log2(flops),
+        log2_m=log2(mf), log2_n=log2(nf), log2_k=log2(kf), log2_flops=log2(flops),
         ai_problem_flop_per_byte=ai_prob,
-        log2_blocks=np.log2(blocks), waves=waves, last_wave_fill=last_fill, device_util_frac=util,
+        log2_blocks=log2(blocks), waves=waves, last_wave_fill=last_fill, device_util_frac=util,
         k_steps=k_steps.astype(np.float64), pipeline_fill_share=cfg["fill_loads"] / k_steps,
         padding_waste_frac=waste,
-        log2_compute_time_us=np.log2(compute_us), log2_memory_time_us=np.log2(memory_us),
-        log2_tiled_memory_time_us=np.log2(tiled_us), log2_roofline_time_us=np.log2(roof),
-        log2_roofline_corrected_time_us=np.log2(corrected),
+        log2_compute_time_us=log2(compute_us), log2_memory_time_us=log2(memory_us),
+        log2_tiled_memory_time_us=log2(tiled_us), log2_roofline_time_us=log2(roof),
+        log2_roofline_corrected_time_us=log2(corrected),
         roofline_compute_bound=(compute_us >= memory_us).astype(np.float64),
         epilogue_flops_per_element=ef + 0.0 * mf,
         epilogue_flops_per_tile=(cfg["block"][0] * cfg["block"][1]).astype(np.float64) * ef,

@@ -424,7 +424,8 @@ class NativeRanker(Ranker):
             self._lib.costlearn_rank_many(mnk.ctypes.data, p, top, width, mode, ctx[1], count.ctypes.data,
                                           index.ctypes.data, score.ctypes.data, nearest.ctypes.data, d2.ctypes.data,
                                           level.ctypes.data, vnear.ctypes.data, mnear.ctypes.data, used.ctypes.data)
-            dist, vnear, mnear = np.sqrt(d2).tolist(), np.expm1(vnear).tolist(), np.expm1(mnear).tolist()
+            dist = np.sqrt(d2).tolist()                       # IEEE-exact; the exponentials are libm's, as rank's
+            vnear, mnear = [math.expm1(v) for v in vnear.tolist()], [math.expm1(v) for v in mnear.tolist()]
             for j, (i, c, lv, u, near) in enumerate(zip(idx, count.tolist(), level.tolist(), used.tolist(),
                                                         nearest.tolist())):
                 out[i] = RankResult(index[j, :c], score[j, :c], near, dist[j], lv < 2, lv, vnear[j], mnear[j],

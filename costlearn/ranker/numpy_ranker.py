@@ -1,11 +1,14 @@
 """The numpy ranker: the reference the native ranker is tested against, and
 the fallback where no C compiler works. Same steps, same arithmetic in the
-same order, same bits (see ``costlearn_rank`` in ``_native.c``)."""
+same order, same bits (see ``costlearn_rank`` in ``_native.c``) on any CPU: every
+logarithm and exponential is the C library's, as the native ranker's
+(:func:`costlearn.features.shape.libm_log2`, :func:`math.expm1`), never
+numpy's, whose SIMD paths round differently with AVX-512."""
 from __future__ import annotations
 
-import numpy as np
-
 import math
+
+import numpy as np
 
 from ..envelope import embed_query
 from .base import LEVEL_ALL, Ranker, RankResult, nearest_evidence
@@ -36,7 +39,7 @@ class NumpyRanker(Ranker):
         near, dist = self.envelope.nearest_index(m, n, k) if len(self.envelope.shapes) else (-1, float("inf"))
         vnear, mnear = nearest_evidence(*self.evidence_arrays(problem.layout), embed_query(m, n, k)) \
             if self.evidence is not None else (math.nan, math.nan)
-        vnear, mnear = float(np.expm1(vnear)), float(np.expm1(mnear))
+        vnear, mnear = math.expm1(vnear), math.expm1(mnear)      # libm's, as the native ranker's
         cand = np.flatnonzero(mask)
         if cascade and shortlist and ruled and self.shortlist is not None and level != LEVEL_ALL and len(cand) \
                 and problem.epilogue == "none":               # the table is built for epilogue-free problems

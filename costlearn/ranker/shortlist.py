@@ -182,7 +182,7 @@ class Shortlist:
         if tab is None:
             return None
         idx, res = tab
-        f = [float(np.log2(float(v))) / self.step for v in (problem.m, problem.n, problem.k)]
+        f = [math.log2(v) / self.step for v in (problem.m, problem.n, problem.k)]   # libm's, as in C
         i0 = [math.floor(v) for v in f]
         if any(i < 0 or i + 1 >= n for i, n in zip(i0, self.n)):
             return None
