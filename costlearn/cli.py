@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from .backends import auto_name, get_backend, local_device, measuring_backends
-from .device import PRESET_SOURCES, DeviceSpec, preset
+from .device import PRESET_SOURCES, PRESETS, DeviceSpec, preset
 from .dtypes import dtype_names
 from .families import FAMILIES, CompilerUnavailable, get_family
 from .measure import Protocol
@@ -42,14 +42,49 @@ from .version import __version__
 __all__ = ["main"]
 
 _EPILOG = """\
-typical use, once per device class:
-  costlearn collect --budget 600          # measure random shapes x tiles into data/<device>/
-  costlearn train                         # fit models/<device>/<family>/<dtype>/ from data/<device>/
-  costlearn predict 1 1024 1024           # best tile for M=1, N=1024, K=1024
-  costlearn evaluate                      # measure fresh shapes, print regret vs baselines
+typical use, once per device class (out/ keeps yours apart from a source tree's committed data/ and models/):
+  costlearn collect --budget 600 --data out/data                # measure random shapes x tiles into out/data/<device>/
+  costlearn train --data out/data --models out/models           # fit out/models/<device>/<family>/<dtype>/
+  costlearn predict 1 1024 1024 --models out/models             # best tile for M=1, N=1024, K=1024
+  costlearn evaluate --data out/data --models out/models        # measure fresh shapes, print regret vs baselines
 or all four at once:
-  costlearn run --budget 180
+  costlearn run --budget 180 --data out/data --models out/models
+
+each flag means one thing in every command: --device the backend that measures (auto, cuda, opencl, triton),
+--preset a named device's description (h200, h100, a100), --model a model's device folder in the store,
+--models the store's root, --learner the cost model train fits, --data a dataset folder or root,
+--dtype an element type (one, or several where a command filters by it), --shapes shapes given as M N K.
 """
+
+
+class _OldSpelling(argparse.Action):
+    """A flag's spelling before the flags were made to mean one thing in
+    every command, kept for one release: it sets the new flag's value,
+    hidden from ``--help``, and :func:`main` prints a note naming the new one."""
+
+    def __init__(self, option_strings, dest, new: str = "", **kwargs):
+        self.new = new
+        kwargs["help"] = argparse.SUPPRESS
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        notes = list(getattr(namespace, "renamed_flags", None) or [])
+        notes.append((option_string, self.new))
+        namespace.renamed_flags = notes
+
+
+def _old_spelling(p, old: str, new: str, **kwargs) -> None:
+    """Accept ``old`` for one release as a hidden spelling of ``new`` (same dest)."""
+    dest = new.lstrip("-").replace("-", "_")
+    p.add_argument(old, dest=dest, action=_OldSpelling, new=new, default=argparse.SUPPRESS, **kwargs)
+
+
+def _renamed_notes(args) -> list:
+    """The notes :func:`main` prints for old flag spellings used."""
+    return [f"note: `costlearn {args.command} {old}` is now `{new}`; {old} will stop meaning this in the next "
+            "release (the flags mean one thing in every command: `costlearn --help`)"
+            for old, new in getattr(args, "renamed_flags", None) or []]
 
 
 def _number(kind: type, lo: float, strict: bool, what: str):
@@ -106,12 +141,22 @@ def _add_device_arg(p, what: str):
                    help=f"backend {what}; auto = CUDA if CuPy sees a GPU, else OpenCL (default: auto)")
 
 
+def _dtype_support() -> str:
+    return "; ".join(f"{n}: {', '.join(get_family(n).dtypes)}" for n in FAMILIES.names())
+
+
+def _add_dtypes_arg(p, default: str) -> None:
+    """--dtype of a command that filters by it: one or more, the flag repeatable."""
+    p.add_argument("--dtype", nargs="+", action="extend", default=None, choices=dtype_names(), metavar="DTYPE",
+                   help=f"element types of A and B, one or more ({', '.join(dtype_names())}; the flag may be "
+                   f"repeated) (default: {default})")
+
+
 def _add_problem_args(p, layout: bool = False, epilogue: bool = False):
     """--family and --dtype (and --layout, --epilogue), choices from the registries."""
     p.add_argument("--family", default="gemm", choices=FAMILIES.names(), help="kernel family (default: gemm)")
-    support = "; ".join(f"{n}: {', '.join(get_family(n).dtypes)}" for n in FAMILIES.names())
     p.add_argument("--dtype", default="float32", choices=dtype_names(),
-                   help=f"element type of A and B; each family supports some ({support}) (default: float32)")
+                   help=f"element type of A and B; each family supports some ({_dtype_support()}) (default: float32)")
     if layout:
         p.add_argument("--layout", default="NN", choices=LAYOUTS,
                        help="A then B: N row-major, T column-major (default: NN)")
@@ -121,9 +166,10 @@ def _add_problem_args(p, layout: bool = False, epilogue: bool = False):
                        "row, then ReLU or the tanh GELU (default: none)")
 
 
-def _add_measure_args(p, data: str = "data"):
+def _add_measure_args(p, data: str | None = "data", data_help: str | None = None):
     _add_device_arg(p, "to measure on")
-    p.add_argument("--data", default=data, help=f"dataset root; rows go to <data>/<device>/ (default: {data})")
+    p.add_argument("--data", default=data,
+                   help=data_help or f"dataset root; rows go to <data>/<device>/ (default: {data})")
     p.add_argument("--rounds", type=_positive_int, default=5,
                    help="interleaved timing rounds every candidate gets (default: 5)")
     p.add_argument("--target-rse", type=_rse_target, default=0.01,
@@ -264,7 +310,7 @@ def recheck_in_new_session(device: str, folder, shapes: int, protocol) -> int:
     src = str(Path(costlearn.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH", "")]))
     cmd = [sys.executable, "-m", "costlearn", "recheck", "--device", device, "--data", str(folder),
-           "--shapes", str(shapes), "--rounds", str(protocol.rounds), "--target-rse", str(protocol.target_rse),
+           "--random-shapes", str(shapes), "--rounds", str(protocol.rounds), "--target-rse", str(protocol.target_rse),
            "--max-rounds", str(protocol.max_rounds), "--distribution", protocol.distribution,
            "--density", str(protocol.density), "--seed", str(protocol.seed)]
     print(f"re-timing {shapes} shapes in a new session (`costlearn recheck --data {folder}`) for the "
@@ -285,7 +331,8 @@ def cmd_recheck(args) -> int:
         folder = folder / be.spec.slug
     if not folder.is_dir():
         raise ValueError(f"--data {args.data}: no dataset of {be.spec.slug} there; collect first")
-    res = recheck(be, folder, shapes=args.shapes, configs_per_shape=args.configs, protocol=_protocol(args))
+    res = recheck(be, folder, shapes=args.random_shapes, configs_per_shape=args.configs_per_shape,
+                  protocol=_protocol(args))
     print(f"re-timed {res.rows_written} configs over {res.shapes} shapes in a new session into "
           f"{folder / 'recheck'}")
     print(res.noise_floors.describe())
@@ -294,8 +341,9 @@ def cmd_recheck(args) -> int:
 
 def print_collect_result(res, out, family: str, dtype: str, seed: int) -> None:
     """Print what a :func:`costlearn.collect.collect` call into ``out`` did:
-    rows, time past the budget, mixed pools, noise, the dataset's summary."""
-    from .collect import dataset_summary
+    rows, epilogues left out, time past the budget, mixed pools, noise, the
+    dataset's summary."""
+    from .collect import EPILOGUE_COMPILE_SHARE, dataset_summary
     for other in res.other_pools:
         print(f"note: {out} also holds {family}/{dtype} rows of another candidate pool (seed {other.get('seed')}, "
               f"{other.get('size')} configs); this run's pool is seed {seed}: the dataset mixes pools, so some "
@@ -306,6 +354,10 @@ def print_collect_result(res, out, family: str, dtype: str, seed: int) -> None:
         print(f"warning: {res.stopped}; rerun the same command to resume", file=sys.stderr)
     print(f"collected {res.rows_written} rows ({res.rows_valid} valid) over {res.shapes_done} problems "
           f"(shape, epilogue); skipped {res.skipped} already measured; {secs}")
+    if res.epilogues_left_out:
+        print(f"note: no random shape was measured with {', '.join(res.epilogues_left_out)}: compiling another "
+              f"epilogue's pool would have taken over {EPILOGUE_COMPILE_SHARE:.0%} of the budget left (a longer "
+              "--budget brings them in; compiled kernels are cached, so a rerun compiles faster)", file=sys.stderr)
     if res.over_budget_s > max(1.0, 0.05 * res.budget_s):
         if "start" in res.seconds:                # a fleet: its workers compile the pool when they start
             why = (f"a problem started inside the budget is measured to the end, and starting the workers (each "
@@ -401,70 +453,105 @@ def _dataset_folder(data: str, flag: str = "--data") -> Path:
     return folder
 
 
-def train_stage(data, models_root, *, family: str | None, dtype: str | None, model: str, feature_set: str | None):
-    """Train on a dataset folder and print the held-out table; returns the
-    TrainResult (the last one when the folder holds several (family, dtype)
-    pairs and none was chosen: every pair with enough rows is trained)."""
+def train_stage(data, models_root, *, family: str | None, dtypes, learner: str, feature_set: str | None) -> list:
+    """Train one model per (family, dtype) pair of a dataset folder (those of
+    ``family`` and ``dtypes`` where given) and print each held-out table; a
+    pair with too few rows, or whose training fails with a ValueError or
+    ArtifactError, is skipped, named with the reason, and the others are
+    trained.
+
+    Returns
+    -------
+    list of TrainResult
+        In the order of the pairs, (family, dtype) sorted.
+
+    Raises
+    ------
+    ValueError
+        If the folder holds no rows of the pairs asked for, or no pair could
+        be trained (each named with why).
+    """
     from .dataset import load
-    from .model.artifact import default_models_dir
-    from .train import MIN_PROBLEMS, MIN_ROWS, dataset_pairs, pair_counts, train
+    from .model.artifact import ArtifactError, default_models_dir
+    from .train import MIN_PROBLEMS, MIN_ROWS, pair_counts, train
     folder = _dataset_folder(data)
     settings = {} if feature_set is None else dict(feature_set=feature_set)
-    pairs = [(family, dtype)]
-    if family is None or dtype is None:
-        df = load(folder)[0]
-        found = [p for p in dataset_pairs(df) if (family is None or p[0] == family) and (dtype is None or p[1] == dtype)]
-        if len(found) > 1:
-            counts = pair_counts(df)
-            pairs = [p for p in found if counts[p][0] >= MIN_ROWS and counts[p][1] >= MIN_PROBLEMS]
-            for p in found:
-                if p not in pairs:
-                    print(f"skipping {p[0]}/{p[1]}: {counts[p][0]} valid rows over {counts[p][1]} problems "
-                          f"(need {MIN_ROWS} over {MIN_PROBLEMS})", file=sys.stderr)
-            print(f"{folder} holds {len(found)} (family, dtype) pairs; training {len(pairs)}: "
-                  + ", ".join(f"{f}/{d}" for f, d in pairs), file=sys.stderr)
-            if not pairs:
-                raise ValueError(f"{folder}: no (family, dtype) pair has enough rows to train")
-    res = None
-    for fam, dt in pairs:
+    counts = pair_counts(load(folder)[0])
+    asked = [p for p in sorted(counts) if (family is None or p[0] == family) and (not dtypes or p[1] in dtypes)]
+    if not asked:
+        which = f"{family or '*'}/{'|'.join(dtypes) if dtypes else '*'}"
+        raise ValueError(f"{folder} holds no valid {which} rows; it holds "
+                         f"{[f'{f}/{d}' for f, d in sorted(counts)] or 'none'}")
+    skipped = {p: f"{counts[p][0]} valid rows over {counts[p][1]} problems; need {MIN_ROWS} over {MIN_PROBLEMS} "
+               "(collect longer, or import more measurements)"
+               for p in asked if counts[p][0] < MIN_ROWS or counts[p][1] < MIN_PROBLEMS}
+    if len(asked) > 1:
+        print(f"{folder} holds {len(asked)} (family, dtype) pairs; training "
+              + ", ".join(f"{f}/{d}" for f, d in asked if (f, d) not in skipped), file=sys.stderr)
+    results = []
+    for fam, dt in asked:
+        if (fam, dt) in skipped:
+            print(f"skipping {fam}/{dt}: {skipped[fam, dt]}", file=sys.stderr)
+            continue
         t0 = time.perf_counter()
-        res = train(folder, models_root or default_models_dir(), family=fam, dtype=dt, model=model,
-                    settings=settings)
-        print(f"trained {model} on {res.rows} {res.family}/{res.dtype} rows of {folder} (device {res.device}) over "
+        try:
+            res = train(folder, models_root or default_models_dir(), family=fam, dtype=dt, model=learner,
+                        settings=settings)
+        except (ValueError, ArtifactError) as e:
+            skipped[fam, dt] = str(e)
+            print(f"skipping {fam}/{dt}: {e}", file=sys.stderr)
+            continue
+        results.append(res)
+        print(f"trained {learner} on {res.rows} {res.family}/{res.dtype} rows of {folder} (device {res.device}) over "
               f"{res.shapes} shapes in {time.perf_counter() - t0:.1f}s -> {res.path.parent}"
               + (" (replaced the model that was there)" if res.replaced else ""))
-        sl = json.loads((res.path).read_text()).get("shortlist")
-        if sl:
-            print(f"shortlist table: the {sl['tiles']} best tile configs at {'x'.join(map(str, sl['grid']))} points "
-                  f"per layout, {sl['trees']} trees at the query (built in {sl['build_s']:.0f}s): a deep model "
-                  "answers unseen problems in microseconds (scripts/bench_predict.py measures it)")
-        if res.holdout:
-            print(f"held-out problems ({res.holdout_kind}): top-1 regret mean / geomean, top-5 mean, Kendall tau")
-            for name, sm in res.holdout.items():
-                print(f"  {name:<11} {sm['top1_mean']:7.1%} {sm['top1_geomean']:7.1%} {sm['top5_mean']:7.1%} "
-                      f"{sm['kendall_tau']:6.3f}")
-        cal = (res.floor or {}).get("calibration", {})
-        if "rule_geomean" in cal:
-            rho = res.floor["unsure_regret"]
-            win = 2 ** res.floor["margin_log2"] - 1
-            print(f"vendor floor: a tile config is chosen where it is predicted {win:.0%} faster than the vendor "
-                  f"library and the vendor lost more than {res.floor['vendor_near_min']:.0%} on the nearest "
-                  "held-out problems; flagged (vendor kept) where the model's held-out top-1 regret "
-                  + ("there is above " + f"{rho:.0%}" if rho is not None else "is never") + f". On the held-out "
-                  f"problems, top-1 vs best of all (geomean): {cal['rule_geomean']:.2%} with the floor, "
-                  f"{cal['argmin_geomean']:.2%} plain argmin, {cal['vendor_geomean']:.2%} vendor only")
-    return res
+        _print_trained(res)
+    if skipped:
+        why = "; ".join(f"{f}/{d}: {r}" for (f, d), r in sorted(skipped.items()))
+        if not results:
+            raise ValueError(f"no (family, dtype) pair of {folder} could be trained: {why}")
+        print(f"trained {len(results)} of {len(asked)} (family, dtype) pairs; skipped {why}", file=sys.stderr)
+    return results
+
+
+def _print_trained(res) -> None:
+    """What :func:`train_stage` prints of one trained model: its shortlist
+    table, held-out table and vendor floor."""
+    sl = json.loads((res.path).read_text()).get("shortlist")
+    if sl:
+        print(f"shortlist table: the {sl['tiles']} best tile configs at {'x'.join(map(str, sl['grid']))} points "
+              f"per layout, {sl['trees']} trees at the query (built in {sl['build_s']:.0f}s): a deep model "
+              "answers unseen problems in microseconds (scripts/bench_predict.py measures it)")
+    if res.holdout:
+        print(f"held-out problems ({res.holdout_kind}): top-1 regret mean / geomean, top-5 mean, Kendall tau")
+        for name, sm in res.holdout.items():
+            print(f"  {name:<11} {sm['top1_mean']:7.1%} {sm['top1_geomean']:7.1%} {sm['top5_mean']:7.1%} "
+                  f"{sm['kendall_tau']:6.3f}")
+    cal = (res.floor or {}).get("calibration", {})
+    if "rule_geomean" in cal:
+        rho = res.floor["unsure_regret"]
+        win = 2 ** res.floor["margin_log2"] - 1
+        flagged = (f"flagged (vendor kept) where the model's held-out top-1 regret there is above {rho:.0%}"
+                   if rho is not None else "no problem is flagged for the model's held-out regret")
+        print(f"vendor floor: a tile config is chosen where it is predicted {win:.0%} faster than the vendor "
+              f"library and the vendor lost more than {res.floor['vendor_near_min']:.0%} on the nearest "
+              f"held-out problems; {flagged}. On the held-out problems, top-1 vs best of all (geomean): "
+              f"{cal['rule_geomean']:.2%} with the floor, {cal['argmin_geomean']:.2%} plain argmin, "
+              f"{cal['vendor_geomean']:.2%} vendor only")
 
 
 def cmd_train(args) -> int:
-    train_stage(args.data, args.models, family=args.family, dtype=args.dtype, model=args.model,
+    train_stage(args.data, args.models, family=args.family, dtypes=args.dtype, learner=args.learner,
                 feature_set=args.feature_set)
     return 0
 
 
 def cmd_import(args) -> int:
     from .interop import import_file
-    rep = import_file(args.format, args.file, device=args.device, data_root=args.data, mapping=args.mapping)
+    if args.preset is None:
+        raise ValueError(f"--preset is required: the named device the file was measured on "
+                         f"({', '.join(PRESETS.names())})")
+    rep = import_file(args.format, args.file, device=args.preset, data_root=args.data, mapping=args.mapping)
     print(rep.summary())
     if not rep.already_imported:
         print(f"next: costlearn train --data {rep.folder} --models MODELS")
@@ -485,24 +572,27 @@ LUT_FORMAT = "inductor-lut"
 
 
 def _export_lut(args) -> int:
-    from .interop.inductor_lut import export_lut, problems_from_log, read_shapes_file, read_table
+    from .interop.inductor_lut import check_lut_out, export_lut, problems_from_log, read_shapes_file, read_table
     from .model.store import has_model, resolve_model
-    sources = {"--shapes": args.shapes, "--from-log": args.from_log, "--from-table": args.from_table}
-    given = [k for k, v in sources.items() if v]
+    check_lut_out(args.out)                      # before a log of 10^5 lines is read
+    sources = {"--shapes-file": ("shapes file", args.shapes_file), "--from-log": ("log", args.from_log),
+               "--from-table": ("table", args.from_table)}
+    given = [k for k, (_, v) in sources.items() if v]
     if len(given) != 1:
-        raise ValueError(f"export {LUT_FORMAT} takes one source of shapes: --shapes FILE ('M N K dtype layout' per "
-                         f"line), --from-log LOG (an Inductor AutoHeuristic mm log) or --from-table JSON (a lookup "
+        raise ValueError(f"export {LUT_FORMAT} takes one source of shapes: --shapes-file FILE ('M N K dtype layout' "
+                         f"per line), --from-log LOG (an Inductor AutoHeuristic mm log) or --from-table JSON (a lookup "
                          f"table Inductor recorded); got {given or 'none'}")
     family = "triton_mm"
-    device = args.device or resolve_model(None, family, (args.dtype or ["float16"])[0], args.models,
-                                          cli=True).parents[1].name
+    device = args.model or resolve_model(None, family, (args.dtype or ["float16"])[0], args.models,
+                                         cli=True).parents[1].name
     served = [d for d in dtype_names() if has_model(device, family, d, args.models)]
     if not served:
         resolve_model(device, family, (args.dtype or ["float16"])[0], args.models, cli=True)  # names what there is
     t0 = time.perf_counter()
     device_name = args.device_name
-    if args.shapes:
-        problems = read_shapes_file(args.shapes)
+    what, source = sources[given[0]]
+    if args.shapes_file:
+        problems = read_shapes_file(args.shapes_file)
     elif args.from_log:
         problems = problems_from_log(args.from_log, device)
     else:
@@ -517,16 +607,19 @@ def _export_lut(args) -> int:
         if not problems:
             raise ValueError(f"{args.from_table}: no mm key costlearn reads ({len(got.skipped)} left out, above)")
     have = sorted({lp.problem.dtype for lp in problems})
-    wanted = args.dtype or have
-    problems = [lp for lp in problems if lp.problem.dtype in wanted]
+    problems = [lp for lp in problems if lp.problem.dtype in (args.dtype or have)]
     if not problems:
-        raise ValueError(f"--dtype {' '.join(args.dtype)}: the shapes hold only {have}")
+        raise ValueError(f"--dtype {' '.join(args.dtype)}: the {what} holds only {have}")
     missing = sorted({lp.problem.dtype for lp in problems} - set(served))
-    if missing:
-        raise ValueError(f"the shapes hold {missing}, but the store has {family} models of {device} for {served} "
+    if missing and (args.dtype or not set(have) & set(served)):
+        raise ValueError(f"the {what} holds {missing}, but the store has {family} models of {device} for {served} "
                          f"only; pass --dtype {' '.join(sorted(set(have) & set(served))) or '...'} to export those")
-    print(f"read {len(problems)} problems from {given[0][2:].replace('-', ' ')} {sources[given[0]]} in "
-          f"{time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    for dt in missing:                         # no --dtype: export what the store serves, name what it leaves out
+        print(f"left out the {sum(lp.problem.dtype == dt for lp in problems)} {dt} problems of the {what}: the store "
+              f"has no {family}/{dt} model of {device} (train one, or pass --dtype to choose)", file=sys.stderr)
+    problems = [lp for lp in problems if lp.problem.dtype in served]
+    print(f"read {len(problems)} problems from the {what} {source} in {time.perf_counter() - t0:.1f} s",
+          file=sys.stderr)
     rep = export_lut(problems, args.out, device=device, top_k=args.top_k, family=family, models_dir=args.models,
                      device_name=device_name, portable=args.portable)
     print(rep.summary())
@@ -771,10 +864,15 @@ def cmd_evaluate(args) -> int:
     from .model.store import resolve_model
     _check_report_path(args.report)
     if args.no_measure:
-        if not args.out:
-            raise ValueError("--no-measure scores measurements already made: give --out DIR (and --model DEVICE "
+        source, flag = args.data, "--data"
+        if source is None and args.out:             # the spelling before --data, kept for one release
+            source, flag = args.out, "--out"
+            print("note: `costlearn evaluate --no-measure --out DIR` is now `--data DIR` (--out is where fresh "
+                  "measurements go); --out will stop meaning this in the next release", file=sys.stderr)
+        if source is None:
+            raise ValueError("--no-measure scores measurements already made: give --data DIR (and --model DEVICE "
                              "where the store holds several devices' models)")
-        out = _dataset_folder(args.out, "--out")
+        out = _dataset_folder(source, flag)
         from .dataset import current_rows, load, valid_rows
         from .evaluate import score
         from .model.artifact import load as load_artifact
@@ -819,8 +917,8 @@ def cmd_evaluate(args) -> int:
         eval_dir = Path(args.out)
     else:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        eval_dir = Path(args.data) / folder.parents[1].name / f"eval-{stamp}"
-    evaluate_stage(be, folder, eval_dir, n_random=args.shapes, budget_s=args.budget, protocol=_protocol(args),
+        eval_dir = Path(args.data or "data") / folder.parents[1].name / f"eval-{stamp}"
+    evaluate_stage(be, folder, eval_dir, n_random=args.random_shapes, budget_s=args.budget, protocol=_protocol(args),
                    seed=args.seed + 1, progress=not args.no_progress, report=args.report, plots=args.plots,
                    recheck=args.recheck)
     return 0
@@ -838,7 +936,8 @@ def _print_eval(res, report=None, plots=None) -> None:
     if n_problems <= PER_SHAPE_PRINT_MAX:
         print(format_per_shape(res))
     else:
-        print(f"{n_problems} problems: the per-problem table is in the --report file, not printed")
+        print(f"{n_problems} problems: the per-problem table is not printed; "
+              + (f"it is in {report} and its CSV" if report else "--report FILE writes it, with a CSV"))
     print()
     print(format_table(res, "all"))
     if any("tile_only" in sub for sub in res.summary.values()):
@@ -921,8 +1020,8 @@ def cmd_run(args) -> int:
                             protocol=protocol, seed=args.seed, progress=not args.no_progress,
                             recheck=args.recheck, epilogues=args.epilogues or args.default_epilogues)
     print(f"== train  [t={time.perf_counter() - t0:.0f}s]", flush=True)
-    trained = train_stage(data, args.models, family=args.family, dtype=args.dtype, model="xgboost",
-                          feature_set="analytic")
+    trained = train_stage(data, args.models, family=args.family, dtypes=[args.dtype], learner="xgboost",
+                          feature_set="analytic")[-1]
     print(f"== predict  [t={time.perf_counter() - t0:.0f}s]", flush=True)
     triples = [(1, 1024, 1024), (64, 64, 64), (300, 200, 500)] if _is_cpu(be.spec) else \
         [(1, 4096, 4096), (4096, 4096, 4096), (8, 8192, 1024)]
@@ -1069,8 +1168,11 @@ def build_parser() -> argparse.ArgumentParser:
                        "the within- and across-session noise floors; re-timings go to <dataset>/recheck/. "
                        "`collect` runs it after collecting (--recheck).")
     _add_measure_args(p)
-    p.add_argument("--shapes", type=_positive_int, default=6, help="shapes to re-time (default: 6)")
-    p.add_argument("--configs", type=_positive_int, default=4, help="configs re-timed per shape (default: 4)")
+    p.add_argument("--random-shapes", type=_positive_int, default=6, metavar="N",
+                   help="random shapes of the dataset to re-time (default: 6)")
+    p.add_argument("--configs-per-shape", type=_positive_int, default=4, help="configs re-timed per shape (default: 4)")
+    _old_spelling(p, "--shapes", "--random-shapes", type=_positive_int)
+    _old_spelling(p, "--configs", "--configs-per-shape", type=_positive_int)
     p.set_defaults(func=cmd_recheck)
 
     p = sub.add_parser("train", help="fit the cost model on a dataset",
@@ -1082,10 +1184,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="model store root (default: $COSTLEARN_MODELS, else the source tree's models/)")
     p.add_argument("--family", default=None, choices=FAMILIES.names(),
                    help="kernel family of the rows to train on (default: every one in the folder)")
-    p.add_argument("--dtype", default=None, choices=dtype_names(),
-                   help="dtype of the rows to train on (default: every one in the folder; each (family, dtype) "
-                   "with enough rows gets its model)")
-    p.add_argument("--model", default="xgboost", choices=MODELS.names(), help="cost model (default: xgboost)")
+    _add_dtypes_arg(p, "every one in the folder; each (family, dtype) with enough rows gets its model, the others "
+                    "are named with why")
+    p.add_argument("--learner", default="xgboost", choices=MODELS.names(),
+                   help="the cost model to fit (default: xgboost)")
+    _old_spelling(p, "--model", "--learner", choices=MODELS.names())
     p.add_argument("--feature-set", default=None, choices=FEATURE_SETS.names(),
                    help="features a gradient-boosted model uses (default: analytic; raw and derived are ablations)")
     p.set_defaults(func=cmd_train)
@@ -1099,9 +1202,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "inductor-lut: an Inductor lookup table whose entries carry time_us or time_ms; "
                    "kernel-tuner: a Kernel Tuner cache file or T4 results JSON (needs --mapping)")
     p.add_argument("file", help="the file to import")
-    p.add_argument("--device", required=True, help="preset of the GPU the file was measured on (h200, h100, a100); "
-                   "the file's header or keys, where it has them, must agree")
-    p.add_argument("--data", default="data", help="data root; rows go to DATA/<device>/ (default: data)")
+    p.add_argument("--preset", default=None, help="the named device the file was measured on (h200, h100, a100); "
+                   "the file's header or keys, where it has them, must agree (required)")
+    _old_spelling(p, "--device", "--preset")
+    p.add_argument("--data", default="data", help="data root; rows go to DATA/<preset>/ (default: data)")
     p.add_argument("--mapping", default=None, help="kernel-tuner: JSON file mapping the kernel's parameter names "
                    "to a family's (see the README)")
     p.set_defaults(func=cmd_import)
@@ -1118,10 +1222,12 @@ def build_parser() -> argparse.ArgumentParser:
     lut = p.add_argument_group("inductor-lut")
     lut.add_argument("--models", default=None, help="model store root (default: $COSTLEARN_MODELS, else the "
                      "source tree's models/)")
-    lut.add_argument("--device", default=None, help="the model's device folder and preset, e.g. a100 (default: "
-                     "this machine's, else the only one)")
-    lut.add_argument("--dtype", nargs="+", default=None, choices=dtype_names(), help="export only these dtypes")
-    lut.add_argument("--shapes", default=None, help="file of 'M N K dtype [layout]' lines")
+    lut.add_argument("--model", default=None, help="model device folder, e.g. a100 (default: this machine's "
+                     "device's model if the store has one, else the only one)")
+    _old_spelling(lut, "--device", "--model")
+    _add_dtypes_arg(lut, "every one the shapes hold that the store has a model of; the others are named")
+    lut.add_argument("--shapes-file", default=None, metavar="FILE", help="file of 'M N K dtype [layout]' lines")
+    _old_spelling(lut, "--shapes", "--shapes-file")
     lut.add_argument("--from-log", default=None, help="an Inductor AutoHeuristic mm log: its shapes and strides")
     lut.add_argument("--from-table", default=None, help="a lookup table Inductor recorded (inductor_lut_*.json): "
                      "its mm shapes")
@@ -1197,13 +1303,16 @@ def build_parser() -> argparse.ArgumentParser:
                        "random) exhaustively over the model's candidates on the local device; print "
                        "per-shape and summary top-k regret and Kendall tau for the model and the "
                        "roofline, best-fixed and random baselines.")
-    _add_measure_args(p)
+    _add_measure_args(p, data=None, data_help="dataset root: fresh measurements go to a new "
+                      "<data>/<device>/eval-<UTC time>/ unless --out names a folder; with --no-measure, the dataset "
+                      "folder whose measurements are scored (default: data)")
     p.add_argument("--model", default=None, help="model device folder (default: the local device's)")
     p.add_argument("--models", default=None,
                    help="model store root (default: $COSTLEARN_MODELS, else the source tree's models/)")
     _add_problem_args(p)
-    p.add_argument("--shapes", type=_nonneg_int, default=4,
+    p.add_argument("--random-shapes", type=_nonneg_int, default=4, metavar="N",
                    help="random fresh shapes besides the fixed set of 8 (default: 4)")
+    _old_spelling(p, "--shapes", "--random-shapes", type=_nonneg_int)
     p.add_argument("--budget", type=_positive_seconds, default=600.0,
                    help="seconds of measuring (default: 600)")
     p.add_argument("--out", default=None, help="dataset folder for the fresh measurements; an existing "
@@ -1214,8 +1323,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="after measuring, re-time configs of this many shapes in a new process; ties then use "
                    "the across-session noise floor; 0: do not (default: 4)")
     p.add_argument("--no-measure", action="store_true",
-                   help="score the measurements already in --out with --model (default there: the model of "
-                        "--out's device, else the store's only one); needs no device")
+                   help="measure nothing: score the measurements of the dataset folder --data with --model (default "
+                   "there: the model of that folder's device, else the store's only one); needs no device")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("study", help="leave one log out: train on every log of a folder but one, score that one",
@@ -1227,8 +1336,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "holding one device's folder (default: data)")
     p.add_argument("--family", default="triton_mm", choices=FAMILIES.names(), help="kernel family (default: "
                    "triton_mm)")
-    p.add_argument("--dtype", action="append", default=None, choices=dtype_names(),
-                   help="dtype to study (repeatable; default: every dtype with two logs)")
+    _add_dtypes_arg(p, "every dtype with two logs")
     p.add_argument("--work", default=None, help="where the folds' models go (default: out/study/<device>)")
     p.add_argument("--report", default=None, help="write the tables (markdown) and per-problem CSV here")
     p.set_defaults(func=cmd_study)
@@ -1250,7 +1358,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--source-data", default=None, help="the source's dataset folder (default: the one its model "
                    "was trained on)")
     p.add_argument("--family", default=None, choices=FAMILIES.names(), help="only this family")
-    p.add_argument("--dtype", default=None, choices=dtype_names(), help="only this dtype")
+    _add_dtypes_arg(p, "every dtype the --from device has a model of")
     p.add_argument("--destination-share", type=float, default=0.2, help="weight of the destination's rows "
                    "against the source's, in (0, 1] (default: %(default)s)")
     p.add_argument("--replace", action="store_true", help="overwrite a destination model trained on its own rows")
@@ -1312,6 +1420,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    for note in _renamed_notes(args):
+        print(note, file=sys.stderr)
     try:
         return args.func(args)
     except (ValueError, TypeError) as e:

@@ -40,7 +40,7 @@ from .space import check_config, enumerate_space
 from .util import atomic_write, check_int, check_real
 from .version import __version__
 
-__all__ = ["CollectResult", "CollectionInterrupted", "collect", "rows_for", "measure_rows", "candidate_pool", "shape_configs",
+__all__ = ["EPILOGUE_COMPILE_SHARE", "CollectResult", "CollectionInterrupted", "collect", "rows_for", "measure_rows", "candidate_pool", "shape_configs",
            "SESSION_ID", "record_pool", "write_device_json", "dataset_summary", "measurement_key",
            "open_collection", "plan_problems", "check_epilogues"]
 
@@ -78,6 +78,9 @@ class CollectResult:
     budget_s : float
         The call's budget, seconds; a shape started inside it is measured to
         the end, so ``seconds["total"]`` may exceed it (:attr:`over_budget_s`).
+    epilogues_left_out : list of str
+        Epilogues asked for that no random shape was measured with: compiling
+        their pools did not fit the budget left (:data:`EPILOGUE_COMPILE_SHARE`).
     """
 
     rows_written: int = 0
@@ -93,6 +96,7 @@ class CollectResult:
     budget_s: float = math.inf
     target_rse: float = math.nan
     at_target: float = math.nan
+    epilogues_left_out: list = field(default_factory=list)
 
     @property
     def over_budget_s(self) -> float:
@@ -298,12 +302,26 @@ def shape_configs(pool: list, spec, problem: Problem, seed: int, configs_per_sha
     return [feasible[i] for i in sorted(order)], rng
 
 
-def plan_problems(shapes, dtype: str, layout: str, epilogues, seed: int, drawn: bool):
+def plan_problems(shapes, dtype: str, layout: str, epilogues, seed: int, drawn: bool, in_play=None):
     """The problems a collection measures, in order: each shape of
     ``shapes`` with one epilogue of ``epilogues`` drawn for it (``drawn``,
-    random shapes: seeded by the shape, so a resumed collection draws the
-    same), or with every one of them in turn (given shapes: an evaluation
-    compares the epilogues on the same shapes).
+    random shapes: seeded by the shape), or with every one of them in turn
+    (given shapes: an evaluation compares the epilogues on the same shapes).
+
+    Parameters
+    ----------
+    shapes : iterable of (int, int, int)
+    dtype, layout : str
+    epilogues : sequence of str
+    seed : int
+    drawn : bool
+    in_play : list of str, optional
+        The epilogues random shapes may be measured with now (default: all
+        of ``epilogues``), read at each draw, so a collection can add to it
+        as its budget allows (:data:`EPILOGUE_COMPILE_SHARE`): a shape whose
+        drawn epilogue is not in play gets one of those in play, drawn by
+        the same seeded generator. A resumed collection draws the same for
+        the same epilogues in play.
 
     Yields
     ------
@@ -318,12 +336,25 @@ def plan_problems(shapes, dtype: str, layout: str, epilogues, seed: int, drawn: 
     for shape in shapes:
         m, n, k = shape
         if drawn:
-            pick = epilogues[int(np.random.default_rng([seed, 5, m, n, k]).integers(len(epilogues)))] \
-                if len(epilogues) > 1 else epilogues[0]
+            pick = epilogues[0]
+            if len(epilogues) > 1:
+                rng = np.random.default_rng([seed, 5, m, n, k])
+                pick = epilogues[int(rng.integers(len(epilogues)))]
+                if in_play is not None and pick not in in_play:
+                    pick = in_play[int(rng.integers(len(in_play)))]
             yield Problem(m, n, k, dtype, layout, pick)
         else:
             for e in epilogues:
                 yield Problem(m, n, k, dtype, layout, e)
+
+
+EPILOGUE_COMPILE_SHARE = 0.25
+"""A collection of random shapes starts with its first epilogue's kernels and
+brings in the next epilogue (whose pool compiles at its first shape) only
+while compiling it, estimated as long as the slowest pool compiled so far,
+takes at most this share of the budget left: on 2 cores PoCL compiles a
+48-config pool in about 45 s, so a 120 s collection of four epilogues
+compiled for 184 s and measured 7 rows; now it measures one epilogue."""
 
 
 def check_epilogues(epilogues) -> tuple:
@@ -418,7 +449,10 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
         Epilogues (:data:`costlearn.problem.EPILOGUES`) the kernels fuse:
         each random shape is measured with one of them drawn for it, each
         given shape with every one (:func:`plan_problems`); the pool is
-        compiled once per epilogue, when a shape first needs it.
+        compiled once per epilogue, when a shape first needs it. Random
+        shapes start with the first epilogue and bring in the next while its
+        compile fits the budget left (:data:`EPILOGUE_COMPILE_SHARE`), so a
+        short budget measures instead of compiling.
 
     Returns
     -------
@@ -453,8 +487,10 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
     out_dir, done, pool, other_pools = open_collection(out_dir, spec, fam, dtype, seed, pool, pool_size)
     prov = backend.provenance()
     rng = np.random.default_rng([seed, 2])
+    in_play = list(epilogues[:1]) if shapes is None else list(epilogues)
     problems = plan_problems(iter_shapes(bounds, rng) if shapes is None else shapes, dtype, layout, epilogues,
-                             seed, drawn=shapes is None)
+                             seed, drawn=shapes is None, in_play=in_play)
+    pool_compile_s = 0.0                  # the slowest pool compile yet: the estimate for an epilogue's pool
     overhead_us = backend.launch_overhead_us()
     run_id = uuid.uuid4().hex[:12]
     compiled: dict = {}
@@ -478,8 +514,11 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
                    bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f}s{postfix}")
     try:
         for problem in problems:
-            if time.monotonic() - t_start > budget_s:
+            left = budget_s - (time.monotonic() - t_start)
+            if left < 0:
                 break
+            if len(in_play) < len(epilogues) and pool_compile_s and pool_compile_s <= EPILOGUE_COMPILE_SHARE * left:
+                in_play.append(epilogues[len(in_play)])     # read by the next draw
             if max_shapes is not None and res.shapes_done >= max_shapes:
                 break
             shape, epi = problem.shape, problem.epilogue
@@ -491,14 +530,18 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
             with sw.phase("compile"):
                 missing = [c for c in todo if (c.config_id, epi) not in compiled]
                 if missing and overlap:
-                    if not any(e == epi for _, e in futures):
+                    first = not any(e == epi for _, e in futures)
+                    if first:
                         # Compile the whole pool in background threads while
                         # the device measures; each shape waits only for its
                         # own configs.
                         futures.update({(c.config_id, epi): executor.submit(backend.compile, c, dtype, epi)
                                         for c in pool})
+                    t_pool = time.monotonic()
                     for c in missing:
                         compiled[c.config_id, epi] = futures[c.config_id, epi].result()
+                    if first:
+                        pool_compile_s = max(pool_compile_s, time.monotonic() - t_pool)
                 elif missing:
                     if not any(e == epi for _, e in compiled):
                         # First need of this epilogue: compile the whole pool
@@ -507,8 +550,11 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
                         missing = list(pool)
                         if bar is not None:
                             bar.set_postfix_str(f"compiling {len(missing)} configs ({epi})", refresh=True)
+                    t_pool = time.monotonic()
                     for kern in backend.compile_many(missing, dtype, epilogue=epi):
                         compiled[kern.config.config_id, epi] = kern
+                    if len(missing) == len(pool):
+                        pool_compile_s = max(pool_compile_s, time.monotonic() - t_pool)
             kernels = [compiled[c.config_id, epi] for c in todo]
             with sw.phase("measure"):
                 try:
@@ -544,6 +590,7 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
         if executor is not None:
             executor.shutdown(wait=False, cancel_futures=True)
     res.seconds = dict(sw.seconds, total=time.monotonic() - t_start)
+    res.epilogues_left_out = list(epilogues[len(in_play):])
     res.spread_frac = float(np.median(spreads)) if spreads else math.nan
     res.target_rse = protocol.target_rse
     ok = [r for r in written if r["status"] == "ok"]

@@ -291,7 +291,7 @@ def evaluate(backend, art_folder, eval_dir, *, n_random: int = 4, budget_s: floa
     if backend.spec.slug != art.spec.slug:
         raise ValueError(f"the model was trained on {art.spec.name!r} ({art.spec.slug}) but this backend is "
                          f"{backend.spec.name!r} ({backend.spec.slug}); measure on the model's device, or "
-                         "score measurements already made there with `costlearn evaluate --no-measure --out DIR`")
+                         "score measurements already made there with `costlearn evaluate --no-measure --data DIR`")
     kind = "cpu" if art.spec.device_type == "cpu" else "gpu"
     bounds = ShapeBounds.for_device(kind == "cpu")
     shapes = fresh_shapes(art.sidecar["envelope"]["shapes"], n_random, bounds, kind, seed)

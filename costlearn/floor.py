@@ -82,25 +82,33 @@ MIN_SPLIT_PROBLEMS = 500
 held out once) instead of one 20 % split."""
 
 
-def heldout_folds(rows: pd.DataFrame, seed: int = 0) -> tuple[list, str]:
+def heldout_folds(rows: pd.DataFrame, seed: int = 0, min_train_problems: int = 2) -> tuple[list, str]:
     """Train/test row indices from which every held-out prediction comes.
 
     Leave one log out where the rows come from two or more logs
-    (``source_file``: imported files, or collected rows as ``""``); else a
-    problem-grouped split: 5 folds below :data:`MIN_SPLIT_PROBLEMS` problems,
-    one 80/20 split above.
+    (``source_file``: imported files, or collected rows as ``""``) and at
+    least two of those folds keep ``min_train_problems`` problems to train
+    on (a log's fold whose other logs hold fewer is not made: its log is
+    not held out); else a problem-grouped split: 5 folds below
+    :data:`MIN_SPLIT_PROBLEMS` problems, one 80/20 split above.
 
     Parameters
     ----------
     rows : DataFrame
         Valid rows of one (family, dtype), with the problem columns.
+    seed : int
+        Of the problem-grouped split.
+    min_train_problems : int
+        Fewest problems a leave-one-log-out fold trains on (a model fits on
+        2 at least).
 
     Returns
     -------
     folds : list of (ndarray of int, ndarray of int)
         Positional (train, test) indices; a problem is in one test set at most.
     kind : str
-        ``"leave-one-log-out (N logs)"``, ``"5-fold by problem"`` or
+        ``"leave-one-log-out (N logs)"`` (``"(N logs, H held out)"`` where
+        some were not), ``"5-fold by problem"`` or
         ``"20 % of problems"``.
     """
     from sklearn.model_selection import GroupKFold, GroupShuffleSplit
@@ -115,10 +123,11 @@ def heldout_folds(rows: pd.DataFrame, seed: int = 0) -> tuple[list, str]:
         out = []
         for tr, te in folds:
             tr = tr[~np.isin(groups[tr], groups[te])]
-            if len(tr):
+            if len(np.unique(groups[tr])) >= max(min_train_problems, 1):
                 out.append((tr, te))
         if len(out) >= 2:
-            return out, f"leave-one-log-out ({len(logs)} logs)"
+            held = "" if len(out) == len(logs) else f", {len(out)} held out"
+            return out, f"leave-one-log-out ({len(logs)} logs{held})"
     groups = shape_groups(rows)
     n = int(groups.max()) + 1 if len(groups) else 0
     if n < MIN_SPLIT_PROBLEMS:

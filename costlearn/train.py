@@ -108,7 +108,7 @@ def holdout_report(rows: pd.DataFrame, spec: DeviceSpec, model: CostModel,
     kind : str
         How the hold-out was made.
     """
-    folds, kind = heldout_folds(rows, seed)
+    folds, kind = heldout_folds(rows, seed, min_train_problems=MIN_PROBLEMS)
     test = np.concatenate([te for _, te in folds])
     models = {model.name: model, **{name: get_model(name) for name in BASELINES}}
     preds = {name: np.full(len(rows), np.nan) for name in models}

@@ -144,6 +144,23 @@ def _destination_spec(destination: str, data_dir) -> DeviceSpec:
     return spec
 
 
+def _say_unused(data_dir, pairs, source: str, family, dtypes, say) -> None:
+    """Say which (family, dtype) rows of the destination folder no transfer
+    uses, because the source has no such model (or they were not asked for)."""
+    df, _ = load(data_dir)
+    if df.empty:
+        return
+    rows = valid_rows(current_rows(df)[0])
+    for (f, d), g in rows.groupby(["family", "dtype"], observed=True):
+        f, d = str(f), str(d)
+        if (f, d) in pairs:
+            continue
+        asked = (family is None or f == family) and (dtypes is None or d in dtypes)
+        why = (f"the {source} store has no {f}/{d} model to carry (train one on {source}'s rows first)" if asked
+               else "not asked for (--family / --dtype)")
+        say(f"{f}/{d}: {len(g)} rows of {data_dir} not used: {why}")
+
+
 def _problem_ids(rows: pd.DataFrame) -> np.ndarray:
     return rows.groupby(["m", "n", "k", "layout"], sort=True).ngroup().to_numpy()
 
@@ -165,7 +182,7 @@ def _heldout(src: pd.DataFrame, dst: pd.DataFrame, spec, make, seed: int) -> tup
 
 
 def transfer(models_dir, source: str, destination: str, *, data_dir=None, source_data=None,
-             family: str | None = None, dtype: str | None = None, destination_share: float = 0.2,
+             family: str | None = None, dtype=None, destination_share: float = 0.2,
              params=None, replace: bool = False, seed: int = 0, progress=None) -> list[TransferResult]:
     """Transfer every model of device ``source`` in ``models_dir`` to device
     ``destination`` (``<models_dir>/<destination>/<family>/<dtype>/``).
@@ -184,8 +201,10 @@ def transfer(models_dir, source: str, destination: str, *, data_dir=None, source
     source_data : path, optional
         The source's dataset folder; default the folder the source model's
         sidecar names (``training.dataset``).
-    family, dtype : str, optional
-        Transfer only these.
+    family : str, optional
+        Transfer only this family.
+    dtype : str or sequence of str, optional
+        Transfer only these dtypes.
     destination_share : float
         Weight of the destination's rows relative to the source's, in (0, 1].
     params : XGBParams, optional
@@ -227,14 +246,17 @@ def transfer(models_dir, source: str, destination: str, *, data_dir=None, source
     models_dir = Path(models_dir)
     if not models_dir.is_dir():
         raise ValueError(f"--models {str(models_dir)!r} is not a folder (the model store holding {source}/)")
+    dtypes = None if dtype is None else ([dtype] if isinstance(dtype, str) else list(dtype))
     pairs = [(f, d) for dev, f, d in artifact.list_models(models_dir) if dev == source
-             and (family is None or f == family) and (dtype is None or d == dtype)]
+             and (family is None or f == family) and (dtypes is None or d in dtypes)]
     if not pairs:
         have = sorted({dev for dev, _, _ in artifact.list_models(models_dir)}) if models_dir.is_dir() else []
-        which = "/".join(x for x in (family, dtype) if x)
+        which = "/".join(x for x in (family, "|".join(dtypes or [])) if x)
         raise ValueError(f"{models_dir} holds no {which + ' ' if which else ''}model of device {source!r}; it holds "
                          f"models of {have}")
     spec = _destination_spec(destination, data_dir)
+    if data_dir is not None:
+        _say_unused(data_dir, pairs, source, family, dtypes, say)
     results = []
     for fam_name, dt in pairs:
         fam = get_family(fam_name)

@@ -8,7 +8,7 @@
 # Each dataset is compacted to one Parquet part, so OUTDIR holds a few files.
 # Then, on a CPU machine: copy OUTDIR/data/<device> to data/, OUTDIR/eval/<device>
 # to data/<device>/eval, `costlearn train`, and
-# `costlearn evaluate --no-measure --model <device> --out data/<device>/eval` (scores without a GPU).
+# `costlearn evaluate --no-measure --model <device> --data data/<device>/eval` (scores without a GPU).
 #
 # usage: scripts/collect_gpu.sh OUTDIR [TRAIN_SECONDS] [EVAL_SECONDS]
 # env:   COSTLEARN_DEVICE=cuda (default) or opencl, to rehearse on PoCL

@@ -71,9 +71,9 @@ def test_cli_errors_are_one_line_and_exit_2(capsys, argv, says):
 
 
 @pytest.mark.parametrize("argv", [["collect", "--budget", "nan"], ["collect", "--budget", "inf"],
-                                  ["collect", "--pool", "0"], ["evaluate", "--shapes", "-1"],
+                                  ["collect", "--pool", "0"], ["evaluate", "--random-shapes", "-1"],
                                   ["predict", "1", "1", "1", "--top-k", "0"], ["collect", "--target-rse", "1.5"],
-                                  ["collect", "--max-rounds", "0"], ["recheck", "--shapes", "0"]])
+                                  ["collect", "--max-rounds", "0"], ["recheck", "--random-shapes", "0"]])
 def test_cli_refuses_bad_numbers_before_doing_anything(capsys, argv):
     with pytest.raises(SystemExit) as e:
         main(argv)
@@ -144,7 +144,7 @@ def test_a_dtype_the_family_does_not_run_is_refused_before_a_device_is_opened(ca
 def test_a_setting_the_model_does_not_take_names_what_it_takes(capsys, tmp_path, dataset_dir):
     """Regression: `train --model roofline --feature-set raw` said
     'RooflineModel() takes no arguments'."""
-    assert main(["train", "--data", str(dataset_dir), "--models", str(tmp_path), "--model", "roofline",
+    assert main(["train", "--data", str(dataset_dir), "--models", str(tmp_path), "--learner", "roofline",
                  "--feature-set", "raw"]) == 2
     assert "model 'roofline' takes no setting 'feature_set' (CLI: --feature-set); it has no settings" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
@@ -326,3 +326,61 @@ def test_every_import_format_is_a_registered_importer_under_its_own_name():
         imp = IMPORTERS.get(name)()
         assert isinstance(imp, Importer) and imp.name == name
     assert all(callable(EXPORTERS.get(name)) for name in EXPORTERS.names())
+
+
+def _options(parser):
+    """{command: {option string: argparse Action}} of every subcommand, hidden old spellings left out."""
+    import argparse
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {name: {o: a for a in p._actions for o in a.option_strings if a.help != argparse.SUPPRESS}
+            for name, p in sub.choices.items()}
+
+
+def test_each_flag_means_one_thing_in_every_command():
+    """Regression: --model was the model's device folder in predict, dispatch, evaluate but the learner in train;
+    --device the backend in collect, predict, evaluate but the GPU preset in import and export; --shapes shapes
+    in collect, a count in evaluate and recheck, a file in export; --dtype one value, several or repeated."""
+    from costlearn.backends import measuring_backends
+    from costlearn.cli import build_parser
+    from costlearn.device import PRESETS
+    from costlearn.dtypes import dtype_names
+    from costlearn.model import MODELS
+    opts = _options(build_parser())
+    for cmd, o in opts.items():
+        if "--device" in o:
+            assert set(o["--device"].choices) == {"auto", *measuring_backends()}, cmd
+        if "--model" in o:
+            assert o["--model"].choices is None and "model device folder" in o["--model"].help, cmd
+        if "--learner" in o:
+            assert set(o["--learner"].choices) == set(MODELS.names()), cmd
+        if "--preset" in o:
+            assert o["--preset"].choices is None and any(n in o["--preset"].help for n in PRESETS.names()), cmd
+        if "--dtype" in o:
+            a = o["--dtype"]
+            assert set(a.choices) == set(dtype_names()), cmd
+            assert (a.nargs, type(a).__name__) in ((None, "_StoreAction"), ("+", "_ExtendAction")), cmd
+        if "--shapes" in o:
+            assert o["--shapes"].nargs == "+" and o["--shapes"].type is None, cmd      # shapes: M N K tokens
+    assert "--learner" in opts["train"] and "--model" not in opts["train"]
+    assert "--preset" in opts["import"] and "--device" not in opts["import"] and "--device" not in opts["export"]
+    assert {cmd for cmd, o in opts.items() if o.get("--dtype") and o["--dtype"].nargs == "+"} == \
+        {"train", "study", "export", "transfer"}
+
+
+def test_old_flag_spellings_work_for_one_release_with_a_note(dataset_dir, tmp_path, capsys):
+    from costlearn.cli import build_parser, main
+    args = build_parser().parse_args(["train", "--model", "roofline"])
+    assert args.learner == "roofline"
+    args = build_parser().parse_args(["import", "inductor", "x.txt", "--device", "a100"])
+    assert args.preset == "a100"
+    args = build_parser().parse_args(["export", "inductor-lut", "--device", "a100", "--shapes", "s.txt", "--out", "x"])
+    assert (args.model, args.shapes_file) == ("a100", "s.txt")
+    args = build_parser().parse_args(["recheck", "--shapes", "3", "--configs", "2"])
+    assert (args.random_shapes, args.configs_per_shape) == (3, 2)
+    assert build_parser().parse_args(["evaluate", "--shapes", "7"]).random_shapes == 7
+    assert main(["train", "--data", str(dataset_dir), "--models", str(tmp_path), "--model", "roofline",
+                 "--feature-set", "raw"]) == 2           # roofline takes no feature set: it ran as --learner
+    err = capsys.readouterr().err
+    assert "note: `costlearn train --model` is now `--learner`" in err and "roofline" in err
+    assert main(["import", "inductor", str(tmp_path / "x.txt"), "--data", str(tmp_path)]) == 2
+    assert "--preset is required" in capsys.readouterr().err

@@ -198,7 +198,7 @@ def test_evaluate_no_measure_defaults_to_the_measurements_devices_model(tmp_path
     models = build_models(tmp_path)
     shutil.copytree(models / DEVICE, models / "h100")                  # a second device in the store
     assert main(["evaluate", "--no-measure", "--family", "triton_mm", "--dtype", "float16", "--models", str(models),
-                 "--out", str(tmp_path / "data" / DEVICE)]) == 0
+                 "--data", str(tmp_path / "data" / DEVICE)]) == 0
     assert f"Model: {DEVICE}/triton_mm/float16" in capsys.readouterr().out
 
 
@@ -217,5 +217,5 @@ def test_evaluate_no_measure_scores_existing_rows_without_a_device(model_dir, de
     eval_dir = model_dir.parents[3] / "data" / device_name / "eval"
     if not eval_dir.is_dir():
         pytest.skip("no committed eval measurements")
-    assert main(["evaluate", "--no-measure", "--model", device_name, "--out", str(eval_dir)]) == 0
+    assert main(["evaluate", "--no-measure", "--model", device_name, "--data", str(eval_dir)]) == 0
     assert "| xgboost |" in capsys.readouterr().out

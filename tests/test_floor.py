@@ -106,6 +106,22 @@ def test_heldout_folds_leave_one_log_out_where_there_are_several_logs():
     assert sorted(held_out.tolist()) == list(range(len(one)))          # every problem held out once
 
 
+def test_heldout_folds_never_train_a_fold_on_a_log_of_one_problem():
+    """Regression: a folder whose second log held one problem of a dtype made a leave-one-log-out fold that
+    trained on that one problem, and `costlearn train` stopped ("need rows from at least 2 problems to fit, got 1")."""
+    rows = pd.DataFrame(dict(m=list(range(1, 42)), n=8, k=8, dtype="tfloat32", layout="NN",
+                             source_file=["big.txt"] * 40 + ["one.txt"]))
+    folds, kind = heldout_folds(rows, min_train_problems=5)
+    assert kind.endswith("-fold by problem") or kind == "20 % of problems", kind
+    for tr, _ in folds:
+        assert rows.iloc[tr][["m"]].drop_duplicates().shape[0] >= 5
+    three = pd.concat([rows, rows.iloc[:3].assign(m=range(100, 103), source_file="mid.txt")], ignore_index=True)
+    folds, kind = heldout_folds(three, min_train_problems=5)
+    assert kind == "leave-one-log-out (3 logs, 2 held out)" and len(folds) == 2
+    held = {three.iloc[te]["source_file"].iloc[0] for _, te in folds}
+    assert held == {"one.txt", "mid.txt"}                   # big.txt's fold would train on 4 problems: not made
+
+
 def test_heldout_problems_record_vendor_model_and_tile():
     rows = pd.DataFrame(dict(m=64, n=64, k=64, dtype="float16", layout="NN", source_file="a.txt",
                              config_id=["vendor", "m64n64k32_w4_s3_g8", "m32n32k32_w2_s2_g8"],

@@ -117,7 +117,7 @@ def test_unknown_format_device_and_missing_file_are_named(tmp_path):
     with pytest.raises(InteropError,
                        match=r"import format 'csv'; allowed: \['inductor', 'inductor-lut', 'kernel-tuner'\]"):
         import_file("csv", log, device="a100", data_root=tmp_path)
-    with pytest.raises(InteropError, match="--device 'v100'"):
+    with pytest.raises(InteropError, match="--preset 'v100'"):
         import_file("inductor", log, device="v100", data_root=tmp_path)
     with pytest.raises(InteropError, match="no such file"):
         import_file("inductor", tmp_path / "missing.txt", device="a100", data_root=tmp_path)
@@ -162,19 +162,19 @@ def test_cli_import_train_every_pair_and_evaluate_no_measure(tmp_path, capsys):
     write_log(log)
     # a second dtype with too few rows for a model: train says it skips it
     extra = _log(tmp_path / "bf16.txt", [LINES[1]])
-    assert main(["import", "inductor", str(log), "--device", "a100", "--data", str(tmp_path / "data")]) == 0
-    assert main(["import", "inductor", str(extra), "--device", "a100", "--data", str(tmp_path / "data")]) == 0
+    assert main(["import", "inductor", str(log), "--preset", "a100", "--data", str(tmp_path / "data")]) == 0
+    assert main(["import", "inductor", str(extra), "--preset", "a100", "--data", str(tmp_path / "data")]) == 0
     out = capsys.readouterr().out
     assert "imported 108 rows" in out and "next: costlearn train" in out
     assert main(["train", "--data", str(tmp_path / "data" / "a100"), "--models", str(tmp_path / "models")]) == 0
     cap = capsys.readouterr()
     assert "skipping triton_mm/bfloat16" in cap.err and "trained xgboost on 108 triton_mm/float16 rows" in cap.out
     assert main(["evaluate", "--no-measure", "--model", "a100", "--family", "triton_mm", "--dtype", "float16",
-                 "--models", str(tmp_path / "models"), "--out", str(tmp_path / "data" / "a100")]) == 0
+                 "--models", str(tmp_path / "models"), "--data", str(tmp_path / "data" / "a100")]) == 0
     out = capsys.readouterr().out
     assert "vendor_only" in out and "best tile config" in out
     assert "Model: a100/triton_mm/float16 xgboost" in out              # evaluate names the model it scored
-    assert main(["import", "inductor", str(tmp_path / "nope.txt"), "--device", "a100"]) == 2
+    assert main(["import", "inductor", str(tmp_path / "nope.txt"), "--preset", "a100"]) == 2
     assert "no such file" in capsys.readouterr().err
 
 
@@ -227,3 +227,54 @@ def test_a_header_only_log_writes_no_device_folder(tmp_path):
     with pytest.raises(InteropError, match="no measurement found"):
         import_file("inductor", log, device="a100", data_root=tmp_path / "data")
     assert not (tmp_path / "data").exists()
+
+
+def test_train_with_a_log_of_one_problem_trains_every_pair(tmp_path, capsys):
+    """Regression: `costlearn train` on three imported A100 logs stopped with rc 2 after writing three models
+    ("need rows from at least 2 problems to fit, got 1"), without naming the pair: one log held a single problem
+    of a dtype, and the leave-one-log-out fold that trained on that log alone could not fit."""
+    from costlearn.cli import main
+    from inductor_fixture import SHAPES, write_log
+    write_log(tmp_path / "big.txt")
+    write_log(tmp_path / "one.txt", shapes=[(96, 80, 112)], layouts=["NN"])
+    for log in ("big.txt", "one.txt"):
+        assert main(["import", "inductor", str(tmp_path / log), "--preset", "a100", "--data",
+                     str(tmp_path / "data")]) == 0
+    capsys.readouterr()
+    assert main(["train", "--data", str(tmp_path / "data"), "--models", str(tmp_path / "models")]) == 0
+    cap = capsys.readouterr()
+    assert f"over {len(SHAPES) + 1} shapes" in cap.out and "skipping" not in cap.err
+    assert "held-out problems (5-fold by problem)" in cap.out          # the one-problem log trains no fold
+
+
+def test_train_names_a_pair_it_could_not_train_and_trains_the_others(tmp_path, capsys, monkeypatch):
+    """A pair whose training fails is skipped, named with the reason, and the rest are trained (rc 0); when
+    none can be, train stops naming each (rc 2)."""
+    import costlearn.train
+    from costlearn.cli import main
+    from inductor_fixture import write_log
+    write_log(tmp_path / "f16.txt")
+    (tmp_path / "bf16.txt").write_text((tmp_path / "f16.txt").read_text().replace("torch.float16", "torch.bfloat16"))
+    for log in ("f16.txt", "bf16.txt"):
+        assert main(["import", "inductor", str(tmp_path / log), "--preset", "a100", "--data",
+                     str(tmp_path / "data")]) == 0
+    real = costlearn.train.train
+
+    def failing(folder, models, *, dtype, **kw):                 # a stand-in failure for one pair
+        if dtype in failing.dtypes:
+            raise ValueError(f"a {dtype} failure")
+        return real(folder, models, dtype=dtype, **kw)
+    failing.dtypes = {"bfloat16"}
+    monkeypatch.setattr(costlearn.train, "train", failing)
+    capsys.readouterr()
+    assert main(["train", "--data", str(tmp_path / "data"), "--models", str(tmp_path / "models")]) == 0
+    cap = capsys.readouterr()
+    assert "skipping triton_mm/bfloat16: a bfloat16 failure" in cap.err
+    assert "trained 1 of 2 (family, dtype) pairs; skipped triton_mm/bfloat16: a bfloat16 failure" in cap.err
+    assert "triton_mm/float16 rows" in cap.out
+    failing.dtypes = {"bfloat16", "float16"}
+    assert main(["train", "--data", str(tmp_path / "data"), "--models", str(tmp_path / "m2"),
+                 "--dtype", "float16", "--dtype", "bfloat16"]) == 2
+    err = capsys.readouterr().err
+    assert "no (family, dtype) pair" in err and "triton_mm/float16: a float16 failure" in err \
+        and "triton_mm/bfloat16: a bfloat16 failure" in err

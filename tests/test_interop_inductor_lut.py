@@ -186,21 +186,28 @@ def test_cli_export_needs_one_source_of_shapes(models, tmp_path, capsys):
     shapes = tmp_path / "s.txt"
     shapes.write_text("512 1024 256 float16 NN\n")
     out = tmp_path / "t.json"
-    assert main(["export", "inductor-lut", "--models", str(models), "--device", DEVICE, "--shapes", str(shapes),
+    assert main(["export", "inductor-lut", "--models", str(models), "--model", DEVICE, "--shapes-file", str(shapes),
                  "--top-k", "2", "--out", str(out)]) == 0
     assert "wrote 1 keys for 1 problems" in capsys.readouterr().out and len(json.loads(out.read_text())) == 1
-    for args in ([], ["--shapes", str(shapes), "--from-log", str(shapes)]):
-        assert main(["export", "inductor-lut", "--models", str(models), "--device", DEVICE, *args,
+    for args in ([], ["--shapes-file", str(shapes), "--from-log", str(shapes)]):
+        assert main(["export", "inductor-lut", "--models", str(models), "--model", DEVICE, *args,
                      "--out", str(out)]) == 2
         assert "takes one source of shapes" in capsys.readouterr().err
-    assert main(["export", "inductor-lut", "--models", str(models), "--device", DEVICE, "--shapes", str(shapes),
+    assert main(["export", "inductor-lut", "--models", str(models), "--model", DEVICE, "--shapes-file", str(shapes),
                  "--dtype", "bfloat16", "--out", str(out)]) == 2
-    assert "the shapes hold only ['float16']" in capsys.readouterr().err
+    assert "the shapes file holds only ['float16']" in capsys.readouterr().err
     shapes.write_text("512 1024 256 float16 NN\n512 1024 256 bfloat16 NN\n")
-    assert main(["export", "inductor-lut", "--models", str(models), "--device", DEVICE, "--shapes", str(shapes),
-                 "--out", str(out)]) == 2
+    assert main(["export", "inductor-lut", "--models", str(models), "--model", DEVICE, "--shapes-file", str(shapes),
+                 "--out", str(out)]) == 0          # what the store serves is exported; the rest is named
+    assert "left out the 1 bfloat16 problems of the shapes file: the store has no triton_mm/bfloat16 model of a100" \
+        in capsys.readouterr().err and len(json.loads(out.read_text())) == 1
+    assert main(["export", "inductor-lut", "--models", str(models), "--model", DEVICE, "--shapes-file", str(shapes),
+                 "--dtype", "float16", "bfloat16", "--out", str(out)]) == 2       # asked for by name: refused
     assert "models of a100 for ['float16'] only; pass --dtype float16" in capsys.readouterr().err
-    assert main(["export", "inductor-lut", "--models", str(models), "--device", DEVICE, "--shapes", str(shapes),
+    assert main(["export", "inductor-lut", "--models", str(models), "--model", DEVICE, "--shapes-file", str(shapes),
+                 "--dtype", "float16", "--out", str(tmp_path / "no" / "such" / "t.json")]) == 2
+    assert "does not exist; create it" in capsys.readouterr().err and not (tmp_path / "no").exists()
+    assert main(["export", "inductor-lut", "--models", str(models), "--model", DEVICE, "--shapes-file", str(shapes),
                  "--dtype", "float16", "--out", str(tmp_path)]) == 2          # a folder
     assert f"--out '{tmp_path}': give the JSON file to write" in capsys.readouterr().err
     # a recorded table keeps its own device name, and what it leaves out is said
@@ -209,7 +216,7 @@ def test_cli_export_needs_one_source_of_shapes(models, tmp_path, capsys):
     rec.write_text(json.dumps({lut.lookup_key(lut.LutProblem.contiguous(p), "NVIDIA A100 80GB PCIe"): [],
                                "NVIDIA A100 80GB PCIe+((torch.float16, [8, 8], [8, 1]), (torch.float16, [8, 8], "
                                "[8, 1]), (torch.float16, [8, 8], [8, 1]))+bmm": []}))
-    assert main(["export", "inductor-lut", "--models", str(models), "--device", DEVICE, "--from-table", str(rec),
+    assert main(["export", "inductor-lut", "--models", str(models), "--model", DEVICE, "--from-table", str(rec),
                  "--out", str(out)]) == 0
     cap = capsys.readouterr()
     assert "left out: op 'bmm'" in cap.err

@@ -391,7 +391,7 @@ def test_a_file_of_another_device_or_dtype_than_given_is_refused(tmp_path, trito
     """Regression: a cache measured on an A100 imported into data/h100 with
     --device h100, and a T4 file of bfloat16 imported as float16."""
     cache, mapping, data = triton_files
-    with pytest.raises(InteropError, match=r"measured on 'NVIDIA A100-SXM4-80GB' \('a100'\), but --device is "
+    with pytest.raises(InteropError, match=r"measured on 'NVIDIA A100-SXM4-80GB' \('a100'\), but --preset is "
                                            r"'NVIDIA H100 80GB HBM3'"):
         import_file("kernel-tuner", cache, device="h100", data_root=data, mapping=mapping)
     assert _no_part(data)

@@ -86,7 +86,7 @@ def test_cli_study_and_evaluate_no_measure_by_log(two_logs, tmp_path, capsys, mo
     models = str(tmp_path / "w" / "float16" / "without-zoo_a")
     # evaluate --no-measure: no --model needed where the store holds one device's model
     assert main(["evaluate", "--no-measure", "--family", "triton_mm", "--dtype", "float16", "--models", models,
-                 "--out", data]) == 0
+                 "--data", data]) == 0
     out = capsys.readouterr().out
     assert "What predict_best answers" in out and "| zoo_a.txt | 12 |" in out and "| zoo_b.txt | 12 |" in out
 
@@ -131,10 +131,10 @@ def test_evaluate_no_measure_names_in_sample_logs_and_takes_a_data_root(two_logs
           settings=dict(params=XGBParams(**FAST)))
     import_file("inductor", two_logs / "zoo_a.txt", device=DEVICE, data_root=tmp_path / "copy")
     assert main(["evaluate", "--no-measure", "--family", "triton_mm", "--dtype", "float16", "--models",
-                 str(tmp_path / "m"), "--out", str(tmp_path / "copy")]) == 0
+                 str(tmp_path / "m"), "--data", str(tmp_path / "copy")]) == 0
     err = capsys.readouterr().err
     assert "1 of the logs scored here (by sha256) were in this model's training rows" in err
     (tmp_path / "rep").mkdir()
     assert main(["evaluate", "--no-measure", "--family", "triton_mm", "--dtype", "float16", "--models",
-                 str(tmp_path / "m"), "--out", str(tmp_path / "copy"), "--report", str(tmp_path / "rep")]) == 2
+                 str(tmp_path / "m"), "--data", str(tmp_path / "copy"), "--report", str(tmp_path / "rep")]) == 2
     assert "is a folder; give a file name" in capsys.readouterr().err

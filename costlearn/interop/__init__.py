@@ -1,7 +1,7 @@
 """Measurements other tools already made, in and out (design.md, "Data
 flow": imported rows join a device's dataset like measured ones).
 
-Import formats (``costlearn import FORMAT FILE --device PRESET --data DIR``):
+Import formats (``costlearn import FORMAT FILE --preset PRESET --data DIR``):
 
 - ``inductor``: PyTorch Inductor AutoHeuristic mm logs (:mod:`.inductor`).
 - ``kernel-tuner``: a Kernel Tuner cache file or T4 results JSON, with a

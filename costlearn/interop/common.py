@@ -194,7 +194,7 @@ def resolve_device(device) -> DeviceSpec:
     try:
         return preset(device)
     except ValueError as e:
-        raise InteropError(f"--device {device!r}: {e}; the file names no GPU, so the preset says which") from None
+        raise InteropError(f"--preset {device!r}: {e}; the file names no GPU, so the preset says which") from None
 
 
 def _measurement_key(x: Measurement) -> tuple:

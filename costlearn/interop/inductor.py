@@ -48,11 +48,11 @@ def check_header(header: dict, spec: DeviceSpec, path) -> None:
         have = f"{capa[0]}.{capa[1]}"
         if spec.compute_capability and have != spec.compute_capability:
             raise InteropError(f"{path}: the header says compute capability {have}, the preset {spec.name!r} is "
-                               f"{spec.compute_capability}; pass the --device preset the log was measured on")
+                               f"{spec.compute_capability}; pass the --preset the log was measured on")
     smem = header.get("shared_memory")
     if isinstance(smem, int) and smem != spec.smem_per_block_optin_bytes:
         raise InteropError(f"{path}: the header says {smem} bytes of shared memory per block, the preset "
-                           f"{spec.name!r} has {spec.smem_per_block_optin_bytes}; pass the --device preset the "
+                           f"{spec.name!r} has {spec.smem_per_block_optin_bytes}; pass the --preset the "
                            "log was measured on")
 
 

@@ -43,7 +43,7 @@ from ..util import atomic_write, check_int
 from .common import Importer, InteropError, Measurement, resolve_device
 from .inductor import parse as parse_log
 
-__all__ = ["LutProblem", "lookup_key", "inputs_key", "read_shapes_file", "problems_from_log", "read_table",
+__all__ = ["LutProblem", "check_lut_out", "lookup_key", "inputs_key", "read_shapes_file", "problems_from_log", "read_table",
            "RecordedTable", "dense_layout",
            "choices_for", "confident", "export_lut", "LutReport", "InductorLutImporter", "OP_NAME", "TIME_KEYS",
            "OP_EPILOGUES", "addmm_bias_problem"]
@@ -451,6 +451,24 @@ class LutReport:
                 f"sure of {self.confident}{short}); answers and table in {self.seconds * 1e3:.0f} ms")
 
 
+def check_lut_out(out) -> Path:
+    """``out`` as the lookup table's file path.
+
+    Raises
+    ------
+    ValueError
+        If it is a folder, has no file name, or its folder does not exist
+        (a mistyped folder is not created).
+    """
+    out = Path(out)
+    if out.is_dir() or (out.parent.exists() and not out.parent.is_dir()) or not out.name:
+        raise ValueError(f"--out {str(out)!r}: give the JSON file to write (a file path in an existing folder)")
+    if not out.parent.is_dir():
+        raise ValueError(f"--out {str(out)!r}: the folder {str(out.parent)!r} does not exist; create it, or give a "
+                         "file path in an existing folder")
+    return out
+
+
 def export_lut(problems, out, *, device, top_k: int = 3, family: str = "triton_mm", models_dir=None,
                device_name: str | None = None, portable: bool = False) -> LutReport:
     """Write an Inductor lookup table of the model's choices for ``problems``.
@@ -483,16 +501,14 @@ def export_lut(problems, out, *, device, top_k: int = 3, family: str = "triton_m
     Raises
     ------
     ValueError
-        If ``top_k`` < 1 or ``problems`` is empty; if two problems share a
+        If ``top_k`` < 1, ``problems`` is empty or ``out`` is a folder or
+        lies in a folder that does not exist; if two problems share a
         key (float32 and tfloat32 of one shape), naming them; or as
         :func:`costlearn.predict_many` (no model for a dtype, a layout it
         does not serve).
     """
     top_k = check_int("top_k", top_k, 1)
-    out = Path(out)
-    if out.is_dir() or (out.parent.exists() and not out.parent.is_dir()) or not out.name:
-        raise ValueError(f"--out {str(out)!r}: give the JSON file to write (a file path whose folder exists or can "
-                         "be made)")
+    out = check_lut_out(out)
     if device_name is not None and (not isinstance(device_name, str) or not device_name.strip()
                                     or "+" in device_name):
         raise ValueError(f"device_name={device_name!r}; must be the GPU's name as torch reports it, e.g. "
@@ -560,7 +576,7 @@ class InductorLutImporter(Importer):
         other = [d for d in got.devices if device_slug(d, "cuda") != spec.slug]
         if other:
             raise InteropError(f"{path}: keyed for {other[0]!r}, not a {spec.name!r} ({spec.slug}); pass the "
-                               "--device preset the table was measured on")
+                               "--preset the table was measured on")
         if got.problems and not got.measurements:
             raise InteropError(f"{path}: {len(got.problems)} mm keys, but no entry carries a time ("
                                f"{' or '.join(TIME_KEYS)}); PyTorch's recorder writes none. Its shapes can be "

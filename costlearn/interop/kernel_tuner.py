@@ -361,7 +361,7 @@ def _check_source(path: Path, spec, mapping: Mapping, device_name, meta: dict) -
     if spec is not None and isinstance(device_name, str) and device_name.strip():
         have = device_slug(device_name, spec.api)
         if have != device_slug(spec.name, spec.api):        # the class by name (a CPU slug adds its workers)
-            raise InteropError(f"{path}: measured on {device_name!r} ({have!r}), but --device is {spec.name!r} "
+            raise InteropError(f"{path}: measured on {device_name!r} ({have!r}), but --preset is {spec.name!r} "
                                f"({spec.slug!r}); pass the preset of the GPU the file was measured on")
     for key, want in (("family", mapping.family), ("dtype", mapping.dtype), ("layout", mapping.layout)):
         have = meta.get(key)
