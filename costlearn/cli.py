@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .backends import auto_name, get_backend, local_device, measuring_backends
+from .backends import auto_name, get_backend, local_device, local_record, measuring_backends
 from .device import PRESET_SOURCES, PRESETS, DeviceSpec, preset
 from .dtypes import dtype_names
 from .families import FAMILIES, CompilerUnavailable, get_family
@@ -629,13 +629,16 @@ def _export_lut(args) -> int:
     return 0
 
 
-def model_device(model, family: str, dtype: str, models_dir) -> str:
+def model_device(model, family: str, dtype: str, models_dir, here=None) -> str:
     """The model device folder a command that reads a model uses: ``--model``;
     else the local device's model if the store has one; else the only one (an
     error in CLI words otherwise). Says on stderr when the model is another
-    device's than this machine's."""
+    device's than this machine's: ``here``, the DeviceSpec of the device this
+    process opened, else the record of it in the user cache
+    (:func:`costlearn.backends.local_device`), compared without the backend
+    settings of the process that wrote it."""
     from .model.store import has_model, resolve_model
-    local = local_device(probe=True)
+    local = local_record(here) if here is not None else local_device(probe=True)
     if model is None:
         model = local["slug"] if local is not None and has_model(local["slug"], family, dtype, models_dir) else \
             resolve_model(None, family, dtype, models_dir, cli=True).parents[1].name
@@ -648,15 +651,16 @@ def model_device(model, family: str, dtype: str, models_dir) -> str:
     elif isinstance(local.get("spec"), dict):
         from .model.artifact import default_models_dir, load, model_folder
         try:
-            here = DeviceSpec.from_dict(local["spec"])
+            spec = here if here is not None else DeviceSpec.from_dict(local["spec"])
         except (TypeError, ValueError):
             return model                   # a record of another costlearn version: nothing to compare
         root = Path(models_dir) if models_dir is not None else default_models_dir()
-        diff = load(model_folder(root, model, family, dtype)).spec.differences(here)
+        diff = load(model_folder(root, model, family, dtype)).spec.differences(spec, settings=here is not None)
         if diff:
             print(f"note: the {model} model's device is of this machine's class but not the same device "
-                  f"({'; '.join(diff)}, model's first); its times may not be this machine's (collect and train "
-                  "here, into other --data and --models folders, for this one's)", file=sys.stderr)
+                  f"({'; '.join(diff)}: the model's value, then this machine's); its times may not be this "
+                  "machine's (collect and train here, into other --data and --models folders, for this one's)",
+                  file=sys.stderr)
     return model
 
 
@@ -672,13 +676,15 @@ def _check_shapes(triples, family: str, dtype: str, layout: str, epilogue: str =
 
 def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_k: int, models_dir,
                   as_json: bool = False, measure_top_k: int = 0, backend=None, tuning_db=None,
-                  epilogue: str = "none") -> None:
+                  epilogue: str = "none", here=None) -> None:
     """Predict each (M, N, K) and print it (a JSON object per line with ``as_json``): all in one
     :func:`costlearn.predict.predict_many` call, or one :func:`costlearn.predict.predict_best` call each
-    where they measure or read the tuning database."""
+    where they measure or read the tuning database. ``here``: the DeviceSpec of the device this process
+    opened (:func:`model_device`)."""
     from .predict import predict_best
     _check_shapes(triples, family, dtype, layout, epilogue)   # every triple is checked before anything is printed
-    device = model_device(device, family, dtype, models_dir)
+    device = model_device(device, family, dtype, models_dir, here=here if here is not None else
+                          (backend.spec if backend is not None else None))
     from .model.store import resolve_model
     print(f"model: {resolve_model(device, family, dtype, models_dir, cli=True)}", file=sys.stderr)
     from_db = recorded = 0
@@ -1026,7 +1032,7 @@ def cmd_run(args) -> int:
     triples = [(1, 1024, 1024), (64, 64, 64), (300, 200, 500)] if _is_cpu(be.spec) else \
         [(1, 4096, 4096), (4096, 4096, 4096), (8, 8192, 1024)]
     predict_stage(triples, device=be.spec.slug, family=trained.family, dtype=trained.dtype, layout="NN", top_k=3,
-                  models_dir=args.models)
+                  models_dir=args.models, here=be.spec)
     print(f"== evaluate  [t={time.perf_counter() - t0:.0f}s]", flush=True)
     evaluate_stage(be, model_folder(args.models, be.spec.slug, trained.family, trained.dtype),
                    Path(args.data) / be.spec.slug / "eval", n_random=args.eval_shapes, budget_s=args.eval_budget,

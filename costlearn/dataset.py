@@ -195,12 +195,17 @@ class LoadReport:
         return s
 
 
+_WARNED: set = set()
+"""(part, reason) pairs :func:`load` has warned of in this process."""
+
+
 def load(folder: str | os.PathLike, *, strict: bool = False) -> tuple[pd.DataFrame, LoadReport]:
     """Read every part of a dataset folder.
 
     Temporary files (``.*.tmp``, left by a killed writer) are ignored. A part
     that cannot be read or lacks columns is reported in the
-    :class:`LoadReport` and with a warning, and its rows are left out.
+    :class:`LoadReport` of every call and with a warning, once a process per
+    part and reason, and its rows are left out.
     Rows whose status is ``ok`` but whose time is not finite and positive
     are quarantined: their status becomes ``quarantined`` with the reason in
     ``error``.
@@ -237,7 +242,9 @@ def load(folder: str | os.PathLike, *, strict: bool = False) -> tuple[pd.DataFra
             if strict:
                 raise DatasetError(f"corrupt dataset part {part}: {reason}") from e
             report.corrupt.append((str(part), reason))
-            warnings.warn(f"skipping corrupt dataset part {part}: {reason}", stacklevel=2)
+            if (str(part), reason) not in _WARNED:       # once a process: a command may load a folder twice
+                _WARNED.add((str(part), reason))
+                warnings.warn(f"skipping corrupt dataset part {part}: {reason}", stacklevel=2)
     if frames:
         df = pd.concat(frames, ignore_index=True)
         # A compaction killed between writing the merged part and removing

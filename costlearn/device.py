@@ -136,9 +136,10 @@ class DeviceSpec:
             if getattr(self, f) is not None or f not in _TENSOR_PEAKS:
                 check_real(f"DeviceSpec.{f}", getattr(self, f), 0, strict=True)
 
-    def differences(self, other: "DeviceSpec") -> list[str]:
+    def differences(self, other: "DeviceSpec", settings: bool = True) -> list[str]:
         """The :data:`IDENTITY_FIELDS` in which ``other`` differs from this
-        device, as ``"field a != b"`` strings (empty when they agree).
+        device, as ``"field a != b"`` strings (empty when they agree), and
+        (``settings``) the backend settings it is measured under.
 
         Two devices of one class (one :attr:`slug`) can still differ: another
         CPU model reports the same OpenCL name with other core and cache
@@ -146,6 +147,14 @@ class DeviceSpec:
         (``extra["settings"]``: PoCL's thread pinning) time differently.
         Measured figures (the OpenCL bandwidth) vary run to run and are not
         compared.
+
+        Parameters
+        ----------
+        other : DeviceSpec
+        settings : bool
+            Also compare ``extra["settings"]``. They belong to the process
+            that opened the device (PoCL's pinning follows the CPUs it may
+            use), so a record another process left is compared without them.
 
         Returns
         -------
@@ -161,7 +170,7 @@ class DeviceSpec:
         out = [f"{f} {getattr(self, f)!r} != {getattr(other, f)!r}" for f in IDENTITY_FIELDS
                if getattr(self, f) != getattr(other, f)]
         mine, theirs = self.extra.get("settings"), other.extra.get("settings")
-        if mine != theirs:
+        if settings and mine != theirs:
             out.append(f"settings {mine!r} != {theirs!r}")
         return out
 

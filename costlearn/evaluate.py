@@ -134,8 +134,9 @@ def ranked_rows(rows: pd.DataFrame, tile_floors) -> pd.DataFrame:
 
 
 def score(art_folder, rows: pd.DataFrame, seed: int = 0, data=None) -> EvalResult:
-    """Score the model in ``art_folder``, the baselines and a random ranking
-    on measured rows.
+    """Score the model in ``art_folder`` as it is served (its scorer,
+    :meth:`~costlearn.model.artifact.Artifact.predict_rows`), the baselines
+    and a random ranking on measured rows.
 
     Parameters
     ----------
@@ -175,8 +176,8 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0, data=None) -> EvalResul
         raise ValueError(f"no valid measurements of the {art.device}/{art.family.name}/{art.dtype} model's candidates "
                          f"(layouts {list(art.layouts)}) to score; the measurements hold (device/family/dtype) "
                          f"{held or 'no valid rows'}")
-    product = art.model()
-    models = {product.name: product, **{name: art.baseline(name) for name in BASELINES}}
+    product = str(art.sidecar["model"])           # scored as served: the scorer, not the training library's copy
+    baselines = {name: art.baseline(name) for name in BASELINES}
     shapes = rows[["m", "n", "k"]].drop_duplicates()
     # The in-envelope / OOD split is by shape; identity reasons (another
     # template or costlearn version) would mark every shape.
@@ -188,7 +189,8 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0, data=None) -> EvalResul
     else:
         floors_ = NoiseFloors(within=noise_floor(rows))
     noise = floors_.tie
-    frames, summary, preds = [], {}, {name: mdl.predict(rows) for name, mdl in models.items()}
+    preds = {product: art.predict_rows(rows), **{name: mdl.predict(rows) for name, mdl in baselines.items()}}
+    frames, summary = [], {}
     preds["random"] = random_scores(rows, seed)
     vendor = rows["config_id"].eq(VENDOR_CONFIG_ID).to_numpy(bool)
     if vendor.any():
@@ -210,12 +212,13 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0, data=None) -> EvalResul
     raw = (mine["top1_time_us"] / mine["best_time_us"] - 1.0).to_numpy()     # top-1 regret before the noise tie
     training = art.sidecar.get("training", {}) or {}
     info = dict(device=art.device, device_name=art.spec.name, family=art.family.name, dtype=art.dtype,
-                model=product.name,
+                model=product,
                 sha256=art.model_sha256[:12], rows=training.get("rows"), shapes=training.get("shapes"),
                 folder=_shown(art.path), trained_on=training.get("dataset"), data=None if data is None else str(data))
     return EvalResult(per_shape=pd.concat(frames, ignore_index=True), summary=summary, rows=rows,
-                      noise_floor=noise, predictions=preds, vendor_us={}, model=product.name,
-                      time_models=tuple(n for n, m in models.items() if m.predicts_time), model_info=info,
+                      noise_floor=noise, predictions=preds, vendor_us={}, model=product,
+                      time_models=(product,) * bool(art.sidecar.get("predicts_time"))
+                      + tuple(n for n, m in baselines.items() if m.predicts_time), model_info=info,
                       hidden_by_noise=int(((raw > 0) & (raw <= noise)).sum()), noise_floors=floors_)
 
 

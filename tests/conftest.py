@@ -3,10 +3,17 @@ GPU tests skip cleanly where there is no GPU."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# The tests never write the user's cache (the local device record, the tuning database, the compiled
+# ranker): a test process's PoCL settings are not a user's, and a record it left made `costlearn run`
+# call the model it had just trained another device's. Subprocesses inherit this.
+os.environ["COSTLEARN_CACHE"] = tempfile.mkdtemp(prefix="costlearn-tests-cache-")
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data"

@@ -25,6 +25,52 @@ def test_model_file_from_another_training_is_refused(model_dir, tmp_path):
         artifact.load(dst).model()
 
 
+def test_a_damaged_model_ubj_changes_no_answer_and_is_refused_where_it_is_read(model_dir, dataset_dir, tmp_path):
+    """Regression: a corrupt model.ubj went unnoticed (served from scorer.npz). scorer.npz is what is served,
+    evaluate included; model.ubj, the training library's copy, is checked wherever it is read."""
+    import costlearn
+    from costlearn.dataset import load
+    from costlearn.evaluate import score
+    from costlearn.model import artifact
+    dst = tmp_path / "dev" / "gemm" / "float32"
+    shutil.copytree(model_dir, dst)
+    rows = load(dataset_dir)[0].iloc[:4000]
+    before = score(dst, rows).summary["xgboost"]["all"]
+    want = costlearn.predict_best(48, 64, 96, device="dev", models_dir=tmp_path)
+    blob = bytearray((dst / "model.ubj").read_bytes())
+    blob[len(blob) // 2] ^= 0x55
+    (dst / "model.ubj").write_bytes(bytes(blob))
+    costlearn.predict.clear_cache()
+    got = costlearn.predict_best(48, 64, 96, device="dev", models_dir=tmp_path)
+    assert (got.config, got.time_us, got.top_k) == (want.config, want.time_us, want.top_k)
+    assert score(dst, rows).summary["xgboost"]["all"] == before        # evaluate scores the served scorer
+    with pytest.raises(artifact.ArtifactError, match="model.ubj does not belong"):
+        artifact.load(dst).model()
+
+
+def test_evaluate_scores_what_predict_best_ranks_by(model_dir, dataset_dir):
+    """The scores evaluate gives the model are the served scorer's, which the rankers use."""
+    from costlearn.dataset import load, valid_rows
+    from costlearn.model import artifact
+    from costlearn.predict import Predictor
+    art = artifact.load(model_dir)
+    rows = valid_rows(load(dataset_dir)[0])
+    q = rows.iloc[0]
+    one = rows[(rows["m"] == q["m"]) & (rows["n"] == q["n"]) & (rows["k"] == q["k"])
+               & (rows["epilogue"] == q["epilogue"]) & rows["config_id"].isin(set(art.candidates["config_id"]))]
+    pred = Predictor(model_dir)
+    got = art.predict_rows(one)
+    p = pred.problem(int(q["m"]), int(q["n"]), int(q["k"]), epilogue=str(q["epilogue"]))
+    ids = list(art.candidates["config_id"])
+    mask = np.zeros(len(ids), bool)
+    mask[[ids.index(c) for c in one["config_id"]]] = True
+    res = pred.ranker.rank(p, mask, top=len(ids), cascade=False)
+    want = dict(zip([ids[i] for i in res.order], np.exp2(res.scores)))
+    assert np.allclose(got, [want[c] for c in one["config_id"]], rtol=1e-12, atol=0)
+    with pytest.raises(ValueError, match="not candidates"):
+        art.predict_rows(one.assign(config_id="m1n1k1_nope"))
+
+
 def _rewrite_scorer(folder, mutate):
     """Replace the artifact's scorer.npz by a mutated copy and record its
     sha256 in the sidecar (as a training writing another scorer would)."""

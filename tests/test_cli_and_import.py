@@ -384,3 +384,50 @@ def test_old_flag_spellings_work_for_one_release_with_a_note(dataset_dir, tmp_pa
     assert "note: `costlearn train --model` is now `--learner`" in err and "roofline" in err
     assert main(["import", "inductor", str(tmp_path / "x.txt"), "--data", str(tmp_path)]) == 2
     assert "--preset is required" in capsys.readouterr().err
+
+
+def test_a_cache_record_of_other_pocl_settings_is_not_another_device(tmp_path, capsys, model_dir, monkeypatch):
+    """Regression: `costlearn run` said its just-trained model's device was "of this machine's class but not
+    the same device": the user cache held the record another process had left (POCL_AFFINITY 0, host_cpu None;
+    the model 1, 1). Settings belong to the process that opened the device: a record is compared without them,
+    and `run` compares with the device it opened."""
+    import dataclasses
+    import json
+
+    from costlearn.cli import model_device
+    from costlearn.device import DeviceSpec
+    from costlearn.model.artifact import load as load_artifact
+    dev = model_dir.parents[1].name
+    spec = load_artifact(model_dir).spec
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    monkeypatch.setenv("COSTLEARN_CACHE", str(cache))
+    other = dict(spec.to_dict(), extra={"settings": {"POCL_MAX_PTHREAD_COUNT": 1, "POCL_AFFINITY": "0",
+                                                      "host_cpu": None}})
+    (cache / "local_device.json").write_text(json.dumps(dict(slug=dev, name=spec.name, api=spec.api, spec=other)))
+    assert main(["predict", "64x64x64", "--model", dev]) == 0
+    assert "note:" not in capsys.readouterr().err
+    models = model_dir.parents[2]
+    assert model_device(dev, "gemm", "float32", models, here=spec) == dev
+    assert "note:" not in capsys.readouterr().err                      # the device this process opened: the same
+    assert model_device(dev, "gemm", "float32", models, here=DeviceSpec.from_dict(other)) == dev
+    assert "settings" in capsys.readouterr().err                     # ... and one opened under other settings
+    moved = dataclasses.replace(spec, driver_version="9.9")
+    model_device(dev, "gemm", "float32", models, here=moved)
+    assert "the model's value, then this machine's" in capsys.readouterr().err
+
+
+def test_the_vendor_floor_line_reads_as_a_sentence_when_nothing_is_flagged(tmp_path, capsys):
+    """Regression: train printed "flagged (vendor kept) where the model's held-out top-1 regret is never."."""
+    import json
+    from types import SimpleNamespace
+
+    from costlearn.cli import _print_trained
+    (tmp_path / "model.json").write_text(json.dumps({}))
+    floor = dict(unsure_regret=None, margin_log2=0.0, vendor_near_min=0.1,
+                 calibration=dict(rule_geomean=0.0135, argmin_geomean=0.0375, vendor_geomean=0.0136))
+    _print_trained(SimpleNamespace(path=tmp_path / "model.json", holdout={}, floor=floor))
+    out = capsys.readouterr().out
+    assert "regret is never" not in out and "no problem is flagged for the model's held-out regret. On" in out
+    _print_trained(SimpleNamespace(path=tmp_path / "model.json", holdout={}, floor=dict(floor, unsure_regret=0.2)))
+    assert "held-out top-1 regret there is above 20%. On" in capsys.readouterr().out

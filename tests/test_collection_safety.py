@@ -177,3 +177,29 @@ def test_collect_stops_cleanly_when_the_device_is_lost_and_keeps_earlier_shapes(
     assert "device context lost" in res.stopped and res.shapes_done == 1
     df, _ = load(tmp_path)
     assert set(map(tuple, df[["m", "n", "k"]].drop_duplicates().to_numpy())) == {shapes[0]}
+
+
+def test_a_short_budget_measures_its_first_epilogue_instead_of_compiling_the_others(dataset_dir, dataset_rows,
+                                                                                   tmp_path):
+    """Regression: the README's `collect --budget 120` collected 7 rows on 2 cores: compiling the pools of the
+    four epilogues took 184 s, past the whole budget. An epilogue is brought in only while its compile, estimated
+    from the pools compiled so far, fits a quarter of the budget left."""
+    from costlearn.backends.replay import ReplayBackend
+    from costlearn.collect import EPILOGUES, collect
+    from costlearn.dataset import load
+    _, pool = _replay_setup(dataset_dir, dataset_rows, 1)
+
+    class SlowCompile(ReplayBackend):
+        seconds = 0.4
+
+        def compile_many(self, configs, dtype, epilogue="none"):
+            time.sleep(self.seconds)
+            return super().compile_many(configs, dtype, epilogue=epilogue)
+    res = collect(SlowCompile(dataset_dir), tmp_path / "short", pool=pool, configs_per_shape=2, budget_s=1.2,
+                  progress=False, epilogues=EPILOGUES)
+    assert res.shapes_done >= 1 and res.epilogues_left_out == list(EPILOGUES[1:])
+    assert set(load(tmp_path / "short")[0]["epilogue"]) == {"none"}
+    SlowCompile.seconds = 0.02                                        # a cheap compile: every epilogue comes in
+    res = collect(SlowCompile(dataset_dir), tmp_path / "long", pool=pool, configs_per_shape=2, budget_s=60,
+                  progress=False, epilogues=EPILOGUES, max_shapes=40)
+    assert res.epilogues_left_out == [] and set(load(tmp_path / "long")[0]["epilogue"]) == set(EPILOGUES)

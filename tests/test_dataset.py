@@ -40,6 +40,19 @@ def test_corrupt_part_is_reported_not_used(tmp_path):
         load(tmp_path, strict=True)
 
 
+def test_a_corrupt_part_is_warned_of_once_however_often_it_is_loaded(tmp_path):
+    """Regression: each corrupt-part warning printed twice (train loads the folder twice)."""
+    import warnings
+    write_part([_row()], tmp_path)
+    (tmp_path / "part-twice.parquet").write_bytes(b"PAR1 not parquet either")
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        reports = [load(tmp_path)[1] for _ in range(3)]
+    assert [str(w.message) for w in got if "part-twice" in str(w.message)] and \
+        sum("part-twice" in str(w.message) for w in got) == 1
+    assert all(len(r.corrupt) == 1 for r in reports)                 # every load still reports it
+
+
 def test_leftover_temporary_file_of_a_killed_writer_is_ignored(tmp_path):
     write_part([_row()], tmp_path)
     (tmp_path / ".part-x.parquet.tmp").write_bytes(b"half a file")

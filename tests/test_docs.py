@@ -67,3 +67,15 @@ def test_a_stale_block_is_found(tmp_path):
     assert gen.stale(tmp_path) == ["docs/results.md: lolo", "README.md: headline"]
     gen.update(root=tmp_path)
     assert gen.stale(tmp_path) == [] and "4.97 % top-1" in (tmp_path / "README.md").read_text()
+
+
+def test_the_readmes_out_of_distribution_example_is_what_the_committed_model_says(model_dir):
+    """Regression: the README said "N=4096 above the trained maximum 920" where the model said 1016."""
+    import costlearn
+    line = next(ln for ln in (ROOT / "README.md").read_text().splitlines() if "p.ood, p.ood_reasons" in ln)
+    m, n, k = (int(v) for v in re.search(r"for \((\d+), (\d+), (\d+)\)", line).groups())
+    quoted = re.search(r'True, \("([^"]+)"', line).group(1)
+    p = costlearn.predict_best(m, n, k, device=model_dir.parents[1].name, models_dir=model_dir.parents[2])
+    assert p.ood and quoted in p.ood_reasons
+    assert not costlearn.predict_best(1, 1024, 1024, device=model_dir.parents[1].name,
+                                      models_dir=model_dir.parents[2]).ood          # "False, () here"

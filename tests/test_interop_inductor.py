@@ -1,12 +1,16 @@
 """The Inductor AutoHeuristic importer and what a user does with its rows:
 import, train every (family, dtype), predict_best with the triton_mm family
 and the vendor candidate, evaluate --no-measure. Small logs are written
-here (test fixtures, not measurements); the real A100 logs are read from
-../shared/ where present."""
+here (test fixtures, not measurements); the real A100 random-shape log is
+read from $COSTLEARN_A100_LOGS (a100_mm.txt, a folder holding it, or a zip
+holding a100/a100_mm.txt: the AutoHeuristic logs of the public repository
+AlnisM/autoheuristic-datasets), else from ../shared/ beside a developer's
+checkout, and its test skips without it."""
 from __future__ import annotations
 
 import json
 import math
+import os
 import zipfile
 from pathlib import Path
 
@@ -17,7 +21,20 @@ from costlearn.dataset import load
 from costlearn.interop import InteropError, import_file
 from inductor_fixture import COLUMNS, HEADER, build_models
 
-A100_ZIP = Path(__file__).resolve().parents[2] / "shared" / "data" / "inductor-autoheuristic-a100" / "a100_mm.zip"
+A100_LOGS = Path(os.environ.get("COSTLEARN_A100_LOGS") or Path(__file__).resolve().parents[2] / "shared" / "data"
+                 / "inductor-autoheuristic-a100" / "a100_mm.zip")
+"""The A100 random-shape AutoHeuristic log, as a file, a folder holding it or a zip holding it."""
+
+
+def _a100_log(tmp_path) -> Path:
+    """The A100 random-shape log as a file (extracted from a zip into ``tmp_path``)."""
+    if A100_LOGS.is_dir():
+        return A100_LOGS / "a100_mm.txt"
+    if A100_LOGS.suffix == ".zip":
+        with zipfile.ZipFile(A100_LOGS) as z:
+            z.extract("a100/a100_mm.txt", tmp_path)
+        return tmp_path / "a100" / "a100_mm.txt"
+    return A100_LOGS
 
 
 def _log(path, lines, header=HEADER):
@@ -178,11 +195,10 @@ def test_cli_import_train_every_pair_and_evaluate_no_measure(tmp_path, capsys):
     assert "no such file" in capsys.readouterr().err
 
 
-@pytest.mark.skipif(not A100_ZIP.is_file(), reason="the A100 Inductor logs are not here (../shared/data/)")
+@pytest.mark.skipif(not A100_LOGS.exists(), reason="no A100 Inductor log: set COSTLEARN_A100_LOGS to a100_mm.txt "
+                    "(github.com/AlnisM/autoheuristic-datasets), a folder holding it or a zip holding a100/a100_mm.txt")
 def test_the_real_a100_log_imports_whole(tmp_path):
-    with zipfile.ZipFile(A100_ZIP) as z:
-        z.extract("a100/a100_mm.txt", tmp_path)
-    rep = import_file("inductor", tmp_path / "a100" / "a100_mm.txt", device="a100", data_root=tmp_path / "data")
+    rep = import_file("inductor", _a100_log(tmp_path), device="a100", data_root=tmp_path / "data")
     df, report = load(rep.folder)
     assert rep.skipped == [] and rep.rows_added == len(df) == 238_032       # PROVENANCE.md's row count
     assert rep.failed == int((df["status"] == "failed").sum()) > 0 and not report.quarantined
@@ -278,3 +294,36 @@ def test_train_names_a_pair_it_could_not_train_and_trains_the_others(tmp_path, c
     err = capsys.readouterr().err
     assert "no (family, dtype) pair" in err and "triton_mm/float16: a float16 failure" in err \
         and "triton_mm/bfloat16: a bfloat16 failure" in err
+
+
+def test_from_log_exports_the_dtypes_the_store_serves_and_names_the_rest(tmp_path, capsys):
+    """Regression: the README's `export inductor-lut --from-log` failed on a real log (it held tfloat32 rows and
+    the store had no tfloat32 model)."""
+    from costlearn.cli import main
+    from inductor_fixture import DEVICE, write_log
+    models = build_models(tmp_path / "m")
+    write_log(tmp_path / "f16.txt")
+    text = (tmp_path / "f16.txt").read_text().splitlines()
+    tf32 = [ln.replace("torch.float16", "torch.float32").replace("not_float_32", "True") for ln in text[2:5]]
+    (tmp_path / "log.txt").write_text("\n".join(text + tf32) + "\n")
+    capsys.readouterr()
+    assert main(["export", "inductor-lut", "--models", str(models), "--model", DEVICE, "--from-log",
+                 str(tmp_path / "log.txt"), "--top-k", "3", "--out", str(tmp_path / "lut.json")]) == 0
+    err = capsys.readouterr().err
+    assert "left out the 1 tfloat32 problems of the log: the store has no triton_mm/tfloat32 model of a100" in err
+    assert len(json.loads((tmp_path / "lut.json").read_text())) == 12
+
+
+def test_evaluate_without_report_says_how_to_get_the_per_problem_table(tmp_path, capsys, monkeypatch):
+    """Regression: `evaluate --no-measure` without --report said "the per-problem table is in the --report file"."""
+    import costlearn.cli
+    from costlearn.cli import main
+    from inductor_fixture import DEVICE
+    models = build_models(tmp_path)
+    monkeypatch.setattr(costlearn.cli, "PER_SHAPE_PRINT_MAX", 1)
+    capsys.readouterr()
+    assert main(["evaluate", "--no-measure", "--family", "triton_mm", "--dtype", "float16", "--models", str(models),
+                 "--data", str(tmp_path / "data" / DEVICE)]) == 0
+    out = capsys.readouterr().out
+    assert "the per-problem table is not printed; --report FILE writes it, with a CSV" in out
+    assert "in the --report file" not in out

@@ -188,7 +188,9 @@ def test_cli_export_needs_one_source_of_shapes(models, tmp_path, capsys):
     out = tmp_path / "t.json"
     assert main(["export", "inductor-lut", "--models", str(models), "--model", DEVICE, "--shapes-file", str(shapes),
                  "--top-k", "2", "--out", str(out)]) == 0
-    assert "wrote 1 keys for 1 problems" in capsys.readouterr().out and len(json.loads(out.read_text())) == 1
+    cap = capsys.readouterr()
+    assert "wrote 1 keys for 1 problems" in cap.out and len(json.loads(out.read_text())) == 1
+    assert f"read 1 problems from the shapes file {shapes}" in cap.err          # not "from from ..."
     for args in ([], ["--shapes-file", str(shapes), "--from-log", str(shapes)]):
         assert main(["export", "inductor-lut", "--models", str(models), "--model", DEVICE, *args,
                      "--out", str(out)]) == 2

@@ -152,3 +152,21 @@ def test_multidevice_model_refuses_rows_of_a_device_it_has_no_spec_for(source):
         mdl.fit(rows, preset("h100"))
     with pytest.raises(ValueError, match="destination_share=2"):
         get_model("xgboost_devices", destination_share=2).fit(rows, preset("a100"))
+
+
+def test_transfer_names_the_destination_rows_it_does_not_use(source, tmp_path):
+    """Regression: transfer skipped the H100 log's tfloat32 rows without a word (the source had no tfloat32
+    model)."""
+    import shutil
+    tmp, models_src = source
+    shutil.copytree(models_src, tmp_path / "models")
+    data = _h100_data(tmp_path)
+    log = tmp_path / "h100_tf32.txt"
+    _write_device_log(log, H100_SHAPES[:3], FIXTURE_CONFIGS, [9, 0], 232448)
+    log.write_text(log.read_text().replace("torch.float16", "torch.float32").replace("not_float_32", "True"))
+    import_file("inductor", log, device="h100", data_root=tmp_path / "data")
+    said = []
+    res = transfer(tmp_path / "models", "a100", "h100", data_dir=data, params=FAST, progress=said.append)
+    assert [r.dtype for r in res] == ["float16"]
+    assert any(line.startswith("triton_mm/tfloat32: 27 rows of") and "not used: the a100 store has no "
+               "triton_mm/tfloat32 model to carry" in line for line in said), said

@@ -11,7 +11,7 @@ from ..util import atomic_write, cache_dir
 from .base import Backend, CompiledKernel, Workspace
 
 __all__ = ["Backend", "CompiledKernel", "Workspace", "BACKENDS", "BackendUnavailable", "get_backend", "available",
-           "auto_order", "auto_name", "measuring_backends"]
+           "auto_order", "auto_name", "measuring_backends", "local_device", "local_record", "record_local_device"]
 
 
 class BackendUnavailable(Unavailable):
@@ -118,7 +118,7 @@ def record_local_device(spec) -> None:
     """Remember ``spec`` as this machine's device (best effort: an unwritable
     cache is ignored)."""
     try:
-        atomic_write(cache_dir() / LOCAL_DEVICE_FILE, json.dumps(_local_record(spec), default=str))
+        atomic_write(cache_dir() / LOCAL_DEVICE_FILE, json.dumps(local_record(spec), default=str))
     except OSError:
         pass
 
@@ -145,8 +145,10 @@ def local_device(probe: bool = True) -> dict | None:
         spec = get_backend("auto").spec
     except Exception:  # no library, no device: nothing is known
         return None
-    return _local_record(spec)
+    return local_record(spec)
 
 
-def _local_record(spec) -> dict:
+def local_record(spec) -> dict:
+    """The record of a device :func:`local_device` returns:
+    ``{"slug", "name", "api", "spec"}`` of DeviceSpec ``spec``."""
     return dict(slug=spec.slug, name=spec.name, api=spec.api, spec=spec.to_dict())

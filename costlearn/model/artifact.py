@@ -5,6 +5,13 @@ device, a compiler or the training library (design.md, "Model artifact").
 
 Every file is written atomically and the sidecar, written last, records the
 sha256 of each, so a reader never uses half a model or a mixed pair.
+
+``scorer.npz`` is what is served: predictions, rankings, the shortlist table,
+``evaluate`` (:meth:`Artifact.predict_rows`) all read it, and :func:`load`
+checks its sha256. ``model.ubj`` is the training library's own copy of the
+same trees (for XGBoost's tools, :meth:`Artifact.model`), read and checked
+only when asked for: a damaged one changes no answer and is refused where it
+is read.
 Artifacts of schema 2 (``models/<device>/<dtype>/``, before kernel families)
 are refused with the command that converts them (:func:`migrate`).
 """
@@ -251,9 +258,47 @@ class Artifact:
         """Name of the feature set the scorer reads."""
         return self.sidecar["feature_set"]
 
+    def predict_rows(self, rows: pd.DataFrame) -> np.ndarray:
+        """What is served for measured rows: the scorer's predicted time of
+        each row's config on its problem, in microseconds (a relative score
+        where the model does not predict time), the numbers ``predict_best``
+        ranks by.
+
+        Parameters
+        ----------
+        rows : DataFrame
+            Columns ``m, n, k, layout, config_id`` and ``epilogue`` (``none``
+            where absent); every ``config_id`` one of :attr:`candidates`.
+
+        Returns
+        -------
+        ndarray of float64, shape (len(rows),)
+
+        Raises
+        ------
+        ValueError
+            If a row's config is not a candidate of this model.
+        """
+        index = {c: i for i, c in enumerate(self.candidates["config_id"])}
+        unknown = sorted(set(rows["config_id"]) - set(index))
+        if unknown:
+            raise ValueError(f"configs {unknown[:5]} are not candidates of the model in {self.path}")
+        feats = self.candidate_features()
+        cand = rows["config_id"].map(index).to_numpy(np.int64)
+        epi = rows["epilogue"].astype(str) if "epilogue" in rows else pd.Series("none", index=rows.index)
+        keys = pd.DataFrame(dict(m=rows["m"].to_numpy(np.int64), n=rows["n"].to_numpy(np.int64),
+                                 k=rows["k"].to_numpy(np.int64), layout=rows["layout"].astype(str).to_numpy(),
+                                 epilogue=epi.to_numpy()))
+        out = np.empty(len(rows), np.float64)
+        for (m, n, k, lay, e), at in keys.groupby(["m", "n", "k", "layout", "epilogue"], sort=False).indices.items():
+            X = feats.numpy(int(m), int(n), int(k), cand[at], lay, e)
+            out[at] = np.exp2(self.scorer.full_numpy(X, cand[at]))
+        return out
+
     def model(self) -> CostModel:
-        """The fitted CostModel (loaded on first use; it may need its
-        training library, e.g. xgboost).
+        """The fitted CostModel, the training library's copy of what
+        :attr:`scorer` serves (loaded and checked on first use; it may need
+        its training library, e.g. xgboost).
 
         Raises
         ------
