@@ -486,8 +486,8 @@ def train_stage(data, models_root, *, family: str | None, dtypes, learner: str, 
                "(collect longer, or import more measurements)"
                for p in asked if counts[p][0] < MIN_ROWS or counts[p][1] < MIN_PROBLEMS}
     if len(asked) > 1:
-        print(f"{folder} holds {len(asked)} (family, dtype) pairs; training "
-              + ", ".join(f"{f}/{d}" for f, d in asked if (f, d) not in skipped), file=sys.stderr)
+        print(f"{folder} holds rows of {len(asked)} (family, dtype) pairs" + (" asked for" if family or dtypes else "")
+              + "; training " + ", ".join(f"{f}/{d}" for f, d in asked if (f, d) not in skipped), file=sys.stderr)
     results = []
     for fam, dt in asked:
         if (fam, dt) in skipped:
