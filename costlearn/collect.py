@@ -40,9 +40,9 @@ from .space import check_config, enumerate_space
 from .util import atomic_write, check_int, check_real
 from .version import __version__
 
-__all__ = ["EPILOGUE_COMPILE_SHARE", "CollectResult", "CollectionInterrupted", "collect", "rows_for", "measure_rows", "candidate_pool", "shape_configs",
-           "SESSION_ID", "record_pool", "write_device_json", "dataset_summary", "measurement_key",
-           "open_collection", "plan_problems", "check_epilogues"]
+__all__ = ["EPILOGUE_COMPILE_SHARE", "CollectResult", "CollectionInterrupted", "collect", "rows_for", "measure_rows",
+           "candidate_pool", "shape_configs", "SESSION_ID", "record_pool", "write_device_json", "dataset_summary",
+           "measurement_key", "open_collection", "plan_problems", "check_epilogues"]
 
 
 @dataclass

@@ -43,8 +43,8 @@ from ..util import atomic_write, check_int
 from .common import Importer, InteropError, Measurement, resolve_device
 from .inductor import parse as parse_log
 
-__all__ = ["LutProblem", "check_lut_out", "lookup_key", "inputs_key", "read_shapes_file", "problems_from_log", "read_table",
-           "RecordedTable", "dense_layout",
+__all__ = ["LutProblem", "check_lut_out", "lookup_key", "inputs_key", "read_shapes_file", "problems_from_log",
+           "read_table", "RecordedTable", "dense_layout",
            "choices_for", "confident", "export_lut", "LutReport", "InductorLutImporter", "OP_NAME", "TIME_KEYS",
            "OP_EPILOGUES", "addmm_bias_problem"]
 
