@@ -52,8 +52,9 @@ or all four at once:
 
 each flag means one thing in every command: --device the backend that measures (auto, cuda, opencl, triton),
 --preset a named device's description (h200, h100, a100), --model a model's device folder in the store,
---models the store's root, --learner the cost model train fits, --data a dataset folder or root,
---dtype an element type (one, or several where a command filters by it), --shapes shapes given as M N K.
+--models the store's root, --learner the cost model train fits, --data a dataset root or one device's dataset
+folder, --out where a command writes what it makes, --dtype an element type (one, or several where a command
+filters by it), --shapes shapes given as M N K (--shape: one), --tuning-db the tuning database file.
 """
 
 
@@ -121,6 +122,10 @@ def _backend(name: str, family: str | None = None):
     return get_backend(name, family=family or "gemm")
 
 
+DATA_HELP = "a dataset root (one folder per device in it) or one device's dataset folder"
+"""What --data is in every command (:func:`costlearn.dataset.device_dataset_folder`)."""
+
+
 def _check_family_dtype(args) -> None:
     """Refuse a dtype the chosen family does not support before any device
     is opened or anything measured."""
@@ -169,7 +174,7 @@ def _add_problem_args(p, layout: bool = False, epilogue: bool = False):
 def _add_measure_args(p, data: str | None = "data", data_help: str | None = None):
     _add_device_arg(p, "to measure on")
     p.add_argument("--data", default=data,
-                   help=data_help or f"dataset root; rows go to <data>/<device>/ (default: {data})")
+                   help=data_help or f"{DATA_HELP}: rows go to this device's folder (default: {data})")
     p.add_argument("--rounds", type=_positive_int, default=5,
                    help="interleaved timing rounds every candidate gets (default: 5)")
     p.add_argument("--target-rse", type=_rse_target, default=0.01,
@@ -266,15 +271,20 @@ def _is_cpu(spec) -> bool:
     return spec.device_type == "cpu"
 
 
+def _pool_size(spec, pool: int | None) -> int:
+    """``--pool``, else 48 configs on a CPU, 160 on a GPU."""
+    return pool if pool is not None else (48 if _is_cpu(spec) else 160)
+
+
 def _collection_defaults(spec, data_root, pool, max_extent, max_flops):
     """(ShapeBounds, dataset folder, pool size) of a collection on ``spec``:
-    the device's shape bounds unless given, ``<data_root>/<slug>``, and a
-    pool of 48 configs on a CPU, 160 on a GPU unless given."""
-    cpu = _is_cpu(spec)
-    b = ShapeBounds.for_device(cpu)
+    the device's shape bounds unless given, its folder of ``data_root``
+    (:func:`costlearn.dataset.device_dataset_folder`), and :func:`_pool_size`."""
+    from .dataset import device_dataset_folder
+    b = ShapeBounds.for_device(_is_cpu(spec))
     bounds = ShapeBounds(1, b.max_extent if max_extent is None else max_extent,
                          b.max_flops if max_flops is None else max_flops)
-    return bounds, Path(data_root) / spec.slug, (pool if pool is not None else (48 if cpu else 160))
+    return bounds, device_dataset_folder(data_root, spec.slug), _pool_size(spec, pool)
 
 
 def collect_stage(backend, data_root, *, family: str, dtype: str, budget_s: float, pool: int | None,
@@ -325,10 +335,9 @@ def recheck_in_new_session(device: str, folder, shapes: int, protocol) -> int:
 
 def cmd_recheck(args) -> int:
     from .noise import recheck
+    from .dataset import device_dataset_folder
     be = _backend(args.device)
-    folder = Path(args.data)
-    if not (folder / "device.json").is_file():
-        folder = folder / be.spec.slug
+    folder = device_dataset_folder(args.data, be.spec.slug)
     if not folder.is_dir():
         raise ValueError(f"--data {args.data}: no dataset of {be.spec.slug} there; collect first")
     res = recheck(be, folder, shapes=args.random_shapes, configs_per_shape=args.configs_per_shape,
@@ -561,6 +570,14 @@ def cmd_import(args) -> int:
 def cmd_export(args) -> int:
     if args.format == LUT_FORMAT:
         return _export_lut(args)
+    lut_only = [flag for flag, v in (("--models", args.models), ("--model", args.model), ("--dtype", args.dtype),
+                                     ("--shapes-file", args.shapes_file), ("--from-log", args.from_log),
+                                     ("--from-table", args.from_table), ("--top-k", args.top_k),
+                                     ("--device-name", args.device_name), ("--portable", args.portable or None))
+                if v is not None]
+    if lut_only:
+        raise ValueError(f"{' '.join(lut_only)}: {'is' if len(lut_only) == 1 else 'are'} {LUT_FORMAT}'s; export "
+                         f"{args.format} writes every valid measurement of --data")
     from .interop import export_dataset
     paths = export_dataset(args.format, _dataset_folder(args.data), args.out)
     print(f"wrote {len(paths)} {args.format} files into {args.out}")
@@ -620,7 +637,7 @@ def _export_lut(args) -> int:
     problems = [lp for lp in problems if lp.problem.dtype in served]
     print(f"read {len(problems)} problems from the {what} {source} in {time.perf_counter() - t0:.1f} s",
           file=sys.stderr)
-    rep = export_lut(problems, args.out, device=device, top_k=args.top_k, family=family, models_dir=args.models,
+    rep = export_lut(problems, args.out, device=device, top_k=args.top_k or 3, family=family, models_dir=args.models,
                      device_name=device_name, portable=args.portable)
     print(rep.summary())
     print("use it: torch._inductor.config.lookup_table.table = json.load(open(...)); "
@@ -831,11 +848,11 @@ def cmd_dispatch(args) -> int:
 
 
 def cmd_tuning_db(args) -> int:
-    if args.path is None and not default_path().exists():
+    if args.tuning_db is None and not default_path().exists():
         print(f"{default_path()}: no tuning database yet (`costlearn predict ... --measure-top-k K` or "
               "`--tuning-db PATH` records one)")
         return 0
-    db = TuningDB(args.path, read_only=True)     # listing changes no file: nothing created, upgraded or set aside
+    db = TuningDB(args.tuning_db, read_only=True)     # listing changes no file: nothing created, upgraded or set aside
     entries = db.entries()
     print(f"{db.path}: {len(entries)} entries")
     for e in entries[-args.last:]:
@@ -870,6 +887,9 @@ def cmd_evaluate(args) -> int:
     from .model.store import resolve_model
     _check_report_path(args.report)
     if args.no_measure:
+        if args.data is not None and args.out:
+            raise ValueError(f"--out {args.out}: evaluate --no-measure measures nothing, so it writes no dataset; "
+                             "--report FILE writes the report (and its CSV)")
         source, flag = args.data, "--data"
         if source is None and args.out:             # the spelling before --data, kept for one release
             source, flag = args.out, "--out"
@@ -923,7 +943,8 @@ def cmd_evaluate(args) -> int:
         eval_dir = Path(args.out)
     else:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-        eval_dir = Path(args.data or "data") / folder.parents[1].name / f"eval-{stamp}"
+        from .dataset import device_dataset_folder
+        eval_dir = device_dataset_folder(args.data or "data", folder.parents[1].name) / f"eval-{stamp}"
     evaluate_stage(be, folder, eval_dir, n_random=args.random_shapes, budget_s=args.budget, protocol=_protocol(args),
                    seed=args.seed + 1, progress=not args.no_progress, report=args.report, plots=args.plots,
                    recheck=args.recheck)
@@ -995,7 +1016,9 @@ def cmd_transfer(args) -> int:
     from .model.artifact import default_models_dir
     from .model.transfer import MIN_DESTINATION_PROBLEMS
     from .transfer import transfer
-    results = transfer(args.models or default_models_dir(), args.source, args.to, data_dir=args.data,
+    from .dataset import device_dataset_folder
+    data = device_dataset_folder(args.data, args.to.lower()) if args.data else None
+    results = transfer(args.models or default_models_dir(), args.source, args.to, data_dir=data,
                        source_data=args.source_data,
                        family=args.family, dtype=args.dtype, destination_share=args.destination_share,
                        replace=args.replace, progress=lambda line: print(line, file=sys.stderr))
@@ -1034,9 +1057,8 @@ def cmd_run(args) -> int:
     predict_stage(triples, device=be.spec.slug, family=trained.family, dtype=trained.dtype, layout="NN", top_k=3,
                   models_dir=args.models, here=be.spec)
     print(f"== evaluate  [t={time.perf_counter() - t0:.0f}s]", flush=True)
-    evaluate_stage(be, model_folder(args.models, be.spec.slug, trained.family, trained.dtype),
-                   Path(args.data) / be.spec.slug / "eval", n_random=args.eval_shapes, budget_s=args.eval_budget,
-                   protocol=protocol, seed=args.seed + 1, progress=not args.no_progress, report=args.report,
+    evaluate_stage(be, model_folder(args.models, be.spec.slug, trained.family, trained.dtype), data / "eval",
+                   n_random=args.eval_random_shapes, budget_s=args.eval_budget, protocol=protocol, seed=args.seed + 1, progress=not args.no_progress, report=args.report,
                    recheck=min(args.recheck, 2))
     print(f"== done in {time.perf_counter() - t0:.0f}s")
     return 0
@@ -1069,7 +1091,7 @@ def cmd_features(args) -> int:
     from .features import get_feature_set
     spec = preset(args.preset) if args.preset is not None else _backend(args.device).spec
     m, n, k = parse_shapes(args.shape, one=True)[0]
-    pool = candidate_pool(spec, args.family, args.dtype, args.pool, args.seed)
+    pool = candidate_pool(spec, args.family, args.dtype, _pool_size(spec, args.pool), args.seed)
     rows = pd.DataFrame([dict(m=m, n=n, k=k, dtype=args.dtype, layout="NN", family=args.family,
                               config_id=c.config_id) for c in pool])
     rows["registers_per_thread"] = float("nan")
@@ -1173,7 +1195,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Re-time configs of random shapes of a dataset in this new process and print "
                        "the within- and across-session noise floors; re-timings go to <dataset>/recheck/. "
                        "`collect` runs it after collecting (--recheck).")
-    _add_measure_args(p)
+    _add_measure_args(p, data_help=f"{DATA_HELP}: this device's dataset in it is re-timed, into its recheck/ "
+                      "(default: data)")
     p.add_argument("--random-shapes", type=_positive_int, default=6, metavar="N",
                    help="random shapes of the dataset to re-time (default: 6)")
     p.add_argument("--configs-per-shape", type=_positive_int, default=4, help="configs re-timed per shape (default: 4)")
@@ -1184,8 +1207,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="fit the cost model on a dataset",
                        description="Fit a cost model on data/<device>/ and write "
                        "models/<device>/<family>/<dtype>/; prints held-out regret against the baselines.")
-    p.add_argument("--data", default="data", help="dataset folder, or a root holding one device's "
-                   "folder (default: data)")
+    p.add_argument("--data", default="data", help=f"{DATA_HELP}; of a root, the one device's folder in it, else "
+                   "this machine's (default: data)")
     p.add_argument("--models", default=None,
                    help="model store root (default: $COSTLEARN_MODELS, else the source tree's models/)")
     p.add_argument("--family", default=None, choices=FAMILIES.names(),
@@ -1201,6 +1224,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .interop import EXPORT_FORMATS, IMPORT_FORMATS
     p = sub.add_parser("import", help="import measurements another tool made (Inductor logs, Kernel Tuner)",
+                       usage="costlearn import [-h] --preset PRESET [--data DATA] [--mapping MAPPING] FORMAT FILE",
                        description="Read a file of measurements made by another tool into DATA/<device>/ as "
                        "dataset rows (source file, format and sha256 recorded; the same file twice adds nothing; "
                        "malformed lines are reported and skipped; a failed import writes nothing).")
@@ -1211,7 +1235,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default=None, help="the named device the file was measured on (h200, h100, a100); "
                    "the file's header or keys, where it has them, must agree (required)")
     _old_spelling(p, "--device", "--preset")
-    p.add_argument("--data", default="data", help="data root; rows go to DATA/<preset>/ (default: data)")
+    p.add_argument("--data", default="data", help=f"{DATA_HELP}: rows go to the preset's folder (default: data)")
     p.add_argument("--mapping", default=None, help="kernel-tuner: JSON file mapping the kernel's parameter names "
                    "to a family's (see the README)")
     p.set_defaults(func=cmd_import)
@@ -1223,7 +1247,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "model's best configs and the vendor call for given shapes as PyTorch Inductor's template "
                        "lookup table, so max-autotune times those instead of its whole list.")
     p.add_argument("format", choices=[*EXPORT_FORMATS, LUT_FORMAT])
-    p.add_argument("--data", default="data", help="dataset folder (default: data, if it holds one device)")
+    p.add_argument("--data", default="data", help=f"{DATA_HELP}; of a root, the one device's folder in it, else "
+                   "this machine's (default: data)")
     p.add_argument("--out", required=True, help="folder to write into (inductor-lut: the JSON file)")
     lut = p.add_argument_group("inductor-lut")
     lut.add_argument("--models", default=None, help="model store root (default: $COSTLEARN_MODELS, else the "
@@ -1237,7 +1262,7 @@ def build_parser() -> argparse.ArgumentParser:
     lut.add_argument("--from-log", default=None, help="an Inductor AutoHeuristic mm log: its shapes and strides")
     lut.add_argument("--from-table", default=None, help="a lookup table Inductor recorded (inductor_lut_*.json): "
                      "its mm shapes")
-    lut.add_argument("--top-k", type=_positive_int, default=3, help="tile configs per shape, with the vendor call "
+    lut.add_argument("--top-k", type=_positive_int, default=None, help="tile configs per shape, with the vendor call "
                      "added; with 1, a shape the model is sure of lists that config alone (no autotuning) and "
                      "another lists it and the vendor call (default: 3)")
     lut.add_argument("--portable", action="store_true", help="also write device-agnostic keys")
@@ -1278,7 +1303,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--configs", type=_positive_int, default=3, help="at most this many configs, 1-4 (default: 3)")
     p.add_argument("--samples", type=_positive_int, default=2000, help="shapes sampled to fit (default: 2000)")
     p.add_argument("--depth", type=_positive_int, default=3, help="depth of the selector's tree (default: 3)")
-    p.add_argument("--seed", type=_nonneg_int, default=0)
+    p.add_argument("--seed", type=_nonneg_int, default=0, help="seed of the sampled and measured shapes (default: 0)")
     p.add_argument("--model", default=None, help="model device folder (default: this machine's device's model if "
                    "the store has one, else the only one)")
     p.add_argument("--models", default=None,
@@ -1298,9 +1323,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tuning-db", help="list the tuning database",
                        description="List the tuning database's entries (shape, device, config, how chosen, "
                        "time). Read-only: a corrupt file is reported and left as it is.")
-    p.add_argument("--path", default=None, help="database file to read; it must exist and is opened read-only "
-                   "(default: $COSTLEARN_TUNING_DB, else tuning.sqlite in the user cache: $COSTLEARN_CACHE, "
+    p.add_argument("--tuning-db", default=None, metavar="PATH",
+                   help="tuning database file to read; it must exist and is opened read-only (default: "
+                   "$COSTLEARN_TUNING_DB, else tuning.sqlite in the user cache: $COSTLEARN_CACHE, "
                    "$XDG_CACHE_HOME/costlearn or ~/.cache/costlearn)")
+    _old_spelling(p, "--path", "--tuning-db")
     p.add_argument("--last", type=_positive_int, default=50, help="entries to print, newest (default: 50)")
     p.set_defaults(func=cmd_tuning_db)
 
@@ -1309,9 +1336,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "random) exhaustively over the model's candidates on the local device; print "
                        "per-shape and summary top-k regret and Kendall tau for the model and the "
                        "roofline, best-fixed and random baselines.")
-    _add_measure_args(p, data=None, data_help="dataset root: fresh measurements go to a new "
-                      "<data>/<device>/eval-<UTC time>/ unless --out names a folder; with --no-measure, the dataset "
-                      "folder whose measurements are scored (default: data)")
+    _add_measure_args(p, data=None, data_help=f"{DATA_HELP}: fresh measurements go to a new eval-<UTC time>/ "
+                      "in the model device's folder unless --out names a folder; with --no-measure, the dataset "
+                      "whose measurements are scored, which it then needs (default: data)")
     p.add_argument("--model", default=None, help="model device folder (default: the local device's)")
     p.add_argument("--models", default=None,
                    help="model store root (default: $COSTLEARN_MODELS, else the source tree's models/)")
@@ -1338,8 +1365,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "imported file) of a dataset folder and each dtype, train on the other logs and score what "
                        "predict_best answers (vendor floor and coverage included) on the left-out log's problems, "
                        "one table row per log.")
-    p.add_argument("--data", default="data", help="dataset folder of one device holding several logs, or a root "
-                   "holding one device's folder (default: data)")
+    p.add_argument("--data", default="data", help=f"{DATA_HELP} holding several logs; of a root, the one device's "
+                   "folder in it, else this machine's (default: data)")
     p.add_argument("--family", default="triton_mm", choices=FAMILIES.names(), help="kernel family (default: "
                    "triton_mm)")
     _add_dtypes_arg(p, "every dtype with two logs")
@@ -1359,8 +1386,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "--data's device.json)")
     p.add_argument("--models", default=None, help="model store root holding the --from device's models (default: "
                    "$COSTLEARN_MODELS, else the source tree's models/)")
-    p.add_argument("--data", default=None, help="the destination's dataset folder (e.g. data/h100); omit for "
-                   "zero-shot")
+    p.add_argument("--data", default=None, help=f"{DATA_HELP}: the --to device's rows (e.g. data or data/h100); "
+                   "omit for zero-shot")
     p.add_argument("--source-data", default=None, help="the source's dataset folder (default: the one its model "
                    "was trained on)")
     p.add_argument("--family", default=None, choices=FAMILIES.names(), help="only this family")
@@ -1377,8 +1404,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_problem_args(p)
     _add_collect_args(p, 180.0, epilogues=("none",))
     p.add_argument("--models", default="out/models", help="model store root (default: out/models)")
-    p.add_argument("--eval-shapes", type=_nonneg_int, default=2,
-                   help="random fresh shapes besides the fixed set of 8 (default: 2)")
+    p.add_argument("--eval-random-shapes", type=_nonneg_int, default=2, metavar="N",
+                   help="evaluate's --random-shapes: random fresh shapes besides the fixed set of 8 (default: 2)")
+    _old_spelling(p, "--eval-shapes", "--eval-random-shapes", type=_nonneg_int)
     p.add_argument("--eval-budget", type=_positive_seconds, default=100.0, help="seconds for evaluation (default: 100)")
     p.add_argument("--report", default=None, help="write the evaluation report here")
     p.set_defaults(func=cmd_run)
@@ -1397,9 +1425,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_device_arg(p, "when no --preset")
     _add_problem_args(p)
     p.add_argument("--shape", required=True, nargs="+", metavar="SHAPE", help="the problem shape: " + SHAPE_SYNTAX)
-    p.add_argument("--pool", type=_positive_int, default=64, help="candidate pool size (default: 64)")
+    p.add_argument("--pool", type=_positive_int, default=None,
+                   help="candidate pool size, as collect draws it (default: 48 on a CPU, 160 on a GPU)")
     p.add_argument("--seed", type=_nonneg_int, default=0, help="pool seed (default: 0)")
-    p.add_argument("--feature-set", default="analytic", choices=FEATURE_SETS.names())
+    p.add_argument("--feature-set", default="analytic", choices=FEATURE_SETS.names(),
+                   help="the features to tabulate (default: analytic)")
     p.add_argument("--no-nvcc", action="store_true", help="use the register estimate instead of nvcc")
     p.add_argument("--csv", default=None, help="write the whole table here instead of printing")
     p.add_argument("--rows", type=_positive_int, default=10, help="rows to print (default: 10)")
@@ -1425,6 +1455,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    for token in argv:                  # argparse takes "-1x2x3" for an option and says a shape is missing
+        if re.fullmatch(r"-\d+[x,]\S*", str(token)):
+            print(f"costlearn: error: shape {token}: extents must be integers >= 1", file=sys.stderr)
+            return 2
     args = build_parser().parse_args(argv)
     for note in _renamed_notes(args):
         print(note, file=sys.stderr)

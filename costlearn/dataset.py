@@ -7,6 +7,7 @@ several collectors may write into one folder at once.
 """
 from __future__ import annotations
 
+import json
 import os
 import socket
 import uuid
@@ -25,7 +26,8 @@ from .problem import EPILOGUES, LAYOUTS
 from .util import atomic_write, fsync_dir
 
 __all__ = ["SCHEMA_VERSION", "COLUMNS", "ADDED_COLUMNS", "NOT_IMPORTED", "IMPORTED_PROTOCOL", "write_part", "load", "compact", "noise_floor", "LoadReport",
-           "valid_rows", "measured_keys", "KEY_COLUMNS", "DatasetError", "current_rows", "rows_where"]
+           "valid_rows", "measured_keys", "KEY_COLUMNS", "DatasetError", "current_rows", "rows_where",
+           "device_dataset_folder"]
 
 SCHEMA_VERSION = 6
 """6 added ``epilogue`` (:data:`costlearn.problem.EPILOGUES`; parts written
@@ -115,6 +117,46 @@ def _check_folder(folder) -> Path:
     if not folder.is_dir():
         raise DatasetError(f"{str(folder)!r} is a file, not a dataset folder")
     return folder
+
+
+def device_dataset_folder(data, slug: str) -> Path:
+    """The dataset folder of device ``slug`` that ``--data`` names, the same
+    way in every command: ``data`` itself where it is a device's dataset
+    folder (it holds a ``device.json`` or parts, or is named ``slug``), else
+    ``<data>/<slug>`` (``data`` is a root of device folders).
+
+    Parameters
+    ----------
+    data : path
+        A dataset root or one device's dataset folder.
+    slug : str
+        The device's folder name (:attr:`costlearn.device.DeviceSpec.slug`).
+
+    Returns
+    -------
+    Path
+
+    Raises
+    ------
+    ValueError
+        If ``data`` is the dataset folder of another device (its
+        ``device.json`` names another, or it holds parts and another name).
+    """
+    data = Path(data)
+    dev = data / "device.json"
+    if not (dev.is_file() or any(data.glob("part-*.parquet"))):
+        return data if data.name == slug else data / slug
+    other = data.name
+    if dev.is_file():
+        from .device import DeviceSpec
+        try:
+            other = DeviceSpec.from_dict(json.loads(dev.read_text())).slug
+        except (OSError, ValueError, TypeError):
+            pass                                     # an unreadable description: its name decides
+    if other != slug:
+        raise ValueError(f"--data {str(data)!r} is the dataset folder of device {other!r}, not of this one "
+                         f"({slug!r}); give its root ({str(data.parent)!r}) or this device's folder")
+    return data
 
 
 def _conform(df: pd.DataFrame, *, upgrade: bool = False) -> pd.DataFrame:

@@ -365,7 +365,9 @@ def log_folds(data_dir, family: str = "triton_mm", dtypes=None, skipped: list | 
     df, _ = load(data_dir)
     rows = valid_rows(current_rows(df[rows_where(df, family=family)])[0])
     if rows.empty:
-        raise ValueError(f"{data_dir} holds no valid {family} rows")
+        have = sorted(set(valid_rows(df)["family"].astype(str))) if not df.empty else []
+        raise ValueError(f"{data_dir} holds no valid {family} rows (family={family!r}, CLI: --family, whose default "
+                         f"is triton_mm); it holds {have or 'none'}")
     rows = rows.assign(source_file=rows["source_file"].astype(object).fillna("")
                        .replace("", "collected") if "source_file" in rows else "collected")
     for dt in (list(dtypes) if dtypes else sorted(rows["dtype"].astype(str).unique())):

@@ -120,7 +120,7 @@ def test_costlearn_run_end_to_end(tmp_path, capsys):
     shapes = ["64,64,64", "96,80,72", "128,64,96", "72,120,64", "100,100,100", "64,128,80", "80,96,128",
               "120,72,88", "90,110,70", "128,128,64", "112,88,104", "76,68,116"]
     rc = main(["run", "--device", "opencl", "--budget", "300", "--pool", "6", "--shapes", *shapes,
-               "--eval-shapes", "0", "--eval-budget", "20", "--data", str(tmp_path / "data"),
+               "--eval-random-shapes", "0", "--eval-budget", "20", "--data", str(tmp_path / "data"),
                "--models", str(tmp_path / "models")])
     cap = capsys.readouterr()
     out = cap.out
@@ -431,3 +431,50 @@ def test_the_vendor_floor_line_reads_as_a_sentence_when_nothing_is_flagged(tmp_p
     assert "regret is never" not in out and "no problem is flagged for the model's held-out regret. On" in out
     _print_trained(SimpleNamespace(path=tmp_path / "model.json", holdout={}, floor=dict(floor, unsure_regret=0.2)))
     assert "held-out top-1 regret there is above 20%. On" in capsys.readouterr().out
+
+
+def test_data_names_a_root_or_a_device_folder_in_every_command(tmp_path):
+    """Regression: `collect --data out/data/<device>` wrote into out/data/<device>/<device>/, where a later
+    `train --data out/data` never looked: --data was a root in collect, run and import, a folder in others."""
+    from costlearn.dataset import device_dataset_folder
+    from costlearn.interop import InteropError
+    from costlearn.interop.common import device_folder
+    from costlearn.device import preset
+    root = tmp_path / "data"
+    assert device_dataset_folder(root, "a100") == root / "a100"                  # a root (even a new one)
+    assert device_dataset_folder(root / "a100", "a100") == root / "a100"        # the device's own folder
+    spec = preset("h100")
+    folder = device_folder(root, spec)                                          # import: writes device.json
+    assert folder == root / "h100" and device_dataset_folder(folder, "h100") == folder
+    assert device_folder(folder, spec) == folder                                # its folder, not h100/h100
+    with pytest.raises(ValueError, match="dataset folder of device 'h100', not of this one .'a100'."):
+        device_dataset_folder(folder, "a100")
+    with pytest.raises(InteropError, match="dataset folder of device 'h100'"):
+        device_folder(folder, preset("a100"))
+
+
+def test_export_of_a_dataset_refuses_the_lookup_tables_flags(tmp_path, dataset_dir, capsys):
+    """Regression: `export kernel-tuner --dtype float16` and `--model a100` were silently ignored."""
+    assert main(["export", "kernel-tuner", "--data", str(dataset_dir), "--dtype", "float16",
+                 "--out", str(tmp_path / "kt")]) == 2
+    assert "--dtype: is inductor-lut's; export kernel-tuner writes every valid measurement" in capsys.readouterr().err
+    assert not (tmp_path / "kt").exists()
+
+
+def test_a_negative_shape_is_named_not_taken_for_an_option(capsys):
+    """Regression: `predict -1x2x3` said "the following arguments are required: SHAPE"."""
+    assert main(["predict", "-1x2x3"]) == 2
+    assert "shape -1x2x3: extents must be integers >= 1" in capsys.readouterr().err
+
+
+def test_more_old_spellings_map_to_their_new_flags():
+    from costlearn.cli import build_parser
+    assert build_parser().parse_args(["tuning-db", "--path", "x.sqlite"]).tuning_db == "x.sqlite"
+    assert build_parser().parse_args(["run", "--eval-shapes", "3"]).eval_random_shapes == 3
+
+
+def test_study_of_a_folder_without_its_default_family_names_the_flag(dataset_dir, tmp_path, capsys):
+    """Regression: `study --data out/data` on collected gemm rows said only "holds no valid triton_mm rows"."""
+    assert main(["study", "--data", str(dataset_dir), "--work", str(tmp_path / "w")]) == 2
+    err = capsys.readouterr().err
+    assert "CLI: --family, whose default is triton_mm); it holds ['gemm']" in err

@@ -219,3 +219,10 @@ def test_evaluate_no_measure_scores_existing_rows_without_a_device(model_dir, de
         pytest.skip("no committed eval measurements")
     assert main(["evaluate", "--no-measure", "--model", device_name, "--data", str(eval_dir)]) == 0
     assert "| xgboost |" in capsys.readouterr().out
+
+
+def test_evaluate_no_measure_refuses_an_out_it_would_not_write(dataset_dir, capsys):
+    """Regression: `evaluate --no-measure --data D --out report.md` exited 0 and wrote nothing."""
+    from costlearn.cli import main
+    assert main(["evaluate", "--no-measure", "--data", str(dataset_dir), "--out", "report.md"]) == 2
+    assert "--report FILE writes the report" in capsys.readouterr().err

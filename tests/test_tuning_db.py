@@ -56,7 +56,7 @@ def test_a_path_that_does_not_exist_is_an_error_for_reading_and_nothing_is_creat
     missing = tmp_path / "no" / "such" / "x.sqlite"
     with pytest.raises(FileNotFoundError, match="no tuning database"):
         TuningDB(missing)
-    assert main(["tuning-db", "--path", str(missing)]) == 2
+    assert main(["tuning-db", "--tuning-db", str(missing)]) == 2
     assert not (tmp_path / "no").exists()
     assert TuningDB(missing, create=True).entries() == [] and missing.is_file()
 
@@ -144,7 +144,7 @@ def test_a_file_that_is_not_sqlite_is_refused_and_left_alone(tmp_path, how, devi
         with pytest.raises(TuningDBError, match="not an SQLite database.*leaves it alone"):
             TuningDB(path, create=True)
     elif how == "cli_list":
-        assert main(["tuning-db", "--path", str(path)]) == 2
+        assert main(["tuning-db", "--tuning-db", str(path)]) == 2
     else:
         assert main(["predict", "8", "8", "8", "--model", device_name, "--tuning-db", str(path)]) == 2
     assert path.read_text() == "a,b\n1,2\n" and sorted(p.name for p in tmp_path.iterdir()) == ["notes.csv"]

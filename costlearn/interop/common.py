@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ..collect import write_device_json
-from ..dataset import IMPORTED_PROTOCOL, SCHEMA_VERSION, DatasetError, load, write_part
+from ..dataset import IMPORTED_PROTOCOL, SCHEMA_VERSION, DatasetError, device_dataset_folder, load, write_part
 from ..device import DeviceSpec, preset
 from ..families import get_family
 from ..util import sha256_file
@@ -163,15 +163,20 @@ class Importer(abc.ABC):
 
 
 def device_folder(data_root, spec: DeviceSpec) -> Path:
-    """``<data_root>/<spec.slug>``, with its ``device.json`` written when
-    absent.
+    """The dataset folder of ``spec`` that ``data_root`` names (a root, or
+    that device's folder: :func:`costlearn.dataset.device_dataset_folder`),
+    with its ``device.json`` written when absent.
 
     Raises
     ------
     InteropError
-        If the folder's ``device.json`` describes another device.
+        If the folder's ``device.json`` describes another device, or
+        ``data_root`` is another device's dataset folder.
     """
-    folder = Path(data_root) / spec.slug
+    try:
+        folder = device_dataset_folder(data_root, spec.slug)
+    except ValueError as e:
+        raise InteropError(str(e)) from None
     dev = folder / "device.json"
     if dev.is_file():
         try:
