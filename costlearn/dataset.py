@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .device import DeviceSpec
 from .dtypes import DTYPES
 from .families import FAMILIES, get_family
 from .measure import PROTOCOL_VERSION
@@ -148,7 +149,6 @@ def device_dataset_folder(data, slug: str) -> Path:
         return data if data.name == slug else data / slug
     other = data.name
     if dev.is_file():
-        from .device import DeviceSpec
         try:
             other = DeviceSpec.from_dict(json.loads(dev.read_text())).slug
         except (OSError, ValueError, TypeError):
