@@ -61,24 +61,39 @@ filters by it), --shapes shapes given as M N K (--shape: one), --tuning-db the t
 class _OldSpelling(argparse.Action):
     """A flag's spelling before the flags were made to mean one thing in
     every command, kept for one release: it sets the new flag's value,
-    hidden from ``--help``, and :func:`main` prints a note naming the new one."""
+    hidden from ``--help``, and :func:`main` prints a note naming the new one.
+    Its value is checked here (``check``: a type or a tuple of choices), so
+    a value of another meaning is refused naming the new flag."""
 
-    def __init__(self, option_strings, dest, new: str = "", **kwargs):
-        self.new = new
+    def __init__(self, option_strings, dest, new: str = "", check=None, **kwargs):
+        self.new, self.check = new, check
         kwargs["help"] = argparse.SUPPRESS
         super().__init__(option_strings, dest, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, values)
+        try:
+            if isinstance(self.check, tuple) and values not in self.check:
+                raise argparse.ArgumentTypeError(f"choose from {', '.join(self.check)}")
+            value = self.check(values) if callable(self.check) else values
+        except argparse.ArgumentTypeError as e:
+            raise argparse.ArgumentError(self, f"{values!r}: here {option_string} is the old spelling of {self.new} "
+                                         f"({e})") from None
+        setattr(namespace, self.dest, value)
         notes = list(getattr(namespace, "renamed_flags", None) or [])
         notes.append((option_string, self.new))
         namespace.renamed_flags = notes
 
 
-def _old_spelling(p, old: str, new: str, **kwargs) -> None:
-    """Accept ``old`` for one release as a hidden spelling of ``new`` (same dest)."""
+def _old_spelling(p, old: str, new: str, check=None) -> None:
+    """Accept ``old`` for one release as a hidden spelling of ``new`` (same
+    dest); ``check``: the new flag's type, or its choices."""
     dest = new.lstrip("-").replace("-", "_")
-    p.add_argument(old, dest=dest, action=_OldSpelling, new=new, default=argparse.SUPPRESS, **kwargs)
+    p.add_argument(old, dest=dest, action=_OldSpelling, new=new, check=check, default=argparse.SUPPRESS)
+
+
+def _typed(args, new: str) -> str:
+    """The spelling of ``new`` the user typed (an old one, or ``new``)."""
+    return next((old for old, n in getattr(args, "renamed_flags", None) or [] if n == new), new)
 
 
 def _renamed_notes(args) -> list:
@@ -570,11 +585,10 @@ def cmd_import(args) -> int:
 def cmd_export(args) -> int:
     if args.format == LUT_FORMAT:
         return _export_lut(args)
-    lut_only = [flag for flag, v in (("--models", args.models), ("--model", args.model), ("--dtype", args.dtype),
-                                     ("--shapes-file", args.shapes_file), ("--from-log", args.from_log),
-                                     ("--from-table", args.from_table), ("--top-k", args.top_k),
-                                     ("--device-name", args.device_name), ("--portable", args.portable or None))
-                if v is not None]
+    lut_only = [_typed(args, flag) for flag, v in (
+        ("--models", args.models), ("--model", args.model), ("--dtype", args.dtype), ("--shapes-file", args.shapes_file),
+        ("--from-log", args.from_log), ("--from-table", args.from_table), ("--top-k", args.top_k),
+        ("--device-name", args.device_name), ("--portable", args.portable or None)) if v is not None]
     if lut_only:
         raise ValueError(f"{' '.join(lut_only)}: {'is' if len(lut_only) == 1 else 'are'} {LUT_FORMAT}'s; export "
                          f"{args.format} writes every valid measurement of --data")
@@ -854,7 +868,7 @@ def cmd_tuning_db(args) -> int:
         return 0
     db = TuningDB(args.tuning_db, read_only=True)     # listing changes no file: nothing created, upgraded or set aside
     entries = db.entries()
-    print(f"{db.path}: {len(entries)} entries")
+    print(f"{db.path}: {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}")
     for e in entries[-args.last:]:
         print(f"  {e.problem} {e.family} {e.device} {e.config.config_id} {e.chosen_by} {e.time_us:.1f} us "
               f"(template {e.template_hash}, costlearn {e.costlearn_version}, {e.updated})")
@@ -997,7 +1011,7 @@ def cmd_study(args) -> int:
     from .study import FOOTNOTE, leave_one_log_out
     _check_report_path(args.report)
     folder = _dataset_folder(args.data)
-    work = Path(args.work) if args.work else Path("out") / "study" / folder.name
+    work = Path(args.out) if args.out else Path("out") / "study" / folder.name
     print(f"leave one log out over {folder}: models go to {work}", file=sys.stderr)
     res = leave_one_log_out(folder, work, family=args.family, dtypes=args.dtype or None,
                             log=lambda line: print(line, file=sys.stderr))
@@ -1200,8 +1214,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--random-shapes", type=_positive_int, default=6, metavar="N",
                    help="random shapes of the dataset to re-time (default: 6)")
     p.add_argument("--configs-per-shape", type=_positive_int, default=4, help="configs re-timed per shape (default: 4)")
-    _old_spelling(p, "--shapes", "--random-shapes", type=_positive_int)
-    _old_spelling(p, "--configs", "--configs-per-shape", type=_positive_int)
+    _old_spelling(p, "--shapes", "--random-shapes", check=_positive_int)
+    _old_spelling(p, "--configs", "--configs-per-shape", check=_positive_int)
     p.set_defaults(func=cmd_recheck)
 
     p = sub.add_parser("train", help="fit the cost model on a dataset",
@@ -1217,7 +1231,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "are named with why")
     p.add_argument("--learner", default="xgboost", choices=MODELS.names(),
                    help="the cost model to fit (default: xgboost)")
-    _old_spelling(p, "--model", "--learner", choices=MODELS.names())
+    _old_spelling(p, "--model", "--learner", check=MODELS.names())
     p.add_argument("--feature-set", default=None, choices=FEATURE_SETS.names(),
                    help="features a gradient-boosted model uses (default: analytic; raw and derived are ablations)")
     p.set_defaults(func=cmd_train)
@@ -1345,7 +1359,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_problem_args(p)
     p.add_argument("--random-shapes", type=_nonneg_int, default=4, metavar="N",
                    help="random fresh shapes besides the fixed set of 8 (default: 4)")
-    _old_spelling(p, "--shapes", "--random-shapes", type=_nonneg_int)
+    _old_spelling(p, "--shapes", "--random-shapes", check=_nonneg_int)
     p.add_argument("--budget", type=_positive_seconds, default=600.0,
                    help="seconds of measuring (default: 600)")
     p.add_argument("--out", default=None, help="dataset folder for the fresh measurements; an existing "
@@ -1370,7 +1384,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--family", default="triton_mm", choices=FAMILIES.names(), help="kernel family (default: "
                    "triton_mm)")
     _add_dtypes_arg(p, "every dtype with two logs")
-    p.add_argument("--work", default=None, help="where the folds' models go (default: out/study/<device>)")
+    p.add_argument("--out", default=None, help="folder the folds' models are written to (default: out/study/<device>)")
+    _old_spelling(p, "--work", "--out")
     p.add_argument("--report", default=None, help="write the tables (markdown) and per-problem CSV here")
     p.set_defaults(func=cmd_study)
 
@@ -1406,7 +1421,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", default="out/models", help="model store root (default: out/models)")
     p.add_argument("--eval-random-shapes", type=_nonneg_int, default=2, metavar="N",
                    help="evaluate's --random-shapes: random fresh shapes besides the fixed set of 8 (default: 2)")
-    _old_spelling(p, "--eval-shapes", "--eval-random-shapes", type=_nonneg_int)
+    _old_spelling(p, "--eval-shapes", "--eval-random-shapes", check=_nonneg_int)
     p.add_argument("--eval-budget", type=_positive_seconds, default=100.0, help="seconds for evaluation (default: 100)")
     p.add_argument("--report", default=None, help="write the evaluation report here")
     p.set_defaults(func=cmd_run)
@@ -1458,7 +1473,9 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     for token in argv:                  # argparse takes "-1x2x3" for an option and says a shape is missing
         if re.fullmatch(r"-\d+[x,]\S*", str(token)):
-            print(f"costlearn: error: shape {token}: extents must be integers >= 1", file=sys.stderr)
+            command = next((a for a in argv if not str(a).startswith("-")), "")
+            print(f"costlearn {command}: error: shape {token}: extents must be integers >= 1".replace("  ", " "),
+                  file=sys.stderr)
             return 2
     args = build_parser().parse_args(argv)
     for note in _renamed_notes(args):

@@ -475,6 +475,24 @@ def test_more_old_spellings_map_to_their_new_flags():
 
 def test_study_of_a_folder_without_its_default_family_names_the_flag(dataset_dir, tmp_path, capsys):
     """Regression: `study --data out/data` on collected gemm rows said only "holds no valid triton_mm rows"."""
-    assert main(["study", "--data", str(dataset_dir), "--work", str(tmp_path / "w")]) == 2
+    assert main(["study", "--data", str(dataset_dir), "--out", str(tmp_path / "w")]) == 2
     err = capsys.readouterr().err
     assert "CLI: --family, whose default is triton_mm); it holds ['gemm']" in err
+
+
+def test_an_old_spelling_given_a_value_of_another_meaning_names_the_new_flag(capsys):
+    """Regression (new user): `evaluate --shapes 64x64x64` said "'64x64x64' is not an integer" and `train --model
+    DIR` listed the learners, neither naming what the flag had become."""
+    for argv, says in ((["evaluate", "--shapes", "64x64x64"], "here --shapes is the old spelling of --random-shapes"),
+                       (["train", "--model", "/tmp/m"], "here --model is the old spelling of --learner (choose from")):
+        with pytest.raises(SystemExit):
+            main(argv)
+        assert says in capsys.readouterr().err
+
+
+def test_an_error_names_the_flag_as_the_user_typed_it(dataset_dir, tmp_path, capsys):
+    assert main(["export", "kernel-tuner", "--data", str(dataset_dir), "--device", "a100", "--out",
+                 str(tmp_path / "kt")]) == 2
+    assert "error: --device: is inductor-lut's" in capsys.readouterr().err
+    assert main(["predict", "-1x2x3"]) == 2
+    assert "costlearn predict: error: shape -1x2x3" in capsys.readouterr().err

@@ -327,3 +327,11 @@ def test_evaluate_without_report_says_how_to_get_the_per_problem_table(tmp_path,
     out = capsys.readouterr().out
     assert "the per-problem table is not printed; --report FILE writes it, with a CSV" in out
     assert "in the --report file" not in out
+
+
+def test_a_file_that_is_not_a_regular_file_is_named_so(tmp_path):
+    """Regression: `import inductor /dev/null` said "no such file"."""
+    with pytest.raises(InteropError, match="/dev/null: not a regular file"):
+        import_file("inductor", "/dev/null", device="a100", data_root=tmp_path)
+    with pytest.raises(InteropError, match="no such file"):
+        import_file("inductor", tmp_path / "nope.txt", device="a100", data_root=tmp_path)

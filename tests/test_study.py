@@ -78,7 +78,7 @@ def test_cli_study_and_evaluate_no_measure_by_log(two_logs, tmp_path, capsys, mo
     monkeypatch.setattr(study_mod, "train", fast_train)        # where leave_one_log_out looks it up
     data = str(two_logs / "data" / DEVICE)
     report = tmp_path / "study.md"
-    assert main(["study", "--data", data, "--dtype", "float16", "--work", str(tmp_path / "w"),
+    assert main(["study", "--data", data, "--dtype", "float16", "--out", str(tmp_path / "w"),
                  "--report", str(report)]) == 0
     out = capsys.readouterr().out
     assert "| zoo_a.txt | 12 |" in out and "picks never measured" in out

@@ -72,7 +72,7 @@ def import_file(fmt: str, path, *, device, data_root, mapping=None) -> ImportRep
     if path.is_dir():
         raise InteropError(f"{path}: a folder; give the file to import")
     if not path.is_file():
-        raise InteropError(f"{path}: no such file")
+        raise InteropError(f"{path}: " + ("not a regular file" if path.exists() else "no such file"))
     if path.stat().st_size == 0:
         raise InteropError(f"{path}: empty file")
     spec = resolve_device(device)

@@ -679,6 +679,6 @@ class KernelTunerImporter(Importer):
     def parse(self, path, spec, mapping=None):
         if mapping is None:
             raise InteropError("a kernel-tuner import needs --mapping FILE (the kernel's parameter names -> a "
-                               "family's; see costlearn.interop.kernel_tuner.load_mapping)")
+                               "family's; see the README's Kernel Tuner paragraph)")
         return parse(path, load_mapping(mapping), spec)
 
