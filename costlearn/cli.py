@@ -553,15 +553,20 @@ def _print_trained(res) -> None:
                   f"{sm['kendall_tau']:6.3f}")
     cal = (res.floor or {}).get("calibration", {})
     if "rule_geomean" in cal:
-        rho = res.floor["unsure_regret"]
-        win = 2 ** res.floor["margin_log2"] - 1
+        f = res.floor
+        rho, tau, est = f["unsure_regret"], f["vendor_near_min"], f.get("estimate")
+        rule = [f"it is predicted {2 ** f['margin_log2'] - 1:.0%} faster than the vendor library"]
+        if tau is not None:
+            rule.append(f"the vendor lost more than {tau:.0%} on the nearest held-out problems")
+        if est is not None:
+            rule.append(f"the vendor model's estimate of its time over the vendor's, {est[1]:g} deviations up, is "
+                        f"below {2 ** -est[0]:.2f}")
         flagged = (f"flagged (vendor kept) where the model's held-out top-1 regret there is above {rho:.0%}"
                    if rho is not None else "no problem is flagged for the model's held-out regret")
-        print(f"vendor floor: a tile config is chosen where it is predicted {win:.0%} faster than the vendor "
-              f"library and the vendor lost more than {res.floor['vendor_near_min']:.0%} on the nearest "
-              f"held-out problems; {flagged}. On the held-out problems, top-1 vs best of all (geomean): "
-              f"{cal['rule_geomean']:.2%} with the floor, {cal['argmin_geomean']:.2%} plain argmin, "
-              f"{cal['vendor_geomean']:.2%} vendor only")
+        outside = "; outside the extent envelope the vendor is kept" if f.get("ood_fallback") else ""
+        print(f"vendor floor: a tile config is chosen where {' and '.join(rule)}; {flagged}{outside}. On the "
+              f"held-out problems, top-1 vs best of all (geomean): {cal['rule_geomean']:.2%} with the floor, "
+              f"{cal['argmin_geomean']:.2%} plain argmin, {cal['vendor_geomean']:.2%} vendor only")
 
 
 def cmd_train(args) -> int:

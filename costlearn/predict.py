@@ -131,7 +131,20 @@ class Predictor:
                                   shortlist=art.shortlist if shortlist else None)
         # the floor's evidence is looked up only where it can change an answer
         self._uses_evidence = self.vendor_index is not None or floor.unsure_regret != float("inf")
+        vm = art.vendor_model
+        self._vendor_sums = self.ranker.forest_sums(vm.forest, vm.bounds) \
+            if vm is not None and self.vendor_index is not None else None
         self._results = {}
+
+    def vendor_estimate(self, problem: Problem):
+        """The vendor model's estimate for ``problem``
+        (:class:`~costlearn.model.vendor.VendorEstimate`: log2 of the best tile
+        config's time over the vendor's, and its members' deviation), None
+        where the artifact has no vendor model (or no vendor candidate)."""
+        if self._vendor_sums is None:
+            return None
+        return self.artifact.vendor_model.estimate_problem(problem.m, problem.n, problem.k, problem.layout,
+                                                           problem.epilogue, self._vendor_sums)
 
     def cached(self, m: int, n: int, k: int, layout: str, top_k: int, epilogue: str = "none"):
         """The Prediction given earlier for (M, N, K, layout, top_k,
@@ -373,7 +386,7 @@ class Predictor:
             t = min(tiles, key=lambda i: (lt[i], i))
             if fallback:
                 return v, "ood_fallback", tuple(reasons)
-            if self.floor.keeps_vendor(float(lt[t] - lt[v]), vendor_near):
+            if self.floor.keeps_vendor(float(lt[t] - lt[v]), vendor_near, self.vendor_estimate(problem)):
                 return v, "vendor_floor", tuple(reasons)
             return t, "predicted", ()
         if best != 0 and np.isfinite(lt[0]) and (fallback or not lt[best] - lt[0] < -self.floor.margin_log2):
@@ -445,7 +458,7 @@ class Predictor:
                 reasons.append(f"the predicted {best_us:.4g} us is faster than the memory bandwidth allows (A, B "
                                f"and C once: {traffic_bytes / 1e9:.4g} GB at {self.spec.memory_bandwidth_gbps:.4g} "
                                f"GB/s take {traffic_bytes / self._bytes_per_us:.4g} us)")
-        chosen_by, ratio = "predicted", float("nan")
+        chosen_by, ratio, est = "predicted", float("nan"), None
         if vi is not None:
             if vi in order:
                 v_score = scores[order.index(vi)]
@@ -458,9 +471,13 @@ class Predictor:
                 chosen_by = "ood_fallback" if fallback else "vendor_floor"
             else:
                 ratio = 2.0 ** (scores[tile] - v_score)
+                est = self.vendor_estimate(problem)
+                doubt = self.floor.estimate_reason(est)
+                if doubt:
+                    reasons.append(doubt)
                 if fallback:
                     chosen_by = "ood_fallback"
-                elif self.floor.keeps_vendor(scores[tile] - v_score, vendor_near):
+                elif self.floor.keeps_vendor(scores[tile] - v_score, vendor_near, est):
                     chosen_by = "vendor_floor"
                 if chosen_by == "predicted":            # the best tile first, the rest in order
                     if tile:
@@ -480,7 +497,10 @@ class Predictor:
         top = tuple([(configs[i], 2.0 ** s_) for i, s_ in zip(order[:top_k], scores[:top_k])])
         return Prediction(top[0][0], top[0][1], top, bool(reasons), tuple(reasons), m, n, k, self.dtype,
                           problem.layout, self.family, self.device, chosen_by, ratio, self.floor.margin_log2,
-                          epilogue=problem.epilogue)
+                          epilogue=problem.epilogue,
+                          tile_vendor_estimate=() if est is None else (2.0 ** est.mean_log2,
+                                                                       2.0 ** (est.mean_log2 - 2 * est.sd_log2),
+                                                                       2.0 ** (est.mean_log2 + 2 * est.sd_log2)))
 
     def predict_many(self, problems, top_k: int = 5, running_on: DeviceSpec | None = None) -> list:
         """:meth:`predict` of each of ``problems`` (a sequence of Problem of

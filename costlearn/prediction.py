@@ -70,6 +70,12 @@ class Prediction(NamedTuple):
     epilogue : str
         What the fused kernel computes after A @ B
         (:data:`costlearn.problem.EPILOGUES`).
+    tile_vendor_estimate : tuple of float
+        The vendor model's estimate (:mod:`costlearn.model.vendor`) of the
+        best tile config's time / the vendor library's on this problem, and
+        the interval its members span at two deviations: ``(ratio, low,
+        high)``; below 1 a tile config wins. Empty where the model has no
+        vendor model or the vendor is the only candidate.
     """
 
     config: object
@@ -92,6 +98,7 @@ class Prediction(NamedTuple):
     tied_with: tuple = ()
     tuning_db_source: str = ""
     epilogue: str = "none"
+    tile_vendor_estimate: tuple = ()
 
     @property
     def problem(self) -> Problem:

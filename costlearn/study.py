@@ -98,6 +98,9 @@ def decision_scores(predictor, rows: pd.DataFrame, best_fixed=None) -> pd.DataFr
         and ``tile_regret`` (log2 predicted time ratio of the best measured
         tile config to the vendor, and that tile's regret), ``vendor_near``
         and ``model_near`` (the floor's held-out evidence near the problem),
+        ``estimate_log2`` and ``estimate_sd_log2`` (the vendor model's
+        estimate, :meth:`~costlearn.predict.Predictor.vendor_estimate`; NaN
+        without one),
         ``envelope_ood`` (outside the extent envelope),
         ``vendor_regret`` (NaN without a vendor row), ``best_fixed_regret``,
         ``ood`` and ``ood_reasons``.
@@ -151,6 +154,9 @@ def decision_scores(predictor, rows: pd.DataFrame, best_fixed=None) -> pd.DataFr
             rec["tile_lr"] = float(np.log2(scores[j] / scores[[c.config_id for c in configs].index(VENDOR_CONFIG_ID)]))
             rec["tile_regret"] = times[configs[j].config_id] / best - 1.0
         rec["vendor_near"], rec["model_near"] = predictor.floor.near(problem.m, problem.n, problem.k, problem.layout)
+        est = predictor.vendor_estimate(problem)
+        rec["estimate_log2"], rec["estimate_sd_log2"] = (est.mean_log2, est.sd_log2) if est is not None else \
+            (math.nan, math.nan)
         rec["envelope_ood"] = bool(predictor.envelope.reasons(problem.m, problem.n, problem.k))
         rec["vendor_regret"] = times[VENDOR_CONFIG_ID] / best - 1.0 if VENDOR_CONFIG_ID in times else math.nan
         if bf is not None:

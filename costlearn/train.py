@@ -24,6 +24,8 @@ from .floor import calibrate_floor, heldout_folds, heldout_problems
 from .metrics import evaluate_rows, random_scores, summarize
 from .model import BASELINES, artifact, get_model
 from .model.base import CostModel
+from .model.vendor import MIN_PROBLEMS as VENDOR_MIN_PROBLEMS
+from .model.vendor import VendorModel, problem_features_table, problem_table
 from .model.baselines import BestFixedModel, RooflineModel
 from .model.xgb import XGBCostModel
 from .noise import noise_floors
@@ -133,6 +135,41 @@ def holdout_report(rows: pd.DataFrame, spec: DeviceSpec, model: CostModel,
 
 MIN_ROWS, MIN_PROBLEMS = 50, 5
 """Fewest valid rows and problems :func:`train` fits a model on."""
+
+
+def heldout_estimates(rows: pd.DataFrame, held: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """``held`` with the vendor model's cross-fitted estimate of each held-out
+    problem: ``estimate_log2`` and ``estimate_sd_log2``
+    (:class:`~costlearn.model.vendor.VendorModel`, fitted on the training
+    side of each fold of :func:`costlearn.floor.heldout_folds`, the folds the
+    cost model was held out on; NaN where a fold's training side has fewer
+    than :data:`costlearn.model.vendor.MIN_PROBLEMS` problems with a vendor).
+
+    Parameters
+    ----------
+    rows : DataFrame
+        The valid training rows of one (family, dtype).
+    held : DataFrame
+        :func:`costlearn.floor.heldout_problems` of the cost model's held-out
+        predictions.
+    """
+    folds, _ = heldout_folds(rows, seed, min_train_problems=MIN_PROBLEMS)
+    key = ["m", "n", "k", "layout", "epilogue"]
+    parts = []
+    for tr, te in folds:
+        train_problems, test = problem_table(rows.iloc[tr]), rows.iloc[te][key].drop_duplicates()
+        if len(train_problems) < VENDOR_MIN_PROBLEMS or test.empty:
+            continue
+        mean, sd = VendorModel.fit(train_problems, seed=seed).estimate(problem_features_table(test))
+        parts.append(test.assign(estimate_log2=mean, estimate_sd_log2=sd))
+    out = held.drop(columns=["estimate_log2", "estimate_sd_log2"], errors="ignore")
+    if not parts:
+        return out.assign(estimate_log2=np.nan, estimate_sd_log2=np.nan)
+    est = pd.concat(parts, ignore_index=True).drop_duplicates(key, keep="first")
+    merged = out.assign(epilogue=out["epilogue"] if "epilogue" in out else "none")
+    for c in ("layout", "epilogue"):
+        merged[c], est[c] = merged[c].astype(str), est[c].astype(str)
+    return merged.merge(est, on=key, how="left")
 
 
 def pair_counts(df: pd.DataFrame) -> dict:
@@ -250,6 +287,13 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
     if holdout:
         summary, _, held, kind = holdout_report(rows, spec, get_model(model, **settings), seed=0)
     has_vendor = fam.vendor_config_id is not None and rows["config_id"].eq(fam.vendor_config_id).any()
+    vendor_model = None
+    if has_vendor:
+        problems = problem_table(rows)
+        if len(problems) >= VENDOR_MIN_PROBLEMS:
+            vendor_model = VendorModel.fit(problems)
+            if holdout:
+                held = heldout_estimates(rows, held)
     floor = calibrate_floor(held, bool(has_vendor), kind)
     mdl = get_model(model, **settings).fit(rows, spec)
     baselines = {name: get_model(name).fit(rows, spec) for name in BASELINES}
@@ -275,7 +319,8 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
                            metrics=dict(holdout=summary, holdout_kind=kind), training=training,
                            baselines={name: b.save(folder) for name, b in baselines.items()},
                            extra=dict(template_hash=template, floor=floor,
-                                      coverage=fit_coverage(rows, cands["config_id"].tolist())))
+                                      coverage=fit_coverage(rows, cands["config_id"].tolist())),
+                           vendor_model=vendor_model)
     return TrainResult(path=path, holdout=summary, rows=len(rows), shapes=int(n_shapes),
                        dropped=dict(report.quarantined, stale_template_or_protocol=stale), family=fam.name,
                        dtype=dtype, device=spec.slug, replaced=replaced, holdout_kind=kind, floor=floor)
@@ -283,7 +328,7 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
 
 def export_artifact(model: CostModel, folder, *, family: str, dtype: str, layouts, spec: DeviceSpec,
                     candidates: pd.DataFrame, envelope: dict, metrics: dict, training: dict, baselines: dict,
-                    extra: dict | None = None, epilogues=("none",)) -> Path:
+                    extra: dict | None = None, epilogues=("none",), vendor_model=None) -> Path:
     """Export ``model``'s scorer for ``candidates``, calibrate its cascade
     (:func:`costlearn.ranker.calibrate_cascade`), check the scorer against
     ``model.predict``, build its shortlist table where the scorer is deep
@@ -322,7 +367,8 @@ def export_artifact(model: CostModel, folder, *, family: str, dtype: str, layout
         sl_info = dict(build_s=round(time.perf_counter() - t0, 1))
     return artifact.save(model, folder, family=family, dtype=dtype, layouts=layouts, spec=spec, candidates=candidates,
                          scorer=scorer, envelope=envelope, metrics=metrics, training=training, baselines=baselines,
-                         cascade=info, extra=extra, shortlist=shortlist, shortlist_info=sl_info, epilogues=epilogues)
+                         cascade=info, extra=extra, shortlist=shortlist, shortlist_info=sl_info, epilogues=epilogues,
+                         vendor_model=vendor_model)
 
 
 def add_shortlist(folder, *, threads: int | None = None) -> dict:

@@ -38,6 +38,8 @@ from ..util import atomic_write, sha256_file
 from ..version import __version__
 from .base import MODELS, CostModel
 from .scorer import Scorer, ScorerError
+from .vendor import FEATURES as VENDOR_FEATURES
+from .vendor import VendorModel
 
 __all__ = ["ARTIFACT_SCHEMA", "save", "load", "Artifact", "ArtifactError", "default_models_dir", "list_models",
            "candidate_table", "model_folder", "old_layout_folders", "replace_shortlist", "SIDECAR", "SCORER_FILE"]
@@ -49,6 +51,9 @@ cascade in the artifact."""
 
 SIDECAR = "model.json"
 SCORER_FILE = "scorer.npz"
+VENDOR_FILE = "vendor.npz"
+"""The vendor model's members (:mod:`costlearn.model.vendor`), where the
+family has a vendor candidate; its sha256 is in the sidecar."""
 
 _REQUIRED_KEYS = ("artifact_schema", "model", "model_state", "feature_set", "feature_names", "feature_version",
                   "family", "dtype", "layouts", "device", "candidates", "envelope", "scorer", "template_hash",
@@ -122,7 +127,7 @@ def _json_default(o):
 def save(model: CostModel, folder, *, family: str, dtype: str, layouts, spec: DeviceSpec,
          candidates: pd.DataFrame, scorer: Scorer, envelope: dict, metrics: dict, training: dict,
          baselines: dict, cascade: dict | None = None, extra: dict | None = None, shortlist=None,
-         shortlist_info: dict | None = None, epilogues=("none",)) -> Path:
+         shortlist_info: dict | None = None, epilogues=("none",), vendor_model: VendorModel | None = None) -> Path:
     """Write a fitted model, its scorer and the sidecar to ``folder``.
 
     Parameters
@@ -158,6 +163,9 @@ def save(model: CostModel, folder, *, family: str, dtype: str, layouts, spec: De
         one, a table left in the folder by an earlier model is removed).
     shortlist_info : dict, optional
         How it was built (recorded in the sidecar).
+    vendor_model : VendorModel, optional
+        Written to :data:`VENDOR_FILE` (without one, a file left by an
+        earlier model is removed).
 
     Returns
     -------
@@ -170,6 +178,13 @@ def save(model: CostModel, folder, *, family: str, dtype: str, layouts, spec: De
     state = model.save(folder)
     scorer_path = atomic_write(folder / SCORER_FILE, scorer.to_bytes())
     sl_entry = _write_shortlist(folder, shortlist, shortlist_info)
+    if vendor_model is None:
+        (folder / VENDOR_FILE).unlink(missing_ok=True)
+        vendor_entry = None
+    else:
+        path = atomic_write(folder / VENDOR_FILE, lambda fh: np.savez(fh, **vendor_model.arrays()))
+        vendor_entry = dict(file=VENDOR_FILE, sha256=sha256_file(path), members=len(vendor_model.bases),
+                            trees=int(len(vendor_model.forest.roots)), features=list(VENDOR_FEATURES))
     names = list(get_feature_set(model.feature_set).feature_names(fam))
     side = dict(
         artifact_schema=ARTIFACT_SCHEMA, created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -184,7 +199,7 @@ def save(model: CostModel, folder, *, family: str, dtype: str, layouts, spec: De
         scorer=dict(file=SCORER_FILE, sha256=sha256_file(scorer_path), trees=scorer.n_trees,
                     cascade=dict(stages=[dict(trees=t, keep=k, margin=d) for t, k, d in scorer.cascade],
                                  **(cascade or {}))),
-        shortlist=sl_entry, versions=_versions())
+        shortlist=sl_entry, vendor_model=vendor_entry, versions=_versions())
     side.update(extra or {})
     atomic_write(folder / SIDECAR, json.dumps(side, indent=1, sort_keys=True, default=_json_default))
     return folder / SIDECAR
@@ -219,6 +234,9 @@ class Artifact:
         hold-out).
     shortlist : costlearn.ranker.shortlist.Shortlist or None
         The scorer's shortlist table, where it has one.
+    vendor_model : costlearn.model.vendor.VendorModel or None
+        The estimate of the best tile's time over the vendor's, where the
+        family has a vendor candidate and training fitted one.
     epilogues : tuple of str
         The epilogues it was trained on (``("none",)`` for an artifact
         written before epilogues were recorded).
@@ -238,6 +256,7 @@ class Artifact:
     floor: VendorFloor = None
     epilogues: tuple = ("none",)
     shortlist: Shortlist = None
+    vendor_model: VendorModel = None
     _model: CostModel | None = field(default=None, repr=False)
 
     @property
@@ -437,9 +456,43 @@ def load(folder) -> Artifact:
     if scorer.n_features != len(art_names):
         raise ArtifactError(f"{sc_path} reads {scorer.n_features} features, the sidecar names {len(art_names)}")
     shortlist = _load_shortlist(folder, side_path, side.get("shortlist"), scorer, len(configs), layouts)
+    vendor_model = _load_vendor(folder, side_path, side.get("vendor_model"))
+    if floor.estimate is not None and vendor_model is None:
+        raise ArtifactError(f"{side_path}: its vendor floor decides with the vendor model's estimate, but the "
+                            "artifact has no vendor model; retrain with `costlearn train`")
     return Artifact(path=folder, sidecar=side, spec=spec, family=fam, dtype=side["dtype"], layouts=layouts,
                     configs=configs, candidates=cands, envelope=envelope, scorer=scorer, coverage=coverage,
-                    floor=floor, shortlist=shortlist, epilogues=epilogues)
+                    floor=floor, shortlist=shortlist, epilogues=epilogues, vendor_model=vendor_model)
+
+
+def _load_vendor(folder: Path, side_path: Path, entry) -> VendorModel | None:
+    """The vendor model the sidecar records (None where it records none),
+    read from :data:`VENDOR_FILE`.
+
+    Raises
+    ------
+    ArtifactError
+        If the file is missing, not the one the sidecar recorded, unreadable,
+        or reads other features than this code's.
+    """
+    if entry is None:
+        return None
+    if not isinstance(entry, dict):
+        raise ArtifactError(f"{side_path}: vendor_model is a {type(entry).__name__}, not an object")
+    if entry.get("features") != list(VENDOR_FEATURES):
+        raise ArtifactError(f"{side_path}: its vendor model reads {entry.get('features')}, this code's "
+                            f"{list(VENDOR_FEATURES)}; retrain with `costlearn train`")
+    path = folder / VENDOR_FILE
+    if not path.is_file():
+        raise ArtifactError(f"{path} is missing (the artifact's vendor model)")
+    if sha256_file(path) != entry.get("sha256"):
+        raise ArtifactError(f"{path} does not belong to {side_path} (sha256 differs): a training may be writing "
+                            "this folder; retry, or retrain")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return VendorModel.from_arrays(z)
+    except (OSError, ValueError) as e:
+        raise ArtifactError(f"{path}: unreadable vendor model ({e})") from e
 
 
 def _write_shortlist(folder: Path, shortlist, info: dict | None) -> dict | None:

@@ -354,6 +354,12 @@ class FlatForest:
             return np.zeros(X.shape[0], np.float64)
         return np.cumsum(leaves, axis=1)[:, -1]        # sequential (cumsum accumulates in order)
 
+    def range_sums_numpy(self, X: np.ndarray, bounds) -> np.ndarray:
+        """:meth:`partial_sum_numpy` of each tree range ``[bounds[i],
+        bounds[i + 1])`` (the members of an ensemble stored as one forest),
+        float64, shape (len(bounds) - 1, R)."""
+        return np.stack([self.partial_sum_numpy(X, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])])
+
     def margin_numpy(self, X: np.ndarray) -> np.ndarray:
         """Base score + sum of all leaves per row, float64, shape (R,)."""
         return self.base_score + self.partial_sum_numpy(X)

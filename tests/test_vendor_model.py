@@ -1,0 +1,178 @@
+"""The vendor model (costlearn/model/vendor.py): per problem, the best tile config's time over the vendor
+library's and its members' spread; fitted at training where the family has a vendor candidate, saved and checked
+with its artifact, evaluated in C and numpy to the same bits, and used by the floor's decision."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from costlearn.floor import VendorFloor, calibrate_floor, estimate_wins, rule_regrets
+from costlearn.model import artifact
+from costlearn.model.vendor import (FEATURES, MIN_PROBLEMS, VendorEstimate, VendorModel, problem_features,
+                                    problem_features_table, problem_row, problem_table)
+from costlearn.predict import Predictor
+from costlearn.ranker import RANKERS
+from costlearn.ranker.base import ForestSums
+
+from inductor_fixture import DEVICE, SHAPES, build_models
+
+
+def _problems(n=60, seed=0):
+    """Problems whose tile/vendor ratio follows a rule of their shape (a stand-in for measurements)."""
+    rng = np.random.default_rng(seed)
+    m, nn, k = (2 ** rng.uniform(3, 14, (3, n))).astype(np.int64)
+    lay = np.array(["NN", "NT", "TN"])[rng.integers(0, 3, n)]
+    y = np.where(k < 128, -0.5, 0.3) + 0.05 * rng.standard_normal(n)        # tiles win at small K
+    return pd.DataFrame(dict(m=m, n=nn, k=k, layout=lay, epilogue="none", y=y))
+
+
+def test_problem_table_is_log2_of_the_best_tile_over_the_vendor():
+    rows = pd.DataFrame(dict(m=64, n=64, k=[64] * 5 + [8] * 2, layout="NN", epilogue="none",
+                             config_id=["vendor", "a", "a", "b", "vendor", "vendor", "vendor"],
+                             time_us=[10.0, 4.0, 6.0, 7.0, 12.0, 3.0, 3.0]))
+    t = problem_table(rows)
+    assert len(t) == 1                                              # K=8 has no tile row: left out
+    # vendor median 11, tile a median 5, b 7: log2(5 / 11)
+    assert t.iloc[0][["m", "n", "k", "layout"]].tolist() == [64, 64, 64, "NN"]
+    assert t.iloc[0]["y"] == pytest.approx(math.log2(5 / 11))
+    assert problem_table(rows[rows.config_id != "vendor"]).empty
+
+
+def test_problem_features_are_the_same_row_by_row_and_in_a_table():
+    row = problem_row(96, 768, 3072, "NT", "bias")
+    assert len(row) == len(FEATURES) and row[FEATURES.index("pow2_m")] == 5 and row[FEATURES.index("pow2_k")] == 8
+    assert row[FEATURES.index("layout_NT")] == 1 and row[FEATURES.index("epilogue_flops_per_element")] == 1
+    t = pd.DataFrame(dict(m=[96, 7], n=[768, 9], k=[3072, 11], layout=["NT", "TT"], epilogue=["bias", "none"]))
+    assert np.array_equal(problem_features_table(t)[0], problem_features(96, 768, 3072, "NT", "bias")[0])
+
+
+def test_members_estimate_the_ratio_and_spread_and_round_trip(tmp_path):
+    vm = VendorModel.fit(_problems())
+    small = vm.estimate_problem(512, 512, 32, "NN")
+    large = vm.estimate_problem(512, 512, 4096, "NN")
+    assert isinstance(small, VendorEstimate) and small.mean_log2 < 0 < large.mean_log2 and small.sd_log2 >= 0
+    mean, sd = vm.estimate(problem_features(512, 512, 32, "NN"))
+    assert (mean[0], sd[0]) == pytest.approx(small) and len(vm.bases) == 5
+    np.savez(tmp_path / "v.npz", **vm.arrays())
+    with np.load(tmp_path / "v.npz") as z:
+        back = VendorModel.from_arrays(z)
+    assert back.estimate_problem(512, 512, 32, "NN") == small
+    with pytest.raises(ValueError, match="needs 10 problems"):
+        VendorModel.fit(_problems(MIN_PROBLEMS - 1))
+    with pytest.raises(ValueError, match="do not split"):
+        VendorModel(vm.forest, [0, len(vm.forest.roots)], [0.0])
+
+
+def test_both_rankers_evaluate_the_members_to_the_same_bits(tmp_path):
+    models = build_models(tmp_path)
+    pred = Predictor(artifact.model_folder(models, DEVICE, "triton_mm", "float16"))
+    vm = VendorModel.fit(_problems(200, seed=1))
+    r = pred.ranker
+    kw = dict(coverage=r.coverage, vendor=r.vendor, evidence=r.evidence)
+    rankers = {name: RANKERS.get(name)(r.features, r.scorer, r.envelope, r.tile_floors, **kw) for name in RANKERS.names()}
+    sums = {name: rk.forest_sums(vm.forest, vm.bounds) for name, rk in rankers.items()}
+    assert type(sums["numpy"]) is ForestSums and type(sums["native"]) is not ForestSums
+    X = problem_features_table(_problems(50, seed=2))
+    assert np.array_equal(sums["native"](X), sums["numpy"](X))
+    for m, n, k in [(1, 1, 1), (7, 4096, 33), (3000, 128, 65536)]:
+        assert vm.estimate_problem(m, n, k, "TN", sums=sums["native"]) == vm.estimate_problem(m, n, k, "TN",
+                                                                                          sums=sums["numpy"])
+    with pytest.raises(ValueError, match="feature rows"):
+        sums["native"](X[:, :3])
+    with pytest.raises(ValueError, match="tree ranges"):
+        rankers["native"].forest_sums(vm.forest, [0, len(vm.forest.roots) + 1])
+
+
+def test_the_floor_decides_with_the_estimate_where_it_predicts_held_out_error():
+    """Held-out problems where the cost model's own tile/vendor ratio misleads (it always favours the tile) but
+    the estimate knows when the vendor wins: the calibration takes the estimate, and the floor keeps the vendor
+    exactly where the estimate does not expect a tile to win."""
+    rng = np.random.default_rng(4)
+    n = 200
+    tile_wins = rng.random(n) < 0.5
+    held = pd.DataFrame(dict(
+        m=(2 ** rng.uniform(3, 12, n)).astype(int), n=256, k=256, dtype="float16", layout="NN", source="one.txt",
+        tile_lr=-0.5, tile_regret=np.where(tile_wins, 0.0, 0.3), vendor_regret=np.where(tile_wins, 0.3, 0.0),
+        model_regret=np.where(tile_wins, 0.0, 0.3), estimate_log2=np.where(tile_wins, -0.4, 0.4),
+        estimate_sd_log2=0.05))
+    floor = calibrate_floor(held, True, "20 % of problems")
+    assert floor["estimate"] is not None and floor["calibration"]["rule_geomean"] == 0.0
+    assert floor["calibration"]["argmin_geomean"] > 0.1
+    f = VendorFloor(json.loads(json.dumps(floor)))
+    assert not f.keeps_vendor(-0.5, math.nan, VendorEstimate(-0.4, 0.05))
+    assert f.keeps_vendor(-0.5, math.nan, VendorEstimate(0.4, 0.05))
+    assert f.keeps_vendor(-0.5, math.nan, None)                      # no estimate: the vendor
+    assert list(estimate_wins(np.array([-0.4, 0.4, np.nan]), np.zeros(3), 0.0, 1.0)) == [True, False, False]
+    r = rule_regrets(held, np.full(n, np.nan), np.full(n, np.nan), 0.0, None, math.inf, False, (0.0, 0.0))
+    assert (r == 0).all()
+    with pytest.raises(ValueError, match="estimate="):
+        VendorFloor(dict(floor, estimate=[0.0, -1.0]))
+    # the estimate flags where it doubts the decision more than 95 % of the held-out problems
+    assert floor["estimate_unsure"] == pytest.approx(0.05 / 0.4)
+    assert f.estimate_reason(VendorEstimate(0.02, 0.05)).startswith("the vendor model is unsure")
+    assert f.estimate_reason(VendorEstimate(-0.4, 0.05)) is None and f.estimate_reason(None) is None
+
+
+def test_a_trained_model_with_a_vendor_carries_its_vendor_model_checked_on_load(tmp_path):
+    models = build_models(tmp_path)
+    folder = artifact.model_folder(models, DEVICE, "triton_mm", "float16")
+    art = artifact.load(folder)
+    assert art.vendor_model is not None and art.sidecar["vendor_model"]["members"] == 5
+    assert len(SHAPES) >= MIN_PROBLEMS
+    pred = Predictor(folder)
+    p = pred.predict(pred.problem(512, 1024, 256, "NN"))
+    est = pred.vendor_estimate(pred.problem(512, 1024, 256, "NN"))
+    assert p.tile_vendor_estimate == pytest.approx((2 ** est.mean_log2, 2 ** (est.mean_log2 - 2 * est.sd_log2),
+                                                    2 ** (est.mean_log2 + 2 * est.sd_log2)))
+    dst = tmp_path / "copy" / DEVICE / "triton_mm" / "float16"
+    shutil.copytree(folder, dst)
+    blob = bytearray((dst / "vendor.npz").read_bytes())
+    blob[len(blob) // 2] ^= 0x20
+    (dst / "vendor.npz").write_bytes(bytes(blob))
+    with pytest.raises(artifact.ArtifactError, match="vendor.npz does not belong"):
+        artifact.load(dst)
+    (dst / "vendor.npz").unlink()
+    with pytest.raises(artifact.ArtifactError, match="vendor.npz is missing"):
+        artifact.load(dst)
+    side = json.loads((dst / "model.json").read_text())
+    side["vendor_model"] = None
+    side["floor"]["estimate"] = [0.0, 1.0]
+    (dst / "model.json").write_text(json.dumps(side))
+    with pytest.raises(artifact.ArtifactError, match="has no vendor model"):
+        artifact.load(dst)
+
+
+def test_a_lookup_table_lists_one_config_only_where_the_whole_estimate_says_the_tile_wins():
+    from costlearn.interop.inductor_lut import confident
+    from costlearn.prediction import Prediction
+    p = Prediction(object(), 1.0, (), False, (), 8, 8, 8, "float16", "NN", "triton_mm", "a100", "predicted")
+    assert confident(p) and confident(p._replace(tile_vendor_estimate=(0.7, 0.6, 0.9)))
+    assert not confident(p._replace(tile_vendor_estimate=(0.8, 0.6, 1.1)))          # the interval reaches 1
+    assert not confident(p._replace(chosen_by="vendor_floor"))
+
+
+def test_heldout_estimates_come_from_models_that_did_not_see_the_problem(tmp_path):
+    from costlearn.dataset import current_rows, load, valid_rows
+    from costlearn.floor import heldout_problems
+    from costlearn.train import heldout_estimates
+    from costlearn.interop import import_file
+    from inductor_fixture import write_log
+    shapes = [(64 * (1 + i % 7), 128 * (1 + i % 5), 32 * (1 + i % 11)) for i in range(40)]
+    write_log(tmp_path / "log.txt", shapes=shapes, layouts=["NN"] * len(shapes))
+    import_file("inductor", tmp_path / "log.txt", device=DEVICE, data_root=tmp_path / "data")
+    rows = valid_rows(current_rows(load(tmp_path / "data" / DEVICE)[0])[0]).reset_index(drop=True)
+    vendor = rows["config_id"].eq("vendor")                             # a vendor that varies from problem to problem
+    rows.loc[vendor, "time_us"] *= 2.0 ** (((rows.loc[vendor, "m"] * 7 + rows.loc[vendor, "k"]) % 13) / 13 - 0.5)
+    held = heldout_problems(rows, rows["time_us"].to_numpy())           # any predictions: the records' keys
+    got = heldout_estimates(rows, held)
+    assert len(got) == len(held) and np.isfinite(got["estimate_log2"]).all() and (got["estimate_sd_log2"] >= 0).all()
+    thin = heldout_estimates(rows[rows["m"] == 64].reset_index(drop=True), held)
+    assert np.isnan(thin["estimate_log2"]).all()                       # folds of < MIN_PROBLEMS problems: none
+    full = VendorModel.fit(problem_table(rows))
+    own = full.estimate(problem_features_table(got))[0]
+    assert not np.allclose(own, got["estimate_log2"])                  # each fold's model left its problems out
