@@ -443,12 +443,8 @@ def load(folder) -> Artifact:
     except (KeyError, TypeError, ValueError) as e:
         raise ArtifactError(f"{side_path}: invalid sidecar ({type(e).__name__}: {e}); "
                             "retrain with `costlearn train`") from e
-    sc_path = folder / str(side["scorer"].get("file", SCORER_FILE))
-    if not sc_path.is_file():
-        raise ArtifactError(f"{sc_path} is missing (the artifact's compiled scorer)")
-    if sha256_file(sc_path) != side["scorer"].get("sha256"):
-        raise ArtifactError(f"{sc_path} does not belong to {side_path} (sha256 differs): a training may be "
-                            "writing this folder; retry, or retrain")
+    sc_path = _verified(folder / str(side["scorer"].get("file", SCORER_FILE)), side_path, side["scorer"].get("sha256"),
+                        "compiled scorer")
     try:
         scorer = Scorer.from_file(sc_path, len(configs))
     except ScorerError as e:
@@ -463,6 +459,22 @@ def load(folder) -> Artifact:
     return Artifact(path=folder, sidecar=side, spec=spec, family=fam, dtype=side["dtype"], layouts=layouts,
                     configs=configs, candidates=cands, envelope=envelope, scorer=scorer, coverage=coverage,
                     floor=floor, shortlist=shortlist, epilogues=epilogues, vendor_model=vendor_model)
+
+
+def _verified(path: Path, side_path: Path, sha256, what: str) -> Path:
+    """``path``, a file the sidecar ``side_path`` records with ``sha256``.
+
+    Raises
+    ------
+    ArtifactError
+        If it is missing, or its bytes are not the recorded ones.
+    """
+    if not path.is_file():
+        raise ArtifactError(f"{path} is missing (the artifact's {what})")
+    if sha256_file(path) != sha256:
+        raise ArtifactError(f"{path} does not belong to {side_path} (sha256 differs): a training may be writing "
+                            "this folder; retry, or retrain")
+    return path
 
 
 def _load_vendor(folder: Path, side_path: Path, entry) -> VendorModel | None:
@@ -482,12 +494,7 @@ def _load_vendor(folder: Path, side_path: Path, entry) -> VendorModel | None:
     if entry.get("features") != list(VENDOR_FEATURES):
         raise ArtifactError(f"{side_path}: its vendor model reads {entry.get('features')}, this code's "
                             f"{list(VENDOR_FEATURES)}; retrain with `costlearn train`")
-    path = folder / VENDOR_FILE
-    if not path.is_file():
-        raise ArtifactError(f"{path} is missing (the artifact's vendor model)")
-    if sha256_file(path) != entry.get("sha256"):
-        raise ArtifactError(f"{path} does not belong to {side_path} (sha256 differs): a training may be writing "
-                            "this folder; retry, or retrain")
+    path = _verified(folder / VENDOR_FILE, side_path, entry.get("sha256"), "vendor model")
     try:
         with np.load(path, allow_pickle=False) as z:
             return VendorModel.from_arrays(z)
@@ -539,12 +546,8 @@ def _load_shortlist(folder: Path, side_path: Path, entry, scorer: Scorer, n_cand
         return None
     if not isinstance(entry, dict):
         raise ArtifactError(f"{side_path}: shortlist is a {type(entry).__name__}, not an object")
-    path = folder / str(entry.get("file", SHORTLIST_FILE))
-    if not path.is_file():
-        raise ArtifactError(f"{path} is missing (the artifact's shortlist table)")
-    if sha256_file(path) != entry.get("sha256"):
-        raise ArtifactError(f"{path} does not belong to {side_path} (sha256 differs): a training may be writing "
-                            "this folder; retry, or retrain")
+    path = _verified(folder / str(entry.get("file", SHORTLIST_FILE)), side_path, entry.get("sha256"),
+                     "shortlist table")
     try:
         sl = Shortlist.from_file(path)
         sl.fits(n_candidates, scorer.n_trees, layouts)
