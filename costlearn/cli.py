@@ -1302,7 +1302,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object per shape")
     p.add_argument("--measure-top-k", type=_nonneg_int, default=0, metavar="K",
                    help="measure the model's top K on the local device and keep the fastest, recording it in "
-                   "the tuning database (default: 0, predict only)")
+                   "the tuning database; where the vendor model is sure of the answer, its best tile and the "
+                   "vendor only (default: 0, predict only)")
     _add_device_arg(p, "for --measure-top-k")
     p.add_argument("--tuning-db", default=None, metavar="PATH",
                    help="tuning database to consult and record in, created if missing (default with "

@@ -17,6 +17,7 @@ from .features import CandidateFeatures, ConfigTable, get_feature_set
 from .model import artifact as _artifact
 from .model.store import LoadedModels, default_store, resolve_model, store_key
 from .model.transfer import zero_shot_reason
+from .model.vendor import VendorEstimate, problem_features_rows
 from .prediction import Prediction
 from .problem import Problem
 from .ranker import make_ranker
@@ -145,6 +146,15 @@ class Predictor:
             return None
         return self.artifact.vendor_model.estimate_problem(problem.m, problem.n, problem.k, problem.layout,
                                                            problem.epilogue, self._vendor_sums)
+
+    def vendor_estimates(self, problems) -> list:
+        """:meth:`vendor_estimate` of each of ``problems`` in one evaluation
+        (the batch path of :meth:`predict_many`): a list of VendorEstimate,
+        or of None without a vendor model."""
+        if self._vendor_sums is None or not problems:
+            return [None] * len(problems)
+        mean, sd = self.artifact.vendor_model.estimate(problem_features_rows(problems), self._vendor_sums)
+        return [VendorEstimate(a, b) for a, b in zip(mean.tolist(), sd.tolist())]
 
     def cached(self, m: int, n: int, k: int, layout: str, top_k: int, epilogue: str = "none"):
         """The Prediction given earlier for (M, N, K, layout, top_k,
@@ -433,10 +443,11 @@ class Predictor:
             self._results[key] = pred
         return pred
 
-    def _prediction(self, problem: Problem, top_k: int, running_on, res) -> Prediction:
+    def _prediction(self, problem: Problem, top_k: int, running_on, res, estimate=False) -> Prediction:
         """The Prediction of ``problem`` from its ranking ``res`` (a
         :class:`~costlearn.ranker.RankResult` of the candidate rule): the
-        reasons, the vendor floor, the top k."""
+        reasons, the vendor floor, the top k; ``estimate``: its
+        :meth:`vendor_estimate` where the caller has it."""
         m, n, k = problem.m, problem.n, problem.k
         vi = self.vendor_index
         reasons, fallback, vendor_near = self.problem_reasons(problem, (res.nearest, res.nearest_distance),
@@ -471,7 +482,7 @@ class Predictor:
                 chosen_by = "ood_fallback" if fallback else "vendor_floor"
             else:
                 ratio = 2.0 ** (scores[tile] - v_score)
-                est = self.vendor_estimate(problem)
+                est = self.vendor_estimate(problem) if estimate is False else estimate
                 doubt = self.floor.estimate_reason(est)
                 if doubt:
                     reasons.append(doubt)
@@ -532,8 +543,8 @@ class Predictor:
         if todo:
             first = [problems[at[0]] for at in todo.values()]
             ranked = self.ranker.rank_many(first, top=top_k + (self.vendor_index is not None), cascade=self.cascade)
-            for (key, at), q, res in zip(todo.items(), first, ranked):
-                pred = self._prediction(q, top_k, running_on, res)
+            for (key, at), q, res, est in zip(todo.items(), first, ranked, self.vendor_estimates(first)):
+                pred = self._prediction(q, top_k, running_on, res, est)
                 for i in at:
                     out[i] = pred
                 if running_on is None:
@@ -620,7 +631,9 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
     measure_top_k : int
         0 (default): predict only. k >= 1: *filter, then measure* the model's
         top k on ``backend`` (the local device by default) and return the
-        fastest, recorded in the tuning database (:mod:`costlearn.tuning`).
+        fastest, recorded in the tuning database (:mod:`costlearn.tuning`);
+        where the model's vendor model is sure of the answer
+        (:attr:`Prediction.sure`), its best tile and the vendor only.
     backend : costlearn.backends.Backend, optional
         Where to measure; ``get_backend("auto")`` by default. Its device is
         ``running_on`` when that is None.

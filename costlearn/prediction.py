@@ -101,6 +101,25 @@ class Prediction(NamedTuple):
     tile_vendor_estimate: tuple = ()
 
     @property
+    def sure(self) -> bool:
+        """Whether the answer is sure: inside what the model was trained on
+        (not ``ood``), the model's or its vendor floor's choice, and, where
+        the model has a vendor model, the whole interval of
+        ``tile_vendor_estimate`` on the answer's side of 1 (a tile config:
+        its upper end below 1; the vendor: its lower end above 1; the
+        decision of :mod:`costlearn.floor`). Without an estimate (no vendor
+        model, no vendor candidate): a tile config the model chose, not
+        flagged. What filter-then-measure (:mod:`costlearn.tuning`) and the
+        lookup-table export (:mod:`costlearn.interop.inductor_lut`) spend less
+        on."""
+        if self.ood or self.chosen_by not in ("predicted", "vendor_floor"):
+            return False
+        est = self.tile_vendor_estimate
+        if not est:
+            return self.chosen_by == "predicted"
+        return est[2] < 1.0 if self.chosen_by == "predicted" else est[1] > 1.0
+
+    @property
     def problem(self) -> Problem:
         """The Problem this answers (M, N, K, dtype, layout, epilogue)."""
         return Problem(self.m, self.n, self.k, self.dtype, self.layout, self.epilogue)

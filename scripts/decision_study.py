@@ -9,7 +9,8 @@
    among the measured configs and cuBLAS alone.
 2. **What predicts an answer that loses more than 5 %**: the AUROC of
    candidate per-problem scores (the vendor model's deviation and its margin
-   over the deviation, the neighbours' held-out regret the first floor used)
+   over the deviation, the neighbours' held-out regrets the first floor used,
+   the problem's size)
    on the split above and, where ``scripts/a100_study.py`` left them in its
    work folder, on the A100's leave-one-log-out and random-only problems; and
    the regret on the problems each score flags (its top quarter) and does
@@ -104,7 +105,9 @@ def scores(per: pd.DataFrame) -> dict:
     mean = per["estimate_log2"].to_numpy(np.float64)
     return {"the vendor model's deviation": sd,
             "its deviation over its distance from a tie (sd / abs(mean))": sd / np.maximum(np.abs(mean), 1e-3),
-            "the neighbours' held-out model regret (the first floor's flag)": per["model_near"].to_numpy(np.float64)}
+            "the neighbours' held-out model regret (the first floor's flag)": per["model_near"].to_numpy(np.float64),
+            "the neighbours' held-out cuBLAS regret": per["vendor_near"].to_numpy(np.float64),
+            "a small problem (-log2 of M N K)": -np.log2(per[["m", "n", "k"]].to_numpy(np.float64).prod(axis=1))}
 
 
 def flag_table(parts: dict) -> str:

@@ -134,6 +134,10 @@ def epilogue(reports: Path) -> str:
     return _demote(_drop_title((reports / "epilogue_study.md").read_text()), 2)
 
 
+def decision(reports: Path) -> str:
+    return _demote(_drop_title((reports / "decision_study.md").read_text()), 1)
+
+
 def dispatch(reports: Path) -> str:
     return _drop_title((reports / "dispatch" / "report.md").read_text())
 
@@ -263,6 +267,7 @@ BLOCKS = (Block("lolo", "docs/results.md", lolo), Block("transfer", "docs/result
           Block("noise", "docs/results.md", noise), Block("eval", "docs/results.md", evaluation),
           Block("model-study", "docs/results.md", model_study), Block("speed", "docs/results.md", speed),
           Block("lut", "docs/results.md", lut), Block("epilogue", "docs/results.md", epilogue),
+          Block("decision", "docs/results.md", decision),
           Block("ood", "docs/guide.md", ood), Block("dispatch", "docs/guide.md", dispatch),
           Block("headline", "README.md", headline))
 """Every generated block, in the order written."""

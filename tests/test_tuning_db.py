@@ -307,6 +307,32 @@ def test_measure_top_k_measures_on_the_device_and_records(model_dir, tmp_path):
     assert again.from_tuning_db and again.config == p.config and again.time_us == p.time_us
 
 
+@pytest.mark.parametrize("estimate, measured", [((0.5, 0.4, 0.6), "the best tile and the vendor"),
+                                                  ((0.9, 0.7, 1.2), "the top 3 and the vendor")])
+def test_measure_top_k_measures_where_the_vendor_model_is_unsure(tmp_path, estimate, measured):
+    """Issue 35: filter-then-measure spends its measurements where the vendor model's interval straddles a tie."""
+    from costlearn.model import artifact
+    from costlearn.predict import Predictor
+    from costlearn.tuning import Tuner
+    from inductor_fixture import DEVICE, build_models
+    pred = Predictor(artifact.model_folder(build_models(tmp_path), DEVICE, "triton_mm", "float16"))
+    problem = pred.problem(512, 512, 512, "NN")
+    p = pred.predict(problem, 5)
+    vendor = pred.configs[pred.vendor_index]
+    tiles = [c for c, _ in p.top_k if c != vendor]
+    p = p._replace(config=tiles[0], top_k=tuple((c, 1.0) for c in tiles), chosen_by="predicted", ood=False,
+                   ood_reasons=(), tile_vendor_estimate=estimate)
+    pred.predict = lambda *a, **kw: p
+    backend = type("Backend", (), {"spec": pred.spec})()                 # measuring is stood in for below
+    tuner = Tuner(pred, TuningDB(tmp_path / "t.sqlite", create=True), backend=backend)
+    asked = []
+    tuner._measure = lambda q, configs: (asked.extend(configs), ({c.config_id: 1.0 + i for i, c in
+                                                                  enumerate(configs)}, []))[1]
+    got = tuner.tune(problem, measure_top_k=3)
+    want = tiles[:1] + [vendor] if measured == "the best tile and the vendor" else tiles[:3] + [vendor]
+    assert asked == want and got.chosen_by == "measured" and got.config == tiles[0]
+
+
 def test_a_folder_or_unwritable_path_is_an_error_not_corruption(tmp_path):
     """Regression: an OperationalError (cannot open) must not rename the path aside."""
     folder = tmp_path / "db"

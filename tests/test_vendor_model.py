@@ -176,3 +176,35 @@ def test_heldout_estimates_come_from_models_that_did_not_see_the_problem(tmp_pat
     full = VendorModel.fit(problem_table(rows))
     own = full.estimate(problem_features_table(got))[0]
     assert not np.allclose(own, got["estimate_log2"])                  # each fold's model left its problems out
+
+
+def test_predict_many_estimates_each_problem_as_predict_does(tmp_path):
+    models = build_models(tmp_path)
+    pred = Predictor(artifact.model_folder(models, DEVICE, "triton_mm", "float16"))
+    problems = [pred.problem(m, n, k, lay) for (m, n, k), lay in zip(SHAPES, ["NN", "NT", "TN"] * 4)]
+    assert pred.vendor_estimates(problems) == [pred.vendor_estimate(q) for q in problems]     # the same bits
+    many = pred.predict_many(problems)
+    pred.clear_results()
+    assert [p.tile_vendor_estimate for p in many] == [pred.predict(q).tile_vendor_estimate for q in problems]
+
+
+@pytest.mark.parametrize("chosen_by, estimate, ood, sure", [
+    ("predicted", (0.5, 0.4, 0.9), False, True), ("predicted", (0.8, 0.6, 1.1), False, False),
+    ("vendor_floor", (1.3, 1.1, 1.6), False, True), ("vendor_floor", (1.1, 0.9, 1.4), False, False),
+    ("predicted", (0.5, 0.4, 0.9), True, False), ("ood_fallback", (1.3, 1.1, 1.6), False, False),
+    ("predicted", (), False, True), ("vendor_floor", (), False, False)])
+def test_a_prediction_is_sure_where_the_whole_interval_agrees_with_its_answer(tmp_path, chosen_by, estimate, ood,
+                                                                              sure):
+    models = build_models(tmp_path)
+    p = Predictor(artifact.model_folder(models, DEVICE, "triton_mm", "float16")).predict_best(256, 256, 256)
+    assert p._replace(chosen_by=chosen_by, tile_vendor_estimate=estimate, ood=ood).sure is sure
+
+
+def test_estimate_doubt_of_floats_is_the_array_path_value():
+    from costlearn.floor import estimate_doubt
+    means = [0.3, -0.2, 0.0, -0.0, 1e-5, -2.5, math.nan, 0.7]
+    sds = [0.1, 0.05, 0.2, 0.2, 0.01, 0.0, 0.1, math.nan]
+    arr = estimate_doubt(np.array(means), np.array(sds))
+    got = [estimate_doubt(m, s) for m, s in zip(means, sds)]
+    assert all(type(g) is float for g in got)
+    np.testing.assert_array_equal(np.array(got), arr)           # NaN where the array path has NaN, else equal bits

@@ -407,14 +407,12 @@ def choices_for(prediction, top_k: int, vendor=None) -> list:
 
 
 def confident(prediction) -> bool:
-    """Whether a :class:`costlearn.Prediction` is sure: the model chose
-    (``chosen_by == "predicted"``, not the vendor floor or the OOD
-    fallback), the problem is inside what it was trained on (not ``ood``),
-    and, where the model has a vendor model, the whole interval of its
-    estimate says the tile beats the vendor (``tile_vendor_estimate``'s
-    upper end below 1)."""
-    est = prediction.tile_vendor_estimate
-    return prediction.chosen_by == "predicted" and not prediction.ood and (not est or est[2] < 1.0)
+    """Whether a :class:`costlearn.Prediction` lists one config: a tile
+    config the model chose (``chosen_by == "predicted"``, not the vendor
+    floor or the OOD fallback) and :attr:`~costlearn.Prediction.sure` (not
+    ``ood``; where the model has a vendor model, the whole interval of its
+    estimate says the tile beats the vendor)."""
+    return prediction.chosen_by == "predicted" and prediction.sure
 
 
 @dataclass
