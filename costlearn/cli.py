@@ -29,10 +29,10 @@ import numpy as np
 from .backends import auto_name, get_backend, local_device, local_record, measuring_backends
 from .device import PRESET_SOURCES, PRESETS, DeviceSpec, preset
 from .dtypes import dtype_names
+from .errors import CostlearnError
 from .families import FAMILIES, CompilerUnavailable, get_family
 from .measure import Protocol
 from .problem import EPILOGUES, LAYOUTS, Problem
-from .registry import Unavailable
 from .sampler import ShapeBounds
 from .space import enumerate_space
 from .tuning_db import TuningDB, default_path
@@ -1488,15 +1488,9 @@ def main(argv=None) -> int:
         print(note, file=sys.stderr)
     try:
         return args.func(args)
-    except (ValueError, TypeError) as e:
+    except (CostlearnError, ValueError) as e:      # costlearn's own errors and a bad argument: one line
         print(f"costlearn {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except RuntimeError as e:
-        from .dataset import DatasetError
-        if isinstance(e, (Unavailable, DatasetError)):
-            print(f"costlearn {args.command}: error: {e}", file=sys.stderr)
-            return 2
-        raise
     except BrokenPipeError:                       # e.g. `costlearn predict ... | head`: the reader left
         try:                                      # Python's documented way: stdout to devnull, so exit's flush is quiet
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -25,6 +25,7 @@ from .families import FAMILIES, get_family
 from .measure import PROTOCOL_VERSION
 from .problem import EPILOGUES, LAYOUTS
 from .util import atomic_write, fsync_dir
+from .errors import CostlearnError
 
 __all__ = ["SCHEMA_VERSION", "COLUMNS", "ADDED_COLUMNS", "NOT_IMPORTED", "IMPORTED_PROTOCOL", "write_part", "load", "compact", "noise_floor", "LoadReport",
            "valid_rows", "measured_keys", "KEY_COLUMNS", "DatasetError", "current_rows", "rows_where",
@@ -105,7 +106,7 @@ DEDUP_COLUMNS = list(KEY_COLUMNS) + ["run_id", "timestamp", "source_line"]
 copies); an imported file's repeated measurements differ in ``source_line``."""
 
 
-class DatasetError(RuntimeError):
+class DatasetError(CostlearnError, RuntimeError):
     """A dataset folder or part cannot be used."""
 
 

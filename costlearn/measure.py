@@ -47,11 +47,12 @@ import numpy as np
 from .dtypes import get_dtype
 from .problem import check_epilogue
 from .util import check_int, check_real
+from .errors import CostlearnError
 
 __all__ = ["Protocol", "PROTOCOL_VERSION", "DeviceLost", "STATUSES", "measure_shape", "make_inputs", "apply_epilogue",
            "DISTRIBUTIONS", "tolerance", "check_result", "rotation_sets", "median_rse", "STOP_REASONS", "t_quantile_95"]
 
-class DeviceLost(RuntimeError):
+class DeviceLost(CostlearnError, RuntimeError):
     """The device context is unusable (e.g. a CUDA illegal-address fault is
     sticky): nothing more can be measured in this process."""
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import importlib
 
+from .errors import CostlearnError
+
 __all__ = ["Registry", "Unavailable"]
 
 
-class Unavailable(RuntimeError):
+class Unavailable(CostlearnError, RuntimeError):
     """The implementation needs a library (or device) that is not here."""
 
 

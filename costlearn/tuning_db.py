@@ -46,6 +46,7 @@ from .families import FAMILIES, get_family
 from .problem import Problem
 from .space import check_config
 from .util import cache_dir, check_instance
+from .errors import CostlearnError
 
 __all__ = ["TuningDB", "TuningEntry", "TuningDBError", "default_path", "CHOSEN_BY"]
 
@@ -94,7 +95,7 @@ _V1_COLUMNS = ["m", "n", "k", "dtype", "device", "template_hash", "costlearn_ver
                "times_json", "source", "updated"]
 
 
-class TuningDBError(OSError):
+class TuningDBError(CostlearnError, OSError):
     """The file is a database costlearn must not write: a newer schema, or
     another application's. Left untouched."""
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import CostlearnError
+
 __all__ = ["KernelFamily", "TileDescription", "DESCRIPTION_FIELDS", "bank_conflict_degree", "SMEM_BANKS",
            "VENDOR_CONFIG_ID", "CompilerUnavailable"]
 
@@ -20,7 +22,7 @@ family, so metrics, the floor and the importers recognise its rows without
 knowing the family."""
 
 
-class CompilerUnavailable(RuntimeError):
+class CompilerUnavailable(CostlearnError, RuntimeError):
     """A family's device compiler (e.g. ``nvcc``) is not installed; raised by
     :meth:`KernelFamily.compiled_registers`."""
 

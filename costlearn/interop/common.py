@@ -19,6 +19,7 @@ from ..device import DeviceSpec, preset
 from ..families import get_family
 from ..util import sha256_file
 from ..version import __version__
+from ..errors import CostlearnError
 
 __all__ = ["InteropError", "ImportReport", "Measurement", "Importer", "import_measurements", "device_folder",
            "FAILED"]
@@ -28,7 +29,7 @@ FAILED = "failed"
 time, an error string)."""
 
 
-class InteropError(ValueError):
+class InteropError(CostlearnError, ValueError):
     """A file cannot be imported (wrong format, empty, a header that
     contradicts the device, a bad mapping); nothing was written."""
 

@@ -40,6 +40,7 @@ from .base import MODELS, CostModel
 from .scorer import Scorer, ScorerError
 from .vendor import FEATURES as VENDOR_FEATURES
 from .vendor import VendorModel
+from ..errors import CostlearnError
 
 __all__ = ["ARTIFACT_SCHEMA", "save", "load", "Artifact", "ArtifactError", "default_models_dir", "list_models",
            "candidate_table", "model_folder", "old_layout_folders", "replace_shortlist", "SIDECAR", "SCORER_FILE"]
@@ -60,7 +61,7 @@ _REQUIRED_KEYS = ("artifact_schema", "model", "model_state", "feature_set", "fea
                   "costlearn_version")
 
 
-class ArtifactError(ValueError):
+class ArtifactError(CostlearnError, ValueError):
     """A model artifact is missing, unreadable or does not match this code."""
 
 

@@ -31,6 +31,7 @@ from ..features import get_feature_set
 from ..features.base import rows_family
 from ..registry import Registry
 from ..util import atomic_write, sha256_file
+from ..errors import CostlearnError
 
 __all__ = ["CostModel", "BoostedTreesModel", "NotFittedError", "MODELS", "BASELINES", "get_model",
            "REQUIRED_COLUMNS", "check_rows", "shape_groups"]
@@ -39,7 +40,7 @@ REQUIRED_COLUMNS = ("m", "n", "k", "dtype", "layout", "family", "config_id")
 """Columns every model needs in the rows it is given."""
 
 
-class NotFittedError(RuntimeError):
+class NotFittedError(CostlearnError, RuntimeError):
     """A model was used before ``fit``."""
 
 

@@ -28,6 +28,8 @@ import json
 
 import numpy as np
 
+from ..errors import CostlearnError
+
 __all__ = ["FlatForest", "ForestError", "NODE_DTYPE", "FLAG_INTERNAL"]
 
 NODE_DTYPE = np.dtype([("value", "<f4"), ("child", "<u2"), ("feature", "u1"), ("flags", "u1")])
@@ -37,7 +39,7 @@ from it (:func:`costlearn.ranker.native.c_header`)."""
 FLAG_INTERNAL = 1
 
 
-class ForestError(ValueError):
+class ForestError(CostlearnError, ValueError):
     """A model cannot be flattened (not a single-output tree ensemble, a tree
     of more than 65,536 nodes, a feature index above 255), or flat arrays are
     inconsistent."""

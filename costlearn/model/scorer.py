@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .forest import FlatForest
+from ..errors import CostlearnError
 
 __all__ = ["Scorer", "ScorerError", "SCORER_FORMAT", "MAX_KEEP"]
 
@@ -38,7 +39,7 @@ MAX_KEEP = 65536
 """Most survivors a cascade stage may name (the C ranker counts in int32)."""
 
 
-class ScorerError(ValueError):
+class ScorerError(CostlearnError, ValueError):
     """A scorer file is unreadable or inconsistent with its model."""
 
 

@@ -43,6 +43,7 @@ import numpy as np
 
 from ..problem import Problem
 from .base import LEVEL_ALL
+from ..errors import CostlearnError
 
 __all__ = ["Shortlist", "ShortlistError", "build_shortlist", "build_lists_numpy", "grid_axes", "grid_shapes",
            "worth_a_table", "SHORTLIST_FILE", "STEP_LOG2", "TILES", "TREES", "MIN_TREES"]
@@ -65,7 +66,7 @@ MIN_TREES = 4 * TREES
 save little and cost its build)."""
 
 
-class ShortlistError(ValueError):
+class ShortlistError(CostlearnError, ValueError):
     """A shortlist file is unreadable or does not fit its model."""
 
 
