@@ -417,10 +417,10 @@ def cmd_collect(args) -> int:
                             max_flops=args.max_flops, shapes=shapes, protocol=_protocol(args), seed=args.seed,
                             progress=not args.no_progress)
         return 0
-    collect_stage(_backend(args.device, args.family), args.data, family=args.family, dtype=args.dtype, budget_s=args.budget,
-                  pool=args.pool, configs_per_shape=args.configs_per_shape, max_extent=args.max_extent,
-                  max_flops=args.max_flops, shapes=shapes, protocol=_protocol(args), seed=args.seed,
-                  progress=not args.no_progress, recheck=args.recheck, epilogues=epilogues)
+    collect_stage(_backend(args.device, args.family), args.data, family=args.family, dtype=args.dtype,
+                  budget_s=args.budget, pool=args.pool, configs_per_shape=args.configs_per_shape,
+                  max_extent=args.max_extent, max_flops=args.max_flops, shapes=shapes, protocol=_protocol(args),
+                  seed=args.seed, progress=not args.no_progress, recheck=args.recheck, epilogues=epilogues)
     return 0
 
 
@@ -591,7 +591,8 @@ def cmd_export(args) -> int:
     if args.format == LUT_FORMAT:
         return _export_lut(args)
     lut_only = [_typed(args, flag) for flag, v in (
-        ("--models", args.models), ("--model", args.model), ("--dtype", args.dtype), ("--shapes-file", args.shapes_file),
+        ("--models", args.models), ("--model", args.model), ("--dtype", args.dtype),
+        ("--shapes-file", args.shapes_file),
         ("--from-log", args.from_log), ("--from-table", args.from_table), ("--top-k", args.top_k),
         ("--device-name", args.device_name), ("--portable", args.portable or None)) if v is not None]
     if lut_only:
@@ -957,7 +958,8 @@ def cmd_evaluate(args) -> int:
                 f.write("\n" + table + "\n")
         return 0
     be = _backend(args.device, args.family)
-    folder = resolve_model(args.model or be.spec.slug, args.family, args.dtype, args.models, cli=True)  # default: this device's
+    # default: this device's model
+    folder = resolve_model(args.model or be.spec.slug, args.family, args.dtype, args.models, cli=True)
     if args.out:
         eval_dir = Path(args.out)
     else:
@@ -1077,7 +1079,8 @@ def cmd_run(args) -> int:
                   models_dir=args.models, here=be.spec)
     print(f"== evaluate  [t={time.perf_counter() - t0:.0f}s]", flush=True)
     evaluate_stage(be, model_folder(args.models, be.spec.slug, trained.family, trained.dtype), data / "eval",
-                   n_random=args.eval_random_shapes, budget_s=args.eval_budget, protocol=protocol, seed=args.seed + 1, progress=not args.no_progress, report=args.report,
+                   n_random=args.eval_random_shapes, budget_s=args.eval_budget, protocol=protocol,
+                   seed=args.seed + 1, progress=not args.no_progress, report=args.report,
                    recheck=min(args.recheck, 2))
     print(f"== done in {time.perf_counter() - t0:.0f}s")
     return 0
@@ -1302,8 +1305,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object per shape")
     p.add_argument("--measure-top-k", type=_nonneg_int, default=0, metavar="K",
                    help="measure the model's top K on the local device and keep the fastest, recording it in "
-                   "the tuning database; where the vendor model is sure of the answer, its best tile and the "
-                   "vendor only (default: 0, predict only)")
+                   "the tuning database; the vendor library (cuBLAS) is timed beside them where the family has "
+                   "one (default: 0, predict only)")
     _add_device_arg(p, "for --measure-top-k")
     p.add_argument("--tuning-db", default=None, metavar="PATH",
                    help="tuning database to consult and record in, created if missing (default with "

@@ -27,7 +27,8 @@ from .problem import EPILOGUES, LAYOUTS
 from .util import atomic_write, fsync_dir
 from .errors import CostlearnError
 
-__all__ = ["SCHEMA_VERSION", "COLUMNS", "ADDED_COLUMNS", "NOT_IMPORTED", "IMPORTED_PROTOCOL", "write_part", "load", "compact", "noise_floor", "LoadReport",
+__all__ = ["SCHEMA_VERSION", "COLUMNS", "ADDED_COLUMNS", "NOT_IMPORTED", "IMPORTED_PROTOCOL", "write_part", "load",
+           "compact", "noise_floor", "LoadReport",
            "valid_rows", "measured_keys", "KEY_COLUMNS", "DatasetError", "current_rows", "rows_where",
            "device_dataset_folder"]
 
@@ -37,7 +38,8 @@ before it are read as ``"none"``: their kernels fused nothing); 5 added
 ``rse``, ``stop_reason``, ``tied_best``, ``samples_us`` (how a
 row's sampling went, :func:`costlearn.measure.measure_shape`),
 ``session_id`` (the measuring process) and ``device_settings`` (the
-backend's settings that are part of the device's identity, JSON); 4 added ``source_format``, ``source_file``, ``source_sha256`` and
+backend's settings that are part of the device's identity, JSON); 4 added
+``source_format``, ``source_file``, ``source_sha256`` and
 ``source_line`` (where an imported row came from, :mod:`costlearn.interop`);
 2 added ``repeat_time_us``, ``throttled``, ``throttle_reasons``,
 ``rotation_sets``; 3 added ``family``, ``layout`` and ``pipeline_stages`` and

@@ -34,8 +34,11 @@ the same folds. Where the held-out problems carry it, the floor decides with
 it instead of the neighbours' evidence: a tile config is chosen where the
 cost model ranks it ahead of the vendor and the estimate, one deviation up,
 is below 0 (:data:`ESTIMATE_RULE`: no tolerance, no threshold fitted on few
-held-out problems; the uncertainty is per problem); the evidence then only
-flags (docs/results.md has the measured effect).
+held-out problems; the uncertainty is per problem). The neighbours'
+evidence then neither decides nor flags (``vendor_near_min`` and
+``unsure_regret`` off): the vendor model's doubt flags
+(:meth:`VendorFloor.estimate_reason`); docs/results.md has the measured
+effect.
 
 The thresholds are calibrated together (:func:`calibrate_floor`) on the
 held-out problems, each scored with its *other* neighbours: among the grid
@@ -62,7 +65,8 @@ from .metrics import PROBLEM_COLUMNS, geomean_regret
 from .model.base import shape_groups
 from .ranker.base import nearest_evidence
 
-__all__ = ["FLOOR_VERSION", "NEIGHBORS", "MARGIN_GRID", "VENDOR_NEAR_GRID", "UNSURE_GRID", "OOD_FALLBACK_GRID", "TOLERANCE",
+__all__ = ["FLOOR_VERSION", "NEIGHBORS", "MARGIN_GRID", "VENDOR_NEAR_GRID", "UNSURE_GRID", "OOD_FALLBACK_GRID",
+           "TOLERANCE",
            "ESTIMATE_RULE", "ESTIMATE_UNSURE_QUANTILE", "estimate_wins", "estimate_doubt",
            "heldout_folds", "heldout_problems", "calibrate_floor", "VendorFloor", "neighbour_stats", "rule_regrets"]
 
@@ -79,8 +83,10 @@ OOD_FALLBACK_GRID = (False, True)
 ESTIMATE_UNSURE_QUANTILE = 0.95
 """A problem is flagged (an OOD reason, not a decision) where the vendor
 model's deviation over its distance from a tie, ``sd / |mean|``, is above this
-quantile of the held-out problems' (on the H100 random log's 80/20 split the
-score's AUROC for "the answer loses more than 5 %" was 0.86)."""
+quantile of the held-out problems' (the score's AUROC for "the answer loses
+more than 5 %" was 0.86 on the H100 random log's 80/20 split, but 0.44 on the
+A100's logs left out: it marks doubt about tile against vendor in
+distribution, not errors on unfamiliar shapes; scripts/decision_study.py)."""
 ESTIMATE_RULE = (0.0, 1.0)
 """(margin log2, z) of the decision where the vendor model's estimate exists:
 a tile config is chosen where the cost model ranks it ahead of the vendor and
@@ -370,7 +376,7 @@ def calibrate_floor(held: pd.DataFrame, has_vendor: bool, kind: str = "", tolera
     vendor_by = {s: geomean_regret(vr[src == s]) for s in logs}
     with_estimate = "estimate_log2" in held and np.isfinite(held["estimate_log2"].to_numpy(np.float64)).any()
     # With the vendor model's estimate the decision is its fixed rule (and the model's own preference for a
-    # tile); the neighbours' evidence only flags. Without it, the calibrated evidence rules of the first floor.
+    # tile); the neighbours' evidence neither decides nor flags. Without it, the first floor's calibrated rules.
     grid = [(False, 0.0, None, math.inf, ESTIMATE_RULE)] if with_estimate else \
         itertools.product(OOD_FALLBACK_GRID, MARGIN_GRID, vendor_near_grid, UNSURE_GRID, (None,))
     tried = []

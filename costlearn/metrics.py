@@ -19,7 +19,8 @@ import pandas as pd
 
 from .families import VENDOR_CONFIG_ID
 
-__all__ = ["PROBLEM_COLUMNS", "vendor_summaries", "vendor_only_scores", "topk_regret", "shape_metrics", "summarize", "evaluate_rows", "random_scores", "KS", "geomean_regret"]
+__all__ = ["PROBLEM_COLUMNS", "vendor_summaries", "vendor_only_scores", "topk_regret", "shape_metrics", "summarize",
+           "evaluate_rows", "random_scores", "KS", "geomean_regret"]
 
 KS = (1, 5, 10)
 

@@ -151,6 +151,7 @@ class Predictor:
         """:meth:`vendor_estimate` of each of ``problems`` in one evaluation
         (the batch path of :meth:`predict_many`): a list of VendorEstimate,
         or of None without a vendor model."""
+        problems = list(problems)
         if self._vendor_sums is None or not problems:
             return [None] * len(problems)
         mean, sd = self.artifact.vendor_model.estimate(problem_features_rows(problems), self._vendor_sums)
@@ -631,9 +632,9 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
     measure_top_k : int
         0 (default): predict only. k >= 1: *filter, then measure* the model's
         top k on ``backend`` (the local device by default) and return the
-        fastest, recorded in the tuning database (:mod:`costlearn.tuning`);
-        where the model's vendor model is sure of the answer
-        (:attr:`Prediction.sure`), its best tile and the vendor only.
+        fastest, recorded in the tuning database (:mod:`costlearn.tuning`):
+        the top k tile configs, and the vendor library beside them where the
+        family has one.
     backend : costlearn.backends.Backend, optional
         Where to measure; ``get_backend("auto")`` by default. Its device is
         ``running_on`` when that is None.

@@ -106,12 +106,11 @@ class Prediction(NamedTuple):
         (not ``ood``), the model's or its vendor floor's choice, and, where
         the model has a vendor model, the whole interval of
         ``tile_vendor_estimate`` on the answer's side of 1 (a tile config:
-        its upper end below 1; the vendor: its lower end above 1; the
-        decision of :mod:`costlearn.floor`). Without an estimate (no vendor
-        model, no vendor candidate): a tile config the model chose, not
-        flagged. What filter-then-measure (:mod:`costlearn.tuning`) and the
-        lookup-table export (:mod:`costlearn.interop.inductor_lut`) spend less
-        on."""
+        its upper end below 1; the vendor: its lower end above 1). Without an
+        estimate (no vendor model, no vendor candidate): a tile config the
+        model chose, not flagged. It judges tile against vendor, not which
+        tile: the lookup-table export (:mod:`costlearn.interop.inductor_lut`)
+        lists a sure tile config alone when asked for one config."""
         if self.ood or self.chosen_by not in ("predicted", "vendor_floor"):
             return False
         est = self.tile_vendor_estimate

@@ -245,7 +245,8 @@ def headline(reports: Path) -> str:
         f"| the A100 model carried to an H100 with no H100 row (float16, {tr['problems scored']} problems) | "
         f"{_pct(tr['transfer (predict_best)'])} | cuBLAS: {_pct(tr['vendor only'])} | "
         "[transfer](docs/results.md#a-new-gpu-carry-a-model-across-devices) |",
-        f"| costlearn's own kernel on PoCL's CPU device, {ev['shapes']} fresh problems (shape, epilogue; committed model) | "
+        f"| costlearn's own kernel on PoCL's CPU device, {ev['shapes']} fresh problems "
+        "(shape, epilogue; committed model) | "
         f"{_pct(ev['top-1 geomean'])} top-1 | | "
         "[committed data and model](docs/results.md#the-committed-data-and-model) |",
         f"| an unseen problem answered, one core (A100 bfloat16 model, {sp[0]['trees']:,} trees) | "

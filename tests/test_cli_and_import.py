@@ -146,7 +146,8 @@ def test_a_setting_the_model_does_not_take_names_what_it_takes(capsys, tmp_path,
     'RooflineModel() takes no arguments'."""
     assert main(["train", "--data", str(dataset_dir), "--models", str(tmp_path), "--learner", "roofline",
                  "--feature-set", "raw"]) == 2
-    assert "model 'roofline' takes no setting 'feature_set' (CLI: --feature-set); it has no settings" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "model 'roofline' takes no setting 'feature_set' (CLI: --feature-set); it has no settings" in err
     assert not any(tmp_path.iterdir())
 
 

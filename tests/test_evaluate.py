@@ -178,7 +178,8 @@ def test_a_report_opens_with_the_model_the_data_and_a_noise_warning(tmp_path, mo
     head = text.splitlines()[:6]
     assert head[0] == "# costlearn evaluation"
     assert any(line.startswith("Model: ") and res.model_info["sha256"] in line and "trained on" in line
-               and "models/" + "/".join(model_dir.parts[-3:]) in line and f"for the device {res.model_info['device_name']}" in line
+               and "models/" + "/".join(model_dir.parts[-3:]) in line
+               and f"for the device {res.model_info['device_name']}" in line
                for line in head)                                          # where the model is stored, its device
     assert any(line.startswith("Evaluated: ") and "costlearn " in line and f"from {evald}" in line
                for line in head)                                          # which data was evaluated

@@ -15,7 +15,8 @@ from costlearn.model.hgb import HGBParams
 from costlearn.model.xgb import XGBCostModel, XGBParams
 
 FAST = XGBParams(n_estimators=60, max_depth=4, early_stopping_rounds=10)
-FAST_SETTINGS = {"xgboost": dict(params=FAST), "xgboost_devices": dict(params=FAST), "hgb": dict(params=HGBParams(max_iter=40, n_iter_no_change=5))}
+FAST_SETTINGS = {"xgboost": dict(params=FAST), "xgboost_devices": dict(params=FAST),
+                 "hgb": dict(params=HGBParams(max_iter=40, n_iter_no_change=5))}
 
 
 @pytest.fixture(scope="module")

@@ -74,7 +74,8 @@ def test_both_rankers_evaluate_the_members_to_the_same_bits(tmp_path):
     vm = VendorModel.fit(_problems(200, seed=1))
     r = pred.ranker
     kw = dict(coverage=r.coverage, vendor=r.vendor, evidence=r.evidence)
-    rankers = {name: RANKERS.get(name)(r.features, r.scorer, r.envelope, r.tile_floors, **kw) for name in RANKERS.names()}
+    rankers = {name: RANKERS.get(name)(r.features, r.scorer, r.envelope, r.tile_floors, **kw)
+               for name in RANKERS.names()}
     sums = {name: rk.forest_sums(vm.forest, vm.bounds) for name, rk in rankers.items()}
     assert type(sums["numpy"]) is ForestSums and type(sums["native"]) is not ForestSums
     X = problem_features_table(_problems(50, seed=2))
@@ -208,3 +209,39 @@ def test_estimate_doubt_of_floats_is_the_array_path_value():
     got = [estimate_doubt(m, s) for m, s in zip(means, sds)]
     assert all(type(g) is float for g in got)
     np.testing.assert_array_equal(np.array(got), arr)           # NaN where the array path has NaN, else equal bits
+
+
+@pytest.mark.parametrize("damage, match", [
+    ("nan bases", "base scores"), ("huge bases", "base scores"), ("2-D bases", "base scores"),
+    ("empty file", "unreadable vendor model"), ("truncated", "unreadable vendor model"),
+    ("one member fewer", "members of")])
+def test_a_vendor_model_rewritten_with_its_sha256_updated_is_still_refused(tmp_path, damage, match):
+    """Regression: a vendor.npz whose recorded sha256 was rewritten loaded NaN or 5000 base scores (the vendor kept
+    with no reason, or OverflowError at predict), and an empty or truncated one raised EOFError/BadZipFile."""
+    from costlearn.util import sha256_file
+    folder = artifact.model_folder(build_models(tmp_path), DEVICE, "triton_mm", "float16")
+    path = folder / "vendor.npz"
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    if damage == "nan bases":
+        arrays["bases"] = np.full_like(arrays["bases"], np.nan)
+    elif damage == "huge bases":
+        arrays["bases"] = arrays["bases"] + 5000.0
+    elif damage == "2-D bases":
+        arrays["bases"] = np.stack([arrays["bases"], arrays["bases"]])
+    if damage == "empty file":
+        path.write_bytes(b"")
+    elif damage == "truncated":
+        path.write_bytes(path.read_bytes()[:100])
+    elif damage == "one member fewer":
+        side = json.loads((folder / "model.json").read_text())
+        side["vendor_model"]["members"] -= 1
+        (folder / "model.json").write_text(json.dumps(side))
+    else:
+        with open(path, "wb") as f:
+            np.savez(f, **arrays)
+    side = json.loads((folder / "model.json").read_text())
+    side["vendor_model"]["sha256"] = sha256_file(path)
+    (folder / "model.json").write_text(json.dumps(side))
+    with pytest.raises(artifact.ArtifactError, match=match):
+        artifact.load(folder)

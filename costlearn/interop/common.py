@@ -312,7 +312,8 @@ def import_measurements(fmt: str, path, measurements, skipped, spec: DeviceSpec,
             time_us=ms_.time_us if ok else nan, time_us_p20=ms_.time_us if ok else nan,
             time_us_p80=ms_.time_us if ok else nan, n_samples=1 if ok else 0, launches_per_sample=1,
             below_overhead=False, max_abs_err=nan, overhead_us=nan, compile_s=nan, repeat_time_us=nan,
-            rotation_sets=0, rse=nan, stop_reason="", tied_best=False, samples_us="", sm_clock_mhz=nan, mem_clock_mhz=nan, temperature_c=nan, throttled=False,
+            rotation_sets=0, rse=nan, stop_reason="", tied_best=False, samples_us="", sm_clock_mhz=nan,
+            mem_clock_mhz=nan, temperature_c=nan, throttled=False,
             throttle_reasons="", template_hash=fam.imported_template_hash or fam.template_hash,
             source_line=ms_.line, **prov))
     rep.part = write_part(rows, folder)

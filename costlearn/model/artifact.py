@@ -21,6 +21,7 @@ import importlib.metadata as md
 import json
 import os
 import platform
+import zipfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -498,9 +499,13 @@ def _load_vendor(folder: Path, side_path: Path, entry) -> VendorModel | None:
     path = _verified(folder / VENDOR_FILE, side_path, entry.get("sha256"), "vendor model")
     try:
         with np.load(path, allow_pickle=False) as z:
-            return VendorModel.from_arrays(z)
-    except (OSError, ValueError) as e:
-        raise ArtifactError(f"{path}: unreadable vendor model ({e})") from e
+            vm = VendorModel.from_arrays(z)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise ArtifactError(f"{path}: unreadable vendor model ({type(e).__name__}: {e})") from e
+    if (entry.get("members"), entry.get("trees")) != (len(vm.bases), len(vm.forest.roots)):
+        raise ArtifactError(f"{path}: {len(vm.bases)} members of {len(vm.forest.roots)} trees; {side_path} "
+                            f"records {entry.get('members')} of {entry.get('trees')}")
+    return vm
 
 
 def _write_shortlist(folder: Path, shortlist, info: dict | None) -> dict | None:

@@ -140,9 +140,11 @@ class TritonMMFamily(KernelFamily):
         if need > spec.smem_per_block_optin_bytes + spec.smem_reserved_per_block_bytes \
                 or need > spec.smem_per_mp_bytes:
             return "smem_above_max"
-        if dtype in TENSOR_CORE_DTYPES and config.block_m * config.block_n < config.num_warps * MMA_TILE[0] * MMA_TILE[1]:
+        if dtype in TENSOR_CORE_DTYPES \
+                and config.block_m * config.block_n < config.num_warps * MMA_TILE[0] * MMA_TILE[1]:
             return "warp_tile_below_mma"
-        if spec.max_registers_per_thread is not None and self.registers_estimate(config) > spec.max_registers_per_thread:
+        if spec.max_registers_per_thread is not None \
+                and self.registers_estimate(config) > spec.max_registers_per_thread:
             return "registers_above_max"
         return None
 
