@@ -477,7 +477,7 @@ def _dataset_folder(data: str, flag: str = "--data") -> Path:
     return folder
 
 
-def train_stage(data, models_root, *, family: str | None, dtypes, learner: str, feature_set: str | None) -> list:
+def train_stage(data, models_dir, *, family: str | None, dtypes, learner: str, feature_set: str | None) -> list:
     """Train one model per (family, dtype) pair of a dataset folder (those of
     ``family`` and ``dtypes`` where given) and print each held-out table; a
     pair with too few rows, or whose training fails with a ValueError or
@@ -496,7 +496,7 @@ def train_stage(data, models_root, *, family: str | None, dtypes, learner: str, 
         be trained (each named with why).
     """
     from .dataset import load
-    from .model.artifact import ArtifactError, default_models_dir
+    from .model.artifact import ArtifactError, models_root
     from .train import MIN_PROBLEMS, MIN_ROWS, pair_counts, train
     folder = _dataset_folder(data)
     settings = {} if feature_set is None else dict(feature_set=feature_set)
@@ -519,7 +519,7 @@ def train_stage(data, models_root, *, family: str | None, dtypes, learner: str, 
             continue
         t0 = time.perf_counter()
         try:
-            res = train(folder, models_root or default_models_dir(), family=fam, dtype=dt, model=learner,
+            res = train(folder, models_root(models_dir or None), family=fam, dtype=dt, model=learner,
                         settings=settings)
         except (ValueError, ArtifactError) as e:
             skipped[fam, dt] = str(e)
@@ -686,12 +686,12 @@ def model_device(model, family: str, dtype: str, models_dir, here=None) -> str:
               f"{local['slug']}); its times are that device's (collect and train here for this one's)",
               file=sys.stderr)
     elif isinstance(local.get("spec"), dict):
-        from .model.artifact import default_models_dir, load, model_folder
+        from .model.artifact import load, model_folder, models_root
         try:
             spec = here if here is not None else DeviceSpec.from_dict(local["spec"])
         except (TypeError, ValueError):
             return model                   # a record of another costlearn version: nothing to compare
-        root = Path(models_dir) if models_dir is not None else default_models_dir()
+        root = models_root(models_dir)
         diff = load(model_folder(root, model, family, dtype)).spec.differences(spec, settings=here is not None)
         if diff:
             print(f"note: the {model} model's device is of this machine's class but not the same device "
@@ -1034,12 +1034,12 @@ def cmd_study(args) -> int:
 
 
 def cmd_transfer(args) -> int:
-    from .model.artifact import default_models_dir
+    from .model.artifact import models_root
     from .model.transfer import MIN_DESTINATION_PROBLEMS
     from .transfer import transfer
     from .dataset import device_dataset_folder
     data = device_dataset_folder(args.data, args.to.lower()) if args.data else None
-    results = transfer(args.models or default_models_dir(), args.source, args.to, data_dir=data,
+    results = transfer(models_root(args.models or None), args.source, args.to, data_dir=data,
                        source_data=args.source_data,
                        family=args.family, dtype=args.dtype, destination_share=args.destination_share,
                        replace=args.replace, progress=lambda line: print(line, file=sys.stderr))

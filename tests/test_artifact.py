@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from pathlib import Path
 import numpy as np
 import pytest
 from costlearn.families.gemm import GemmConfig as TileConfig
@@ -123,3 +124,11 @@ def test_a_scorer_of_another_training_is_refused(model_dir, tmp_path):
         fh.write(b"\0")
     with pytest.raises(ArtifactError, match="sha256"):
         load(dst)
+
+
+def test_the_store_root_is_worked_out_in_one_place(monkeypatch, tmp_path):
+    """Issue 36: the default model folder was worked out in five places; models_root is the one."""
+    from costlearn.model.artifact import default_models_dir, models_root
+    monkeypatch.setenv("COSTLEARN_MODELS", str(tmp_path / "store"))
+    assert models_root() == models_root(None) == default_models_dir() == tmp_path / "store"
+    assert models_root(tmp_path / "other") == tmp_path / "other" and models_root("rel") == Path("rel")

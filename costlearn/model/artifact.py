@@ -43,8 +43,9 @@ from .vendor import FEATURES as VENDOR_FEATURES
 from .vendor import VendorModel
 from ..errors import CostlearnError
 
-__all__ = ["ARTIFACT_SCHEMA", "save", "load", "Artifact", "ArtifactError", "default_models_dir", "list_models",
-           "candidate_table", "model_folder", "old_layout_folders", "replace_shortlist", "SIDECAR", "SCORER_FILE"]
+__all__ = ["ARTIFACT_SCHEMA", "save", "load", "Artifact", "ArtifactError", "default_models_dir", "models_root",
+           "list_models", "candidate_table", "model_folder", "old_layout_folders", "replace_shortlist", "SIDECAR",
+           "SCORER_FILE"]
 
 ARTIFACT_SCHEMA = 3
 """3: ``models/<device>/<family>/<dtype>/``, family and layouts in the
@@ -76,6 +77,12 @@ def default_models_dir() -> Path:
     return here if here.is_dir() else Path("models")
 
 
+def models_root(models_dir=None) -> Path:
+    """The model store's root: ``models_dir`` as given, else
+    :func:`default_models_dir` (the one place the default is worked out)."""
+    return Path(models_dir) if models_dir is not None else default_models_dir()
+
+
 def model_folder(root, device: str, family: str, dtype: str) -> Path:
     """``<root>/<device>/<family>/<dtype>``."""
     return Path(root) / device / family / dtype
@@ -83,7 +90,7 @@ def model_folder(root, device: str, family: str, dtype: str) -> Path:
 
 def list_models(models_dir=None) -> list[tuple[str, str, str]]:
     """(device, family, dtype) triples that have an artifact under ``models_dir``."""
-    root = Path(models_dir) if models_dir is not None else default_models_dir()
+    root = models_root(models_dir)
     if not root.is_dir():
         return []
     return sorted((p.parents[2].name, p.parents[1].name, p.parent.name) for p in root.glob(f"*/*/*/{SIDECAR}"))
@@ -91,7 +98,7 @@ def list_models(models_dir=None) -> list[tuple[str, str, str]]:
 
 def old_layout_folders(models_dir=None) -> list[Path]:
     """Artifacts in the layout before kernel families (``<root>/<device>/<dtype>/model.json``)."""
-    root = Path(models_dir) if models_dir is not None else default_models_dir()
+    root = models_root(models_dir)
     if not root.is_dir():
         return []
     return sorted(p.parent for p in root.glob(f"*/*/{SIDECAR}"))

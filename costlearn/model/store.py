@@ -51,7 +51,7 @@ def resolve_model(device, family: str, dtype: str, models_dir=None, *, cli: bool
         kernel families names the migration command.
     """
     check_path("models_dir", models_dir, optional=True)
-    root = Path(models_dir) if models_dir is not None else _artifact.default_models_dir()
+    root = _artifact.models_root(models_dir)
     if not root.is_dir():
         raise ValueError(f"models_dir {str(root)!r} is not a folder" + (" (it does not exist)" if not root.exists()
                                                                        else "") + "; train a model into it with "
@@ -86,7 +86,7 @@ def resolve_model(device, family: str, dtype: str, models_dir=None, *, cli: bool
 def has_model(device: str, family: str, dtype: str, models_dir=None) -> bool:
     """Whether the store (``models_dir``, else :func:`default_store`) holds
     a model for (device, family, dtype)."""
-    root = Path(models_dir) if models_dir is not None else _artifact.default_models_dir()
+    root = _artifact.models_root(models_dir)
     return root.is_dir() and (device, family, dtype) in _artifact.list_models(root)
 
 
