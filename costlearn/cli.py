@@ -376,7 +376,7 @@ def print_collect_result(res, out, family: str, dtype: str, seed: int) -> None:
     secs = ", ".join(f"{k} {v:.1f}s" for k, v in res.seconds.items())
     if res.stopped:
         print(f"warning: {res.stopped}; rerun the same command to resume", file=sys.stderr)
-    print(f"collected {res.rows_written} rows ({res.rows_valid} valid) over {res.shapes_done} problems "
+    print(f"collected {res.rows_written} rows ({res.rows_valid} valid) over {res.problems_done} problems "
           f"(shape, epilogue); skipped {res.skipped} already measured; {secs}")
     if res.epilogues_left_out:
         print(f"note: no random shape was measured with {', '.join(res.epilogues_left_out)}: compiling another "

@@ -53,10 +53,11 @@ class CollectResult:
     ----------
     rows_written, rows_valid : int
         Rows written by this call, and how many of them have status ``ok``.
-    shapes_done : int
-        Problems (a shape with one epilogue) measured by this call.
+    problems_done : int
+        Problems (a shape with one epilogue) measured by this call
+        (``shapes_done``, its old name, still reads it).
     skipped : int
-        (shape, config) pairs skipped because the dataset already had them.
+        (problem, config) pairs skipped because the dataset already had them.
     seconds : dict of str to float
         Wall time spent compiling, measuring and writing.
     spread_frac : float
@@ -85,7 +86,7 @@ class CollectResult:
 
     rows_written: int = 0
     rows_valid: int = 0
-    shapes_done: int = 0
+    problems_done: int = 0
     skipped: int = 0
     seconds: dict = field(default_factory=dict)
     spread_frac: float = math.nan
@@ -97,6 +98,12 @@ class CollectResult:
     target_rse: float = math.nan
     at_target: float = math.nan
     epilogues_left_out: list = field(default_factory=list)
+
+    @property
+    def shapes_done(self) -> int:
+        """:attr:`problems_done` by its old name (it counts problems: a shape
+        with one epilogue)."""
+        return self.problems_done
 
     @property
     def over_budget_s(self) -> float:
@@ -111,7 +118,7 @@ class CollectionInterrupted(KeyboardInterrupt):
 
     def __init__(self, result: "CollectResult", folder):
         skipped = f" ({result.skipped} already measured were skipped)" if result.skipped else ""
-        super().__init__(f"{result.rows_written} new rows over {result.shapes_done} shapes saved in {folder}"
+        super().__init__(f"{result.rows_written} new rows over {result.problems_done} problems saved in {folder}"
                          f"{skipped}")
         self.result, self.folder = result, folder
 
@@ -519,7 +526,7 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
                 break
             if len(in_play) < len(epilogues) and pool_compile_s and pool_compile_s <= EPILOGUE_COMPILE_SHARE * left:
                 in_play.append(epilogues[len(in_play)])     # read by the next draw
-            if max_shapes is not None and res.shapes_done >= max_shapes:
+            if max_shapes is not None and res.problems_done >= max_shapes:
                 break
             shape, epi = problem.shape, problem.epilogue
             chosen, sub_rng = shape_configs(pool, spec, problem, seed, configs_per_shape)
@@ -574,11 +581,11 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
                     res.rows_valid += 1
                     spreads.append((r["time_us_p80"] - r["time_us_p20"]) / r["time_us"])
             res.rows_written += len(rows)
-            res.shapes_done += 1
+            res.problems_done += 1
             if bar is not None:
                 bar.n = min(int(time.monotonic() - t_start), int(budget_s))
                 left = max(0.0, budget_s - (time.monotonic() - t_start))
-                bar.set_postfix_str(f"shapes={res.shapes_done} rows={res.rows_written} "
+                bar.set_postfix_str(f"problems={res.problems_done} rows={res.rows_written} "
                                     f"valid={res.rows_valid / max(res.rows_written, 1):.0%} "
                                     f"left={left:.0f}s", refresh=False)
                 bar.refresh()

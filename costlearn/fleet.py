@@ -592,7 +592,7 @@ def collect_fleet(fleet: Fleet, out_dir, *, budget_s: float = 180.0, family: str
                 res.rows_valid += 1
                 spreads.append((r["time_us_p80"] - r["time_us_p20"]) / r["time_us"])
         res.rows_written += len(rows)
-        res.shapes_done += 1
+        res.problems_done += 1
 
     def lose(member, task, why):
         """A worker died (or its device did) with ``task`` in flight."""
@@ -715,9 +715,9 @@ def _progress_text(res: FleetResult, fleet: Fleet, t_start: float, ready_s, budg
     (from the rate so far when the plan's size is known, else the budget)."""
     elapsed = time.monotonic() - t_start
     left = budget_s - elapsed
-    if total and res.shapes_done and ready_s is not None:
-        rate_s = max(elapsed - ready_s, 1e-9) / res.shapes_done
-        left = min(left, (total - res.shapes_done) * rate_s)
+    if total and res.problems_done and ready_s is not None:
+        rate_s = max(elapsed - ready_s, 1e-9) / res.problems_done
+        left = min(left, (total - res.problems_done) * rate_s)
     left_text = "?" if not math.isfinite(left) else f"{max(0.0, left):.0f}s"
     return (f"rows={res.rows_written} valid={res.rows_valid / max(res.rows_written, 1):.0%} "
             f"workers={len(fleet.members)}/{fleet.asked} left={left_text}")

@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     print()
     print("| quantity | value |")
     print("|---|---|")
-    print(f"| shapes measured | {res.shapes_done} |")
+    print(f"| shapes measured | {res.problems_done} |")
     print(f"| rows (valid) | {res.rows_written} ({res.rows_valid}) |")
     print(f"| measurements per second (wall) | {res.rows_written / total:.2f} |")
     print(f"| measurements per second of measuring | {res.rows_written / max(phases['measure'], 1e-9):.2f} |")
@@ -97,7 +97,7 @@ def bench_fleet(args) -> int:
           "wall s | lost |")
     print("|---|---|---|---|---|---|---|---|")
     for n, res, total, start in rows:
-        print(f"| {n} | {res.shapes_done} | {res.rows_written} ({res.rows_valid}) | {res.rows_written / total:.2f} | "
+        print(f"| {n} | {res.problems_done} | {res.rows_written} ({res.rows_valid}) | {res.rows_written / total:.2f} | "
               f"{res.rows_written / max(total - start, 1e-9):.2f} | {start:.1f} | {total:.1f} | {len(res.lost)} |")
     return 0
 

@@ -120,7 +120,7 @@ def test_an_interrupted_resumed_collection_counts_what_it_skipped(dataset_dir, d
     with pytest.raises(CollectionInterrupted) as e:
         collect(CtrlC(dataset_dir), tmp_path, shapes=shapes, pool=pool, configs_per_shape=6, progress=False)
     assert e.value.result.skipped == first.rows_written > 0
-    assert f"0 new rows over 0 shapes saved in {tmp_path} ({first.rows_written} already measured" in str(e.value)
+    assert f"0 new rows over 0 problems saved in {tmp_path} ({first.rows_written} already measured" in str(e.value)
 
 
 def test_a_collection_past_its_budget_says_why(dataset_dir, dataset_rows, tmp_path, capsys):
@@ -137,7 +137,7 @@ def test_a_collection_past_its_budget_says_why(dataset_dir, dataset_rows, tmp_pa
             return super().compile_many(configs, dtype, epilogue=epilogue)
     res = collect(SlowCompile(dataset_dir), tmp_path, shapes=shapes, pool=pool, configs_per_shape=6, budget_s=0.5,
                   progress=False)
-    assert res.over_budget_s >= 1.0 and res.shapes_done == 1
+    assert res.over_budget_s >= 1.0 and res.problems_done == 1
     print_collect_result(res, tmp_path, "gemm", "float32", seed=0)
     assert "more than --budget 0: a shape started inside the budget" in capsys.readouterr().err
 
@@ -174,7 +174,7 @@ def test_collect_stops_cleanly_when_the_device_is_lost_and_keeps_earlier_shapes(
                 ws.verify = boom
             return ws
     res = collect(LosesDevice(dataset_dir), tmp_path, shapes=shapes, pool=pool, progress=False)
-    assert "device context lost" in res.stopped and res.shapes_done == 1
+    assert "device context lost" in res.stopped and res.problems_done == 1
     df, _ = load(tmp_path)
     assert set(map(tuple, df[["m", "n", "k"]].drop_duplicates().to_numpy())) == {shapes[0]}
 
@@ -197,9 +197,16 @@ def test_a_short_budget_measures_its_first_epilogue_instead_of_compiling_the_oth
             return super().compile_many(configs, dtype, epilogue=epilogue)
     res = collect(SlowCompile(dataset_dir), tmp_path / "short", pool=pool, configs_per_shape=2, budget_s=1.2,
                   progress=False, epilogues=EPILOGUES)
-    assert res.shapes_done >= 1 and res.epilogues_left_out == list(EPILOGUES[1:])
+    assert res.problems_done >= 1 and res.epilogues_left_out == list(EPILOGUES[1:])
     assert set(load(tmp_path / "short")[0]["epilogue"]) == {"none"}
     SlowCompile.seconds = 0.02                                        # a cheap compile: every epilogue comes in
     res = collect(SlowCompile(dataset_dir), tmp_path / "long", pool=pool, configs_per_shape=2, budget_s=60,
                   progress=False, epilogues=EPILOGUES, max_shapes=40)
     assert res.epilogues_left_out == [] and set(load(tmp_path / "long")[0]["epilogue"]) == set(EPILOGUES)
+
+
+def test_the_collect_summary_counts_problems_by_that_name_and_the_old_one_still_reads():
+    """Issue 36: CollectResult.shapes_done counted problems (a shape with one epilogue); it is problems_done now."""
+    from costlearn.collect import CollectResult
+    res = CollectResult(problems_done=3)
+    assert res.problems_done == res.shapes_done == 3

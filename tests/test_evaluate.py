@@ -80,7 +80,7 @@ def test_collect_through_replay_resumes_without_remeasuring(dataset_dir, dataset
     pool = [TileConfig.from_id(c) for c in sorted(dataset_rows["config_id"].unique())]
     be = ReplayBackend(dataset_dir)
     first = collect(be, tmp_path, shapes=shapes, pool=pool, configs_per_shape=len(pool), progress=False)
-    assert first.rows_written > 0 and first.shapes_done == 3
+    assert first.rows_written > 0 and first.problems_done == 3
     # Replayed rows keep their recorded times and say they are a replay.
     from costlearn.dataset import load
     df, _ = load(tmp_path)

@@ -115,8 +115,8 @@ def test_two_workers_measure_one_plan_once_as_a_local_collection_does(ray_cluste
         first = collect_fleet(fleet, tmp_path / "fleet", pool=_pool(), protocol=_protocol(), max_shapes=2,
                               **SETTINGS)
         again = collect_fleet(fleet, tmp_path / "fleet", pool=_pool(), protocol=_protocol(), **SETTINGS)
-    assert first.shapes_done == 2 and again.skipped == first.rows_written
-    assert first.shapes_done + again.shapes_done == len(SHAPES) and not again.lost
+    assert first.problems_done == 2 and again.skipped == first.rows_written
+    assert first.problems_done + again.problems_done == len(SHAPES) and not again.lost
     df, rep = load(tmp_path / "fleet")
     assert not rep.corrupt and (tmp_path / "fleet" / "device.json").is_file()
     assert (tmp_path / "fleet" / "pools.json").is_file()
@@ -208,7 +208,7 @@ def test_a_driver_killed_mid_run_leaves_a_dataset_a_rerun_completes_measuring_no
     assert not rep.corrupt and set(map(tuple, before[["m", "n", "k"]].to_numpy().tolist())) == set(SHAPES[:-1])
     with start_fleet("opencl", workers=2) as fleet:
         res = collect_fleet(fleet, folder, pool=_pool(), protocol=_protocol(), **SETTINGS)
-    assert res.shapes_done == 1 and res.skipped == len(before)
+    assert res.problems_done == 1 and res.skipped == len(before)
     df = load(folder)[0]
     assert len(set(_keys(df))) == len(df) and set(map(tuple, df[["m", "n", "k"]].to_numpy().tolist())) == set(SHAPES)
 

@@ -17,7 +17,7 @@ def test_collect_on_pocl_writes_valid_rows_with_provenance_and_resumes(tmp_path)
     res = collect(be, tmp_path, shapes=shapes, pool=pool, configs_per_shape=3,
                   protocol=Protocol(rounds=3, min_sample_us=200.0), progress=False)
     df, rep = load(tmp_path)
-    assert res.shapes_done == 2 and len(df) == res.rows_written >= 3 and not rep.corrupt
+    assert res.problems_done == 2 and len(df) == res.rows_written >= 3 and not rep.corrupt
     ok = df[df["status"] == "ok"]
     assert len(ok) == len(df), df[["config_id", "status", "error"]]
     assert (ok["time_us"] > 0).all() and (ok["time_us_p20"] <= ok["time_us"]).all()
@@ -83,12 +83,12 @@ def test_collect_measures_each_given_shape_with_every_epilogue_verified_and_resu
     res = collect(be, tmp_path, shapes=shapes, pool=pool, protocol=proto, progress=False,
                   epilogues=("none", "bias_gelu"))
     df, _ = load(tmp_path)
-    assert res.shapes_done == 4 and (df["status"] == "ok").all(), df[["config_id", "epilogue", "status", "error"]]
+    assert res.problems_done == 4 and (df["status"] == "ok").all(), df[["config_id", "epilogue", "status", "error"]]
     assert df.groupby(["m", "n", "k", "epilogue"]).ngroups == 4
     assert set(df["epilogue"]) == {"none", "bias_gelu"}
     again = collect(be, tmp_path, shapes=shapes, pool=pool, protocol=proto, progress=False,
                     epilogues=("none", "bias_gelu", "bias_relu"))
-    assert again.skipped == res.rows_written and again.shapes_done == 2
+    assert again.skipped == res.rows_written and again.problems_done == 2
     df, _ = load(tmp_path)
     assert df.groupby("epilogue").size().to_dict() == {"bias_gelu": 3, "bias_relu": 3, "none": 3}
 
