@@ -5,12 +5,12 @@ backend's or a model's library is imported only when it is asked for.
 """
 from __future__ import annotations
 
-from .version import __version__  # noqa: E402
+from costlearn.core.version import __version__  # noqa: E402
 
-from .device import DeviceSpec, preset  # noqa: E402
-from .families import FAMILIES, get_family  # noqa: E402
-from .problem import Problem  # noqa: E402
-from .space import enumerate_space  # noqa: E402
+from costlearn.core.device import DeviceSpec, preset  # noqa: E402
+from costlearn.families import FAMILIES, get_family  # noqa: E402
+from costlearn.core.problem import Problem  # noqa: E402
+from costlearn.collect.space import enumerate_space  # noqa: E402
 
 __all__ = ["__version__", "DeviceSpec", "preset", "Problem", "FAMILIES", "get_family", "enumerate_space",
            "predict_best", "predict_many", "Prediction"]
@@ -19,7 +19,7 @@ __all__ = ["__version__", "DeviceSpec", "preset", "Problem", "FAMILIES", "get_fa
 def __getattr__(name):
     # The predictor loads compiled code on first use; import it lazily.
     if name in ("predict_best", "predict_many", "Prediction"):
-        from . import predict
+        from costlearn.serve import predict
         value = globals()[name] = getattr(predict, name)   # later lookups skip this hook
         return value
     raise AttributeError(f"module 'costlearn' has no attribute {name!r}")

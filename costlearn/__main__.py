@@ -1,6 +1,6 @@
 """``python -m costlearn``: the command line (:func:`costlearn.cli.main`)."""
 import sys
 
-from .cli import main
+from costlearn.cli import main
 
 sys.exit(main())

@@ -5,9 +5,9 @@ scored the way users compile: on logs the model never saw.
 Imports the logs with ``costlearn.interop.import_file`` (the product's
 path), then, in this order:
 
-1. **leave one log out** (``costlearn.study.leave_one_log_out``, what
+1. **leave one log out** (``costlearn.learn.study.leave_one_log_out``, what
    ``costlearn study`` runs): for each log (random shapes, HuggingFace,
-   timm) and each dtype two logs measure, train with ``costlearn.train.train``
+   timm) and each dtype two logs measure, train with ``costlearn.learn.train.train``
    on the other logs and score what ``predict_best`` answers (vendor floor,
    coverage and OOD fallback included) on the left-out log's problems;
 2. **random shapes only -> real models' shapes**: train on ``a100_mm.txt``
@@ -51,11 +51,11 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import docs_from_reports  # noqa: E402
 
-from costlearn.dataset import load, valid_rows  # noqa: E402
-from costlearn.device import preset  # noqa: E402
+from costlearn.collect.dataset import load, valid_rows  # noqa: E402
+from costlearn.core.device import preset  # noqa: E402
 from costlearn.interop import import_file  # noqa: E402
 from costlearn.families import VENDOR_CONFIG_ID  # noqa: E402
-from costlearn.metrics import evaluate_rows, summarize, vendor_only_scores  # noqa: E402
+from costlearn.learn.metrics import evaluate_rows, summarize, vendor_only_scores  # noqa: E402
 from costlearn.model import get_model  # noqa: E402
 from costlearn.model.base import shape_groups  # noqa: E402
 from costlearn.model.xgb import XGBParams  # noqa: E402
@@ -155,13 +155,13 @@ def table(summ: pd.DataFrame, title: str) -> str:
 
 
 def random_to_real(work: Path, device: str, rows: pd.DataFrame, jobs: int) -> tuple[pd.DataFrame, str]:
-    """Train on the random-shape log(s) alone (``costlearn.train.train``,
+    """Train on the random-shape log(s) alone (``costlearn.learn.train.train``,
     every dtype they hold) and score predict_best on the real models' logs:
     the per-problem scores and a by-log table."""
-    from costlearn.predict import Predictor
-    from costlearn.study import (by_source, decision_scores, flag_table, format_by_source, format_flag_table,
+    from costlearn.serve.predict import Predictor
+    from costlearn.learn.study import (by_source, decision_scores, flag_table, format_by_source, format_flag_table,
                                  reusable_model)
-    from costlearn.train import train
+    from costlearn.learn.train import train
     real = sorted(rows.loc[rows["split"] != "mm", "source_file"].unique())
     mm_logs = sorted(rows.loc[rows["split"] == "mm", "source_file"].unique())
     frames = []
@@ -213,7 +213,7 @@ def main(argv=None) -> int:
         return 2
     from sklearn.model_selection import GroupKFold
 
-    from costlearn.study import leave_one_log_out
+    from costlearn.learn.study import leave_one_log_out
     t_start = time.perf_counter()
     rows = import_logs(args.source, work, args.device)
     logs = sorted(rows["source_file"].unique())

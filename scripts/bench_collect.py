@@ -9,7 +9,7 @@ a table. ``--fresh-cache`` points PoCL's kernel cache at an empty folder, so
 compile time is what a first run on a new machine pays; without it, kernels
 compiled before are reused.
 
-``--ray`` collects on a local Ray cluster instead (:mod:`costlearn.fleet`),
+``--ray`` collects on a local Ray cluster instead (:mod:`costlearn.collect.fleet`),
 once per worker count, each for ``--budget`` seconds on the same seed, and
 prints measurements per second for each: over the wall time, and after the
 workers started (steady state). On one machine the workers share its cores
@@ -42,8 +42,8 @@ def main(argv=None) -> int:
     tmp = tempfile.mkdtemp(prefix="costlearn-bench-")
     if args.fresh_cache:
         os.environ["POCL_CACHE_DIR"] = os.path.join(tmp, "pocl-cache")   # before PoCL starts
-    from costlearn.backends import get_backend
-    from costlearn.collect import collect
+    from costlearn.collect.backends import get_backend
+    from costlearn.collect.loop import collect
 
     be = get_backend(args.device)
     res = collect(be, Path(tmp) / "data", budget_s=args.budget, pool_size=args.pool,
@@ -74,7 +74,7 @@ def bench_fleet(args) -> int:
     Ray cluster, for each worker count; prints a table."""
     import ray
 
-    from costlearn.fleet import collect_fleet, start_fleet
+    from costlearn.collect.fleet import collect_fleet, start_fleet
     tmp = tempfile.mkdtemp(prefix="costlearn-bench-ray-")
     if args.fresh_cache:
         os.environ["POCL_CACHE_DIR"] = os.path.join(tmp, "pocl-cache")   # inherited by the Ray workers

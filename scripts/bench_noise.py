@@ -40,9 +40,9 @@ unpinned (what the committed data was measured with before protocol 3)."""
 
 def _worker(args) -> int:
     """One measurement session (a subprocess): a sweep or filter-then-measure."""
-    from costlearn.backends import get_backend
-    from costlearn.collect import collect
-    from costlearn.measure import Protocol
+    from costlearn.collect.backends import get_backend
+    from costlearn.collect.loop import collect
+    from costlearn.collect.measure import Protocol
     from costlearn.model.artifact import load
     shapes = [tuple(s) for s in json.loads(args.shapes_json)]
     art = load(args.model)
@@ -57,7 +57,7 @@ def _worker(args) -> int:
                        rows=res.rows_written, slug=be.spec.slug, settings=be.provenance().get("device_settings")),
                   open(out / "session.json", "w"))
         return 0
-    from costlearn.predict import predict_best
+    from costlearn.serve.predict import predict_best
     answers = []
     for m, n, k in shapes:
         t0 = time.perf_counter()
@@ -91,8 +91,8 @@ fit it: filter-then-measure with k = 3 out of fewer is close to exhaustive."""
 def _fresh_in_envelope(art, n: int, seed: int) -> list:
     import numpy as np
 
-    from costlearn.sampler import ShapeBounds, sample_shapes
-    from costlearn.space import tile_fits_problem
+    from costlearn.collect.sampler import ShapeBounds, sample_shapes
+    from costlearn.collect.space import tile_fits_problem
     env = art.envelope
     train = {tuple(int(x) for x in s) for s in art.sidecar["envelope"]["shapes"]}
     tiles = np.array([art.family.block_tile(c) for c in art.configs], np.int64)
@@ -110,8 +110,8 @@ def _fresh_in_envelope(art, n: int, seed: int) -> list:
 
 
 def _sweep_rows(folder: Path, art):
-    from costlearn.dataset import load, valid_rows
-    from costlearn.evaluate import ranked_rows
+    from costlearn.collect.dataset import load, valid_rows
+    from costlearn.learn.evaluate import ranked_rows
     df = valid_rows(load(folder)[0])
     return ranked_rows(df, art.family.fit_floors(art.spec))
 
@@ -141,9 +141,9 @@ def main(argv=None) -> int:
     import numpy as np
     import pandas as pd
 
-    from costlearn.metrics import geomean_regret
+    from costlearn.learn.metrics import geomean_regret
     from costlearn.model.artifact import load
-    from costlearn.sampler import shape_class
+    from costlearn.collect.sampler import shape_class
     if args.sweeps < 2:
         raise SystemExit("--sweeps must be >= 2 (across-session pairs)")
     if args.model is None:
@@ -179,7 +179,7 @@ def main(argv=None) -> int:
     table, by_class, truth = [], [], None
     for setting in settings:
         frames = [_sweep_rows(f, art).assign(session=j) for j, f in enumerate(sessions[setting])]
-        from costlearn.dataset import noise_floor
+        from costlearn.collect.dataset import noise_floor
         within = [noise_floor(f) for f in frames if f["repeat_time_us"].notna().any()]
         diffs, same_best = [], []
         for a, b in itertools.combinations(frames, 2):

@@ -63,9 +63,9 @@ BATCH = 30
 _LOAD_SNIPPET = """
 import sys, time
 t0 = time.perf_counter()
-import costlearn.predict
+import costlearn.serve.predict
 t1 = time.perf_counter()
-p = costlearn.predict.Predictor(sys.argv[1])
+p = costlearn.serve.predict.Predictor(sys.argv[1])
 t2 = time.perf_counter()
 print(f"{(t1 - t0) * 1e3:.1f} {(t2 - t1) * 1e3:.1f} {p.ranker.name}")
 """
@@ -113,12 +113,12 @@ def _heldout(folder: Path, data_dir: Path, lines: list) -> None:
     """The held-out regret table of one model (see the module)."""
     import numpy as np
 
-    from costlearn.dataset import load, valid_rows
+    from costlearn.collect.dataset import load, valid_rows
     from costlearn.families import VENDOR_CONFIG_ID
-    from costlearn.metrics import geomean_regret
-    from costlearn.predict import Predictor
-    from costlearn.problem import Problem
-    from costlearn.study import decision_scores
+    from costlearn.learn.metrics import geomean_regret
+    from costlearn.serve.predict import Predictor
+    from costlearn.core.problem import Problem
+    from costlearn.learn.study import decision_scores
     served, full = Predictor(folder), Predictor(folder, cascade=False)
     rows = valid_rows(load(data_dir)[0])
     train = {tuple(int(v) for v in s) for s in served.envelope.shapes}
@@ -160,8 +160,8 @@ def bench_model(folder: Path, n_shapes: int, seed: int, lines: list) -> bool:
     import pandas as pd
 
     import costlearn
-    from costlearn.predict import Predictor, load_predictor
-    from costlearn.sampler import ShapeBounds, sample_shapes
+    from costlearn.serve.predict import Predictor, load_predictor
+    from costlearn.collect.sampler import ShapeBounds, sample_shapes
 
     pred = Predictor(folder)
     model = pred.artifact.model()
@@ -265,7 +265,7 @@ def bench_model(folder: Path, n_shapes: int, seed: int, lines: list) -> bool:
     imp_warm, load_warm, _ = _load_times(folder, None)
     with tempfile.TemporaryDirectory() as tmp:
         imp_cold, load_cold, _ = _load_times(folder, tmp)
-    lines += ["| load | import costlearn.predict ms | Predictor(folder) ms |", "|---|---|---|",
+    lines += ["| load | import costlearn.serve.predict ms | Predictor(folder) ms |", "|---|---|---|",
               f"| warm cache (compiled C ranker reused) | {imp_warm:.0f} | {load_warm:.0f} |",
               f"| empty cache (first use on a machine: compiles the C ranker) | {imp_cold:.0f} | {load_cold:.0f} |",
               "", f"NVIDIA heuristics: {nv_note}", ""]
@@ -287,7 +287,7 @@ def main(argv=None) -> int:
         ap.error(f"--shapes {args.shapes}: need at least {2 * BATCH}")
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
-    from costlearn.predict import resolve_model
+    from costlearn.serve.predict import resolve_model
     folders = args.model or [resolve_model(None, "gemm", "float32", None)]
     for f in folders:
         if not (f / "model.json").is_file():

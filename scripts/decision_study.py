@@ -4,7 +4,7 @@
    whose columns ``m k n mat1_dtype mat2_dtype mat1_stride_0 mat1_stride_1
    mat2_stride_0 mat2_stride_1 using_tf32`` (as pandas reads them, joined with
    ``|``) give ``int(sha256, 16) % 5 == 0``; the rest are imported and trained
-   with ``costlearn.train.train`` (every dtype), and what ``predict_best``
+   with ``costlearn.learn.train.train`` (every dtype), and what ``predict_best``
    answers on the held-out problems is scored beside the model's plain argmin
    among the measured configs and cuBLAS alone.
 2. **What predicts an answer that loses more than 5 %**: the AUROC of
@@ -36,13 +36,13 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from costlearn.dataset import current_rows, load, valid_rows  # noqa: E402
+from costlearn.collect.dataset import current_rows, load, valid_rows  # noqa: E402
 from costlearn.interop import import_file  # noqa: E402
-from costlearn.metrics import geomean_regret  # noqa: E402
+from costlearn.learn.metrics import geomean_regret  # noqa: E402
 from costlearn.model import artifact  # noqa: E402
-from costlearn.predict import Predictor  # noqa: E402
-from costlearn.study import decision_scores  # noqa: E402
-from costlearn.train import train  # noqa: E402
+from costlearn.serve.predict import Predictor  # noqa: E402
+from costlearn.learn.study import decision_scores  # noqa: E402
+from costlearn.learn.train import train  # noqa: E402
 
 DEFAULT_H100 = ROOT.parent / "shared" / "data" / "inductor-autoheuristic-h100-random" / "h100_mm.zip"
 KEY_COLUMNS = "m k n mat1_dtype mat2_dtype mat1_stride_0 mat1_stride_1 mat2_stride_0 mat2_stride_1 using_tf32".split()

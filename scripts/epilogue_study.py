@@ -43,11 +43,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from costlearn.dataset import current_rows, load, noise_floor, valid_rows  # noqa: E402
-from costlearn.evaluate import ranked_rows  # noqa: E402
-from costlearn.metrics import evaluate_rows, geomean_regret, summarize  # noqa: E402
+from costlearn.collect.dataset import current_rows, load, noise_floor, valid_rows  # noqa: E402
+from costlearn.learn.evaluate import ranked_rows  # noqa: E402
+from costlearn.learn.metrics import evaluate_rows, geomean_regret, summarize  # noqa: E402
 from costlearn.model import artifact  # noqa: E402
-from costlearn.problem import EPILOGUES  # noqa: E402
+from costlearn.core.problem import EPILOGUES  # noqa: E402
 
 SHAPE = ["m", "n", "k"]
 

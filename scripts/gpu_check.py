@@ -34,10 +34,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from costlearn.collect import candidate_pool  # noqa: E402
-from costlearn.measure import Protocol, measure_shape  # noqa: E402
-from costlearn.problem import Problem  # noqa: E402
-from costlearn.space import check_config  # noqa: E402
+from costlearn.collect.loop import candidate_pool  # noqa: E402
+from costlearn.collect.measure import Protocol, measure_shape  # noqa: E402
+from costlearn.core.problem import Problem  # noqa: E402
+from costlearn.collect.space import check_config  # noqa: E402
 
 CHECK_SHAPES = [(1, 1, 1), (1, 4096, 4096), (10, 500, 64), (130, 293, 237), (257, 31, 1000), (64, 64, 1),
                 (1000, 1000, 1000)]
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     left = lambda: args.budget - (time.monotonic() - t0)  # noqa: E731
 
-    from costlearn.backends import get_backend
+    from costlearn.collect.backends import get_backend
     be = get_backend(args.device)
     spec = be.spec
     report: dict = dict(device=spec.to_dict(), provenance=be.provenance(), clocks_before=be.clocks(),

@@ -82,9 +82,9 @@ def main(argv=None) -> int:
     problems = plan(args.seed)
     if args.dry_run:
         from collections import Counter
-        from costlearn.device import preset
-        from costlearn.problem import Problem
-        from costlearn.space import check_config
+        from costlearn.core.device import preset
+        from costlearn.core.problem import Problem
+        from costlearn.collect.space import check_config
         spec = preset("h200")
         feas = [sum(check_config(c, spec, problem=Problem(*p)) is None for c in configs) for p in problems]
         out = Path(args.out)
@@ -100,8 +100,8 @@ def main(argv=None) -> int:
                               problems_with_fewer_than_4_triton_configs=sum(f - 1 < 4 for f in feas),
                               plan=str(out / "plan.json")), indent=1, default=str))
         return 0
-    from costlearn.backends import get_backend
-    from costlearn.collect import collect
+    from costlearn.collect.backends import get_backend
+    from costlearn.collect.loop import collect
     be = get_backend("triton")
     out = Path(args.out) / "data" / be.spec.slug
     t0 = time.monotonic()

@@ -10,7 +10,7 @@ log measures:
 
 - the fold's model (trained on the other logs) answers the problem
   (``costlearn.predict_many``), and the table's choices for K = 1..5 are
-  :func:`costlearn.interop.inductor_lut.choices_for` of that answer;
+  :func:`costlearn.interop.inductor.lut.choices_for` of that answer;
 - "autotune among the choices" picks the fastest the log measured among them;
   its regret is that time / the best measured of all (full autotuning, cuBLAS
   included) - 1, geometric mean over problems. A listed config the log did
@@ -46,14 +46,14 @@ import docs_from_reports  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from costlearn.device import preset  # noqa: E402
+from costlearn.core.device import preset  # noqa: E402
 from costlearn.families import VENDOR_CONFIG_ID, get_family  # noqa: E402
-from costlearn.interop.inductor import parse  # noqa: E402
-from costlearn.interop.inductor_lut import choices_for, export_lut  # noqa: E402
-from costlearn.metrics import geomean_regret  # noqa: E402
-from costlearn.predict import Predictor  # noqa: E402
-from costlearn.problem import Problem  # noqa: E402
-from costlearn.study import fold_model, log_folds, median_times  # noqa: E402
+from costlearn.interop.inductor.autoheuristic import parse  # noqa: E402
+from costlearn.interop.inductor.lut import choices_for, export_lut  # noqa: E402
+from costlearn.learn.metrics import geomean_regret  # noqa: E402
+from costlearn.serve.predict import Predictor  # noqa: E402
+from costlearn.core.problem import Problem  # noqa: E402
+from costlearn.learn.study import fold_model, log_folds, median_times  # noqa: E402
 
 KS = (1, 2, 3, 4, 5)
 TOP_RANKED = max(KS) + 1

@@ -25,11 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import docs_from_reports  # noqa: E402
 
-from costlearn.dataset import current_rows, load, noise_floor, valid_rows  # noqa: E402
-from costlearn.device import DeviceSpec  # noqa: E402
-from costlearn.evaluate import ranked_rows  # noqa: E402
+from costlearn.collect.dataset import current_rows, load, noise_floor, valid_rows  # noqa: E402
+from costlearn.core.device import DeviceSpec  # noqa: E402
+from costlearn.learn.evaluate import ranked_rows  # noqa: E402
 from costlearn.families import get_family  # noqa: E402
-from costlearn.metrics import evaluate_rows, summarize  # noqa: E402
+from costlearn.learn.metrics import evaluate_rows, summarize  # noqa: E402
 from costlearn.model import get_model  # noqa: E402
 from costlearn.model.base import shape_groups  # noqa: E402
 from costlearn.model.xgb import XGBParams  # noqa: E402

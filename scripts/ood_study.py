@@ -50,7 +50,7 @@ def flag_rates(pred, n: int, seed: int):
     """The three shape groups and the share of each the predictor flags."""
     import numpy as np
 
-    from costlearn.sampler import ShapeBounds, sample_shapes
+    from costlearn.collect.sampler import ShapeBounds, sample_shapes
 
     env = pred.envelope
     train = {tuple(s) for s in env.shapes}
@@ -108,9 +108,9 @@ def main(argv=None) -> int:
     import numpy as np
     import pandas as pd
 
-    from costlearn.dataset import load
-    from costlearn.evaluate import score
-    from costlearn.predict import Predictor, resolve_model
+    from costlearn.collect.dataset import load
+    from costlearn.learn.evaluate import score
+    from costlearn.serve.predict import Predictor, resolve_model
 
     folder = resolve_model(args.device, args.family, args.dtype, args.models)
     shown = folder.resolve().relative_to(ROOT) if folder.resolve().is_relative_to(ROOT) else folder
@@ -133,8 +133,8 @@ def main(argv=None) -> int:
     measure_dir = Path(args.measure_dir) if args.measure_dir else data_root / "ood-study"
     eval_dir = Path(args.eval_dir) if args.eval_dir else data_root / "eval"
     if not args.no_measure and args.n_measure > 0:
-        from costlearn.backends import get_backend
-        from costlearn.collect import collect
+        from costlearn.collect.backends import get_backend
+        from costlearn.collect.loop import collect
         backend = get_backend("auto")
         if backend.spec.slug != pred.spec.slug:
             print(f"this device is {backend.spec.name}, the model's is {pred.spec.name}: not measuring",
@@ -150,7 +150,7 @@ def main(argv=None) -> int:
                     pool=list(pred.configs), configs_per_shape=len(pred.configs), seed=args.seed, progress=True)
     frames = [load(d)[0] for d in (measure_dir, eval_dir) if d.is_dir()]
     if frames:
-        from costlearn.metrics import geomean_regret
+        from costlearn.learn.metrics import geomean_regret
         res = score(pred.artifact, pd.concat(frames, ignore_index=True))
         per = res.per_shape
         lines += ["", f"Measured regret on {pred.spec.name} (every fitting candidate measured per shape; noise "

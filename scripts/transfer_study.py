@@ -4,14 +4,14 @@ A100 (all three logs, ../shared/data/inductor-autoheuristic-a100/) -> H100
 
 For each dtype both devices measure and each n in --n (destination problems
 seen), a random n of the destination's problems (grouped by problem: M, N,
-K, layout) are given to ``costlearn.transfer.transfer`` (the product's path:
+K, layout) are given to ``costlearn.learn.transfer.transfer`` (the product's path:
 the source model's training rows plus those n problems, the destination's
 feasibility rules, the vendor floor calibrated on held-out destination
 problems, or the zero-shot floor below 8); every other destination problem
-is scored by what ``predict_best`` answers (``costlearn.study.decision_scores``),
+is scored by what ``predict_best`` answers (``costlearn.learn.study.decision_scores``),
 against
 
-- a model trained on those n problems alone (``costlearn.train.train``, floor
+- a model trained on those n problems alone (``costlearn.learn.train.train``, floor
   included; from 8 problems),
 - the vendor library alone, and the best fixed config of the n problems (of
   the source's rows at n = 0).
@@ -49,20 +49,20 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import docs_from_reports  # noqa: E402
 
 from a100_study import import_logs  # noqa: E402
-from costlearn.collect import write_device_json  # noqa: E402
-from costlearn.dataset import write_part  # noqa: E402
-from costlearn.device import preset  # noqa: E402
+from costlearn.collect.loop import write_device_json  # noqa: E402
+from costlearn.collect.dataset import write_part  # noqa: E402
+from costlearn.core.device import preset  # noqa: E402
 from costlearn.families import VENDOR_CONFIG_ID, get_family  # noqa: E402
 from costlearn.features import get_feature_set  # noqa: E402
 from costlearn.features.device import DEVICE_FEATURES, device_features  # noqa: E402
-from costlearn.floor import MARGIN_GRID  # noqa: E402
-from costlearn.metrics import evaluate_rows, geomean_regret  # noqa: E402
+from costlearn.learn.holdout import MARGIN_GRID  # noqa: E402
+from costlearn.learn.metrics import evaluate_rows, geomean_regret  # noqa: E402
 from costlearn.model import artifact, get_model  # noqa: E402
 from costlearn.model.transfer import ROOFLINE_COLUMN  # noqa: E402
-from costlearn.predict import Predictor  # noqa: E402
-from costlearn.study import decision_scores  # noqa: E402
-from costlearn.train import train  # noqa: E402
-from costlearn.transfer import transfer  # noqa: E402
+from costlearn.serve.predict import Predictor  # noqa: E402
+from costlearn.learn.study import decision_scores  # noqa: E402
+from costlearn.learn.train import train  # noqa: E402
+from costlearn.learn.transfer import transfer  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 SOURCES = {"a100": SHARED / "inductor-autoheuristic-a100" / "a100_mm.zip",

@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import numpy as np
 
-    from costlearn.device import preset
+    from costlearn.core.device import preset
     from costlearn.families.triton_mm import TritonMMConfig, TritonMMFamily
     from costlearn.families.triton_mm.compile import triton_version
     if triton_version() is None:

@@ -24,9 +24,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True, help="JSON file to write")
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args(argv)
-    from costlearn.backends import get_backend
+    from costlearn.collect.backends import get_backend
     from costlearn.cli import parse_shapes
-    from costlearn.measure import Protocol
+    from costlearn.collect.measure import Protocol
     be = get_backend("cuda")
     rows = []
     for m, n, k in parse_shapes(args.shapes):

@@ -22,7 +22,7 @@ MODELS = ROOT / "models"
 
 def _has_opencl() -> bool:
     try:
-        from costlearn.backends import available
+        from costlearn.collect.backends import available
         return available("opencl")
     except Exception:
         return False
@@ -30,7 +30,7 @@ def _has_opencl() -> bool:
 
 def _has_cuda() -> bool:
     try:
-        from costlearn.backends import available
+        from costlearn.collect.backends import available
         return available("cuda")
     except Exception:
         return False
@@ -72,7 +72,7 @@ def model_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def dataset_rows(dataset_dir):
-    from costlearn.dataset import load, valid_rows
+    from costlearn.collect.dataset import load, valid_rows
     df, _ = load(dataset_dir)
     return valid_rows(df).reset_index(drop=True)
 
@@ -85,5 +85,5 @@ def device_name(model_dir) -> str:
 
 @pytest.fixture(scope="session")
 def dataset_spec(dataset_dir):
-    from costlearn.device import DeviceSpec
+    from costlearn.core.device import DeviceSpec
     return DeviceSpec.from_dict(json.loads((dataset_dir / "device.json").read_text()))

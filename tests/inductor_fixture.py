@@ -58,7 +58,7 @@ def build_models(tmp):
     """A model store with an a100/triton_mm/float16 model (108 rows, 12 problems, layouts NN, NT, TN)."""
     from costlearn.interop import import_file
     from costlearn.model.xgb import XGBParams
-    from costlearn.train import train
+    from costlearn.learn.train import train
     tmp.mkdir(parents=True, exist_ok=True)
     log = tmp / "mm_log.txt"
     write_log(log)

@@ -30,8 +30,8 @@ def test_a_damaged_model_ubj_changes_no_answer_and_is_refused_where_it_is_read(m
     """Regression: a corrupt model.ubj went unnoticed (served from scorer.npz). scorer.npz is what is served,
     evaluate included; model.ubj, the training library's copy, is checked wherever it is read."""
     import costlearn
-    from costlearn.dataset import load
-    from costlearn.evaluate import score
+    from costlearn.collect.dataset import load
+    from costlearn.learn.evaluate import score
     from costlearn.model import artifact
     dst = tmp_path / "dev" / "gemm" / "float32"
     shutil.copytree(model_dir, dst)
@@ -41,7 +41,7 @@ def test_a_damaged_model_ubj_changes_no_answer_and_is_refused_where_it_is_read(m
     blob = bytearray((dst / "model.ubj").read_bytes())
     blob[len(blob) // 2] ^= 0x55
     (dst / "model.ubj").write_bytes(bytes(blob))
-    costlearn.predict.clear_cache()
+    costlearn.serve.predict.clear_cache()
     got = costlearn.predict_best(48, 64, 96, device="dev", models_dir=tmp_path)
     assert (got.config, got.time_us, got.top_k) == (want.config, want.time_us, want.top_k)
     assert score(dst, rows).summary["xgboost"]["all"] == before        # evaluate scores the served scorer
@@ -51,9 +51,9 @@ def test_a_damaged_model_ubj_changes_no_answer_and_is_refused_where_it_is_read(m
 
 def test_evaluate_scores_what_predict_best_ranks_by(model_dir, dataset_dir):
     """The scores evaluate gives the model are the served scorer's, which the rankers use."""
-    from costlearn.dataset import load, valid_rows
+    from costlearn.collect.dataset import load, valid_rows
     from costlearn.model import artifact
-    from costlearn.predict import Predictor
+    from costlearn.serve.predict import Predictor
     art = artifact.load(model_dir)
     rows = valid_rows(load(dataset_dir)[0])
     q = rows.iloc[0]

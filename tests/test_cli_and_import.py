@@ -48,8 +48,8 @@ def test_predict_command_answers_several_shapes_in_order(capsys, model_dir):
 
 def test_import_without_cupy_or_pyopencl():
     code = ("import sys; sys.modules['cupy'] = None; sys.modules['pyopencl'] = None\n"
-            "import costlearn, costlearn.predict, costlearn.collect, costlearn.evaluate\n"
-            "from costlearn.backends import get_backend, BackendUnavailable\n"
+            "import costlearn, costlearn.serve.predict, costlearn.collect.loop, costlearn.learn.evaluate\n"
+            "from costlearn.collect.backends import get_backend, BackendUnavailable\n"
             "try:\n    get_backend('cuda')\nexcept BackendUnavailable as e:\n    print('HINT', e)\n"
             "try:\n    get_backend('quantum')\nexcept ValueError as e:\n    print('UNKNOWN', e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -92,7 +92,7 @@ def test_collection_runs_without_xgboost():
     """The GPU machines have no xgboost: collection, compaction and the GPU
     scripts must not import it."""
     code = ("import sys; sys.modules['xgboost'] = None\n"
-            "import costlearn.collect, costlearn.dataset, costlearn.cli\n"
+            "import costlearn.collect.loop, costlearn.collect.dataset, costlearn.cli\n"
             "from costlearn.cli import parse_shapes\n"
             "print(parse_shapes(['1,4096,4096']))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -310,7 +310,7 @@ def test_a_model_of_this_machines_class_but_another_device_is_named(tmp_path, ca
 
 
 def test_device_differences_name_the_identity_fields_only():
-    from costlearn.device import preset
+    from costlearn.core.device import preset
     a = preset("h200")
     import dataclasses
     assert a.differences(a) == []
@@ -341,10 +341,10 @@ def test_each_flag_means_one_thing_in_every_command():
     """Regression: --model was the model's device folder in predict, dispatch, evaluate but the learner in train;
     --device the backend in collect, predict, evaluate but the GPU preset in import and export; --shapes shapes
     in collect, a count in evaluate and recheck, a file in export; --dtype one value, several or repeated."""
-    from costlearn.backends import measuring_backends
+    from costlearn.collect.backends import measuring_backends
     from costlearn.cli import build_parser
-    from costlearn.device import PRESETS
-    from costlearn.dtypes import dtype_names
+    from costlearn.core.device import PRESETS
+    from costlearn.core.dtypes import dtype_names
     from costlearn.model import MODELS
     opts = _options(build_parser())
     for cmd, o in opts.items():
@@ -396,7 +396,7 @@ def test_a_cache_record_of_other_pocl_settings_is_not_another_device(tmp_path, c
     import json
 
     from costlearn.cli import model_device
-    from costlearn.device import DeviceSpec
+    from costlearn.core.device import DeviceSpec
     from costlearn.model.artifact import load as load_artifact
     dev = model_dir.parents[1].name
     spec = load_artifact(model_dir).spec
@@ -437,10 +437,10 @@ def test_the_vendor_floor_line_reads_as_a_sentence_when_nothing_is_flagged(tmp_p
 def test_data_names_a_root_or_a_device_folder_in_every_command(tmp_path):
     """Regression: `collect --data out/data/<device>` wrote into out/data/<device>/<device>/, where a later
     `train --data out/data` never looked: --data was a root in collect, run and import, a folder in others."""
-    from costlearn.dataset import device_dataset_folder
+    from costlearn.collect.dataset import device_dataset_folder
     from costlearn.interop import InteropError
     from costlearn.interop.common import device_folder
-    from costlearn.device import preset
+    from costlearn.core.device import preset
     root = tmp_path / "data"
     assert device_dataset_folder(root, "a100") == root / "a100"                  # a root (even a new one)
     assert device_dataset_folder(root / "a100", "a100") == root / "a100"        # the device's own folder

@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 
 from conftest import needs_nvcc, needs_opencl
-from costlearn.device import preset
+from costlearn.core.device import preset
 from costlearn.families.gemm import TEMPLATE_HASH, render
 from costlearn.families.gemm import GemmConfig as TileConfig
-from costlearn.measure import apply_epilogue
-from costlearn.problem import Problem
-from costlearn.space import enumerate_space
+from costlearn.collect.measure import apply_epilogue
+from costlearn.core.problem import Problem
+from costlearn.collect.space import enumerate_space
 import hashlib
 
 SHAPES = [(1, 1, 1), (1, 1024, 1024), (10, 500, 64), (130, 293, 237), (257, 31, 1000), (64, 64, 1)]
@@ -38,7 +38,7 @@ def test_render_is_deterministic_and_names_the_template():
 @needs_opencl
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.config_id)
 def test_kernel_matches_float64_reference_on_pocl(config):
-    from costlearn.backends import get_backend
+    from costlearn.collect.backends import get_backend
     be = get_backend("opencl")
     kern = be.compile(config)
     assert kern.status == "ok", kern.error
@@ -52,7 +52,7 @@ def test_kernel_matches_float64_reference_on_pocl(config):
 def test_verification_fails_a_kernel_that_skips_part_of_c():
     """A kernel that never writes the last row leaves NaN from the poisoned
     output and must fail, whatever an earlier run left in C."""
-    from costlearn.backends import get_backend
+    from costlearn.collect.backends import get_backend
     from costlearn.families.gemm import kernel_name
     be = get_backend("opencl")
     good = be.compile(CONFIGS[2])
@@ -116,7 +116,7 @@ def test_epilogue_kernels_match_float64_on_pocl_for_ragged_shapes(epilogue):
     first, so an element never stored fails."""
     import pyopencl as cl
 
-    from costlearn.backends import get_backend
+    from costlearn.collect.backends import get_backend
     from costlearn.families import get_family
     from costlearn.families.gemm import kernel_name
     be, fam = get_backend("opencl"), get_family("gemm")

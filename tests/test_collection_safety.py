@@ -7,14 +7,14 @@ import time
 
 
 from conftest import ROOT, needs_opencl
-from costlearn.dataset import KEY_COLUMNS, load
-from costlearn.measure import Protocol
+from costlearn.collect.dataset import KEY_COLUMNS, load
+from costlearn.collect.measure import Protocol
 from costlearn.families.gemm import GemmConfig as TileConfig
 
 _WRITER = r"""
 import sys
 sys.path.insert(0, {root!r})
-from costlearn.dataset import write_part
+from costlearn.collect.dataset import write_part
 from test_dataset import _row
 w = int(sys.argv[1])
 for p in range(10):
@@ -79,7 +79,7 @@ def test_ctrl_c_says_how_many_rows_it_saved(tmp_path):
 
 
 def test_a_second_candidate_pool_in_one_folder_is_reported(tmp_path):
-    from costlearn.collect import record_pool
+    from costlearn.collect.loop import record_pool
     from costlearn.families.gemm import GemmConfig
     a = [GemmConfig(16, 16, 8, 2, 2), GemmConfig(32, 32, 8, 4, 4)]
     b = [GemmConfig(64, 64, 16, 4, 4)]
@@ -106,8 +106,8 @@ def test_an_interrupted_resumed_collection_counts_what_it_skipped(dataset_dir, d
     """Issue 13: Ctrl-C in a resumed run named the new rows only, so a user
     could not tell the earlier run's rows were still there."""
     import pytest
-    from costlearn.backends.replay import ReplayBackend
-    from costlearn.collect import CollectionInterrupted, collect
+    from costlearn.collect.backends.replay import ReplayBackend
+    from costlearn.collect.loop import CollectionInterrupted, collect
     shapes, pool = _replay_setup(dataset_dir, dataset_rows, 3)
     first = collect(ReplayBackend(dataset_dir), tmp_path, shapes=shapes[:2], pool=pool, configs_per_shape=6,
                     progress=False)
@@ -126,9 +126,9 @@ def test_an_interrupted_resumed_collection_counts_what_it_skipped(dataset_dir, d
 def test_a_collection_past_its_budget_says_why(dataset_dir, dataset_rows, tmp_path, capsys):
     """Issue 13: a shape started inside --budget (the first compiles the whole
     pool) ran past it without a word."""
-    from costlearn.backends.replay import ReplayBackend
+    from costlearn.collect.backends.replay import ReplayBackend
     from costlearn.cli import print_collect_result
-    from costlearn.collect import collect
+    from costlearn.collect.loop import collect
     shapes, pool = _replay_setup(dataset_dir, dataset_rows, 1)
 
     class SlowCompile(ReplayBackend):
@@ -146,8 +146,8 @@ A = TileConfig(64, 64, 16, 4, 4)
 
 
 def test_resume_key_includes_the_input_distribution(dataset_dir, dataset_rows, tmp_path):
-    from costlearn.backends.replay import ReplayBackend
-    from costlearn.collect import collect
+    from costlearn.collect.backends.replay import ReplayBackend
+    from costlearn.collect.loop import collect
     shape = tuple(int(x) for x in dataset_rows[["m", "n", "k"]].iloc[0])
     same = (dataset_rows["m"] == shape[0]) & (dataset_rows["n"] == shape[1]) & (dataset_rows["k"] == shape[2])
     pool = [TileConfig.from_id(c) for c in dataset_rows.loc[same, "config_id"]]
@@ -159,9 +159,9 @@ def test_resume_key_includes_the_input_distribution(dataset_dir, dataset_rows, t
 
 
 def test_collect_stops_cleanly_when_the_device_is_lost_and_keeps_earlier_shapes(dataset_dir, dataset_rows, tmp_path):
-    from costlearn.backends.replay import ReplayBackend
-    from costlearn.collect import collect
-    from costlearn.dataset import load
+    from costlearn.collect.backends.replay import ReplayBackend
+    from costlearn.collect.loop import collect
+    from costlearn.collect.dataset import load
     shapes = [tuple(int(x) for x in s) for s in dataset_rows[["m", "n", "k"]].drop_duplicates().iloc[:3].to_numpy()]
     pool = [TileConfig.from_id(c) for c in sorted(dataset_rows["config_id"].unique())]
 
@@ -184,9 +184,9 @@ def test_a_short_budget_measures_its_first_epilogue_instead_of_compiling_the_oth
     """Regression: the README's `collect --budget 120` collected 7 rows on 2 cores: compiling the pools of the
     four epilogues took 184 s, past the whole budget. An epilogue is brought in only while its compile, estimated
     from the pools compiled so far, fits a quarter of the budget left."""
-    from costlearn.backends.replay import ReplayBackend
-    from costlearn.collect import EPILOGUES, collect
-    from costlearn.dataset import load
+    from costlearn.collect.backends.replay import ReplayBackend
+    from costlearn.collect.loop import EPILOGUES, collect
+    from costlearn.collect.dataset import load
     _, pool = _replay_setup(dataset_dir, dataset_rows, 1)
 
     class SlowCompile(ReplayBackend):
@@ -207,6 +207,6 @@ def test_a_short_budget_measures_its_first_epilogue_instead_of_compiling_the_oth
 
 def test_the_collect_summary_counts_problems_by_that_name_and_the_old_one_still_reads():
     """Issue 36: CollectResult.shapes_done counted problems (a shape with one epilogue); it is problems_done now."""
-    from costlearn.collect import CollectResult
+    from costlearn.collect.loop import CollectResult
     res = CollectResult(problems_done=3)
     assert res.problems_done == res.shapes_done == 3

@@ -9,7 +9,7 @@ SHAPES = [(1, 1, 1), (1, 1024, 1024), (10, 500, 64), (130, 293, 237), (257, 31, 
 
 
 def test_spec_is_queried_from_the_gpu():
-    from costlearn.backends import get_backend
+    from costlearn.collect.backends import get_backend
     s = get_backend("cuda").spec
     assert s.api == "cuda" and s.warp_size == 32 and s.registers_per_mp and s.source.startswith("queried")
 
@@ -17,7 +17,7 @@ def test_spec_is_queried_from_the_gpu():
 @pytest.mark.parametrize("ids", [["m64n64k16_t4x4_outer_p1_row", "m1n128k32_t1x4_dot_p0_col",
                                   "m128n128k32_t8x8_outer_p1_col", "m128n256k64_t8x8_outer_p0_row"]])
 def test_kernels_match_reference_on_cuda_including_smem_opt_in(ids):
-    from costlearn.backends import get_backend
+    from costlearn.collect.backends import get_backend
     from costlearn.families.gemm import GemmConfig as TileConfig
     from costlearn.families.gemm import GemmFamily
     smem_bytes = GemmFamily.smem_bytes
@@ -36,9 +36,9 @@ def test_kernels_match_reference_on_cuda_including_smem_opt_in(ids):
 
 
 def test_collect_on_cuda(tmp_path):
-    from costlearn.backends import get_backend
-    from costlearn.collect import collect
-    from costlearn.dataset import load
+    from costlearn.collect.backends import get_backend
+    from costlearn.collect.loop import collect
+    from costlearn.collect.dataset import load
     from costlearn.families.gemm import GemmConfig as TileConfig
     be = get_backend("cuda")
     pool = [TileConfig.from_id("m64n64k16_t4x4_outer_p1_row"), TileConfig.from_id("m1n128k32_t1x4_dot_p0_col")]

@@ -5,7 +5,7 @@ import pandas as pd
 
 import pytest
 
-from costlearn.dataset import COLUMNS, DatasetError, load, measured_keys, valid_rows, write_part
+from costlearn.collect.dataset import COLUMNS, DatasetError, load, measured_keys, valid_rows, write_part
 from costlearn.families.gemm import GemmConfig as TileConfig
 
 
@@ -83,7 +83,7 @@ def test_missing_folder_is_a_clear_error(tmp_path):
 
 
 def test_compaction_merges_parts_and_a_killed_compaction_loses_and_duplicates_nothing(tmp_path):
-    from costlearn.dataset import compact
+    from costlearn.collect.dataset import compact
     for m in (1, 2, 3):
         write_part([_row(m=m)], tmp_path)
     before, _ = load(tmp_path)
@@ -158,9 +158,9 @@ def test_imported_rows_count_as_current_and_other_protocols_do_not():
     """Imported rows carry IMPORTED_PROTOCOL and a source_format; a row with
     that protocol but no source is not imported and stays out."""
     import pandas as pd
-    from costlearn.dataset import IMPORTED_PROTOCOL, current_rows
+    from costlearn.collect.dataset import IMPORTED_PROTOCOL, current_rows
     from costlearn.families import get_family
-    from costlearn.measure import PROTOCOL_VERSION
+    from costlearn.collect.measure import PROTOCOL_VERSION
     h = get_family("triton_mm").template_hash
     df = pd.DataFrame(dict(family="triton_mm", template_hash=h,
                            protocol_version=[IMPORTED_PROTOCOL, IMPORTED_PROTOCOL, PROTOCOL_VERSION, 99],
@@ -171,7 +171,7 @@ def test_imported_rows_count_as_current_and_other_protocols_do_not():
 
 def test_parts_before_schema_4_read_with_no_import_provenance(tmp_path):
     import pandas as pd
-    from costlearn.dataset import COLUMNS, NOT_IMPORTED, load
+    from costlearn.collect.dataset import COLUMNS, NOT_IMPORTED, load
     old = {c: pd.Series([1], dtype=t) if t in ("int64", "float64") else pd.Series(["x"], dtype=t)
            for c, t in COLUMNS.items() if c not in NOT_IMPORTED}
     old.update(status=pd.Series(["failed"], dtype="string"), family=pd.Series(["gemm"], dtype="string"),
@@ -188,9 +188,9 @@ A = TileConfig(64, 64, 16, 4, 4)
 
 
 def test_rows_of_another_template_or_protocol_never_train_or_score():
-    from costlearn.dataset import current_rows
+    from costlearn.collect.dataset import current_rows
     from costlearn.families.gemm import TEMPLATE_HASH
-    from costlearn.measure import PROTOCOL_VERSION
+    from costlearn.collect.measure import PROTOCOL_VERSION
     df = pd.DataFrame(dict(template_hash=[TEMPLATE_HASH, "old", TEMPLATE_HASH, TEMPLATE_HASH],
                            family=["gemm", "gemm", "gemm", "unknown"],
                            protocol_version=[PROTOCOL_VERSION, PROTOCOL_VERSION, PROTOCOL_VERSION - 1,

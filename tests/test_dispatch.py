@@ -9,9 +9,9 @@ import subprocess
 import numpy as np
 import pytest
 
-from costlearn.dispatch import evaluate_dispatch, fit_dispatch, parse_range
-from costlearn.predict import Predictor
-from costlearn.space import tile_fits_problem
+from costlearn.serve.dispatch import evaluate_dispatch, fit_dispatch, parse_range
+from costlearn.serve.predict import Predictor
+from costlearn.collect.space import tile_fits_problem
 
 RANGES = {"M": (1, 256), "N": (64, 512), "K": (64, 512)}
 
@@ -66,7 +66,7 @@ def test_emitted_python_and_c_agree_with_the_dispatch(fitted, tmp_path):
 
 
 def test_evaluation_scores_measured_shapes_in_range(fitted, dataset_dir):
-    from costlearn.dataset import load, valid_rows
+    from costlearn.collect.dataset import load, valid_rows
     pred, d = fitted
     rows = valid_rows(load(dataset_dir / "eval")[0])
     ev = evaluate_dispatch(d, pred, rows)

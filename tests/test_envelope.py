@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from costlearn.envelope import CALIBRATION_QUANTILE, Envelope, _heldout_nn, embed, fit_envelope
-from costlearn.predict import Predictor
-from costlearn.sampler import ShapeBounds, sample_shapes
+from costlearn.model.envelope import CALIBRATION_QUANTILE, Envelope, _heldout_nn, embed, fit_envelope
+from costlearn.serve.predict import Predictor
+from costlearn.collect.sampler import ShapeBounds, sample_shapes
 
 
 def test_embedding_distance_is_the_log_shape_and_aspect_distance():

@@ -1,4 +1,4 @@
-"""costlearn/errors.py: every exception class the library defines derives from CostlearnError (beside the builtin
+"""costlearn/core/errors.py: every exception class the library defines derives from CostlearnError (beside the builtin
 it always was), and the command line prints those as one line while a bug shows its traceback (issue 36)."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import importlib
 import pytest
 
 from costlearn import cli
-from costlearn.backends import BackendUnavailable
-from costlearn.errors import CostlearnError
+from costlearn.collect.backends import BackendUnavailable
+from costlearn.core.errors import CostlearnError
 from costlearn.interop.common import InteropError
-from costlearn.tuning_db import TuningDBError
+from costlearn.serve.tuning_db import TuningDBError
 
 from conftest import ROOT
 
@@ -41,7 +41,7 @@ def test_every_exception_class_costlearn_defines_derives_from_costlearn_error():
 
 
 def test_the_interrupt_stays_an_interrupt():
-    from costlearn.collect import CollectionInterrupted
+    from costlearn.collect.loop import CollectionInterrupted
     assert issubclass(CollectionInterrupted, KeyboardInterrupt) and not issubclass(CollectionInterrupted, Exception)
 
 

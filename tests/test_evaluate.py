@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from costlearn.metrics import evaluate_rows, shape_metrics, summarize, topk_regret
+from costlearn.learn.metrics import evaluate_rows, shape_metrics, summarize, topk_regret
 
 
 def test_topk_regret_by_hand():
@@ -32,7 +32,7 @@ def test_summary_tenset_score_and_geomean():
 
 
 def test_score_model_and_baselines_on_replayed_rows(model_dir, dataset_rows):
-    from costlearn.evaluate import format_per_shape, format_table, score
+    from costlearn.learn.evaluate import format_per_shape, format_table, score
     shapes = dataset_rows[["m", "n", "k"]].drop_duplicates().iloc[:6]
     rows = dataset_rows.merge(shapes, on=["m", "n", "k"])
     res = score(model_dir, rows)
@@ -50,8 +50,8 @@ def test_committed_evaluation_rescores_to_the_published_numbers(model_dir, datas
     """The committed model re-scored on the committed fresh measurements (ties
     at their across-session floor, from eval-epilogues/recheck/) gives the
     published table: `costlearn evaluate --no-measure ... --out <data>/eval-epilogues`."""
-    from costlearn.dataset import load
-    from costlearn.evaluate import score
+    from costlearn.collect.dataset import load
+    from costlearn.learn.evaluate import score
     folder = dataset_dir / "eval-epilogues"
     res = score(model_dir, load(folder)[0], data=folder)
     s = res.summary["xgboost"]["all"]
@@ -64,8 +64,8 @@ def test_committed_evaluation_rescores_to_the_published_numbers(model_dir, datas
 def test_the_per_problem_table_names_each_problems_epilogue(model_dir, dataset_dir):
     """Regression: with several epilogues a shape has several rows, and the
     per-shape table failed (int() of a Series) instead of listing each."""
-    from costlearn.dataset import load
-    from costlearn.evaluate import format_per_shape, score
+    from costlearn.collect.dataset import load
+    from costlearn.learn.evaluate import format_per_shape, score
     res = score(model_dir, load(dataset_dir / "eval-epilogues")[0])
     lines = format_per_shape(res).splitlines()
     assert lines[0].startswith("| M | N | K | epilogue | class |") and len(lines) == 2 + 116
@@ -73,8 +73,8 @@ def test_the_per_problem_table_names_each_problems_epilogue(model_dir, dataset_d
 
 
 def test_collect_through_replay_resumes_without_remeasuring(dataset_dir, dataset_rows, tmp_path):
-    from costlearn.backends.replay import ReplayBackend
-    from costlearn.collect import collect
+    from costlearn.collect.backends.replay import ReplayBackend
+    from costlearn.collect.loop import collect
     from costlearn.families.gemm import GemmConfig as TileConfig
     shapes = [tuple(int(x) for x in s) for s in dataset_rows[["m", "n", "k"]].drop_duplicates().iloc[:3].to_numpy()]
     pool = [TileConfig.from_id(c) for c in sorted(dataset_rows["config_id"].unique())]
@@ -82,7 +82,7 @@ def test_collect_through_replay_resumes_without_remeasuring(dataset_dir, dataset
     first = collect(be, tmp_path, shapes=shapes, pool=pool, configs_per_shape=len(pool), progress=False)
     assert first.rows_written > 0 and first.problems_done == 3
     # Replayed rows keep their recorded times and say they are a replay.
-    from costlearn.dataset import load
+    from costlearn.collect.dataset import load
     df, _ = load(tmp_path)
     assert (df["api"] == "replay").all()
     again = collect(be, tmp_path, shapes=shapes, pool=pool, configs_per_shape=len(pool), progress=False)
@@ -91,9 +91,9 @@ def test_collect_through_replay_resumes_without_remeasuring(dataset_dir, dataset
 
 def test_collect_with_compilation_overlapped_gives_the_same_rows(dataset_dir, dataset_rows, tmp_path):
     """The GPU path: the pool compiles in background threads while shapes are measured."""
-    from costlearn.backends.replay import ReplayBackend
-    from costlearn.collect import collect
-    from costlearn.dataset import load
+    from costlearn.collect.backends.replay import ReplayBackend
+    from costlearn.collect.loop import collect
+    from costlearn.collect.dataset import load
     from costlearn.families.gemm import GemmConfig as TileConfig
     shapes = [tuple(int(x) for x in s) for s in dataset_rows[["m", "n", "k"]].drop_duplicates().iloc[:4].to_numpy()]
     pool = [TileConfig.from_id(c) for c in sorted(dataset_rows["config_id"].unique())]
@@ -110,7 +110,7 @@ def test_collect_with_compilation_overlapped_gives_the_same_rows(dataset_dir, da
 
 def test_report_tables_and_plots_from_replayed_rows(model_dir, dataset_rows, tmp_path):
     pytest.importorskip("matplotlib")
-    from costlearn.evaluate import format_by_class, score, write_plots, write_report
+    from costlearn.learn.evaluate import format_by_class, score, write_plots, write_report
     shapes = dataset_rows[["m", "n", "k"]].drop_duplicates().iloc[:8]
     res = score(model_dir, dataset_rows.merge(shapes, on=["m", "n", "k"]))
     assert "| shape class |" in format_by_class(res)
@@ -141,7 +141,7 @@ def test_a_config_measured_in_several_sessions_counts_once_with_its_median():
     """Regression: an imported log holds each (problem, config) up to three
     times; evaluation must rank configs, not rows, and keep layouts apart."""
     import pandas as pd
-    from costlearn.metrics import evaluate_rows
+    from costlearn.learn.metrics import evaluate_rows
     rows = pd.DataFrame(dict(m=8, n=8, k=8, dtype="float16", layout=["NN"] * 5 + ["TN"] * 2,
                              config_id=["a", "a", "a", "b", "b", "a", "b"],
                              time_us=[10.0, 30.0, 11.0, 10.5, 10.5, 5.0, 4.0]))
@@ -153,7 +153,7 @@ def test_a_config_measured_in_several_sessions_counts_once_with_its_median():
 
 def test_vendor_regret_is_reported_against_the_best_tile_config_and_the_best_of_all():
     import pandas as pd
-    from costlearn.metrics import vendor_only_scores, vendor_summaries
+    from costlearn.learn.metrics import vendor_only_scores, vendor_summaries
     rows = pd.DataFrame(dict(m=[8] * 3 + [16] * 3, n=8, k=8, dtype="float16", layout="NN",
                              config_id=["vendor", "x", "y"] * 2, time_us=[9.0, 10.0, 12.0, 20.0, 10.0, 11.0]))
     pred = np.array([3.0, 1.0, 2.0, 3.0, 1.0, 2.0])                 # always picks x
@@ -167,8 +167,8 @@ def test_vendor_regret_is_reported_against_the_best_tile_config_and_the_best_of_
 def test_a_report_opens_with_the_model_the_data_and_a_noise_warning(tmp_path, model_dir):
     """Issue 13: out/report.md had no header, and a 14 % noise floor turned
     every smaller regret into 0.0 % without a word."""
-    from costlearn.dataset import load
-    from costlearn.evaluate import score, write_report
+    from costlearn.collect.dataset import load
+    from costlearn.learn.evaluate import score, write_report
     from conftest import committed_dataset
     evald = committed_dataset() / "eval"
     if not evald.is_dir():
@@ -205,9 +205,9 @@ def test_evaluate_no_measure_defaults_to_the_measurements_devices_model(tmp_path
 
 
 def test_evaluate_refuses_to_measure_on_another_device_than_the_models(model_dir, dataset_dir, tmp_path):
-    from costlearn.backends.replay import ReplayBackend
-    from costlearn.device import preset
-    from costlearn.evaluate import evaluate
+    from costlearn.collect.backends.replay import ReplayBackend
+    from costlearn.core.device import preset
+    from costlearn.learn.evaluate import evaluate
     rows = ReplayBackend(dataset_dir).rows
     with pytest.raises(ValueError, match="--no-measure"):
         evaluate(ReplayBackend(rows, spec=preset("h200")), model_dir, tmp_path, progress=False)

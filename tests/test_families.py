@@ -13,15 +13,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from costlearn.backends import BACKENDS
-from costlearn.device import PRESETS, preset
-from costlearn.dtypes import DTYPES
+from costlearn.collect.backends import BACKENDS
+from costlearn.core.device import PRESETS, preset
+from costlearn.core.dtypes import DTYPES
 from costlearn.families import (DESCRIPTION_FIELDS, FAMILIES, VENDOR_CONFIG_ID, KernelFamily, TileDescription,
                                 family_of, get_family)
 from costlearn.features import FEATURE_SETS, get_feature_set
-from costlearn.problem import LAYOUTS, Problem
-from costlearn.sampler import select_pool
-from costlearn.space import enumerate_space, rules_of
+from costlearn.core.problem import LAYOUTS, Problem
+from costlearn.collect.sampler import select_pool
+from costlearn.collect.space import enumerate_space, rules_of
 
 
 # -- a stand-in family: the smallest KernelFamily, the template of a new one ----
@@ -292,7 +292,7 @@ def test_a_new_family_registered_with_one_line_is_imported_trained_and_answered(
     from costlearn.interop import import_file
     from costlearn.interop.kernel_tuner import cache_key
     from costlearn.model.xgb import XGBParams
-    from costlearn.train import train
+    from costlearn.learn.train import train
 
     fam = get_family("stand_in_mm")
     space = enumerate_space(preset("a100"), family="stand_in_mm", dtype="float16").configs

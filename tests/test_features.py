@@ -2,13 +2,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from costlearn.device import preset
+from costlearn.core.device import preset
 from costlearn.families import FAMILIES, bank_conflict_degree, get_family
 from costlearn.families.gemm import GemmConfig as TileConfig
 from costlearn.features import FEATURE_SETS, SHAPE_FEATURES, feature_version, get_feature_set
 from costlearn.features.analytic import analytic_arrays, occupancy, shape_arrays
 from costlearn.features.base import EPILOGUE_FEATURES
-from costlearn.space import enumerate_space
+from costlearn.collect.space import enumerate_space
 
 
 def _rows(shape, configs, regs=np.nan):
@@ -158,7 +158,7 @@ def test_features_command_prints_a_readable_table_and_says_it_compiles(capsys, m
 
 def test_layout_columns_exist_only_for_families_of_several_layouts_and_follow_the_letters():
     import pandas as pd
-    from costlearn.device import preset
+    from costlearn.core.device import preset
     from costlearn.families import get_family
     from costlearn.features import get_feature_set
     from costlearn.features.base import LAYOUT_FEATURES

@@ -1,4 +1,4 @@
-"""Collection across a fleet (costlearn.fleet) on a local Ray cluster of PoCL
+"""Collection across a fleet (costlearn.collect.fleet) on a local Ray cluster of PoCL
 workers: one plan measured once, as a local collection measures it; a
 worker killed mid-problem loses only that problem; workers of another
 device class are refused."""
@@ -25,7 +25,7 @@ def _pool():
 
 
 def _protocol():
-    from costlearn.measure import Protocol
+    from costlearn.collect.measure import Protocol
     return Protocol(rounds=3, max_rounds=3, min_sample_us=100)
 
 
@@ -48,7 +48,7 @@ def killing_backend(index, shape, marker=None):
     """An OpenCL backend (run in a fleet worker) whose process kills itself
     with SIGKILL when it starts measuring ``shape``: every time, or (with
     ``marker``, a file path) only the first time any worker reaches it."""
-    from costlearn.backends.opencl import OpenCLBackend
+    from costlearn.collect.backends.opencl import OpenCLBackend
 
     class KillsItself(OpenCLBackend):
         def workspace(self, problem, *args, **kwargs):
@@ -63,7 +63,7 @@ def killing_backend(index, shape, marker=None):
 
 def two_devices(index):
     """Worker 0 measures PoCL's device; the others claim another device."""
-    from costlearn.backends.opencl import OpenCLBackend
+    from costlearn.collect.backends.opencl import OpenCLBackend
 
     class Elsewhere(OpenCLBackend):
         @property
@@ -74,14 +74,14 @@ def two_devices(index):
 
 
 def _keys(df):
-    from costlearn.dataset import KEY_COLUMNS
+    from costlearn.collect.dataset import KEY_COLUMNS
     return list(map(tuple, df[list(KEY_COLUMNS) + ["status"]].astype(object).itertuples(index=False, name=None)))
 
 
 def test_fleet_module_needs_no_ray_until_a_fleet_is_started():
     code = ("import sys; sys.modules['ray'] = None\n"
-            "import costlearn, costlearn.fleet, costlearn.cli\n"
-            "from costlearn.fleet import start_fleet, FleetUnavailable\n"
+            "import costlearn, costlearn.collect.fleet, costlearn.cli\n"
+            "from costlearn.collect.fleet import start_fleet, FleetUnavailable\n"
             "try:\n    start_fleet('opencl', workers=1)\nexcept FleetUnavailable as e:\n    print('HINT', e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -89,8 +89,8 @@ def test_fleet_module_needs_no_ray_until_a_fleet_is_started():
 
 
 def test_workers_of_two_device_classes_are_refused_naming_both():
-    from costlearn.device import preset
-    from costlearn.fleet import check_same_device
+    from costlearn.core.device import preset
+    from costlearn.collect.fleet import check_same_device
     with pytest.raises(ValueError, match=r"worker 1 measures 'NVIDIA A100-SXM4-80GB' \(a100\) but worker 0 "
                                          r"measures 'NVIDIA H200' \(h200\)"):
         check_same_device(("worker 0", preset("h200")), ("worker 1", preset("a100")))
@@ -102,10 +102,10 @@ def test_workers_of_two_device_classes_are_refused_naming_both():
 
 @needs_opencl
 def test_two_workers_measure_one_plan_once_as_a_local_collection_does(ray_cluster, tmp_path):
-    from costlearn.backends import get_backend
-    from costlearn.collect import collect
-    from costlearn.dataset import load
-    from costlearn.fleet import collect_fleet, start_fleet
+    from costlearn.collect.backends import get_backend
+    from costlearn.collect.loop import collect
+    from costlearn.collect.dataset import load
+    from costlearn.collect.fleet import collect_fleet, start_fleet
     collect(get_backend("opencl"), tmp_path / "local", pool=_pool(), protocol=_protocol(), **SETTINGS)
     local = load(tmp_path / "local")[0]
     with start_fleet("opencl", workers=2) as fleet:
@@ -130,8 +130,8 @@ def test_two_workers_measure_one_plan_once_as_a_local_collection_does(ray_cluste
 
 @needs_opencl
 def test_a_worker_killed_mid_problem_loses_only_that_problem(ray_cluster, tmp_path):
-    from costlearn.dataset import load
-    from costlearn.fleet import collect_fleet, start_fleet
+    from costlearn.collect.dataset import load
+    from costlearn.collect.fleet import collect_fleet, start_fleet
     backend = functools.partial(killing_backend, shape=SHAPES[2], marker=str(tmp_path / "killed-once"))
     with start_fleet(backend, workers=2) as fleet:
         res = collect_fleet(fleet, tmp_path / "fleet", pool=_pool(), protocol=_protocol(), **SETTINGS)
@@ -146,8 +146,8 @@ def test_a_worker_killed_mid_problem_loses_only_that_problem(ray_cluster, tmp_pa
 
 @needs_opencl
 def test_a_problem_lost_twice_is_recorded_as_failed_rows_naming_the_workers(ray_cluster, tmp_path):
-    from costlearn.dataset import load
-    from costlearn.fleet import collect_fleet, start_fleet
+    from costlearn.collect.dataset import load
+    from costlearn.collect.fleet import collect_fleet, start_fleet
     backend = functools.partial(killing_backend, shape=SHAPES[0])
     with start_fleet(backend, workers=2) as fleet:
         res = collect_fleet(fleet, tmp_path / "fleet", pool=_pool(), protocol=_protocol(), **SETTINGS)
@@ -165,12 +165,12 @@ DRIVER = """
 import sys, time
 import ray
 ray.init(address=sys.argv[1], logging_level="WARNING")
-from costlearn.fleet import collect_fleet, start_fleet
+from costlearn.collect.fleet import collect_fleet, start_fleet
 from costlearn.families.gemm import GemmConfig as C
-from costlearn.measure import Protocol
+from costlearn.collect.measure import Protocol
 
 def slow_on_the_last_shape(index):
-    from costlearn.backends.opencl import OpenCLBackend
+    from costlearn.collect.backends.opencl import OpenCLBackend
     class Slow(OpenCLBackend):
         def workspace(self, problem, *args, **kwargs):
             if problem.shape == (8, 8, 8):
@@ -189,8 +189,8 @@ with start_fleet(slow_on_the_last_shape, workers=1) as fleet:
 def test_a_driver_killed_mid_run_leaves_a_dataset_a_rerun_completes_measuring_nothing_twice(ray_cluster, tmp_path):
     import time
 
-    from costlearn.dataset import load
-    from costlearn.fleet import collect_fleet, start_fleet
+    from costlearn.collect.dataset import load
+    from costlearn.collect.fleet import collect_fleet, start_fleet
     folder = tmp_path / "fleet"
     driver = subprocess.Popen([sys.executable, "-c", DRIVER % (SHAPES,), ray_cluster.get_runtime_context().gcs_address,
                                str(folder)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -215,7 +215,7 @@ def test_a_driver_killed_mid_run_leaves_a_dataset_a_rerun_completes_measuring_no
 
 @needs_opencl
 def test_a_worker_of_another_device_class_is_refused(ray_cluster):
-    from costlearn.fleet import start_fleet
+    from costlearn.collect.fleet import start_fleet
     with pytest.raises(ValueError, match=r"worker 1 \(pid \d+ on .*\) measures 'Other OpenCL CPU' .* but worker 0 "
                                          r"\(pid \d+ on .*\) measures 'pthread"):
         start_fleet(two_devices, workers=2)
@@ -224,7 +224,7 @@ def test_a_worker_of_another_device_class_is_refused(ray_cluster):
 @needs_opencl
 def test_collect_command_runs_on_the_ray_cluster(ray_cluster, tmp_path, capsys):
     from costlearn.cli import main
-    from costlearn.dataset import load
+    from costlearn.collect.dataset import load
     assert main(["collect", "--ray", "--workers", "2", "--device", "opencl", "--data", str(tmp_path),
                  "--shapes", "64x64x64", "96x64x32", "--pool", "3", "--rounds", "3", "--max-rounds", "3",
                  "--target-rse", "0", "--recheck", "0", "--no-progress"]) == 0
@@ -244,7 +244,7 @@ def test_a_fleets_closing_note_says_the_workers_compiled(tmp_path, capsys):
     """Regression (found by a new user): over budget, a fleet run said "compiling took 0 s (the first shape
     compiles the whole pool)"; on a fleet the workers compile when they start."""
     from costlearn.cli import print_collect_result
-    from costlearn.fleet import FleetResult
+    from costlearn.collect.fleet import FleetResult
     res = FleetResult(budget_s=10.0, folder=tmp_path)
     res.seconds = dict(start=42.0, write=0.1, total=60.0)
     print_collect_result(res, tmp_path, "gemm", "float32", 0)

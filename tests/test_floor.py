@@ -1,5 +1,5 @@
-"""The vendor floor (costlearn.floor), per-candidate coverage
-(costlearn.envelope.Coverage) and the decisions the Predictor and the
+"""The vendor floor (costlearn.learn.holdout), per-candidate coverage
+(costlearn.model.envelope.Coverage) and the decisions the Predictor and the
 Triton hook make with them.
 
 Held-out records below are small hand-made tables (mocks pinning the
@@ -14,10 +14,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from costlearn.envelope import Coverage, fit_coverage
-from costlearn.floor import (MARGIN_GRID, VENDOR_NEAR_GRID, VendorFloor, calibrate_floor, heldout_folds,
-                             heldout_problems, neighbour_stats, rule_regrets)
-from costlearn.metrics import geomean_regret
+from costlearn.model.envelope import Coverage, fit_coverage
+from costlearn.learn.holdout import (MARGIN_GRID, VENDOR_NEAR_GRID, calibrate_floor, heldout_folds, heldout_problems,
+                                     neighbour_stats, rule_regrets)
+from costlearn.model.vendor_floor import VendorFloor
+from costlearn.learn.metrics import geomean_regret
 
 from inductor_fixture import DEVICE, FIXTURE_CONFIGS, SHAPE_LAYOUTS, SHAPES, build_models, write_log
 
@@ -155,7 +156,7 @@ def models(tmp_path_factory):
 
 @pytest.fixture()
 def predictor(models):
-    from costlearn.predict import Predictor
+    from costlearn.serve.predict import Predictor
     from costlearn.model.artifact import model_folder
     return Predictor(model_folder(models, DEVICE, "triton_mm", "float16"))
 
@@ -166,8 +167,8 @@ def test_predict_never_picks_a_config_measured_only_far_from_the_problem(tmp_pat
     there); it must never be the answer for N = 8192."""
     from costlearn.interop import import_file
     from costlearn.model.xgb import XGBParams
-    from costlearn.predict import Predictor
-    from costlearn.train import train
+    from costlearn.serve.predict import Predictor
+    from costlearn.learn.train import train
     configs = FIXTURE_CONFIGS[:-1] + [(16, 32, 16, 1, 1)]
     fast_last = list(reversed(configs))                  # the fixture's order: first is fastest
     write_log(tmp_path / "log.txt", configs=fast_last, only={0: lambda m, n, k: n <= 512})
@@ -256,8 +257,8 @@ def test_the_prune_path_uses_the_same_floor(predictor):
 
 
 def test_the_hook_keeps_the_users_first_config_when_the_model_is_unsure(models, monkeypatch):
-    from costlearn.predict import load_predictor
-    from costlearn.families.triton_mm.hook import ConfigStandIn, prune_configs
+    from costlearn.serve.predict import load_predictor
+    from costlearn.interop.triton_autotune import ConfigStandIn, prune_configs
     pred = load_predictor(DEVICE, "triton_mm", "float16", models)
     floor = calibrate_floor(pd.DataFrame(), True)
     floor["margin_log2"] = 5.0
@@ -275,7 +276,7 @@ def test_training_with_a_holdout_calibrates_and_records_the_floor(tmp_path):
     from costlearn.interop import import_file
     from costlearn.model.artifact import load
     from costlearn.model.xgb import XGBParams
-    from costlearn.train import train
+    from costlearn.learn.train import train
     write_log(tmp_path / "a.txt")
     write_log(tmp_path / "b.txt", shapes=[(m * 2, n, k) for m, n, k in SHAPES], layouts=SHAPE_LAYOUTS)
     for f in ("a.txt", "b.txt"):
@@ -300,14 +301,14 @@ def test_a_query_sees_the_same_neighbours_as_the_calibration():
     for _ in range(50):
         m, n, k = (int(x) for x in 2 ** rng.uniform(0, 18, 3))
         got = floor.near(m, n, k, "NN")
-        from costlearn.envelope import embed
+        from costlearn.model.envelope import embed
         vn, mn = neighbour_stats(floor.points, floor.layout_of, floor.vendor_regret, floor.model_regret,
                                  embed([(m, n, k)]), np.array(["NN"], object), k=floor.neighbors)
         assert got == pytest.approx((vn[0], mn[0]))
 
 
 def test_dispatch_keeps_the_vendor_where_the_floor_does(predictor):
-    from costlearn.dispatch import fit_dispatch
+    from costlearn.serve.dispatch import fit_dispatch
     floor = calibrate_floor(pd.DataFrame(), True)
     floor["margin_log2"] = 5.0
     predictor.floor = VendorFloor(floor)
@@ -333,7 +334,7 @@ def test_a_time_faster_than_the_memory_bandwidth_allows_is_a_symptom(predictor):
 def test_within_one_log_the_calibration_gives_up_a_little_regret_to_keep_the_vendor():
     """A hold-out within one log cannot see another kind of shape: where the tile wins by less than TOLERANCE on
     held-out problems, the vendor is kept; with two logs the lowest regret wins."""
-    from costlearn.floor import TOLERANCE
+    from costlearn.learn.holdout import TOLERANCE
     held = _held().assign(source="one.txt", tile_regret=0.0, vendor_regret=TOLERANCE / 2, model_regret=0.0,
                           tile_lr=-0.3)
     one = calibrate_floor(held, True)

@@ -18,6 +18,15 @@ def _modules() -> dict:
     return out
 
 
+def _import_target(node: ast.ImportFrom, pkg: str) -> str:
+    """The absolute module a ``from ... import`` in package ``pkg`` names
+    (relative imports resolved)."""
+    if not node.level:
+        return node.module or ""
+    base = pkg.split(".")[:len(pkg.split(".")) - (node.level - 1)]
+    return ".".join(base) + (f".{node.module}" if node.module else "")
+
+
 def import_graph() -> dict:
     """Module -> the costlearn modules it imports (a name imported from a
     package counts as that submodule where it is one)."""
@@ -28,11 +37,7 @@ def import_graph() -> dict:
         out = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = pkg.split(".")[:len(pkg.split(".")) - (node.level - 1)]
-                    target = ".".join(base) + (f".{node.module}" if node.module else "")
-                else:
-                    target = node.module or ""
+                target = _import_target(node, pkg)
                 for alias in node.names:
                     sub = f"{target}.{alias.name}"
                     out.add(sub if sub in mods else target)
@@ -106,12 +111,13 @@ def test_no_module_outside_families_imports_a_family():
 
 def test_a_family_import_outside_families_is_found():
     """The check itself, on a made-up graph; and the real graph does see a
-    family's own imports (``hook`` imports its package)."""
-    made_up = {"costlearn.metrics": {"costlearn.families", "costlearn.families.base"},
-               "costlearn.backends.triton": {"costlearn.families.triton_mm.kernel"},
-               "costlearn.families.triton_mm.hook": {"costlearn.families.triton_mm", "costlearn.predict"}}
-    assert family_imports_outside(made_up) == ["costlearn.backends.triton imports costlearn.families.triton_mm.kernel"]
-    assert "costlearn.families.triton_mm" in import_graph()["costlearn.families.triton_mm.hook"]
+    family's own imports (``compile`` imports its kernel)."""
+    made_up = {"costlearn.learn.metrics": {"costlearn.families", "costlearn.families.base"},
+               "costlearn.collect.backends.triton": {"costlearn.families.triton_mm.kernel"},
+               "costlearn.families.triton_mm.compile": {"costlearn.families.triton_mm.kernel"}}
+    assert family_imports_outside(made_up) == [
+        "costlearn.collect.backends.triton imports costlearn.families.triton_mm.kernel"]
+    assert "costlearn.families.triton_mm.kernel" in import_graph()["costlearn.families.triton_mm.compile"]
 
 
 def test_a_circle_is_found():
@@ -172,9 +178,8 @@ def _top_level_imports(path) -> tuple:
         if isinstance(node, ast.Import):
             roots.update(a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = pkg.split(".")[:len(pkg.split(".")) - (node.level - 1)]
-                target = ".".join(base) + (f".{node.module}" if node.module else "")
+            if node.level or (node.module or "").startswith("costlearn"):
+                target = _import_target(node, pkg)
                 graph_names.update(f"{target}.{a.name}" if f"{target}.{a.name}" in mods else target
                                    for a in node.names)
             else:
@@ -222,11 +227,7 @@ def late_imports(extra: dict | None = None) -> list:
                         if (node.module or "").split(".")[0] not in OPTIONAL:
                             found.append(f"{name}:{node.lineno}: from {node.module} import ...")
                         continue
-                    if node.level:
-                        base = pkg.split(".")[:len(pkg.split(".")) - (node.level - 1)]
-                        target = ".".join(base) + (f".{node.module}" if node.module else "")
-                    else:
-                        target = node.module
+                    target = _import_target(node, pkg)
                     for a in node.names:
                         t = f"{target}.{a.name}" if f"{target}.{a.name}" in mods else target
                         if t in DEFERRED_OWN or (name in ("costlearn.cli", "costlearn") and t in heavy):
@@ -243,15 +244,53 @@ def test_imports_inside_functions_are_for_optional_libraries_or_start_up_only():
 def test_a_late_import_without_a_reason_is_found(tmp_path):
     """The check itself, on a made-up module beside the real ones."""
     fake = tmp_path / "fake.py"
-    fake.write_text("def f():\n    import json\n    from .util import check_int\n    from .dataset import load\n"
-                    "    import torch\n    from .families.triton_mm.kernel import launch\n")
+    fake.write_text("def f():\n    import json\n    from costlearn.core.util import check_int\n"
+                    "    from .collect.dataset import load\n"
+                    "    import torch\n    from costlearn.families.triton_mm.kernel import launch\n")
     assert late_imports({"costlearn.fake": fake}) == ["costlearn.fake:2: import json",
-                                                     "costlearn.fake:3: from costlearn.util import check_int",
-                                                     "costlearn.fake:4: from costlearn.dataset import load"]
+                                                     "costlearn.fake:3: from costlearn.core.util import check_int",
+                                                     "costlearn.fake:4: from costlearn.collect.dataset import load"]
 
 
 def test_heavy_modules_are_found():
     """The check's own facts: the dataset loads pandas, the problem value does not."""
     heavy = heavy_modules()
-    assert {"costlearn.dataset", "costlearn.predict", "costlearn.train"} <= heavy
-    assert not {"costlearn.problem", "costlearn.device", "costlearn.families", "costlearn.cli"} & heavy
+    assert {"costlearn.collect.dataset", "costlearn.serve.predict", "costlearn.learn.train"} <= heavy
+    assert not {"costlearn.core.problem", "costlearn.core.device", "costlearn.families", "costlearn.cli"} & heavy
+
+
+LAYERS = ("core", "families", "features", "collect", "model", "ranker", "serve", "learn", "interop", "cli")
+"""costlearn's folders, bottom first (docs/architecture.md, "Layers")."""
+
+
+def layer_of(module: str) -> int | None:
+    """The index in :data:`LAYERS` of ``costlearn.<layer>...``; None for the
+    package's front (``costlearn``, ``costlearn.__main__``)."""
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def upward_imports(graph: dict) -> list:
+    """``"<module> imports <module>"`` for each import of a higher layer."""
+    return sorted(f"{mod} imports {dep}" for mod, deps in graph.items() for dep in deps
+                  if layer_of(mod) is not None and layer_of(dep) is not None and layer_of(dep) > layer_of(mod))
+
+
+def test_every_folder_of_costlearn_is_a_layer_and_the_top_holds_only_the_front():
+    tops = sorted(p.name for p in PACKAGE.iterdir() if p.name != "__pycache__")
+    assert tops == sorted([*LAYERS, "__init__.py", "__main__.py"]), \
+        f"costlearn/ holds {tops}; docs/architecture.md's layers are {list(LAYERS)}"
+
+
+def test_imports_go_only_down_the_layers():
+    found = upward_imports(import_graph())
+    assert not found, "imports of a higher layer (docs/architecture.md, \"Layers\"): " + "; ".join(found)
+
+
+def test_an_upward_import_is_found():
+    """The check itself, on a made-up graph: a model module that imports the
+    serving layer is found; the front and a downward import are not."""
+    made_up = {"costlearn.model.artifact": {"costlearn.serve.predict", "costlearn.core.util"},
+               "costlearn": {"costlearn.cli"}, "costlearn.serve.tuning": {"costlearn.collect.loop"}}
+    assert upward_imports(made_up) == ["costlearn.model.artifact imports costlearn.serve.predict"]
+

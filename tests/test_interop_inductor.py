@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from costlearn.dataset import load
+from costlearn.collect.dataset import load
 from costlearn.interop import InteropError, import_file
 from inductor_fixture import COLUMNS, HEADER, build_models
 
@@ -266,7 +266,7 @@ def test_train_with_a_log_of_one_problem_trains_every_pair(tmp_path, capsys):
 def test_train_names_a_pair_it_could_not_train_and_trains_the_others(tmp_path, capsys, monkeypatch):
     """A pair whose training fails is skipped, named with the reason, and the rest are trained (rc 0); when
     none can be, train stops naming each (rc 2)."""
-    import costlearn.train
+    import costlearn.learn.train
     from costlearn.cli import main
     from inductor_fixture import write_log
     write_log(tmp_path / "f16.txt")
@@ -274,14 +274,14 @@ def test_train_names_a_pair_it_could_not_train_and_trains_the_others(tmp_path, c
     for log in ("f16.txt", "bf16.txt"):
         assert main(["import", "inductor", str(tmp_path / log), "--preset", "a100", "--data",
                      str(tmp_path / "data")]) == 0
-    real = costlearn.train.train
+    real = costlearn.learn.train.train
 
     def failing(folder, models, *, dtype, **kw):                 # a stand-in failure for one pair
         if dtype in failing.dtypes:
             raise ValueError(f"a {dtype} failure")
         return real(folder, models, dtype=dtype, **kw)
     failing.dtypes = {"bfloat16"}
-    monkeypatch.setattr(costlearn.train, "train", failing)
+    monkeypatch.setattr(costlearn.learn.train, "train", failing)
     capsys.readouterr()
     assert main(["train", "--data", str(tmp_path / "data"), "--models", str(tmp_path / "models")]) == 0
     cap = capsys.readouterr()

@@ -1,4 +1,4 @@
-"""PyTorch Inductor's template lookup table (costlearn.interop.inductor_lut):
+"""PyTorch Inductor's template lookup table (costlearn.interop.inductor.lut):
 keys, entries and the choice rule; export from a shapes file, a log and a
 recorded table; and, where torch is installed (``costlearn[inductor]``), the
 keys and entries checked against PyTorch's own ``LookupTableChoices``."""
@@ -15,9 +15,9 @@ from inductor_fixture import DEVICE, SHAPES, build_models, write_log
 from costlearn.families.triton_mm import VENDOR, TritonMMConfig
 from costlearn.families.triton_mm.inductor import config_from_entry, lut_entry
 from costlearn.interop import InteropError, import_file
-from costlearn.interop import inductor_lut as lut
-from costlearn.prediction import Prediction
-from costlearn.problem import LAYOUTS, Problem
+from costlearn.interop.inductor import lut
+from costlearn.serve.prediction import Prediction
+from costlearn.core.problem import LAYOUTS, Problem
 
 HAS_TORCH = subprocess.run([sys.executable, "-c", "import torch._inductor.lookup_table"],
                            capture_output=True).returncode == 0

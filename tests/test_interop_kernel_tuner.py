@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from costlearn.dataset import load
+from costlearn.collect.dataset import load
 from costlearn.interop import InteropError, export_dataset, import_file
 from costlearn.interop.kernel_tuner import cache_key, load_mapping
 
@@ -380,7 +380,7 @@ def test_export_t4_valid_against_kernel_tuners_schemas_and_reimports(triton_file
 def test_export_refuses_an_unknown_format_and_an_empty_dataset(tmp_path):
     with pytest.raises(InteropError, match="allowed"):
         export_dataset("csv", tmp_path, tmp_path / "out")
-    from costlearn.device import preset
+    from costlearn.core.device import preset
     from costlearn.interop.common import device_folder
     folder = device_folder(tmp_path / "data", preset("a100"))
     with pytest.raises(InteropError, match="no valid rows"):

@@ -4,11 +4,11 @@ import math
 import numpy as np
 import pytest
 
-from costlearn.backends.base import CompiledKernel
-from costlearn.measure import Protocol, check_result, make_inputs, measure_shape, rotation_sets, tolerance
+from costlearn.collect.backends.base import CompiledKernel
+from costlearn.collect.measure import Protocol, check_result, make_inputs, measure_shape, rotation_sets, tolerance
 from costlearn.families.gemm import GemmConfig as TileConfig
 import pandas as pd
-from costlearn.measure import DeviceLost
+from costlearn.collect.measure import DeviceLost
 
 A = TileConfig(64, 64, 16, 4, 4)
 B = TileConfig(32, 32, 16, 2, 2)
@@ -161,7 +161,7 @@ class NoisyWorkspace:
 
 
 def test_median_rse_is_the_robust_standard_error_of_the_median():
-    from costlearn.measure import median_rse
+    from costlearn.collect.measure import median_rse
     rng = np.random.default_rng(1)
     x = 100 * (1 + 0.05 * rng.standard_normal(400))
     # sqrt(pi/2) * sigma / sqrt(n) / median, sigma = 5 %
@@ -243,10 +243,10 @@ def test_protocol_accepts_numpy_ints_and_refuses_a_negative_timeout():
 
 
 def test_replay_reproduces_a_recorded_timeout():
-    from costlearn.backends.replay import ReplayBackend
-    from costlearn.device import preset
+    from costlearn.collect.backends.replay import ReplayBackend
+    from costlearn.core.device import preset
     from test_dataset import _row
-    from costlearn.problem import Problem
+    from costlearn.core.problem import Problem
     rows = pd.DataFrame([_row(config_id=A.config_id, status="timeout", time_us=math.nan, device_slug="h200")])
     be = ReplayBackend(rows, spec=preset("h200"))
     with be.workspace(Problem(4, 5, 6)) as ws:
@@ -255,7 +255,7 @@ def test_replay_reproduces_a_recorded_timeout():
 
 
 def test_epilogue_reference_adds_the_bias_then_the_activation():
-    from costlearn.measure import apply_epilogue
+    from costlearn.collect.measure import apply_epilogue
     v = np.array([[-2.0, 0.5], [1.0, -0.25]])
     bias = np.array([1.0, -1.0], np.float32)
     assert apply_epilogue(v, None, "none") is v

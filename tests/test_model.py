@@ -56,15 +56,15 @@ def test_contract_save_load_round_trip_gives_identical_predictions(name, small_r
 def test_contract_every_model_is_trained_saved_loaded_and_served_by_predict_best(name, dataset_dir, tmp_path):
     """train -> artifact -> Predictor -> predict_best, with no change to the
     predictor; the served choice equals the argmin of the model's own predict."""
-    from costlearn.dataset import load
-    from costlearn.predict import Predictor, clear_cache, predict_best
-    from costlearn.train import train
+    from costlearn.collect.dataset import load
+    from costlearn.serve.predict import Predictor, clear_cache, predict_best
+    from costlearn.learn.train import train
     df, _ = load(dataset_dir)
     shapes = df[["m", "n", "k"]].drop_duplicates().iloc[:60]
     sub = tmp_path / "data" / dataset_dir.name
     sub.mkdir(parents=True)
     shutil.copy(dataset_dir / "device.json", sub / "device.json")
-    from costlearn.dataset import write_part
+    from costlearn.collect.dataset import write_part
     write_part(df.merge(shapes, on=["m", "n", "k"]), sub)
     res = train(sub, tmp_path / "models", model=name, settings=FAST_SETTINGS.get(name, {}), holdout=False)
     pred = Predictor(res.path.parent)
@@ -156,15 +156,15 @@ def test_broken_artifacts_are_artifact_errors_naming_the_file(model_dir, tmp_pat
 
 
 def test_train_refuses_a_device_description_of_another_device(dataset_dir, tmp_path):
-    from costlearn.device import preset
-    from costlearn.train import train
+    from costlearn.core.device import preset
+    from costlearn.learn.train import train
     with pytest.raises(ValueError, match="measured on device"):
         train(dataset_dir, tmp_path, spec=preset("h200"), holdout=False)
 
 
 @pytest.mark.parametrize("objective", ["log_slowdown", "rank_pairwise"])
 def test_ranking_objectives_fit_and_rank(objective, small_rows, dataset_spec):
-    from costlearn.metrics import evaluate_rows, summarize
+    from costlearn.learn.metrics import evaluate_rows, summarize
     mdl = XGBCostModel(params=XGBParams(n_estimators=60, max_depth=4, early_stopping_rounds=10,
                                         objective=objective)).fit(small_rows, dataset_spec)
     s = summarize(evaluate_rows(small_rows, mdl.predict(small_rows)))
@@ -181,7 +181,7 @@ def test_unknown_objective_lists_the_known_ones():
 def test_committed_booster_is_served_byte_identical_and_its_scorer_matches_it(model_dir):
     """The committed model's model.ubj is the file the sidecar names, and the
     exported scorer's margins equal XGBoost's to float32 rounding."""
-    from costlearn.util import sha256_file
+    from costlearn.core.util import sha256_file
     art = artifact.load(model_dir)
     side = art.sidecar
     assert side["model_state"]["files"]["model.ubj"] == sha256_file(model_dir / "model.ubj")

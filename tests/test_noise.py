@@ -14,7 +14,7 @@ def _rows(times, session, **kw):
     from test_dataset import _row
 
     from costlearn.families import get_family
-    from costlearn.measure import PROTOCOL_VERSION
+    from costlearn.collect.measure import PROTOCOL_VERSION
     return [_row(m=8, n=8, k=8 + i, config_id="m16n16k8_t2x2_outer_p0_row", time_us=t, session_id=session,
                  protocol_version=PROTOCOL_VERSION, template_hash=get_family("gemm").template_hash, source_format="",
                  **kw)
@@ -22,8 +22,8 @@ def _rows(times, session, **kw):
 
 
 def test_the_across_session_floor_pairs_each_retiming_with_the_row_it_retimed():
-    from costlearn.dataset import _conform
-    from costlearn.noise import across_session_pairs
+    from costlearn.collect.dataset import _conform
+    from costlearn.collect.noise import across_session_pairs
     first = _conform(pd.DataFrame(_rows([100.0, 200.0, 300.0, 400.0], "s1")), upgrade=True)
     later = _conform(pd.DataFrame(_rows([110.0, 200.0, 330.0], "s2")), upgrade=True)
     pairs = across_session_pairs(first, later)
@@ -36,8 +36,8 @@ def test_the_across_session_floor_pairs_each_retiming_with_the_row_it_retimed():
 def test_a_shift_every_config_of_a_shape_shares_is_not_ranking_noise():
     """A later session on a machine 20 % slower moves every config alike: the
     raw floor says 20 %, the floor ties use (the shape's factor removed) 0."""
-    from costlearn.dataset import _conform
-    from costlearn.noise import across_session_pairs
+    from costlearn.collect.dataset import _conform
+    from costlearn.collect.noise import across_session_pairs
     from test_dataset import _row
     from costlearn.families import get_family
     th = get_family("gemm").template_hash
@@ -55,13 +55,13 @@ def test_a_shift_every_config_of_a_shape_shares_is_not_ranking_noise():
 
 def test_recheck_retimes_in_a_new_session_and_ties_use_the_across_floor(dataset_dir, dataset_rows, tmp_path,
                                                                          monkeypatch, model_dir):
-    import costlearn.collect
-    from costlearn.backends.replay import ReplayBackend
-    from costlearn.collect import collect
-    from costlearn.evaluate import score
-    from costlearn.dataset import load
+    import costlearn.collect.loop
+    from costlearn.collect.backends.replay import ReplayBackend
+    from costlearn.collect.loop import collect
+    from costlearn.learn.evaluate import score
+    from costlearn.collect.dataset import load
     from costlearn.families.gemm import GemmConfig
-    from costlearn.noise import RECHECK_FOLDER, noise_floors, recheck
+    from costlearn.collect.noise import RECHECK_FOLDER, noise_floors, recheck
     counts = dataset_rows.groupby(["m", "n", "k"]).size().sort_values(ascending=False, kind="stable")
     shapes = [tuple(int(x) for x in s) for s in counts.index[:3]]         # shapes with many configs measured
     pool = [GemmConfig.from_id(c) for c in sorted(dataset_rows["config_id"].unique())]
@@ -79,8 +79,8 @@ def test_recheck_retimes_in_a_new_session_and_ties_use_the_across_floor(dataset_
             base = ws.sample
             ws.sample = lambda kern, n: 1.1 * (1.2 if kern.config.config_id in odd else 1.0) * base(kern, n)
             return ws
-    import costlearn.noise
-    for mod in (costlearn.collect, costlearn.noise):          # the session id, where each module reads it
+    import costlearn.collect.noise
+    for mod in (costlearn.collect.loop, costlearn.collect.noise):          # the session id, where each module reads it
         monkeypatch.setattr(mod, "SESSION_ID", "later0session")
     res = recheck(Slower(dataset_dir), tmp_path, shapes=2, configs_per_shape=len(pool), seed=0)
     assert res.shapes == 2 and res.rows_written > 0
@@ -98,7 +98,7 @@ def test_recheck_retimes_in_a_new_session_and_ties_use_the_across_floor(dataset_
 
 def test_pocl_settings_leave_the_host_a_core_and_respect_the_users_own(monkeypatch):
     pytest.importorskip("pyopencl")
-    import costlearn.backends.opencl as ocl
+    import costlearn.collect.backends.opencl as ocl
     monkeypatch.setattr(ocl, "_allowed_cpus", lambda: [0, 1, 2, 3])
     assert ocl.pocl_settings({}) == {"POCL_MAX_PTHREAD_COUNT": 3, "POCL_AFFINITY": "1", "host_cpu": 3}
     assert ocl.pocl_settings({"POCL_MAX_PTHREAD_COUNT": "4"})["host_cpu"] is None      # no core left for the host
@@ -114,7 +114,7 @@ def test_pocl_settings_leave_the_host_a_core_and_respect_the_users_own(monkeypat
 def test_a_cpu_devices_worker_count_is_part_of_its_identity():
     import dataclasses
 
-    from costlearn.device import preset
+    from costlearn.core.device import preset
     cpu = dataclasses.replace(preset("h200"), name="pthread-AMD EPYC", api="opencl", device_type="cpu",
                               multiprocessors=1, extra={"settings": {"POCL_AFFINITY": "1"}})
     assert cpu.slug == "ocl-pthread-amd-epyc-1w"
@@ -127,11 +127,11 @@ def test_a_cpu_devices_worker_count_is_part_of_its_identity():
 @needs_opencl
 @pytest.mark.opencl
 def test_the_worker_thread_setting_is_recorded_on_every_row(tmp_path):
-    from costlearn.backends import get_backend
-    from costlearn.collect import collect
-    from costlearn.dataset import load
+    from costlearn.collect.backends import get_backend
+    from costlearn.collect.loop import collect
+    from costlearn.collect.dataset import load
     from costlearn.families.gemm import GemmConfig
-    from costlearn.measure import Protocol
+    from costlearn.collect.measure import Protocol
     be = get_backend("opencl")
     if be.spec.device_type != "cpu":
         pytest.skip("the OpenCL device is not a CPU")
@@ -146,11 +146,11 @@ def test_the_worker_thread_setting_is_recorded_on_every_row(tmp_path):
 
 
 def test_filter_then_measure_returns_the_tie_set_when_it_cannot_separate(model_dir, dataset_dir, tmp_path):
-    from costlearn.backends.replay import ReplayBackend
-    from costlearn.dataset import load, valid_rows
-    from costlearn.predict import Predictor
-    from costlearn.tuning import Tuner
-    from costlearn.tuning_db import TuningDB
+    from costlearn.collect.backends.replay import ReplayBackend
+    from costlearn.collect.dataset import load, valid_rows
+    from costlearn.serve.predict import Predictor
+    from costlearn.serve.tuning import Tuner
+    from costlearn.serve.tuning_db import TuningDB
     pred = Predictor(model_dir)
     rows = valid_rows(load(dataset_dir)[0])
     rows = rows[rows["epilogue"] == "none"]             # the problems asked below have no epilogue
@@ -181,8 +181,8 @@ def test_filter_then_measure_returns_the_tie_set_when_it_cannot_separate(model_d
 def test_a_retiming_pairs_only_with_the_row_of_its_epilogue():
     """Regression: the pairing key had no epilogue, so re-timing a shape's
     bias row was compared with the same config's epilogue-free row too."""
-    from costlearn.dataset import _conform
-    from costlearn.noise import across_session_pairs
+    from costlearn.collect.dataset import _conform
+    from costlearn.collect.noise import across_session_pairs
     first = _conform(pd.DataFrame(_rows([100.0], "s1", epilogue="none") + _rows([300.0], "s1", epilogue="bias")),
                      upgrade=True)
     later = _conform(pd.DataFrame(_rows([330.0], "s2", epilogue="bias")), upgrade=True)
@@ -192,13 +192,13 @@ def test_a_retiming_pairs_only_with_the_row_of_its_epilogue():
 
 @needs_opencl
 def test_recheck_retimes_an_epilogue_row_with_its_epilogue(tmp_path):
-    from costlearn.backends import get_backend
-    from costlearn.collect import collect
-    from costlearn.dataset import load
+    from costlearn.collect.backends import get_backend
+    from costlearn.collect.loop import collect
+    from costlearn.collect.dataset import load
     from costlearn.families.gemm import GemmConfig
-    from costlearn.measure import Protocol
-    from costlearn.noise import RECHECK_FOLDER, recheck
-    import costlearn.noise
+    from costlearn.collect.measure import Protocol
+    from costlearn.collect.noise import RECHECK_FOLDER, recheck
+    import costlearn.collect.noise
     be = get_backend("opencl")
     proto = Protocol(rounds=3, max_rounds=3, min_sample_us=100.0)
     collect(be, tmp_path, shapes=[(40, 48, 24)], pool=[GemmConfig(16, 16, 8, 2, 2)], protocol=proto,
@@ -208,4 +208,5 @@ def test_recheck_retimes_an_epilogue_row_with_its_epilogue(tmp_path):
     res = recheck(be, tmp_path, shapes=1, configs_per_shape=1, protocol=proto, seed=0)
     again, _ = load(tmp_path / RECHECK_FOLDER)
     assert res.rows_written == 1 and again["epilogue"].tolist() == ["bias_relu"] and again["status"].tolist() == ["ok"]
-    assert costlearn.noise.across_session_pairs(df.assign(session_id="x"), again)["epilogue"].tolist() == ["bias_relu"]
+    pairs = costlearn.collect.noise.across_session_pairs(df.assign(session_id="x"), again)
+    assert pairs["epilogue"].tolist() == ["bias_relu"]

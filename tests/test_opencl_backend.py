@@ -6,10 +6,10 @@ pytestmark = needs_opencl
 
 
 def test_collect_on_pocl_writes_valid_rows_with_provenance_and_resumes(tmp_path):
-    from costlearn.backends import get_backend
-    from costlearn.collect import collect
-    from costlearn.dataset import load
-    from costlearn.measure import Protocol
+    from costlearn.collect.backends import get_backend
+    from costlearn.collect.loop import collect
+    from costlearn.collect.dataset import load
+    from costlearn.collect.measure import Protocol
     from costlearn.families.gemm import GemmConfig as TileConfig
     be = get_backend("opencl")
     pool = [TileConfig(16, 16, 8, 2, 2), TileConfig(1, 64, 16, 1, 2, "dot"), TileConfig(32, 64, 8, 4, 4)]
@@ -29,19 +29,19 @@ def test_collect_on_pocl_writes_valid_rows_with_provenance_and_resumes(tmp_path)
 
 
 def test_spec_is_queried_not_hard_coded():
-    from costlearn.backends import get_backend
+    from costlearn.collect.backends import get_backend
     s = get_backend("opencl").spec
     assert s.api == "opencl" and s.multiprocessors >= 1 and s.memory_bandwidth_gbps > 0
     assert s.source.startswith("queried")
 
 
 def test_same_config_timed_twice_at_16_cubed_agrees_within_the_measured_noise():
-    from costlearn.backends import get_backend
-    from costlearn.measure import Protocol, measure_shape
+    from costlearn.collect.backends import get_backend
+    from costlearn.collect.measure import Protocol, measure_shape
     from costlearn.families.gemm import GemmConfig as TileConfig
     be = get_backend("opencl")
     kern = be.compile(TileConfig(16, 16, 8, 2, 2))
-    from costlearn.problem import Problem
+    from costlearn.core.problem import Problem
     with be.workspace(Problem(16, 16, 16)) as ws:
         row = measure_shape(ws, [kern], Protocol(rounds=9), be.launch_overhead_us(), repeat_index=0)[0]
     assert row["launches_per_sample"] > 1          # the sample is many launches, not one
@@ -50,10 +50,10 @@ def test_same_config_timed_twice_at_16_cubed_agrees_within_the_measured_noise():
 
 
 def test_input_distribution_is_recorded_per_row(tmp_path):
-    from costlearn.backends import get_backend
-    from costlearn.collect import collect
-    from costlearn.dataset import load
-    from costlearn.measure import Protocol
+    from costlearn.collect.backends import get_backend
+    from costlearn.collect.loop import collect
+    from costlearn.collect.dataset import load
+    from costlearn.collect.measure import Protocol
     from costlearn.families.gemm import GemmConfig as TileConfig
     be = get_backend("opencl")
     collect(be, tmp_path, shapes=[(24, 24, 200)], pool=[TileConfig(8, 8, 8, 1, 1)],
@@ -71,11 +71,11 @@ def test_collect_measures_each_given_shape_with_every_epilogue_verified_and_resu
     against the float64 reference of A @ B + bias then the activation (a
     wrong kernel would be ``wrong_result``); a second call skips them all,
     and asking for one more epilogue measures only that one."""
-    from costlearn.backends import get_backend
-    from costlearn.collect import collect
-    from costlearn.dataset import load
+    from costlearn.collect.backends import get_backend
+    from costlearn.collect.loop import collect
+    from costlearn.collect.dataset import load
     from costlearn.families.gemm import GemmConfig as TileConfig
-    from costlearn.measure import Protocol
+    from costlearn.collect.measure import Protocol
     be = get_backend("opencl")
     pool = [TileConfig(16, 16, 8, 2, 2), TileConfig(1, 64, 16, 1, 2, "dot")]
     shapes = [(1, 200, 64), (37, 45, 29)]
@@ -96,9 +96,9 @@ def test_collect_measures_each_given_shape_with_every_epilogue_verified_and_resu
 def test_a_kernel_compiled_for_another_epilogue_is_refused_not_measured():
     import pytest
 
-    from costlearn.backends import get_backend
+    from costlearn.collect.backends import get_backend
     from costlearn.families.gemm import GemmConfig as TileConfig
-    from costlearn.problem import Problem
+    from costlearn.core.problem import Problem
     be = get_backend("opencl")
     kern = be.compile(TileConfig(16, 16, 8, 2, 2), "float32", "bias")
     assert kern.status == "ok" and kern.epilogue == "bias"
@@ -117,9 +117,9 @@ def test_a_kernel_that_drops_the_activation_is_a_wrong_result():
     bias_relu problem's inputs disagrees where A @ B + bias < 0."""
     import numpy as np
 
-    from costlearn.backends import get_backend
+    from costlearn.collect.backends import get_backend
     from costlearn.families.gemm import GemmConfig as TileConfig
-    from costlearn.problem import Problem
+    from costlearn.core.problem import Problem
     be = get_backend("opencl")
     kern = be.compile(TileConfig(16, 16, 8, 2, 2), "float32", "bias")
     with be.workspace(Problem(20, 30, 40, epilogue="bias_relu")) as ws:

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import costlearn
-from costlearn.device import preset
-from costlearn.predict import Predictor, predict_best
+from costlearn.core.device import preset
+from costlearn.serve.predict import Predictor, predict_best
 from conftest import ROOT
 
 
@@ -124,7 +124,7 @@ def test_costlearn_models_set_later_takes_effect_after_clear_cache(model_dir, tm
     """Regression: setting $COSTLEARN_MODELS after a first prediction kept
     serving the old store, undocumented; it is read at the first call and
     after clear_cache()."""
-    from costlearn import predict as P
+    from costlearn.serve import predict as P
     monkeypatch.delenv("COSTLEARN_MODELS", raising=False)
     P.clear_cache()
     try:
@@ -143,7 +143,7 @@ def test_costlearn_models_set_later_takes_effect_after_clear_cache(model_dir, tm
 
 
 def test_names_of_one_model_folder_share_one_predictor(model_dir):
-    from costlearn.predict import load_predictor
+    from costlearn.serve.predict import load_predictor
     dev = model_dir.parents[1].name
     assert load_predictor(dev, models_dir=model_dir.parents[2]) is load_predictor(None, models_dir=model_dir.parents[2])
 
@@ -152,7 +152,7 @@ def test_a_linked_model_folder_is_named_where_it_is_linked(model_dir, tmp_path):
     """Regression: the device name came from the link's target
     (``runs/run42`` named the device ``tmp...``)."""
     import shutil
-    from costlearn.predict import load_predictor
+    from costlearn.serve.predict import load_predictor
     target = tmp_path / "runs" / "run42"
     shutil.copytree(model_dir, target)
     link = tmp_path / "store" / "my-gpu" / "gemm" / "float32"
@@ -167,7 +167,7 @@ def test_a_load_racing_clear_cache_does_not_cache_the_old_store(model_dir, tmp_p
     clear_cache() cached the old store's predictor under the default key."""
     import threading
     import time
-    from costlearn import predict as P
+    from costlearn.serve import predict as P
     from costlearn.model import store
     monkeypatch.delenv("COSTLEARN_MODELS", raising=False)
     P.clear_cache()
@@ -235,7 +235,7 @@ def test_an_epilogue_is_part_of_the_problem_asked_cached_and_answered(dev, model
     """The committed model knows the four epilogues: each is answered and
     carried in the Prediction; the repeated-problem cache keeps them apart;
     the same shape without an epilogue is answered as before."""
-    from costlearn.problem import EPILOGUES
+    from costlearn.core.problem import EPILOGUES
     pred = Predictor(model_dir)
     assert pred.epilogues == EPILOGUES
     plain = predict_best(48, 300, 20, device=dev)
@@ -275,4 +275,4 @@ def test_an_unhashable_epilogue_or_layout_is_a_clear_error_not_a_cache_crash(dev
     with pytest.raises(ValueError, match="layout="):
         predict_best(4, 4, 4, device=dev, layout=bad)
     with pytest.raises(ValueError, match="epilogue="):
-        Predictor(costlearn.predict.load_predictor(dev).artifact.path).predict_best(4, 4, 4, epilogue=bad)
+        Predictor(costlearn.serve.predict.load_predictor(dev).artifact.path).predict_best(4, 4, 4, epilogue=bad)

@@ -5,9 +5,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from costlearn.backends.base import CompiledKernel, DeviceWorkspace, HostProblem
-from costlearn.dataset import noise_floor
-from costlearn.measure import Protocol, measure_shape, rotation_sets
+from costlearn.collect.backends.base import CompiledKernel, DeviceWorkspace, HostProblem
+from costlearn.collect.dataset import noise_floor
+from costlearn.collect.measure import Protocol, measure_shape, rotation_sets
 from costlearn.families.gemm import GemmConfig as TileConfig
 
 A = TileConfig(64, 64, 16, 4, 4)
@@ -43,7 +43,7 @@ class RecordingWorkspace(DeviceWorkspace):
 
 
 def _prob(m=8, n=8, k=8, cache=1 << 14):
-    from costlearn.problem import Problem
+    from costlearn.core.problem import Problem
     return HostProblem.make(Problem(m, n, k), "normal", 1.0, 0, cache)
 
 
@@ -88,14 +88,14 @@ def test_repeat_candidate_gives_the_noise_floor():
 
 
 def test_throttle_reasons_flag_only_real_hazards():
-    from costlearn.backends.nvml import throttle_fields
+    from costlearn.collect.backends.nvml import throttle_fields
     assert throttle_fields(0x1) == dict(throttled=False, throttle_reasons="")          # idle
     assert throttle_fields(0x1 | 0x4) == dict(throttled=True, throttle_reasons="sw_power_cap")
     assert throttle_fields(0x40 | 0x8)["throttle_reasons"] == "hw_slowdown;hw_thermal"
 
 
 def test_old_schema_parts_are_read_with_the_added_columns(tmp_path):
-    from costlearn.dataset import ADDED_COLUMNS, load
+    from costlearn.collect.dataset import ADDED_COLUMNS, load
     from test_dataset import _row
     old = pd.DataFrame([_row()]).drop(columns=list(ADDED_COLUMNS))
     old.to_parquet(tmp_path / "part-old.parquet", index=False)

@@ -13,10 +13,10 @@ import pytest
 
 from costlearn.model.forest import FlatForest
 from costlearn.model.scorer import Scorer
-from costlearn.predict import Predictor, predict_best
-from costlearn.problem import EPILOGUES, Problem
+from costlearn.serve.predict import Predictor, predict_best
+from costlearn.core.problem import EPILOGUES, Problem
 from costlearn.ranker import RANKERS
-from costlearn.sampler import ShapeBounds, sample_shapes
+from costlearn.collect.sampler import ShapeBounds, sample_shapes
 
 from conftest import ROOT
 
@@ -177,7 +177,8 @@ def test_the_c_struct_is_generated_from_python_and_its_layout_checked():
         native.check_layout(Shifted())
 
 
-_PREDICT = ("import sys, json, warnings; warnings.simplefilter('always'); from costlearn.predict import Predictor; "
+_PREDICT = ("import sys, json, warnings; warnings.simplefilter('always'); "
+            "from costlearn.serve.predict import Predictor; "
             "p = Predictor(sys.argv[1]); print(p.ranker.name); "
             "print(json.dumps([p.predict_best(*s).config.config_id for s in [(1,64,64),(300,200,500),(7,9,11),"
             "(48,64,96),(9000,3,12000)]]))")

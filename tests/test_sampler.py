@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from costlearn.device import preset
-from costlearn.sampler import ShapeBounds, sample_shapes, select_pool, shape_class
-from costlearn.space import enumerate_space
+from costlearn.core.device import preset
+from costlearn.collect.sampler import ShapeBounds, sample_shapes, select_pool, shape_class
+from costlearn.collect.space import enumerate_space
 
 
 def test_shapes_are_distinct_within_bounds_and_include_batch1_and_skinny():

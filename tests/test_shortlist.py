@@ -1,4 +1,4 @@
-"""The shortlist table (costlearn/ranker/shortlist.py) and the ranker's
+"""The shortlist table (costlearn/model/shortlist.py) and the ranker's
 candidate rule and held-out evidence, on a triton_mm model trained from the
 synthetic Inductor fixture log (a vendor candidate, recorded coverage): the C
 and numpy rankers give the same bits with all of them; the table is saved
@@ -14,12 +14,14 @@ import pandas as pd
 import pytest
 
 import costlearn
-from costlearn.floor import VendorFloor, calibrate_floor
+from costlearn.learn.holdout import calibrate_floor
+from costlearn.model.vendor_floor import VendorFloor
 from costlearn.model.artifact import ArtifactError, model_folder, replace_shortlist
-from costlearn.predict import Predictor, clear_cache
-from costlearn.problem import Problem
+from costlearn.serve.predict import Predictor, clear_cache
+from costlearn.core.problem import Problem
 from costlearn.ranker import RANKERS
-from costlearn.ranker.shortlist import Shortlist, ShortlistError, build_lists_numpy, build_shortlist, grid_shapes
+from costlearn.model.shortlist import Shortlist, ShortlistError, grid_shapes
+from costlearn.ranker.shortlist_build import build_lists_numpy, build_shortlist
 
 from inductor_fixture import DEVICE, SHAPES, build_models
 

@@ -2,11 +2,11 @@ import re
 
 import pytest
 
-from costlearn.device import PRESETS, DeviceSpec, device_slug, preset
+from costlearn.core.device import PRESETS, DeviceSpec, device_slug, preset
 from costlearn.families import get_family
 from costlearn.families.gemm import GemmConfig as TileConfig
-from costlearn.problem import Problem
-from costlearn.space import check_config, enumerate_space, rules_of
+from costlearn.core.problem import Problem
+from costlearn.collect.space import check_config, enumerate_space, rules_of
 import numpy as np
 import pandas as pd
 
@@ -175,9 +175,9 @@ A = TileConfig(64, 64, 16, 4, 4)
 
 
 def test_small_input_errors_are_clear():
-    from costlearn.device import preset
+    from costlearn.core.device import preset
     from costlearn.features.analytic import analytic_arrays
-    from costlearn.metrics import topk_regret
+    from costlearn.learn.metrics import topk_regret
     with pytest.raises(TypeError, match="must be a costlearn.Problem"):
         enumerate_space(preset("h200"), problem=(1, 2))
     with pytest.raises(ValueError, match="non-empty"):

@@ -1,4 +1,4 @@
-"""costlearn.study and its commands: what predict_best answers, scored by log
+"""costlearn.learn.study and its commands: what predict_best answers, scored by log
 (evaluate --no-measure), and leave one log out (costlearn study), on
 synthetic Inductor fixture logs (tests/inductor_fixture.py; not
 measurements)."""
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from costlearn.study import TOP_K, by_source, decision_scores, format_by_source, leave_one_log_out
+from costlearn.learn.study import TOP_K, by_source, decision_scores, format_by_source, leave_one_log_out
 
 from inductor_fixture import DEVICE, SHAPE_LAYOUTS, SHAPES, write_log
 
@@ -65,8 +65,8 @@ def test_an_unmeasured_pick_is_counted_not_scored():
 
 
 def test_cli_study_and_evaluate_no_measure_by_log(two_logs, tmp_path, capsys, monkeypatch):
-    import costlearn.study as study_mod
-    from costlearn import train as train_mod
+    import costlearn.learn.study as study_mod
+    from costlearn.learn import train as train_mod
     from costlearn.cli import main
     from costlearn.model.xgb import XGBParams
     real = train_mod.train
@@ -92,10 +92,10 @@ def test_cli_study_and_evaluate_no_measure_by_log(two_logs, tmp_path, capsys, mo
 
 
 def test_scoring_a_folder_without_the_models_dtype_names_what_it_holds(two_logs, tmp_path):
-    from costlearn.evaluate import score
-    from costlearn.dataset import load
+    from costlearn.learn.evaluate import score
+    from costlearn.collect.dataset import load
     from costlearn.model.xgb import XGBParams
-    from costlearn.train import train
+    from costlearn.learn.train import train
     res = train(two_logs / "data" / DEVICE, tmp_path / "m", family="triton_mm", dtype="float16", holdout=False,
                 settings=dict(params=XGBParams(**FAST)))
     rows = load(two_logs / "data" / DEVICE)[0].assign(dtype="bfloat16")
@@ -104,10 +104,10 @@ def test_scoring_a_folder_without_the_models_dtype_names_what_it_holds(two_logs,
 
 
 def test_decision_scores_follow_what_predict_answers(two_logs, tmp_path):
-    from costlearn.dataset import load, valid_rows
+    from costlearn.collect.dataset import load, valid_rows
     from costlearn.model.xgb import XGBParams
-    from costlearn.predict import Predictor
-    from costlearn.train import train
+    from costlearn.serve.predict import Predictor
+    from costlearn.learn.train import train
     res = train(two_logs / "data" / DEVICE, tmp_path / "m", family="triton_mm", dtype="float16", holdout=False,
                 settings=dict(params=XGBParams(**FAST)))
     pred = Predictor(res.path.parent)
@@ -126,7 +126,7 @@ def test_evaluate_no_measure_names_in_sample_logs_and_takes_a_data_root(two_logs
     from costlearn.cli import main
     from costlearn.interop import import_file
     from costlearn.model.xgb import XGBParams
-    from costlearn.train import train
+    from costlearn.learn.train import train
     train(two_logs / "data" / DEVICE, tmp_path / "m", family="triton_mm", dtype="float16", holdout=False,
           settings=dict(params=XGBParams(**FAST)))
     import_file("inductor", two_logs / "zoo_a.txt", device=DEVICE, data_root=tmp_path / "copy")

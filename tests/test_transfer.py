@@ -1,4 +1,4 @@
-"""costlearn.transfer and the multi-device model: carrying a model from one
+"""costlearn.learn.transfer and the multi-device model: carrying a model from one
 device to another (zero-shot and from a few destination problems), the
 destination's feasibility rules, the zero-shot flag, and the folded forest
 the transferred model serves."""
@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 
 from costlearn.cli import main
-from costlearn.floor import VendorFloor
+from costlearn.model.vendor_floor import VendorFloor
 from costlearn.interop import import_file
 from costlearn.model import artifact, get_model
 from costlearn.model.xgb import XGBParams
-from costlearn.predict import Predictor
-from costlearn.train import train
-from costlearn.transfer import MIN_DESTINATION_PROBLEMS, ZERO_SHOT_MARGIN_LOG2, transfer
+from costlearn.serve.predict import Predictor
+from costlearn.learn.train import train
+from costlearn.learn.transfer import MIN_DESTINATION_PROBLEMS, ZERO_SHOT_MARGIN_LOG2, transfer
 from inductor_fixture import FIXTURE_CONFIGS, HEADER, build_models, write_log
 
 FAST = XGBParams(n_estimators=60, learning_rate=0.3, max_depth=4, early_stopping_rounds=20)
@@ -143,8 +143,8 @@ def test_cli_transfer_zero_shot_says_so(source, tmp_path, capsys):
 
 
 def test_multidevice_model_refuses_rows_of_a_device_it_has_no_spec_for(source):
-    from costlearn.dataset import load, valid_rows
-    from costlearn.device import preset
+    from costlearn.collect.dataset import load, valid_rows
+    from costlearn.core.device import preset
     tmp, _ = source
     rows = valid_rows(load(tmp / "data" / "a100")[0])
     mdl = get_model("xgboost_devices", params=FAST)

@@ -170,15 +170,15 @@ def test_a_ragged_k_is_compiled_without_the_pipeline():
 def test_the_triton_backend_is_an_optional_extra():
     """Importing costlearn and its backend registry never needs torch or
     triton; asking for the backend without a GPU says what to install."""
-    code = ("import sys, costlearn, costlearn.backends, costlearn.families.triton_mm as t\n"
+    code = ("import sys, costlearn, costlearn.collect.backends, costlearn.families.triton_mm as t\n"
             "assert 'torch' not in sys.modules and 'triton' not in sys.modules, sorted(sys.modules)\n"
-            "from costlearn.backends import BACKENDS, BackendUnavailable, available\n"
+            "from costlearn.collect.backends import BACKENDS, BackendUnavailable, available\n"
             "print(available('triton'))\n")
     run = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT)),
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     if run.stdout.strip() == "False":
-        from costlearn.backends import BackendUnavailable, get_backend
+        from costlearn.collect.backends import BackendUnavailable, get_backend
         with pytest.raises(BackendUnavailable, match=r"costlearn\[triton\]"):
             get_backend("triton")
 
@@ -186,13 +186,13 @@ def test_the_triton_backend_is_an_optional_extra():
 def test_own_kernel_rows_and_imported_inductor_rows_are_both_current_but_never_trained_together(tmp_path):
     import pandas as pd
 
-    from costlearn.dataset import _conform, current_rows
+    from costlearn.collect.dataset import _conform, current_rows
     from costlearn.families.triton_mm import INDUCTOR_TEMPLATE_HASH, KERNEL_HASH, TritonMMFamily
     from test_dataset import _row
     src = (ROOT / "costlearn" / "families" / "triton_mm" / "kernel.py").read_bytes()
     assert KERNEL_HASH == hashlib.sha256(src).hexdigest()[:12] != INDUCTOR_TEMPLATE_HASH
     assert TritonMMFamily().template_hashes == (KERNEL_HASH, INDUCTOR_TEMPLATE_HASH)
-    from costlearn.measure import PROTOCOL_VERSION
+    from costlearn.collect.measure import PROTOCOL_VERSION
     rows = [_row(family="triton_mm", dtype="float16", config_id="m64n64k32_w4_s3_g8", template_hash=h,
                  protocol_version=PROTOCOL_VERSION, source_format="")
             for h in (KERNEL_HASH, INDUCTOR_TEMPLATE_HASH, "0123456789ab")]
@@ -204,7 +204,7 @@ def test_auto_picks_the_backend_that_measures_the_family(monkeypatch):
     """Regression: `auto` always meant CUDA-else-OpenCL, so measuring a
     triton_mm model's top-k (`predict --measure-top-k` with `--family
     triton_mm`) opened a backend that cannot run it."""
-    import costlearn.backends as b
+    import costlearn.collect.backends as b
     assert b.auto_order("triton_mm") == ("triton",) and b.auto_name("triton_mm") == "triton"
     assert b.auto_name("gemm") == "auto"
     seen = []

@@ -1,4 +1,4 @@
-"""Tests of costlearn.families.triton_mm.hook: the Triton autotune prune hook and
+"""Tests of costlearn.interop.triton_autotune: the Triton autotune prune hook and
 top_configs, on a small triton_mm model trained from a synthetic Inductor log.
 
 The log is a test fixture, not a measurement: its times follow
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from costlearn.families.triton_mm import TritonMMConfig, VendorCall
-from costlearn.families.triton_mm.hook import ConfigStandIn, prune_configs, tensor_dtype, tensor_layout, top_configs
+from costlearn.interop.triton_autotune import ConfigStandIn, prune_configs, tensor_dtype, tensor_layout, top_configs
 
 from inductor_fixture import (DEVICE, FIXTURE_CONFIGS, LAYOUT_FACTOR, SHAPE_LAYOUTS, SHAPES,  # noqa: F401
                                VENDOR_FACTOR, build_models, strides)
@@ -30,7 +30,7 @@ def models(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def predictor(models):
-    from costlearn.predict import load_predictor
+    from costlearn.serve.predict import load_predictor
     return load_predictor(DEVICE, "triton_mm", "float16", models)
 
 
@@ -295,7 +295,7 @@ def test_bad_arguments_fail_when_the_hook_is_built():
 
 
 def test_predictor_loaded_once(models, tmp_path, monkeypatch):
-    import costlearn.predict as predict
+    import costlearn.serve.predict as predict
     store = tmp_path / "store"
     shutil.copytree(models, store)                          # a store this process has not loaded yet
     built = []

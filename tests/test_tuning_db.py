@@ -10,11 +10,11 @@ import warnings
 import pytest
 
 from costlearn import __version__
-from costlearn.device import preset
+from costlearn.core.device import preset
 from costlearn.families.gemm import TEMPLATE_HASH
 from costlearn.families.gemm import GemmConfig as TileConfig
-from costlearn.problem import Problem
-from costlearn.tuning_db import TuningDB, TuningDBError, TuningEntry
+from costlearn.core.problem import Problem
+from costlearn.serve.tuning_db import TuningDB, TuningDBError, TuningEntry
 
 from conftest import ROOT, needs_opencl
 import threading
@@ -200,9 +200,9 @@ def test_the_schema_1_upgrade_tolerates_another_process_finishing_it_first(tmp_p
 
 _WRITER = """
 import sys
-from costlearn.tuning_db import TuningDB, TuningDBError, TuningEntry
+from costlearn.serve.tuning_db import TuningDB, TuningDBError, TuningEntry
 from costlearn.families.gemm import GemmConfig, TEMPLATE_HASH
-from costlearn.problem import Problem
+from costlearn.core.problem import Problem
 from costlearn import __version__
 db = TuningDB(sys.argv[1])
 w = int(sys.argv[2])
@@ -228,7 +228,7 @@ def test_many_processes_write_at_once(tmp_path):
 
 
 def test_predict_best_records_and_reuses(model_dir, device_name, tmp_path):
-    from costlearn.predict import Predictor, predict_best
+    from costlearn.serve.predict import Predictor, predict_best
     spec = Predictor(model_dir).spec
     db = TuningDB(tmp_path / "t.sqlite", create=True)
     p = predict_best(300, 200, 100, device=device_name, tuning_db=db)
@@ -247,7 +247,7 @@ def test_an_answer_measured_under_another_model_says_which(model_dir, device_nam
     """Regression (found by a new user): `measure_top_k` answered from an entry another model's top k had
     measured, without saying so."""
     from costlearn.cli import main
-    from costlearn.predict import Predictor
+    from costlearn.serve.predict import Predictor
     pred = Predictor(model_dir)
     db = TuningDB(tmp_path / "t.sqlite", create=True)
     src = "models/other/gemm/float32 model 0123456789ab, measured top 3"
@@ -267,11 +267,11 @@ def test_measuring_with_the_default_backend_keeps_the_running_on_reason(model_di
     import dataclasses
     import json
 
-    import costlearn.tuning
-    from costlearn.backends.replay import ReplayBackend
-    from costlearn.dataset import load, valid_rows
-    from costlearn.device import DeviceSpec
-    from costlearn.predict import Predictor, predict_best
+    import costlearn.serve.tuning
+    from costlearn.collect.backends.replay import ReplayBackend
+    from costlearn.collect.dataset import load, valid_rows
+    from costlearn.core.device import DeviceSpec
+    from costlearn.serve.predict import Predictor, predict_best
     pred = Predictor(model_dir)
     rows = valid_rows(load(dataset_dir)[0])
     rows = rows[rows["epilogue"] == "none"]             # the problems asked below have no epilogue
@@ -280,7 +280,7 @@ def test_measuring_with_the_default_backend_keeps_the_running_on_reason(model_di
     recorded = rows.groupby(["m", "n", "k"])["config_id"].apply(set)
     shape = next(s for s, ids in recorded.items()
                  if {c.config_id for c, _ in pred.predict_best(*s).top_k[:2]} <= ids)
-    monkeypatch.setattr(costlearn.tuning, "_BACKEND", {"gemm": ReplayBackend(rows, spec=other)})
+    monkeypatch.setattr(costlearn.serve.tuning, "_BACKEND", {"gemm": ReplayBackend(rows, spec=other)})
     p = predict_best(*shape, device=device_name, measure_top_k=2, tuning_db=tmp_path / "t.sqlite")
     assert p.chosen_by == "measured"
     assert any(f"trained on {spec.name}, running on Another Device 9000" in r for r in p.ood_reasons)
@@ -289,14 +289,14 @@ def test_measuring_with_the_default_backend_keeps_the_running_on_reason(model_di
 @needs_opencl
 @pytest.mark.opencl
 def test_measure_top_k_measures_on_the_device_and_records(model_dir, tmp_path):
-    from costlearn.backends import get_backend
-    from costlearn.predict import Predictor
+    from costlearn.collect.backends import get_backend
+    from costlearn.serve.predict import Predictor
     pred = Predictor(model_dir)
     backend = get_backend("opencl")
     if backend.spec.slug != pred.spec.slug:
         pytest.skip("the committed model is for another OpenCL device")
     db = TuningDB(tmp_path / "t.sqlite", create=True)
-    from costlearn.tuning import Tuner
+    from costlearn.serve.tuning import Tuner
     tuner = Tuner(pred, db, backend)
     p = tuner.tune(pred.problem(48, 64, 96), measure_top_k=3)
     top3 = [c.config_id for c, _ in pred.predict_best(48, 64, 96).top_k[:3]]
@@ -311,8 +311,8 @@ def _stood_in_tuner(tmp_path):
     """A tuner of a triton_mm model with a vendor model whose measuring is stood in for (the configs it was asked to
     time are recorded; the first asked is the fastest)."""
     from costlearn.model import artifact
-    from costlearn.predict import Predictor
-    from costlearn.tuning import Tuner
+    from costlearn.serve.predict import Predictor
+    from costlearn.serve.tuning import Tuner
     from inductor_fixture import DEVICE, build_models
     pred = Predictor(artifact.model_folder(build_models(tmp_path), DEVICE, "triton_mm", "float16"))
     backend = type("Backend", (), {"spec": pred.spec})()

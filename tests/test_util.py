@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from costlearn.util import KeyedCache, atomic_write, check_choice, check_int, check_real
+from costlearn.core.util import KeyedCache, atomic_write, check_choice, check_int, check_real
 
 
 def test_checks_name_the_value_and_what_is_allowed():

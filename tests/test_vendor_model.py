@@ -11,11 +11,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from costlearn.floor import VendorFloor, calibrate_floor, estimate_wins, rule_regrets
+from costlearn.learn.holdout import calibrate_floor, rule_regrets
+
+from costlearn.model.vendor_floor import VendorFloor, estimate_wins
 from costlearn.model import artifact
 from costlearn.model.vendor import (FEATURES, MIN_PROBLEMS, VendorEstimate, VendorModel, problem_features,
                                     problem_features_table, problem_row, problem_table)
-from costlearn.predict import Predictor
+from costlearn.serve.predict import Predictor
 from costlearn.ranker import RANKERS
 from costlearn.ranker.base import ForestSums
 
@@ -149,8 +151,8 @@ def test_a_trained_model_with_a_vendor_carries_its_vendor_model_checked_on_load(
 
 
 def test_a_lookup_table_lists_one_config_only_where_the_whole_estimate_says_the_tile_wins():
-    from costlearn.interop.inductor_lut import confident
-    from costlearn.prediction import Prediction
+    from costlearn.interop.inductor.lut import confident
+    from costlearn.serve.prediction import Prediction
     p = Prediction(object(), 1.0, (), False, (), 8, 8, 8, "float16", "NN", "triton_mm", "a100", "predicted")
     assert confident(p) and confident(p._replace(tile_vendor_estimate=(0.7, 0.6, 0.9)))
     assert not confident(p._replace(tile_vendor_estimate=(0.8, 0.6, 1.1)))          # the interval reaches 1
@@ -158,9 +160,9 @@ def test_a_lookup_table_lists_one_config_only_where_the_whole_estimate_says_the_
 
 
 def test_heldout_estimates_come_from_models_that_did_not_see_the_problem(tmp_path):
-    from costlearn.dataset import current_rows, load, valid_rows
-    from costlearn.floor import heldout_problems
-    from costlearn.train import heldout_estimates
+    from costlearn.collect.dataset import current_rows, load, valid_rows
+    from costlearn.learn.holdout import heldout_problems
+    from costlearn.learn.train import heldout_estimates
     from costlearn.interop import import_file
     from inductor_fixture import write_log
     shapes = [(64 * (1 + i % 7), 128 * (1 + i % 5), 32 * (1 + i % 11)) for i in range(40)]
@@ -202,7 +204,7 @@ def test_a_prediction_is_sure_where_the_whole_interval_agrees_with_its_answer(tm
 
 
 def test_estimate_doubt_of_floats_is_the_array_path_value():
-    from costlearn.floor import estimate_doubt
+    from costlearn.model.vendor_floor import estimate_doubt
     means = [0.3, -0.2, 0.0, -0.0, 1e-5, -2.5, math.nan, 0.7]
     sds = [0.1, 0.05, 0.2, 0.2, 0.01, 0.0, 0.1, math.nan]
     arr = estimate_doubt(np.array(means), np.array(sds))
@@ -218,7 +220,7 @@ def test_estimate_doubt_of_floats_is_the_array_path_value():
 def test_a_vendor_model_rewritten_with_its_sha256_updated_is_still_refused(tmp_path, damage, match):
     """Regression: a vendor.npz whose recorded sha256 was rewritten loaded NaN or 5000 base scores (the vendor kept
     with no reason, or OverflowError at predict), and an empty or truncated one raised EOFError/BadZipFile."""
-    from costlearn.util import sha256_file
+    from costlearn.core.util import sha256_file
     folder = artifact.model_folder(build_models(tmp_path), DEVICE, "triton_mm", "float16")
     path = folder / "vendor.npz"
     with np.load(path) as z:

@@ -3,9 +3,9 @@ ranges, feasibility rules, dtypes, layouts and the map to the common tile
 description; see :class:`~costlearn.families.base.KernelFamily`."""
 from __future__ import annotations
 
-from ..registry import Registry
-from .base import (DESCRIPTION_FIELDS, VENDOR_CONFIG_ID, CompilerUnavailable, KernelFamily, TileDescription,
-                   bank_conflict_degree)
+from costlearn.core.registry import Registry
+from costlearn.families.base import (DESCRIPTION_FIELDS, VENDOR_CONFIG_ID, CompilerUnavailable, KernelFamily,
+                                     TileDescription, bank_conflict_degree)
 
 __all__ = ["FAMILIES", "get_family", "family_of", "measured_by", "config_from_tool", "KernelFamily",
            "TileDescription", "DESCRIPTION_FIELDS", "VENDOR_CONFIG_ID", "CompilerUnavailable", "bank_conflict_degree"]

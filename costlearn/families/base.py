@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import CostlearnError
+from costlearn.core.errors import CostlearnError
 
 __all__ = ["KernelFamily", "TileDescription", "DESCRIPTION_FIELDS", "bank_conflict_degree", "SMEM_BANKS",
            "VENDOR_CONFIG_ID", "CompilerUnavailable"]
@@ -119,15 +119,15 @@ class KernelFamily(abc.ABC):
         and its vendor call); every config has ``config_id`` (stable,
         readable), ``to_dict()`` and ``family`` (this name).
     dtypes : tuple of str
-        Dtypes it supports (names in :data:`costlearn.dtypes.DTYPES`).
+        Dtypes it supports (names in :data:`costlearn.core.dtypes.DTYPES`).
     layouts : tuple of str
-        Layouts it supports (:data:`costlearn.problem.LAYOUTS`).
+        Layouts it supports (:data:`costlearn.core.problem.LAYOUTS`).
     epilogues : tuple of str
-        Epilogues its kernels fuse (:data:`costlearn.problem.EPILOGUES`);
+        Epilogues its kernels fuse (:data:`costlearn.core.problem.EPILOGUES`);
         ``("none",)`` by default.
     rules : tuple of str
         Its device feasibility rules, in the order checked; the problem rule
-        ``block_tile_exceeds_problem`` of :mod:`costlearn.space` follows them.
+        ``block_tile_exceeds_problem`` of :mod:`costlearn.collect.space` follows them.
     values : dict of str to tuple
         The values each parameter ranges over before the rules.
     param_feature_names : tuple of str
@@ -144,9 +144,9 @@ class KernelFamily(abc.ABC):
         :data:`VENDOR_CONFIG_ID` when the family has a vendor-library
         candidate (a call of cuBLAS through the framework), else None. Where
         it is a candidate it is the floor of every prediction
-        (:mod:`costlearn.floor`).
+        (:mod:`costlearn.learn.holdout`).
     backends : tuple of str
-        The backends (:data:`costlearn.backends.BACKENDS` names) that
+        The backends (:data:`costlearn.collect.backends.BACKENDS` names) that
         measure the family on a device, in the order ``--device auto``
         tries them; each calls the family's hook for its kind of kernel
         (:meth:`render` for ``cuda`` and ``opencl``, :meth:`torch_launcher`
@@ -209,7 +209,7 @@ class KernelFamily(abc.ABC):
     @abc.abstractmethod
     def fit_floors(self, spec) -> tuple[int, int, int]:
         """Must return the smallest block tile (BM, BN, BK) caps the problem
-        rule allows on ``spec`` (see :func:`costlearn.space.tile_fits_problem`)."""
+        rule allows on ``spec`` (see :func:`costlearn.collect.space.tile_fits_problem`)."""
 
     # -- hooks a backend or tool calls; a family implements those it needs --
     def render(self, config, dialect: str, dtype: str, epilogue: str = "none") -> str:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import hashlib
 
-from ..registry import Registry
-from .analytic import FEATURES_VERSION, AnalyticFeatures, analytic_names
-from .base import SHAPE_FEATURES, CandidateFeatures, ConfigTable, FeatureSet
-from .raw import RawFeatures
+from costlearn.core.registry import Registry
+from costlearn.features.analytic import FEATURES_VERSION, AnalyticFeatures, analytic_names
+from costlearn.features.base import SHAPE_FEATURES, CandidateFeatures, ConfigTable, FeatureSet
+from costlearn.features.raw import RawFeatures
 
 __all__ = ["FEATURE_SETS", "get_feature_set", "feature_version", "FeatureSet", "AnalyticFeatures", "RawFeatures",
            "DerivedFeatures", "CandidateFeatures", "ConfigTable", "SHAPE_FEATURES"]

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..device import DeviceSpec
-from .base import ConfigTable, FeatureSet, epilogue_names, layout_names
-from .shape import occupancy, shape_arrays
+from costlearn.core.device import DeviceSpec
+from costlearn.features.base import ConfigTable, FeatureSet, epilogue_names, layout_names
+from costlearn.features.shape import occupancy, shape_arrays
 
 __all__ = ["AnalyticFeatures", "analytic_names", "occupancy", "shape_arrays", "analytic_arrays",
            "FEATURES_VERSION", "TILE_FEATURES", "COMMON_CONFIG_FEATURES"]
@@ -95,7 +95,7 @@ class AnalyticFeatures(FeatureSet):
       (device_util_frac * min(1, 4*occupancy_frac)), tiled memory): the
       occupancy and tail corrections, assuming 25 % occupancy hides latency.
     - Epilogue (f = flops per output element of the epilogue,
-      :data:`costlearn.problem.EPILOGUE_FLOPS`; b = bias bytes per output
+      :data:`costlearn.core.problem.EPILOGUE_FLOPS`; b = bias bytes per output
       column, s with a bias, else 0) [DESIGN]: ``epilogue_flops_per_element``
       = f; ``epilogue_flops_per_tile`` = BM*BN*f; ``epilogue_bytes_per_tile``
       = BN*b, the bias slice a block reads; ``epilogue_flop_share`` = f /

@@ -19,11 +19,11 @@ import abc
 import numpy as np
 import pandas as pd
 
-from ..device import DeviceSpec
-from ..dtypes import get_dtype
-from ..families import DESCRIPTION_FIELDS, get_family
-from ..problem import EPILOGUE_FLOPS, check_epilogue
-from .shape import libm_log2, occupancy, shape_arrays
+from costlearn.core.device import DeviceSpec
+from costlearn.core.dtypes import get_dtype
+from costlearn.families import DESCRIPTION_FIELDS, get_family
+from costlearn.core.problem import EPILOGUE_FLOPS, check_epilogue
+from costlearn.features.shape import libm_log2, occupancy, shape_arrays
 
 __all__ = ["FeatureSet", "ConfigTable", "CandidateFeatures", "SHAPE_FEATURES", "rows_family", "LAYOUT_FEATURES",
            "layout_names", "layout_values", "EPILOGUE_FEATURES", "epilogue_names", "epilogue_values"]
@@ -57,7 +57,7 @@ def epilogue_names(family) -> tuple[str, ...]:
 
 def epilogue_values(epilogue, element_bytes: float) -> tuple:
     """(flops per output element, bias bytes per output column) of
-    ``epilogue``: :data:`costlearn.problem.EPILOGUE_FLOPS` and the element
+    ``epilogue``: :data:`costlearn.core.problem.EPILOGUE_FLOPS` and the element
     bytes where it has a bias (the bias is in the inputs' type; float32 for
     ``gemm``), else 0. ``epilogue`` may be a name or an array of names
     (float64 arrays are returned then).
@@ -325,7 +325,7 @@ class CandidateFeatures:
         layout : str, optional
             One of the family's layouts.
         epilogue : str
-            One of :data:`costlearn.problem.EPILOGUES`.
+            One of :data:`costlearn.core.problem.EPILOGUES`.
 
         Returns
         -------

@@ -1,8 +1,8 @@
 """Device descriptors: the columns that let one model learn from the rows of
 several devices (:class:`costlearn.model.transfer.MultiDeviceXGBModel`).
 
-Each is a :class:`~costlearn.device.DeviceSpec` field (the presets' sources
-are listed in :data:`costlearn.device.PRESET_SOURCES`), log2 where it is a
+Each is a :class:`~costlearn.core.device.DeviceSpec` field (the presets' sources
+are listed in :data:`costlearn.core.device.PRESET_SOURCES`), log2 where it is a
 size or a rate so that a tree splits on ratios between devices. They are
 constant over one device's rows: a model that serves one device folds them
 away (:meth:`costlearn.model.forest.FlatForest.specialize`), so the
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..device import DeviceSpec
+from costlearn.core.device import DeviceSpec
 
 __all__ = ["DEVICE_FEATURES", "device_features"]
 

@@ -3,7 +3,7 @@ numbers (:meth:`~costlearn.families.KernelFamily.param_features`), nothing
 derived. The ablation baseline for the analytic set."""
 from __future__ import annotations
 
-from .base import ConfigTable, FeatureSet, epilogue_names, layout_names
+from costlearn.features.base import ConfigTable, FeatureSet, epilogue_names, layout_names
 
 __all__ = ["RawFeatures"]
 

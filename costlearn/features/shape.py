@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from ..device import DeviceSpec
+from costlearn.core.device import DeviceSpec
 
 __all__ = ["occupancy", "shape_arrays", "libm_log2"]
 
@@ -97,7 +97,7 @@ def shape_arrays(m, n, k, cfg: dict, spec: DeviceSpec, dtype: str = "float32", e
         Selects the peak (:meth:`DeviceSpec.peak_gflops_for`).
     epilogue_flops, bias_bytes : float or float64 ndarray of shape (R,)
         The problem's epilogue: flops per output element
-        (:data:`costlearn.problem.EPILOGUE_FLOPS`) and bias bytes per output
+        (:data:`costlearn.core.problem.EPILOGUE_FLOPS`) and bias bytes per output
         column (the element bytes with a bias, else 0)
         (:func:`costlearn.features.base.epilogue_values`).
     log2 : callable

@@ -15,17 +15,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..dataset import load, valid_rows
-from ..families import VENDOR_CONFIG_ID
-from ..registry import Registry
-from ..util import sha256_file
-from .common import Importer, ImportReport, InteropError, Measurement, import_measurements, resolve_device
+from costlearn.collect.dataset import load, valid_rows
+from costlearn.families import VENDOR_CONFIG_ID
+from costlearn.core.registry import Registry
+from costlearn.core.util import sha256_file
+from costlearn.interop.common import (Importer, ImportReport, InteropError, Measurement, import_measurements,
+                                      resolve_device)
 
 __all__ = ["IMPORTERS", "EXPORTERS", "IMPORT_FORMATS", "EXPORT_FORMATS", "import_file", "export_dataset",
            "InteropError", "ImportReport", "Importer", "Measurement"]
 
-IMPORTERS = Registry("import format", {"inductor": "costlearn.interop.inductor:InductorImporter",
-                                       "inductor-lut": "costlearn.interop.inductor_lut:InductorLutImporter",
+IMPORTERS = Registry("import format", {"inductor": "costlearn.interop.inductor.autoheuristic:InductorImporter",
+                                       "inductor-lut": "costlearn.interop.inductor.lut:InductorLutImporter",
                                        "kernel-tuner": "costlearn.interop.kernel_tuner:KernelTunerImporter"})
 """Formats :func:`import_file` reads: name -> :class:`~costlearn.interop.common.Importer`."""
 

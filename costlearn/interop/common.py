@@ -13,13 +13,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..collect import write_device_json
-from ..dataset import IMPORTED_PROTOCOL, SCHEMA_VERSION, DatasetError, device_dataset_folder, load, write_part
-from ..device import DeviceSpec, preset
-from ..families import get_family
-from ..util import sha256_file
-from ..version import __version__
-from ..errors import CostlearnError
+from costlearn.collect.loop import write_device_json
+from costlearn.collect.dataset import (IMPORTED_PROTOCOL, SCHEMA_VERSION, DatasetError, device_dataset_folder, load,
+                                       write_part)
+from costlearn.core.device import DeviceSpec, preset
+from costlearn.families import get_family
+from costlearn.core.util import sha256_file
+from costlearn.core.version import __version__
+from costlearn.core.errors import CostlearnError
 
 __all__ = ["InteropError", "ImportReport", "Measurement", "Importer", "import_measurements", "device_folder",
            "FAILED"]
@@ -54,7 +55,7 @@ class Measurement:
         where the file records them (Inductor's logs), else empty.
     epilogue : str
         What the measured kernel computed after A @ B
-        (:data:`costlearn.problem.EPILOGUES`): ``"bias"`` for an ``addmm``.
+        (:data:`costlearn.core.problem.EPILOGUES`): ``"bias"`` for an ``addmm``.
     """
 
     line: int
@@ -165,7 +166,7 @@ class Importer(abc.ABC):
 
 def device_folder(data_root, spec: DeviceSpec) -> Path:
     """The dataset folder of ``spec`` that ``data_root`` names (a root, or
-    that device's folder: :func:`costlearn.dataset.device_dataset_folder`),
+    that device's folder: :func:`costlearn.collect.dataset.device_dataset_folder`),
     with its ``device.json`` written when absent.
 
     Raises
@@ -227,7 +228,7 @@ def import_measurements(fmt: str, path, measurements, skipped, spec: DeviceSpec,
 
     Every row records ``source_format``, ``source_file`` (the file's name),
     ``source_sha256`` and ``source_line``; ``protocol_version`` is
-    :data:`~costlearn.dataset.IMPORTED_PROTOCOL`, ``run_id`` is
+    :data:`~costlearn.collect.dataset.IMPORTED_PROTOCOL`, ``run_id`` is
     ``import-<sha256[:12]>``. A file whose sha256 the folder already holds
     adds nothing, nor does a measurement the folder holds from the same
     format at the same line with the same problem, config and time (a log

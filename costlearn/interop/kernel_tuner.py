@@ -41,12 +41,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..device import device_slug
-from ..families import FAMILIES, VENDOR_CONFIG_ID, get_family
-from ..problem import MAX_EXTENT
-from ..util import atomic_write
-from ..version import __version__
-from .common import Importer, InteropError, Measurement
+from costlearn.core.device import device_slug
+from costlearn.families import FAMILIES, VENDOR_CONFIG_ID, get_family
+from costlearn.core.problem import MAX_EXTENT
+from costlearn.core.util import atomic_write
+from costlearn.core.version import __version__
+from costlearn.interop.common import Importer, InteropError, Measurement
 
 __all__ = ["KernelTunerImporter", "Mapping", "load_mapping", "parse",
            "export_cache", "export_t4", "ERROR_NAMES", "TIME_UNITS",
@@ -573,7 +573,7 @@ def export_cache(rows, out_dir) -> list[Path]:
     Parameters
     ----------
     rows : pandas.DataFrame
-        Valid dataset rows (columns of :data:`costlearn.dataset.COLUMNS`);
+        Valid dataset rows (columns of :data:`costlearn.collect.dataset.COLUMNS`);
         ``config_id == "vendor"`` rows are left out.
     out_dir : path
         Folder to write into (created).

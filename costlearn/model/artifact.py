@@ -29,19 +29,19 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..device import DeviceSpec
-from ..envelope import Coverage, Envelope
-from ..families import FAMILIES, get_family
-from ..features import FEATURE_SETS, CandidateFeatures, ConfigTable, feature_version, get_feature_set
-from ..floor import VendorFloor
-from ..ranker.shortlist import SHORTLIST_FILE, Shortlist, ShortlistError
-from ..util import atomic_write, sha256_file
-from ..version import __version__
-from .base import MODELS, CostModel
-from .scorer import Scorer, ScorerError
-from .vendor import FEATURES as VENDOR_FEATURES
-from .vendor import VendorModel
-from ..errors import CostlearnError
+from costlearn.core.device import DeviceSpec
+from costlearn.model.envelope import Coverage, Envelope
+from costlearn.families import FAMILIES, get_family
+from costlearn.features import FEATURE_SETS, CandidateFeatures, ConfigTable, feature_version, get_feature_set
+from costlearn.model.vendor_floor import VendorFloor
+from costlearn.model.shortlist import SHORTLIST_FILE, Shortlist, ShortlistError
+from costlearn.core.util import atomic_write, sha256_file
+from costlearn.core.version import __version__
+from costlearn.model.base import MODELS, CostModel
+from costlearn.model.scorer import Scorer, ScorerError
+from costlearn.model.vendor import FEATURES as VENDOR_FEATURES
+from costlearn.model.vendor import VendorModel
+from costlearn.core.errors import CostlearnError
 
 __all__ = ["ARTIFACT_SCHEMA", "save", "load", "Artifact", "ArtifactError", "default_models_dir", "models_root",
            "list_models", "candidate_table", "model_folder", "old_layout_folders", "replace_shortlist", "SIDECAR",
@@ -151,13 +151,13 @@ def save(model: CostModel, folder, *, family: str, dtype: str, layouts, spec: De
     spec : DeviceSpec
         The device of the training data.
     epilogues : sequence of str
-        Epilogues it was trained on (:data:`costlearn.problem.EPILOGUES`).
+        Epilogues it was trained on (:data:`costlearn.core.problem.EPILOGUES`).
     candidates : DataFrame
         :func:`candidate_table` of the configs prediction ranks.
     scorer : Scorer
         ``model.scorer(...)`` for these candidates, cascade set.
     envelope : dict
-        Training envelope for the out-of-distribution check (:mod:`costlearn.envelope`).
+        Training envelope for the out-of-distribution check (:mod:`costlearn.model.envelope`).
     metrics, training : dict
         Held-out metrics; provenance of the training data.
     baselines : dict of str to dict
@@ -167,7 +167,7 @@ def save(model: CostModel, folder, *, family: str, dtype: str, layouts, spec: De
         How the scorer's cascade was calibrated.
     extra : dict, optional
         More sidecar entries (e.g. ``migrated``).
-    shortlist : costlearn.ranker.shortlist.Shortlist, optional
+    shortlist : costlearn.model.shortlist.Shortlist, optional
         The scorer's shortlist table, written to ``shortlist.npz`` (without
         one, a table left in the folder by an earlier model is removed).
     shortlist_info : dict, optional
@@ -232,16 +232,16 @@ class Artifact:
         The candidate configs, in the scorer's order.
     candidates : DataFrame
         ``config_id`` and ``registers_per_thread`` of each candidate.
-    envelope : costlearn.envelope.Envelope
+    envelope : costlearn.model.envelope.Envelope
     scorer : Scorer
-    coverage : costlearn.envelope.Coverage
+    coverage : costlearn.model.envelope.Coverage
         Where each candidate was measured (everywhere for an artifact
         trained before coverage was recorded).
-    floor : costlearn.floor.VendorFloor
+    floor : costlearn.model.vendor_floor.VendorFloor
         The calibrated vendor floor and held-out evidence (the plain argmin
         for an artifact trained before it was recorded, or without a
         hold-out).
-    shortlist : costlearn.ranker.shortlist.Shortlist or None
+    shortlist : costlearn.model.shortlist.Shortlist or None
         The scorer's shortlist table, where it has one.
     vendor_model : costlearn.model.vendor.VendorModel or None
         The estimate of the best tile's time over the vendor's, where the

@@ -27,11 +27,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..features import get_feature_set
-from ..features.base import rows_family
-from ..registry import Registry
-from ..util import atomic_write, sha256_file
-from ..errors import CostlearnError
+from costlearn.features import get_feature_set
+from costlearn.features.base import rows_family
+from costlearn.core.registry import Registry
+from costlearn.core.util import atomic_write, sha256_file
+from costlearn.core.errors import CostlearnError
 
 __all__ = ["CostModel", "BoostedTreesModel", "NotFittedError", "MODELS", "BASELINES", "get_model",
            "REQUIRED_COLUMNS", "check_rows", "shape_groups"]
@@ -68,7 +68,7 @@ def check_rows(rows, need_time: bool = False) -> pd.DataFrame:
         bad = ~(np.isfinite(t) & (t > 0))
         if bad.any():
             raise ValueError(f"{int(bad.sum())} rows have a time_us that is not finite and positive "
-                             f"(first: {t[bad][0]!r}); filter with costlearn.dataset.valid_rows")
+                             f"(first: {t[bad][0]!r}); filter with costlearn.collect.dataset.valid_rows")
     return rows
 
 
@@ -133,7 +133,7 @@ class CostModel(abc.ABC):
     @staticmethod
     def _write(folder, name: str, data) -> dict:
         """Write one file of the model atomically; returns ``{name: sha256}``
-        for the state (``data`` as for :func:`costlearn.util.atomic_write`)."""
+        for the state (``data`` as for :func:`costlearn.core.util.atomic_write`)."""
         path = atomic_write(Path(folder) / name, data)
         return {name: sha256_file(path)}
 
@@ -251,7 +251,7 @@ baselines."""
 BASELINES = ("roofline", "best_fixed")
 """The registered models every training and evaluation compares the model
 against, in report order (with a random ranking,
-:func:`costlearn.metrics.random_scores`)."""
+:func:`costlearn.learn.metrics.random_scores`)."""
 
 
 def get_model(name: str, **settings) -> CostModel:
@@ -263,7 +263,7 @@ def get_model(name: str, **settings) -> CostModel:
         If ``name`` is unknown (the message lists the known ones), or a
         setting is not one that model takes (the message lists those it
         takes, e.g. ``feature_set`` for the gradient-boosted models only).
-    costlearn.registry.Unavailable
+    costlearn.core.registry.Unavailable
         If its library is missing (with an install hint).
     """
     cls = MODELS.get(name)

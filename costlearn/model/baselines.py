@@ -7,17 +7,17 @@ trained, saved, loaded and served like the product:
   training problems.
 
 A random ranking is an evaluation baseline, not a model
-(:func:`costlearn.evaluate.random_scores`).
+(:func:`costlearn.learn.evaluate.random_scores`).
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-from ..features import get_feature_set
-from ..features.base import rows_family
-from .base import CostModel, check_rows
-from .scorer import Scorer
+from costlearn.features import get_feature_set
+from costlearn.features.base import rows_family
+from costlearn.model.base import CostModel, check_rows
+from costlearn.model.scorer import Scorer
 
 __all__ = ["RooflineModel", "BestFixedModel", "UNSEEN_SLOWDOWN_LOG2"]
 

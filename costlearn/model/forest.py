@@ -28,7 +28,7 @@ import json
 
 import numpy as np
 
-from ..errors import CostlearnError
+from costlearn.core.errors import CostlearnError
 
 __all__ = ["FlatForest", "ForestError", "NODE_DTYPE", "FLAG_INTERNAL"]
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .base import BoostedTreesModel, check_rows
-from .forest import FlatForest, ForestError
-from .scorer import Scorer
+from costlearn.model.base import BoostedTreesModel, check_rows
+from costlearn.model.forest import FlatForest, ForestError
+from costlearn.model.scorer import Scorer
 
 __all__ = ["HGBParams", "HGBCostModel"]
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .forest import FlatForest
-from ..errors import CostlearnError
+from costlearn.model.forest import FlatForest
+from costlearn.core.errors import CostlearnError
 
 __all__ = ["Scorer", "ScorerError", "SCORER_FORMAT", "MAX_KEEP"]
 

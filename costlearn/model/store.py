@@ -8,7 +8,7 @@
 - :class:`LoadedModels`: the process's loaded models, keyed by the names a
   caller used and by folder, so names of one artifact share one load.
 
-:mod:`costlearn.predict` loads :class:`~costlearn.predict.Predictor` objects
+:mod:`costlearn.serve.predict` loads :class:`~costlearn.serve.predict.Predictor` objects
 through it; the command line asks it, and re-implements none of it.
 """
 from __future__ import annotations
@@ -17,9 +17,9 @@ import os
 import threading
 from pathlib import Path
 
-from ..device import DeviceSpec
-from ..util import check_path
-from . import artifact as _artifact
+from costlearn.core.device import DeviceSpec
+from costlearn.core.util import check_path
+from costlearn.model import artifact as _artifact
 
 __all__ = ["default_store", "resolve_model", "has_model", "store_key", "LoadedModels"]
 
@@ -107,10 +107,10 @@ def default_store() -> Path:
     absolute path.
 
     It is read once, at the first call, and again after
-    :meth:`LoadedModels.clear` (``costlearn.predict.clear_cache``):
+    :meth:`LoadedModels.clear` (``costlearn.serve.predict.clear_cache``):
     reading the environment on every call would cost most of the microsecond
     a repeated :func:`predict_best` is allowed. Set ``$COSTLEARN_MODELS``
-    before the first prediction, or call ``costlearn.predict.clear_cache()`` after changing it.
+    before the first prediction, or call ``costlearn.serve.predict.clear_cache()`` after changing it.
     """
     global _DEFAULT_STORE
     store = _DEFAULT_STORE

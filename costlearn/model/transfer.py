@@ -32,12 +32,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..features import get_feature_set
-from ..features.device import DEVICE_FEATURES, device_features
-from .base import shape_groups
-from .forest import FlatForest
-from .scorer import Scorer
-from .xgb import XGBCostModel, XGBParams
+from costlearn.features import get_feature_set
+from costlearn.features.device import DEVICE_FEATURES, device_features
+from costlearn.model.base import shape_groups
+from costlearn.model.forest import FlatForest
+from costlearn.model.scorer import Scorer
+from costlearn.model.xgb import XGBCostModel, XGBParams
 
 __all__ = ["MultiDeviceXGBModel", "ROOFLINE_COLUMN", "TRANSFER_PARAMS", "MIN_DESTINATION_PROBLEMS", "zero_shot_reason"]
 

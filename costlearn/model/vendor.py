@@ -36,9 +36,9 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from ..families import VENDOR_CONFIG_ID
-from ..problem import EPILOGUE_FLOPS, LAYOUTS
-from .forest import NODE_DTYPE, FlatForest, ForestError
+from costlearn.families import VENDOR_CONFIG_ID
+from costlearn.core.problem import EPILOGUE_FLOPS, LAYOUTS
+from costlearn.model.forest import NODE_DTYPE, FlatForest, ForestError
 
 __all__ = ["VendorModel", "VendorEstimate", "FEATURES", "MEMBERS", "problem_row", "problem_features",
            "problem_features_rows", "problem_features_table", "problem_table", "MIN_PROBLEMS"]
@@ -52,7 +52,7 @@ FEATURES = ("log2_m", "log2_n", "log2_k", "log2_flops", "log2_mn_over_k", "log2_
 """The problem's features: log2 extents, size and aspects, the exponent of the
 largest power of two dividing each extent (capped at :data:`POW2_CAP`: the
 alignment the vendor library's kernels favour), the epilogue's flops per
-output element (:data:`costlearn.problem.EPILOGUE_FLOPS`), the layout one-hot."""
+output element (:data:`costlearn.core.problem.EPILOGUE_FLOPS`), the layout one-hot."""
 
 MEMBERS = 5
 """Bootstrap members: their spread is the estimate's uncertainty."""
@@ -62,7 +62,7 @@ MEMBER_PARAMS = dict(n_estimators=75, max_depth=4, learning_rate=0.2, subsample=
 """XGBoost settings of one member: shallow, a few hundred problems suffice.
 75 trees at rate 0.2 decided as well as 150 at 0.1 at half the trees a query
 walks: the per-problem tables of scripts/a100_study.py and
-scripts/decision_study.py re-decided by :data:`costlearn.floor.ESTIMATE_RULE`
+scripts/decision_study.py re-decided by :data:`costlearn.learn.holdout.ESTIMATE_RULE`
 with members of each setting refitted on the same training problems (the
 cost model's choices fixed) gave, 75 against 150 trees, 4.33 % against
 4.39 % on the A100's float16 logs left out (prune path), 6.27 % against
@@ -122,7 +122,7 @@ def problem_features(m: int, n: int, k: int, layout: str, epilogue: str = "none"
 
 def problem_features_rows(problems) -> np.ndarray:
     """:func:`problem_row` of each of ``problems`` (a sequence of
-    :class:`~costlearn.problem.Problem`), float32, shape (P, F)."""
+    :class:`~costlearn.core.problem.Problem`), float32, shape (P, F)."""
     return np.array([problem_row(q.m, q.n, q.k, q.layout, q.epilogue) for q in problems], np.float32) \
         if len(problems) else np.zeros((0, len(FEATURES)), np.float32)
 

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .base import BoostedTreesModel, check_rows
-from .forest import FlatForest
-from .scorer import Scorer
+from costlearn.model.base import BoostedTreesModel, check_rows
+from costlearn.model.forest import FlatForest
+from costlearn.model.scorer import Scorer
 
 __all__ = ["XGBParams", "XGBCostModel", "OBJECTIVES"]
 

@@ -8,12 +8,12 @@ import os
 
 import numpy as np
 
-from ..problem import Problem
-from ..registry import Registry
-from ..sampler import sample_shapes
-from ..space import tile_fits_problem
-from .base import Ranker, RankResult
-from .native import library
+from costlearn.core.problem import Problem
+from costlearn.core.registry import Registry
+from costlearn.collect.sampler import sample_shapes
+from costlearn.collect.space import tile_fits_problem
+from costlearn.ranker.base import Ranker, RankResult
+from costlearn.ranker.native import library
 
 __all__ = ["RANKERS", "make_ranker", "Ranker", "RankResult", "calibrate_cascade", "calibration_problems",
            "CASCADE_TREES", "CASCADE_MIN_TREES", "CASCADE_KEEP", "CASCADE_MARGIN", "CASCADE_LATE_TREES",
@@ -76,7 +76,7 @@ def calibration_problems(train_shapes, dtype: str, layout: str, bounds, *, n_tra
     """The problems a cascade is calibrated on, so that it holds wherever
     ``predict_best`` is asked: ``n_train`` training shapes, ``n_drawn``
     others drawn as the collection draws them (``bounds``, a
-    :class:`~costlearn.sampler.ShapeBounds`; another seed) and ``n_wide``
+    :class:`~costlearn.collect.sampler.ShapeBounds`; another seed) and ``n_wide``
     log-uniform in [1, ``max_extent``] per extent (mostly out of
     distribution). No problem here is one ``scripts/bench_predict.py``
     draws (other seeds)."""

@@ -293,7 +293,7 @@ static int32_t select_candidates(int64_t m, int64_t n, int64_t k, const double x
     return rows;
 }
 
-/* Held-out evidence near the embedded query q (the floor's, costlearn/floor.py
+/* Held-out evidence near the embedded query q (the floor's, costlearn/learn/holdout.py
  * VendorFloor.near): the ev_k nearest evidence problems, by squared distance
  * then index; the means of their log1p vendor regrets (finite ones only; NaN
  * when none) and log1p model regrets, summed in that order. */
@@ -369,7 +369,7 @@ static void partial_scores(int32_t rows, int32_t trees, const double *lin, costl
             acc[r] = acc[r] + lin[r];
 }
 
-/* Rank the candidates with the shortlist table (costlearn/ranker/shortlist.py,
+/* Rank the candidates with the shortlist table (costlearn/model/shortlist.py,
  * the twin Shortlist.rank): the query's cell of the grid (step tab_step in
  * log2 of each extent), the lists of its 8 corners (up to tab_width entries,
  * -1 ends one) restricted to the candidates selected, each with the residual
@@ -536,7 +536,7 @@ int32_t costlearn_rank(int64_t m, int64_t n, int64_t k, const uint8_t *mask, int
 }
 
 /* The shortlist table's lists at the grid points shapes[0..n_points) (m, n, k
- * each; the twin: costlearn.ranker.shortlist.build_lists_numpy): per point, where
+ * each; the twin: costlearn.ranker.shortlist_build.build_lists_numpy): per point, where
  * some candidate fits (the candidate rule at level 0 or 1), the `tiles` best tile configs by
  * the cascaded full scores (mode 1) and the vendor candidate, each with its
  * residual (full score - score of the first ctx->tab_trees trees); -1 ends a

@@ -10,10 +10,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..space import tile_fits_problem
-from ..util import check_int
+from costlearn.collect.space import tile_fits_problem
+from costlearn.core.util import check_int
 
-__all__ = ["Ranker", "RankResult", "ForestSums", "nearest_evidence", "LEVEL_COVERED", "LEVEL_FITTING", "LEVEL_ALL"]
+__all__ = ["Ranker", "RankResult", "ForestSums", "LEVEL_COVERED", "LEVEL_FITTING", "LEVEL_ALL"]
 
 LEVEL_COVERED = 0
 """Candidate rule level: the tile configs that fit the problem and were
@@ -52,11 +52,11 @@ class RankResult(NamedTuple):
     vendor_near, model_near : float
         Geometric-mean held-out top-1 regret (a fraction) of the vendor
         call and of the model's pick on the nearest held-out problems of the
-        problem's layout (:meth:`costlearn.floor.VendorFloor.near`); NaN
+        problem's layout (:meth:`costlearn.model.vendor_floor.VendorFloor.near`); NaN
         without evidence.
     shortlist : bool
         True when the shortlist table ranked the candidates
-        (:mod:`costlearn.ranker.shortlist`).
+        (:mod:`costlearn.model.shortlist`).
     """
 
     order: np.ndarray
@@ -70,38 +70,6 @@ class RankResult(NamedTuple):
     shortlist: bool = False
 
 
-def nearest_evidence(points: np.ndarray, log_vendor: np.ndarray, log_model: np.ndarray, k: int,
-                     q: np.ndarray) -> tuple[float, float]:
-    """Means over the ``k`` evidence problems nearest the embedded query
-    ``q`` (by squared distance, then index) of their log1p vendor regrets
-    (the finite ones; NaN when none) and log1p model regrets (NaN without
-    evidence), summed in that order: the twin of ``evidence_near`` in
-    ``_native.c`` (the same bits).
-
-    Parameters
-    ----------
-    points : ndarray of float64, shape (E, 3)
-        Evidence problems embedded (:func:`costlearn.envelope.embed`).
-    log_vendor, log_model : ndarray of float64, shape (E,)
-    k : int
-    q : ndarray of float64, shape (3,)
-        :func:`costlearn.envelope.embed_query` of the problem.
-    """
-    if not len(points):
-        return math.nan, math.nan
-    d = points - q
-    d2 = d[:, 0] * d[:, 0] + d[:, 1] * d[:, 1] + d[:, 2] * d[:, 2]
-    near = np.lexsort((np.arange(len(d2)), d2))[:min(k, len(d2))]
-    sv, nv, sm = 0.0, 0, 0.0
-    for i in near.tolist():
-        v = float(log_vendor[i])
-        if math.isfinite(v):
-            sv += v
-            nv += 1
-        sm += float(log_model[i])
-    return (sv / nv if nv else math.nan), sm / len(near)
-
-
 class Ranker(abc.ABC):
     """Ranks the candidates of one model artifact.
 
@@ -110,19 +78,19 @@ class Ranker(abc.ABC):
     features : costlearn.features.CandidateFeatures
         The candidates' feature builder.
     scorer : costlearn.model.scorer.Scorer
-    envelope : costlearn.envelope.Envelope
+    envelope : costlearn.model.envelope.Envelope
     tile_floors : (int, int, int)
         The family's ``fit_floors(spec)``: the smallest block tile caps (the problem rule).
-    coverage : costlearn.envelope.Coverage, optional
+    coverage : costlearn.model.envelope.Coverage, optional
         Where each candidate was measured; with it the candidate rule
         (:meth:`candidate_rule`) keeps the tile configs measured near the
         problem. None: the fit rule alone.
     vendor : int, optional
         The vendor candidate's index, always ranked under coverage.
-    evidence : costlearn.floor.VendorFloor, optional
+    evidence : costlearn.model.vendor_floor.VendorFloor, optional
         Its held-out evidence near each problem is reported
         (:attr:`RankResult.vendor_near`, :attr:`RankResult.model_near`).
-    shortlist : costlearn.ranker.shortlist.Shortlist, optional
+    shortlist : costlearn.model.shortlist.Shortlist, optional
         The table that ranks a problem from a short list of candidates
         (``rank(..., shortlist=True)``).
     """
@@ -154,8 +122,8 @@ class Ranker(abc.ABC):
         ``select_candidates`` in ``_native.c``.
 
         With coverage: the tile configs whose block tile fits the problem
-        (:func:`costlearn.space.tile_fits_problem`) and that were measured
-        near it (:meth:`costlearn.envelope.Coverage.mask`), level 0; where
+        (:func:`costlearn.collect.space.tile_fits_problem`) and that were measured
+        near it (:meth:`costlearn.model.envelope.Coverage.mask`), level 0; where
         none is, every fitting tile config, level 1; where none fits, all,
         level 2; the vendor candidate always. Without coverage: those that
         fit (level 0), else all (level 2).
@@ -225,7 +193,7 @@ class Ranker(abc.ABC):
             Use the scorer's cascade (False: every tree on every candidate).
         shortlist : bool
             With ``cascade`` and no ``mask``, rank with the shortlist table
-            where there is one and it answers (:mod:`costlearn.ranker.shortlist`);
+            where there is one and it answers (:mod:`costlearn.model.shortlist`);
             a ranking of a given mask always scores every candidate of it.
         """
 

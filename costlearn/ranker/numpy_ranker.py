@@ -10,9 +10,9 @@ import math
 
 import numpy as np
 
-from ..envelope import embed_query
-from .base import LEVEL_ALL, Ranker, RankResult, nearest_evidence
-from .shortlist import build_lists_numpy
+from costlearn.model.envelope import embed_query, nearest_evidence
+from costlearn.ranker.base import LEVEL_ALL, Ranker, RankResult
+from costlearn.ranker.shortlist_build import build_lists_numpy
 
 __all__ = ["NumpyRanker"]
 
@@ -24,7 +24,7 @@ class NumpyRanker(Ranker):
     name = "numpy"
 
     def shortlist_lists(self, layout: str, shapes, tiles: int, trees: int):
-        """:func:`~costlearn.ranker.shortlist.build_lists_numpy` (the twin of
+        """:func:`~costlearn.ranker.shortlist_build.build_lists_numpy` (the twin of
         the native ranker's)."""
         return build_lists_numpy(self, layout, shapes, tiles, trees)
 

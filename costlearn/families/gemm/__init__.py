@@ -21,12 +21,12 @@ import itertools
 
 import numpy as np
 
-from ...dtypes import get_dtype
-from ...problem import EPILOGUES
-from ..base import KernelFamily, TileDescription, bank_conflict_degree
-from .config import LOOP_ORDERS, RASTERS, VALUES, GemmConfig
-from .registers import nvcc_registers
-from .template import TEMPLATE_HASH, kernel_name, render
+from costlearn.core.dtypes import get_dtype
+from costlearn.core.problem import EPILOGUES
+from costlearn.families.base import KernelFamily, TileDescription, bank_conflict_degree
+from costlearn.families.gemm.config import LOOP_ORDERS, RASTERS, VALUES, GemmConfig
+from costlearn.families.gemm.registers import nvcc_registers
+from costlearn.families.gemm.template import TEMPLATE_HASH, kernel_name, render
 
 __all__ = ["GemmFamily", "GemmConfig", "VALUES", "LOOP_ORDERS", "RASTERS", "MAX_ACCUMULATORS", "REG_OVERHEAD",
            "render", "kernel_name", "TEMPLATE_HASH"]

@@ -12,8 +12,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..base import CompilerUnavailable
-from .template import render
+from costlearn.families.base import CompilerUnavailable
+from costlearn.families.gemm.template import render
 
 __all__ = ["nvcc_registers", "NvccUnavailable"]
 

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import hashlib
 
-from ...problem import EPILOGUES
-from .config import GemmConfig
+from costlearn.core.problem import EPILOGUES
+from costlearn.families.gemm.config import GemmConfig
 
 __all__ = ["render", "kernel_name", "TEMPLATE_HASH", "DIALECTS", "epilogue_hash"]
 
@@ -176,7 +176,7 @@ _EPILOGUE = {
     "bias_gelu": "#define EPI(v) (0.5f * (v) * (1.0f + TANH(0.7978845608028654f * ((v) + 0.044715f * (v) * (v) * (v)"
                  "))))\n",
 }
-"""``EPI(v)`` of each epilogue with a bias (costlearn.problem.EPILOGUES); the
+"""``EPI(v)`` of each epilogue with a bias (costlearn.core.problem.EPILOGUES); the
 store computes ``v = acc + bias[n]`` once, then ``C = EPI(v)``."""
 
 _EPILOGUE_SIGNATURE = "const int M, const int N, const int K,\n             GLOBAL const float* RESTRICT bias)"
@@ -191,7 +191,7 @@ def epilogue_hash(epilogue: str = "none") -> str:
     Raises
     ------
     ValueError
-        If ``epilogue`` is not one of :data:`costlearn.problem.EPILOGUES`.
+        If ``epilogue`` is not one of :data:`costlearn.core.problem.EPILOGUES`.
     """
     if epilogue not in EPILOGUES:
         raise ValueError(f"epilogue={epilogue!r}; allowed: {list(EPILOGUES)}")
@@ -225,7 +225,7 @@ def render(config: GemmConfig, dialect: str, dtype: str = "float32",
     name : str, optional
         Kernel name; :func:`kernel_name` by default.
     epilogue : str
-        One of :data:`costlearn.problem.EPILOGUES`: ``"none"`` (the source is
+        One of :data:`costlearn.core.problem.EPILOGUES`: ``"none"`` (the source is
         byte for byte the epilogue-free kernel's), or a bias (float32,
         length N) added to every row before the store, then the
         activation.

@@ -39,11 +39,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ...dtypes import get_dtype
-from ...problem import EPILOGUES
-from ..base import VENDOR_CONFIG_ID, KernelFamily, TileDescription
-from .config import VALUES, VENDOR, TritonMMConfig, VendorCall
-from .inductor import config_from_choice, config_from_entry, lut_entry
+from costlearn.core.dtypes import get_dtype
+from costlearn.core.problem import EPILOGUES
+from costlearn.families.base import VENDOR_CONFIG_ID, KernelFamily, TileDescription
+from costlearn.families.triton_mm.config import VALUES, VENDOR, TritonMMConfig, VendorCall
+from costlearn.families.triton_mm.inductor import config_from_choice, config_from_entry, lut_entry
 
 __all__ = ["TritonMMFamily", "TritonMMConfig", "VendorCall", "VENDOR", "VALUES", "REG_OVERHEAD",
            "TENSOR_CORE_DTYPES", "MMA_TILE"]
@@ -227,7 +227,7 @@ class TritonMMFamily(KernelFamily):
                 elif epilogue == "bias_gelu":
                     c.copy_(torch.nn.functional.gelu(c, approximate="tanh"))
             return vendor
-        from .kernel import launch  # needs Triton: an optional dependency
+        from costlearn.families.triton_mm.kernel import launch  # needs Triton: an optional dependency
 
         def kernel(a, b, c, bias=None):
             launch(config, a, b, c, dtype=dtype, bias=bias, epilogue=epilogue)
@@ -237,10 +237,16 @@ class TritonMMFamily(KernelFamily):
         """Inductor's AutoHeuristic choice names (tool ``"inductor"``,
         :func:`~costlearn.families.triton_mm.inductor.config_from_choice`) and
         its lookup-table entries (``"inductor-lut"``,
-        :func:`~costlearn.families.triton_mm.inductor.config_from_entry`);
+        :func:`~costlearn.families.triton_mm.inductor.config_from_entry`),
+        and a Triton autotune config's values (``"triton"``: a dict of
+        ``block_m``, ``block_n``, ``block_k``, ``num_warps``, ``num_stages``,
+        ``group_m``, as :mod:`costlearn.interop.triton_autotune` reads them);
         None for other tools."""
         if tool == "inductor":
             return config_from_choice(choice)
+        if tool == "triton":
+            return TritonMMConfig(choice["block_m"], choice["block_n"], choice["block_k"], choice["num_warps"],
+                                  choice["num_stages"], choice["group_m"])
         return config_from_entry(choice) if tool == "inductor-lut" else None
 
     def to_tool(self, tool: str, config, problem):

@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...problem import EPILOGUES, LAYOUTS
+from costlearn.core.problem import EPILOGUES, LAYOUTS
 
 __all__ = ["CompiledFacts", "compile_for", "triton_version"]
 
@@ -109,7 +109,7 @@ def compile_for(config, dtype: str, layout: str = "NN", arch: int = 90, aligned:
         software-pipelined into ``num_stages`` buffers. With False, as for a
         ragged K: the loads stay element-wise and are not pipelined.
     epilogue : str
-        One of :data:`costlearn.problem.EPILOGUES`.
+        One of :data:`costlearn.core.problem.EPILOGUES`.
 
     Returns
     -------
@@ -128,7 +128,7 @@ def compile_for(config, dtype: str, layout: str = "NN", arch: int = 90, aligned:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from .kernel import INPUT_PRECISION, matmul_kernel
+    from costlearn.families.triton_mm.kernel import INPUT_PRECISION, matmul_kernel
     if dtype not in TRITON_DTYPE:
         raise ValueError(f"dtype={dtype!r}; allowed: {sorted(TRITON_DTYPE)}")
     if layout not in LAYOUTS:

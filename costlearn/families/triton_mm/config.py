@@ -6,8 +6,8 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-from ...util import check_int
-from ..base import VENDOR_CONFIG_ID
+from costlearn.core.util import check_int
+from costlearn.families.base import VENDOR_CONFIG_ID
 
 __all__ = ["TritonMMConfig", "VendorCall", "VENDOR", "VALUES"]
 

@@ -1,12 +1,12 @@
 """How PyTorch Inductor names ``triton_mm`` configs.
 
 - In its AutoHeuristic mm logs (``torch/_inductor/autoheuristic/``), read by
-  the Inductor importer (:mod:`costlearn.interop.inductor`) through
+  the Inductor importer (:mod:`costlearn.interop.inductor.autoheuristic`) through
   :meth:`~costlearn.families.triton_mm.TritonMMFamily.from_tool`: a
   ``choice`` is ``extern_mm`` (the vendor library, aten's mm, cuBLAS) or
   ``type=triton_BLOCK-M=.._BLOCK-K=.._BLOCK-N=.._numstages=.._numwarps=..``.
 - In its template lookup table (``torch/_inductor/lookup_table/``, PyTorch
-  2.13 and later), written by :mod:`costlearn.interop.inductor_lut` through
+  2.13 and later), written by :mod:`costlearn.interop.inductor.lut` through
   :meth:`~costlearn.families.triton_mm.TritonMMFamily.to_tool`: an entry is
   ``{"template_id": "aten::mm"}`` or ``{"template_id": "triton::mm", ...}``
   with the keyword arguments of Inductor's mm template
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from .config import VENDOR, TritonMMConfig, VendorCall
+from costlearn.families.triton_mm.config import VENDOR, TritonMMConfig, VendorCall
 
 __all__ = ["INDUCTOR_GROUP_M", "VENDOR_CHOICE", "config_from_choice", "TRITON_TEMPLATE_ID", "VENDOR_TEMPLATE_ID",
            "VENDOR_TEMPLATE_IDS",

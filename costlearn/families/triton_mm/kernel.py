@@ -5,7 +5,7 @@ triton backend calls, and by :func:`costlearn.families.triton_mm.compile.compile
 
 ``C[M, N] = op(A) @ op(B)``, float32 accumulation, C stored in the input
 dtype (float32 for ``float32`` and ``tfloat32``); with an epilogue
-(:data:`costlearn.problem.EPILOGUES`, the ``EPILOGUE`` constexpr) the
+(:data:`costlearn.core.problem.EPILOGUES`, the ``EPILOGUE`` constexpr) the
 length-N ``bias`` (input dtype) is added to every row in float32 before the
 store, then ReLU or GELU (tanh form, tanh(x) = 2 sigmoid(2x) - 1). Layouts are strides: A
 is read at ``a + m * stride_am + k * stride_ak`` and B at ``b + k * stride_bk
@@ -32,7 +32,7 @@ from pathlib import Path
 import triton
 import triton.language as tl
 
-from ...problem import EPILOGUES
+from costlearn.core.problem import EPILOGUES
 
 __all__ = ["matmul_kernel", "launch", "SOURCE_HASH", "INPUT_PRECISION"]
 
@@ -104,7 +104,7 @@ def launch(config, a, b, c, dtype: str, bias=None, epilogue: str = "none") -> No
         The epilogue's bias (input dtype); required unless ``epilogue`` is
         ``"none"``.
     epilogue : str
-        One of :data:`costlearn.problem.EPILOGUES`.
+        One of :data:`costlearn.core.problem.EPILOGUES`.
 
     Raises
     ------

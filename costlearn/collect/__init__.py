@@ -1,0 +1,11 @@
+"""Collection: which configs are feasible, which problems to measure, how to
+time them, and the dataset they are written to (design.md, "Measurement
+protocol" and "Dataset").
+
+``space`` (feasible configs), ``sampler`` (problems), ``measure`` (the
+timing protocol), ``noise`` (re-timings), ``backends/`` (the devices that
+compile and time), ``dataset`` (Parquet parts), ``loop`` (the collection
+loop) and ``fleet`` (the same loop on a Ray cluster). Importing this package
+imports none of them: a predictor that needs ``space`` does not load the
+collector.
+"""

@@ -1,0 +1,2 @@
+"""PyTorch Inductor: its autoheuristic logs imported (``autoheuristic``) and
+its lookup table imported and exported (``lut``)."""

@@ -1,0 +1,194 @@
+"""Importer of PyTorch Inductor's AutoHeuristic mm logs (the files Inductor
+writes with ``TORCHINDUCTOR_AUTOHEURISTIC_COLLECT=mm``; writer:
+``torch/_inductor/autoheuristic/autoheuristic.py``, format described in
+``shared/data/inductor-autoheuristic-a100/PROVENANCE.md``).
+
+Line 1 is a JSON header (``shared_memory``, ``device_capa``, ``name``,
+feature lists); line 2 the CSV column names; every other line one
+measurement: ``m,k,n,mat1_dtype,mat2_dtype,mat1_stride_0,mat1_stride_1,
+mat2_stride_0,mat2_stride_1,mat1_iscontig,mat2_iscontig,using_tf32,choice,
+feedback``. ``feedback`` is milliseconds (``inf``: the config failed);
+``choice`` is ``extern_mm`` (the vendor library) or
+``type=triton_BLOCK-M=.._BLOCK-K=.._BLOCK-N=.._numstages=.._numwarps=..``;
+which config a choice names is the family's to say
+(:meth:`~costlearn.families.KernelFamily.from_tool` with tool ``"inductor"``;
+the ``triton_mm`` family maps both).
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+from costlearn.core.device import DeviceSpec
+from costlearn.core.dtypes import TORCH_DTYPES
+from costlearn.families import config_from_tool
+from costlearn.core.problem import layout_letter
+from costlearn.interop.common import Importer, InteropError, Measurement
+
+__all__ = ["InductorImporter", "parse", "check_header", "COLUMNS"]
+
+COLUMNS = ("m", "k", "n", "mat1_dtype", "mat2_dtype", "mat1_stride_0", "mat1_stride_1", "mat2_stride_0",
+           "mat2_stride_1", "mat1_iscontig", "mat2_iscontig", "using_tf32", "choice", "feedback")
+"""The CSV columns an mm log must have (others are ignored)."""
+
+
+def check_header(header: dict, spec: DeviceSpec, path) -> None:
+    """Refuse a header whose ``device_capa`` or ``shared_memory`` contradicts
+    ``spec`` (the header names no GPU; these identify it).
+
+    Raises
+    ------
+    InteropError
+        Naming both values.
+    """
+    capa = header.get("device_capa")
+    if isinstance(capa, list) and len(capa) == 2 and all(isinstance(v, int) for v in capa):
+        have = f"{capa[0]}.{capa[1]}"
+        if spec.compute_capability and have != spec.compute_capability:
+            raise InteropError(f"{path}: the header says compute capability {have}, the preset {spec.name!r} is "
+                               f"{spec.compute_capability}; pass the --preset the log was measured on")
+    smem = header.get("shared_memory")
+    if isinstance(smem, int) and smem != spec.smem_per_block_optin_bytes:
+        raise InteropError(f"{path}: the header says {smem} bytes of shared memory per block, the preset "
+                           f"{spec.name!r} has {spec.smem_per_block_optin_bytes}; pass the --preset the "
+                           "log was measured on")
+
+
+def parse(path, spec: DeviceSpec):
+    """Parse an Inductor mm log.
+
+    Parameters
+    ----------
+    path : path
+    spec : DeviceSpec
+        The device named on the command line; the header must agree.
+
+    Returns
+    -------
+    measurements : list of Measurement
+        Rows of the family that maps each ``choice``
+        (:func:`costlearn.families.config_from_tool`; ``triton_mm``:
+        ``extern_mm`` as the ``vendor`` candidate, a Triton choice as a
+        TritonMMConfig with Inductor's ``GROUP_M``); strides as the layout; ``using_tf32 ==
+        "True"`` on float32 as ``tfloat32``; feedback ms as time_us
+        (``inf``: a failed row).
+    skipped : list of (int, str)
+        Malformed lines (line number, reason).
+
+    Raises
+    ------
+    InteropError
+        If the file is empty, line 1 is not Inductor's JSON header, line 2
+        lacks a column of :data:`COLUMNS`, or the header contradicts ``spec``.
+    """
+    path = Path(path)
+    try:
+        fh = open(path, newline="", encoding="utf-8")
+    except OSError as e:
+        raise InteropError(f"{path}: cannot read ({e.strerror})") from None
+    with fh:
+        try:
+            first = fh.readline()
+        except UnicodeDecodeError:
+            raise InteropError(f"{path}: not a text file; an Inductor mm log starts with a JSON header") from None
+        if not first.strip():
+            raise InteropError(f"{path}: empty file")
+        try:
+            header = json.loads(first)
+        except json.JSONDecodeError:
+            header = None
+        if not isinstance(header, dict) or "shared_memory" not in header or "device_capa" not in header:
+            raise InteropError(f"{path}: line 1 is not an Inductor AutoHeuristic header (a JSON object with "
+                               "shared_memory and device_capa); is this another format?")
+        if header.get("name") not in (None, "mm"):
+            raise InteropError(f"{path}: an AutoHeuristic log of {header.get('name')!r}; only 'mm' logs hold "
+                               "matmul measurements")
+        check_header(header, spec, path)
+        reader = csv.reader(fh)
+        try:
+            names = next(reader)
+        except (StopIteration, csv.Error, UnicodeDecodeError):
+            raise InteropError(f"{path}: no CSV column line after the header") from None
+        missing = [c for c in COLUMNS if c not in names]
+        if missing:
+            raise InteropError(f"{path}: line 2 lacks the columns {missing}")
+        pos = {c: names.index(c) for c in COLUMNS}
+        out, skipped, choices = [], [], {}
+        line = 2
+        while True:
+            try:
+                rec = next(reader)
+            except StopIteration:
+                break
+            except (csv.Error, UnicodeDecodeError) as e:
+                line += 1
+                skipped.append((line, f"unreadable ({type(e).__name__})"))
+                continue
+            line = reader.line_num + 1              # +1: the header line was read before the reader
+            if not rec:
+                continue
+            try:
+                out.append(_measurement(rec, pos, line, choices))
+            except (ValueError, IndexError) as e:
+                skipped.append((line, str(e)[:200]))
+    return out, skipped
+
+
+def _int(v: str, what: str, lo: int) -> int:
+    try:
+        x = int(v)
+    except ValueError:
+        raise ValueError(f"{what}={v!r} is not an integer") from None
+    if x < lo:
+        raise ValueError(f"{what}={x} is below {lo}")
+    return x
+
+
+def _measurement(rec: list, pos: dict, line: int, choices: dict) -> Measurement:
+    if len(rec) < len(pos):
+        raise ValueError(f"{len(rec)} fields, need {len(COLUMNS)}")
+    g = {c: rec[i].strip() for c, i in pos.items()}
+    m, k, n = (_int(g[c], c, 1) for c in ("m", "k", "n"))
+    if g["mat1_dtype"] != g["mat2_dtype"]:
+        raise ValueError(f"mixed dtypes {g['mat1_dtype']} x {g['mat2_dtype']}")
+    dtype = TORCH_DTYPES.get(g["mat1_dtype"])
+    if dtype is None:
+        raise ValueError(f"mat1_dtype={g['mat1_dtype']!r}; allowed: {list(TORCH_DTYPES)}")
+    if dtype == "float32":
+        if g["using_tf32"] not in ("True", "False"):
+            raise ValueError(f"using_tf32={g['using_tf32']!r} for float32; need True or False")
+        dtype = "tfloat32" if g["using_tf32"] == "True" else "float32"
+    strides = [_int(g[c], c, 0) for c in ("mat1_stride_0", "mat1_stride_1", "mat2_stride_0", "mat2_stride_1")]
+    la, lb = layout_letter(strides[:2]), layout_letter(strides[2:])
+    if la is None or lb is None:
+        raise ValueError(f"strides {strides}: a matrix that is neither row- nor column-major")
+    choice = g["choice"]
+    if choice not in choices:                  # one lookup per distinct choice of the file
+        choices[choice] = config_from_tool("inductor", choice)
+    if choices[choice] is None:
+        raise ValueError(f"choice={choice[:80]!r} is neither extern_mm nor a Triton mm config")
+    family, config = choices[choice]
+    try:
+        ms = float(g["feedback"])
+    except ValueError:
+        raise ValueError(f"feedback={g['feedback']!r} is not a number") from None
+    if math.isinf(ms) and ms > 0:
+        return Measurement(line, m, n, k, dtype, la + lb, family, config, math.nan,
+                           "inductor recorded inf (the config failed to compile or run)", tuple(strides))
+    if not (math.isfinite(ms) and ms > 0):
+        raise ValueError(f"feedback={g['feedback']!r}; a time must be positive (ms) or inf")
+    return Measurement(line, m, n, k, dtype, la + lb, family, config, ms * 1e3, strides=tuple(strides))
+
+
+class InductorImporter(Importer):
+    """``costlearn import inductor``: :func:`parse`."""
+
+    name = "inductor"
+
+    def parse(self, path, spec, mapping=None):
+        if mapping is not None:
+            raise InteropError("--mapping is for kernel-tuner files; an Inductor log maps itself")
+        return parse(path, spec)
+

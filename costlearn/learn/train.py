@@ -1,0 +1,503 @@
+"""Training: a dataset folder in, a model artifact out (fit the model and the
+baselines, hold out problems for metrics, fit the envelope, export and
+calibrate the scorer); and the conversion of artifacts of the layout before
+kernel families."""
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from costlearn.collect.dataset import current_rows, load, noise_floor, rows_where, valid_rows
+from costlearn.core.device import DeviceSpec
+from costlearn.model.envelope import Coverage, Envelope, fit_coverage, fit_envelope, outside_rows
+from costlearn.families import get_family
+from costlearn.features import CandidateFeatures, ConfigTable, feature_version, get_feature_set
+from costlearn.learn.holdout import calibrate_floor, heldout_folds, heldout_problems
+from costlearn.learn.metrics import evaluate_rows, random_scores, summarize
+from costlearn.model import BASELINES, artifact, get_model
+from costlearn.model.base import CostModel
+from costlearn.model.vendor import MIN_PROBLEMS as VENDOR_MIN_PROBLEMS
+from costlearn.model.vendor import VendorModel, problem_features_table, problem_table
+from costlearn.model.baselines import BestFixedModel, RooflineModel
+from costlearn.model.xgb import XGBCostModel
+from costlearn.collect.noise import noise_floors
+from costlearn.serve.predict import Predictor
+from costlearn.core.problem import EPILOGUES, Problem
+from costlearn.ranker import calibrate_cascade, calibration_problems, make_ranker
+from costlearn.model.shortlist import MIN_TREES, worth_a_table
+from costlearn.ranker.shortlist_build import build_shortlist
+from costlearn.collect.sampler import ShapeBounds
+from costlearn.core.util import atomic_write, sha256_file
+
+__all__ = ["MIN_ROWS", "MIN_PROBLEMS", "pair_counts", "train", "TrainResult", "spec_from_rows", "holdout_report",
+           "export_artifact", "migrate_models", "dataset_pairs", "read_device_json"]
+
+
+@dataclass
+class TrainResult:
+    """Outcome of :func:`train`: the artifact path, held-out summaries per
+    model, row and problem counts, the device, and whether a model already in
+    that folder was replaced."""
+
+    path: Path
+    holdout: dict
+    rows: int
+    shapes: int
+    dropped: dict
+    family: str
+    dtype: str
+    device: str = ""
+    replaced: bool = False
+    holdout_kind: str = ""
+    floor: dict = None
+
+
+def _across(data_dir, rows) -> float:
+    """The across-session noise floor of ``rows`` from ``data_dir``'s
+    re-timings (:func:`costlearn.collect.noise.noise_floors`); NaN without."""
+    return noise_floors(data_dir, rows).across if Path(data_dir).is_dir() else float("nan")
+
+
+def _finite_or_none(x: float):
+    return float(x) if np.isfinite(x) else None
+
+
+def spec_from_rows(rows: pd.DataFrame, spec: DeviceSpec | None) -> DeviceSpec:
+    """Check that ``spec`` describes the device the rows were measured on.
+
+    Raises
+    ------
+    ValueError
+        If the rows come from more than one device, ``spec`` is None, or
+        ``spec`` names another device.
+    """
+    devs = sorted(rows["device_slug"].unique())
+    if len(devs) != 1:
+        raise ValueError(f"training rows come from {len(devs)} devices {devs}; train one device at a time")
+    if spec is None:
+        raise ValueError("no DeviceSpec: pass one, or keep the device.json that collect writes")
+    if devs[0] != spec.slug:
+        raise ValueError(f"the rows were measured on device {devs[0]!r} but the DeviceSpec describes "
+                         f"{spec.name!r} ({spec.slug!r}); check device.json")
+    return spec
+
+
+def holdout_report(rows: pd.DataFrame, spec: DeviceSpec, model: CostModel,
+                   seed: int = 0) -> tuple[dict, pd.DataFrame, pd.DataFrame, str]:
+    """Fit ``model`` (a fresh, unfitted one) and every baseline on the
+    training side of each fold of :func:`costlearn.learn.holdout.heldout_folds`
+    (leave one log out where the rows hold several logs, else a
+    problem-grouped hold-out) and score them, and a random ranking, on the
+    held-out problems' measured candidates.
+
+    Returns
+    -------
+    summary : dict of str to dict
+        :func:`costlearn.learn.metrics.summarize` per model, over every held-out
+        problem.
+    per_shape : DataFrame
+        Per-problem metrics, with a ``model`` column.
+    held : DataFrame
+        :func:`costlearn.learn.holdout.heldout_problems` of the model's held-out
+        predictions (what the vendor floor is calibrated on).
+    kind : str
+        How the hold-out was made.
+    """
+    folds, kind = heldout_folds(rows, seed, min_train_problems=MIN_PROBLEMS)
+    test = np.concatenate([te for _, te in folds])
+    models = {model.name: model, **{name: get_model(name) for name in BASELINES}}
+    preds = {name: np.full(len(rows), np.nan) for name in models}
+    outside = np.zeros(len(rows), bool)
+    for tr, te in folds:
+        rtr, rte = rows.iloc[tr], rows.iloc[te]
+        for name, mdl in models.items():
+            preds[name][te] = copy.deepcopy(mdl).fit(rtr, spec).predict(rte)
+        outside[te] = outside_rows(rtr, rte)
+    rte = rows.iloc[test]
+    preds = {name: p[test] for name, p in preds.items()}
+    preds["random"] = random_scores(rte, seed)
+    summary, frames = {}, []
+    for name, pred in preds.items():
+        per = evaluate_rows(rte, pred)
+        per["model"] = name
+        frames.append(per)
+        summary[name] = summarize(per)
+    return (summary, pd.concat(frames, ignore_index=True), heldout_problems(rte, preds[model.name], outside[test]),
+            kind)
+
+
+MIN_ROWS, MIN_PROBLEMS = 50, 5
+"""Fewest valid rows and problems :func:`train` fits a model on."""
+
+
+def heldout_estimates(rows: pd.DataFrame, held: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """``held`` with the vendor model's cross-fitted estimate of each held-out
+    problem: ``estimate_log2`` and ``estimate_sd_log2``
+    (:class:`~costlearn.model.vendor.VendorModel`, fitted on the training
+    side of each fold of :func:`costlearn.learn.holdout.heldout_folds`, the folds the
+    cost model was held out on; NaN where a fold's training side has fewer
+    than :data:`costlearn.model.vendor.MIN_PROBLEMS` problems with a vendor).
+
+    Parameters
+    ----------
+    rows : DataFrame
+        The valid training rows of one (family, dtype).
+    held : DataFrame
+        :func:`costlearn.learn.holdout.heldout_problems` of the cost model's held-out
+        predictions.
+    """
+    folds, _ = heldout_folds(rows, seed, min_train_problems=MIN_PROBLEMS)
+    key = ["m", "n", "k", "layout", "epilogue"]
+    parts = []
+    for tr, te in folds:
+        train_problems, test = problem_table(rows.iloc[tr]), rows.iloc[te][key].drop_duplicates()
+        if len(train_problems) < VENDOR_MIN_PROBLEMS or test.empty:
+            continue
+        mean, sd = VendorModel.fit(train_problems, seed=seed).estimate(problem_features_table(test))
+        parts.append(test.assign(estimate_log2=mean, estimate_sd_log2=sd))
+    out = held.drop(columns=["estimate_log2", "estimate_sd_log2"], errors="ignore")
+    if not parts:
+        return out.assign(estimate_log2=np.nan, estimate_sd_log2=np.nan)
+    est = pd.concat(parts, ignore_index=True).drop_duplicates(key, keep="first")
+    merged = out.assign(epilogue=out["epilogue"] if "epilogue" in out else "none")
+    for c in ("layout", "epilogue"):
+        merged[c], est[c] = merged[c].astype(str), est[c].astype(str)
+    return merged.merge(est, on=key, how="left")
+
+
+def pair_counts(df: pd.DataFrame) -> dict:
+    """(family, dtype) -> (valid current rows, problems) of a dataset's rows
+    (as :func:`costlearn.collect.dataset.load` returns them)."""
+    rows = valid_rows(current_rows(df)[0])
+    out = {}
+    for (f, d), g in rows.groupby(["family", "dtype"], observed=True):
+        out[(str(f), str(d))] = (len(g), g[["m", "n", "k", "layout"]].drop_duplicates().shape[0])
+    return out
+
+
+def dataset_pairs(df: pd.DataFrame) -> list[tuple[str, str]]:
+    """(family, dtype) pairs of a dataset's valid rows, sorted."""
+    v = valid_rows(df)
+    return sorted({(str(f), str(d)) for f, d in v[["family", "dtype"]].drop_duplicates().itertuples(index=False)})
+
+
+def read_device_json(data_dir: Path) -> DeviceSpec | None:
+    """The DeviceSpec of a dataset folder's ``device.json`` (None without one).
+
+    Raises
+    ------
+    ValueError
+        If the file is not a valid device description.
+    """
+    dev_json = data_dir / "device.json"
+    if not dev_json.is_file():
+        return None
+    try:
+        return DeviceSpec.from_dict(json.loads(dev_json.read_text()))
+    except (json.JSONDecodeError, ValueError, TypeError) as e:
+        raise ValueError(f"{dev_json}: not a valid device description ({e})") from e
+
+
+def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str | None = None,
+          dtype: str | None = None, model: str = "xgboost", settings: dict | None = None,
+          holdout: bool = True, exclude_sources=()) -> TrainResult:
+    """Train a cost model on a dataset folder and save the artifact to
+    ``<models_dir>/<device>/<family>/<dtype>/``.
+
+    Parameters
+    ----------
+    data_dir : path
+        Dataset folder of one device (``data/<device>/``).
+    models_dir : path
+        Root of the model store (``models/``).
+    spec : DeviceSpec, optional
+        Device description; by default read from ``<data_dir>/device.json``.
+    family, dtype : str, optional
+        Which rows to train on; by default the only (family, dtype) pair in
+        the dataset.
+    model : str
+        A name in :data:`costlearn.model.MODELS` (default ``xgboost``).
+    settings : dict, optional
+        Keyword settings of the model (e.g. ``feature_set="raw"``).
+    holdout : bool
+        Also fit on the training side of each hold-out fold
+        (:func:`costlearn.learn.holdout.heldout_folds`: leave one log out where the
+        folder holds several logs, else problem-grouped), store the
+        held-out metrics of the model and the baselines in the sidecar and
+        calibrate the vendor floor on them (:mod:`costlearn.learn.holdout`).
+    exclude_sources : sequence of str
+        Leave out the rows of these logs (``source_file``; ``""`` for
+        collected rows): the leave-one-log-out study trains this way.
+
+    Returns
+    -------
+    TrainResult
+
+    Raises
+    ------
+    ValueError
+        If the dataset has too few valid rows (< 50) or problems (< 5),
+        mixes devices, holds several (family, dtype) pairs and none was
+        chosen, or has no device description.
+    """
+    data_dir = Path(data_dir)
+    if family is not None and dtype is not None:
+        get_family(family).check_dtype(dtype)
+    get_model(model, **dict(settings or {}))  # an unknown model or setting fails before the data is read
+    df, report = load(data_dir)
+    pairs = dataset_pairs(df)
+    if family is None or dtype is None:
+        fitting = [p for p in pairs if (family is None or p[0] == family) and (dtype is None or p[1] == dtype)]
+        if len(fitting) > 1:
+            raise ValueError(f"{data_dir} holds rows of {[f'{f}/{d}' for f, d in fitting]}; choose one with "
+                             "family= and dtype= (CLI: --family, --dtype)")
+        if not fitting and pairs:
+            raise ValueError(f"{data_dir} holds no valid {family or '*'}/{dtype or '*'} rows; it holds "
+                             f"{[f'{f}/{d}' for f, d in pairs]}")
+        family, dtype = fitting[0] if fitting else (family or "gemm", dtype or "float32")
+    fam = get_family(family)
+    fam.check_dtype(dtype)
+    df = df[rows_where(df, family=family, dtype=dtype)]
+    if exclude_sources:
+        df = df[~df["source_file"].fillna("").isin(list(exclude_sources)).to_numpy(bool)]
+    df, stale = current_rows(df)
+    rows = valid_rows(df).reset_index(drop=True)
+    n_shapes = rows[["m", "n", "k", "layout"]].drop_duplicates().shape[0]
+    templates = sorted(rows["template_hash"].unique().tolist())
+    if len(templates) > 1:
+        raise ValueError(f"{data_dir}'s {family}/{dtype} rows come from {len(templates)} kernel templates "
+                         f"{templates} (the family's own kernel and imported logs of another tool's); train on "
+                         "one: keep them in separate folders")
+    template = templates[0] if templates else fam.template_hash
+    if len(rows) < MIN_ROWS or n_shapes < MIN_PROBLEMS:
+        others = [f"{f}/{d}" for f, d in pairs if (f, d) != (family, dtype)]
+        raise ValueError(f"{data_dir} has {len(rows)} valid {family}/{dtype} rows over {n_shapes} problems; "
+                         f"need at least {MIN_ROWS} rows over {MIN_PROBLEMS} problems (collect longer, or import "
+                         "more measurements)" + (f"; it also holds {others}" if others else ""))
+    spec = spec_from_rows(rows, spec if spec is not None else read_device_json(data_dir))
+    settings = dict(settings or {})
+    summary, held, kind = {}, pd.DataFrame(), ""
+    if holdout:
+        summary, _, held, kind = holdout_report(rows, spec, get_model(model, **settings), seed=0)
+    has_vendor = fam.vendor_config_id is not None and rows["config_id"].eq(fam.vendor_config_id).any()
+    vendor_model = None
+    if has_vendor:
+        problems = problem_table(rows)
+        if len(problems) >= VENDOR_MIN_PROBLEMS:
+            vendor_model = VendorModel.fit(problems)
+            if holdout:
+                held = heldout_estimates(rows, held)
+    floor = calibrate_floor(held, bool(has_vendor), kind)
+    mdl = get_model(model, **settings).fit(rows, spec)
+    baselines = {name: get_model(name).fit(rows, spec) for name in BASELINES}
+    shapes = rows[["m", "n", "k"]].drop_duplicates().to_numpy()
+    training = dict(dataset=str(data_dir), rows=int(len(rows)), shapes=int(n_shapes),
+                    rows_total=int(len(df)), status_counts=df["status"].value_counts().to_dict(),
+                    run_ids=sorted(rows["run_id"].unique().tolist()),
+                    protocol_versions=sorted(int(v) for v in rows["protocol_version"].unique()),
+                    template_hashes=sorted(rows["template_hash"].unique().tolist()),
+                    noise_floor=_finite_or_none(noise_floor(rows)),
+                    noise_floor_across=_finite_or_none(_across(data_dir, rows)),
+                    corrupt_parts=len(report.corrupt), stale_rows_dropped=stale,
+                    sources=sorted(rows["source_file"].fillna("").astype(str).unique().tolist()),
+                    source_sha256s=sorted(rows["source_sha256"].fillna("").astype(str).unique().tolist()),
+                    excluded_sources=sorted(str(s) for s in exclude_sources))
+    folder = artifact.model_folder(models_dir, spec.slug, fam.name, dtype)
+    replaced = (folder / artifact.SIDECAR).exists()
+    cands = artifact.candidate_table(rows)
+    path = export_artifact(mdl, folder, family=fam.name, dtype=dtype,
+                           layouts=sorted(rows["layout"].unique().tolist()), spec=spec,
+                           epilogues=[e for e in EPILOGUES if e in set(rows["epilogue"].astype(str))],
+                           candidates=cands, envelope=fit_envelope(shapes),
+                           metrics=dict(holdout=summary, holdout_kind=kind), training=training,
+                           baselines={name: b.save(folder) for name, b in baselines.items()},
+                           extra=dict(template_hash=template, floor=floor,
+                                      coverage=fit_coverage(rows, cands["config_id"].tolist())),
+                           vendor_model=vendor_model)
+    return TrainResult(path=path, holdout=summary, rows=len(rows), shapes=int(n_shapes),
+                       dropped=dict(report.quarantined, stale_template_or_protocol=stale), family=fam.name,
+                       dtype=dtype, device=spec.slug, replaced=replaced, holdout_kind=kind, floor=floor)
+
+
+def export_artifact(model: CostModel, folder, *, family: str, dtype: str, layouts, spec: DeviceSpec,
+                    candidates: pd.DataFrame, envelope: dict, metrics: dict, training: dict, baselines: dict,
+                    extra: dict | None = None, epilogues=("none",), vendor_model=None) -> Path:
+    """Export ``model``'s scorer for ``candidates``, calibrate its cascade
+    (:func:`costlearn.ranker.calibrate_cascade`), check the scorer against
+    ``model.predict``, build its shortlist table where the scorer is deep
+    (:func:`costlearn.model.shortlist.worth_a_table`) and save the artifact
+    (:func:`costlearn.model.artifact.save`).
+
+    Raises
+    ------
+    ValueError
+        If the scorer disagrees with the model (more than 1e-3 in log2 time
+        on the calibration problems' candidates).
+    """
+    fam = get_family(family)
+    configs = [fam.config_from_id(c) for c in candidates["config_id"]]
+    table = ConfigTable(fam, configs, dtype, spec, candidates["registers_per_thread"].to_numpy(np.float64))
+    features = CandidateFeatures(get_feature_set(model.feature_set), table)
+    scorer = model.scorer(features.names, [c.config_id for c in configs])
+    floors = fam.fit_floors(spec)
+    problems = calibration_problems(envelope["shapes"], dtype, layouts[0],
+                                    ShapeBounds.for_device(spec.device_type == "cpu"))
+    variants = [(lay, e) for lay in layouts for e in epilogues]
+    if len(variants) > 1:         # the layout and epilogue columns change the scores: calibrate on every one served
+        problems = [Problem(p.m, p.n, p.k, dtype, *variants[i % len(variants)]) for i, p in enumerate(problems)]
+    _check_scorer(model, scorer, features, candidates, problems[::40], family, dtype)
+    stages, info = calibrate_cascade(scorer, features, floors, problems)
+    scorer = scorer.with_cascade(stages)
+    env = Envelope(envelope)                                    # a bad envelope fails before anything is written
+    shortlist, sl_info = None, None
+    if worth_a_table(scorer):
+        t0 = time.perf_counter()
+        ids = [c.config_id for c in configs]
+        extra_ = extra or {}
+        ranker = make_ranker(features, scorer, env, floors, coverage=Coverage(extra_.get("coverage"), len(configs)),
+                             vendor=ids.index(fam.vendor_config_id) if fam.vendor_config_id in ids else None)
+        shortlist = build_shortlist(ranker, layouts, [int(envelope["max"][d]) for d in "MNK"])
+        sl_info = dict(build_s=round(time.perf_counter() - t0, 1))
+    return artifact.save(model, folder, family=family, dtype=dtype, layouts=layouts, spec=spec, candidates=candidates,
+                         scorer=scorer, envelope=envelope, metrics=metrics, training=training, baselines=baselines,
+                         cascade=info, extra=extra, shortlist=shortlist, shortlist_info=sl_info, epilogues=epilogues,
+                         vendor_model=vendor_model)
+
+
+def add_shortlist(folder, *, threads: int | None = None) -> dict:
+    """Build the shortlist table of the saved artifact in ``folder`` (one
+    trained before tables existed, or rebuilt) and write it into the
+    artifact (:func:`costlearn.model.artifact.replace_shortlist`).
+
+    Returns
+    -------
+    dict
+        The sidecar's new ``shortlist`` entry.
+
+    Raises
+    ------
+    ValueError
+        If the scorer is too shallow for a table (:func:`~costlearn.model.shortlist.worth_a_table`).
+    costlearn.model.artifact.ArtifactError
+        If ``folder`` holds no loadable artifact.
+    """
+    pred = Predictor(folder, shortlist=False)
+    if not worth_a_table(pred.artifact.scorer):
+        raise ValueError(f"{folder}: a scorer of {pred.artifact.scorer.n_trees} trees; a shortlist table is built for "
+                         f"{MIN_TREES} or more")
+    t0 = time.perf_counter()
+    env = pred.artifact.sidecar["envelope"]
+    sl = build_shortlist(pred.ranker, pred.layouts, [int(env["max"][d]) for d in "MNK"], threads=threads)
+    artifact.replace_shortlist(folder, sl, dict(build_s=round(time.perf_counter() - t0, 1)))
+    return artifact.load(folder).sidecar["shortlist"]
+
+
+def _check_scorer(model, scorer, features, candidates, problems, family, dtype) -> None:
+    """log2 of ``model.predict`` on every candidate of a few problems must
+    equal the scorer's scores within 1e-3 (the scorer sums in float64, a
+    training library may sum in float32)."""
+    worst = 0.0
+    for p in problems:
+        X = features.numpy(p.m, p.n, p.k, None, p.layout, p.epilogue)
+        rows = pd.DataFrame(dict(m=p.m, n=p.n, k=p.k, dtype=dtype, layout=p.layout, epilogue=p.epilogue, family=family,
+                                 config_id=candidates["config_id"].to_numpy(),
+                                 registers_per_thread=candidates["registers_per_thread"].to_numpy(np.float64)))
+        want = np.log2(model.predict(rows))
+        got = scorer.full_numpy(X, np.arange(len(X)))
+        worst = max(worst, float(np.abs(want - got).max()))
+    if not worst <= 1e-3:
+        raise ValueError(f"the exported {model.name} scorer differs from the model's predictions by {worst:.3g} "
+                         "in log2 time; not saving")
+
+
+def migrate_models(models_dir) -> list[tuple[Path, Path]]:
+    """Convert every artifact of the layout before kernel families
+    (``<root>/<device>/<dtype>/``, artifact schema 2) into
+    ``<root>/<device>/gemm/<dtype>/`` (schema 3): the same model file
+    (byte for byte), its exported scorer with a calibrated cascade, the
+    baselines' states; the old folder is removed once the new one loads.
+
+    Returns
+    -------
+    list of (old folder, new folder)
+
+    Raises
+    ------
+    ValueError
+        If ``models_dir`` is not a folder.
+    costlearn.model.artifact.ArtifactError
+        If an old artifact cannot be read or converted (its feature list is
+        not this code's, its model file is not the sidecar's), or the new
+        folder already holds a model (nothing is removed or replaced then).
+    """
+    root = Path(models_dir)
+    if not root.is_dir():
+        raise ValueError(f"{str(root)!r} is not a folder of models")
+    gemm = get_family("gemm")
+    done = []
+    for old in artifact.old_layout_folders(root):
+        side_path = old / artifact.SIDECAR
+        try:
+            side = json.loads(side_path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise artifact.ArtifactError(f"unreadable {side_path}: {e}") from e
+        if not isinstance(side, dict) or side.get("artifact_schema") != 2 or side.get("model") != "xgboost":
+            what = (side.get("artifact_schema"), side.get("model")) if isinstance(side, dict) else "not an object"
+            raise artifact.ArtifactError(f"{side_path}: {what!r}; only schema-2 xgboost artifacts can be converted")
+        missing = [key for key in ("device", "dtype", "feature_set", "feature_names", "feature_version", "candidates",
+                                   "envelope", "template_hash", "costlearn_version") if key not in side]
+        if missing:
+            raise artifact.ArtifactError(f"{side_path} lacks keys {missing}; retrain with `costlearn train`")
+        fs = side["feature_set"]
+        if fs not in ("analytic", "raw", "derived") or list(get_feature_set(fs).feature_names(gemm)) != list(
+                side["feature_names"]) or side["feature_version"] != feature_version(fs, gemm):
+            raise artifact.ArtifactError(f"{side_path}: its features ({fs!r}, version {side['feature_version']!r}) are "
+                                         "not this code's; retrain with `costlearn train` instead")
+        try:
+            spec = DeviceSpec.from_dict(side["device"])
+        except (TypeError, ValueError) as e:
+            raise artifact.ArtifactError(f"{side_path}: invalid device ({e})") from e
+        new = artifact.model_folder(root, old.parent.name, "gemm", str(side["dtype"]))
+        if (new / artifact.SIDECAR).exists():
+            raise artifact.ArtifactError(f"{new} already holds a model; {old} was not converted (move one of them "
+                                         "away, then run migrate-models again)")
+        ubj = old / "model.ubj"
+        if not ubj.is_file() or (side.get("model_sha256") and sha256_file(ubj) != side["model_sha256"]):
+            raise artifact.ArtifactError(f"{ubj} is missing or does not belong to {side_path} (sha256 differs)")
+        atomic_write(new / "model.ubj", ubj.read_bytes())
+        state = dict(settings=dict(feature_set=side["feature_set"], params=side.get("params") or {}),
+                     feature_names=side["feature_names"], best_iteration=side.get("best_iteration"),
+                     validation_rmse_log2=side.get("validation_rmse_log2"),
+                     files={"model.ubj": sha256_file(new / "model.ubj")})
+        mdl = XGBCostModel.load(new, state, spec)
+        cands = pd.DataFrame(side["candidates"])
+        if "registers_per_thread" not in cands:
+            cands["registers_per_thread"] = np.nan
+        cands = cands[["config_id", "registers_per_thread"]]
+        bf = side.get("baselines", {}).get("best_fixed", {})
+        names = list(side["feature_names"])
+        baselines = dict(roofline=RooflineModel().fit(None, spec).save(new),
+                         best_fixed=dict(settings=dict(min_coverage=BestFixedModel().min_coverage),
+                                         scores=bf.get("scores", {}), best_config_id=bf.get("best_config_id"),
+                                         feature_names=("log2_m", "log2_n", "log2_k")
+                                         + tuple(get_family("gemm").param_feature_names), files={}))
+        export_artifact(mdl, new, family="gemm", dtype=side["dtype"], layouts=["NN"], spec=spec, candidates=cands,
+                        envelope=side["envelope"], metrics=side.get("metrics", {}), training=side.get("training", {}),
+                        baselines=baselines,
+                        extra=dict(created=side.get("created"), template_hash=side["template_hash"],
+                                   costlearn_version=side["costlearn_version"],
+                                   migrated=dict(from_schema=2, from_folder=str(old.name), names=len(names),
+                                                 at=datetime.now(timezone.utc).isoformat(timespec="seconds"))))
+        artifact.load(new)
+        shutil.rmtree(old)
+        done.append((old, new))
+    return done
+

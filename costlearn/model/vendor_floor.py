@@ -1,0 +1,205 @@
+"""The vendor floor as served: the calibrated decision between the best tile
+config and the vendor library, and the held-out evidence near a problem
+(design.md, "What "good" means for a user": the honest score, the floor, the
+coverage).
+
+:class:`VendorFloor` reads the ``floor`` of a model's sidecar, which
+:func:`costlearn.learn.holdout.calibrate_floor` wrote at training (that
+module's docstring says how the evidence is gathered and the thresholds
+calibrated). Here: the rule a query runs (:meth:`VendorFloor.keeps_vendor`),
+its OOD reasons, and the evidence near a problem
+(:func:`costlearn.model.envelope.nearest_evidence`, shared with the rankers).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from costlearn.model.envelope import embed, embed_query, nearest_evidence
+
+__all__ = ["FLOOR_VERSION", "NEIGHBORS", "ESTIMATE_RULE", "ESTIMATE_UNSURE_QUANTILE", "estimate_wins",
+           "estimate_doubt", "plain_floor", "VendorFloor"]
+
+FLOOR_VERSION = 1
+NEIGHBORS = 5
+"""Held-out problems a decision looks at (the nearest of the same layout)."""
+ESTIMATE_UNSURE_QUANTILE = 0.95
+"""A problem is flagged (an OOD reason, not a decision) where the vendor
+model's deviation over its distance from a tie, ``sd / |mean|``, is above this
+quantile of the held-out problems' (the score's AUROC for "the answer loses
+more than 5 %" was 0.86 on the H100 random log's 80/20 split, but 0.44 on the
+A100's logs left out: it marks doubt about tile against vendor in
+distribution, not errors on unfamiliar shapes; scripts/decision_study.py)."""
+ESTIMATE_RULE = (0.0, 1.0)
+"""(margin log2, z) of the decision where the vendor model's estimate exists:
+a tile config is chosen where the cost model ranks it ahead of the vendor and
+the estimate one deviation up is below 0 (:func:`estimate_wins`): the tile is
+expected to win under the members' spread. Fixed, not calibrated: choosing
+(margin, z, the cost model's margin) on each fold's held-out logs gave 5.35 %
+on the A100's float16 logs left out, this rule 4.98 % (prune path 4.80 % and
+4.33 %), with 0.97 % on the H100 80/20 split and 5.88 % from the A100's random
+log to HuggingFace + timm (scripts/a100_study.py, scripts/decision_study.py)."""
+def estimate_doubt(mean_log2, sd_log2):
+    """How unsure the vendor model is of the decision: its members' deviation
+    over the estimate's distance from a tie, ``sd / max(|mean|, 0.001)``
+    (float or float64 array; a float's in Python arithmetic, the same value,
+    a microsecond sooner on the query path)."""
+    if type(mean_log2) is float and type(sd_log2) is float:
+        return sd_log2 / max(abs(mean_log2), 1e-3)
+    return sd_log2 / np.maximum(np.abs(mean_log2), 1e-3)
+
+
+def estimate_wins(mean_log2, sd_log2, margin_log2: float, z: float):
+    """Where the vendor model (:mod:`costlearn.model.vendor`) expects a tile
+    config to beat the vendor library: ``mean + z * sd < -margin`` (log2 of
+    best tile time / vendor time; NaN: no). Works on floats and float64
+    arrays alike."""
+    return np.nan_to_num(mean_log2 + z * sd_log2, nan=math.inf) < -margin_log2
+
+def plain_floor() -> dict:
+    """The uncalibrated floor (a sidecar's ``floor``, version
+    :data:`FLOOR_VERSION`): margin 0, no neighbours' evidence, nothing
+    flagged: the plain argmin (:func:`costlearn.learn.holdout.calibrate_floor`
+    of no held-out problems)."""
+    return dict(version=FLOOR_VERSION, margin_log2=0.0, vendor_near_min=0.0, unsure_regret=None,
+                ood_fallback=False, estimate=None, neighbors=NEIGHBORS, layouts=[], problems=[],
+                calibration=dict(heldout="", problems=0))
+
+
+class VendorFloor:
+    """A calibrated floor, ready for many queries.
+
+    Parameters
+    ----------
+    floor : dict
+        :func:`costlearn.learn.holdout.calibrate_floor`'s result (a model sidecar's ``floor``).
+
+    Attributes
+    ----------
+    margin_log2, vendor_near_min : float
+    unsure_regret : float
+        ``inf`` where the calibration chose never to flag.
+    ood_fallback : bool
+        A problem outside the extent envelope falls back to the vendor.
+    calibrated : bool
+        Held-out evidence exists (else every decision is the plain argmin).
+
+    Raises
+    ------
+    ValueError
+        If the dict is not a version-1 floor or a field is malformed (the
+        message names it).
+    """
+
+    def __init__(self, floor: dict):
+        if not isinstance(floor, dict) or floor.get("version") != FLOOR_VERSION:
+            got = floor.get("version") if isinstance(floor, dict) else type(floor).__name__
+            raise ValueError(f"vendor floor version {got!r}; this code reads version {FLOOR_VERSION} "
+                             "(retrain with `costlearn train`)")
+        try:
+            self.margin_log2 = float(floor["margin_log2"])
+            v = floor["vendor_near_min"]
+            self.vendor_near_min = -math.inf if v is None else float(v)
+            u = floor["unsure_regret"]
+            self.unsure_regret = math.inf if u is None else float(u)
+            self.neighbors = int(floor["neighbors"])
+            self.ood_fallback = floor.get("ood_fallback", False)
+            if not isinstance(self.ood_fallback, bool):
+                raise ValueError(f"ood_fallback={self.ood_fallback!r} is not a bool")
+            est = floor.get("estimate")
+            self.estimate = None if est is None else (float(est[0]), float(est[1]))
+            u = floor.get("estimate_unsure")
+            self.estimate_unsure = math.inf if u is None else float(u)
+            if self.estimate is not None and (len(est) != 2 or not all(map(math.isfinite, self.estimate))
+                                              or self.estimate[1] < 0):
+                raise ValueError(f"estimate={est!r}; need [margin log2, z >= 0] or null")
+            self.layouts = [str(x) for x in floor["layouts"]]
+            p = np.array([[np.nan if v is None else v for v in row] for row in floor["problems"]], np.float64)
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"malformed vendor floor ({type(e).__name__}: {e})") from None
+        if p.size and (p.ndim != 2 or p.shape[1] != 6 or not (p[:, :3] >= 1).all()
+                       or not np.isin(p[:, 3], np.arange(len(self.layouts))).all()):
+            raise ValueError(f"malformed vendor floor: problems of shape {p.shape}; need rows of [m, n, k, layout "
+                             "index, vendor_regret, model_regret] with extents >= 1")
+        if not (self.margin_log2 >= 0 and (self.vendor_near_min >= 0 or self.vendor_near_min == -math.inf)
+                and self.unsure_regret >= 0
+                and self.neighbors >= 1):
+            raise ValueError(f"malformed vendor floor: margin_log2={self.margin_log2}, vendor_near_min="
+                             f"{self.vendor_near_min}, unsure_regret={self.unsure_regret}, neighbors="
+                             f"{self.neighbors}; need each >= 0 (neighbors >= 1)")
+        p = p.reshape(-1, 6)
+        self.floor = floor
+        self.points = embed(p[:, :3].astype(np.int64)) if len(p) else np.zeros((0, 3))
+        self.layout_of = np.array([self.layouts[int(i)] for i in p[:, 3]], object)
+        self.vendor_regret, self.model_regret = p[:, 4].copy(), p[:, 5].copy()
+        self.calibrated = len(p) > 0
+        # per layout, once: the evidence a query of that layout looks at (all of it where the layout has too little)
+        self._by_layout = {}
+        for lay in self.layouts:
+            idx = np.flatnonzero(self.layout_of == lay)
+            if len(idx) < self.neighbors:
+                idx = np.arange(len(p))
+            self._by_layout[lay] = (self.points[idx], np.log1p(self.vendor_regret[idx]),
+                                    np.log1p(self.model_regret[idx]))
+        self._all = (self.points, np.log1p(self.vendor_regret), np.log1p(self.model_regret))
+
+    def near(self, m: int, n: int, k: int, layout: str) -> tuple[float, float]:
+        """Geometric-mean (vendor, model) held-out regret over the
+        :attr:`neighbors` nearest evidence problems of ``layout`` (nearest
+        by squared distance in the envelope's embedding, then by index; the
+        vendor's over those with a finite regret), NaN, NaN without
+        evidence. The rankers compute the same numbers in the same
+        arithmetic (:func:`costlearn.model.envelope.nearest_evidence`, and libm's
+        :func:`math.expm1`)."""
+        if not self.calibrated:
+            return math.nan, math.nan
+        v, w = nearest_evidence(*self.evidence(layout), self.neighbors, embed_query(m, n, k))
+        return math.expm1(v), math.expm1(w)
+
+    def evidence(self, layout: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The evidence a problem of ``layout`` looks at: its embedded
+        problems (float64, shape (E, 3)), log1p of the vendor's and of the
+        model's held-out regret on each (float64, shape (E,); the vendor's
+        NaN where it was not measured). Those of the layout, or all where
+        the layout has fewer than :attr:`neighbors`."""
+        return self._by_layout.get(layout, self._all)
+
+    def unsure_reason(self, model_near: float) -> str | None:
+        """The OOD reason for a problem whose neighbours' held-out model
+        regret is ``model_near``, or None."""
+        if model_near > self.unsure_regret and math.isfinite(model_near):
+            return (f"the model's held-out top-1 regret on the {self.neighbors} nearest training problems is "
+                    f"{model_near:.1%} (above {self.unsure_regret:.1%}, calibrated on held-out logs)")
+        return None
+
+    def estimate_reason(self, estimate) -> str | None:
+        """The OOD reason for a problem whose vendor-model estimate
+        (:class:`~costlearn.model.vendor.VendorEstimate`, or None) is unsure of
+        the decision beyond the calibrated ``estimate_unsure``, or None."""
+        if estimate is None or not estimate_doubt(estimate.mean_log2, estimate.sd_log2) > self.estimate_unsure:
+            return None
+        return (f"the vendor model is unsure whether a tile config beats the vendor here: best tile / vendor "
+                f"{2 ** estimate.mean_log2:.2f}, its members spread {estimate.sd_log2:.2f} doublings (more doubt "
+                f"than {ESTIMATE_UNSURE_QUANTILE:.0%} of the held-out problems)")
+
+    def keeps_vendor(self, tile_lr: float, vendor_near: float, estimate=None) -> bool:
+        """True when the vendor stays: the best tile's predicted log2 time
+        ratio to the vendor, ``tile_lr``, is not below ``-margin_log2``, the
+        vendor was within ``vendor_near_min`` of the best on the neighbours,
+        or (where the floor uses the vendor model's estimate) ``estimate``, a
+        :class:`~costlearn.model.vendor.VendorEstimate`, does not expect a
+        tile to win (:func:`estimate_wins`; a missing estimate keeps it)."""
+        if not tile_lr < -self.margin_log2:
+            return True
+        if math.isfinite(vendor_near) and vendor_near <= self.vendor_near_min:
+            return True
+        if self.estimate is not None:                   # estimate_wins, on floats (NaN keeps the vendor)
+            margin, z = self.estimate
+            return estimate is None or not estimate.mean_log2 + z * estimate.sd_log2 < -margin
+        return False
+
+    @staticmethod
+    def plain() -> "VendorFloor":
+        """The uncalibrated floor: the plain argmin, nothing flagged."""
+        return VendorFloor(plain_floor())
