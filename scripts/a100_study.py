@@ -158,7 +158,7 @@ def random_to_real(work: Path, device: str, rows: pd.DataFrame, jobs: int) -> tu
     """Train on the random-shape log(s) alone (``costlearn.learn.train.train``,
     every dtype they hold) and score predict_best on the real models' logs:
     the per-problem scores and a by-log table."""
-    from costlearn.serve.predict import Predictor
+    from costlearn.serve.predictor import Predictor
     from costlearn.learn.study import (by_source, decision_scores, flag_table, format_by_source, format_flag_table,
                                  reusable_model)
     from costlearn.learn.train import train

@@ -63,9 +63,9 @@ BATCH = 30
 _LOAD_SNIPPET = """
 import sys, time
 t0 = time.perf_counter()
-import costlearn.serve.predict
+import costlearn.serve.predictor
 t1 = time.perf_counter()
-p = costlearn.serve.predict.Predictor(sys.argv[1])
+p = costlearn.serve.predictor.Predictor(sys.argv[1])
 t2 = time.perf_counter()
 print(f"{(t1 - t0) * 1e3:.1f} {(t2 - t1) * 1e3:.1f} {p.ranker.name}")
 """
@@ -116,7 +116,7 @@ def _heldout(folder: Path, data_dir: Path, lines: list) -> None:
     from costlearn.collect.dataset import load, valid_rows
     from costlearn.families import VENDOR_CONFIG_ID
     from costlearn.learn.metrics import geomean_regret
-    from costlearn.serve.predict import Predictor
+    from costlearn.serve.predictor import Predictor
     from costlearn.core.problem import Problem
     from costlearn.learn.study import decision_scores
     served, full = Predictor(folder), Predictor(folder, cascade=False)
@@ -160,7 +160,7 @@ def bench_model(folder: Path, n_shapes: int, seed: int, lines: list) -> bool:
     import pandas as pd
 
     import costlearn
-    from costlearn.serve.predict import Predictor, load_predictor
+    from costlearn.serve.predictor import Predictor, load_predictor
     from costlearn.collect.sampler import ShapeBounds, sample_shapes
 
     pred = Predictor(folder)
@@ -265,7 +265,7 @@ def bench_model(folder: Path, n_shapes: int, seed: int, lines: list) -> bool:
     imp_warm, load_warm, _ = _load_times(folder, None)
     with tempfile.TemporaryDirectory() as tmp:
         imp_cold, load_cold, _ = _load_times(folder, tmp)
-    lines += ["| load | import costlearn.serve.predict ms | Predictor(folder) ms |", "|---|---|---|",
+    lines += ["| load | import costlearn.serve.predictor ms | Predictor(folder) ms |", "|---|---|---|",
               f"| warm cache (compiled C ranker reused) | {imp_warm:.0f} | {load_warm:.0f} |",
               f"| empty cache (first use on a machine: compiles the C ranker) | {imp_cold:.0f} | {load_cold:.0f} |",
               "", f"NVIDIA heuristics: {nv_note}", ""]
@@ -287,7 +287,7 @@ def main(argv=None) -> int:
         ap.error(f"--shapes {args.shapes}: need at least {2 * BATCH}")
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
-    from costlearn.serve.predict import resolve_model
+    from costlearn.model.store import resolve_model
     folders = args.model or [resolve_model(None, "gemm", "float32", None)]
     for f in folders:
         if not (f / "model.json").is_file():

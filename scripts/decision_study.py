@@ -40,7 +40,7 @@ from costlearn.collect.dataset import current_rows, load, valid_rows  # noqa: E4
 from costlearn.interop import import_file  # noqa: E402
 from costlearn.learn.metrics import geomean_regret  # noqa: E402
 from costlearn.model import artifact  # noqa: E402
-from costlearn.serve.predict import Predictor  # noqa: E402
+from costlearn.serve.predictor import Predictor  # noqa: E402
 from costlearn.learn.study import decision_scores  # noqa: E402
 from costlearn.learn.train import train  # noqa: E402
 

@@ -51,7 +51,7 @@ from costlearn.families import VENDOR_CONFIG_ID, get_family  # noqa: E402
 from costlearn.interop.inductor.autoheuristic import parse  # noqa: E402
 from costlearn.interop.inductor.lut import choices_for, export_lut  # noqa: E402
 from costlearn.learn.metrics import geomean_regret  # noqa: E402
-from costlearn.serve.predict import Predictor  # noqa: E402
+from costlearn.serve.predictor import Predictor  # noqa: E402
 from costlearn.core.problem import Problem  # noqa: E402
 from costlearn.learn.study import fold_model, log_folds, median_times  # noqa: E402
 

@@ -110,7 +110,8 @@ def main(argv=None) -> int:
 
     from costlearn.collect.dataset import load
     from costlearn.learn.evaluate import score
-    from costlearn.serve.predict import Predictor, resolve_model
+    from costlearn.serve.predictor import Predictor
+    from costlearn.model.store import resolve_model
 
     folder = resolve_model(args.device, args.family, args.dtype, args.models)
     shown = folder.resolve().relative_to(ROOT) if folder.resolve().is_relative_to(ROOT) else folder

@@ -59,7 +59,7 @@ from costlearn.learn.holdout import MARGIN_GRID  # noqa: E402
 from costlearn.learn.metrics import evaluate_rows, geomean_regret  # noqa: E402
 from costlearn.model import artifact, get_model  # noqa: E402
 from costlearn.model.transfer import ROOFLINE_COLUMN  # noqa: E402
-from costlearn.serve.predict import Predictor  # noqa: E402
+from costlearn.serve.predictor import Predictor  # noqa: E402
 from costlearn.learn.study import decision_scores  # noqa: E402
 from costlearn.learn.train import train  # noqa: E402
 from costlearn.learn.transfer import transfer  # noqa: E402

@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args(argv)
     from costlearn.collect.backends import get_backend
-    from costlearn.cli import parse_shapes
+    from costlearn.cli.common import parse_shapes
     from costlearn.collect.measure import Protocol
     be = get_backend("cuda")
     rows = []

@@ -41,7 +41,7 @@ def test_a_damaged_model_ubj_changes_no_answer_and_is_refused_where_it_is_read(m
     blob = bytearray((dst / "model.ubj").read_bytes())
     blob[len(blob) // 2] ^= 0x55
     (dst / "model.ubj").write_bytes(bytes(blob))
-    costlearn.serve.predict.clear_cache()
+    costlearn.serve.predictor.clear_cache()
     got = costlearn.predict_best(48, 64, 96, device="dev", models_dir=tmp_path)
     assert (got.config, got.time_us, got.top_k) == (want.config, want.time_us, want.top_k)
     assert score(dst, rows).summary["xgboost"]["all"] == before        # evaluate scores the served scorer
@@ -53,7 +53,7 @@ def test_evaluate_scores_what_predict_best_ranks_by(model_dir, dataset_dir):
     """The scores evaluate gives the model are the served scorer's, which the rankers use."""
     from costlearn.collect.dataset import load, valid_rows
     from costlearn.model import artifact
-    from costlearn.serve.predict import Predictor
+    from costlearn.serve.predictor import Predictor
     art = artifact.load(model_dir)
     rows = valid_rows(load(dataset_dir)[0])
     q = rows.iloc[0]

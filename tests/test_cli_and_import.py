@@ -93,7 +93,7 @@ def test_collection_runs_without_xgboost():
     scripts must not import it."""
     code = ("import sys; sys.modules['xgboost'] = None\n"
             "import costlearn.collect.loop, costlearn.collect.dataset, costlearn.cli\n"
-            "from costlearn.cli import parse_shapes\n"
+            "from costlearn.cli.common import parse_shapes\n"
             "print(parse_shapes(['1,4096,4096']))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -154,7 +154,7 @@ def test_a_setting_the_model_does_not_take_names_what_it_takes(capsys, tmp_path,
 def test_every_command_takes_one_shape_syntax(capsys, model_dir):
     """Issue 13: predict took M N K, space --shape M N K, features --shape
     M,N,K, collect --shapes M,N,K; each now takes all three forms."""
-    from costlearn.cli import parse_shapes
+    from costlearn.cli.common import parse_shapes
     want = [(1, 1024, 1024), (5, 6, 7)]
     for tokens in (["1", "1024", "1024", "5", "6", "7"], ["1x1024x1024", "5,6,7"], ["1,1024,1024", "5", "6", "7"],
                    ["1X1024X1024", "5x6x7"]):
@@ -227,16 +227,16 @@ def test_commands_that_read_a_model_default_to_this_machines_and_say_when_it_is_
 
 
 def test_a_data_root_of_several_devices_defaults_to_this_machines(tmp_path, capsys, monkeypatch):
-    from costlearn.cli import _dataset_folder
+    from costlearn.cli.common import dataset_folder
     for dev in ("dev-a", "dev-b"):
         (tmp_path / "data" / dev).mkdir(parents=True)
         (tmp_path / "data" / dev / "device.json").write_text("{}")
     _record_local(monkeypatch, tmp_path, "dev-a")
-    assert _dataset_folder(str(tmp_path / "data")) == tmp_path / "data" / "dev-a"
+    assert dataset_folder(str(tmp_path / "data")) == tmp_path / "data" / "dev-a"
     assert "using this machine's" in capsys.readouterr().err
     _record_local(monkeypatch, tmp_path, "dev-z")
     with pytest.raises(ValueError, match=r"holds datasets for \['dev-a', 'dev-b'\]"):
-        _dataset_folder(str(tmp_path / "data"))
+        dataset_folder(str(tmp_path / "data"))
 
 
 def test_out_of_distribution_predictions_print_as_guesses(capsys, model_dir):
@@ -395,7 +395,7 @@ def test_a_cache_record_of_other_pocl_settings_is_not_another_device(tmp_path, c
     import dataclasses
     import json
 
-    from costlearn.cli import model_device
+    from costlearn.cli.common import model_device
     from costlearn.core.device import DeviceSpec
     from costlearn.model.artifact import load as load_artifact
     dev = model_dir.parents[1].name
@@ -423,7 +423,7 @@ def test_the_vendor_floor_line_reads_as_a_sentence_when_nothing_is_flagged(tmp_p
     import json
     from types import SimpleNamespace
 
-    from costlearn.cli import _print_trained
+    from costlearn.cli.train import _print_trained
     (tmp_path / "model.json").write_text(json.dumps({}))
     floor = dict(unsure_regret=None, margin_log2=0.0, vendor_near_min=0.1,
                  calibration=dict(rule_geomean=0.0135, argmin_geomean=0.0375, vendor_geomean=0.0136))

@@ -127,7 +127,7 @@ def test_a_collection_past_its_budget_says_why(dataset_dir, dataset_rows, tmp_pa
     """Issue 13: a shape started inside --budget (the first compiles the whole
     pool) ran past it without a word."""
     from costlearn.collect.backends.replay import ReplayBackend
-    from costlearn.cli import print_collect_result
+    from costlearn.cli.collect import print_collect_result
     from costlearn.collect.loop import collect
     shapes, pool = _replay_setup(dataset_dir, dataset_rows, 1)
 

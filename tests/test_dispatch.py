@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from costlearn.serve.dispatch import evaluate_dispatch, fit_dispatch, parse_range
-from costlearn.serve.predict import Predictor
+from costlearn.serve.predictor import Predictor
 from costlearn.collect.space import tile_fits_problem
 
 RANGES = {"M": (1, 256), "N": (64, 512), "K": (64, 512)}

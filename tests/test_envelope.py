@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from costlearn.model.envelope import CALIBRATION_QUANTILE, Envelope, _heldout_nn, embed, fit_envelope
-from costlearn.serve.predict import Predictor
+from costlearn.serve.predictor import Predictor
 from costlearn.collect.sampler import ShapeBounds, sample_shapes
 
 

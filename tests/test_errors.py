@@ -8,6 +8,7 @@ import importlib
 import pytest
 
 from costlearn import cli
+from costlearn.cli import space as cli_space
 from costlearn.collect.backends import BackendUnavailable
 from costlearn.core.errors import CostlearnError
 from costlearn.interop.common import InteropError
@@ -51,7 +52,7 @@ def test_the_interrupt_stays_an_interrupt():
 def test_the_cli_prints_costlearn_errors_and_bad_arguments_as_one_line(monkeypatch, capsys, error):
     def cmd(args):
         raise error
-    monkeypatch.setattr(cli, "cmd_space", cmd)
+    monkeypatch.setattr(cli_space, "cmd_space", cmd)
     assert cli.main(["space", "--family", "gemm"]) == 2
     err = capsys.readouterr().err
     assert err == f"costlearn space: error: {error}\n"
@@ -61,6 +62,6 @@ def test_a_bug_in_a_command_shows_its_traceback_not_an_error_line(monkeypatch, c
     """Regression (issue 36): cli.main caught every TypeError, so a real bug became exit 2 and one line."""
     def cmd(args):
         return len(None)                                           # a bug: TypeError
-    monkeypatch.setattr(cli, "cmd_space", cmd)
+    monkeypatch.setattr(cli_space, "cmd_space", cmd)
     with pytest.raises(TypeError):
         cli.main(["space", "--family", "gemm"])

@@ -129,6 +129,29 @@ def test_two_workers_measure_one_plan_once_as_a_local_collection_does(ray_cluste
 
 
 @needs_opencl
+def test_a_fleet_collection_measures_the_epilogues_asked_for(ray_cluster, tmp_path):
+    """Issue 36: a fleet built its problems without an epilogue, so `collect --ray --epilogues bias` was refused;
+    now the fleet runs the local loop's plan: each given shape with every epilogue, its rows recording it as a
+    local collection's do, and a second run resumes it."""
+    from costlearn.collect.backends import get_backend
+    from costlearn.collect.dataset import load
+    from costlearn.collect.fleet import collect_fleet, start_fleet
+    from costlearn.collect.loop import collect
+    settings = dict(SETTINGS, shapes=SHAPES[:3], epilogues=("none", "bias"))
+    collect(get_backend("opencl"), tmp_path / "local", pool=_pool(), protocol=_protocol(), **settings)
+    local = load(tmp_path / "local")[0]
+    with start_fleet("opencl", workers=2) as fleet:
+        res = collect_fleet(fleet, tmp_path / "fleet", pool=_pool(), protocol=_protocol(), **settings)
+        again = collect_fleet(fleet, tmp_path / "fleet", pool=_pool(), protocol=_protocol(), **settings)
+    df = load(tmp_path / "fleet")[0]
+    assert res.problems_done == res.problems_planned == 6 and not res.lost and res.epilogues_left_out == []
+    assert df.groupby("epilogue").size().to_dict() == {"bias": res.rows_written // 2, "none": res.rows_written // 2}
+    assert (df["status"] == "ok").all(), df[["config_id", "epilogue", "status", "error"]]
+    assert sorted(_keys(df)) == sorted(_keys(local)), "the fleet measured other keys or statuses than collect()"
+    assert again.problems_done == 0 and again.skipped == res.rows_written
+
+
+@needs_opencl
 def test_a_worker_killed_mid_problem_loses_only_that_problem(ray_cluster, tmp_path):
     from costlearn.collect.dataset import load
     from costlearn.collect.fleet import collect_fleet, start_fleet
@@ -223,15 +246,20 @@ def test_a_worker_of_another_device_class_is_refused(ray_cluster):
 
 @needs_opencl
 def test_collect_command_runs_on_the_ray_cluster(ray_cluster, tmp_path, capsys):
+    """Also ``collect --ray --epilogues``, which a fleet once refused (it
+    measured epilogue none only): every shape with every epilogue asked."""
     from costlearn.cli import main
     from costlearn.collect.dataset import load
     assert main(["collect", "--ray", "--workers", "2", "--device", "opencl", "--data", str(tmp_path),
                  "--shapes", "64x64x64", "96x64x32", "--pool", "3", "--rounds", "3", "--max-rounds", "3",
-                 "--target-rse", "0", "--recheck", "0", "--no-progress"]) == 0
+                 "--target-rse", "0", "--recheck", "0", "--no-progress", "--epilogues", "none", "bias"]) == 0
     out = capsys.readouterr()
-    assert "collected" in out.out and "2 workers" in out.err and "rows planned over 2 problems" in out.err
+    assert "collected" in out.out and "2 workers" in out.err and "rows planned over 4 problems" in out.err
     (folder,) = [p.parent for p in tmp_path.glob("*/device.json")]
-    assert set(map(tuple, load(folder)[0][["m", "n", "k"]].to_numpy().tolist())) == {(64, 64, 64), (96, 64, 32)}
+    rows = load(folder)[0]
+    assert set(map(tuple, rows[["m", "n", "k"]].to_numpy().tolist())) == {(64, 64, 64), (96, 64, 32)}
+    assert set(map(tuple, rows[["m", "epilogue"]].to_numpy().tolist())) == \
+        {(64, "none"), (64, "bias"), (96, "none"), (96, "bias")}
 
 
 def test_workers_without_ray_is_an_error(capsys):
@@ -243,7 +271,7 @@ def test_workers_without_ray_is_an_error(capsys):
 def test_a_fleets_closing_note_says_the_workers_compiled(tmp_path, capsys):
     """Regression (found by a new user): over budget, a fleet run said "compiling took 0 s (the first shape
     compiles the whole pool)"; on a fleet the workers compile when they start."""
-    from costlearn.cli import print_collect_result
+    from costlearn.cli.collect import print_collect_result
     from costlearn.collect.fleet import FleetResult
     res = FleetResult(budget_s=10.0, folder=tmp_path)
     res.seconds = dict(start=42.0, write=0.1, total=60.0)

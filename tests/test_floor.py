@@ -156,7 +156,7 @@ def models(tmp_path_factory):
 
 @pytest.fixture()
 def predictor(models):
-    from costlearn.serve.predict import Predictor
+    from costlearn.serve.predictor import Predictor
     from costlearn.model.artifact import model_folder
     return Predictor(model_folder(models, DEVICE, "triton_mm", "float16"))
 
@@ -167,7 +167,7 @@ def test_predict_never_picks_a_config_measured_only_far_from_the_problem(tmp_pat
     there); it must never be the answer for N = 8192."""
     from costlearn.interop import import_file
     from costlearn.model.xgb import XGBParams
-    from costlearn.serve.predict import Predictor
+    from costlearn.serve.predictor import Predictor
     from costlearn.learn.train import train
     configs = FIXTURE_CONFIGS[:-1] + [(16, 32, 16, 1, 1)]
     fast_last = list(reversed(configs))                  # the fixture's order: first is fastest
@@ -257,7 +257,7 @@ def test_the_prune_path_uses_the_same_floor(predictor):
 
 
 def test_the_hook_keeps_the_users_first_config_when_the_model_is_unsure(models, monkeypatch):
-    from costlearn.serve.predict import load_predictor
+    from costlearn.serve.predictor import load_predictor
     from costlearn.interop.triton_autotune import ConfigStandIn, prune_configs
     pred = load_predictor(DEVICE, "triton_mm", "float16", models)
     floor = calibrate_floor(pd.DataFrame(), True)

@@ -203,6 +203,11 @@ def heavy_modules() -> set:
     return heavy
 
 
+def _is_cli(name: str) -> bool:
+    """A module of the command line (``costlearn.cli`` or one under it)."""
+    return name == "costlearn.cli" or name.startswith("costlearn.cli.")
+
+
 def late_imports(extra: dict | None = None) -> list:
     """Imports inside functions that neither load an optional or slow
     library (:data:`OPTIONAL`), nor are one of :data:`DEFERRED_OWN`, nor are
@@ -219,7 +224,7 @@ def late_imports(extra: dict | None = None) -> list:
                     roots = {a.name.split(".")[0] for a in node.names}
                     if roots <= set(OPTIONAL):
                         continue
-                    if roots == {"costlearn"} and name == "costlearn.cli":
+                    if roots == {"costlearn"} and _is_cli(name):
                         continue           # `import costlearn` for its __file__: the package is loaded already
                     found.append(f"{name}:{node.lineno}: import {', '.join(sorted(roots))}")
                 elif isinstance(node, ast.ImportFrom):
@@ -230,7 +235,7 @@ def late_imports(extra: dict | None = None) -> list:
                     target = _import_target(node, pkg)
                     for a in node.names:
                         t = f"{target}.{a.name}" if f"{target}.{a.name}" in mods else target
-                        if t in DEFERRED_OWN or (name in ("costlearn.cli", "costlearn") and t in heavy):
+                        if t in DEFERRED_OWN or ((_is_cli(name) or name == "costlearn") and t in heavy):
                             continue
                         found.append(f"{name}:{node.lineno}: from {t} import {a.name}")
     return sorted(set(found))
@@ -257,6 +262,7 @@ def test_heavy_modules_are_found():
     heavy = heavy_modules()
     assert {"costlearn.collect.dataset", "costlearn.serve.predict", "costlearn.learn.train"} <= heavy
     assert not {"costlearn.core.problem", "costlearn.core.device", "costlearn.families", "costlearn.cli"} & heavy
+    assert not {m for m in heavy if _is_cli(m)}, "the command line's modules load no heavy module at start-up"
 
 
 LAYERS = ("core", "families", "features", "collect", "model", "ranker", "serve", "learn", "interop", "cli")
@@ -294,3 +300,14 @@ def test_an_upward_import_is_found():
                "costlearn": {"costlearn.cli"}, "costlearn.serve.tuning": {"costlearn.collect.loop"}}
     assert upward_imports(made_up) == ["costlearn.model.artifact imports costlearn.serve.predict"]
 
+
+def test_the_collection_loop_is_not_loaded_by_a_predictor():
+    """Importing the Predictor loads neither the collection loop nor a
+    backend (a compiler that only asks pays for neither)."""
+    import subprocess
+    import sys
+    code = ("import sys, costlearn.serve.predictor; "
+            "print(sorted(m for m in sys.modules if m.startswith(('costlearn.collect.loop', "
+            "'costlearn.collect.backends', 'costlearn.collect.fleet'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stdout

@@ -316,11 +316,11 @@ def test_from_log_exports_the_dtypes_the_store_serves_and_names_the_rest(tmp_pat
 
 def test_evaluate_without_report_says_how_to_get_the_per_problem_table(tmp_path, capsys, monkeypatch):
     """Regression: `evaluate --no-measure` without --report said "the per-problem table is in the --report file"."""
-    import costlearn.cli
+    import costlearn.cli.evaluate
     from costlearn.cli import main
     from inductor_fixture import DEVICE
     models = build_models(tmp_path)
-    monkeypatch.setattr(costlearn.cli, "PER_SHAPE_PRINT_MAX", 1)
+    monkeypatch.setattr(costlearn.cli.evaluate, "PER_SHAPE_PRINT_MAX", 1)
     capsys.readouterr()
     assert main(["evaluate", "--no-measure", "--family", "triton_mm", "--dtype", "float16", "--models", str(models),
                  "--data", str(tmp_path / "data" / DEVICE)]) == 0

@@ -44,7 +44,7 @@ def test_an_old_layout_artifact_names_the_migration_command(model_dir, tmp_path)
 
 def test_migrate_models_keeps_the_booster_and_the_answers(model_dir, tmp_path, capsys):
     from costlearn.cli import main
-    from costlearn.serve.predict import Predictor
+    from costlearn.serve.predictor import Predictor
     root = tmp_path / "models"
     old = _old_layout(model_dir, root)
     booster = sha256_file(old / "model.ubj")

@@ -148,7 +148,7 @@ def test_the_worker_thread_setting_is_recorded_on_every_row(tmp_path):
 def test_filter_then_measure_returns_the_tie_set_when_it_cannot_separate(model_dir, dataset_dir, tmp_path):
     from costlearn.collect.backends.replay import ReplayBackend
     from costlearn.collect.dataset import load, valid_rows
-    from costlearn.serve.predict import Predictor
+    from costlearn.serve.predictor import Predictor
     from costlearn.serve.tuning import Tuner
     from costlearn.serve.tuning_db import TuningDB
     pred = Predictor(model_dir)

@@ -124,12 +124,13 @@ def test_costlearn_models_set_later_takes_effect_after_clear_cache(model_dir, tm
     """Regression: setting $COSTLEARN_MODELS after a first prediction kept
     serving the old store, undocumented; it is read at the first call and
     after clear_cache()."""
+    from costlearn.model import artifact
     from costlearn.serve import predict as P
     monkeypatch.delenv("COSTLEARN_MODELS", raising=False)
     P.clear_cache()
     try:
         first = P.predict_best(64, 64, 64)
-        assert P.default_store() == P._artifact.default_models_dir().absolute()
+        assert P.default_store() == artifact.models_root().absolute()
         (tmp_path / "empty").mkdir()
         monkeypatch.setenv("COSTLEARN_MODELS", str(tmp_path / "empty"))
         assert P.predict_best(64, 64, 64) == first              # read once: documented
@@ -143,7 +144,7 @@ def test_costlearn_models_set_later_takes_effect_after_clear_cache(model_dir, tm
 
 
 def test_names_of_one_model_folder_share_one_predictor(model_dir):
-    from costlearn.serve.predict import load_predictor
+    from costlearn.serve.predictor import load_predictor
     dev = model_dir.parents[1].name
     assert load_predictor(dev, models_dir=model_dir.parents[2]) is load_predictor(None, models_dir=model_dir.parents[2])
 
@@ -152,7 +153,7 @@ def test_a_linked_model_folder_is_named_where_it_is_linked(model_dir, tmp_path):
     """Regression: the device name came from the link's target
     (``runs/run42`` named the device ``tmp...``)."""
     import shutil
-    from costlearn.serve.predict import load_predictor
+    from costlearn.serve.predictor import load_predictor
     target = tmp_path / "runs" / "run42"
     shutil.copytree(model_dir, target)
     link = tmp_path / "store" / "my-gpu" / "gemm" / "float32"
@@ -275,4 +276,4 @@ def test_an_unhashable_epilogue_or_layout_is_a_clear_error_not_a_cache_crash(dev
     with pytest.raises(ValueError, match="layout="):
         predict_best(4, 4, 4, device=dev, layout=bad)
     with pytest.raises(ValueError, match="epilogue="):
-        Predictor(costlearn.serve.predict.load_predictor(dev).artifact.path).predict_best(4, 4, 4, epilogue=bad)
+        Predictor(costlearn.serve.predictor.load_predictor(dev).artifact.path).predict_best(4, 4, 4, epilogue=bad)

@@ -178,7 +178,7 @@ def test_the_c_struct_is_generated_from_python_and_its_layout_checked():
 
 
 _PREDICT = ("import sys, json, warnings; warnings.simplefilter('always'); "
-            "from costlearn.serve.predict import Predictor; "
+            "from costlearn.serve.predictor import Predictor; "
             "p = Predictor(sys.argv[1]); print(p.ranker.name); "
             "print(json.dumps([p.predict_best(*s).config.config_id for s in [(1,64,64),(300,200,500),(7,9,11),"
             "(48,64,96),(9000,3,12000)]]))")

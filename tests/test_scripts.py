@@ -28,7 +28,7 @@ def test_bench_predict_prints_the_table_and_checks_agreement(tmp_path):
     fixture log). (The committed gemm model, the default, takes the same path without a table.)"""
     from costlearn.interop import import_file
     from costlearn.model.artifact import model_folder, replace_shortlist
-    from costlearn.serve.predict import Predictor
+    from costlearn.serve.predictor import Predictor
     from costlearn.ranker.shortlist_build import build_shortlist
     from inductor_fixture import DEVICE, build_models, write_log
     tm = model_folder(build_models(tmp_path / "fixture"), DEVICE, "triton_mm", "float16")

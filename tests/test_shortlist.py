@@ -17,7 +17,7 @@ import costlearn
 from costlearn.learn.holdout import calibrate_floor
 from costlearn.model.vendor_floor import VendorFloor
 from costlearn.model.artifact import ArtifactError, model_folder, replace_shortlist
-from costlearn.serve.predict import Predictor, clear_cache
+from costlearn.serve.predictor import Predictor, clear_cache
 from costlearn.core.problem import Problem
 from costlearn.ranker import RANKERS
 from costlearn.model.shortlist import Shortlist, ShortlistError, grid_shapes

@@ -106,7 +106,7 @@ def test_scoring_a_folder_without_the_models_dtype_names_what_it_holds(two_logs,
 def test_decision_scores_follow_what_predict_answers(two_logs, tmp_path):
     from costlearn.collect.dataset import load, valid_rows
     from costlearn.model.xgb import XGBParams
-    from costlearn.serve.predict import Predictor
+    from costlearn.serve.predictor import Predictor
     from costlearn.learn.train import train
     res = train(two_logs / "data" / DEVICE, tmp_path / "m", family="triton_mm", dtype="float16", holdout=False,
                 settings=dict(params=XGBParams(**FAST)))

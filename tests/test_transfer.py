@@ -14,7 +14,7 @@ from costlearn.model.vendor_floor import VendorFloor
 from costlearn.interop import import_file
 from costlearn.model import artifact, get_model
 from costlearn.model.xgb import XGBParams
-from costlearn.serve.predict import Predictor
+from costlearn.serve.predictor import Predictor
 from costlearn.learn.train import train
 from costlearn.learn.transfer import MIN_DESTINATION_PROBLEMS, ZERO_SHOT_MARGIN_LOG2, transfer
 from inductor_fixture import FIXTURE_CONFIGS, HEADER, build_models, write_log

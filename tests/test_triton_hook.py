@@ -30,7 +30,7 @@ def models(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def predictor(models):
-    from costlearn.serve.predict import load_predictor
+    from costlearn.serve.predictor import load_predictor
     return load_predictor(DEVICE, "triton_mm", "float16", models)
 
 
@@ -295,17 +295,17 @@ def test_bad_arguments_fail_when_the_hook_is_built():
 
 
 def test_predictor_loaded_once(models, tmp_path, monkeypatch):
-    import costlearn.serve.predict as predict
+    import costlearn.serve.predictor as predictor
     store = tmp_path / "store"
     shutil.copytree(models, store)                          # a store this process has not loaded yet
     built = []
-    real = predict.Predictor
+    real = predictor.Predictor
 
     class Counting(real):
         def __init__(self, *a, **kw):
             built.append(a)
             super().__init__(*a, **kw)
-    monkeypatch.setattr(predict, "Predictor", Counting)
+    monkeypatch.setattr(predictor, "Predictor", Counting)
     hook = prune_configs(2, device=DEVICE, models_dir=store)
     assert built == []                                      # nothing is loaded when the hook is built
     for m in (128, 256, 512, 1024):

@@ -247,7 +247,7 @@ def test_an_answer_measured_under_another_model_says_which(model_dir, device_nam
     """Regression (found by a new user): `measure_top_k` answered from an entry another model's top k had
     measured, without saying so."""
     from costlearn.cli import main
-    from costlearn.serve.predict import Predictor
+    from costlearn.serve.predictor import Predictor
     pred = Predictor(model_dir)
     db = TuningDB(tmp_path / "t.sqlite", create=True)
     src = "models/other/gemm/float32 model 0123456789ab, measured top 3"
@@ -290,7 +290,7 @@ def test_measuring_with_the_default_backend_keeps_the_running_on_reason(model_di
 @pytest.mark.opencl
 def test_measure_top_k_measures_on_the_device_and_records(model_dir, tmp_path):
     from costlearn.collect.backends import get_backend
-    from costlearn.serve.predict import Predictor
+    from costlearn.serve.predictor import Predictor
     pred = Predictor(model_dir)
     backend = get_backend("opencl")
     if backend.spec.slug != pred.spec.slug:
@@ -311,7 +311,7 @@ def _stood_in_tuner(tmp_path):
     """A tuner of a triton_mm model with a vendor model whose measuring is stood in for (the configs it was asked to
     time are recorded; the first asked is the fastest)."""
     from costlearn.model import artifact
-    from costlearn.serve.predict import Predictor
+    from costlearn.serve.predictor import Predictor
     from costlearn.serve.tuning import Tuner
     from inductor_fixture import DEVICE, build_models
     pred = Predictor(artifact.model_folder(build_models(tmp_path), DEVICE, "triton_mm", "float16"))

@@ -17,7 +17,7 @@ from costlearn.model.vendor_floor import VendorFloor, estimate_wins
 from costlearn.model import artifact
 from costlearn.model.vendor import (FEATURES, MIN_PROBLEMS, VendorEstimate, VendorModel, problem_features,
                                     problem_features_table, problem_row, problem_table)
-from costlearn.serve.predict import Predictor
+from costlearn.serve.predictor import Predictor
 from costlearn.ranker import RANKERS
 from costlearn.ranker.base import ForestSums
 

@@ -4,15 +4,15 @@ process into one dataset folder exactly as :func:`costlearn.collect.loop.collect
 writes them.
 
 Nothing here schedules jobs across machines itself (design.md, "Scale"):
-Ray places the workers, one Ray actor each, holding its own backend; this
-module keeps the plan. A worker compiles its candidate pool once, then
-measures one problem at a time with the local collection's protocol
-(:func:`costlearn.collect.loop.measure_rows`); the driver chooses each problem's
-configs (:func:`costlearn.collect.loop.shape_configs`), skips what the folder
-already holds (:func:`costlearn.collect.dataset.measured_keys`) and writes one
-atomic part per problem (:func:`costlearn.collect.dataset.write_part`). So a fleet
-run and a local run of one seed walk the same problems and resume each
-other, and a killed driver leaves a folder that loads.
+Ray places the workers (:class:`~costlearn.collect.fleet_worker.FleetWorker`,
+one Ray actor each, holding its own backend). The plan, the resume keys, the
+parts and the summary are the local collection's: :func:`collect_fleet` runs
+:func:`costlearn.collect.loop.run_collection` with a :class:`FleetExecutor`,
+which hands each problem (its epilogue included) to an idle worker; a worker
+compiles the candidate pool once per epilogue, then measures one problem at a
+time with the local collection's protocol. So a fleet run and a local run of
+one seed walk the same problems and resume each other, and a killed driver
+leaves a folder that loads.
 
 A worker lost mid-problem (its process killed, its machine gone, its device
 lost) loses only that problem: it is handed out once more, to a replacement
@@ -25,42 +25,24 @@ this module never needs it; :func:`start_fleet` raises
 """
 from __future__ import annotations
 
+import functools
 import logging
 import math
-import os
-import socket
 import sys
 import time
-import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
-
-from costlearn.collect.backends import get_backend
-from costlearn.collect.backends.base import CompiledKernel
-from costlearn.collect.loop import (
-    CollectionInterrupted,
-    CollectResult,
-    measure_rows,
-    measurement_key,
-    open_collection,
-    rows_for,
-    shape_configs,
-)
-from costlearn.collect.dataset import noise_floor, write_part
-from costlearn.families import get_family
-from costlearn.collect.measure import DeviceLost, Protocol, measure_shape
-from costlearn.core.problem import Problem
+from costlearn.collect.fleet_worker import FleetWorker, lost_rows
+from costlearn.collect.loop import CollectResult, Executor, run_collection
+from costlearn.collect.measure import DeviceLost
 from costlearn.core.registry import Unavailable
-from costlearn.collect.sampler import ShapeBounds, iter_shapes
 from costlearn.core.util import check_instance, check_int, check_real
 from costlearn.core.version import __version__
 
 __all__ = ["Fleet", "FleetResult", "FleetUnavailable", "FleetWorker", "RAY_HINT", "GPU_BACKENDS", "start_fleet",
-           "collect_fleet", "check_same_device", "lost_rows"]
+           "collect_fleet", "check_same_device", "lost_rows", "FleetExecutor"]
 
 RAY_HINT = "pip install 'costlearn[ray]'  (Ray >= 2.9, on the driver and on every worker machine)"
 """How to install what :func:`start_fleet` needs."""
@@ -83,95 +65,13 @@ def _ray():
     return ray
 
 
-# --- the worker (runs inside a Ray actor) -------------------------------------
-
-class FleetWorker:
-    """One device of a fleet: its backend, its compiled candidate pool, and
-    the measurement of one problem at a time. Runs inside a Ray actor
-    (:func:`start_fleet` wraps it); plain Python otherwise, so it can be
-    tested without Ray.
-
-    Parameters
-    ----------
-    backend : str or callable
-        A backend name (:func:`costlearn.collect.backends.get_backend`), or a callable
-        taking this worker's index and returning a Backend (called in the
-        worker's process: a test double, or a backend with settings).
-    index : int
-        This worker's number in its fleet (replacements get new numbers).
-    """
-
-    def __init__(self, backend, index: int):
-        self.index = int(index)
-        self._make = backend
-        self.backend = None
-        self._kernels: dict = {}
-        self._overhead_us = None
-        self._prov = None
-
-    def describe(self) -> dict:
-        """Open the backend (first call) and say who this worker is: ``spec``
-        (DeviceSpec), ``provenance`` (the backend's row columns),
-        ``overhead_us`` (launch-overhead floor, microseconds), ``families``,
-        ``backend`` (its name), ``host``, ``pid``, ``costlearn_version``.
-
-        Raises
-        ------
-        costlearn.collect.backends.BackendUnavailable, ValueError
-            As :func:`costlearn.collect.backends.get_backend` (raised here rather than
-            at construction, so the driver receives the backend's own error).
-        """
-        if self.backend is None:
-            self.backend = self._make(self.index) if callable(self._make) else get_backend(self._make)
-        be = self.backend
-        self._prov = be.provenance()
-        self._overhead_us = float(be.launch_overhead_us())
-        return dict(spec=be.spec, provenance=self._prov, overhead_us=self._overhead_us,
-                    families=tuple(be.families), backend=be.name, host=socket.gethostname(), pid=os.getpid(),
-                    costlearn_version=__version__)
-
-    def prepare(self, family: str, dtype: str, config_ids: list) -> dict:
-        """Compile the candidate pool once (``backend.compile_many``).
-
-        Returns
-        -------
-        dict
-            ``facts``: config_id -> (status, error, registers_per_thread,
-            compile_s) of each compiled config; ``template_hash`` of the
-            family here; ``compile_s``, wall seconds.
-        """
-        fam = get_family(family)
-        t0 = time.monotonic()
-        kernels = self.backend.compile_many([fam.config_from_id(c) for c in config_ids], dtype)
-        self._kernels = {k.config.config_id: k for k in kernels}
-        facts = {cid: (k.status, k.error, k.registers_per_thread, k.compile_s) for cid, k in self._kernels.items()}
-        return dict(facts=facts, template_hash=fam.template_hash, compile_s=time.monotonic() - t0)
-
-    def measure(self, shape: tuple, dtype: str, layout: str, config_ids: list, repeat_index: int, protocol,
-                run_id: str, seed: int) -> list[dict]:
-        """Measure the pool configs ``config_ids`` on one problem, as a local
-        collection does (:func:`costlearn.collect.loop.measure_rows`); returns its
-        dataset rows.
-
-        Raises
-        ------
-        costlearn.collect.measure.DeviceLost
-            If the device fails in a way that persists (the driver then
-            treats this worker as lost).
-        """
-        if self._prov is None:
-            self.describe()
-        problem = Problem(*shape, dtype, layout)
-        kernels = [self._kernels[c] for c in config_ids]
-        return measure_rows(self.backend, kernels, problem, protocol, self._overhead_us, self._prov, run_id, seed,
-                            repeat_index=repeat_index)
-
-
 # --- the fleet (driver side) ----------------------------------------------------
 
 @dataclass
 class _Member:
-    """Driver-side record of one worker: its actor and what it said about itself."""
+    """Driver-side record of one worker: its actor, what it said about
+    itself (``info``) and, per epilogue it compiled the pool for, its
+    compile facts (``facts``, :meth:`FleetWorker.prepare`)."""
 
     index: int
     actor: object
@@ -396,7 +296,7 @@ class FleetResult(CollectResult):
         why, and what became of the problem (handed out again, or recorded
         as failed rows when lost twice).
     failed : list of (int, int, int)
-        Problems lost twice, recorded as ``launch_error`` rows.
+        Shapes of the problems lost twice, recorded as ``launch_error`` rows.
     replacements : int
         Workers started to replace lost ones.
     problems_planned, rows_planned : int
@@ -417,59 +317,196 @@ class FleetResult(CollectResult):
     notes: list = field(default_factory=list)
 
 
-@dataclass
-class _Task:
-    """One problem handed out: its configs to measure and the one timed twice."""
-
-    problem: object
-    config_ids: list
-    repeat_index: int
-    lost_on: list = field(default_factory=list)
+def _named(problem) -> str:
+    """A problem as the fleet's notes name it: its shape, and its epilogue
+    when it has one."""
+    return str(problem.shape) + ("" if problem.epilogue == "none" else f" ({problem.epilogue})")
 
 
-def lost_rows(problem, config_ids: list, facts: dict, family: str, protocol, prov: dict, overhead_us: float,
-              run_id: str, why: str) -> list[dict]:
-    """Dataset rows recording that ``problem`` could not be measured: one
-    per config, status ``launch_error`` with ``why`` as the error (a config
-    that failed to compile keeps its ``compile_error``), no time.
-
-    Parameters
-    ----------
-    problem : Problem
-    config_ids : list of str
-    facts : dict
-        config_id -> (status, error, registers_per_thread, compile_s), from
-        :meth:`FleetWorker.prepare`.
-    family : str
-    protocol : Protocol
-    prov : dict
-        Provenance columns of the worker that was lost.
-    overhead_us : float
-        That worker's launch-overhead floor, microseconds.
-    run_id, why : str
+class FleetExecutor(Executor):
+    """Measures a collection's tasks on the workers of ``fleet``
+    (:class:`~costlearn.collect.loop.Executor`): one task per idle worker at
+    a time. Each worker compiles the pool for the first epilogue when the
+    collection opens, and for another epilogue before its first task of
+    it (:meth:`FleetWorker.prepare`). A worker lost with a task in flight
+    (its process, machine or device) is replaced and the task handed out
+    once more, first; lost a second time, the task's rows are
+    :func:`lost_rows`. A replacement of another device class is refused
+    (:func:`check_same_device`) and noted in the :class:`FleetResult`.
     """
-    fam = get_family(family)
-    kernels = []
-    for cid in config_ids:
-        status, error, regs, compile_s = facts.get(cid, ("ok", "", None, 0.0))
-        kernels.append(CompiledKernel(fam.config_from_id(cid), "compile_error" if status == "compile_error"
-                                      else "launch_error", error if status == "compile_error" else why,
-                                      regs, compile_s))
-    # No kernel has status "ok", so measure_shape only shapes the rows (the
-    # workspace is never used).
-    results = measure_shape(None, kernels, protocol)
-    return rows_for(results, {k.config.config_id: k for k in kernels}, problem, protocol, prov, {}, overhead_us,
-                    run_id)
+
+    def __init__(self, fleet: Fleet):
+        self.fleet, self.ray, self.spec = fleet, fleet.ray, fleet.spec
+        self.pool_compile_s, self.ready_s = 0.0, None
+        # pending: object ref -> (stage, member, task); stages: describe, prepare, measure.
+        self.pending, self.started_at, self.idle, self.retry = {}, {}, deque(), deque()
+        ex = self.ray.exceptions
+        self.lost_errors = (ex.RayActorError, ex.WorkerCrashedError, ex.ObjectLostError)
+
+    @property
+    def stopped(self) -> str:
+        if self.pending or self.fleet.members:
+            return ""
+        left = f"; {[t.problem.shape for t in self.retry]} were lost once and not measured" if self.retry else ""
+        return f"every worker was lost{left}"
+
+    def check_family(self, family) -> None:
+        for m in self.fleet.members:
+            if family.name not in m.info["families"]:
+                raise ValueError(f"{m.name} runs the {m.info['backend']!r} backend, which runs the families "
+                                 f"{list(m.info['families'])}, not {family.name!r}")
+
+    def open(self, run) -> None:
+        self.run, self.res = run, run.result
+        self.pool_ids = [c.config_id for c in run.pool]
+        self.res.workers = [m.name for m in self.fleet.members]
+        for m in self.fleet.members:
+            self._prepare(m, run.epilogues[0])
+
+    def progress_bar(self):
+        from tqdm.auto import tqdm
+        # disable=None: no bar when stderr is not a terminal (logs stay clean).
+        self.bar = tqdm(total=self.run.total, unit="problem", desc=f"fleet {self.spec.slug}", dynamic_ncols=True,
+                        disable=None, file=sys.stderr)
+        return self.bar
+
+    def _prepare(self, member, epilogue: str, task=None) -> None:
+        """Have ``member`` compile the pool for ``epilogue``, then measure ``task`` (if any)."""
+        ref = member.actor.prepare.remote(self.run.family.name, self.run.dtype, self.pool_ids, epilogue)
+        self.pending[ref] = ("prepare", member, task)
+
+    def _dispatch(self, member, task) -> None:
+        run, problem = self.run, task.problem
+        if problem.epilogue not in member.facts:
+            self._prepare(member, problem.epilogue, task)
+            return
+        ref = member.actor.measure.remote(problem.shape, run.dtype, run.layout, [c.config_id for c in task.configs],
+                                          task.repeat_index, run.protocol, run.run_id, run.seed, problem.epilogue)
+        self.pending[ref] = ("measure", member, task)
+
+    def free(self) -> bool:
+        while self.idle and self.retry:             # a lost task goes out again first
+            self._dispatch(self.idle.popleft(), self.retry.popleft())
+        return bool(self.idle)
+
+    def submit(self, task) -> None:
+        self.res.problems_planned += 1
+        self.res.rows_planned += len(task.configs)
+        self._dispatch(self.idle.popleft(), task)
+
+    def busy(self) -> bool:
+        return bool(self.pending)
+
+    def _replace(self, lost) -> None:
+        self.fleet.drop(lost)
+        member = self.fleet.new_member()
+        self.res.replacements += 1
+        ref = member.actor.describe.remote()
+        self.pending[ref] = ("describe", member, None)
+        self.started_at[ref] = time.monotonic()
+
+    def _lose(self, member, task, why: str) -> list:
+        """A worker died (or its device did) with ``task`` in flight; returns
+        the task's lost rows when this was its second loss."""
+        run, res = self.run, self.res
+        task.lost_on.append(member.name)
+        again = len(task.lost_on) < 2
+        res.lost.append(f"{_named(task.problem)} on {member.name}: {why}; "
+                        + (f"handed out again ({len(task.configs)} configs)" if again
+                           else "lost twice: recorded as launch_error rows"))
+        facts = member.facts.get(task.problem.epilogue, {})
+        self._replace(member)
+        if again:
+            self.retry.appendleft(task)
+            return []
+        res.failed.append(task.problem.shape)
+        msg = (f"not measured: lost twice, with {task.lost_on[0]} and then {task.lost_on[1]} ({why})")[:500]
+        rows = lost_rows(task.problem, [c.config_id for c in task.configs], facts, run.family.name, run.protocol,
+                         member.info["provenance"], member.info["overhead_us"], run.run_id, msg)
+        return [(task, rows, False)]
+
+    def wait(self) -> list:
+        ray, fleet, res, fam = self.ray, self.fleet, self.res, self.run.family
+        finished = []
+        ready, _ = ray.wait(list(self.pending), num_returns=1, timeout=1.0)
+        now = time.monotonic()
+        for ref in [r for r in self.started_at if r not in ready and now - self.started_at[r] > fleet.start_timeout_s]:
+            _, member, _ = self.pending.pop(ref)
+            self.started_at.pop(ref)
+            fleet.drop(member)
+            res.notes.append(f"{member.name} (a replacement) did not start within {fleet.start_timeout_s:.0f} s")
+        for ref in ready:
+            stage, member, task = self.pending.pop(ref)
+            self.started_at.pop(ref, None)
+            try:
+                value = ray.get(ref)
+            except self.lost_errors as e:
+                if task is not None:
+                    finished += self._lose(member, task, f"{member.name} was lost ({type(e).__name__})")
+                else:
+                    fleet.drop(member)
+                    res.notes.append(f"{member.name} was lost while starting ({type(e).__name__})")
+                continue
+            except ray.exceptions.RayTaskError as e:
+                cause = _cause(e)
+                if task is not None and isinstance(cause, DeviceLost):
+                    finished += self._lose(member, task, f"the device of {member.name} was lost: {cause}"[:300])
+                    continue
+                if stage == "describe":              # a replacement that cannot open its device
+                    fleet.drop(member)
+                    res.notes.append(f"{member.name} (a replacement) did not start: {cause}"[:500])
+                    continue
+                raise cause from None
+            if stage == "describe":
+                member.info = value
+                try:
+                    check_same_device((fleet.reference, self.spec), (member.name, member.spec))
+                except ValueError as e:
+                    fleet.drop(member)
+                    res.notes.append(f"replacement refused: {e}")
+                    continue
+                fleet.members.append(member)
+                res.workers.append(member.name)
+                self._prepare(member, self.run.epilogues[0])
+            elif stage == "prepare":
+                if value["template_hash"] != fam.template_hash:
+                    raise ValueError(f"{member.name} runs {fam.name} kernel template {value['template_hash']} "
+                                     f"(costlearn {member.info['costlearn_version']}), this process "
+                                     f"{fam.template_hash} (costlearn {__version__}); install the same "
+                                     "costlearn on every machine")
+                member.facts[value["epilogue"]] = value["facts"]
+                self.pool_compile_s = max(self.pool_compile_s, value["compile_s"])
+                if task is not None:
+                    self._dispatch(member, task)
+                    continue
+                self.idle.append(member)
+                if self.ready_s is None:
+                    self.ready_s = time.monotonic() - self.run.t_start
+            else:
+                self.idle.append(member)
+                finished.append((task, value, True))
+        return finished
+
+    def show(self, measured: int) -> None:
+        if self.bar is not None:
+            self.bar.update(measured)
+            self.bar.set_postfix_str(_progress_text(self.res, self.fleet, self.run.t_start, self.ready_s,
+                                                    self.run.budget_s, self.bar.total), refresh=True)
+
+    def seconds(self, phases: dict) -> dict:
+        return dict(start=self.ready_s if self.ready_s is not None else time.monotonic() - self.run.t_start,
+                    write=phases.get("write", 0.0))
 
 
 def collect_fleet(fleet: Fleet, out_dir, *, budget_s: float = 180.0, family: str = "gemm", dtype: str = "float32",
                   layout: str = "NN", pool_size: int = 64, configs_per_shape: int = 48, bounds=None, protocol=None,
                   seed: int = 0, max_shapes: int | None = None, shapes: list | None = None, pool: list | None = None,
-                  progress: bool = True) -> FleetResult:
+                  progress: bool = True, epilogues=("none",)) -> FleetResult:
     """Measure one plan of problems x pool configs on every worker of
     ``fleet`` into ``out_dir``: the settings, the plan and the rows are those
-    of :func:`costlearn.collect.loop.collect` with the same arguments; each
-    problem is measured by one worker, once.
+    of :func:`costlearn.collect.loop.collect` with the same arguments (the
+    same loop, :func:`~costlearn.collect.loop.run_collection`, with a
+    :class:`FleetExecutor`); each problem is measured by one worker, once.
 
     Parameters
     ----------
@@ -498,6 +535,10 @@ def collect_fleet(fleet: Fleet, out_dir, *, budget_s: float = 180.0, family: str
     progress : bool
         A progress bar on stderr (none when stderr is not a terminal):
         problems done, valid rows, workers alive, time left.
+    epilogues : sequence of str
+        As :func:`collect`'s: each random shape with one of them drawn for
+        it, each given shape with every one; a worker compiles the pool for
+        an epilogue before its first problem of it.
 
     Returns
     -------
@@ -515,199 +556,11 @@ def collect_fleet(fleet: Fleet, out_dir, *, budget_s: float = 180.0, family: str
         On Ctrl-C (every problem finished before it is on disk).
     """
     check_instance("fleet", fleet, Fleet, "a costlearn.collect.fleet.Fleet (start_fleet)")
-    budget_s = check_real("budget_s", budget_s, 0, strict=True)
-    pool_size = check_int("pool_size", pool_size, 1)
-    configs_per_shape = check_int("configs_per_shape", configs_per_shape, 1)
-    if max_shapes is not None:
-        max_shapes = check_int("max_shapes", max_shapes, 0)
-    fam = get_family(family)
-    fam.check_dtype(dtype, layout)
-    for m in fleet.members:
-        if fam.name not in m.info["families"]:
-            raise ValueError(f"{m.name} runs the {m.info['backend']!r} backend, which runs the families "
-                             f"{list(m.info['families'])}, not {fam.name!r}")
-    if shapes is not None:
-        shapes = [Problem(*s, dtype, layout).shape for s in shapes]
-    ray = fleet.ray
-    t_start = time.monotonic()
-    protocol = protocol or Protocol()
-    spec = fleet.spec
-    if bounds is None:
-        bounds = ShapeBounds.for_device(spec.device_type == "cpu")
-    out_dir, done, pool, other_pools = open_collection(out_dir, spec, fam, dtype, seed, pool, pool_size)
-    pool_ids = [c.config_id for c in pool]
-    res = FleetResult(other_pools=other_pools, budget_s=budget_s, folder=out_dir, target_rse=protocol.target_rse)
-    plan = iter(shapes) if shapes is not None else iter_shapes(bounds, np.random.default_rng([seed, 2]))
-    run_id = uuid.uuid4().hex[:12]
-
-    def key(problem, config_id):
-        return measurement_key(spec.slug, fam, problem, config_id, protocol)
-
-    handed = 0
-
-    def next_task():
-        """The plan's next problem with something left to measure, or None."""
-        nonlocal handed
-        if time.monotonic() - t_start > budget_s or (max_shapes is not None and handed >= max_shapes):
-            return None
-        for shape in plan:
-            problem = Problem(*shape, dtype, layout)
-            chosen, sub_rng = shape_configs(pool, spec, problem, seed, configs_per_shape)
-            todo = [c for c in chosen if key(problem, c.config_id) not in done]
-            res.skipped += len(chosen) - len(todo)
-            if todo:
-                handed += 1
-                res.problems_planned += 1
-                res.rows_planned += len(todo)
-                return _Task(problem, [c.config_id for c in todo], int(sub_rng.integers(len(todo))))
-        return None
-
-    # pending: object ref -> (stage, member, task); stages: describe, prepare, measure.
-    pending: dict = {}
-    started_at: dict = {}
-    idle: deque = deque()
-    retry: deque = deque()
-    spreads, written = [], []
-    res.workers = [m.name for m in fleet.members]
-
-    def prepare(member):
-        pending[member.actor.prepare.remote(fam.name, dtype, pool_ids)] = ("prepare", member, None)
-
-    def replace(lost):
-        fleet.drop(lost)
-        member = fleet.new_member()
-        res.replacements += 1
-        ref = member.actor.describe.remote()
-        pending[ref] = ("describe", member, None)
-        started_at[ref] = time.monotonic()
-
-    def write(rows, problem):
-        t0 = time.monotonic()
-        res.parts.append(write_part(rows, out_dir))
-        res.seconds["write"] = res.seconds.get("write", 0.0) + time.monotonic() - t0
-        written.extend(rows)
-        for r in rows:
-            done.add(key(problem, r["config_id"]))
-            if r["status"] == "ok":
-                res.rows_valid += 1
-                spreads.append((r["time_us_p80"] - r["time_us_p20"]) / r["time_us"])
-        res.rows_written += len(rows)
-        res.problems_done += 1
-
-    def lose(member, task, why):
-        """A worker died (or its device did) with ``task`` in flight."""
-        task.lost_on.append(member.name)
-        again = len(task.lost_on) < 2
-        res.lost.append(f"{task.problem.shape} on {member.name}: {why}; "
-                        + (f"handed out again ({len(task.config_ids)} configs)" if again
-                           else "lost twice: recorded as launch_error rows"))
-        facts = member.facts
-        replace(member)
-        if again:
-            retry.appendleft(task)
-            return
-        res.failed.append(task.problem.shape)
-        msg = (f"not measured: lost twice, with {task.lost_on[0]} and then {task.lost_on[1]} ({why})")[:500]
-        write(lost_rows(task.problem, task.config_ids, facts, fam.name, protocol, member.info["provenance"],
-                        member.info["overhead_us"], run_id, msg), task.problem)
-
-    for m in fleet.members:
-        prepare(m)
-    ready_s = None
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-        total = len(shapes) if shapes is not None else max_shapes
-        # disable=None: no bar when stderr is not a terminal (logs stay clean).
-        bar = tqdm(total=total, unit="problem", desc=f"fleet {spec.slug}", dynamic_ncols=True, disable=None,
-                   file=sys.stderr)
-    lost_errors = (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError, ray.exceptions.ObjectLostError)
-    try:
-        while True:
-            while idle:
-                task = retry.popleft() if retry else next_task()
-                if task is None:
-                    break
-                member = idle.popleft()
-                ref = member.actor.measure.remote(task.problem.shape, dtype, layout, task.config_ids,
-                                                  task.repeat_index, protocol, run_id, seed)
-                pending[ref] = ("measure", member, task)
-            if not pending:
-                if not fleet.members:
-                    left = f"; {[t.problem.shape for t in retry]} were lost once and not measured" if retry else ""
-                    res.stopped = f"every worker was lost{left}"
-                break
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
-            now = time.monotonic()
-            for ref in [r for r in started_at if r not in ready and now - started_at[r] > fleet.start_timeout_s]:
-                _, member, _ = pending.pop(ref)
-                started_at.pop(ref)
-                fleet.drop(member)
-                res.notes.append(f"{member.name} (a replacement) did not start within {fleet.start_timeout_s:.0f} s")
-            for ref in ready:
-                stage, member, task = pending.pop(ref)
-                started_at.pop(ref, None)
-                try:
-                    value = ray.get(ref)
-                except lost_errors as e:
-                    if stage == "measure":
-                        lose(member, task, f"{member.name} was lost ({type(e).__name__})")
-                    else:
-                        fleet.drop(member)
-                        res.notes.append(f"{member.name} was lost while starting ({type(e).__name__})")
-                    continue
-                except ray.exceptions.RayTaskError as e:
-                    cause = _cause(e)
-                    if stage == "measure" and isinstance(cause, DeviceLost):
-                        lose(member, task, f"the device of {member.name} was lost: {cause}"[:300])
-                        continue
-                    if stage == "describe":              # a replacement that cannot open its device
-                        fleet.drop(member)
-                        res.notes.append(f"{member.name} (a replacement) did not start: {cause}"[:500])
-                        continue
-                    raise cause from None
-                if stage == "describe":
-                    member.info = value
-                    try:
-                        check_same_device((fleet.reference, spec), (member.name, member.spec))
-                    except ValueError as e:
-                        fleet.drop(member)
-                        res.notes.append(f"replacement refused: {e}")
-                        continue
-                    fleet.members.append(member)
-                    res.workers.append(member.name)
-                    prepare(member)
-                elif stage == "prepare":
-                    if value["template_hash"] != fam.template_hash:
-                        raise ValueError(f"{member.name} runs {fam.name} kernel template {value['template_hash']} "
-                                         f"(costlearn {member.info['costlearn_version']}), this process "
-                                         f"{fam.template_hash} (costlearn {__version__}); install the same "
-                                         "costlearn on every machine")
-                    member.facts = value["facts"]
-                    idle.append(member)
-                    if ready_s is None:
-                        ready_s = time.monotonic() - t_start
-                else:
-                    idle.append(member)
-                    write(value, task.problem)
-                    if bar is not None:
-                        bar.update(1)
-            if bar is not None:
-                bar.set_postfix_str(_progress_text(res, fleet, t_start, ready_s, budget_s, bar.total), refresh=True)
-    except KeyboardInterrupt:
-        raise CollectionInterrupted(res, out_dir) from None
-    finally:
-        if bar is not None:
-            bar.close()
-    res.seconds = dict(start=ready_s if ready_s is not None else time.monotonic() - t_start,
-                       write=res.seconds.get("write", 0.0), total=time.monotonic() - t_start)
-    res.spread_frac = float(np.median(spreads)) if spreads else math.nan
-    ok = [r for r in written if r["status"] == "ok"]
-    if ok:
-        res.at_target = sum(r["stop_reason"] in ("target", "fixed") for r in ok) / len(ok)
-    if written:
-        res.noise_floor = noise_floor(pd.DataFrame(written))
-    return res
+    return run_collection(FleetExecutor(fleet), out_dir, budget_s=budget_s, family=family, dtype=dtype,
+                          layout=layout, pool_size=pool_size, configs_per_shape=configs_per_shape, bounds=bounds,
+                          protocol=protocol, seed=seed, max_shapes=max_shapes, shapes=shapes, pool=pool,
+                          progress=progress, epilogues=epilogues,
+                          result=functools.partial(FleetResult, folder=Path(out_dir)))
 
 
 def _progress_text(res: FleetResult, fleet: Fleet, t_start: float, ready_s, budget_s: float, total) -> str:

@@ -1,15 +1,16 @@
-"""Collection: measure random shapes x candidate configs on one backend, under
-a time budget, into a Parquet dataset.
+"""Collection: measure random shapes x candidate configs under a time
+budget into a Parquet dataset; one loop for a local run and a fleet.
 
-A collection is deterministic for its seed: the candidate pool and the shape
-sequence depend only on the seed and the device, so a restarted collection
-walks the same shapes and skips every (shape, config) already in the
-dataset.
+:func:`run_collection` plans the problems (:mod:`costlearn.collect.plan`),
+hands them as tasks to an :class:`Executor`, writes one atomic part per
+problem, shows the progress and fills the summary (:class:`CollectResult`).
+:func:`collect` runs it with a :class:`LocalExecutor` (a backend in this
+process), :func:`costlearn.collect.fleet.collect_fleet` with Ray workers. A
+collection is deterministic for its seed, so a restarted one walks the same
+problems and skips every (problem, config) already in the dataset.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
 import time
@@ -17,33 +18,37 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from costlearn.collect.backends.base import Backend
-from costlearn.collect.dataset import (
-    NOT_IMPORTED,
-    SCHEMA_VERSION,
-    load,
-    measured_keys,
-    noise_floor,
-    valid_rows,
-    write_part,
-)
-from costlearn.families import family_of, get_family
+from costlearn.collect.dataset import NOT_IMPORTED, SCHEMA_VERSION, load, noise_floor, valid_rows, write_part
 from costlearn.collect.measure import DeviceLost, Protocol, Stopwatch, measure_shape
-from costlearn.core.problem import EPILOGUES, Problem, check_epilogue
-from costlearn.collect.sampler import ShapeBounds, iter_shapes, select_pool
-from costlearn.collect.space import check_config, enumerate_space
-from costlearn.core.util import atomic_write, check_int, check_real
+from costlearn.collect.plan import (
+    Run,
+    Task,
+    EPILOGUE_COMPILE_SHARE,
+    POOLS_FILE,
+    candidate_pool,
+    check_epilogues,
+    measurement_key,
+    open_collection,
+    plan_problems,
+    record_pool,
+    shape_configs,
+    write_device_json,
+)
+from costlearn.collect.sampler import ShapeBounds, iter_shapes
+from costlearn.core.problem import EPILOGUES, Problem
+from costlearn.core.util import check_int, check_real
 from costlearn.core.version import __version__
+from costlearn.families import family_of, get_family
 
-__all__ = ["EPILOGUE_COMPILE_SHARE", "CollectResult", "CollectionInterrupted", "collect", "rows_for", "measure_rows",
-           "candidate_pool", "shape_configs", "SESSION_ID", "record_pool", "write_device_json", "dataset_summary",
-           "measurement_key", "open_collection", "plan_problems", "check_epilogues"]
-
+__all__ = ["EPILOGUE_COMPILE_SHARE", "EPILOGUES", "POOLS_FILE", "CollectResult", "CollectionInterrupted", "collect",
+           "rows_for", "measure_rows", "candidate_pool", "shape_configs", "SESSION_ID", "record_pool",
+           "write_device_json", "dataset_summary", "measurement_key", "open_collection", "plan_problems",
+           "check_epilogues", "Task", "Run", "Executor", "LocalExecutor", "run_collection"]
 
 @dataclass
 class CollectResult:
@@ -128,59 +133,6 @@ SESSION_ID = uuid.uuid4().hex[:12]
 measures): timings of one session share its warm caches and machine state;
 the across-session noise floor compares sessions
 (:func:`costlearn.collect.noise.recheck`)."""
-
-POOLS_FILE = "pools.json"
-"""Beside a dataset's parts: the candidate pools collections drew, by family
-and dtype (:func:`record_pool`)."""
-
-
-def record_pool(folder, family: str, dtype: str, seed: int, configs) -> list:
-    """Record the candidate pool of a collection in ``<folder>/pools.json``
-    and return the pools recorded before for the same family and dtype that
-    differ from it (empty when the folder holds this pool only).
-
-    A pool is (seed, size, sha256 of its sorted config ids); two differing
-    pools in one dataset are a mixed dataset (more configs on some shapes
-    than on others), which is allowed but reported.
-    """
-    path = Path(folder) / POOLS_FILE
-    ids = sorted(c.config_id for c in configs)
-    entry = dict(family=family, dtype=dtype, seed=int(seed), size=len(ids),
-                 sha256=hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16])
-    try:
-        pools = json.loads(path.read_text()) if path.is_file() else []
-        if not isinstance(pools, list):
-            pools = []
-    except (OSError, ValueError):
-        pools = []                       # an unreadable record is rewritten; the parts are untouched
-    same = [p for p in pools if isinstance(p, dict) and p.get("family") == family and p.get("dtype") == dtype]
-    others = [p for p in same if p.get("sha256") != entry["sha256"]]
-    if entry not in pools:
-        atomic_write(path, json.dumps(pools + [entry], indent=1))
-    return others
-
-
-def candidate_pool(spec, family: str, dtype: str, size: int, seed: int):
-    """The collection's candidate pool: ``size`` configs of ``family`` drawn
-    (stratified by block tile height) from the feasible space of ``spec``;
-    see :func:`costlearn.collect.sampler.select_pool`. Deterministic for (spec,
-    family, dtype, size, seed), so a resumed collection and its evaluation
-    use the same pool.
-
-    Returns
-    -------
-    list of configs, sorted by config_id
-
-    Raises
-    ------
-    ValueError
-        If ``size`` < 1, the family or dtype is unknown, or ``spec`` has no
-        feasible config.
-    """
-    space = enumerate_space(spec, family=family, dtype=dtype)
-    return select_pool(space.configs, size, np.random.default_rng([seed, 1]))
-
-
 def rows_for(results: list[dict], kernels: dict, problem: Problem, protocol: Protocol, prov: dict,
              clocks: dict, overhead_us: float, run_id: str, rotation: int = 0) -> list[dict]:
     """Complete :func:`~costlearn.collect.measure.measure_shape` results into dataset
@@ -290,125 +242,281 @@ def measure_rows(backend: Backend, kernels: list, problem: Problem, protocol: Pr
                     clocks, overhead_us, run_id, rotation)
 
 
-def shape_configs(pool: list, spec, problem: Problem, seed: int, configs_per_shape: int):
-    """The pool configs measured on ``problem``: a seeded random subset of
-    ``configs_per_shape`` of those feasible for it on ``spec`` (all of them
-    when fewer), in pool order; and the problem's generator, which then picks
-    the config timed twice. Depends only on its arguments, so every
-    collector of one plan (a fleet's workers included) measures the same
-    configs on a problem.
-
-    Returns
-    -------
-    (list of configs, numpy.random.Generator)
+class Executor:
+    """What measures the tasks of :func:`run_collection`: the one part in
+    which a local run (:class:`LocalExecutor`) and a fleet run
+    (:class:`costlearn.collect.fleet.FleetExecutor`) differ. The loop hands
+    out tasks while :meth:`free`, waits for finished ones (:meth:`wait`) while
+    :meth:`busy`, writes their rows, and stops when :attr:`stopped` says why
+    (the device, or every worker, was lost). :attr:`spec` is the device
+    measured; :attr:`pool_compile_s` the slowest compile of the pool for one
+    epilogue yet, which brings in the next (:data:`EPILOGUE_COMPILE_SHARE`).
     """
-    m, n, k = problem.shape
-    feasible = [c for c in pool if check_config(c, spec, problem=problem) is None]
-    rng = np.random.default_rng([seed, 3, m, n, k])
-    order = rng.permutation(len(feasible))[:configs_per_shape]
-    return [feasible[i] for i in sorted(order)], rng
+
+    spec = None
+    stopped = ""
+    pool_compile_s = 0.0
+    bar = None
+
+    def check_family(self, family) -> None:
+        """Raise ValueError if the device cannot run ``family`` (a KernelFamily)."""
+        raise NotImplementedError
+
+    def open(self, run: Run) -> None:
+        """Start measuring for ``run`` (before the first task)."""
+        raise NotImplementedError
+
+    def progress_bar(self):
+        """Open (and keep in :attr:`bar`) this executor's progress bar."""
+        raise NotImplementedError
+
+    def free(self) -> bool:
+        """Whether a task may be handed out (:meth:`submit`) now."""
+        raise NotImplementedError
+
+    def submit(self, task: Task) -> None:
+        """Hand out one task."""
+        raise NotImplementedError
+
+    def busy(self) -> bool:
+        """Whether a task is in flight."""
+        raise NotImplementedError
+
+    def wait(self) -> list:
+        """Wait for tasks to finish; returns (Task, rows, measured) of each
+        finished task (``measured`` False for rows recording a failure to
+        measure, e.g. :func:`costlearn.collect.fleet.lost_rows`)."""
+        raise NotImplementedError
+
+    def show(self, measured: int) -> None:
+        """Update :attr:`bar` after :meth:`wait` (``measured`` tasks measured)."""
+        raise NotImplementedError
+
+    def seconds(self, phases: dict) -> dict:
+        """The summary's ``seconds`` (without ``total``), from the
+        stopwatch's ``phases``."""
+        return dict(phases)
+
+    def close(self) -> None:
+        """Release what :meth:`open` took (the collection ended or was interrupted)."""
 
 
-def plan_problems(shapes, dtype: str, layout: str, epilogues, seed: int, drawn: bool, in_play=None):
-    """The problems a collection measures, in order: each shape of
-    ``shapes`` with one epilogue of ``epilogues`` drawn for it (``drawn``,
-    random shapes: seeded by the shape), or with every one of them in turn
-    (given shapes: an evaluation compares the epilogues on the same shapes).
-
-    Parameters
-    ----------
-    shapes : iterable of (int, int, int)
-    dtype, layout : str
-    epilogues : sequence of str
-    seed : int
-    drawn : bool
-    in_play : list of str, optional
-        The epilogues random shapes may be measured with now (default: all
-        of ``epilogues``), read at each draw, so a collection can add to it
-        as its budget allows (:data:`EPILOGUE_COMPILE_SHARE`): a shape whose
-        drawn epilogue is not in play gets one of those in play, drawn by
-        the same seeded generator. A resumed collection draws the same for
-        the same epilogues in play.
-
-    Yields
-    ------
-    Problem
+def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str, dtype: str, layout: str,
+                   pool_size: int, configs_per_shape: int, bounds, protocol, seed: int, max_shapes, shapes, pool,
+                   progress: bool, epilogues, result=CollectResult) -> CollectResult:
+    """The collection loop, for any :class:`Executor` (the arguments are
+    :func:`collect`'s; ``result``, the summary's class): plans the problems
+    (:func:`~costlearn.collect.plan.plan_problems`, their configs by
+    :func:`~costlearn.collect.plan.shape_configs` less the keys the folder
+    holds), hands them to ``executor`` until the budget, ``max_shapes`` or the
+    plan runs out, writes one part per problem finished; returns the summary.
 
     Raises
     ------
-    ValueError
-        If ``epilogues`` is empty or names an unknown epilogue.
+    ValueError, TypeError
+        As :func:`collect`.
+    CollectionInterrupted
+        On Ctrl-C (every problem finished before it is on disk).
     """
+    budget_s = check_real("budget_s", budget_s, 0, strict=True)
+    pool_size = check_int("pool_size", pool_size, 1)
+    configs_per_shape = check_int("configs_per_shape", configs_per_shape, 1)
+    if max_shapes is not None:
+        max_shapes = check_int("max_shapes", max_shapes, 0)
+    fam = get_family(family)
+    fam.check_dtype(dtype, layout)
     epilogues = check_epilogues(epilogues)
-    for shape in shapes:
-        m, n, k = shape
-        if drawn:
-            pick = epilogues[0]
-            if len(epilogues) > 1:
-                rng = np.random.default_rng([seed, 5, m, n, k])
-                pick = epilogues[int(rng.integers(len(epilogues)))]
-                if in_play is not None and pick not in in_play:
-                    pick = in_play[int(rng.integers(len(in_play)))]
-            yield Problem(m, n, k, dtype, layout, pick)
-        else:
-            for e in epilogues:
-                yield Problem(m, n, k, dtype, layout, e)
+    for e in epilogues:
+        fam.check_epilogue(e)
+    executor.check_family(fam)
+    if shapes is not None:
+        shapes = [Problem(*s, dtype, layout).shape for s in shapes]
+    t_start = time.monotonic()
+    protocol = protocol or Protocol()
+    spec = executor.spec
+    if bounds is None:
+        bounds = ShapeBounds.for_device(spec.device_type == "cpu")
+    out_dir, done, pool, other_pools = open_collection(out_dir, spec, fam, dtype, seed, pool, pool_size)
+    res = result(other_pools=other_pools, budget_s=budget_s, target_rse=protocol.target_rse)
+    in_play = list(epilogues[:1]) if shapes is None else list(epilogues)
+    problems = plan_problems(iter_shapes(bounds, np.random.default_rng([seed, 2])) if shapes is None else shapes,
+                             dtype, layout, epilogues, seed, drawn=shapes is None, in_play=in_play)
+    sw = Stopwatch()
+    total = len(shapes) * len(epilogues) if shapes is not None else max_shapes
+    executor.open(Run(fam, dtype, layout, pool, epilogues, protocol, seed, uuid.uuid4().hex[:12], budget_s, t_start,
+                      total, res, sw))
+    spreads, written = [], []
+    handed = 0
+
+    def next_task():
+        """The plan's next problem with something left to measure, or None
+        (the budget, ``max_shapes`` or the plan ran out)."""
+        nonlocal handed
+        for problem in problems:
+            left = budget_s - (time.monotonic() - t_start)
+            if left < 0:
+                return None
+            pool_s = executor.pool_compile_s
+            if len(in_play) < len(epilogues) and pool_s and pool_s <= EPILOGUE_COMPILE_SHARE * left:
+                in_play.append(epilogues[len(in_play)])     # read by the next draw
+            if max_shapes is not None and handed >= max_shapes:
+                return None
+            chosen, sub_rng = shape_configs(pool, spec, problem, seed, configs_per_shape)
+            todo = [c for c in chosen if measurement_key(spec.slug, fam, problem, c.config_id, protocol) not in done]
+            res.skipped += len(chosen) - len(todo)
+            if todo:
+                handed += 1
+                return Task(problem, todo, int(sub_rng.integers(len(todo))))
+        return None
+
+    def write(problem, rows):
+        with sw.phase("write"):
+            res.parts.append(write_part(rows, out_dir))
+        written.extend(rows)
+        for r in rows:
+            done.add(measurement_key(spec.slug, fam, problem, r["config_id"], protocol))
+            if r["status"] == "ok":
+                res.rows_valid += 1
+                spreads.append((r["time_us_p80"] - r["time_us_p20"]) / r["time_us"])
+        res.rows_written += len(rows)
+        res.problems_done += 1
+
+    bar = executor.progress_bar() if progress else None
+    try:
+        while not executor.stopped:
+            while executor.free():
+                task = next_task()
+                if task is None:
+                    break
+                executor.submit(task)
+            if not executor.busy():
+                break
+            finished = executor.wait()
+            for task, rows, _ in finished:
+                write(task.problem, rows)
+            executor.show(sum(measured for *_, measured in finished))
+    except KeyboardInterrupt:
+        raise CollectionInterrupted(res, out_dir) from None
+    finally:
+        if bar is not None:
+            bar.close()
+        executor.close()
+        res.seconds = dict(executor.seconds(sw.seconds), total=time.monotonic() - t_start)
+    res.stopped = executor.stopped
+    res.epilogues_left_out = list(epilogues[len(in_play):])
+    res.spread_frac = float(np.median(spreads)) if spreads else math.nan
+    ok = [r for r in written if r["status"] == "ok"]
+    if ok:
+        res.at_target = sum(r["stop_reason"] in ("target", "fixed") for r in ok) / len(ok)
+    if written:
+        res.noise_floor = noise_floor(pd.DataFrame(written))
+    return res
 
 
-EPILOGUE_COMPILE_SHARE = 0.25
-"""A collection of random shapes starts with its first epilogue's kernels and
-brings in the next epilogue (whose pool compiles at its first shape) only
-while compiling it, estimated as long as the slowest pool compiled so far,
-takes at most this share of the budget left: on 2 cores PoCL compiles a
-48-config pool in about 45 s, so a 120 s collection of four epilogues
-compiled for 184 s and measured 7 rows; now it measures one epilogue."""
+class LocalExecutor(Executor):
+    """Measures on ``backend`` in this process, one task at a time: the
+    pool is compiled once per epilogue, at the first task that needs it
+    (in background threads while the device measures, where the backend
+    overlaps compilation), then timed by :func:`measure_rows`. A lost device
+    (:class:`~costlearn.collect.measure.DeviceLost`) stops the collection;
+    everything measured before is on disk, and a rerun resumes in a fresh
+    process."""
 
+    def __init__(self, backend: Backend):
+        self.backend, self.spec = backend, backend.spec
+        self.stopped, self.pool_compile_s = "", 0.0
+        self._task, self._compiled, self._futures, self._threads = None, {}, {}, None
 
-def check_epilogues(epilogues) -> tuple:
-    """``epilogues`` as a tuple of distinct names of
-    :data:`costlearn.core.problem.EPILOGUES`, in the order given.
+    def check_family(self, family) -> None:
+        if family.name not in self.backend.families:
+            raise ValueError(f"the {self.backend.name!r} backend runs the families {list(self.backend.families)}, "
+                             f"not {family.name!r}")
 
-    Raises
-    ------
-    ValueError
-        If it is empty or a name is unknown (the message lists the allowed).
-    """
-    if isinstance(epilogues, str):
-        epilogues = [epilogues]
-    out = tuple(dict.fromkeys(check_epilogue(e) for e in epilogues))
-    if not out:
-        raise ValueError(f"epilogues is empty; give at least one of {list(EPILOGUES)}")
-    return out
+    def open(self, run: Run) -> None:
+        self.run = run
+        self.prov = self.backend.provenance()
+        self.overhead_us = self.backend.launch_overhead_us()
+        # Overlapping compilation with measurement helps on a GPU; on a CPU
+        # device the compiler would compete with the kernels being timed.
+        if getattr(self.backend, "overlap_compile", False):
+            self._threads = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1))
 
+    def progress_bar(self):
+        from tqdm.auto import tqdm
+        # disable=None: no bar when stderr is not a terminal (logs stay clean).
+        self.bar = tqdm(total=int(self.run.budget_s), unit="s", desc=f"collect {self.spec.slug}", dynamic_ncols=True,
+                        disable=None, bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f}s{postfix}")
+        return self.bar
 
-def measurement_key(slug: str, family, problem: Problem, config_id: str, protocol: Protocol) -> tuple:
-    """The :data:`costlearn.collect.dataset.KEY_COLUMNS` tuple of one measurement
-    (``family`` a KernelFamily): what a resumed collection skips."""
-    return (slug, family.name, problem.dtype, problem.layout, problem.epilogue, *problem.shape, config_id,
-            family.template_hash, protocol.version, protocol.distribution, float(protocol.density))
+    def free(self) -> bool:
+        return self._task is None
 
+    def submit(self, task: Task) -> None:
+        self._task = task
 
-def open_collection(out_dir, spec, family, dtype: str, seed: int, pool, pool_size: int):
-    """Prepare ``out_dir`` for a collection on ``spec``: its ``device.json``
-    (:func:`write_device_json`), the keys already measured there, the
-    candidate pool (``pool``, else :func:`candidate_pool` of ``pool_size``)
-    and the other pools recorded in the folder (:func:`record_pool`).
+    def busy(self) -> bool:
+        return self._task is not None
 
-    Returns
-    -------
-    (Path, set of tuple, list of configs, list of dict)
+    def wait(self) -> list:
+        task, self._task = self._task, None
+        run, problem = self.run, task.problem
+        with run.stopwatch.phase("compile"):
+            self._compile([c for c in task.configs if (c.config_id, problem.epilogue) not in self._compiled],
+                          problem.epilogue)
+        kernels = [self._compiled[c.config_id, problem.epilogue] for c in task.configs]
+        with run.stopwatch.phase("measure"):
+            try:
+                rows = measure_rows(self.backend, kernels, problem, run.protocol, self.overhead_us, self.prov,
+                                    run.run_id, run.seed, repeat_index=task.repeat_index)
+            except DeviceLost as e:
+                # Everything measured before this problem is on disk; a
+                # rerun resumes here in a fresh process.
+                self.stopped = f"stopped at shape {problem.shape} ({problem.epilogue}): {e}"
+                return []
+        return [(task, rows, True)]
 
-    Raises
-    ------
-    costlearn.collect.dataset.DatasetError
-        If the folder exists but is not a dataset folder.
-    """
-    out_dir = Path(out_dir)
-    write_device_json(spec, out_dir)
-    existing, _ = load(out_dir) if out_dir.exists() else (None, None)
-    done = measured_keys(existing) if existing is not None else set()
-    pool = list(pool) if pool is not None else candidate_pool(spec, family.name, dtype, pool_size, seed)
-    return out_dir, done, pool, record_pool(out_dir, family.name, dtype, seed, pool)
+    def _compile(self, missing: list, epi: str) -> None:
+        """Compile ``missing`` configs for ``epi`` (the whole pool at the
+        epilogue's first need), noting the pool's compile time."""
+        pool, dtype = self.run.pool, self.run.dtype
+        if missing and self._threads is not None:
+            first = not any(e == epi for _, e in self._futures)
+            if first:
+                # Compile the whole pool in background threads while the
+                # device measures; each problem waits only for its own configs.
+                self._futures.update({(c.config_id, epi): self._threads.submit(self.backend.compile, c, dtype, epi)
+                                      for c in pool})
+            t_pool = time.monotonic()
+            for c in missing:
+                self._compiled[c.config_id, epi] = self._futures[c.config_id, epi].result()
+            if first:
+                self.pool_compile_s = max(self.pool_compile_s, time.monotonic() - t_pool)
+        elif missing:
+            if not any(e == epi for _, e in self._compiled):
+                # First need of this epilogue: compile the whole pool at once,
+                # so that backends can parallelise code generation.
+                missing = list(pool)
+                if self.bar is not None:
+                    self.bar.set_postfix_str(f"compiling {len(missing)} configs ({epi})", refresh=True)
+            t_pool = time.monotonic()
+            for kern in self.backend.compile_many(missing, dtype, epilogue=epi):
+                self._compiled[kern.config.config_id, epi] = kern
+            if len(missing) == len(pool):
+                self.pool_compile_s = max(self.pool_compile_s, time.monotonic() - t_pool)
+
+    def show(self, measured: int) -> None:
+        if self.bar is None or not measured:
+            return
+        res, elapsed, budget_s = self.run.result, time.monotonic() - self.run.t_start, self.run.budget_s
+        self.bar.n = min(int(elapsed), int(budget_s))
+        self.bar.set_postfix_str(f"problems={res.problems_done} rows={res.rows_written} "
+                                 f"valid={res.rows_valid / max(res.rows_written, 1):.0%} "
+                                 f"left={max(0.0, budget_s - elapsed):.0f}s", refresh=False)
+        self.bar.refresh()
+
+    def close(self) -> None:
+        if self._threads is not None:
+            self._threads.shutdown(wait=False, cancel_futures=True)
 
 
 def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str = "gemm", dtype: str = "float32",
@@ -473,149 +581,10 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
     TypeError
         If a setting or a given shape's extent has the wrong type.
     """
-    budget_s = check_real("budget_s", budget_s, 0, strict=True)
-    pool_size = check_int("pool_size", pool_size, 1)
-    configs_per_shape = check_int("configs_per_shape", configs_per_shape, 1)
-    fam = get_family(family)
-    fam.check_dtype(dtype, layout)
-    epilogues = check_epilogues(epilogues)
-    for e in epilogues:
-        fam.check_epilogue(e)
-    if fam.name not in backend.families:
-        raise ValueError(f"the {backend.name!r} backend runs the families {list(backend.families)}, "
-                         f"not {fam.name!r}")
-    if shapes is not None:
-        shapes = [Problem(*s, dtype, layout).shape for s in shapes]
-    t_start = time.monotonic()
-    protocol = protocol or Protocol()
-    spec = backend.spec
-    if bounds is None:
-        bounds = ShapeBounds.for_device(spec.device_type == "cpu")
-    out_dir, done, pool, other_pools = open_collection(out_dir, spec, fam, dtype, seed, pool, pool_size)
-    prov = backend.provenance()
-    rng = np.random.default_rng([seed, 2])
-    in_play = list(epilogues[:1]) if shapes is None else list(epilogues)
-    problems = plan_problems(iter_shapes(bounds, rng) if shapes is None else shapes, dtype, layout, epilogues,
-                             seed, drawn=shapes is None, in_play=in_play)
-    pool_compile_s = 0.0                  # the slowest pool compile yet: the estimate for an epilogue's pool
-    overhead_us = backend.launch_overhead_us()
-    run_id = uuid.uuid4().hex[:12]
-    compiled: dict = {}
-    sw = Stopwatch()
-    res = CollectResult(other_pools=other_pools, budget_s=budget_s)
-    spreads = []
-    written: list = []
-    # Overlapping compilation with measurement helps on a GPU; on a CPU
-    # device the compiler would compete with the kernels being timed.
-    overlap = bool(getattr(backend, "overlap_compile", False))
-    executor = None
-    futures: dict = {}
-    if overlap:
-        executor = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1))
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-        # disable=None: no bar when stderr is not a terminal (logs stay clean).
-        bar = tqdm(total=int(budget_s), unit="s", desc=f"collect {spec.slug}", dynamic_ncols=True,
-                   disable=None,
-                   bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f}s{postfix}")
-    try:
-        for problem in problems:
-            left = budget_s - (time.monotonic() - t_start)
-            if left < 0:
-                break
-            if len(in_play) < len(epilogues) and pool_compile_s and pool_compile_s <= EPILOGUE_COMPILE_SHARE * left:
-                in_play.append(epilogues[len(in_play)])     # read by the next draw
-            if max_shapes is not None and res.problems_done >= max_shapes:
-                break
-            shape, epi = problem.shape, problem.epilogue
-            chosen, sub_rng = shape_configs(pool, spec, problem, seed, configs_per_shape)
-            todo = [c for c in chosen if measurement_key(spec.slug, fam, problem, c.config_id, protocol) not in done]
-            res.skipped += len(chosen) - len(todo)
-            if not todo:
-                continue
-            with sw.phase("compile"):
-                missing = [c for c in todo if (c.config_id, epi) not in compiled]
-                if missing and overlap:
-                    first = not any(e == epi for _, e in futures)
-                    if first:
-                        # Compile the whole pool in background threads while
-                        # the device measures; each shape waits only for its
-                        # own configs.
-                        futures.update({(c.config_id, epi): executor.submit(backend.compile, c, dtype, epi)
-                                        for c in pool})
-                    t_pool = time.monotonic()
-                    for c in missing:
-                        compiled[c.config_id, epi] = futures[c.config_id, epi].result()
-                    if first:
-                        pool_compile_s = max(pool_compile_s, time.monotonic() - t_pool)
-                elif missing:
-                    if not any(e == epi for _, e in compiled):
-                        # First need of this epilogue: compile the whole pool
-                        # at once, so that backends can parallelise code
-                        # generation.
-                        missing = list(pool)
-                        if bar is not None:
-                            bar.set_postfix_str(f"compiling {len(missing)} configs ({epi})", refresh=True)
-                    t_pool = time.monotonic()
-                    for kern in backend.compile_many(missing, dtype, epilogue=epi):
-                        compiled[kern.config.config_id, epi] = kern
-                    if len(missing) == len(pool):
-                        pool_compile_s = max(pool_compile_s, time.monotonic() - t_pool)
-            kernels = [compiled[c.config_id, epi] for c in todo]
-            with sw.phase("measure"):
-                try:
-                    rows = measure_rows(backend, kernels, problem, protocol, overhead_us, prov, run_id,
-                                        seed, repeat_index=int(sub_rng.integers(len(kernels))))
-                except DeviceLost as e:
-                    # Everything measured before this shape is on disk; a
-                    # rerun resumes here in a fresh process.
-                    res.stopped = f"stopped at shape {shape} ({epi}): {e}"
-                    break
-            with sw.phase("write"):
-                res.parts.append(write_part(rows, out_dir))
-            written.extend(rows)
-            for r in rows:
-                done.add(measurement_key(spec.slug, fam, problem, r["config_id"], protocol))
-                if r["status"] == "ok":
-                    res.rows_valid += 1
-                    spreads.append((r["time_us_p80"] - r["time_us_p20"]) / r["time_us"])
-            res.rows_written += len(rows)
-            res.problems_done += 1
-            if bar is not None:
-                bar.n = min(int(time.monotonic() - t_start), int(budget_s))
-                left = max(0.0, budget_s - (time.monotonic() - t_start))
-                bar.set_postfix_str(f"problems={res.problems_done} rows={res.rows_written} "
-                                    f"valid={res.rows_valid / max(res.rows_written, 1):.0%} "
-                                    f"left={left:.0f}s", refresh=False)
-                bar.refresh()
-    except KeyboardInterrupt:
-        raise CollectionInterrupted(res, out_dir) from None
-    finally:
-        if bar is not None:
-            bar.close()
-        if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
-    res.seconds = dict(sw.seconds, total=time.monotonic() - t_start)
-    res.epilogues_left_out = list(epilogues[len(in_play):])
-    res.spread_frac = float(np.median(spreads)) if spreads else math.nan
-    res.target_rse = protocol.target_rse
-    ok = [r for r in written if r["status"] == "ok"]
-    if ok:
-        res.at_target = sum(r["stop_reason"] in ("target", "fixed") for r in ok) / len(ok)
-    if written:
-        res.noise_floor = noise_floor(pd.DataFrame(written))
-    return res
-
-
-def write_device_json(spec, folder) -> Path:
-    """Store the DeviceSpec beside the dataset (``device.json``) so training
-    needs no device; an existing file is kept (the first description wins).
-    Written atomically (:func:`costlearn.core.util.atomic_write`)."""
-    path = Path(folder) / "device.json"
-    if not path.exists():
-        atomic_write(path, json.dumps(spec.to_dict(), indent=1, sort_keys=True))
-    return path
+    return run_collection(LocalExecutor(backend), out_dir, budget_s=budget_s, family=family, dtype=dtype,
+                          layout=layout, pool_size=pool_size, configs_per_shape=configs_per_shape, bounds=bounds,
+                          protocol=protocol, seed=seed, max_shapes=max_shapes, shapes=shapes, pool=pool,
+                          progress=progress, epilogues=epilogues)
 
 
 def dataset_summary(folder) -> str:

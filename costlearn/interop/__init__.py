@@ -27,11 +27,11 @@ __all__ = ["IMPORTERS", "EXPORTERS", "IMPORT_FORMATS", "EXPORT_FORMATS", "import
 
 IMPORTERS = Registry("import format", {"inductor": "costlearn.interop.inductor.autoheuristic:InductorImporter",
                                        "inductor-lut": "costlearn.interop.inductor.lut:InductorLutImporter",
-                                       "kernel-tuner": "costlearn.interop.kernel_tuner:KernelTunerImporter"})
+                                       "kernel-tuner": "costlearn.interop.kernel_tuner.importer:KernelTunerImporter"})
 """Formats :func:`import_file` reads: name -> :class:`~costlearn.interop.common.Importer`."""
 
-EXPORTERS = Registry("export format", {"kernel-tuner": "costlearn.interop.kernel_tuner:export_cache",
-                                       "t4": "costlearn.interop.kernel_tuner:export_t4"})
+EXPORTERS = Registry("export format", {"kernel-tuner": "costlearn.interop.kernel_tuner.export:export_cache",
+                                       "t4": "costlearn.interop.kernel_tuner.export:export_t4"})
 """Formats :func:`export_dataset` writes: name -> a function (valid rows, folder) -> files written."""
 
 IMPORT_FORMATS = IMPORTERS.names()
@@ -54,7 +54,7 @@ def import_file(fmt: str, path, *, device, data_root, mapping=None) -> ImportRep
         Data root (``data/``).
     mapping : path, optional
         ``kernel-tuner`` only (required there): the mapping file of
-        :func:`costlearn.interop.kernel_tuner.load_mapping`.
+        :func:`costlearn.interop.kernel_tuner.mapping.load_mapping`.
 
     Returns
     -------

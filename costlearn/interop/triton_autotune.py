@@ -41,7 +41,7 @@ import numpy as np
 
 from costlearn.core.device import DeviceSpec
 from costlearn.core.dtypes import TORCH_DTYPES
-from costlearn.serve.predict import load_predictor
+from costlearn.serve.predictor import load_predictor
 from costlearn.core.problem import LAYOUTS, layout_letter
 from costlearn.core.util import check_int
 from costlearn.families import VENDOR_CONFIG_ID, get_family
@@ -330,7 +330,7 @@ def prune_configs(top_k: int = 4, *, device, dtype: str | None = None, layout: s
     device : str, DeviceSpec or None
         Model to use: a device folder of the model store (``"a100"``), a
         DeviceSpec whose slug names one, or None for the only device with a
-        ``triton_mm`` model of the dtype (:func:`costlearn.serve.predict.load_predictor`).
+        ``triton_mm`` model of the dtype (:func:`costlearn.serve.predictor.load_predictor`).
     dtype : {"float16", "bfloat16", "float32", "tfloat32"}, optional
         The model's dtype. Default: read at each call from the first tensor
         argument (:func:`tensor_dtype`; float32 tensors give ``"float32"``,
@@ -341,7 +341,7 @@ def prune_configs(top_k: int = 4, *, device, dtype: str | None = None, layout: s
         column-major give the model's first layout, and so does a layout the
         model was not trained on (with a RuntimeWarning).
     models_dir : path, optional
-        Model store (default :func:`costlearn.serve.predict.default_store`).
+        Model store (default :func:`costlearn.model.store.default_store`).
     shape_args : sequence of 3 str
         Names of the kernel's M, N, K arguments.
     param_names : dict, optional
@@ -368,7 +368,7 @@ def prune_configs(top_k: int = 4, *, device, dtype: str | None = None, layout: s
         registers) score ``inf`` and come last. Where the model is unsure
         (the problem is out of distribution, or no config is predicted faster
         than the one listed first by the artifact's calibrated margin:
-        :meth:`~costlearn.serve.predict.Predictor.choose_among`), the config listed
+        :meth:`~costlearn.serve.predictor.Predictor.choose_among`), the config listed
         first comes first. An empty problem (an extent 0) returns the first
         ``top_k`` configs unranked; a negative extent raises ValueError.
 
@@ -383,14 +383,14 @@ def prune_configs(top_k: int = 4, *, device, dtype: str | None = None, layout: s
         for) or holds values no TritonMMConfig takes; a shape argument or a
         tensor is missing; the tensor dtype is not served (the message lists
         the allowed ones); an explicit ``layout`` is not one the model was
-        trained on; or there is no model (as :func:`~costlearn.serve.predict.load_predictor`).
+        trained on; or there is no model (as :func:`~costlearn.serve.predictor.load_predictor`).
 
     Notes
     -----
     The model is loaded once per (device, dtype, models_dir) through
-    :func:`~costlearn.serve.predict.load_predictor`'s process cache, at the first
+    :func:`~costlearn.serve.predictor.load_predictor`'s process cache, at the first
     call, not when the hook is built; every later call is a cache lookup
-    and one :meth:`~costlearn.serve.predict.Predictor.score_configs`.
+    and one :meth:`~costlearn.serve.predictor.Predictor.score_configs`.
 
     Examples
     --------
@@ -478,7 +478,7 @@ def top_configs(M, N, K, *, device, dtype: str, layout: str = "NN", top_k: int =
         Configs wanted, >= 1; fewer come back when the model has fewer
         Triton candidates.
     models_dir : path, optional
-        Model store (default :func:`costlearn.serve.predict.default_store`).
+        Model store (default :func:`costlearn.model.store.default_store`).
     param_names : dict, optional
         Spelling of the meta-parameters, as in :func:`prune_configs`; the
         first name of each field is written (default ``BLOCK_M``,
@@ -501,7 +501,7 @@ def top_configs(M, N, K, *, device, dtype: str, layout: str = "NN", top_k: int =
     ValueError
         If an extent is < 1, ``top_k`` < 1, the dtype or layout is unknown
         or not served by the model, a ``param_names`` key is unknown, or
-        there is no model (as :func:`~costlearn.serve.predict.load_predictor`,
+        there is no model (as :func:`~costlearn.serve.predictor.load_predictor`,
         which lists the models present).
     """
     top_k = check_int("top_k", top_k, 1)

@@ -2,7 +2,7 @@
 the way a compiler uses it, on the problems of each log, and leave one log
 out.
 
-:func:`decision_scores` asks a :class:`~costlearn.serve.predict.Predictor` what it
+:func:`decision_scores` asks a :class:`~costlearn.serve.predictor.Predictor` what it
 would run for each measured problem (``predict_best``, vendor floor and
 coverage included, from all its candidates) and scores the answer against
 the measurements: a pick that was never measured on the problem cannot be
@@ -30,12 +30,15 @@ from costlearn.families import VENDOR_CONFIG_ID
 from costlearn.learn.metrics import PROBLEM_COLUMNS, geomean_regret
 from costlearn.model.artifact import ArtifactError, model_folder
 from costlearn.model.artifact import load as load_artifact
-from costlearn.serve.predict import Predictor
+from costlearn.serve.predictor import Predictor
 from costlearn.core.problem import Problem
-from costlearn.learn.train import train
+from costlearn.learn.evaluate import EvalResult, score
+from costlearn.learn.train import read_device_json, train
+from costlearn.model.store import has_model, resolve_model
 
 __all__ = ["decision_scores", "by_source", "format_by_source", "flag_table", "format_flag_table", "leave_one_log_out",
-           "StudyResult", "TOP_K", "FOOTNOTE", "reusable_model", "LogFold", "log_folds", "fold_model", "median_times"]
+           "StudyResult", "TOP_K", "FOOTNOTE", "reusable_model", "LogFold", "log_folds", "fold_model", "median_times",
+           "ScoredMeasurements", "score_measurements", "answers_by_log"]
 
 FOOTNOTE = ("Regret: measured time of the answer / best measured of all (the vendor library included) - 1, geometric "
             "mean over the scored log's problems. 'prune path': the model choosing among exactly the configs "
@@ -73,7 +76,7 @@ def decision_scores(predictor, rows: pd.DataFrame, best_fixed=None) -> pd.DataFr
 
     Parameters
     ----------
-    predictor : costlearn.serve.predict.Predictor
+    predictor : costlearn.serve.predictor.Predictor
     rows : DataFrame
         Valid measurements (any family, dtype or layout: those of the
         predictor's family, dtype and layouts are scored).
@@ -92,14 +95,14 @@ def decision_scores(predictor, rows: pd.DataFrame, best_fixed=None) -> pd.DataFr
         ``top{TOP_K}_regret`` (the best measured of the model's top k; NaN
         where none was measured), ``top{TOP_K}_regret_tile`` (the best
         measured tile config of the top k against the best tile config), ``prune_regret`` (the pick among the
-        measured configs, :meth:`~costlearn.serve.predict.Predictor.choose_among`),
+        measured configs, :meth:`~costlearn.serve.predictor.Predictor.choose_among`),
         ``model_regret`` (the plain argmin of the model's predictions among
         the measured configs, no floor: the model's own error), ``tile_lr``
         and ``tile_regret`` (log2 predicted time ratio of the best measured
         tile config to the vendor, and that tile's regret), ``vendor_near``
         and ``model_near`` (the floor's held-out evidence near the problem),
         ``estimate_log2`` and ``estimate_sd_log2`` (the vendor model's
-        estimate, :meth:`~costlearn.serve.predict.Predictor.vendor_estimate`; NaN
+        estimate, :meth:`~costlearn.serve.predictor.Predictor.vendor_estimate`; NaN
         without one),
         ``envelope_ood`` (outside the extent envelope),
         ``vendor_regret`` (NaN without a vendor row), ``best_fixed_regret``,
@@ -473,3 +476,60 @@ def leave_one_log_out(data_dir, work_dir, *, family: str = "triton_mm", dtypes=N
     if not frames:
         raise ValueError(f"{data_dir}: no dtype of {family} holds two logs to leave one out ({'; '.join(skipped)})")
     return StudyResult(pd.concat(frames, ignore_index=True), pd.concat(tables, ignore_index=True), skipped)
+
+
+@dataclass(frozen=True)
+class ScoredMeasurements:
+    """A model scored on a dataset folder's measurements, nothing measured (``costlearn evaluate --no-measure``).
+
+    Attributes
+    ----------
+    result : costlearn.learn.evaluate.EvalResult
+        :func:`costlearn.learn.evaluate.score` of the folder's rows.
+    artifact : costlearn.model.artifact.Artifact
+        The model scored.
+    rows : DataFrame
+        The folder's rows as loaded.
+    notes : tuple of str
+        Why the scores are in-sample, where they are (the model's training folder, or logs in its training rows).
+    """
+    result: EvalResult
+    artifact: object
+    rows: pd.DataFrame
+    notes: tuple
+
+
+def score_measurements(folder, model, family: str, dtype: str, models_dir=None) -> ScoredMeasurements:
+    """Score the ``family``/``dtype`` model of device folder ``model`` (None: the measurements' device's model where
+    the store has one, else the store's only one, :func:`costlearn.model.store.resolve_model`) on the rows of the
+    dataset folder ``folder``."""
+    if model is None:       # the measurements' device's model, where the store has one
+        spec = read_device_json(folder)
+        if spec is not None and has_model(spec.slug, family, dtype, models_dir):
+            model = spec.slug
+    art = load_artifact(resolve_model(model, family, dtype, models_dir, cli=True))
+    measured = load(folder)[0]
+    res = score(art, measured, data=folder)
+    training = art.sidecar.get("training", {})
+    trained_on = str(training.get("dataset", ""))
+    shared = set(res.rows["source_sha256"].dropna().astype(str)) & set(training.get("source_sha256s", [])) - {""}
+    notes = []
+    if trained_on and Path(trained_on).resolve() == Path(folder).resolve():
+        notes.append(f"note: {folder} is the folder this model was trained on, so these scores are in-sample; the "
+                     "held-out table `costlearn train` printed is the honest one (or score measurements the model "
+                     "was not trained on, imported into another folder)")
+    elif shared:
+        notes.append(f"note: {len(shared)} of the logs scored here (by sha256) were in this model's training rows, "
+                     "so their scores are in-sample; `costlearn study` leaves each log out")
+    return ScoredMeasurements(res, art, measured, tuple(notes))
+
+
+def answers_by_log(scored: ScoredMeasurements) -> str:
+    """What ``predict_best`` answers on the scored rows' problems, by log (:func:`decision_scores`,
+    :func:`format_by_source`), with :data:`FOOTNOTE`."""
+    art = scored.artifact
+    per = decision_scores(Predictor(art.path), valid_rows(current_rows(scored.rows)[0]),
+                          best_fixed=art.baseline("best_fixed"))
+    return format_by_source(by_source(per), "What predict_best answers (all candidates, vendor floor and coverage "
+                            "included), by log") + "\n\n" + FOOTNOTE + (
+        " The table above ranks the measured configs only; this one scores the answer predict_best gives.")

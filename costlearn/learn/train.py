@@ -18,7 +18,7 @@ import pandas as pd
 from costlearn.collect.dataset import current_rows, load, noise_floor, rows_where, valid_rows
 from costlearn.core.device import DeviceSpec
 from costlearn.model.envelope import Coverage, Envelope, fit_coverage, fit_envelope, outside_rows
-from costlearn.families import get_family
+from costlearn.families import KernelFamily, get_family
 from costlearn.features import CandidateFeatures, ConfigTable, feature_version, get_feature_set
 from costlearn.learn.holdout import calibrate_floor, heldout_folds, heldout_problems
 from costlearn.learn.metrics import evaluate_rows, random_scores, summarize
@@ -29,7 +29,7 @@ from costlearn.model.vendor import VendorModel, problem_features_table, problem_
 from costlearn.model.baselines import BestFixedModel, RooflineModel
 from costlearn.model.xgb import XGBCostModel
 from costlearn.collect.noise import noise_floors
-from costlearn.serve.predict import Predictor
+from costlearn.serve.predictor import Predictor
 from costlearn.core.problem import EPILOGUES, Problem
 from costlearn.ranker import calibrate_cascade, calibration_problems, make_ranker
 from costlearn.model.shortlist import MIN_TREES, worth_a_table
@@ -249,8 +249,10 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
         chosen, or has no device description.
     """
     data_dir = Path(data_dir)
+    fam = None                                  # the KernelFamily, got once and passed on
     if family is not None and dtype is not None:
-        get_family(family).check_dtype(dtype)
+        fam = get_family(family)
+        fam.check_dtype(dtype)
     get_model(model, **dict(settings or {}))  # an unknown model or setting fails before the data is read
     df, report = load(data_dir)
     pairs = dataset_pairs(df)
@@ -263,8 +265,9 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
             raise ValueError(f"{data_dir} holds no valid {family or '*'}/{dtype or '*'} rows; it holds "
                              f"{[f'{f}/{d}' for f, d in pairs]}")
         family, dtype = fitting[0] if fitting else (family or "gemm", dtype or "float32")
-    fam = get_family(family)
-    fam.check_dtype(dtype)
+    if fam is None:
+        fam = get_family(family)
+        fam.check_dtype(dtype)
     df = df[rows_where(df, family=family, dtype=dtype)]
     if exclude_sources:
         df = df[~df["source_file"].fillna("").isin(list(exclude_sources)).to_numpy(bool)]
@@ -313,7 +316,7 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
     folder = artifact.model_folder(models_dir, spec.slug, fam.name, dtype)
     replaced = (folder / artifact.SIDECAR).exists()
     cands = artifact.candidate_table(rows)
-    path = export_artifact(mdl, folder, family=fam.name, dtype=dtype,
+    path = export_artifact(mdl, folder, family=fam, dtype=dtype,
                            layouts=sorted(rows["layout"].unique().tolist()), spec=spec,
                            epilogues=[e for e in EPILOGUES if e in set(rows["epilogue"].astype(str))],
                            candidates=cands, envelope=fit_envelope(shapes),
@@ -327,14 +330,15 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
                        dtype=dtype, device=spec.slug, replaced=replaced, holdout_kind=kind, floor=floor)
 
 
-def export_artifact(model: CostModel, folder, *, family: str, dtype: str, layouts, spec: DeviceSpec,
+def export_artifact(model: CostModel, folder, *, family: KernelFamily | str, dtype: str, layouts, spec: DeviceSpec,
                     candidates: pd.DataFrame, envelope: dict, metrics: dict, training: dict, baselines: dict,
                     extra: dict | None = None, epilogues=("none",), vendor_model=None) -> Path:
     """Export ``model``'s scorer for ``candidates``, calibrate its cascade
     (:func:`costlearn.ranker.calibrate_cascade`), check the scorer against
     ``model.predict``, build its shortlist table where the scorer is deep
     (:func:`costlearn.model.shortlist.worth_a_table`) and save the artifact
-    (:func:`costlearn.model.artifact.save`).
+    (:func:`costlearn.model.artifact.save`). ``family``: the KernelFamily
+    (or its name).
 
     Raises
     ------
@@ -342,7 +346,8 @@ def export_artifact(model: CostModel, folder, *, family: str, dtype: str, layout
         If the scorer disagrees with the model (more than 1e-3 in log2 time
         on the calibration problems' candidates).
     """
-    fam = get_family(family)
+    fam = family if isinstance(family, KernelFamily) else get_family(family)
+    family = fam.name
     configs = [fam.config_from_id(c) for c in candidates["config_id"]]
     table = ConfigTable(fam, configs, dtype, spec, candidates["registers_per_thread"].to_numpy(np.float64))
     features = CandidateFeatures(get_feature_set(model.feature_set), table)
@@ -488,8 +493,8 @@ def migrate_models(models_dir) -> list[tuple[Path, Path]]:
                          best_fixed=dict(settings=dict(min_coverage=BestFixedModel().min_coverage),
                                          scores=bf.get("scores", {}), best_config_id=bf.get("best_config_id"),
                                          feature_names=("log2_m", "log2_n", "log2_k")
-                                         + tuple(get_family("gemm").param_feature_names), files={}))
-        export_artifact(mdl, new, family="gemm", dtype=side["dtype"], layouts=["NN"], spec=spec, candidates=cands,
+                                         + tuple(gemm.param_feature_names), files={}))
+        export_artifact(mdl, new, family=gemm, dtype=side["dtype"], layouts=["NN"], spec=spec, candidates=cands,
                         envelope=side["envelope"], metrics=side.get("metrics", {}), training=side.get("training", {}),
                         baselines=baselines,
                         extra=dict(created=side.get("created"), template_hash=side["template_hash"],

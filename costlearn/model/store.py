@@ -1,14 +1,16 @@
 """The model store: where artifacts are found, resolved and kept loaded
 (design.md, "Seams": the artifacts live in ``<store>/<device>/<family>/<dtype>/``).
 
-- :func:`default_store`: ``$COSTLEARN_MODELS``, else the source tree's ``models/``;
-- :func:`resolve_model`: (device, family, dtype) -> the artifact folder, with
+- :class:`ModelKey`: which model, (device, family, dtype), the key of every lookup;
+- :func:`default_store`: ``$COSTLEARN_MODELS``, else the source tree's ``models/``
+  (:func:`costlearn.model.artifact.models_root`), worked out once;
+- :func:`resolve_model` / :func:`find_model`: a ModelKey -> the artifact folder, with
   errors that list what the store holds;
 - :func:`has_model`: whether the store holds one;
-- :class:`LoadedModels`: the process's loaded models, keyed by the names a
-  caller used and by folder, so names of one artifact share one load.
+- :class:`LoadedModels`: the process's loaded models, keyed by the ModelKey a
+  caller used (with its store) and by folder, so names of one artifact share one load.
 
-:mod:`costlearn.serve.predict` loads :class:`~costlearn.serve.predict.Predictor` objects
+:mod:`costlearn.serve.predictor` loads :class:`~costlearn.serve.predictor.Predictor` objects
 through it; the command line asks it, and re-implements none of it.
 """
 from __future__ import annotations
@@ -16,19 +18,50 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 from costlearn.core.device import DeviceSpec
 from costlearn.core.util import check_path
 from costlearn.model import artifact as _artifact
 
-__all__ = ["default_store", "resolve_model", "has_model", "store_key", "LoadedModels"]
+__all__ = ["ModelKey", "default_store", "find_model", "resolve_model", "has_model", "store_key", "LoadedModels"]
 
 _LOCK = threading.Lock()
 _DEFAULT_STORE: Path | None = None
 
 
+class ModelKey(NamedTuple):
+    """Which model: a store's ``<device>/<family>/<dtype>/`` folder.
+
+    A frozen value (a named tuple: equal to the plain triple
+    :func:`costlearn.model.artifact.list_models` gives, so a repeated
+    prediction's lookup may use a plain tuple and skip building one).
+
+    Attributes
+    ----------
+    device : str or None
+        A device folder name; None for the only device with a model of
+        this family and dtype.
+    family, dtype : str
+    """
+
+    device: str | None
+    family: str
+    dtype: str
+
+    @classmethod
+    def of(cls, device, family: str, dtype: str) -> "ModelKey":
+        """The key of (device, family, dtype), a DeviceSpec named by its slug
+        (other device types are kept, and refused where the key is resolved)."""
+        return cls(device.slug if isinstance(device, DeviceSpec) else device, family, dtype)
+
+    def __str__(self) -> str:
+        return f"{self.device}/{self.family}/{self.dtype}"
+
+
 def resolve_model(device, family: str, dtype: str, models_dir=None, *, cli: bool = False) -> Path:
-    """The artifact folder for (device, family, dtype) under ``models_dir``.
+    """The artifact folder for (device, family, dtype) under ``models_dir``:
+    :func:`find_model` of their :class:`ModelKey`.
 
     Parameters
     ----------
@@ -36,6 +69,25 @@ def resolve_model(device, family: str, dtype: str, models_dir=None, *, cli: bool
         A device folder name, a DeviceSpec whose slug names it, or None for
         the only device with a model of this family and dtype.
     family, dtype : str
+    models_dir : path, optional
+        ``$COSTLEARN_MODELS`` or the source tree's ``models/`` by default.
+    cli : bool
+        Word the errors in command-line terms (``--model``, ``--models``).
+
+    Raises
+    ------
+    As :func:`find_model`.
+    """
+    return find_model(ModelKey.of(device, family, dtype), models_dir, cli=cli)
+
+
+def find_model(key: ModelKey, models_dir=None, *, cli: bool = False) -> Path:
+    """The artifact folder of ``key`` under ``models_dir``.
+
+    Parameters
+    ----------
+    key : ModelKey
+        Its device None: the only device with a model of its family and dtype.
     models_dir : path, optional
         ``$COSTLEARN_MODELS`` or the source tree's ``models/`` by default.
     cli : bool
@@ -51,6 +103,7 @@ def resolve_model(device, family: str, dtype: str, models_dir=None, *, cli: bool
         kernel families names the migration command.
     """
     check_path("models_dir", models_dir, optional=True)
+    device, family, dtype = key
     root = _artifact.models_root(models_dir)
     if not root.is_dir():
         raise ValueError(f"models_dir {str(root)!r} is not a folder" + (" (it does not exist)" if not root.exists()
@@ -58,8 +111,6 @@ def resolve_model(device, family: str, dtype: str, models_dir=None, *, cli: bool
                          "`costlearn train --models DIR`, or point models_dir / --models / $COSTLEARN_MODELS at "
                          "a model store")
     have = _artifact.list_models(root)
-    if isinstance(device, DeviceSpec):
-        device = device.slug
     present = [f"{d}/{f}/{t}" for d, f, t in have] or "none"
     old = _artifact.old_layout_folders(root)
     hint = (f"; {len(old)} artifact(s) in the layout before kernel families ({old[0]}): convert them with "
@@ -77,7 +128,7 @@ def resolve_model(device, family: str, dtype: str, models_dir=None, *, cli: bool
         device = devs[0]
     if not isinstance(device, str):
         raise TypeError(f"device={device!r} ({type(device).__name__}); must be a str or DeviceSpec")
-    if (device, family, dtype) not in have:
+    if ModelKey(device, family, dtype) not in have:
         raise ValueError(f"no model for device={device!r}, family={family!r}, dtype={dtype!r} in {str(root)!r}; "
                          f"models present: {present}" + hint)
     return _artifact.model_folder(root, device, family, dtype)
@@ -87,7 +138,7 @@ def has_model(device: str, family: str, dtype: str, models_dir=None) -> bool:
     """Whether the store (``models_dir``, else :func:`default_store`) holds
     a model for (device, family, dtype)."""
     root = _artifact.models_root(models_dir)
-    return root.is_dir() and (device, family, dtype) in _artifact.list_models(root)
+    return root.is_dir() and ModelKey.of(device, family, dtype) in _artifact.list_models(root)
 
 
 def store_key(models_dir):
@@ -107,24 +158,24 @@ def default_store() -> Path:
     absolute path.
 
     It is read once, at the first call, and again after
-    :meth:`LoadedModels.clear` (``costlearn.serve.predict.clear_cache``):
+    :meth:`LoadedModels.clear` (``costlearn.serve.predictor.clear_cache``):
     reading the environment on every call would cost most of the microsecond
     a repeated :func:`predict_best` is allowed. Set ``$COSTLEARN_MODELS``
-    before the first prediction, or call ``costlearn.serve.predict.clear_cache()`` after changing it.
+    before the first prediction, or call ``costlearn.serve.predictor.clear_cache()`` after changing it.
     """
     global _DEFAULT_STORE
     store = _DEFAULT_STORE
     if store is None:
         with _LOCK:
             if _DEFAULT_STORE is None:
-                _DEFAULT_STORE = _artifact.default_models_dir().absolute()
+                _DEFAULT_STORE = _artifact.models_root(None).absolute()
             store = _DEFAULT_STORE
     return store
 
 
 class LoadedModels:
     """The process's loaded models: each artifact folder loaded once, found
-    again by the names a caller used ((device, family, dtype, store key)) or
+    again by the names a caller used ((:class:`ModelKey`, :func:`store_key`)) or
     by its folder. Thread-safe; :meth:`clear` forgets them and the default
     store (a load that began before it does not cache).
     """
@@ -133,26 +184,27 @@ class LoadedModels:
         self._by_key: dict = {}
         self._generation = 0
 
-    def get(self, key):
-        """The model loaded under ``key`` ((device, family, dtype,
-        :func:`store_key`)), or None: the hot path of a repeated prediction."""
-        return self._by_key.get(key)
+    def get(self, names):
+        """The model loaded under ``names`` ((:class:`ModelKey`,
+        :func:`store_key`); a plain (device, family, dtype) triple is the same
+        key), or None: the hot path of a repeated prediction."""
+        return self._by_key.get(names)
 
-    def load(self, device, family: str, dtype: str, models_dir, loader):
-        """The model for (device, family, dtype) in ``models_dir``, loaded
-        with ``loader(folder)`` the first time.
+    def load(self, key: ModelKey, models_dir, loader):
+        """The model of ``key`` in ``models_dir`` (default: :func:`default_store`),
+        loaded with ``loader(folder)`` the first time.
 
         Raises
         ------
         As :func:`resolve_model` and ``loader``.
         """
         check_path("models_dir", models_dir, optional=True)
-        key = (device.slug if isinstance(device, DeviceSpec) else device, family, dtype, store_key(models_dir))
-        cacheable = isinstance(key[0], (str, type(None)))
-        model = self._by_key.get(key) if cacheable else None
+        names = (key, store_key(models_dir))
+        cacheable = isinstance(key.device, (str, type(None)))
+        model = self._by_key.get(names) if cacheable else None
         while model is None:
             generation = self._generation
-            folder = resolve_model(device, family, dtype, default_store() if models_dir is None else models_dir)
+            folder = resolve_model(*key, default_store() if models_dir is None else models_dir)
             folder_key = ("folder", os.path.abspath(folder))
             with _LOCK:
                 if generation != self._generation:
@@ -161,7 +213,7 @@ class LoadedModels:
                 if model is None:
                     model = self._by_key[folder_key] = loader(folder)
                 if cacheable:
-                    self._by_key[key] = model
+                    self._by_key[names] = model
         return model
 
     def clear(self) -> None:

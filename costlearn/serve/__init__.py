@@ -1,5 +1,6 @@
-"""Serving: the :class:`~costlearn.serve.predict.Predictor` and its
-:class:`~costlearn.serve.prediction.Prediction`, filter-then-measure
-(``tuning``) and its database (``tuning_db``), and the dispatch selectors
-(``dispatch``).
+"""Serving: the :class:`~costlearn.serve.predictor.Predictor` (with its OOD
+verdict, ``ood``, and vendor policy, ``vendor_policy``) and its
+:class:`~costlearn.serve.prediction.Prediction`, the ``predict_best`` API
+(``predict``), filter-then-measure (``tuning``) and its database
+(``tuning_db``), and the dispatch selectors (``dispatch``).
 """

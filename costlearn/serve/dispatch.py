@@ -4,7 +4,7 @@ kernels compiled before the shape is known).
 
 1. Shapes are drawn log-uniformly in the given ranges and every candidate is
    ranked by the model (its ranker, no cascade), among the candidates
-   measured near the shape (:meth:`~costlearn.serve.predict.Predictor.candidate_mask`);
+   measured near the shape (:meth:`~costlearn.serve.predictor.Predictor.candidate_mask`);
    where the model's vendor floor keeps the vendor library for a shape
    (:mod:`costlearn.learn.holdout`), the library counts as that shape's best.
 2. The subset of at most ``max_configs`` candidates with the least predicted
@@ -329,7 +329,7 @@ def fit_dispatch(predictor, ranges: dict, *, max_configs: int = 3, samples: int 
 
     Parameters
     ----------
-    predictor : costlearn.serve.predict.Predictor
+    predictor : costlearn.serve.predictor.Predictor
     ranges : dict
         ``{"M": (lo, hi), "N": (lo, hi), "K": (lo, hi)}``, inclusive.
     max_configs : int
@@ -421,7 +421,7 @@ def evaluate_dispatch(d: Dispatch, predictor, rows: pd.DataFrame, noise_rel: flo
     Parameters
     ----------
     d : Dispatch
-    predictor : costlearn.serve.predict.Predictor
+    predictor : costlearn.serve.predictor.Predictor
         The model the selector came from (its per-shape choice is scored
         alongside).
     rows : DataFrame

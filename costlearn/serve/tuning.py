@@ -1,5 +1,5 @@
 """Filter, then measure; and the tuning database: composes a
-:class:`~costlearn.serve.predict.Predictor`, a backend and a
+:class:`~costlearn.serve.predictor.Predictor`, a backend and a
 :class:`~costlearn.serve.tuning_db.TuningDB` (design.md, "Predictor").
 
 - *Filter, then measure*: the model's top k configs for a problem (and the

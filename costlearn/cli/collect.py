@@ -1,0 +1,257 @@
+"""``costlearn collect``, ``recheck`` and ``compact``: measuring into a dataset (here or on a Ray fleet), re-timing
+a sample in a new session, merging a folder's parts; and what a collection prints."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from costlearn.cli.common import (DATA_HELP, SHAPE_SYNTAX, add_measure_args, add_problem_args, check_family_dtype,
+                                  device_backend, is_cpu, nonneg_int, old_spelling, parse_shapes, pool_size,
+                                  positive_float, positive_int, positive_seconds, protocol_of)
+from costlearn.collect.backends import auto_name
+from costlearn.collect.sampler import ShapeBounds
+from costlearn.core.problem import EPILOGUES
+from costlearn.families import get_family
+
+
+def add_collect_args(p, budget_s: float, epilogues: tuple = EPILOGUES):
+    p.add_argument("--budget", type=positive_seconds, default=budget_s,
+                   help=f"seconds of collection, compiling included (default: {budget_s:.0f})")
+    p.add_argument("--epilogues", nargs="+", choices=EPILOGUES, default=None, metavar="EPILOGUE",
+                   help=f"what the fused kernels compute after A @ B, of {', '.join(EPILOGUES)} (bias: a length-N "
+                   "vector added to every row; then ReLU or the tanh GELU): each random shape is measured with one "
+                   "drawn from these, each --shapes shape with every one; the pool compiles once per epilogue "
+                   f"(default: {' '.join(epilogues)})")
+    p.set_defaults(default_epilogues=list(epilogues))
+    p.add_argument("--pool", type=positive_int, default=None,
+                   help="candidate pool size, compiled once (default: 48 on a CPU, 160 on a GPU)")
+    p.add_argument("--configs-per-shape", type=positive_int, default=None,
+                   help="pool configs measured per shape (default: all feasible)")
+    p.add_argument("--max-extent", type=positive_int, default=None,
+                   help="largest M, N, K drawn (default: 1024 on a CPU, 8192 on a GPU)")
+    p.add_argument("--shapes", nargs="+", default=None, metavar="SHAPE",
+                   help="measure these shapes (every pool config feasible for each) instead of random ones: "
+                   + SHAPE_SYNTAX)
+    p.add_argument("--max-flops", type=positive_float, default=None,
+                   help="largest 2*M*N*K drawn (default: 2**26 on a CPU, none on a GPU)")
+    p.add_argument("--recheck", type=nonneg_int, default=6, metavar="SHAPES",
+                   help="afterwards, re-time configs of this many shapes in a new process (the across-session "
+                   "noise floor, `costlearn recheck`); 0: do not (default: 6)")
+
+
+def _collection_defaults(spec, data_root, pool, max_extent, max_flops):
+    """(ShapeBounds, dataset folder, pool size) of a collection on ``spec``:
+    the device's shape bounds unless given, its folder of ``data_root``
+    (:func:`costlearn.collect.dataset.device_dataset_folder`), and :func:`pool_size`."""
+    from costlearn.collect.dataset import device_dataset_folder
+    b = ShapeBounds.for_device(is_cpu(spec))
+    bounds = ShapeBounds(1, b.max_extent if max_extent is None else max_extent,
+                         b.max_flops if max_flops is None else max_flops)
+    return bounds, device_dataset_folder(data_root, spec.slug), pool_size(spec, pool)
+
+
+def collect_stage(backend, data_root, *, family: str, dtype: str, budget_s: float, pool: int | None,
+                  configs_per_shape: int | None, max_extent: int | None, max_flops: float | None, shapes,
+                  protocol, seed: int, progress: bool, recheck: int = 0, epilogues=("none",)):
+    """Collect into ``<data_root>/<device>/`` (each problem with one of
+    ``epilogues``, :func:`costlearn.collect.loop.collect`) and print the summary, then
+    (``recheck`` > 0) re-time that many shapes in a new process
+    (:func:`recheck_in_new_session`); returns (dataset folder, CollectResult)."""
+    from costlearn.collect.loop import collect
+    spec = backend.spec
+    bounds, out, pool = _collection_defaults(spec, data_root, pool, max_extent, max_flops)
+    print(f"device: {spec.name} ({backend.name}); dataset: {out}; {family}/{dtype}; pool {pool} configs; "
+          f"shapes M,N,K <= {bounds.max_extent}, 2MNK <= {bounds.max_flops:.3g}; epilogues {', '.join(epilogues)}",
+          file=sys.stderr)
+    res = collect(backend, out, budget_s=budget_s, family=family, dtype=dtype, pool_size=pool,
+                  configs_per_shape=pool if configs_per_shape is None else configs_per_shape,
+                  bounds=bounds, shapes=shapes, protocol=protocol, seed=seed, progress=progress,
+                  epilogues=epilogues)
+    print_collect_result(res, out, family, dtype, seed)
+    if recheck and res.rows_written:
+        recheck_in_new_session(backend.name, out, recheck, protocol)
+    return out, res
+
+
+def recheck_in_new_session(device: str, folder, shapes: int, protocol) -> int:
+    """Run ``costlearn recheck`` on ``folder`` in a new Python process (a
+    separate measurement session, :mod:`costlearn.collect.noise`); its report goes
+    to this process's stdout. Returns its exit status (a failed recheck is
+    reported, and costs nothing already collected)."""
+    import costlearn
+    env = dict(os.environ)
+    src = str(Path(costlearn.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH", "")]))
+    cmd = [sys.executable, "-m", "costlearn", "recheck", "--device", device, "--data", str(folder),
+           "--random-shapes", str(shapes), "--rounds", str(protocol.rounds), "--target-rse", str(protocol.target_rse),
+           "--max-rounds", str(protocol.max_rounds), "--distribution", protocol.distribution,
+           "--density", str(protocol.density), "--seed", str(protocol.seed)]
+    print(f"re-timing {shapes} shapes in a new session (`costlearn recheck --data {folder}`) for the "
+          "across-session noise floor", file=sys.stderr)
+    sys.stdout.flush()
+    rc = subprocess.run(cmd, env=env).returncode
+    if rc:
+        print(f"warning: the recheck exited with status {rc}; the collected rows are unaffected "
+              f"(run `costlearn recheck --data {folder}` later)", file=sys.stderr)
+    return rc
+
+
+def cmd_recheck(args) -> int:
+    from costlearn.collect.noise import recheck
+    from costlearn.collect.dataset import device_dataset_folder
+    be = device_backend(args.device)
+    folder = device_dataset_folder(args.data, be.spec.slug)
+    if not folder.is_dir():
+        raise ValueError(f"--data {args.data}: no dataset of {be.spec.slug} there; collect first")
+    res = recheck(be, folder, shapes=args.random_shapes, configs_per_shape=args.configs_per_shape,
+                  protocol=protocol_of(args))
+    print(f"re-timed {res.rows_written} configs over {res.shapes} shapes in a new session into "
+          f"{folder / 'recheck'}")
+    print(res.noise_floors.describe())
+    return 0
+
+
+def print_collect_result(res, out, family: str, dtype: str, seed: int) -> None:
+    """Print what a :func:`costlearn.collect.loop.collect` call into ``out`` did:
+    rows, epilogues left out, time past the budget, mixed pools, noise, the
+    dataset's summary."""
+    from costlearn.collect.loop import EPILOGUE_COMPILE_SHARE, dataset_summary
+    for other in res.other_pools:
+        print(f"note: {out} also holds {family}/{dtype} rows of another candidate pool (seed {other.get('seed')}, "
+              f"{other.get('size')} configs); this run's pool is seed {seed}: the dataset mixes pools, so some "
+              "shapes have more candidates measured than others (use one --seed per folder to avoid it)",
+              file=sys.stderr)
+    secs = ", ".join(f"{k} {v:.1f}s" for k, v in res.seconds.items())
+    if res.stopped:
+        print(f"warning: {res.stopped}; rerun the same command to resume", file=sys.stderr)
+    print(f"collected {res.rows_written} rows ({res.rows_valid} valid) over {res.problems_done} problems "
+          f"(shape, epilogue); skipped {res.skipped} already measured; {secs}")
+    if res.epilogues_left_out:
+        print(f"note: no random shape was measured with {', '.join(res.epilogues_left_out)}: compiling another "
+              f"epilogue's pool would have taken over {EPILOGUE_COMPILE_SHARE:.0%} of the budget left (a longer "
+              "--budget brings them in; compiled kernels are cached, so a rerun compiles faster)", file=sys.stderr)
+    if res.over_budget_s > max(1.0, 0.05 * res.budget_s):
+        if "start" in res.seconds:                # a fleet: its workers compile the pool when they start
+            why = (f"a problem started inside the budget is measured to the end, and starting the workers (each "
+                   f"compiles the whole pool; --pool sets its size) took {res.seconds['start']:.0f} s")
+        else:
+            why = (f"a shape started inside the budget is measured to the end, and compiling took "
+                   f"{res.seconds.get('compile', 0.0):.0f} s (the first shape compiles the whole pool; --pool "
+                   "sets its size)")
+        print(f"note: took {res.over_budget_s:.0f} s more than --budget {res.budget_s:.0f}: {why}", file=sys.stderr)
+    print(f"noise floor: two timings of the same config in one session differ by {res.noise_floor:.1%} "
+          f"(median); spread of a row's samples (p80-p20)/median: {res.spread_frac:.1%} (median); "
+          f"rows that reached the {res.target_rse:.1%} standard-error target: {res.at_target:.0%}")
+    print(f"dataset {out}: {dataset_summary(out)}")
+
+
+def cmd_collect(args) -> int:
+    if args.workers is not None and args.ray is None:
+        raise ValueError(f"--workers {args.workers}: --workers needs --ray (the workers are a Ray cluster's)")
+    check_family_dtype(args)
+    fam = get_family(args.family)
+    asked = args.epilogues or args.default_epilogues
+    epilogues = [e for e in asked if e in fam.epilogues]
+    if not epilogues or (args.epilogues and len(epilogues) < len(asked)):
+        raise ValueError(f"--epilogues {' '.join(asked)}: the {args.family!r} family fuses {list(fam.epilogues)}")
+    shapes = parse_shapes(args.shapes) if args.shapes else None
+    if args.ray is not None:
+        fleet_collect_stage(args.ray or None, args.workers, args.device, args.data, family=args.family,
+                            dtype=args.dtype, budget_s=args.budget, pool=args.pool,
+                            configs_per_shape=args.configs_per_shape, max_extent=args.max_extent,
+                            max_flops=args.max_flops, shapes=shapes, protocol=protocol_of(args), seed=args.seed,
+                            progress=not args.no_progress, epilogues=epilogues)
+        return 0
+    collect_stage(device_backend(args.device, args.family), args.data, family=args.family, dtype=args.dtype,
+                  budget_s=args.budget, pool=args.pool, configs_per_shape=args.configs_per_shape,
+                  max_extent=args.max_extent, max_flops=args.max_flops, shapes=shapes, protocol=protocol_of(args),
+                  seed=args.seed, progress=not args.no_progress, recheck=args.recheck, epilogues=epilogues)
+    return 0
+
+
+def fleet_collect_stage(address, workers, device: str, data_root, *, family: str, dtype: str, budget_s: float,
+                        pool: int | None, configs_per_shape: int | None, max_extent: int | None,
+                        max_flops: float | None, shapes, protocol, seed: int, progress: bool, epilogues=("none",)):
+    """``collect --ray``: start one worker per device on a Ray cluster
+    (:func:`costlearn.collect.fleet.start_fleet`) and collect into
+    ``<data_root>/<device>/`` with the defaults :func:`collect_stage` uses
+    for that device (:func:`costlearn.collect.fleet.collect_fleet`); print the same
+    summary and what the fleet lost. Returns (dataset folder, FleetResult)."""
+    from costlearn.collect.fleet import collect_fleet, start_fleet
+    backend = auto_name(family) if device == "auto" else device
+    with start_fleet(backend, workers=workers, address=address) as fleet:
+        spec = fleet.spec
+        bounds, out, pool = _collection_defaults(spec, data_root, pool, max_extent, max_flops)
+        print(f"fleet: {len(fleet.members)} workers of {spec.name} ({fleet.backend}) on Ray; dataset: {out}; "
+              f"{family}/{dtype}; pool {pool} configs; shapes M,N,K <= {bounds.max_extent}, "
+              f"2MNK <= {bounds.max_flops:.3g}; epilogues {', '.join(epilogues)}", file=sys.stderr)
+        res = collect_fleet(fleet, out, budget_s=budget_s, family=family, dtype=dtype, pool_size=pool,
+                            configs_per_shape=pool if configs_per_shape is None else configs_per_shape,
+                            bounds=bounds, shapes=shapes, protocol=protocol, seed=seed, progress=progress,
+                            epilogues=epilogues)
+    for line in res.lost + res.notes:
+        print(f"fleet: {line}", file=sys.stderr)
+    print(f"fleet: {res.rows_planned} rows planned over {res.problems_planned} problems; {len(res.lost)} losses, "
+          f"{len(res.failed)} problems lost twice; {res.replacements} workers started to replace lost ones",
+          file=sys.stderr)
+    if res.failed:
+        print(f"warning: {len(res.failed)} problems were lost twice and recorded as launch_error rows: "
+              f"{res.failed}", file=sys.stderr)
+    print_collect_result(res, out, family, dtype, seed)
+    return out, res
+
+
+def cmd_compact(args) -> int:
+    from costlearn.collect.dataset import compact
+    n_parts, n_rows = compact(args.folder)
+    if n_parts == 0:
+        print(f"{args.folder}: nothing to merge (fewer than two readable parts)")
+    else:
+        print(f"{args.folder}: merged {n_parts} parts into one part of {n_rows} rows")
+    return 0
+
+
+def add_collect(sub) -> None:
+    p = sub.add_parser("collect", help="measure random shapes x tile configs into a dataset",
+                       description="Measure random feasible tile configs on random shapes (batch-1 and "
+                       "skinny ones included) under a time budget; resumable.")
+    add_measure_args(p)
+    add_problem_args(p)
+    add_collect_args(p, 240.0)
+    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="collect on a Ray cluster, one worker per device, into <data>/<device>/ here: ADDRESS of "
+                   "its head (host:6379, ray://host:10001); without ADDRESS the cluster `ray start` made on this "
+                   "machine, else a new local one; --recheck is not run (pip install 'costlearn[ray]')")
+    p.add_argument("--workers", type=positive_int, default=None, metavar="N",
+                   help="with --ray: workers to start (default: one per GPU of the cluster; for a CPU OpenCL "
+                   "device, one per machine)")
+    p.set_defaults(func=cmd_collect)
+
+
+def add_recheck(sub) -> None:
+    p = sub.add_parser("recheck", help="re-time a sample of a dataset in a new session (across-session noise)",
+                       description="Re-time configs of random shapes of a dataset in this new process and print "
+                       "the within- and across-session noise floors; re-timings go to <dataset>/recheck/. "
+                       "`collect` runs it after collecting (--recheck).")
+    add_measure_args(p, data_help=f"{DATA_HELP}: this device's dataset in it is re-timed, into its recheck/ "
+                      "(default: data)")
+    p.add_argument("--random-shapes", type=positive_int, default=6, metavar="N",
+                   help="random shapes of the dataset to re-time (default: 6)")
+    p.add_argument("--configs-per-shape", type=positive_int, default=4, help="configs re-timed per shape (default: 4)")
+    old_spelling(p, "--shapes", "--random-shapes", check=positive_int)
+    old_spelling(p, "--configs", "--configs-per-shape", check=positive_int)
+    p.set_defaults(func=cmd_recheck)
+
+
+def add_compact(sub) -> None:
+    p = sub.add_parser("compact", help="merge a dataset folder's parts into one",
+                       description="Merge every readable Parquet part of a dataset folder into one part "
+                       "(atomic; safe to interrupt). Corrupt parts are left in place.")
+    p.add_argument("folder", help="dataset folder, e.g. data/h200")
+    p.set_defaults(func=cmd_compact)
+
+
+PARSERS = {"collect": add_collect, "recheck": add_recheck, "compact": add_compact}
+"""The commands this module adds, each by its function of the subparsers."""

@@ -1,0 +1,162 @@
+"""``costlearn import`` and ``export``: other tools' files in and out (Inductor logs and lookup tables, Kernel
+Tuner, T4)."""
+from __future__ import annotations
+
+import sys
+import time
+
+from costlearn.cli.common import DATA_HELP, add_dtypes_arg, dataset_folder, old_spelling, positive_int, typed_flag
+from costlearn.core.device import PRESETS
+from costlearn.core.dtypes import dtype_names
+
+
+LUT_FORMAT = "inductor-lut"
+"""``costlearn export inductor-lut``: a model's choices as PyTorch Inductor's template lookup table."""
+
+
+def cmd_import(args) -> int:
+    from costlearn.interop import import_file
+    if args.preset is None:
+        raise ValueError(f"--preset is required: the named device the file was measured on "
+                         f"({', '.join(PRESETS.names())})")
+    rep = import_file(args.format, args.file, device=args.preset, data_root=args.data, mapping=args.mapping)
+    print(rep.summary())
+    if not rep.already_imported:
+        print(f"next: costlearn train --data {rep.folder} --models MODELS")
+    return 0
+
+
+def cmd_export(args) -> int:
+    if args.format == LUT_FORMAT:
+        return _export_lut(args)
+    lut_only = [typed_flag(args, flag) for flag, v in (
+        ("--models", args.models), ("--model", args.model), ("--dtype", args.dtype),
+        ("--shapes-file", args.shapes_file),
+        ("--from-log", args.from_log), ("--from-table", args.from_table), ("--top-k", args.top_k),
+        ("--device-name", args.device_name), ("--portable", args.portable or None)) if v is not None]
+    if lut_only:
+        raise ValueError(f"{' '.join(lut_only)}: {'is' if len(lut_only) == 1 else 'are'} {LUT_FORMAT}'s; export "
+                         f"{args.format} writes every valid measurement of --data")
+    from costlearn.interop import export_dataset
+    paths = export_dataset(args.format, dataset_folder(args.data), args.out)
+    print(f"wrote {len(paths)} {args.format} files into {args.out}")
+    return 0
+
+
+def _export_lut(args) -> int:
+    from costlearn.interop.inductor.lut import (check_lut_out, export_lut, problems_from_log, read_shapes_file,
+                                                read_table)
+    from costlearn.model.store import has_model, resolve_model
+    check_lut_out(args.out)                      # before a log of 10^5 lines is read
+    sources = {"--shapes-file": ("shapes file", args.shapes_file), "--from-log": ("log", args.from_log),
+               "--from-table": ("table", args.from_table)}
+    given = [k for k, (_, v) in sources.items() if v]
+    if len(given) != 1:
+        raise ValueError(f"export {LUT_FORMAT} takes one source of shapes: --shapes-file FILE ('M N K dtype layout' "
+                         f"per line), --from-log LOG (an Inductor AutoHeuristic mm log) or --from-table JSON (a lookup "
+                         f"table Inductor recorded); got {given or 'none'}")
+    family = "triton_mm"
+    device = args.model or resolve_model(None, family, (args.dtype or ["float16"])[0], args.models,
+                                         cli=True).parents[1].name
+    served = [d for d in dtype_names() if has_model(device, family, d, args.models)]
+    if not served:
+        resolve_model(device, family, (args.dtype or ["float16"])[0], args.models, cli=True)  # names what there is
+    t0 = time.perf_counter()
+    device_name = args.device_name
+    what, source = sources[given[0]]
+    if args.shapes_file:
+        problems = read_shapes_file(args.shapes_file)
+    elif args.from_log:
+        problems = problems_from_log(args.from_log, device)
+    else:
+        got = read_table(args.from_table)
+        problems = got.problems
+        for line, why in got.skipped[:5]:
+            print(f"{args.from_table}:{line}: left out: {why}", file=sys.stderr)
+        if len(got.skipped) > 5:
+            print(f"... {len(got.skipped) - 5} more left out", file=sys.stderr)
+        if device_name is None and len(got.devices) == 1:
+            device_name = got.devices[0]          # keep the table's own device name: its GPU's torch reports it
+        if not problems:
+            raise ValueError(f"{args.from_table}: no mm key costlearn reads ({len(got.skipped)} left out, above)")
+    have = sorted({lp.problem.dtype for lp in problems})
+    problems = [lp for lp in problems if lp.problem.dtype in (args.dtype or have)]
+    if not problems:
+        raise ValueError(f"--dtype {' '.join(args.dtype)}: the {what} holds only {have}")
+    missing = sorted({lp.problem.dtype for lp in problems} - set(served))
+    if missing and (args.dtype or not set(have) & set(served)):
+        raise ValueError(f"the {what} holds {missing}, but the store has {family} models of {device} for {served} "
+                         f"only; pass --dtype {' '.join(sorted(set(have) & set(served))) or '...'} to export those")
+    for dt in missing:                         # no --dtype: export what the store serves, name what it leaves out
+        print(f"left out the {sum(lp.problem.dtype == dt for lp in problems)} {dt} problems of the {what}: the store "
+              f"has no {family}/{dt} model of {device} (train one, or pass --dtype to choose)", file=sys.stderr)
+    problems = [lp for lp in problems if lp.problem.dtype in served]
+    print(f"read {len(problems)} problems from the {what} {source} in {time.perf_counter() - t0:.1f} s",
+          file=sys.stderr)
+    rep = export_lut(problems, args.out, device=device, top_k=args.top_k or 3, family=family, models_dir=args.models,
+                     device_name=device_name, portable=args.portable)
+    print(rep.summary())
+    print("use it: torch._inductor.config.lookup_table.table = json.load(open(...)); "
+          "torch._inductor.config.inductor_choices_class = torch._inductor.lookup_table.LookupTableChoices; "
+          "then torch.compile(..., mode='max-autotune') (README, 'Inside PyTorch Inductor')")
+    return 0
+
+
+def add_import(sub) -> None:
+    from costlearn.interop import IMPORT_FORMATS
+
+    p = sub.add_parser("import", help="import measurements another tool made (Inductor logs, Kernel Tuner)",
+                       usage="costlearn import [-h] --preset PRESET [--data DATA] [--mapping MAPPING] FORMAT FILE",
+                       description="Read a file of measurements made by another tool into DATA/<device>/ as "
+                       "dataset rows (source file, format and sha256 recorded; the same file twice adds nothing; "
+                       "malformed lines are reported and skipped; a failed import writes nothing).")
+    p.add_argument("format", choices=IMPORT_FORMATS, help="inductor: PyTorch Inductor AutoHeuristic mm log; "
+                   "inductor-lut: an Inductor lookup table whose entries carry time_us or time_ms; "
+                   "kernel-tuner: a Kernel Tuner cache file or T4 results JSON (needs --mapping)")
+    p.add_argument("file", help="the file to import")
+    p.add_argument("--preset", default=None, help="the named device the file was measured on (h200, h100, a100); "
+                   "the file's header or keys, where it has them, must agree (required)")
+    old_spelling(p, "--device", "--preset")
+    p.add_argument("--data", default="data", help=f"{DATA_HELP}: rows go to the preset's folder (default: data)")
+    p.add_argument("--mapping", default=None, help="kernel-tuner: JSON file mapping the kernel's parameter names "
+                   "to a family's (see the README)")
+    p.set_defaults(func=cmd_import)
+
+
+def add_export(sub) -> None:
+    from costlearn.interop import EXPORT_FORMATS
+
+    p = sub.add_parser("export", help="write a dataset as Kernel Tuner cache files or T4 results, or a model's "
+                       "choices as Inductor's lookup table",
+                       description="Write a device's dataset as one Kernel Tuner cache file per problem "
+                       "(kernel-tuner) or T4 results + metadata per problem (t4); or (inductor-lut) a triton_mm "
+                       "model's best configs and the vendor call for given shapes as PyTorch Inductor's template "
+                       "lookup table, so max-autotune times those instead of its whole list.")
+    p.add_argument("format", choices=[*EXPORT_FORMATS, LUT_FORMAT])
+    p.add_argument("--data", default="data", help=f"{DATA_HELP}; of a root, the one device's folder in it, else "
+                   "this machine's (default: data)")
+    p.add_argument("--out", required=True, help="folder to write into (inductor-lut: the JSON file)")
+    lut = p.add_argument_group("inductor-lut")
+    lut.add_argument("--models", default=None, help="model store root (default: $COSTLEARN_MODELS, else the "
+                     "source tree's models/)")
+    lut.add_argument("--model", default=None, help="model device folder, e.g. a100 (default: this machine's "
+                     "device's model if the store has one, else the only one)")
+    old_spelling(lut, "--device", "--model")
+    add_dtypes_arg(lut, "every one the shapes hold that the store has a model of; the others are named")
+    lut.add_argument("--shapes-file", default=None, metavar="FILE", help="file of 'M N K dtype [layout]' lines")
+    old_spelling(lut, "--shapes", "--shapes-file")
+    lut.add_argument("--from-log", default=None, help="an Inductor AutoHeuristic mm log: its shapes and strides")
+    lut.add_argument("--from-table", default=None, help="a lookup table Inductor recorded (inductor_lut_*.json): "
+                     "its mm shapes")
+    lut.add_argument("--top-k", type=positive_int, default=None, help="tile configs per shape, with the vendor call "
+                     "added; with 1, a shape the model is sure of lists that config alone (no autotuning) and "
+                     "another lists it and the vendor call (default: 3)")
+    lut.add_argument("--portable", action="store_true", help="also write device-agnostic keys")
+    lut.add_argument("--device-name", default=None, help="the device part of the keys: what "
+                     "torch.cuda.get_device_properties(0).gcnArchName prints on the target GPU (on NVIDIA GPUs the "
+                     "device name, e.g. 'NVIDIA H100 80GB HBM3'; default: the preset's name)")
+    p.set_defaults(func=cmd_export)
+
+
+PARSERS = {"import": add_import, "export": add_export}
+"""The commands this module adds, each by its function of the subparsers."""

@@ -1,0 +1,201 @@
+"""``costlearn train``, ``transfer`` and ``migrate-models``: fitting a model per (family, dtype) of a dataset and
+printing its held-out tables; carrying a device's models to another; converting old artifacts."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from costlearn.cli.common import DATA_HELP, add_dtypes_arg, dataset_folder, old_spelling
+from costlearn.families import FAMILIES
+
+
+def train_stage(data, models_dir, *, family: str | None, dtypes, learner: str, feature_set: str | None) -> list:
+    """Train one model per (family, dtype) pair of a dataset folder (those of
+    ``family`` and ``dtypes`` where given) and print each held-out table; a
+    pair with too few rows, or whose training fails with a ValueError or
+    ArtifactError, is skipped, named with the reason, and the others are
+    trained.
+
+    Returns
+    -------
+    list of TrainResult
+        In the order of the pairs, (family, dtype) sorted.
+
+    Raises
+    ------
+    ValueError
+        If the folder holds no rows of the pairs asked for, or no pair could
+        be trained (each named with why).
+    """
+    from costlearn.collect.dataset import load
+    from costlearn.model.artifact import ArtifactError, models_root
+    from costlearn.learn.train import MIN_PROBLEMS, MIN_ROWS, pair_counts, train
+    folder = dataset_folder(data)
+    settings = {} if feature_set is None else dict(feature_set=feature_set)
+    counts = pair_counts(load(folder)[0])
+    asked = [p for p in sorted(counts) if (family is None or p[0] == family) and (not dtypes or p[1] in dtypes)]
+    if not asked:
+        which = f"{family or '*'}/{'|'.join(dtypes) if dtypes else '*'}"
+        raise ValueError(f"{folder} holds no valid {which} rows; it holds "
+                         f"{[f'{f}/{d}' for f, d in sorted(counts)] or 'none'}")
+    skipped = {p: f"{counts[p][0]} valid rows over {counts[p][1]} problems; need {MIN_ROWS} over {MIN_PROBLEMS} "
+               "(collect longer, or import more measurements)"
+               for p in asked if counts[p][0] < MIN_ROWS or counts[p][1] < MIN_PROBLEMS}
+    if len(asked) > 1:
+        print(f"{folder} holds rows of {len(asked)} (family, dtype) pairs" + (" asked for" if family or dtypes else "")
+              + "; training " + ", ".join(f"{f}/{d}" for f, d in asked if (f, d) not in skipped), file=sys.stderr)
+    results = []
+    for fam, dt in asked:
+        if (fam, dt) in skipped:
+            print(f"skipping {fam}/{dt}: {skipped[fam, dt]}", file=sys.stderr)
+            continue
+        t0 = time.perf_counter()
+        try:
+            res = train(folder, models_root(models_dir or None), family=fam, dtype=dt, model=learner,
+                        settings=settings)
+        except (ValueError, ArtifactError) as e:
+            skipped[fam, dt] = str(e)
+            print(f"skipping {fam}/{dt}: {e}", file=sys.stderr)
+            continue
+        results.append(res)
+        print(f"trained {learner} on {res.rows} {res.family}/{res.dtype} rows of {folder} (device {res.device}) over "
+              f"{res.shapes} shapes in {time.perf_counter() - t0:.1f}s -> {res.path.parent}"
+              + (" (replaced the model that was there)" if res.replaced else ""))
+        _print_trained(res)
+    if skipped:
+        why = "; ".join(f"{f}/{d}: {r}" for (f, d), r in sorted(skipped.items()))
+        if not results:
+            raise ValueError(f"no (family, dtype) pair of {folder} could be trained: {why}")
+        print(f"trained {len(results)} of {len(asked)} (family, dtype) pairs; skipped {why}", file=sys.stderr)
+    return results
+
+
+def _print_trained(res) -> None:
+    """What :func:`train_stage` prints of one trained model: its shortlist
+    table, held-out table and vendor floor."""
+    sl = json.loads((res.path).read_text()).get("shortlist")
+    if sl:
+        print(f"shortlist table: the {sl['tiles']} best tile configs at {'x'.join(map(str, sl['grid']))} points "
+              f"per layout, {sl['trees']} trees at the query (built in {sl['build_s']:.0f}s): a deep model "
+              "answers unseen problems in microseconds (scripts/bench_predict.py measures it)")
+    if res.holdout:
+        print(f"held-out problems ({res.holdout_kind}): top-1 regret mean / geomean, top-5 mean, Kendall tau")
+        for name, sm in res.holdout.items():
+            print(f"  {name:<11} {sm['top1_mean']:7.1%} {sm['top1_geomean']:7.1%} {sm['top5_mean']:7.1%} "
+                  f"{sm['kendall_tau']:6.3f}")
+    cal = (res.floor or {}).get("calibration", {})
+    if "rule_geomean" in cal:
+        f = res.floor
+        rho, tau, est = f["unsure_regret"], f["vendor_near_min"], f.get("estimate")
+        rule = [f"it is predicted {2 ** f['margin_log2'] - 1:.0%} faster than the vendor library"]
+        if tau is not None:
+            rule.append(f"the vendor lost more than {tau:.0%} on the nearest held-out problems")
+        if est is not None:
+            rule.append(f"the vendor model's estimate of its time over the vendor's, {est[1]:g} deviations up, is "
+                        f"below {2 ** -est[0]:.2f}")
+        flagged = (f"flagged (vendor kept) where the model's held-out top-1 regret there is above {rho:.0%}"
+                   if rho is not None else "no problem is flagged for the model's held-out regret")
+        outside = "; outside the extent envelope the vendor is kept" if f.get("ood_fallback") else ""
+        print(f"vendor floor: a tile config is chosen where {' and '.join(rule)}; {flagged}{outside}. On the "
+              f"held-out problems, top-1 vs best of all (geomean): {cal['rule_geomean']:.2%} with the floor, "
+              f"{cal['argmin_geomean']:.2%} plain argmin, {cal['vendor_geomean']:.2%} vendor only")
+
+
+def cmd_train(args) -> int:
+    train_stage(args.data, args.models, family=args.family, dtypes=args.dtype, learner=args.learner,
+                feature_set=args.feature_set)
+    return 0
+
+
+def cmd_transfer(args) -> int:
+    from costlearn.model.artifact import models_root
+    from costlearn.model.transfer import MIN_DESTINATION_PROBLEMS
+    from costlearn.learn.transfer import transfer
+    from costlearn.collect.dataset import device_dataset_folder
+    data = device_dataset_folder(args.data, args.to.lower()) if args.data else None
+    results = transfer(models_root(args.models or None), args.source, args.to, data_dir=data,
+                       source_data=args.source_data,
+                       family=args.family, dtype=args.dtype, destination_share=args.destination_share,
+                       replace=args.replace, progress=lambda line: print(line, file=sys.stderr))
+    for r in results:
+        h = r.holdout.get("xgboost_devices", {})
+        held = (f"held-out top-1 {100 * h['top1_geomean']:.2f} % over {h['shapes']} {r.destination} problems"
+                if h else "no held-out figures (too few destination problems)")
+        kind = (f"zero-shot: every prediction is flagged until {MIN_DESTINATION_PROBLEMS} {r.destination} problems "
+                "are measured" if r.zero_shot else "adapted")
+        print(f"{r.family}/{r.dtype}: {r.source} -> {r.destination} from {r.source_rows} {r.source} rows and "
+              f"{r.destination_rows} {r.destination} rows over {r.destination_problems} problems; {kind}; {held}; "
+              f"{r.path.parent}")
+    return 0
+
+
+def cmd_migrate_models(args) -> int:
+    from costlearn.learn.train import migrate_models
+    done = migrate_models(args.root)
+    if not done:
+        print(f"{args.root}: no artifact in the layout before kernel families")
+    for old, new in done:
+        print(f"{old} -> {new}")
+    return 0
+
+
+def add_train(sub) -> None:
+    from costlearn.features import FEATURE_SETS
+    from costlearn.model import MODELS
+
+    p = sub.add_parser("train", help="fit the cost model on a dataset",
+                       description="Fit a cost model on data/<device>/ and write "
+                       "models/<device>/<family>/<dtype>/; prints held-out regret against the baselines.")
+    p.add_argument("--data", default="data", help=f"{DATA_HELP}; of a root, the one device's folder in it, else "
+                   "this machine's (default: data)")
+    p.add_argument("--models", default=None,
+                   help="model store root (default: $COSTLEARN_MODELS, else the source tree's models/)")
+    p.add_argument("--family", default=None, choices=FAMILIES.names(),
+                   help="kernel family of the rows to train on (default: every one in the folder)")
+    add_dtypes_arg(p, "every one in the folder; each (family, dtype) with enough rows gets its model, the others "
+                    "are named with why")
+    p.add_argument("--learner", default="xgboost", choices=MODELS.names(),
+                   help="the cost model to fit (default: xgboost)")
+    old_spelling(p, "--model", "--learner", check=MODELS.names())
+    p.add_argument("--feature-set", default=None, choices=FEATURE_SETS.names(),
+                   help="features a gradient-boosted model uses (default: analytic; raw and derived are ablations)")
+    p.set_defaults(func=cmd_train)
+
+
+def add_transfer(sub) -> None:
+    p = sub.add_parser("transfer", help="carry a device's models to another device (zero-shot or from a few "
+                       "measurements)",
+                       description="For every (family, dtype) model of the --from device, fit one model on its "
+                       "training rows and the --to device's rows in --data (none: zero-shot, from the device "
+                       "descriptors alone), with the --to device's feasibility rules, and write it to "
+                       "MODELS/<to>/<family>/<dtype>/, served by predict --model <to> like any other. A zero-shot "
+                       "model's predictions are flagged OOD, naming the source device.")
+    p.add_argument("--from", dest="source", required=True, help="device folder of the models to carry (e.g. a100)")
+    p.add_argument("--to", required=True, help="destination device folder (a preset, e.g. h100, or the device of "
+                   "--data's device.json)")
+    p.add_argument("--models", default=None, help="model store root holding the --from device's models (default: "
+                   "$COSTLEARN_MODELS, else the source tree's models/)")
+    p.add_argument("--data", default=None, help=f"{DATA_HELP}: the --to device's rows (e.g. data or data/h100); "
+                   "omit for zero-shot")
+    p.add_argument("--source-data", default=None, help="the source's dataset folder (default: the one its model "
+                   "was trained on)")
+    p.add_argument("--family", default=None, choices=FAMILIES.names(), help="only this family")
+    add_dtypes_arg(p, "every dtype the --from device has a model of")
+    p.add_argument("--destination-share", type=float, default=0.2, help="weight of the destination's rows "
+                   "against the source's, in (0, 1] (default: %(default)s)")
+    p.add_argument("--replace", action="store_true", help="overwrite a destination model trained on its own rows")
+    p.set_defaults(func=cmd_transfer)
+
+
+def add_migrate_models(sub) -> None:
+    p = sub.add_parser("migrate-models", help="convert model artifacts of the layout before kernel families",
+                       description="Move every artifact ROOT/<device>/<dtype>/ (schema 2) to "
+                       "ROOT/<device>/gemm/<dtype>/ (schema 3): the same model file, its compiled scorer and "
+                       "cascade, the baselines' states.")
+    p.add_argument("root", help="model store root, e.g. models")
+    p.set_defaults(func=cmd_migrate_models)
+
+
+PARSERS = {"train": add_train, "transfer": add_transfer, "migrate-models": add_migrate_models}
+"""The commands this module adds, each by its function of the subparsers."""

@@ -1,0 +1,249 @@
+"""A collection's plan, shared by the local loop and the fleet: the
+candidate pool (drawn once, recorded in the folder), the problems in order
+(each shape with its epilogue), the configs measured on each, and the keys a
+resumed collection skips.
+
+Everything here depends only on its arguments (the seed, the device, the
+folder), so a local and a fleet collection of one seed walk the same
+problems and resume each other.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from costlearn.collect.dataset import load, measured_keys
+from costlearn.collect.measure import Protocol
+from costlearn.collect.sampler import select_pool
+from costlearn.collect.space import check_config, enumerate_space
+from costlearn.core.problem import EPILOGUES, Problem, check_epilogue
+from costlearn.core.util import atomic_write
+
+__all__ = ["POOLS_FILE", "EPILOGUE_COMPILE_SHARE", "record_pool", "candidate_pool", "shape_configs",
+           "plan_problems", "check_epilogues", "measurement_key", "open_collection", "write_device_json",
+           "Task", "Run"]
+
+POOLS_FILE = "pools.json"
+"""Beside a dataset's parts: the candidate pools collections drew, by family
+and dtype (:func:`record_pool`)."""
+
+
+def record_pool(folder, family: str, dtype: str, seed: int, configs) -> list:
+    """Record the candidate pool of a collection in ``<folder>/pools.json``
+    and return the pools recorded before for the same family and dtype that
+    differ from it (empty when the folder holds this pool only).
+
+    A pool is (seed, size, sha256 of its sorted config ids); two differing
+    pools in one dataset are a mixed dataset (more configs on some shapes
+    than on others), which is allowed but reported.
+    """
+    path = Path(folder) / POOLS_FILE
+    ids = sorted(c.config_id for c in configs)
+    entry = dict(family=family, dtype=dtype, seed=int(seed), size=len(ids),
+                 sha256=hashlib.sha256("\n".join(ids).encode()).hexdigest()[:16])
+    try:
+        pools = json.loads(path.read_text()) if path.is_file() else []
+        if not isinstance(pools, list):
+            pools = []
+    except (OSError, ValueError):
+        pools = []                       # an unreadable record is rewritten; the parts are untouched
+    same = [p for p in pools if isinstance(p, dict) and p.get("family") == family and p.get("dtype") == dtype]
+    others = [p for p in same if p.get("sha256") != entry["sha256"]]
+    if entry not in pools:
+        atomic_write(path, json.dumps(pools + [entry], indent=1))
+    return others
+
+
+def candidate_pool(spec, family: str, dtype: str, size: int, seed: int):
+    """The collection's candidate pool: ``size`` configs of ``family`` drawn
+    (stratified by block tile height) from the feasible space of ``spec``;
+    see :func:`costlearn.collect.sampler.select_pool`. Deterministic for (spec,
+    family, dtype, size, seed), so a resumed collection and its evaluation
+    use the same pool.
+
+    Returns
+    -------
+    list of configs, sorted by config_id
+
+    Raises
+    ------
+    ValueError
+        If ``size`` < 1, the family or dtype is unknown, or ``spec`` has no
+        feasible config.
+    """
+    space = enumerate_space(spec, family=family, dtype=dtype)
+    return select_pool(space.configs, size, np.random.default_rng([seed, 1]))
+
+
+def shape_configs(pool: list, spec, problem: Problem, seed: int, configs_per_shape: int):
+    """The pool configs measured on ``problem``: a seeded random subset of
+    ``configs_per_shape`` of those feasible for it on ``spec`` (all of them
+    when fewer), in pool order; and the problem's generator, which then picks
+    the config timed twice. Depends only on its arguments, so every
+    collector of one plan (a fleet's workers included) measures the same
+    configs on a problem.
+
+    Returns
+    -------
+    (list of configs, numpy.random.Generator)
+    """
+    m, n, k = problem.shape
+    feasible = [c for c in pool if check_config(c, spec, problem=problem) is None]
+    rng = np.random.default_rng([seed, 3, m, n, k])
+    order = rng.permutation(len(feasible))[:configs_per_shape]
+    return [feasible[i] for i in sorted(order)], rng
+
+
+def plan_problems(shapes, dtype: str, layout: str, epilogues, seed: int, drawn: bool, in_play=None):
+    """The problems a collection measures, in order: each shape of
+    ``shapes`` with one epilogue of ``epilogues`` drawn for it (``drawn``,
+    random shapes: seeded by the shape), or with every one of them in turn
+    (given shapes: an evaluation compares the epilogues on the same shapes).
+
+    Parameters
+    ----------
+    shapes : iterable of (int, int, int)
+    dtype, layout : str
+    epilogues : sequence of str
+    seed : int
+    drawn : bool
+    in_play : list of str, optional
+        The epilogues random shapes may be measured with now (default: all
+        of ``epilogues``), read at each draw, so a collection can add to it
+        as its budget allows (:data:`EPILOGUE_COMPILE_SHARE`): a shape whose
+        drawn epilogue is not in play gets one of those in play, drawn by
+        the same seeded generator. A resumed collection draws the same for
+        the same epilogues in play.
+
+    Yields
+    ------
+    Problem
+
+    Raises
+    ------
+    ValueError
+        If ``epilogues`` is empty or names an unknown epilogue.
+    """
+    epilogues = check_epilogues(epilogues)
+    for shape in shapes:
+        m, n, k = shape
+        if drawn:
+            pick = epilogues[0]
+            if len(epilogues) > 1:
+                rng = np.random.default_rng([seed, 5, m, n, k])
+                pick = epilogues[int(rng.integers(len(epilogues)))]
+                if in_play is not None and pick not in in_play:
+                    pick = in_play[int(rng.integers(len(in_play)))]
+            yield Problem(m, n, k, dtype, layout, pick)
+        else:
+            for e in epilogues:
+                yield Problem(m, n, k, dtype, layout, e)
+
+
+EPILOGUE_COMPILE_SHARE = 0.25
+"""A collection of random shapes starts with its first epilogue's kernels and
+brings in the next epilogue (whose pool compiles at its first shape) only
+while compiling it, estimated as long as the slowest pool compiled so far,
+takes at most this share of the budget left: on 2 cores PoCL compiles a
+48-config pool in about 45 s, so a 120 s collection of four epilogues
+compiled for 184 s and measured 7 rows; now it measures one epilogue."""
+
+
+def check_epilogues(epilogues) -> tuple:
+    """``epilogues`` as a tuple of distinct names of
+    :data:`costlearn.core.problem.EPILOGUES`, in the order given.
+
+    Raises
+    ------
+    ValueError
+        If it is empty or a name is unknown (the message lists the allowed).
+    """
+    if isinstance(epilogues, str):
+        epilogues = [epilogues]
+    out = tuple(dict.fromkeys(check_epilogue(e) for e in epilogues))
+    if not out:
+        raise ValueError(f"epilogues is empty; give at least one of {list(EPILOGUES)}")
+    return out
+
+
+def measurement_key(slug: str, family, problem: Problem, config_id: str, protocol: Protocol) -> tuple:
+    """The :data:`costlearn.collect.dataset.KEY_COLUMNS` tuple of one measurement
+    (``family`` a KernelFamily): what a resumed collection skips."""
+    return (slug, family.name, problem.dtype, problem.layout, problem.epilogue, *problem.shape, config_id,
+            family.template_hash, protocol.version, protocol.distribution, float(protocol.density))
+
+
+def open_collection(out_dir, spec, family, dtype: str, seed: int, pool, pool_size: int):
+    """Prepare ``out_dir`` for a collection on ``spec``: its ``device.json``
+    (:func:`write_device_json`), the keys already measured there, the
+    candidate pool (``pool``, else :func:`candidate_pool` of ``pool_size``)
+    and the other pools recorded in the folder (:func:`record_pool`).
+
+    Returns
+    -------
+    (Path, set of tuple, list of configs, list of dict)
+
+    Raises
+    ------
+    costlearn.collect.dataset.DatasetError
+        If the folder exists but is not a dataset folder.
+    """
+    out_dir = Path(out_dir)
+    write_device_json(spec, out_dir)
+    existing, _ = load(out_dir) if out_dir.exists() else (None, None)
+    done = measured_keys(existing) if existing is not None else set()
+    pool = list(pool) if pool is not None else candidate_pool(spec, family.name, dtype, pool_size, seed)
+    return out_dir, done, pool, record_pool(out_dir, family.name, dtype, seed, pool)
+
+
+def write_device_json(spec, folder) -> Path:
+    """Store the DeviceSpec beside the dataset (``device.json``) so training
+    needs no device; an existing file is kept (the first description wins).
+    Written atomically (:func:`costlearn.core.util.atomic_write`)."""
+    path = Path(folder) / "device.json"
+    if not path.exists():
+        atomic_write(path, json.dumps(spec.to_dict(), indent=1, sort_keys=True))
+    return path
+
+
+@dataclass
+class Task:
+    """One problem of the plan handed to an executor
+    (:class:`costlearn.collect.loop.Executor`): the pool configs to
+    measure on it (pool order), the index of the one timed twice (the noise
+    check), and the workers lost with it so far (a fleet's)."""
+
+    problem: Problem
+    configs: list
+    repeat_index: int
+    lost_on: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Run:
+    """What an executor is told of the collection it measures for
+    (:meth:`costlearn.collect.loop.Executor.open`): the family (a
+    KernelFamily), dtype, layout, the candidate pool, the epilogues asked
+    for, the protocol, the seed, this call's ``run_id``, its budget and start
+    (``time.monotonic``), the problems planned where known (``total``, for a
+    progress bar), the summary being filled (``result``, a
+    :class:`~costlearn.collect.loop.CollectResult`) and the phases'
+    :class:`~costlearn.collect.measure.Stopwatch`."""
+
+    family: object
+    dtype: str
+    layout: str
+    pool: list
+    epilogues: tuple
+    protocol: Protocol
+    seed: int
+    run_id: str
+    budget_s: float
+    t_start: float
+    total: int | None
+    result: object
+    stopwatch: object

@@ -1,0 +1,169 @@
+"""The vendor policy: the decision between the best tile config and the
+vendor library, as a prediction and the prune path serve it (design.md,
+"What "good" means for a user": the floor).
+
+:class:`VendorPolicy` applies a model's calibrated
+:class:`~costlearn.model.vendor_floor.VendorFloor` and its vendor model
+(:mod:`costlearn.model.vendor`) to a ranking: which of the best tile config
+and the vendor candidate goes first (``chosen_by``), the predicted ratio of
+the two, and the vendor model's estimate. Why a problem is a guess is
+:mod:`costlearn.serve.ood`'s; the policy takes its verdict (``fallback``,
+``vendor_near``) as given.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from costlearn.core.problem import Problem
+from costlearn.model.vendor import VendorEstimate, problem_features_rows
+
+__all__ = ["VendorPolicy", "VendorChoice"]
+
+
+class VendorChoice:
+    """A ranking after the vendor policy (:meth:`VendorPolicy.decide`).
+
+    Attributes
+    ----------
+    order : list of int
+        Candidate indices, the answer first.
+    scores : list of float
+        Their predicted log2 times.
+    chosen_by : {"predicted", "vendor_floor", "ood_fallback"}
+    ratio : float
+        Predicted time of the best tile config over the vendor's (NaN
+        without a vendor candidate or without a tile config).
+    estimate : VendorEstimate or None
+        The vendor model's estimate, where one was needed.
+    doubt : str or None
+        The vendor model's doubt about the decision (an OOD reason).
+    """
+
+    __slots__ = ("order", "scores", "chosen_by", "ratio", "estimate", "doubt")
+
+    def __init__(self, order, scores, chosen_by="predicted", ratio=float("nan"), estimate=None, doubt=None):
+        self.order, self.scores, self.chosen_by = order, scores, chosen_by
+        self.ratio, self.estimate, self.doubt = ratio, estimate, doubt
+
+
+class VendorPolicy:
+    """The tile-or-vendor decision of one model artifact.
+
+    Parameters
+    ----------
+    artifact : costlearn.model.artifact.Artifact
+    ranker : costlearn.ranker.Ranker
+        The predictor's ranker (scores the vendor alone where a ranking left
+        it out; evaluates the vendor model's trees).
+    vendor_index : int or None
+        The vendor candidate's index among the artifact's configs.
+    floor : costlearn.model.vendor_floor.VendorFloor
+
+    Attributes
+    ----------
+    vendor_index : int or None
+    floor : VendorFloor
+    """
+
+    def __init__(self, artifact, ranker, vendor_index, floor):
+        self.ranker, self.vendor_index, self.floor = ranker, vendor_index, floor
+        self.n_candidates = len(artifact.configs)
+        self.vendor_config_id = artifact.family.vendor_config_id
+        self.vendor_model = vm = artifact.vendor_model
+        self._vendor_sums = ranker.forest_sums(vm.forest, vm.bounds) \
+            if vm is not None and vendor_index is not None else None
+
+    def vendor_estimate(self, problem: Problem):
+        """The vendor model's estimate for ``problem``
+        (:class:`~costlearn.model.vendor.VendorEstimate`: log2 of the best tile
+        config's time over the vendor's, and its members' deviation), None
+        where the artifact has no vendor model (or no vendor candidate)."""
+        if self._vendor_sums is None:
+            return None
+        return self.vendor_model.estimate_problem(problem.m, problem.n, problem.k, problem.layout,
+                                                  problem.epilogue, self._vendor_sums)
+
+    def vendor_estimates(self, problems) -> list:
+        """:meth:`vendor_estimate` of each of ``problems`` in one evaluation:
+        a list of VendorEstimate, or of None without a vendor model."""
+        problems = list(problems)
+        if self._vendor_sums is None or not problems:
+            return [None] * len(problems)
+        mean, sd = self.vendor_model.estimate(problem_features_rows(problems), self._vendor_sums)
+        return [VendorEstimate(a, b) for a, b in zip(mean.tolist(), sd.tolist())]
+
+    def decide(self, problem: Problem, order: list, scores: list, fallback: bool, vendor_near: float,
+               estimate=False) -> VendorChoice:
+        """The ranking ``order``/``scores`` (candidate indices and log2
+        times, fastest first) with the answer first: the best tile config,
+        or the vendor where the problem is sent to it (``fallback``) or the
+        floor keeps it (:meth:`~costlearn.model.vendor_floor.VendorFloor.keeps_vendor`).
+        ``estimate``: the problem's :meth:`vendor_estimate` where the caller
+        has it (False: work it out when needed)."""
+        vi = self.vendor_index
+        if vi is None:
+            return VendorChoice(order, scores)
+        if vi in order:
+            v_score = scores[order.index(vi)]
+        else:
+            only = np.zeros(self.n_candidates, bool)
+            only[vi] = True
+            v_score = float(self.ranker.rank(problem, only, top=1, cascade=False).scores[0])
+        tile = 0 if order[0] != vi else (1 if len(order) > 1 else None)
+        if tile is None:
+            return VendorChoice(order, scores, "ood_fallback" if fallback else "vendor_floor")
+        ratio = 2.0 ** (scores[tile] - v_score)
+        est = self.vendor_estimate(problem) if estimate is False else estimate
+        doubt = self.floor.estimate_reason(est)
+        chosen_by = "predicted"
+        if fallback:
+            chosen_by = "ood_fallback"
+        elif self.floor.keeps_vendor(scores[tile] - v_score, vendor_near, est):
+            chosen_by = "vendor_floor"
+        if chosen_by == "predicted":            # the best tile first, the rest in order
+            if tile:
+                order = [order[1], order[0]] + order[2:]
+                scores = [scores[1], scores[0]] + scores[2:]
+        elif order[0] != vi:                    # the vendor first, the rest in order
+            j = order.index(vi) if vi in order else None
+            if j is None:
+                order, scores = [vi] + order, [v_score] + scores
+            else:
+                order = [vi] + order[:j] + order[j + 1:]
+                scores = [v_score] + scores[:j] + scores[j + 1:]
+        return VendorChoice(order, scores, chosen_by, ratio, est, doubt)
+
+    def choose_among(self, problem: Problem, configs: list, times_us: np.ndarray, reasons: list, fallback: bool,
+                     vendor_near: float) -> tuple[int, str, tuple]:
+        """The prune path's decision among ``configs`` with predicted
+        ``times_us``, given the problem's OOD verdict (``reasons``,
+        ``fallback``, ``vendor_near``: :meth:`costlearn.serve.ood.OODVerdict.problem_reasons`).
+
+        With the vendor candidate in ``configs``, a tile config is chosen
+        only where the problem is not sent to the vendor and it is predicted
+        faster than the vendor by the calibrated margin where the vendor is
+        beatable; else the vendor. Without it, the config listed first is
+        kept where the model is unsure (the problem is out of distribution,
+        or no config is predicted faster than the first by the margin).
+
+        Returns what :meth:`costlearn.serve.predictor.Predictor.choose_among`
+        returns (index into ``configs``, ``chosen_by``, reasons).
+        """
+        lt = np.log2(times_us)
+        best = int(np.argmin(lt))
+        vid = self.vendor_config_id
+        ven = [i for i, c in enumerate(configs) if vid is not None and c.config_id == vid]
+        if ven:
+            v = ven[0]
+            tiles = [i for i in range(len(configs)) if i != v]
+            if not tiles:
+                return v, "vendor_floor", tuple(reasons)
+            t = min(tiles, key=lambda i: (lt[i], i))
+            if fallback:
+                return v, "ood_fallback", tuple(reasons)
+            if self.floor.keeps_vendor(float(lt[t] - lt[v]), vendor_near, self.vendor_estimate(problem)):
+                return v, "vendor_floor", tuple(reasons)
+            return t, "predicted", ()
+        if best != 0 and np.isfinite(lt[0]) and (fallback or not lt[best] - lt[0] < -self.floor.margin_log2):
+            return 0, "first_listed", tuple(reasons)
+        return best, "predicted", tuple(reasons)
