@@ -87,3 +87,18 @@ def device_name(model_dir) -> str:
 def dataset_spec(dataset_dir):
     from costlearn.core.device import DeviceSpec
     return DeviceSpec.from_dict(json.loads((dataset_dir / "device.json").read_text()))
+
+
+def dataset_row(**kw) -> dict:
+    """One dataset row (every column of :data:`costlearn.collect.dataset.COLUMNS`)
+    with placeholder values, for tests of the dataset's own logic (keys,
+    parts, validity), overridden by ``kw``: not a measurement."""
+    from costlearn.collect.dataset import COLUMNS
+    r = {c: (0 if t == "int64" else 0.0 if t == "float64" else False if t == "bool" else "x")
+         for c, t in COLUMNS.items()}
+    r.update(m=4, n=5, k=6, dtype="float32", layout="NN", epilogue="none", family="gemm",
+             config_id="m4n8k4_t1x1_outer_p0_row", status="ok",
+             time_us=10.0, time_us_p20=9.0, time_us_p80=11.0, device_slug="dev", template_hash="abc",
+             protocol_version=1)
+    r.update(kw)
+    return r

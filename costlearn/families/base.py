@@ -157,7 +157,7 @@ class KernelFamily(abc.ABC):
     A new family is one folder ``costlearn/families/<name>/`` holding its
     config, rules, kernel and hooks, plus one line in
     :data:`costlearn.families.FAMILIES`; no module outside ``families/``
-    imports it (``tests/test_imports.py``), and ``tests/test_families.py``
+    imports it (``tests/test_imports.py``), and ``tests/families/test_families.py``
     runs the contract every family must keep.
     """
 

@@ -14,7 +14,7 @@ TVM's verbs.
   training library.
 
 Every model in :data:`MODELS` is trained, saved, loaded and served through
-these verbs only (``tests/test_model.py`` runs one contract over the
+these verbs only (``tests/model/test_model.py`` runs one contract over the
 registry).
 """
 from __future__ import annotations

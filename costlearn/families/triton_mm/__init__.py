@@ -109,7 +109,7 @@ class TritonMMFamily(KernelFamily):
         kernel ahead of time for sm_90 (``scripts/triton_aot.py``), this
         equals Triton's shared-memory figure on 228 of 238 sampled bfloat16
         configs and is within 10 % on 235; on sm_80 it is exact
-        (``tests/test_triton_backend.py``), and on the A100 logs it agrees
+        (``tests/collect/backends/test_triton_backend.py``), and on the A100 logs it agrees
         with which configs Inductor recorded as failed (module docstring).
         """
         if isinstance(config, VendorCall):

@@ -9,7 +9,7 @@ autotuned among themselves. :func:`export_lut` writes such a table from a
 candidates per matmul instead of Inductor's ~30.
 
 Key (``LookupTableChoices.make_lookup_key``; checked against PyTorch's own
-code by ``tests/test_interop_inductor_lut.py``)::
+code by ``tests/interop/test_interop_inductor_lut.py``)::
 
     [device_name+]str(((dtype, [M, K], [sa0, sa1]), (dtype, [K, N], [sb0, sb1])))+mm
 

@@ -96,7 +96,7 @@ def test_throttle_reasons_flag_only_real_hazards():
 
 def test_old_schema_parts_are_read_with_the_added_columns(tmp_path):
     from costlearn.collect.dataset import ADDED_COLUMNS, load
-    from test_dataset import _row
+    from conftest import dataset_row as _row
     old = pd.DataFrame([_row()]).drop(columns=list(ADDED_COLUMNS))
     old.to_parquet(tmp_path / "part-old.parquet", index=False)
     df, rep = load(tmp_path)

@@ -245,7 +245,7 @@ def test_protocol_accepts_numpy_ints_and_refuses_a_negative_timeout():
 def test_replay_reproduces_a_recorded_timeout():
     from costlearn.collect.backends.replay import ReplayBackend
     from costlearn.core.device import preset
-    from test_dataset import _row
+    from conftest import dataset_row as _row
     from costlearn.core.problem import Problem
     rows = pd.DataFrame([_row(config_id=A.config_id, status="timeout", time_us=math.nan, device_slug="h200")])
     be = ReplayBackend(rows, spec=preset("h200"))

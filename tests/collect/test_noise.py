@@ -11,7 +11,7 @@ from conftest import needs_opencl
 
 
 def _rows(times, session, **kw):
-    from test_dataset import _row
+    from conftest import dataset_row as _row
 
     from costlearn.families import get_family
     from costlearn.collect.measure import PROTOCOL_VERSION
@@ -38,7 +38,7 @@ def test_a_shift_every_config_of_a_shape_shares_is_not_ranking_noise():
     raw floor says 20 %, the floor ties use (the shape's factor removed) 0."""
     from costlearn.collect.dataset import _conform
     from costlearn.collect.noise import across_session_pairs
-    from test_dataset import _row
+    from conftest import dataset_row as _row
     from costlearn.families import get_family
     th = get_family("gemm").template_hash
     ids = ["m16n16k8_t2x2_outer_p0_row", "m32n32k8_t2x2_outer_p0_row", "m64n64k8_t4x4_outer_p0_row"]

@@ -188,7 +188,7 @@ def test_own_kernel_rows_and_imported_inductor_rows_are_both_current_but_never_t
 
     from costlearn.collect.dataset import _conform, current_rows
     from costlearn.families.triton_mm import INDUCTOR_TEMPLATE_HASH, KERNEL_HASH, TritonMMFamily
-    from test_dataset import _row
+    from conftest import dataset_row as _row
     src = (ROOT / "costlearn" / "families" / "triton_mm" / "kernel.py").read_bytes()
     assert KERNEL_HASH == hashlib.sha256(src).hexdigest()[:12] != INDUCTOR_TEMPLATE_HASH
     assert TritonMMFamily().template_hashes == (KERNEL_HASH, INDUCTOR_TEMPLATE_HASH)

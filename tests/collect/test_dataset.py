@@ -4,20 +4,10 @@ import os
 import pandas as pd
 
 import pytest
+from conftest import dataset_row as _row
 
-from costlearn.collect.dataset import COLUMNS, DatasetError, load, measured_keys, valid_rows, write_part
+from costlearn.collect.dataset import DatasetError, load, measured_keys, valid_rows, write_part
 from costlearn.families.gemm import GemmConfig as TileConfig
-
-
-def _row(**kw):
-    r = {c: (0 if t == "int64" else 0.0 if t == "float64" else False if t == "bool" else "x")
-         for c, t in COLUMNS.items()}
-    r.update(m=4, n=5, k=6, dtype="float32", layout="NN", epilogue="none", family="gemm",
-             config_id="m4n8k4_t1x1_outer_p0_row", status="ok",
-             time_us=10.0, time_us_p20=9.0, time_us_p80=11.0, device_slug="dev", template_hash="abc",
-             protocol_version=1)
-    r.update(kw)
-    return r
 
 
 def test_parts_round_trip_and_leave_no_temporary_file(tmp_path):

@@ -15,7 +15,7 @@ _WRITER = r"""
 import sys
 sys.path.insert(0, {root!r})
 from costlearn.collect.dataset import write_part
-from test_dataset import _row
+from conftest import dataset_row as _row
 w = int(sys.argv[1])
 for p in range(10):
     write_part([_row(m=1000 * w + 25 * p + i) for i in range(25)], sys.argv[2])
