@@ -96,10 +96,10 @@ def _fresh_in_envelope(art, n: int, seed: int) -> list:
     env = art.envelope
     train = {tuple(int(x) for x in s) for s in art.sidecar["envelope"]["shapes"]}
     tiles = np.array([art.family.block_tile(c) for c in art.configs], np.int64)
-    floors = art.family.fit_floors(art.spec)
+    caps = art.family.min_tile_caps(art.spec)
     out = []
     for s in sample_shapes(200 * n, ShapeBounds.for_device(True), np.random.default_rng([seed, 14])):
-        fits = tile_fits_problem(tiles[:, 0], tiles[:, 1], tiles[:, 2], *(np.full(len(tiles), x) for x in s), floors)
+        fits = tile_fits_problem(tiles[:, 0], tiles[:, 1], tiles[:, 2], *(np.full(len(tiles), x) for x in s), caps)
         if int(np.sum(fits)) < MIN_CANDIDATES:
             continue
         if s not in train and not env.reasons(*s) and s not in out:
@@ -113,7 +113,7 @@ def _sweep_rows(folder: Path, art):
     from costlearn.collect.dataset import load, valid_rows
     from costlearn.learn.evaluate import ranked_rows
     df = valid_rows(load(folder)[0])
-    return ranked_rows(df, art.family.fit_floors(art.spec))
+    return ranked_rows(df, art.family.min_tile_caps(art.spec))
 
 
 def _median(xs):

@@ -94,7 +94,7 @@ def model_table(art, rows: pd.DataFrame, noise: float) -> tuple[list, dict]:
     """Top-1 regret per epilogue of the model told the epilogue and asked
     as if there were none."""
     rows = ranked_rows(rows[rows["config_id"].isin(set(art.candidates["config_id"]))],
-                       art.family.fit_floors(art.spec)).reset_index(drop=True)
+                       art.family.min_tile_caps(art.spec)).reset_index(drop=True)
     mdl = art.model()
     told = evaluate_rows(rows, mdl.predict(rows), noise_rel=noise)
     blind = evaluate_rows(rows, mdl.predict(rows.assign(epilogue="none")), noise_rel=noise)

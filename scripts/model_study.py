@@ -35,9 +35,9 @@ from costlearn.model.base import shape_groups  # noqa: E402
 from costlearn.model.xgb import XGBParams  # noqa: E402
 
 
-def _fresh_rows(eval_dir: Path, candidates: set, floors) -> pd.DataFrame:
+def _fresh_rows(eval_dir: Path, candidates: set, caps) -> pd.DataFrame:
     rows = valid_rows(current_rows(load(eval_dir)[0])[0])
-    return ranked_rows(rows[rows["config_id"].isin(candidates)], floors)
+    return ranked_rows(rows[rows["config_id"].isin(candidates)], caps)
 
 
 def _score(model, rows, noise) -> dict:
@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     spec = DeviceSpec.from_dict(json.loads((data / "device.json").read_text()))
     train = valid_rows(current_rows(load(data)[0])[0]).reset_index(drop=True)
     cands = set(train["config_id"])
-    fresh = _fresh_rows(data / "eval", cands, get_family("gemm").fit_floors(spec))
+    fresh = _fresh_rows(data / "eval", cands, get_family("gemm").min_tile_caps(spec))
     noise = noise_floor(train)
     noise = 0.0 if not np.isfinite(noise) else noise
     out = [f"# Model study on {spec.name}", "",

@@ -37,6 +37,7 @@ from pathlib import Path
 from costlearn.collect.fleet_worker import FleetWorker, lost_rows
 from costlearn.collect.loop import CollectResult, Executor, run_collection
 from costlearn.collect.measure import DeviceLost
+from costlearn.collect.plan import problems_limit
 from costlearn.core.registry import Unavailable
 from costlearn.core.util import check_instance, check_int, check_real
 from costlearn.core.version import __version__
@@ -500,8 +501,9 @@ class FleetExecutor(Executor):
 
 def collect_fleet(fleet: Fleet, out_dir, *, budget_s: float = 180.0, family: str = "gemm", dtype: str = "float32",
                   layout: str = "NN", pool_size: int = 64, configs_per_shape: int = 48, bounds=None, protocol=None,
-                  seed: int = 0, max_shapes: int | None = None, shapes: list | None = None, pool: list | None = None,
-                  progress: bool = True, epilogues=("none",)) -> FleetResult:
+                  seed: int = 0, max_problems: int | None = None, shapes: list | None = None,
+                  pool: list | None = None, progress: bool = True, epilogues=("none",),
+                  max_shapes: int | None = None) -> FleetResult:
     """Measure one plan of problems x pool configs on every worker of
     ``fleet`` into ``out_dir``: the settings, the plan and the rows are those
     of :func:`costlearn.collect.loop.collect` with the same arguments (the
@@ -526,8 +528,9 @@ def collect_fleet(fleet: Fleet, out_dir, *, budget_s: float = 180.0, family: str
     protocol : Protocol, optional
     seed : int
         Seed of the pool, the problems drawn and the config subsets.
-    max_shapes : int, optional
-        Hand out at most this many problems in this call.
+    max_problems : int, optional
+        Hand out at most this many problems in this call (``max_shapes``,
+        its old name, still works with a DeprecationWarning).
     shapes : list of (int, int, int), optional
         The plan; default: problems drawn as :func:`collect` draws them.
     pool : list of configs, optional
@@ -558,8 +561,8 @@ def collect_fleet(fleet: Fleet, out_dir, *, budget_s: float = 180.0, family: str
     check_instance("fleet", fleet, Fleet, "a costlearn.collect.fleet.Fleet (start_fleet)")
     return run_collection(FleetExecutor(fleet), out_dir, budget_s=budget_s, family=family, dtype=dtype,
                           layout=layout, pool_size=pool_size, configs_per_shape=configs_per_shape, bounds=bounds,
-                          protocol=protocol, seed=seed, max_shapes=max_shapes, shapes=shapes, pool=pool,
-                          progress=progress, epilogues=epilogues,
+                          protocol=protocol, seed=seed, max_problems=problems_limit(max_problems, max_shapes),
+                          shapes=shapes, pool=pool, progress=progress, epilogues=epilogues,
                           result=functools.partial(FleetResult, folder=Path(out_dir)))
 
 

@@ -50,7 +50,7 @@ class FleetWorker:
     def describe(self) -> dict:
         """Open the backend (first call) and say who this worker is: ``spec``
         (DeviceSpec), ``provenance`` (the backend's row columns),
-        ``overhead_us`` (launch-overhead floor, microseconds), ``families``,
+        ``overhead_us`` (launch overhead, microseconds), ``families``,
         ``backend`` (its name), ``host``, ``pid``, ``costlearn_version``.
 
         Raises
@@ -126,7 +126,7 @@ def lost_rows(problem, config_ids: list, facts: dict, family: str, protocol, pro
     prov : dict
         Provenance columns of the worker that was lost.
     overhead_us : float
-        That worker's launch-overhead floor, microseconds.
+        That worker's launch overhead, microseconds.
     run_id, why : str
     """
     fam = get_family(family)

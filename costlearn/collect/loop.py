@@ -35,6 +35,7 @@ from costlearn.collect.plan import (
     measurement_key,
     open_collection,
     plan_problems,
+    problems_limit,
     record_pool,
     shape_configs,
     write_device_json,
@@ -152,7 +153,7 @@ def rows_for(results: list[dict], kernels: dict, problem: Problem, protocol: Pro
         ``sm_clock_mhz``, ``mem_clock_mhz``, ``temperature_c``, ``throttled``,
         ``throttle_reasons`` where known.
     overhead_us : float
-        Launch-overhead floor, microseconds.
+        Launch overhead, microseconds.
     run_id : str
     rotation : int
         Input buffer sets the workspace rotated among.
@@ -207,7 +208,7 @@ def measure_rows(backend: Backend, kernels: list, problem: Problem, protocol: Pr
     problem : Problem
     protocol : Protocol
     overhead_us : float
-        The backend's launch-overhead floor, microseconds.
+        The backend's launch overhead, microseconds.
     prov : dict
         ``backend.provenance()``.
     run_id : str
@@ -302,13 +303,13 @@ class Executor:
 
 
 def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str, dtype: str, layout: str,
-                   pool_size: int, configs_per_shape: int, bounds, protocol, seed: int, max_shapes, shapes, pool,
+                   pool_size: int, configs_per_shape: int, bounds, protocol, seed: int, max_problems, shapes, pool,
                    progress: bool, epilogues, result=CollectResult) -> CollectResult:
     """The collection loop, for any :class:`Executor` (the arguments are
     :func:`collect`'s; ``result``, the summary's class): plans the problems
     (:func:`~costlearn.collect.plan.plan_problems`, their configs by
     :func:`~costlearn.collect.plan.shape_configs` less the keys the folder
-    holds), hands them to ``executor`` until the budget, ``max_shapes`` or the
+    holds), hands them to ``executor`` until the budget, ``max_problems`` or the
     plan runs out, writes one part per problem finished; returns the summary.
 
     Raises
@@ -321,8 +322,8 @@ def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str,
     budget_s = check_real("budget_s", budget_s, 0, strict=True)
     pool_size = check_int("pool_size", pool_size, 1)
     configs_per_shape = check_int("configs_per_shape", configs_per_shape, 1)
-    if max_shapes is not None:
-        max_shapes = check_int("max_shapes", max_shapes, 0)
+    if max_problems is not None:
+        max_problems = check_int("max_problems", max_problems, 0)
     fam = get_family(family)
     fam.check_dtype(dtype, layout)
     epilogues = check_epilogues(epilogues)
@@ -342,7 +343,7 @@ def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str,
     problems = plan_problems(iter_shapes(bounds, np.random.default_rng([seed, 2])) if shapes is None else shapes,
                              dtype, layout, epilogues, seed, drawn=shapes is None, in_play=in_play)
     sw = Stopwatch()
-    total = len(shapes) * len(epilogues) if shapes is not None else max_shapes
+    total = len(shapes) * len(epilogues) if shapes is not None else max_problems
     executor.open(Run(fam, dtype, layout, pool, epilogues, protocol, seed, uuid.uuid4().hex[:12], budget_s, t_start,
                       total, res, sw))
     spreads, written = [], []
@@ -350,7 +351,7 @@ def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str,
 
     def next_task():
         """The plan's next problem with something left to measure, or None
-        (the budget, ``max_shapes`` or the plan ran out)."""
+        (the budget, ``max_problems`` or the plan ran out)."""
         nonlocal handed
         for problem in problems:
             left = budget_s - (time.monotonic() - t_start)
@@ -359,7 +360,7 @@ def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str,
             pool_s = executor.pool_compile_s
             if len(in_play) < len(epilogues) and pool_s and pool_s <= EPILOGUE_COMPILE_SHARE * left:
                 in_play.append(epilogues[len(in_play)])     # read by the next draw
-            if max_shapes is not None and handed >= max_shapes:
+            if max_problems is not None and handed >= max_problems:
                 return None
             chosen, sub_rng = shape_configs(pool, spec, problem, seed, configs_per_shape)
             todo = [c for c in chosen if measurement_key(spec.slug, fam, problem, c.config_id, protocol) not in done]
@@ -522,8 +523,8 @@ class LocalExecutor(Executor):
 def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str = "gemm", dtype: str = "float32",
             layout: str = "NN", pool_size: int = 64, configs_per_shape: int = 48,
             bounds: ShapeBounds | None = None, protocol: Protocol | None = None, seed: int = 0,
-            max_shapes: int | None = None, shapes: list | None = None, pool: list | None = None,
-            progress: bool = True, epilogues=("none",)) -> CollectResult:
+            max_problems: int | None = None, shapes: list | None = None, pool: list | None = None,
+            progress: bool = True, epilogues=("none",), max_shapes: int | None = None) -> CollectResult:
     """Measure random shapes x pool configs of a kernel family on ``backend``
     into ``out_dir``.
 
@@ -551,8 +552,9 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
         Measurement settings; ``Protocol()`` by default.
     seed : int
         Seed of the pool, the shapes and the config subsets.
-    max_shapes : int, optional
-        Stop after this many shapes measured by this call.
+    max_problems : int, optional
+        Stop after this many problems (a shape with one epilogue) measured by
+        this call (``max_shapes``: its old name, deprecated).
     shapes : list of (int, int, int), optional
         Measure these shapes (in order) instead of random ones.
     pool : list of configs of ``family``, optional
@@ -583,8 +585,8 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
     """
     return run_collection(LocalExecutor(backend), out_dir, budget_s=budget_s, family=family, dtype=dtype,
                           layout=layout, pool_size=pool_size, configs_per_shape=configs_per_shape, bounds=bounds,
-                          protocol=protocol, seed=seed, max_shapes=max_shapes, shapes=shapes, pool=pool,
-                          progress=progress, epilogues=epilogues)
+                          protocol=protocol, seed=seed, max_problems=problems_limit(max_problems, max_shapes),
+                          shapes=shapes, pool=pool, progress=progress, epilogues=epilogues)
 
 
 def dataset_summary(folder) -> str:

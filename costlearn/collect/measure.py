@@ -12,7 +12,7 @@ applies the protocol of design.md ("Measurement protocol"):
   between one event pair; ``n`` is chosen from a short estimate (guarded
   against a zero estimate) so a sample lasts at least
   ``Protocol.min_sample_us``; the per-launch time is sample / n. Rows whose
-  per-launch time is below the backend's measured launch-overhead floor are
+  per-launch time is below the backend's measured launch overhead are
   flagged ``below_overhead``.
 - **Clock drift.** After warm-up, candidates are interleaved: each round runs
   every candidate once in a freshly shuffled order; a candidate's time is
@@ -386,7 +386,7 @@ def measure_shape(workspace, kernels: list, protocol: Protocol, overhead_us: flo
         as rows with their compile status.
     protocol : Protocol
     overhead_us : float
-        Launch-overhead floor of the backend, microseconds; rows faster than
+        Launch overhead of the backend, microseconds; rows faster than
         this are flagged ``below_overhead``.
     rng : numpy.random.Generator, optional
         Source of the round shuffles.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from costlearn.collect.space import check_config, enumerate_space
 from costlearn.core.problem import EPILOGUES, Problem, check_epilogue
 from costlearn.core.util import atomic_write
 
-__all__ = ["POOLS_FILE", "EPILOGUE_COMPILE_SHARE", "record_pool", "candidate_pool", "shape_configs",
+__all__ = ["POOLS_FILE", "EPILOGUE_COMPILE_SHARE", "problems_limit", "record_pool", "candidate_pool", "shape_configs",
            "plan_problems", "check_epilogues", "measurement_key", "open_collection", "write_device_json",
            "Task", "Run"]
 
@@ -247,3 +248,23 @@ class Run:
     total: int | None
     result: object
     stopwatch: object
+
+
+def problems_limit(max_problems, max_shapes):
+    """The problem limit of a collection given as ``max_problems``, or as
+    ``max_shapes`` (its old name: it always counted problems, a shape with
+    one epilogue), with a DeprecationWarning.
+
+    Raises
+    ------
+    ValueError
+        If both are given.
+    """
+    if max_shapes is None:
+        return max_problems
+    if max_problems is not None:
+        raise ValueError(f"max_problems={max_problems!r} and max_shapes={max_shapes!r}: give max_problems only "
+                         "(max_shapes is its old name)")
+    warnings.warn("max_shapes is now max_problems (it counts problems: a shape with one epilogue)",
+                  DeprecationWarning, stacklevel=3)
+    return max_shapes

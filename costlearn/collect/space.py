@@ -5,7 +5,7 @@ is generated (design.md, "The gemm family: ... its tile space").
 
 The problem rule is shared by every family: ``block_tile_exceeds_problem``
 rejects a config whose block tile is larger than the problem in a way that
-computes only padding (:func:`tile_fits_problem`, with the family's floors).
+computes only padding (:func:`tile_fits_problem`, with the family's minimum tile caps).
 """
 from __future__ import annotations
 
@@ -43,20 +43,20 @@ def next_pow2(x):
     return out
 
 
-def tile_fits_problem(block_m, block_n, block_k, m, n, k, floors):
+def tile_fits_problem(block_m, block_n, block_k, m, n, k, caps):
     """Rule ``block_tile_exceeds_problem``, vectorised: True where
 
-    - BM <= max(next_pow2(M), floor_m),
-    - BN <= max(next_pow2(N), floor_n),
-    - KS <= max(next_pow2(K), floor_k),
+    - BM <= max(next_pow2(M), min_cap_m),
+    - BN <= max(next_pow2(N), min_cap_n),
+    - KS <= max(next_pow2(K), min_cap_k),
 
-    with ``floors = (floor_m, floor_n, floor_k)`` from the family's
-    ``fit_floors(spec)``. A block tile beyond the next power of two of the
+    with ``caps = (min_cap_m, min_cap_n, min_cap_k)`` from the family's
+    ``min_tile_caps(spec)``. A block tile beyond the next power of two of the
     extent computes only padding (e.g. BM = 64 for M = 1). Every other
     argument may be an int or an int array of one length; the result is then
     a bool array.
     """
-    fm, fn, fk = floors
+    fm, fn, fk = caps
     ok = (np.asarray(block_m) <= np.maximum(next_pow2(m), fm)) \
         & (np.asarray(block_n) <= np.maximum(next_pow2(n), fn)) \
         & (np.asarray(block_k) <= np.maximum(next_pow2(k), fk))
@@ -88,7 +88,7 @@ def check_config(config, spec: DeviceSpec, *, dtype: str = "float32", problem: P
     fam.check_dtype(dtype)
     why = fam.check_device(config, spec, dtype)
     if why is None and problem is not None and not tile_fits_problem(
-            *fam.block_tile(config), problem.m, problem.n, problem.k, fam.fit_floors(spec)):
+            *fam.block_tile(config), problem.m, problem.n, problem.k, fam.min_tile_caps(spec)):
         why = PROBLEM_RULE
     return why
 
@@ -161,11 +161,11 @@ def enumerate_space(spec: DeviceSpec, *, family: str = "gemm", dtype: str = "flo
     rejected = Counter({r: 0 for r in rules_of(fam)})
     ok = []
     cands = fam.all_configs()
-    floors = fam.fit_floors(spec)
+    caps = fam.min_tile_caps(spec)
     for c in cands:
         why = fam.check_device(c, spec, dtype)
         if why is None and problem is not None and not tile_fits_problem(
-                *fam.block_tile(c), problem.m, problem.n, problem.k, floors):
+                *fam.block_tile(c), problem.m, problem.n, problem.k, caps):
             why = PROBLEM_RULE
         if why is None:
             ok.append(c)

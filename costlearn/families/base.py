@@ -207,7 +207,7 @@ class KernelFamily(abc.ABC):
         choices)."""
 
     @abc.abstractmethod
-    def fit_floors(self, spec) -> tuple[int, int, int]:
+    def min_tile_caps(self, spec) -> tuple[int, int, int]:
         """Must return the smallest block tile (BM, BN, BK) caps the problem
         rule allows on ``spec`` (see :func:`costlearn.collect.space.tile_fits_problem`)."""
 

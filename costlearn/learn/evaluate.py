@@ -123,13 +123,13 @@ class EvalResult:
         return list(self.summary)
 
 
-def ranked_rows(rows: pd.DataFrame, tile_floors) -> pd.DataFrame:
+def ranked_rows(rows: pd.DataFrame, min_tile_caps) -> pd.DataFrame:
     """The rows whose config the predictor ranks for the row's problem (block
     tile within the problem, :func:`costlearn.collect.space.tile_fits_problem` with
-    the family's ``fit_floors``: ``tile_floors``), so a score covers exactly
+    the family's ``min_tile_caps``: ``min_tile_caps``), so a score covers exactly
     the candidates a prediction chooses from."""
     fits = tile_fits_problem(*(rows[c].to_numpy(np.int64) for c in ("block_m", "block_n", "block_k", "m", "n", "k")),
-                             tile_floors)
+                             min_tile_caps)
     return rows[np.asarray(fits, bool)].reset_index(drop=True)
 
 
@@ -171,7 +171,7 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0, data=None) -> EvalResul
                 & rows["layout"].isin(set(art.layouts)).to_numpy(bool)
                 & rows["epilogue"].isin(set(art.epilogues)).to_numpy(bool)
                 & rows["config_id"].isin(set(art.candidates["config_id"])).to_numpy(bool)]
-    rows = ranked_rows(rows, art.family.fit_floors(art.spec))
+    rows = ranked_rows(rows, art.family.min_tile_caps(art.spec))
     if rows.empty:
         raise ValueError(f"no valid measurements of the {art.device}/{art.family.name}/{art.dtype} model's candidates "
                          f"(layouts {list(art.layouts)}) to score; the measurements hold (device/family/dtype) "

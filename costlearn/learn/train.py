@@ -352,14 +352,14 @@ def export_artifact(model: CostModel, folder, *, family: KernelFamily | str, dty
     table = ConfigTable(fam, configs, dtype, spec, candidates["registers_per_thread"].to_numpy(np.float64))
     features = CandidateFeatures(get_feature_set(model.feature_set), table)
     scorer = model.scorer(features.names, [c.config_id for c in configs])
-    floors = fam.fit_floors(spec)
+    caps = fam.min_tile_caps(spec)
     problems = calibration_problems(envelope["shapes"], dtype, layouts[0],
                                     ShapeBounds.for_device(spec.device_type == "cpu"))
     variants = [(lay, e) for lay in layouts for e in epilogues]
     if len(variants) > 1:         # the layout and epilogue columns change the scores: calibrate on every one served
         problems = [Problem(p.m, p.n, p.k, dtype, *variants[i % len(variants)]) for i, p in enumerate(problems)]
     _check_scorer(model, scorer, features, candidates, problems[::40], family, dtype)
-    stages, info = calibrate_cascade(scorer, features, floors, problems)
+    stages, info = calibrate_cascade(scorer, features, caps, problems)
     scorer = scorer.with_cascade(stages)
     env = Envelope(envelope)                                    # a bad envelope fails before anything is written
     shortlist, sl_info = None, None
@@ -367,7 +367,7 @@ def export_artifact(model: CostModel, folder, *, family: KernelFamily | str, dty
         t0 = time.perf_counter()
         ids = [c.config_id for c in configs]
         extra_ = extra or {}
-        ranker = make_ranker(features, scorer, env, floors, coverage=Coverage(extra_.get("coverage"), len(configs)),
+        ranker = make_ranker(features, scorer, env, caps, coverage=Coverage(extra_.get("coverage"), len(configs)),
                              vendor=ids.index(fam.vendor_config_id) if fam.vendor_config_id in ids else None)
         shortlist = build_shortlist(ranker, layouts, [int(envelope["max"][d]) for d in "MNK"])
         sl_info = dict(build_s=round(time.perf_counter() - t0, 1))

@@ -24,7 +24,7 @@ RANKERS = Registry("ranker", {"native": "costlearn.ranker.native:NativeRanker",
                               "numpy": "costlearn.ranker.numpy_ranker:NumpyRanker"})
 
 
-def make_ranker(features, scorer, envelope, tile_floors, name: str | None = None, **rule) -> Ranker:
+def make_ranker(features, scorer, envelope, min_tile_caps, name: str | None = None, **rule) -> Ranker:
     """The ranker for one artifact, chosen once: ``name`` if given, else
     ``$COSTLEARN_RANKER``, else ``native`` where the C library builds and
     ``numpy`` otherwise. ``rule``: the keyword arguments of
@@ -40,9 +40,9 @@ def make_ranker(features, scorer, envelope, tile_floors, name: str | None = None
     """
     name = name or os.environ.get("COSTLEARN_RANKER") or None
     if name is not None:
-        return RANKERS.get(name)(features, scorer, envelope, tile_floors, **rule)
+        return RANKERS.get(name)(features, scorer, envelope, min_tile_caps, **rule)
     chosen = "native" if library() is not None else "numpy"
-    return RANKERS.get(chosen)(features, scorer, envelope, tile_floors, **rule)
+    return RANKERS.get(chosen)(features, scorer, envelope, min_tile_caps, **rule)
 
 
 CASCADE_TREES = (4, 8, 16, 32, 64)
@@ -90,7 +90,7 @@ def calibration_problems(train_shapes, dtype: str, layout: str, bounds, *, n_tra
     return [Problem(m, n, k, dtype, layout) for m, n, k in shapes]
 
 
-def calibrate_cascade(scorer, features, tile_floors, problems, *, miss_top1: float = CASCADE_MISS_TOP1,
+def calibrate_cascade(scorer, features, min_tile_caps, problems, *, miss_top1: float = CASCADE_MISS_TOP1,
                       miss_top5: float = CASCADE_MISS_TOP5) -> tuple[tuple, dict]:
     """The cheapest cascade that keeps the full scorer's choice.
 
@@ -110,7 +110,7 @@ def calibrate_cascade(scorer, features, tile_floors, problems, *, miss_top1: flo
     ----------
     scorer : Scorer
     features : CandidateFeatures
-    tile_floors : (int, int, int)
+    min_tile_caps : (int, int, int)
     problems : list of Problem
     miss_top1, miss_top5 : float
         Allowed shares of problems.
@@ -136,7 +136,7 @@ def calibrate_cascade(scorer, features, tile_floors, problems, *, miss_top1: flo
     forest, bm = scorer.forest, features.block
     cases = []
     for p in problems:
-        fit = np.asarray(tile_fits_problem(bm[0], bm[1], bm[2], p.m, p.n, p.k, tile_floors), bool)
+        fit = np.asarray(tile_fits_problem(bm[0], bm[1], bm[2], p.m, p.n, p.k, min_tile_caps), bool)
         cand = np.flatnonzero(fit) if fit.any() else np.arange(features.n_candidates)
         X = features.numpy(p.m, p.n, p.k, cand, p.layout, p.epilogue)
         cs = np.cumsum(forest.leaves_numpy(X).astype(np.float64), axis=1) + forest.base_score

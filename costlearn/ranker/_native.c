@@ -227,7 +227,7 @@ static inline int64_t next_pow2(int64_t x)
  *   - mask given: those with mask[c] != 0 (level 0);
  *   - else, with coverage (ctx->cov_lo != NULL): the tile configs whose block
  *     tile fits the problem (costlearn.space.tile_fits_problem with the
- *     family's floors) and that were measured near it (lo <= log2 extent <= hi
+ *     family's minimum tile caps) and that were measured near it (lo <= log2 extent <= hi
  *     per extent), level 0; where none is, every fitting tile config, level
  *     1; where none fits, all, level 2; the vendor candidate (ctx->vendor >=
  *     0) always. The twin of Ranker.candidate_rule in ranker/base.py;
@@ -246,9 +246,9 @@ static int32_t select_candidates(int64_t m, int64_t n, int64_t k, const double x
         return rows;
     }
     int64_t cap_m = next_pow2(m), cap_n = next_pow2(n), cap_k = next_pow2(k);
-    if (cap_m < ctx->floor_m) cap_m = ctx->floor_m;
-    if (cap_n < ctx->floor_n) cap_n = ctx->floor_n;
-    if (cap_k < ctx->floor_k) cap_k = ctx->floor_k;
+    if (cap_m < ctx->min_cap_m) cap_m = ctx->min_cap_m;
+    if (cap_n < ctx->min_cap_n) cap_n = ctx->min_cap_n;
+    if (cap_k < ctx->min_cap_k) cap_k = ctx->min_cap_k;
     const int64_t *blk = ctx->block;
     uint8_t *fit = ctx->mask;
     for (int32_t c = 0; c < n_cands; ++c)

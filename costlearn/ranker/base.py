@@ -79,8 +79,8 @@ class Ranker(abc.ABC):
         The candidates' feature builder.
     scorer : costlearn.model.scorer.Scorer
     envelope : costlearn.model.envelope.Envelope
-    tile_floors : (int, int, int)
-        The family's ``fit_floors(spec)``: the smallest block tile caps (the problem rule).
+    min_tile_caps : (int, int, int)
+        The family's ``min_tile_caps(spec)``: the smallest block tile caps (the problem rule).
     coverage : costlearn.model.envelope.Coverage, optional
         Where each candidate was measured; with it the candidate rule
         (:meth:`candidate_rule`) keeps the tile configs measured near the
@@ -97,7 +97,7 @@ class Ranker(abc.ABC):
 
     name = ""
 
-    def __init__(self, features, scorer, envelope, tile_floors, *, coverage=None, vendor: int | None = None,
+    def __init__(self, features, scorer, envelope, min_tile_caps, *, coverage=None, vendor: int | None = None,
                  evidence=None, shortlist=None):
         if scorer.n_features != len(features.names):
             raise ValueError(f"the scorer reads {scorer.n_features} features, the candidates have "
@@ -105,7 +105,7 @@ class Ranker(abc.ABC):
         if scorer.offsets is not None and len(scorer.offsets) != features.n_candidates:
             raise ValueError(f"{len(scorer.offsets)} scorer offsets for {features.n_candidates} candidates")
         self.features, self.scorer, self.envelope = features, scorer, envelope
-        self.tile_floors = tuple(int(f) for f in tile_floors)
+        self.min_tile_caps = tuple(int(f) for f in min_tile_caps)
         self.n_candidates = features.n_candidates
         if vendor is not None and not 0 <= vendor < self.n_candidates:
             raise ValueError(f"vendor candidate {vendor} outside the {self.n_candidates} candidates")
@@ -134,7 +134,7 @@ class Ranker(abc.ABC):
         level : int
         """
         bm, bn, bk = self.features.block
-        fit = np.asarray(tile_fits_problem(bm, bn, bk, problem.m, problem.n, problem.k, self.tile_floors), bool)
+        fit = np.asarray(tile_fits_problem(bm, bn, bk, problem.m, problem.n, problem.k, self.min_tile_caps), bool)
         if self.coverage is None:
             return (fit, LEVEL_COVERED) if fit.any() else (np.ones(self.n_candidates, bool), LEVEL_ALL)
         tiles = fit.copy()

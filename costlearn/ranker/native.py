@@ -64,7 +64,7 @@ class RankContext(ctypes.Structure):
         ("epi_flops", _D), ("epi_bytes", _D),   # the problem's epilogue (set per call): flops per element,
                                                 # bias bytes per column
         ("cols", _P),             # const int32_t* [23]
-        ("floor_m", _I64), ("floor_n", _I64), ("floor_k", _I64),
+        ("min_cap_m", _I64), ("min_cap_n", _I64), ("min_cap_k", _I64),
         # the candidate rule beyond the fit: coverage, the vendor candidate
         ("cov_lo", _P), ("cov_hi", _P),   # const double* [n_cands x 3] (log2, margin applied) or NULL
         ("vendor", _I32),                 # the vendor candidate, -1: none
@@ -278,8 +278,8 @@ class NativeRanker(Ranker):
 
     name = "native"
 
-    def __init__(self, features, scorer, envelope, tile_floors, **rule):
-        super().__init__(features, scorer, envelope, tile_floors, **rule)
+    def __init__(self, features, scorer, envelope, min_tile_caps, **rule):
+        super().__init__(features, scorer, envelope, min_tile_caps, **rule)
         lib = library()
         if lib is None:
             why = "COSTLEARN_NO_C is set" if os.environ.get("COSTLEARN_NO_C") \
@@ -319,8 +319,8 @@ class NativeRanker(Ranker):
         self._const = dict(
             n_cands=f.n_candidates, n_features=len(f.names), block=ptr["block"],
             slots=ptr["slots"], tile_occ=ptr["tile_occ"], fill=ptr["fill"], s=f.element_bytes,
-            peak=f.peak_flop_per_us, bw=f.bytes_per_us, cols=ptr["cols"], floor_m=self.tile_floors[0],
-            floor_n=self.tile_floors[1], floor_k=self.tile_floors[2], cov_lo=ptr.get("cov_lo", 0),
+            peak=f.peak_flop_per_us, bw=f.bytes_per_us, cols=ptr["cols"], min_cap_m=self.min_tile_caps[0],
+            min_cap_n=self.min_tile_caps[1], min_cap_k=self.min_tile_caps[2], cov_lo=ptr.get("cov_lo", 0),
             cov_hi=ptr.get("cov_hi", 0),
             vendor=-1 if self.vendor is None else int(self.vendor), has_forest=int(forest is not None),
             nodes=ptr.get("nodes", 0), roots=ptr.get("roots", 0), depths=ptr.get("depths", 0),

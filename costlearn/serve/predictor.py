@@ -117,7 +117,7 @@ class Predictor:
         art, (name, shortlist) = self.artifact, self._ranker_args
         self._floor = floor
         self.ranker = ranker = make_ranker(art.candidate_features(), art.scorer, art.envelope,
-                                           art.family.fit_floors(art.spec), name, coverage=art.coverage,
+                                           art.family.min_tile_caps(art.spec), name, coverage=art.coverage,
                                            vendor=self.vendor_index, evidence=floor,
                                            shortlist=art.shortlist if shortlist else None)
         # the floor's evidence is looked up only where it can change an answer
@@ -192,7 +192,8 @@ class Predictor:
         """Candidates whose block tile fits ``problem`` (the problem rule of
         :mod:`costlearn.collect.space`), bool of shape (len(configs),)."""
         bm, bn, bk = self.ranker.features.block
-        return np.asarray(tile_fits_problem(bm, bn, bk, problem.m, problem.n, problem.k, self.ranker.tile_floors), bool)
+        caps = self.ranker.min_tile_caps
+        return np.asarray(tile_fits_problem(bm, bn, bk, problem.m, problem.n, problem.k, caps), bool)
 
     def candidate_mask(self, problem: Problem) -> np.ndarray | None:
         """The candidates a prediction ranks for ``problem``: block tile within

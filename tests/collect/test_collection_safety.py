@@ -5,6 +5,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 
 from conftest import ROOT, needs_opencl
 from costlearn.collect.dataset import KEY_COLUMNS, load
@@ -201,7 +202,7 @@ def test_a_short_budget_measures_its_first_epilogue_instead_of_compiling_the_oth
     assert set(load(tmp_path / "short")[0]["epilogue"]) == {"none"}
     SlowCompile.seconds = 0.02                                        # a cheap compile: every epilogue comes in
     res = collect(SlowCompile(dataset_dir), tmp_path / "long", pool=pool, configs_per_shape=2, budget_s=60,
-                  progress=False, epilogues=EPILOGUES, max_shapes=40)
+                  progress=False, epilogues=EPILOGUES, max_problems=40)
     assert res.epilogues_left_out == [] and set(load(tmp_path / "long")[0]["epilogue"]) == set(EPILOGUES)
 
 
@@ -210,3 +211,15 @@ def test_the_collect_summary_counts_problems_by_that_name_and_the_old_one_still_
     from costlearn.collect.loop import CollectResult
     res = CollectResult(problems_done=3)
     assert res.problems_done == res.shapes_done == 3
+
+
+def test_max_shapes_was_a_count_of_problems_and_still_reads_as_max_problems():
+    """``collect(max_shapes=...)`` counted problems (a shape with one
+    epilogue); the limit is ``max_problems`` now and the old keyword still
+    works, with a DeprecationWarning; both at once is an error."""
+    from costlearn.collect.plan import problems_limit
+    assert problems_limit(3, None) == 3 and problems_limit(None, None) is None
+    with pytest.warns(DeprecationWarning, match="max_problems"):
+        assert problems_limit(None, 5) == 5
+    with pytest.raises(ValueError, match="max_problems=3 and max_shapes=5"):
+        problems_limit(3, 5)

@@ -112,7 +112,7 @@ def test_two_workers_measure_one_plan_once_as_a_local_collection_does(ray_cluste
         assert len(fleet.members) == 2
         # A first run stopped after two problems (as a killed driver would be),
         # then the same run again: it resumes and measures nothing twice.
-        first = collect_fleet(fleet, tmp_path / "fleet", pool=_pool(), protocol=_protocol(), max_shapes=2,
+        first = collect_fleet(fleet, tmp_path / "fleet", pool=_pool(), protocol=_protocol(), max_problems=2,
                               **SETTINGS)
         again = collect_fleet(fleet, tmp_path / "fleet", pool=_pool(), protocol=_protocol(), **SETTINGS)
     assert first.problems_done == 2 and again.skipped == first.rows_written

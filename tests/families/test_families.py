@@ -94,7 +94,7 @@ class StandInFamily(KernelFamily):
         return {f"log2_{f}": np.log2([getattr(c, f) for c in cs]).astype(np.float64)
                 for f in ("block_m", "block_n", "block_k", "num_warps")}
 
-    def fit_floors(self, spec):
+    def min_tile_caps(self, spec):
         return 16, 16, 16
 
 
@@ -248,7 +248,7 @@ def test_triton_mm_rules_reject_what_the_device_cannot_run():
     small = PRESETS["a100"].__class__(**{**PRESETS["a100"].to_dict(), "max_threads_per_block": 256})
     assert fam.check_device(TritonMMConfig(64, 64, 32, 16, 2), small, "float16") == "threads_above_max"
     assert fam.check_device(VENDOR, a100, "float16") is None
-    assert fam.block_tile(VENDOR) == fam.fit_floors(a100)          # the problem rule never removes the vendor
+    assert fam.block_tile(VENDOR) == fam.min_tile_caps(a100)          # the problem rule never removes the vendor
 
 
 def test_triton_mm_config_ids_are_readable_and_refuse_bad_values():

@@ -19,9 +19,10 @@ import pytest
 
 from costlearn.collect.dataset import load
 from costlearn.interop import InteropError, import_file
+from conftest import ROOT
 from inductor_fixture import COLUMNS, HEADER, build_models
 
-A100_LOGS = Path(os.environ.get("COSTLEARN_A100_LOGS") or Path(__file__).resolve().parents[2] / "shared" / "data"
+A100_LOGS = Path(os.environ.get("COSTLEARN_A100_LOGS") or ROOT.parent / "shared" / "data"
                  / "inductor-autoheuristic-a100" / "a100_mm.zip")
 """The A100 random-shape AutoHeuristic log, as a file, a folder holding it or a zip holding it."""
 

@@ -76,7 +76,7 @@ def test_both_rankers_evaluate_the_members_to_the_same_bits(tmp_path):
     vm = VendorModel.fit(_problems(200, seed=1))
     r = pred.ranker
     kw = dict(coverage=r.coverage, vendor=r.vendor, evidence=r.evidence)
-    rankers = {name: RANKERS.get(name)(r.features, r.scorer, r.envelope, r.tile_floors, **kw)
+    rankers = {name: RANKERS.get(name)(r.features, r.scorer, r.envelope, r.min_tile_caps, **kw)
                for name in RANKERS.names()}
     sums = {name: rk.forest_sums(vm.forest, vm.bounds) for name, rk in rankers.items()}
     assert type(sums["numpy"]) is ForestSums and type(sums["native"]) is not ForestSums

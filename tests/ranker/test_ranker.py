@@ -32,7 +32,7 @@ def pred(model_dir):
 def rankers(pred):
     """Every registered ranker over the committed model."""
     r = pred.ranker
-    return {name: RANKERS.get(name)(r.features, r.scorer, r.envelope, r.tile_floors) for name in RANKERS.names()}
+    return {name: RANKERS.get(name)(r.features, r.scorer, r.envelope, r.min_tile_caps) for name in RANKERS.names()}
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +65,8 @@ def test_every_shape_feature_has_the_same_bits_in_c_and_numpy(pred, problems):
     for j in np.flatnonzero(f.shape_columns >= 0):
         col = int(f.shape_columns[j])
         sc = Scorer(len(f.names), None, 1.0, col, 1.0)
-        a = RANKERS.get("native")(f, sc, r.envelope, r.tile_floors)
-        b = RANKERS.get("numpy")(f, sc, r.envelope, r.tile_floors)
+        a = RANKERS.get("native")(f, sc, r.envelope, r.min_tile_caps)
+        b = RANKERS.get("numpy")(f, sc, r.envelope, r.min_tile_caps)
         for q in problems[::5]:
             assert _same(a.rank(q, top=64), b.rank(q, top=64)), (f.names[col], q)
 
@@ -112,7 +112,7 @@ def test_a_mask_of_the_wrong_shape_or_selecting_nothing_is_refused(pred):
     """Regression: mask=[True] once made the C ranker read past the end of the array."""
     q = pred.problem(300, 200, 100)
     for r in (pred.ranker, RANKERS.get("numpy")(pred.ranker.features, pred.ranker.scorer, pred.envelope,
-                                                pred.ranker.tile_floors)):
+                                                pred.ranker.min_tile_caps)):
         with pytest.raises(ValueError, match="bool array of shape"):
             r.rank(q, [True])
         with pytest.raises(ValueError, match="selects no candidate"):
@@ -304,7 +304,7 @@ def test_a_model_of_several_layouts_ranks_each_layout_the_same_in_c_and_numpy(tm
     folder = build_models(tmp_path) / "a100" / "triton_mm" / "float16"
     p = Predictor(folder)
     assert p.ranker.name == "native" and len(p.layouts) == 3
-    ref = RANKERS.get("numpy")(p.ranker.features, p.ranker.scorer, p.envelope, p.ranker.tile_floors)
+    ref = RANKERS.get("numpy")(p.ranker.features, p.ranker.scorer, p.envelope, p.ranker.min_tile_caps)
     cols = [p.ranker.features.names.index(c) for c in LAYOUT_FEATURES]
     for layout in p.layouts:
         assert p.ranker.features.templates[layout][:, cols].tolist()[0] == [layout[0] == "T", layout[1] == "T"]
@@ -323,8 +323,8 @@ def test_a_three_stage_cascade_gives_the_same_bits_in_c_and_numpy(pred, problems
     n = sc.n_trees
     stages = ((min(8, n - 3), 16, 0.1), (min(32, n - 2), 8, 0.05), (n - 1, 6, 0.0))
     three = sc.with_cascade(stages)
-    f, env, floors = pred.ranker.features, pred.envelope, pred.ranker.tile_floors
-    a, b = RANKERS.get("native")(f, three, env, floors), RANKERS.get("numpy")(f, three, env, floors)
+    f, env, caps = pred.ranker.features, pred.envelope, pred.ranker.min_tile_caps
+    a, b = RANKERS.get("native")(f, three, env, caps), RANKERS.get("numpy")(f, three, env, caps)
     for q in problems:
         assert _same(a.rank(q, top=5), b.rank(q, top=5)), q
 

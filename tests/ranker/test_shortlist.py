@@ -79,7 +79,8 @@ def problems(pred):
 def _rankers(pred, shortlist):
     r = pred.ranker
     kw = dict(coverage=r.coverage, vendor=r.vendor, evidence=r.evidence, shortlist=shortlist)
-    return {name: RANKERS.get(name)(r.features, r.scorer, r.envelope, r.tile_floors, **kw) for name in RANKERS.names()}
+    return {name: RANKERS.get(name)(r.features, r.scorer, r.envelope, r.min_tile_caps, **kw)
+            for name in RANKERS.names()}
 
 
 def _same(a, b):

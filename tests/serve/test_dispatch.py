@@ -38,7 +38,7 @@ def test_selector_only_launches_configs_that_fit(fitted):
     pred, d = fitted
     for m, n, k in _probe():
         c = d.select(m, n, k)
-        assert tile_fits_problem(c.block_m, c.block_n, c.block_k, m, n, k, pred.ranker.tile_floors)
+        assert tile_fits_problem(c.block_m, c.block_n, c.block_k, m, n, k, pred.ranker.min_tile_caps)
 
 
 def test_emitted_python_and_c_agree_with_the_dispatch(fitted, tmp_path):

@@ -160,7 +160,7 @@ class GemmFamily(KernelFamily):
             raster_row=np.array([c.raster == "row" for c in cs], np.float64),
             smem_pad=col("smem_pad"))
 
-    def fit_floors(self, spec) -> tuple[int, int, int]:
+    def min_tile_caps(self, spec) -> tuple[int, int, int]:
         """BM <= next_pow2(M); BN <= max(next_pow2(N), smallest BN, warp size),
         because a batch-1 block (BM = 1) needs BN/TN >= one warp of threads
         and a narrower cap would leave shapes such as (1, 16, 1024) on a GPU

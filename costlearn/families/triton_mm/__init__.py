@@ -254,7 +254,7 @@ class TritonMMFamily(KernelFamily):
         for tool ``"inductor"``; None for other tools."""
         return lut_entry(config, problem) if tool == "inductor" else None
 
-    def fit_floors(self, spec) -> tuple[int, int, int]:
+    def min_tile_caps(self, spec) -> tuple[int, int, int]:
         """(16, 16, 16): ``tl.dot``'s smallest block, so every problem keeps
         the 16-wide configs."""
         return 16, 16, 16
