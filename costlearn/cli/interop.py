@@ -110,10 +110,11 @@ def add_import(sub) -> None:
                        description="Read a file of measurements made by another tool into DATA/<device>/ as "
                        "dataset rows (source file, format and sha256 recorded; the same file twice adds nothing; "
                        "malformed lines are reported and skipped; a failed import writes nothing).")
-    p.add_argument("format", choices=IMPORT_FORMATS, help="inductor: PyTorch Inductor AutoHeuristic mm log; "
+    p.add_argument("format", choices=IMPORT_FORMATS, metavar="FORMAT",
+                   help="inductor: PyTorch Inductor AutoHeuristic mm log; "
                    "inductor-lut: an Inductor lookup table whose entries carry time_us or time_ms; "
                    "kernel-tuner: a Kernel Tuner cache file or T4 results JSON (needs --mapping)")
-    p.add_argument("file", help="the file to import")
+    p.add_argument("file", metavar="FILE", help="the file to import")
     p.add_argument("--preset", default=None, help="the named device the file was measured on (h200, h100, a100); "
                    "the file's header or keys, where it has them, must agree (required)")
     old_spelling(p, "--device", "--preset")

@@ -42,7 +42,7 @@ from costlearn.collect.plan import (
 )
 from costlearn.collect.sampler import ShapeBounds, iter_shapes
 from costlearn.core.problem import EPILOGUES, Problem
-from costlearn.core.util import check_int, check_real
+from costlearn.core.util import check_int, check_real, sigint_deferred
 from costlearn.core.version import __version__
 from costlearn.families import family_of, get_family
 
@@ -371,16 +371,16 @@ def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str,
         return None
 
     def write(problem, rows):
-        with sw.phase("write"):
+        with sw.phase("write"), sigint_deferred():          # a part on disk is in the Ctrl-C summary
             res.parts.append(write_part(rows, out_dir))
-        written.extend(rows)
-        for r in rows:
-            done.add(measurement_key(spec.slug, fam, problem, r["config_id"], protocol))
-            if r["status"] == "ok":
-                res.rows_valid += 1
-                spreads.append((r["time_us_p80"] - r["time_us_p20"]) / r["time_us"])
-        res.rows_written += len(rows)
-        res.problems_done += 1
+            written.extend(rows)
+            for r in rows:
+                done.add(measurement_key(spec.slug, fam, problem, r["config_id"], protocol))
+                if r["status"] == "ok":
+                    res.rows_valid += 1
+                    spreads.append((r["time_us_p80"] - r["time_us_p20"]) / r["time_us"])
+            res.rows_written += len(rows)
+            res.problems_done += 1
 
     bar = executor.progress_bar() if progress else None
     try:

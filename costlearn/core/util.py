@@ -3,14 +3,17 @@ with messages that name the value and what is allowed, an atomic file write,
 and a keyed on-disk cache whose entries are validated before use."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import numbers
 import os
+import signal
+import threading
 import uuid
 from pathlib import Path
 
-__all__ = ["check_int", "check_real", "check_choice", "check_instance", "check_path", "atomic_write",
+__all__ = ["sigint_deferred", "check_int", "check_real", "check_choice", "check_instance", "check_path", "atomic_write",
            "fsync_dir", "sha256_file", "cache_dir", "KeyedCache"]
 
 
@@ -264,3 +267,27 @@ class KeyedCache:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+
+
+@contextlib.contextmanager
+def sigint_deferred():
+    """Hold a Ctrl-C (SIGINT) that arrives inside the block until the block
+    has finished, then deliver it as the handler in place before would have
+    (a :class:`KeyboardInterrupt` by default): a file written and the count
+    that records it happen together or not at all. Outside the main thread
+    (where Python cannot set signal handlers) the block runs as it is.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = []
+    before = signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
+    if held:
+        if callable(before):
+            before(signal.SIGINT, held[0])
+        elif before == signal.SIG_DFL:
+            raise KeyboardInterrupt

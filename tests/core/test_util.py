@@ -54,3 +54,26 @@ def test_keyed_cache_rebuilds_a_damaged_or_unacceptable_entry(tmp_path):
     with pytest.raises(ValueError):
         cache.get_or_build("never", lambda p: p.write_bytes(b"bad"), load)             # a bad build is not cached
     assert not cache.path("never").exists()
+
+
+def test_a_ctrl_c_during_a_write_waits_for_the_write_and_its_count():
+    """The collector's Ctrl-C summary once undercounted what was saved: a
+    SIGINT landing between a part's write and its count. Inside
+    ``sigint_deferred`` the block finishes first, then the interrupt comes."""
+    import os
+    import signal
+
+    import pytest
+
+    from costlearn.core.util import sigint_deferred
+    steps = []
+    with pytest.raises(KeyboardInterrupt):
+        with sigint_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            steps.append("written")
+            steps.append("counted")
+    assert steps == ["written", "counted"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler       # the handler is put back
+    with sigint_deferred():
+        steps.append("quiet")                                                   # no signal: nothing raised
+    assert steps[-1] == "quiet"
