@@ -102,7 +102,7 @@ class TuningDBError(CostlearnError, OSError):
 
 def default_path() -> Path:
     """``$COSTLEARN_TUNING_DB``, else ``tuning.sqlite`` in the user cache
-    (:func:`costlearn.native.cache_dir`)."""
+    (:func:`costlearn.core.util.cache_dir`)."""
     env = os.environ.get("COSTLEARN_TUNING_DB")
     return Path(env) if env else cache_dir() / "tuning.sqlite"
 
