@@ -65,6 +65,8 @@ def config_class(fam):
 
 
 def is_int(v) -> bool:
+    """True for a Python int that is not a bool (a JSON integer as
+    ``json.load`` gives it)."""
     return isinstance(v, int) and not isinstance(v, bool)
 
 
