@@ -276,11 +276,17 @@ def shape_reasons(envelope: dict, m: int, n: int, k: int) -> list[str]:
     return Envelope(envelope).reasons(m, n, k)
 
 
-COVERAGE_MARGIN_LOG2 = 1.0
+COVERAGE_MARGIN_LOG2 = 1.5
 """How far (doublings, per extent) beyond the extents a config was measured at
-it is still a candidate: one doubling, so a config measured on N <= 16 is
-not ranked for N = 3584, while the grid of a shape sweep (every config on
-every problem) covers its whole range."""
+it is still a candidate: a config measured on N <= 16 is not ranked for
+N = 3584, while the grid of a shape sweep (every config on every problem)
+covers its whole range. One and a half doublings (was one): on the A100's
+float16 logs left out one at a time (the leave-one-log-out study's fold
+models, scored on the problems where both answers were measured), the timm
+log went from 6.06 % to 5.54 % and the HuggingFace and random logs were
+unchanged, with 5 more answers the logs never measured (of 1,864); two
+doublings gave 5.40 % on timm with 34 more never measured. Recorded with
+each artifact, so a model keeps the margin it was trained with."""
 
 
 def outside_rows(train_rows, test_rows) -> np.ndarray:
