@@ -452,7 +452,7 @@ def load(folder) -> Artifact:
     except (KeyError, TypeError, ValueError) as e:
         raise ArtifactError(f"{side_path}: invalid sidecar ({type(e).__name__}: {e}); "
                             "retrain with `costlearn train`") from e
-    sc_path = _verified(folder / str(side["scorer"].get("file", SCORER_FILE)), side_path, side["scorer"].get("sha256"),
+    sc_path = _verified(folder, side["scorer"].get("file", SCORER_FILE), side_path, side["scorer"].get("sha256"),
                         "compiled scorer")
     try:
         scorer = Scorer.from_file(sc_path, len(configs))
@@ -470,14 +470,24 @@ def load(folder) -> Artifact:
                     floor=floor, shortlist=shortlist, epilogues=epilogues, vendor_model=vendor_model)
 
 
-def _verified(path: Path, side_path: Path, sha256, what: str) -> Path:
-    """``path``, a file the sidecar ``side_path`` records with ``sha256``.
+def _verified(folder: Path, name, side_path: Path, sha256, what: str) -> Path:
+    """``folder / name``, a file the sidecar ``side_path`` records with
+    ``sha256``: a bare file name in the artifact's own folder (the sidecar
+    may name no file elsewhere, nor reach out through a link).
 
     Raises
     ------
     ArtifactError
-        If it is missing, or its bytes are not the recorded ones.
+        If the name is not a bare file name, the file lies outside the
+        folder, is missing, or its bytes are not the recorded ones.
     """
+    name = str(name)
+    if not name or name in (".", "..") or Path(name).name != name or "\\" in name:
+        raise ArtifactError(f"{side_path}: the {what} is named {name[:100]!r}; an artifact's files are bare file "
+                            "names in its own folder")
+    path = folder / name
+    if path.exists() and path.resolve().parent != folder.resolve():
+        raise ArtifactError(f"{path} leads outside {folder} (a link); an artifact's files live in its folder")
     if not path.is_file():
         raise ArtifactError(f"{path} is missing (the artifact's {what})")
     if sha256_file(path) != sha256:
@@ -503,7 +513,7 @@ def _load_vendor(folder: Path, side_path: Path, entry) -> VendorModel | None:
     if entry.get("features") != list(VENDOR_FEATURES):
         raise ArtifactError(f"{side_path}: its vendor model reads {entry.get('features')}, this code's "
                             f"{list(VENDOR_FEATURES)}; retrain with `costlearn train`")
-    path = _verified(folder / VENDOR_FILE, side_path, entry.get("sha256"), "vendor model")
+    path = _verified(folder, VENDOR_FILE, side_path, entry.get("sha256"), "vendor model")
     try:
         with np.load(path, allow_pickle=False) as z:
             vm = VendorModel.from_arrays(z)
@@ -559,8 +569,7 @@ def _load_shortlist(folder: Path, side_path: Path, entry, scorer: Scorer, n_cand
         return None
     if not isinstance(entry, dict):
         raise ArtifactError(f"{side_path}: shortlist is a {type(entry).__name__}, not an object")
-    path = _verified(folder / str(entry.get("file", SHORTLIST_FILE)), side_path, entry.get("sha256"),
-                     "shortlist table")
+    path = _verified(folder, entry.get("file", SHORTLIST_FILE), side_path, entry.get("sha256"), "shortlist table")
     try:
         sl = Shortlist.from_file(path)
         sl.fits(n_candidates, scorer.n_trees, layouts)

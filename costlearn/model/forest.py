@@ -38,6 +38,13 @@ from it (:func:`costlearn.ranker.native.c_header`)."""
 
 FLAG_INTERNAL = 1
 
+SCORE_LIMIT = 512.0
+"""Largest |base score| + sum over trees of the tree's largest |leaf value| a
+forest may have: its scores (log2 microseconds for a log-time model, whose
+trained forests stay within a few dozen) then keep ``2.0 ** score`` finite.
+A file beyond it is damaged or hostile (issue 37: leaf values of 1e30 with
+the sha256 updated made ``predict_best`` raise a bare OverflowError)."""
+
 
 class ForestError(CostlearnError, ValueError):
     """A model cannot be flattened (not a single-output tree ensemble, a tree
@@ -237,8 +244,10 @@ class FlatForest:
         walk read out of bounds), every leaf points to itself, every declared
         depth reaches the tree's deepest leaf (the C and numpy walks take
         different numbers of extra steps, which a self-looping leaf makes
-        harmless), children come after their parent, and every value and the
-        base score are finite.
+        harmless), children come after their parent, every value and the
+        base score are finite, and no walk can sum to more than
+        :data:`SCORE_LIMIT` in magnitude (``2.0 ** score`` of a log2-time
+        scorer stays a finite time).
 
         Raises
         ------
@@ -289,6 +298,11 @@ class FlatForest:
         deepest = np.maximum.reduceat(depth, self.roots)                        # trees are contiguous runs
         if (self.depths < deepest).any():
             raise ForestError("flat forest declares a tree shallower than its deepest leaf")
+        leaf = np.where(internal, 0.0, np.abs(self.nodes["value"].astype(np.float64)))
+        bound = abs(self.base_score) + float(np.maximum.reduceat(leaf, self.roots).sum())
+        if not bound <= SCORE_LIMIT:
+            raise ForestError(f"flat forest scores can reach {bound:.3g} (base score plus each tree's largest "
+                              f"leaf); at most {SCORE_LIMIT:g} is a model's")
 
     @property
     def n_trees(self) -> int:

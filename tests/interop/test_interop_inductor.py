@@ -99,6 +99,21 @@ def test_a_malformed_line_is_reported_with_its_number_and_skipped(tmp_path):
     assert "line 4" in rep.summary()
 
 
+def test_an_extent_past_int64_or_past_what_train_takes_skips_its_line_not_the_import(tmp_path):
+    """Issue 37: m = 10**30 killed the import (OverflowError, nothing
+    imported); m = 2**62 was imported and then train refused the folder."""
+    row = ",256,512,torch.float16,torch.float16,256,1,512,1,True,True,not_float_32,extern_mm,0.01"
+    bad = [str(10**30) + row, str(2**62) + row, str(2**31) + row,
+           "128,256,512,torch.float16,torch.float16,256,1," + str(2**64) + ",1,True,True,not_float_32,extern_mm,0.01"]
+    log = _log(tmp_path / "log.txt", LINES[:1] + bad + LINES[1:])
+    rep = import_file("inductor", log, device="a100", data_root=tmp_path / "data")
+    assert rep.rows_added == 4 and [ln for ln, _ in rep.skipped] == [4, 5, 6, 7]
+    why = dict(rep.skipped)
+    assert all("is above 2147483647" in why[ln] for ln in (4, 5, 6)) and "mat2_stride_0" in why[7]
+    df, _ = load(tmp_path / "data" / "a100")
+    assert int(df["m"].max()) == 128
+
+
 def test_a_header_contradicting_the_preset_is_refused_naming_both(tmp_path):
     h100 = dict(HEADER, shared_memory=232448, device_capa=[9, 0])
     log = _log(tmp_path / "log.txt", LINES, header=h100)

@@ -181,6 +181,31 @@ def test_a_recorded_table_imports_the_entries_that_carry_a_time(tmp_path):
         lut.read_table(f)
 
 
+def test_skipped_keys_name_their_own_lines_in_one_pass(tmp_path):
+    """Issue 37: each key's line was found by searching the whole text from
+    its start (quadratic: 16k keys took 49 s); the lines must stay right,
+    the same key text inside an earlier value included."""
+    other = "((torch.float16, [9999, 8], [8, 1]), (torch.float16, [8, 8], [8, 1]))+bmm"
+    table = {f"((torch.float16, [{i + 1}, 8], [8, 1]), (torch.float16, [8, 8], [8, 1]))+bmm": [{"note": other}]
+             for i in range(300)}
+    table[other] = []
+    f = tmp_path / "inductor_lut_1.json"
+    f.write_text(json.dumps(table, indent=1))
+    lines = f.read_text().splitlines()
+    got = lut.read_table(f)
+    assert len(got.skipped) == 301
+    for (line, why), key in zip(got.skipped, table):
+        assert lines[line - 1].lstrip().startswith(json.dumps(key)), (line, key)
+
+
+def test_a_table_nested_too_deep_is_refused_by_name(tmp_path):
+    """Issue 37: a table nested 200,000 deep raised a RecursionError traceback."""
+    f = tmp_path / "inductor_lut_1.json"
+    f.write_text('{"k": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    with pytest.raises(InteropError, match="nested too deep"):
+        lut.read_table(f)
+
+
 def test_cli_export_needs_one_source_of_shapes(models, tmp_path, capsys):
     from costlearn.cli import main
     shapes = tmp_path / "s.txt"

@@ -387,6 +387,19 @@ def test_export_refuses_an_unknown_format_and_an_empty_dataset(tmp_path):
         export_dataset("kernel-tuner", folder, tmp_path / "out")
 
 
+@pytest.mark.parametrize("device_name", [["NVIDIA A100-SXM4-80GB"], 80, {"name": "NVIDIA A100-SXM4-80GB"}])
+def test_a_cache_whose_device_name_is_not_a_string_is_refused(tmp_path, triton_files, device_name):
+    """Issue 37: a device_name that was a list or a number skipped the device
+    check and the cache was imported into another device's folder."""
+    cache, mapping, data = triton_files
+    doc = json.loads(cache.read_text())
+    doc["device_name"] = device_name
+    cache.write_text(json.dumps(doc))
+    with pytest.raises(InteropError, match="device_name is .*not a string"):
+        import_file("kernel-tuner", cache, device="h100", data_root=data, mapping=mapping)
+    assert _no_part(data)
+
+
 def test_a_file_of_another_device_or_dtype_than_given_is_refused(tmp_path, triton_files):
     """Regression: a cache measured on an A100 imported into data/h100 with
     --device h100, and a T4 file of bfloat16 imported as float16."""

@@ -26,6 +26,48 @@ def test_model_file_from_another_training_is_refused(model_dir, tmp_path):
         artifact.load(dst).model()
 
 
+@pytest.mark.parametrize("name", ["../scorer.npz", "/tmp/scorer.npz", "sub/scorer.npz", "..", "", "link.npz"])
+def test_a_sidecar_naming_a_scorer_outside_its_folder_is_refused(model_dir, tmp_path, name):
+    """Issue 37: model.json could name a scorer file outside its folder, and
+    it was loaded and served."""
+    from costlearn.model import artifact
+    dst = tmp_path / "dev" / "gemm" / "float32"
+    shutil.copytree(model_dir, dst)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    shutil.copy(dst / "scorer.npz", outside / "scorer.npz")
+    (dst / "sub").mkdir()
+    shutil.copy(dst / "scorer.npz", dst / "sub" / "scorer.npz")
+    shutil.copy(dst / "scorer.npz", dst.parent / "scorer.npz")
+    (dst / "link.npz").symlink_to(outside / "scorer.npz")
+    side = json.loads((dst / "model.json").read_text())
+    side["scorer"]["file"] = name if name != "/tmp/scorer.npz" else str(outside / "scorer.npz")
+    (dst / "model.json").write_text(json.dumps(side))
+    with pytest.raises(artifact.ArtifactError, match="bare file names|leads outside"):
+        artifact.load(dst)
+
+
+def test_leaf_values_that_overflow_a_time_are_refused_even_with_the_sha256_updated(model_dir, tmp_path):
+    """Issue 37: leaf values of 1e30 in scorer.npz, its sha256 updated in
+    model.json, made predict_best raise a bare OverflowError (2.0 ** score)."""
+    from costlearn.model import artifact
+    from costlearn.model.forest import ForestError
+    dst = tmp_path / "dev" / "gemm" / "float32"
+    shutil.copytree(model_dir, dst)
+    with np.load(dst / "scorer.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    nodes = arrays["forest_nodes"].copy()
+    leaf = (nodes["flags"] & 1) == 0
+    nodes["value"][leaf] = np.float32(1e30)
+    arrays["forest_nodes"] = nodes
+    np.savez(dst / "scorer.npz", **arrays)
+    side = json.loads((dst / "model.json").read_text())
+    side["scorer"]["sha256"] = hashlib.sha256((dst / "scorer.npz").read_bytes()).hexdigest()
+    (dst / "model.json").write_text(json.dumps(side))
+    with pytest.raises((artifact.ArtifactError, ForestError), match="scores can reach"):
+        artifact.load(dst)
+
+
 def test_a_damaged_model_ubj_changes_no_answer_and_is_refused_where_it_is_read(model_dir, dataset_dir, tmp_path):
     """Regression: a corrupt model.ubj went unnoticed (served from scorer.npz). scorer.npz is what is served,
     evaluate included; model.ubj, the training library's copy, is checked wherever it is read."""

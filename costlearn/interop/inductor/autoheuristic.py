@@ -24,7 +24,7 @@ from pathlib import Path
 from costlearn.core.device import DeviceSpec
 from costlearn.core.dtypes import TORCH_DTYPES
 from costlearn.families import config_from_tool
-from costlearn.core.problem import layout_letter
+from costlearn.core.problem import MAX_EXTENT, layout_letter
 from costlearn.interop.common import Importer, InteropError, Measurement
 
 __all__ = ["InductorImporter", "parse", "check_header", "COLUMNS"]
@@ -136,13 +136,22 @@ def parse(path, spec: DeviceSpec):
     return out, skipped
 
 
-def _int(v: str, what: str, lo: int) -> int:
+_MAX_STRIDE = 2**63 - 1
+"""Largest stride a row may give (it is stored as int64)."""
+
+
+def _int(v: str, what: str, lo: int, hi: int) -> int:
+    """``v`` as an int in [lo, hi]; ValueError naming ``what`` otherwise (the
+    line is then skipped, not the import: an extent past 2**31 - 1 is one
+    ``train`` would refuse, one past int64 one no column can hold)."""
     try:
         x = int(v)
     except ValueError:
-        raise ValueError(f"{what}={v!r} is not an integer") from None
+        raise ValueError(f"{what}={v[:40]!r} is not an integer") from None
     if x < lo:
         raise ValueError(f"{what}={x} is below {lo}")
+    if x > hi:
+        raise ValueError(f"{what}={str(x)[:40]} is above {hi} (2**{hi.bit_length()} - 1)")
     return x
 
 
@@ -150,7 +159,7 @@ def _measurement(rec: list, pos: dict, line: int, choices: dict) -> Measurement:
     if len(rec) < len(pos):
         raise ValueError(f"{len(rec)} fields, need {len(COLUMNS)}")
     g = {c: rec[i].strip() for c, i in pos.items()}
-    m, k, n = (_int(g[c], c, 1) for c in ("m", "k", "n"))
+    m, k, n = (_int(g[c], c, 1, MAX_EXTENT) for c in ("m", "k", "n"))
     if g["mat1_dtype"] != g["mat2_dtype"]:
         raise ValueError(f"mixed dtypes {g['mat1_dtype']} x {g['mat2_dtype']}")
     dtype = TORCH_DTYPES.get(g["mat1_dtype"])
@@ -160,7 +169,8 @@ def _measurement(rec: list, pos: dict, line: int, choices: dict) -> Measurement:
         if g["using_tf32"] not in ("True", "False"):
             raise ValueError(f"using_tf32={g['using_tf32']!r} for float32; need True or False")
         dtype = "tfloat32" if g["using_tf32"] == "True" else "float32"
-    strides = [_int(g[c], c, 0) for c in ("mat1_stride_0", "mat1_stride_1", "mat2_stride_0", "mat2_stride_1")]
+    strides = [_int(g[c], c, 0, _MAX_STRIDE)
+               for c in ("mat1_stride_0", "mat1_stride_1", "mat2_stride_0", "mat2_stride_1")]
     la, lb = layout_letter(strides[:2]), layout_letter(strides[2:])
     if la is None or lb is None:
         raise ValueError(f"strides {strides}: a matrix that is neither row- nor column-major")

@@ -276,6 +276,29 @@ class RecordedTable(NamedTuple):
     devices: tuple
 
 
+def _key_lines(text: str, keys: list) -> list:
+    """The line of each top-level key of the JSON object ``text`` (keys in
+    file order), or 0 where its text is not found as a key (followed by a
+    colon). One pass: each key is looked for from where the previous one was
+    found, and lines are counted between the two."""
+    out, at, line = [], 0, 1
+    for key in keys:
+        found = -1
+        for form in (json.dumps(key), json.dumps(key, ensure_ascii=False)):
+            found = text.find(form, at)
+            while found >= 0 and not text[found + len(form):found + len(form) + 64].lstrip().startswith(":"):
+                found = text.find(form, found + 1)          # the same text inside a value: not the key
+            if found >= 0:
+                break
+        if found < 0:                          # e.g. written with other escapes: its position is used
+            out.append(0)
+            continue
+        line += text.count("\n", at, found)
+        at = found
+        out.append(line)
+    return out
+
+
 def read_table(path, family: str = "triton_mm") -> RecordedTable:
     """A lookup table Inductor recorded or a user wrote (``inductor_lut_*.json``).
 
@@ -314,15 +337,16 @@ def read_table(path, family: str = "triton_mm") -> RecordedTable:
         raise InteropError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
     except json.JSONDecodeError as e:
         raise InteropError(f"{path}: not JSON ({e}); a lookup table is an object of key -> list of entries") from None
+    except RecursionError:
+        raise InteropError(f"{path}: JSON nested too deep; a lookup table is an object of key -> list of "
+                           "entries") from None
     if not isinstance(table, dict) or not all(isinstance(v, list) for v in table.values()):
         raise InteropError(f"{path}: a lookup table is a JSON object of key -> list of entries")
     fam = get_family(family)
     problems, measurements, skipped, devices, seen = {}, [], [], {}, set()
+    lines = _key_lines(text, list(table))
     for index, (key, entries) in enumerate(table.items(), 1):
-        at = text.find(json.dumps(key))
-        if at < 0:
-            at = text.find(json.dumps(key, ensure_ascii=False))
-        i = text.count("\n", 0, at) + 1 if at >= 0 else index      # the key's line; else its position
+        i = lines[index - 1] or index                               # the key's line; else its position
         op = re.search(r"\+(\w+)$", key)
         if op and op.group(1) not in OP_EPILOGUES:
             skipped.append((i, f"op {op.group(1)!r}: only {' and '.join(map(repr, OP_EPILOGUES))} keys are read "

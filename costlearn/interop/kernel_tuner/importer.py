@@ -141,7 +141,13 @@ def _positive_time_us(value, unit_us: float, what: str) -> float:
 def _check_source(path: Path, spec, mapping: Mapping, device_name, meta: dict) -> None:
     """Refuse a file that says it was measured on another device than
     ``spec`` (a cache's ``device_name``), or for another family, dtype or
-    layout than the mapping's (the metadata :func:`export_t4` writes)."""
+    layout than the mapping's (the metadata :func:`export_t4` writes). A
+    ``device_name`` (or a family, dtype, layout) present but not a string
+    is refused: it cannot be checked."""
+    for key, v in (("device_name", device_name),) + tuple((k, meta.get(k)) for k in ("family", "dtype", "layout")):
+        if v is not None and not isinstance(v, str):
+            raise InteropError(f"{path}: {key} is {type(v).__name__} {str(v)[:80]}, not a string; the file "
+                               "cannot say which device or kernel it measured")
     if spec is not None and isinstance(device_name, str) and device_name.strip():
         have = device_slug(device_name, spec.api)
         if have != device_slug(spec.name, spec.api):        # the class by name (a CPU slug adds its workers)
