@@ -29,6 +29,7 @@ from costlearn.collect.plan import (
     Run,
     Task,
     EPILOGUE_COMPILE_SHARE,
+    LOCK_FILE,
     POOLS_FILE,
     candidate_pool,
     check_epilogues,
@@ -42,7 +43,7 @@ from costlearn.collect.plan import (
 )
 from costlearn.collect.sampler import ShapeBounds, iter_shapes
 from costlearn.core.problem import EPILOGUES, Problem
-from costlearn.core.util import check_int, check_real, sigint_deferred
+from costlearn.core.util import FolderLock, check_int, check_real, sigint_deferred
 from costlearn.core.version import __version__
 from costlearn.families import family_of, get_family
 
@@ -316,6 +317,9 @@ def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str,
     ------
     ValueError, TypeError
         As :func:`collect`.
+    costlearn.core.util.FolderBusy
+        If another collection is writing ``out_dir`` (one collector per
+        folder: two at once measured every config twice).
     CollectionInterrupted
         On Ctrl-C (every problem finished before it is on disk).
     """
@@ -337,15 +341,20 @@ def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str,
     spec = executor.spec
     if bounds is None:
         bounds = ShapeBounds.for_device(spec.device_type == "cpu")
-    out_dir, done, pool, other_pools = open_collection(out_dir, spec, fam, dtype, seed, pool, pool_size)
-    res = result(other_pools=other_pools, budget_s=budget_s, target_rse=protocol.target_rse)
-    in_play = list(epilogues[:1]) if shapes is None else list(epilogues)
-    problems = plan_problems(iter_shapes(bounds, np.random.default_rng([seed, 2])) if shapes is None else shapes,
-                             dtype, layout, epilogues, seed, drawn=shapes is None, in_play=in_play)
-    sw = Stopwatch()
-    total = len(shapes) * len(epilogues) if shapes is not None else max_problems
-    executor.open(Run(fam, dtype, layout, pool, epilogues, protocol, seed, uuid.uuid4().hex[:12], budget_s, t_start,
-                      total, res, sw))
+    lock = FolderLock(out_dir, "a collection", LOCK_FILE)         # one collector per folder
+    try:
+        out_dir, done, pool, other_pools = open_collection(out_dir, spec, fam, dtype, seed, pool, pool_size)
+        res = result(other_pools=other_pools, budget_s=budget_s, target_rse=protocol.target_rse)
+        in_play = list(epilogues[:1]) if shapes is None else list(epilogues)
+        problems = plan_problems(iter_shapes(bounds, np.random.default_rng([seed, 2])) if shapes is None else shapes,
+                                 dtype, layout, epilogues, seed, drawn=shapes is None, in_play=in_play)
+        sw = Stopwatch()
+        total = len(shapes) * len(epilogues) if shapes is not None else max_problems
+        executor.open(Run(fam, dtype, layout, pool, epilogues, protocol, seed, uuid.uuid4().hex[:12], budget_s,
+                          t_start, total, res, sw))
+    except BaseException:
+        lock.release()
+        raise
     spreads, written = [], []
     handed = 0
 
@@ -402,6 +411,7 @@ def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str,
         if bar is not None:
             bar.close()
         executor.close()
+        lock.release()
         res.seconds = dict(executor.seconds(sw.seconds), total=time.monotonic() - t_start)
     res.stopped = executor.stopped
     res.epilogues_left_out = list(epilogues[len(in_play):])

@@ -24,9 +24,13 @@ from costlearn.collect.space import check_config, enumerate_space
 from costlearn.core.problem import EPILOGUES, Problem, check_epilogue
 from costlearn.core.util import atomic_write
 
-__all__ = ["POOLS_FILE", "EPILOGUE_COMPILE_SHARE", "problems_limit", "record_pool", "candidate_pool", "shape_configs",
-           "plan_problems", "check_epilogues", "measurement_key", "open_collection", "write_device_json",
-           "Task", "Run"]
+__all__ = ["LOCK_FILE", "POOLS_FILE", "EPILOGUE_COMPILE_SHARE", "problems_limit", "record_pool", "candidate_pool",
+           "shape_configs", "plan_problems", "check_epilogues", "measurement_key", "open_collection",
+           "write_device_json", "Task", "Run"]
+
+LOCK_FILE = ".collect.lock"
+"""Beside a dataset's parts: the lock a collection holds while it writes the
+folder (:class:`costlearn.core.util.FolderLock`; one collector per folder)."""
 
 POOLS_FILE = "pools.json"
 """Beside a dataset's parts: the candidate pools collections drew, by family

@@ -143,6 +143,59 @@ def test_a_collection_past_its_budget_says_why(dataset_dir, dataset_rows, tmp_pa
     assert "more than --budget 0: a shape started inside the budget" in capsys.readouterr().err
 
 
+_HOLDER = r"""
+import sys, time
+sys.path.insert(0, {root!r})
+from costlearn.collect.backends.replay import ReplayBackend
+from costlearn.collect.loop import collect
+from costlearn.families.gemm import GemmConfig
+
+
+class Slow(ReplayBackend):
+    def compile_many(self, configs, dtype, epilogue="none"):
+        print("compiling", flush=True)
+        time.sleep(120)
+        return super().compile_many(configs, dtype, epilogue=epilogue)
+
+
+shapes = [tuple(int(x) for x in s.split("x")) for s in sys.argv[3].split(",")]
+pool = [GemmConfig.from_id(c) for c in sys.argv[4].split(",")]
+collect(Slow(sys.argv[1]), sys.argv[2], shapes=shapes, pool=pool, configs_per_shape=6, progress=False)
+"""
+
+
+def test_two_collectors_on_one_folder_do_not_both_measure_and_a_killed_one_leaves_no_lock(dataset_dir, dataset_rows,
+                                                                                         tmp_path):
+    """Issue 37: two `costlearn collect` on one folder at once measured every
+    config twice (66 rows, 33 duplicates). The second now stops with
+    FolderBusy naming the first; kill -9 of the first leaves nothing stuck,
+    and the next run measures every config once."""
+    from costlearn.collect.backends.replay import ReplayBackend
+    from costlearn.collect.loop import collect
+    from costlearn.collect.plan import LOCK_FILE
+    from costlearn.core.util import FolderBusy
+    shapes, pool = _replay_setup(dataset_dir, dataset_rows, 2)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER.format(root=str(ROOT)), str(dataset_dir), str(tmp_path),
+                               ",".join("x".join(map(str, s)) for s in shapes), ",".join(c.config_id for c in pool)],
+                              env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "compiling"          # it holds the folder, mid-collection
+        with pytest.raises(FolderBusy, match=f"pid {holder.pid} since .*a collection"):
+            collect(ReplayBackend(dataset_dir), tmp_path, shapes=shapes, pool=pool, configs_per_shape=6,
+                    progress=False)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=60)
+    assert (tmp_path / LOCK_FILE).exists()                               # left behind, but not held
+    res = collect(ReplayBackend(dataset_dir), tmp_path, shapes=shapes, pool=pool, configs_per_shape=6, progress=False)
+    again = collect(ReplayBackend(dataset_dir), tmp_path, shapes=shapes, pool=pool, configs_per_shape=6,
+                    progress=False)
+    df, _ = load(tmp_path)
+    assert res.rows_written == len(df) == 12 and again.rows_written == 0
+    assert not df.duplicated(list(KEY_COLUMNS)).any()
+
+
 A = TileConfig(64, 64, 16, 4, 4)
 
 
