@@ -1,6 +1,7 @@
 """Small utilities several stages need, each written once: argument checks
 with messages that name the value and what is allowed, an atomic file write,
-and a keyed on-disk cache whose entries are validated before use."""
+a keyed on-disk cache whose entries are validated before use, and a lock
+that lets one process at a time write a folder."""
 from __future__ import annotations
 
 import contextlib
