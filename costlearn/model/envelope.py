@@ -281,12 +281,14 @@ COVERAGE_MARGIN_LOG2 = 1.5
 it is still a candidate: a config measured on N <= 16 is not ranked for
 N = 3584, while the grid of a shape sweep (every config on every problem)
 covers its whole range. One and a half doublings (was one): on the A100's
-float16 logs left out one at a time (the leave-one-log-out study's fold
-models, scored on the problems where both answers were measured), the timm
-log went from 6.06 % to 5.54 % and the HuggingFace and random logs were
-unchanged, with 5 more answers the logs never measured (of 1,864); two
-doublings gave 5.40 % on timm with 34 more never measured. Recorded with
-each artifact, so a model keeps the margin it was trained with."""
+float16 logs left out one at a time (``scripts/a100_study.py``, scored on
+the 1,843 problems whose answer the logs measured both times), 4.99 % ->
+4.68 % (timm 6.34 -> 5.81 %, random 3.25 -> 3.09 %, HuggingFace 5.18 ->
+5.21 %), with 5 more answers the logs never measured (20 of 1,864); from
+the random log alone to the real models' logs, 5.82 -> 5.81 %. Two
+doublings, tried on the earlier fold models, gained a little more on timm
+with 34 more answers never measured. Recorded with each artifact, so a
+model keeps the margin it was trained with."""
 
 
 def outside_rows(train_rows, test_rows) -> np.ndarray:
