@@ -38,9 +38,9 @@ from it (:func:`costlearn.ranker.native.c_header`)."""
 
 FLAG_INTERNAL = 1
 
-SCORE_LIMIT = 512.0
+SCORE_LIMIT_LOG2 = 512.0
 """Largest |base score| + sum over trees of the tree's largest |leaf value| a
-forest may have: its scores (log2 microseconds for a log-time model, whose
+forest may have, doublings: its scores (log2 microseconds for a log-time model, whose
 trained forests stay within a few dozen) then keep ``2.0 ** score`` finite.
 A file beyond it is damaged or hostile (issue 37: leaf values of 1e30 with
 the sha256 updated made ``predict_best`` raise a bare OverflowError)."""
@@ -246,7 +246,7 @@ class FlatForest:
         different numbers of extra steps, which a self-looping leaf makes
         harmless), children come after their parent, every value and the
         base score are finite, and no walk can sum to more than
-        :data:`SCORE_LIMIT` in magnitude (``2.0 ** score`` of a log2-time
+        :data:`SCORE_LIMIT_LOG2` in magnitude (``2.0 ** score`` of a log2-time
         scorer stays a finite time).
 
         Raises
@@ -298,11 +298,12 @@ class FlatForest:
         deepest = np.maximum.reduceat(depth, self.roots)                        # trees are contiguous runs
         if (self.depths < deepest).any():
             raise ForestError("flat forest declares a tree shallower than its deepest leaf")
-        leaf = np.where(internal, 0.0, np.abs(self.nodes["value"].astype(np.float64)))
-        bound = abs(self.base_score) + float(np.maximum.reduceat(leaf, self.roots).sum())
-        if not bound <= SCORE_LIMIT:
+        leaf = np.abs(self.nodes["value"])                                      # float32: a maximum is exact
+        leaf[internal] = 0.0
+        bound = abs(self.base_score) + float(np.maximum.reduceat(leaf, self.roots).sum(dtype=np.float64))
+        if not bound <= SCORE_LIMIT_LOG2:
             raise ForestError(f"flat forest scores can reach {bound:.3g} (base score plus each tree's largest "
-                              f"leaf); at most {SCORE_LIMIT:g} is a model's")
+                              f"leaf); at most {SCORE_LIMIT_LOG2:g} is a model's")
 
     @property
     def n_trees(self) -> int:

@@ -137,7 +137,7 @@ def parse(path, spec: DeviceSpec):
 
 
 _MAX_STRIDE = 2**63 - 1
-"""Largest stride a row may give (it is stored as int64)."""
+"""Largest stride (elements) a row may give: it is stored as int64."""
 
 
 def _int(v: str, what: str, lo: int, hi: int) -> int:
