@@ -76,8 +76,9 @@ def h100_split(source: Path, work: Path) -> pd.DataFrame:
     frames = []
     for dtype in sorted(rows["dtype"].astype(str).unique()):
         folder = artifact.model_folder(work / "models", "h100", "triton_mm", dtype)
-        if not (folder / artifact.SIDECAR).is_file():
-            train(work / "train" / "h100", work / "models", family="triton_mm", dtype=dtype)
+        # Trained afresh every run: a model left by an earlier run was trained by earlier code
+        # (it kept the H100 rows at the old coverage after COVERAGE_MARGIN_LOG2 changed).
+        train(work / "train" / "h100", work / "models", family="triton_mm", dtype=dtype)
         frames.append(decision_scores(Predictor(folder), rows).assign(split=dtype))
         print(f"h100 {dtype}: scored", file=sys.stderr)
     return pd.concat(frames, ignore_index=True)
