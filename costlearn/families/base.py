@@ -286,6 +286,21 @@ class KernelFamily(abc.ABC):
         """
         return None
 
+    def shrunk_variants(self, config) -> list:
+        """The configs a tool derives from ``config`` for problems smaller
+        than its block tile, each with the extents it is derived for, so a
+        model trained on a tool's logs can answer with what that tool would
+        run on a small problem (the default: none; the family's own
+        collection measures every config it serves).
+
+        Returns
+        -------
+        list of (config, (int or None, int or None, int or None))
+            A variant and, per extent (M, N, K), the largest extent it is
+            derived for (None where that extent is not shrunk).
+        """
+        return []
+
     def registers_tool(self, spec) -> str | None:
         """The compiler command :meth:`compiled_registers` runs for
         ``spec``'s device, as a user would type it (``"nvcc -arch=sm_90

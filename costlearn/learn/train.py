@@ -17,7 +17,7 @@ import pandas as pd
 
 from costlearn.collect.dataset import current_rows, load, noise_floor, rows_where, valid_rows
 from costlearn.core.device import DeviceSpec
-from costlearn.model.envelope import Coverage, Envelope, fit_coverage, fit_envelope, outside_rows
+from costlearn.model.envelope import COVERAGE_MARGIN_LOG2, Coverage, Envelope, fit_coverage, fit_envelope, outside_rows
 from costlearn.families import KernelFamily, get_family
 from costlearn.features import CandidateFeatures, ConfigTable, feature_version, get_feature_set
 from costlearn.learn.holdout import calibrate_floor, heldout_folds, heldout_problems
@@ -38,6 +38,7 @@ from costlearn.collect.sampler import ShapeBounds
 from costlearn.core.util import atomic_write, sha256_file
 
 __all__ = ["MIN_ROWS", "MIN_PROBLEMS", "pair_counts", "train", "TrainResult", "spec_from_rows", "holdout_report",
+           "candidate_pool",
            "export_artifact", "migrate_models", "dataset_pairs", "read_device_json"]
 
 
@@ -315,7 +316,7 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
                     excluded_sources=sorted(str(s) for s in exclude_sources))
     folder = artifact.model_folder(models_dir, spec.slug, fam.name, dtype)
     replaced = (folder / artifact.SIDECAR).exists()
-    cands = artifact.candidate_table(rows)
+    cands, coverage, _ = candidate_pool(fam, rows, spec, dtype)
     path = export_artifact(mdl, folder, family=fam, dtype=dtype,
                            layouts=sorted(rows["layout"].unique().tolist()), spec=spec,
                            epilogues=[e for e in EPILOGUES if e in set(rows["epilogue"].astype(str))],
@@ -323,11 +324,90 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
                            metrics=dict(holdout=summary, holdout_kind=kind), training=training,
                            baselines={name: b.save(folder) for name, b in baselines.items()},
                            extra=dict(template_hash=template, floor=floor,
-                                      coverage=fit_coverage(rows, cands["config_id"].tolist())),
+                                      coverage=coverage),
                            vendor_model=vendor_model)
     return TrainResult(path=path, holdout=summary, rows=len(rows), shapes=int(n_shapes),
                        dropped=dict(report.quarantined, stale_template_or_protocol=stale), family=fam.name,
                        dtype=dtype, device=spec.slug, replaced=replaced, holdout_kind=kind, floor=floor)
+
+
+def candidate_pool(family: KernelFamily, rows: pd.DataFrame, spec: DeviceSpec, dtype: str, *,
+                   runnable_only: bool = False) -> tuple:
+    """The candidates a model ranks and where each is covered: every config
+    measured in ``rows``, and the variants the family's tool derives from
+    them for small problems (:meth:`~costlearn.families.KernelFamily.shrunk_variants`:
+    Inductor's shrunk configs), each covered where it is derived (the
+    shrunk extents up to its block, the others where its parent was
+    measured); configs ``spec`` cannot run for ``dtype`` left out.
+
+    Measured on the A100's float16 logs left out one at a time (timm's log:
+    its 115 configs the other logs never measured, mostly shrunk ones, were
+    no candidates, and on 58 of its 899 problems the best config was one of
+    them: served 15.5 % there, the measured configs' own argmin 6.6 %):
+    see ``docs/results.md``.
+
+    Parameters
+    ----------
+    family : KernelFamily
+    rows : DataFrame
+        Valid training rows (``config_id``, ``m``, ``n``, ``k``, optionally
+        ``registers_per_thread``).
+    spec : DeviceSpec
+    dtype : str
+    runnable_only : bool
+        Leave out measured configs ``spec`` cannot run too (a model for
+        another device than the rows').
+
+    Returns
+    -------
+    candidates : DataFrame
+        :func:`costlearn.model.artifact.candidate_table`'s columns, sorted by
+        ``config_id`` (a variant's registers NaN: never compiled here).
+    coverage : dict
+        :func:`costlearn.model.envelope.fit_coverage` of the candidates.
+    dropped : int
+        Measured configs left out (``runnable_only``).
+
+    Raises
+    ------
+    ValueError
+        If no measured config is left.
+    """
+    cands = artifact.candidate_table(rows)
+    runs = np.array([not runnable_only or family.check_device(family.config_from_id(c), spec, dtype) is None
+                     for c in cands["config_id"]], bool)
+    dropped = int((~runs).sum())
+    cands = cands[runs].reset_index(drop=True)
+    if cands.empty:
+        raise ValueError(f"no {family.name}/{dtype} config in the rows can run on {spec.slug}")
+    measured = set(cands["config_id"])
+    min_block = min(family.min_tile_caps(spec))
+    lg = np.log2(rows[["m", "n", "k"]].to_numpy(np.float64))
+    ids = rows["config_id"].astype(object).to_numpy()
+    derived = {}
+    for cid in sorted(measured):
+        parent = family.config_from_id(cid)
+        variants = family.shrunk_variants(parent)
+        if not variants:
+            continue
+        own = lg[ids == cid]
+        lo, hi = own.min(axis=0), own.max(axis=0)
+        for variant, caps in variants:
+            vid = variant.config_id
+            if vid in measured or family.check_device(variant, spec, dtype) is not None:
+                continue
+            vlo, vhi = lo - COVERAGE_MARGIN_LOG2, hi + COVERAGE_MARGIN_LOG2
+            for axis, cap in enumerate(caps):          # the tool runs it where next_pow2(extent) is its block
+                if cap is not None:
+                    vlo[axis] = 0.0 if cap <= min_block else float(np.log2(cap // 2 + 1))
+                    vhi[axis] = float(np.log2(cap))
+            if vid in derived:
+                vlo, vhi = np.minimum(vlo, derived[vid][0]), np.maximum(vhi, derived[vid][1])
+            derived[vid] = (vlo, vhi)
+    if derived:
+        extra = pd.DataFrame({"config_id": sorted(derived), "registers_per_thread": np.nan})
+        cands = pd.concat([cands, extra], ignore_index=True).sort_values("config_id", ignore_index=True)
+    return cands, fit_coverage(rows, cands["config_id"].tolist(), derived), dropped
 
 
 def export_artifact(model: CostModel, folder, *, family: KernelFamily | str, dtype: str, layouts, spec: DeviceSpec,

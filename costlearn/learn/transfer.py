@@ -43,14 +43,14 @@ from sklearn.model_selection import GroupKFold
 
 from costlearn.collect.dataset import current_rows, load, rows_where, valid_rows
 from costlearn.core.device import PRESETS, DeviceSpec, preset
-from costlearn.model.envelope import fit_coverage, fit_envelope, outside_rows
+from costlearn.model.envelope import fit_envelope, outside_rows
 from costlearn.families import get_family
 from costlearn.learn.holdout import VENDOR_NEAR_GRID, calibrate_floor, heldout_problems
 from costlearn.model.vendor_floor import FLOOR_VERSION, NEIGHBORS
 from costlearn.learn.metrics import evaluate_rows, summarize
 from costlearn.model import artifact, get_model
 from costlearn.model.transfer import MIN_DESTINATION_PROBLEMS, MultiDeviceXGBModel, zero_shot_reason
-from costlearn.learn.train import export_artifact, read_device_json
+from costlearn.learn.train import candidate_pool, export_artifact, read_device_json
 
 __all__ = ["transfer", "TransferResult", "transfer_rows", "zero_shot_floor", "zero_shot_reason",
            "MIN_DESTINATION_PROBLEMS", "MIN_CALIBRATION_PROBLEMS", "ZERO_SHOT_MARGIN_LOG2", "FOLDS"]
@@ -301,12 +301,11 @@ def transfer(models_dir, source: str, destination: str, *, data_dir=None, source
         def make():
             return get_model(MultiDeviceXGBModel.name, params=params, device_specs={src_spec.slug: src_spec},
                              destination_share=destination_share)
-        cands = artifact.candidate_table(pd.concat([src, dst], ignore_index=True))
-        feasible = [fam.check_device(fam.config_from_id(c), spec, dt) is None for c in cands["config_id"]]
-        dropped = int(len(cands) - sum(feasible))
-        cands = cands[np.asarray(feasible, bool)].reset_index(drop=True)
-        if cands.empty:
-            raise ValueError(f"no {fam_name}/{dt} config measured on {source} can run on {destination}")
+        try:
+            cands, coverage, dropped = candidate_pool(fam, pd.concat([src, dst], ignore_index=True), spec, dt,
+                                                      runnable_only=True)
+        except ValueError:
+            raise ValueError(f"no {fam_name}/{dt} config measured on {source} can run on {destination}") from None
         has_vendor = fam.vendor_config_id is not None and cands["config_id"].eq(fam.vendor_config_id).any()
         summary, kind = {}, "none (zero-shot)"
         if n_dst >= MIN_CALIBRATION_PROBLEMS:
@@ -340,7 +339,7 @@ def transfer(models_dir, source: str, destination: str, *, data_dir=None, source
                                metrics=dict(holdout=summary, holdout_kind=kind), training=record,
                                baselines=baselines,
                                extra=dict(template_hash=template, floor=floor, transfer=info,
-                                          coverage=fit_coverage(rows, cands["config_id"].tolist())))
+                                          coverage=coverage))
         say(f"{fam_name}/{dt}: wrote {path.parent}" + (" (zero-shot)" if zero_shot else ""))
         results.append(TransferResult(path=path, family=fam_name, dtype=dt, source=source, destination=destination,
                                       source_rows=int(len(src)), destination_rows=int(len(dst)),

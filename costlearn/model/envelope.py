@@ -310,9 +310,9 @@ def outside_rows(train_rows, test_rows) -> np.ndarray:
     return np.array([out[s] for s in keys], bool)
 
 
-def fit_coverage(rows, config_ids) -> dict:
+def fit_coverage(rows, config_ids, derived=None) -> dict:
     """Per-candidate coverage: the log2 M, N, K range of the problems each
-    config was measured on (valid rows).
+    config was measured on (valid rows), or where it is derived for.
 
     Parameters
     ----------
@@ -320,12 +320,19 @@ def fit_coverage(rows, config_ids) -> dict:
         Valid training rows (``config_id``, ``m``, ``n``, ``k``).
     config_ids : sequence of str, length C
         The candidates, in the scorer's order.
+    derived : dict of str to (array of float, array of float), optional
+        For candidates without rows of their own (a tool's variants of a
+        measured config, :meth:`costlearn.families.KernelFamily.shrunk_variants`):
+        the log2 [M, N, K] low and high ends of where the tool runs them.
+        They are covered there exactly (the margin widens only measured
+        ranges: a variant is not ranked where the tool would run another).
 
     Returns
     -------
     dict
         JSON-ready: ``margin_log2`` and ``lo`` / ``hi``, lists of C
-        [log2 M, log2 N, log2 K] triples.
+        [log2 M, log2 N, log2 K] triples; ``derived``, the indices of the
+        derived candidates, where there are any.
 
     Raises
     ------
@@ -336,12 +343,17 @@ def fit_coverage(rows, config_ids) -> dict:
     lg["config_id"] = rows["config_id"].astype(object).to_numpy()
     g = lg.groupby("config_id")
     lo, hi = g[["m", "n", "k"]].min(), g[["m", "n", "k"]].max()
-    missing = [c for c in config_ids if c not in lo.index]
+    derived = dict(derived or {})
+    missing = [c for c in config_ids if c not in lo.index and c not in derived]
     if missing:
         raise ValueError(f"no training row of candidate(s) {missing[:5]}")
     ids = list(config_ids)
-    return dict(margin_log2=COVERAGE_MARGIN_LOG2, lo=lo.loc[ids].to_numpy().round(6).tolist(),
-                hi=hi.loc[ids].to_numpy().round(6).tolist())
+    ends = [np.array([frame.loc[c].to_numpy(np.float64) if c in frame.index else np.asarray(derived[c][i], np.float64)
+                      for c in ids]).reshape(-1, 3) for i, frame in enumerate((lo, hi))]
+    out = dict(margin_log2=COVERAGE_MARGIN_LOG2, lo=ends[0].round(6).tolist(), hi=ends[1].round(6).tolist())
+    if derived:
+        out["derived"] = [i for i, c in enumerate(ids) if c not in lo.index]
+    return out
 
 
 class Coverage:
@@ -356,10 +368,17 @@ class Coverage:
         coverage was recorded) covers every candidate everywhere.
     n_candidates : int
 
+    Attributes
+    ----------
+    lo, hi : ndarray of float64, shape (C, 3)
+        Where each candidate is ranked, log2 [M, N, K]: its range widened
+        by ``margin_log2`` (a derived candidate's: as recorded).
+
     Raises
     ------
     ValueError
-        If the ranges do not hold ``n_candidates`` finite triples with lo <= hi.
+        If the ranges do not hold ``n_candidates`` finite triples with lo <= hi,
+        or ``derived`` is not a list of distinct candidate indices.
     """
 
     def __init__(self, coverage: dict | None, n_candidates: int):
@@ -373,14 +392,20 @@ class Coverage:
             lo = np.asarray(coverage["lo"], np.float64)
             hi = np.asarray(coverage["hi"], np.float64)
             margin = float(coverage["margin_log2"])
+            derived = np.asarray(coverage.get("derived", []), np.int64).reshape(-1)
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"malformed coverage ({type(e).__name__}: {e})") from None
         if lo.shape != (n_candidates, 3) or hi.shape != (n_candidates, 3) or not (
                 np.isfinite(lo).all() and np.isfinite(hi).all() and (lo <= hi).all()) or not margin >= 0:
             raise ValueError(f"malformed coverage: lo {lo.shape}, hi {hi.shape}, margin {margin!r}; need "
                              f"({n_candidates}, 3) finite ranges with lo <= hi and a margin >= 0")
+        if not ((derived >= 0) & (derived < n_candidates)).all() or len(set(derived.tolist())) != len(derived):
+            raise ValueError(f"malformed coverage: derived {derived.tolist()[:8]} are not distinct indices of "
+                             f"{n_candidates} candidates")
         self.margin_log2 = margin
-        self.lo, self.hi = lo - margin, hi + margin
+        widen = np.full((n_candidates, 1), margin)
+        widen[derived] = 0.0
+        self.lo, self.hi = lo - widen, hi + widen
 
     def mask(self, m: int, n: int, k: int) -> np.ndarray:
         """Candidates whose measured range, widened by the margin, holds

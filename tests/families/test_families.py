@@ -329,3 +329,19 @@ def test_a_new_family_registered_with_one_line_is_imported_trained_and_answered(
     many = costlearn.predict_many([(1024, 384, 1024), (512, 128, 512)], "float16", "a100", family="stand_in_mm",
                                   models_dir=tmp_path / "models")
     assert many[0].config == pred.config and all(isinstance(p.config, StandInConfig) for p in many)
+
+
+def test_triton_mm_shrunk_variants_follow_inductors_rule_for_small_problems():
+    """Inductor shrinks each block extent to max(next_pow2(extent), 16) and its warps to one per 16x16 output
+    tile (``filtered_configs``); the A100 timm log holds m128n32k32_w4_s3_g8 for N <= 32, from
+    m128n128k32_w4_s3_g8, and m16n16k32_w1_s3_g8 for M, N <= 16."""
+    from costlearn.families.triton_mm import TritonMMConfig
+    fam = get_family("triton_mm")
+    got = dict((c.config_id, caps) for c, caps in fam.shrunk_variants(TritonMMConfig(128, 128, 32, 4, 3)))
+    assert got["m128n32k32_w4_s3_g8"] == (None, 32, None)
+    assert got["m16n16k32_w1_s3_g8"] == (16, 16, None)
+    assert got["m32n64k16_w4_s3_g8"] == (32, 64, 16)
+    assert "m128n128k32_w4_s3_g8" not in got and len(got) == 4 * 4 * 2 - 1
+    assert fam.shrunk_variants(TritonMMConfig(16, 16, 16, 1, 1)) == []
+    assert fam.shrunk_variants(fam.config_from_id("vendor")) == []
+    assert get_family("gemm").shrunk_variants(get_family("gemm").all_configs()[-1]) == []

@@ -144,6 +144,8 @@ def test_coverage_masks_a_config_far_from_where_it_was_measured():
         fit_coverage(rows, ["a", "c"])
     with pytest.raises(ValueError, match="malformed coverage"):
         Coverage(dict(margin_log2=1.0, lo=[[1, 1, 1]], hi=[[0, 0, 0]]), 1)
+    with pytest.raises(ValueError, match="derived"):
+        Coverage(dict(margin_log2=1.0, lo=[[0, 0, 0]], hi=[[1, 1, 1]], derived=[1]), 1)
 
 
 # -- the Predictor, the prune path and the hook, on models trained from fixture logs --------------------------
@@ -389,3 +391,24 @@ def test_a_transfer_floor_can_leave_the_neighbours_vendor_regret_unchecked():
     assert checked["calibration"]["rule_geomean"] > 0.0
     floor = VendorFloor(free)
     assert not floor.keeps_vendor(-0.5, 0.0) and floor.keeps_vendor(0.3, 0.0)
+
+
+def test_the_pool_holds_inductors_shrunk_configs_covered_where_inductor_runs_them():
+    """Regression: a model trained without the timm log had none of the shrunk configs Inductor runs on timm's
+    small extents (m128n32k32 for N <= 32, ...): on 58 of its 899 problems the best config was no candidate."""
+    from costlearn.core.device import preset
+    from costlearn.families import get_family
+    from costlearn.learn.train import candidate_pool
+    rows = pd.DataFrame(dict(config_id=["m128n128k32_w4_s3_g8"] * 2 + ["vendor"] * 2, m=[1024, 4096] * 2,
+                             n=[512, 2048] * 2, k=[1024, 1024] * 2, registers_per_thread=np.nan))
+    cands, coverage, dropped = candidate_pool(get_family("triton_mm"), rows, preset("a100"), "float16")
+    ids = cands["config_id"].tolist()
+    assert ids == sorted(ids) and dropped == 0 and len(ids) == 2 + 4 * 4 * 2 - 1
+    assert "m128n32k32_w4_s3_g8" in ids and np.isnan(cands.set_index("config_id").loc["m128n32k32_w4_s3_g8"].iloc[0])
+    cov = Coverage(coverage, len(ids))
+    at = ids.index("m128n32k32_w4_s3_g8")
+    assert cov.mask(2048, 20, 1024)[at] and cov.mask(2048, 32, 1024)[at]              # next_pow2(N) = 32 only
+    assert not cov.mask(2048, 16, 1024)[at] and not cov.mask(2048, 33, 1024)[at]
+    assert cov.mask(2048, 3, 1024)[ids.index("m128n16k32_w4_s3_g8")]                   # the smallest block: N <= 16
+    assert not cov.mask(2048, 20, 1 << 20)[at]                                        # K: where its parent ran
+    assert cov.mask(2048, 2048, 1024)[ids.index("m128n128k32_w4_s3_g8")]

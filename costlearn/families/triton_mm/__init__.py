@@ -43,7 +43,7 @@ from costlearn.core.dtypes import get_dtype
 from costlearn.core.problem import EPILOGUES
 from costlearn.families.base import VENDOR_CONFIG_ID, KernelFamily, TileDescription
 from costlearn.families.triton_mm.config import VALUES, VENDOR, TritonMMConfig, VendorCall
-from costlearn.families.triton_mm.inductor import config_from_choice, config_from_entry, lut_entry
+from costlearn.families.triton_mm.inductor import config_from_choice, config_from_entry, lut_entry, shrunk_variants
 
 __all__ = ["TritonMMFamily", "TritonMMConfig", "VendorCall", "VENDOR", "VALUES", "REG_OVERHEAD",
            "TENSOR_CORE_DTYPES", "MMA_TILE"]
@@ -253,6 +253,11 @@ class TritonMMFamily(KernelFamily):
         """Inductor's lookup-table entry (:func:`costlearn.families.triton_mm.inductor.lut_entry`)
         for tool ``"inductor"``; None for other tools."""
         return lut_entry(config, problem) if tool == "inductor" else None
+
+    def shrunk_variants(self, config) -> list:
+        """Inductor's shrunk configs (:func:`costlearn.families.triton_mm.inductor.shrunk_variants`);
+        none of the vendor call."""
+        return [] if isinstance(config, VendorCall) else shrunk_variants(config)
 
     def min_tile_caps(self, spec) -> tuple[int, int, int]:
         """(16, 16, 16): ``tl.dot``'s smallest block, so every problem keeps
