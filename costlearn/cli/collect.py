@@ -12,6 +12,7 @@ from costlearn.cli.common import (DATA_HELP, SHAPE_SYNTAX, add_measure_args, add
                                   positive_float, positive_int, positive_seconds, protocol_of)
 from costlearn.collect.backends import auto_name
 from costlearn.collect.sampler import ShapeBounds
+from costlearn.collect.space import enumerate_space
 from costlearn.core.problem import EPILOGUES
 from costlearn.families import get_family
 
@@ -28,7 +29,7 @@ def add_collect_args(p, budget_s: float, epilogues: tuple = EPILOGUES):
     p.add_argument("--pool", type=positive_int, default=None,
                    help="candidate pool size, compiled once (default: 48 on a CPU, 160 on a GPU)")
     p.add_argument("--configs-per-shape", type=positive_int, default=None,
-                   help="pool configs measured per shape (default: all feasible)")
+                   help="pool configs measured per shape (default: all feasible, at most the default pool size)")
     p.add_argument("--max-extent", type=positive_int, default=None,
                    help="largest M, N, K drawn (default: 1024 on a CPU, 8192 on a GPU)")
     p.add_argument("--shapes", nargs="+", default=None, metavar="SHAPE",
@@ -41,15 +42,25 @@ def add_collect_args(p, budget_s: float, epilogues: tuple = EPILOGUES):
                    "noise floor, `costlearn recheck`); 0: do not (default: 6)")
 
 
-def _collection_defaults(spec, data_root, pool, max_extent, max_flops):
-    """(ShapeBounds, dataset folder, pool size) of a collection on ``spec``:
-    the device's shape bounds unless given, its folder of ``data_root``
-    (:func:`costlearn.collect.dataset.device_dataset_folder`), and :func:`pool_size`."""
+def _collection_defaults(spec, data_root, family: str, dtype: str, pool, configs_per_shape, max_extent, max_flops):
+    """(ShapeBounds, dataset folder, pool size, configs per shape) of a
+    collection on ``spec``: the device's shape bounds unless given, its
+    folder of ``data_root`` (:func:`costlearn.collect.dataset.device_dataset_folder`),
+    :func:`pool_size` at most the feasible configs (a larger ``--pool`` is
+    said and cut to them), and ``--configs-per-shape``, else the pool, at
+    most the default pool size (so a large pool spreads over shapes instead
+    of spending the budget on one)."""
     from costlearn.collect.dataset import device_dataset_folder
     b = ShapeBounds.for_device(is_cpu(spec))
     bounds = ShapeBounds(1, b.max_extent if max_extent is None else max_extent,
                          b.max_flops if max_flops is None else max_flops)
-    return bounds, device_dataset_folder(data_root, spec.slug), pool_size(spec, pool)
+    size, feasible = pool_size(spec, pool), len(enumerate_space(spec, family=family, dtype=dtype).configs)
+    if size > feasible:
+        print(f"--pool {size}: {spec.name} runs {feasible} {family}/{dtype} configs; the pool is all of them",
+              file=sys.stderr)
+        size = feasible
+    per_shape = min(size, pool_size(spec, None)) if configs_per_shape is None else configs_per_shape
+    return bounds, device_dataset_folder(data_root, spec.slug), size, per_shape
 
 
 def collect_stage(backend, data_root, *, family: str, dtype: str, budget_s: float, pool: int | None,
@@ -61,12 +72,14 @@ def collect_stage(backend, data_root, *, family: str, dtype: str, budget_s: floa
     (:func:`recheck_in_new_session`); returns (dataset folder, CollectResult)."""
     from costlearn.collect.loop import collect
     spec = backend.spec
-    bounds, out, pool = _collection_defaults(spec, data_root, pool, max_extent, max_flops)
-    print(f"device: {spec.name} ({backend.name}); dataset: {out}; {family}/{dtype}; pool {pool} configs; "
+    bounds, out, pool, per_shape = _collection_defaults(spec, data_root, family, dtype, pool, configs_per_shape,
+                                                        max_extent, max_flops)
+    print(f"device: {spec.name} ({backend.name}); dataset: {out}; {family}/{dtype}; pool {pool} configs, up to "
+          f"{per_shape} a shape; "
           f"shapes M,N,K <= {bounds.max_extent}, 2MNK <= {bounds.max_flops:.3g}; epilogues {', '.join(epilogues)}",
           file=sys.stderr)
     res = collect(backend, out, budget_s=budget_s, family=family, dtype=dtype, pool_size=pool,
-                  configs_per_shape=pool if configs_per_shape is None else configs_per_shape,
+                  configs_per_shape=per_shape,
                   bounds=bounds, shapes=shapes, protocol=protocol, seed=seed, progress=progress,
                   epilogues=epilogues)
     print_collect_result(res, out, family, dtype, seed)
@@ -183,12 +196,13 @@ def fleet_collect_stage(address, workers, device: str, data_root, *, family: str
     backend = auto_name(family) if device == "auto" else device
     with start_fleet(backend, workers=workers, address=address) as fleet:
         spec = fleet.spec
-        bounds, out, pool = _collection_defaults(spec, data_root, pool, max_extent, max_flops)
+        bounds, out, pool, per_shape = _collection_defaults(spec, data_root, family, dtype, pool, configs_per_shape,
+                                                            max_extent, max_flops)
         print(f"fleet: {len(fleet.members)} workers of {spec.name} ({fleet.backend}) on Ray; dataset: {out}; "
-              f"{family}/{dtype}; pool {pool} configs; shapes M,N,K <= {bounds.max_extent}, "
+              f"{family}/{dtype}; pool {pool} configs, up to {per_shape} a shape; shapes M,N,K <= {bounds.max_extent}, "
               f"2MNK <= {bounds.max_flops:.3g}; epilogues {', '.join(epilogues)}", file=sys.stderr)
         res = collect_fleet(fleet, out, budget_s=budget_s, family=family, dtype=dtype, pool_size=pool,
-                            configs_per_shape=pool if configs_per_shape is None else configs_per_shape,
+                            configs_per_shape=per_shape,
                             bounds=bounds, shapes=shapes, protocol=protocol, seed=seed, progress=progress,
                             epilogues=epilogues)
     for line in res.lost + res.notes:

@@ -7,8 +7,11 @@ several collectors may write into one folder at once.
 """
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 import os
+import re
 import socket
 import uuid
 import warnings
@@ -30,7 +33,7 @@ from costlearn.core.errors import CostlearnError
 __all__ = ["SCHEMA_VERSION", "COLUMNS", "ADDED_COLUMNS", "NOT_IMPORTED", "IMPORTED_PROTOCOL", "write_part", "load",
            "compact", "noise_floor", "LoadReport",
            "valid_rows", "measured_keys", "KEY_COLUMNS", "DatasetError", "current_rows", "rows_where",
-           "device_dataset_folder"]
+           "device_dataset_folder", "part_columns"]
 
 SCHEMA_VERSION = 6
 """6 added ``epilogue`` (:data:`costlearn.core.problem.EPILOGUES`; parts written
@@ -178,9 +181,11 @@ def write_part(rows: list[dict] | pd.DataFrame, folder: str | os.PathLike) -> Pa
     """Write rows as one new Parquet part in ``folder``, atomically.
 
     The part is written to a temporary name, flushed and fsynced, then
-    renamed to ``part-<UTC time>-<host>-<pid>-<random>.parquet``
+    renamed to ``part-<UTC time>-<host>-<pid>-<random>-<digest>.parquet``
     (:func:`costlearn.core.util.atomic_write`); the folder is fsynced after the
-    rename.
+    rename. ``<digest>`` is the first 16 hex digits of the file's sha256,
+    checked by every read (:func:`_read_part`); its pages carry Parquet's
+    CRC-32 checksums too, for other readers of the folder.
 
     Parameters
     ----------
@@ -200,10 +205,80 @@ def write_part(rows: list[dict] | pd.DataFrame, folder: str | os.PathLike) -> Pa
         If a column is missing.
     """
     df = _conform(pd.DataFrame(rows))
+    buf = io.BytesIO()
+    df.to_parquet(buf, index=False, engine="pyarrow", write_page_checksum=True)
+    data = buf.getvalue()
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
     host = "".join(ch if ch.isalnum() else "-" for ch in socket.gethostname())[:32]
-    name = f"part-{stamp}-{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}.parquet"
-    return atomic_write(Path(folder) / name, lambda fh: df.to_parquet(fh, index=False, engine="pyarrow"))
+    digest = hashlib.sha256(data).hexdigest()[:PART_DIGEST_HEX]
+    name = f"part-{stamp}-{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}-{digest}.parquet"
+    return atomic_write(Path(folder) / name, data)
+
+
+PART_DIGEST_HEX = 16
+"""Hex digits of a part's sha256 in its name."""
+_DIGEST = re.compile(rf"-([0-9a-f]{{{PART_DIGEST_HEX}}})\.parquet$")
+
+
+def _read_part(part: Path, columns=None) -> pd.DataFrame:
+    """One part's rows, conformed to :data:`COLUMNS` (only ``columns``, as
+    stored, where given), its bytes checked against the sha256 digest in its
+    name (a part written before digests: its pages' CRC-32 checksums where
+    it has them).
+
+    Raises
+    ------
+    DatasetError
+        If the bytes are not those written, or a column is missing.
+    Exception
+        Whatever pyarrow raises for an unreadable part.
+    """
+    data = part.read_bytes()
+    named = _DIGEST.search(part.name)
+    if named and hashlib.sha256(data).hexdigest()[:PART_DIGEST_HEX] != named.group(1):
+        raise DatasetError(f"its bytes are not those written (sha256 differs from the {named.group(1)} in its name)")
+    if columns is not None:
+        return pd.read_parquet(io.BytesIO(data), engine="pyarrow", page_checksum_verification=True,
+                               columns=list(columns))
+    return _conform(pd.read_parquet(io.BytesIO(data), engine="pyarrow", page_checksum_verification=True),
+                    upgrade=True)
+
+
+def part_columns(folder: str | os.PathLike, columns):
+    """The values of a few ``columns`` of every readable part of ``folder``,
+    one part at a time (memory bounded by the largest part's columns, not
+    by the folder: for an import's duplicate check of millions of rows).
+    Unreadable parts, and parts lacking a column (written before it), are
+    passed over: :func:`load` reports them. Parts that appear while it reads
+    (the merged part of a :func:`compact` whose parts vanished) are read too.
+
+    Parameters
+    ----------
+    folder : path
+        Dataset folder (nothing where it does not exist).
+    columns : sequence of str
+        Names in :data:`COLUMNS`.
+
+    Yields
+    ------
+    DataFrame
+        One per part, those columns as stored.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    seen: set = set()
+    while True:
+        todo = [p for p in sorted(folder.glob("part-*.parquet")) if p.name not in seen]
+        if not todo:
+            return
+        for part in todo:
+            seen.add(part.name)
+            try:
+                frame = _read_part(part, columns)
+            except Exception:  # reported by load(), never used
+                continue
+            yield frame
 
 
 @dataclass
@@ -244,10 +319,41 @@ _WARNED: set = set()
 """(part, reason) pairs :func:`load` has warned of in this process."""
 
 
+LOAD_TRIES = 5
+"""Times :func:`load` lists and reads a folder whose parts vanish under it
+(a :func:`compact` merging them meanwhile) before it gives up."""
+
+
+def _read_parts(folder: Path, strict: bool):
+    """(frames, report) of the parts listed in ``folder`` now, or None where
+    a listed part vanished before it was read: :func:`compact` wrote their
+    merged part first, so a new listing holds every row."""
+    report, frames = LoadReport(), []
+    for part in sorted(folder.glob("part-*.parquet")):
+        try:
+            frames.append(_read_part(part))
+            report.parts += 1
+        except Exception as e:  # any unreadable part is reported, never used
+            if isinstance(e, FileNotFoundError) and not part.exists():
+                return None
+            reason = f"{type(e).__name__}: {e}"[:300]
+            if strict:
+                raise DatasetError(f"corrupt dataset part {part}: {reason}") from e
+            report.corrupt.append((str(part), reason))
+            if (str(part), reason) not in _WARNED:       # once a process: a command may load a folder twice
+                _WARNED.add((str(part), reason))
+                warnings.warn(f"skipping corrupt dataset part {part}: {reason}", stacklevel=3)
+    return frames, report
+
+
 def load(folder: str | os.PathLike, *, strict: bool = False) -> tuple[pd.DataFrame, LoadReport]:
     """Read every part of a dataset folder.
 
-    Temporary files (``.*.tmp``, left by a killed writer) are ignored. A part
+    Temporary files (``.*.tmp``, left by a killed writer) are ignored. The
+    rows are those of one listing of the folder: where :func:`compact`
+    removes listed parts during the read, the folder is listed and read
+    again (its merged part is written before any part is removed), so a
+    reader never sees a fraction of the rows. A part
     that cannot be read or lacks columns is reported in the
     :class:`LoadReport` of every call and with a warning, once a process per
     part and reason, and its rows are left out.
@@ -273,23 +379,18 @@ def load(folder: str | os.PathLike, *, strict: bool = False) -> tuple[pd.DataFra
     Raises
     ------
     DatasetError
-        If ``folder`` does not exist, or ``strict`` and a part is corrupt.
+        If ``folder`` does not exist, ``strict`` and a part is corrupt, or
+        parts vanished under :data:`LOAD_TRIES` reads in a row.
     """
     folder = _check_folder(folder)
-    report = LoadReport()
-    frames = []
-    for part in sorted(folder.glob("part-*.parquet")):
-        try:
-            frames.append(_conform(pd.read_parquet(part, engine="pyarrow"), upgrade=True))
-            report.parts += 1
-        except Exception as e:  # any unreadable part is reported, never used
-            reason = f"{type(e).__name__}: {e}"[:300]
-            if strict:
-                raise DatasetError(f"corrupt dataset part {part}: {reason}") from e
-            report.corrupt.append((str(part), reason))
-            if (str(part), reason) not in _WARNED:       # once a process: a command may load a folder twice
-                _WARNED.add((str(part), reason))
-                warnings.warn(f"skipping corrupt dataset part {part}: {reason}", stacklevel=2)
+    for _ in range(LOAD_TRIES):
+        got = _read_parts(folder, strict)
+        if got is not None:
+            break
+    else:
+        raise DatasetError(f"{folder}: its parts kept vanishing while they were read ({LOAD_TRIES} times): "
+                           "something other than costlearn's compact is removing them")
+    frames, report = got
     if frames:
         df = pd.concat(frames, ignore_index=True)
         # A compaction killed between writing the merged part and removing
@@ -326,7 +427,8 @@ def compact(folder: str | os.PathLike) -> tuple[int, int]:
     remove the merged parts. Corrupt parts are left in place (and reported
     by :func:`load`). Safe to kill at any point: the merged part is written
     atomically before anything is removed, and :func:`load` drops the exact
-    copies a kill between the two steps leaves.
+    copies a kill between the two steps leaves. A :func:`load` during it
+    reads every row once (it lists the folder again where a part vanished).
 
     Returns
     -------
@@ -342,7 +444,7 @@ def compact(folder: str | os.PathLike) -> tuple[int, int]:
     parts, frames = [], []
     for part in sorted(folder.glob("part-*.parquet")):
         try:
-            frames.append(_conform(pd.read_parquet(part, engine="pyarrow"), upgrade=True))
+            frames.append(_read_part(part))
             parts.append(part)
         except Exception:  # left for load() to report
             continue

@@ -424,6 +424,12 @@ def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str,
     return res
 
 
+COMPILE_BATCH = 64
+"""Configs a CPU collection compiles in one call, between checks of the
+budget, when it compiles the rest of its pool (a pool of thousands no
+longer compiles past the budget before the first problem is measured)."""
+
+
 class LocalExecutor(Executor):
     """Measures on ``backend`` in this process, one task at a time: the
     pool is compiled once per epilogue, at the first task that needs it
@@ -487,8 +493,9 @@ class LocalExecutor(Executor):
         return [(task, rows, True)]
 
     def _compile(self, missing: list, epi: str) -> None:
-        """Compile ``missing`` configs for ``epi`` (the whole pool at the
-        epilogue's first need), noting the pool's compile time."""
+        """Compile ``missing`` configs for ``epi`` (and the rest of the pool
+        at the epilogue's first need, on a CPU while the budget lasts),
+        noting the pool's compile time (estimated from the part compiled)."""
         pool, dtype = self.run.pool, self.run.dtype
         if missing and self._threads is not None:
             first = not any(e == epi for _, e in self._futures)
@@ -503,17 +510,26 @@ class LocalExecutor(Executor):
             if first:
                 self.pool_compile_s = max(self.pool_compile_s, time.monotonic() - t_pool)
         elif missing:
-            if not any(e == epi for _, e in self._compiled):
-                # First need of this epilogue: compile the whole pool at once,
-                # so that backends can parallelise code generation.
-                missing = list(pool)
-                if self.bar is not None:
-                    self.bar.set_postfix_str(f"compiling {len(missing)} configs ({epi})", refresh=True)
+            first = not any(e == epi for _, e in self._compiled)
+            if first and self.bar is not None:
+                self.bar.set_postfix_str(f"compiling {len(pool)} configs ({epi})", refresh=True)
             t_pool = time.monotonic()
-            for kern in self.backend.compile_many(missing, dtype, epilogue=epi):
-                self._compiled[kern.config.config_id, epi] = kern
-            if len(missing) == len(pool):
-                self.pool_compile_s = max(self.pool_compile_s, time.monotonic() - t_pool)
+            self._compile_now(list(pool) if first and len(pool) <= COMPILE_BATCH else missing, epi)
+            if first:
+                # First need of this epilogue: compile the rest of the pool too, in batches a backend can
+                # parallelise, while the budget lasts (a config left out compiles when a problem needs it).
+                rest = [c for c in pool if (c.config_id, epi) not in self._compiled]
+                batch = max(COMPILE_BATCH, len(missing))
+                while rest and time.monotonic() - self.run.t_start < self.run.budget_s:
+                    self._compile_now(rest[:batch], epi)
+                    rest = rest[batch:]
+                done = sum(e == epi for _, e in self._compiled)
+                self.pool_compile_s = max(self.pool_compile_s, (time.monotonic() - t_pool) * len(pool) / done)
+
+    def _compile_now(self, configs: list, epi: str) -> None:
+        """Compile ``configs`` for ``epi`` in one call (the backend may parallelise it)."""
+        for kern in self.backend.compile_many(configs, self.run.dtype, epilogue=epi):
+            self._compiled[kern.config.config_id, epi] = kern
 
     def show(self, measured: int) -> None:
         if self.bar is None or not measured:

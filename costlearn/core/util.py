@@ -10,6 +10,7 @@ import math
 import numbers
 import os
 import signal
+import stat
 import threading
 import time
 import uuid
@@ -23,7 +24,7 @@ except ImportError:                            # not POSIX (Windows): FolderLock
 from costlearn.core.errors import CostlearnError
 
 __all__ = ["sigint_deferred", "check_int", "check_real", "check_choice", "check_instance", "check_path", "atomic_write",
-           "fsync_dir", "sha256_file", "cache_dir", "KeyedCache", "FolderLock", "FolderBusy"]
+           "fsync_dir", "sha256_file", "cache_dir", "KeyedCache", "FolderLock", "FolderBusy", "private_folder"]
 
 
 # -- argument checks -----------------------------------------------------------
@@ -206,11 +207,53 @@ def cache_dir() -> Path:
     return Path(base) / "costlearn"
 
 
+def private_folder(folder) -> Path:
+    """``folder``, created readable and writable by this user only (mode
+    0700), and checked to be writable by no one else: the place code that
+    is loaded later (a compiled library) may be kept.
+
+    The trust model: a file loaded from here runs as this user, so only
+    this user (and root) may be able to write it. The folder must be owned
+    by this user, not a link, and writable by neither group nor others
+    (every folder above it is the system's and the user's care). On a
+    system without POSIX owners (Windows) nothing is checked.
+
+    Raises
+    ------
+    OSError
+        If the folder cannot be created, or another user owns it, or group
+        or others may write it (the message names it and what to do).
+    """
+    folder = Path(folder)
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if not hasattr(os, "getuid"):
+        return folder
+    st = os.lstat(folder)
+    if stat.S_ISLNK(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise OSError(f"{folder} is {'a link' if stat.S_ISLNK(st.st_mode) else 'writable by another user'} "
+                      f"(owner uid {st.st_uid}, mode {stat.filemode(st.st_mode)}); costlearn keeps compiled code "
+                      "only in a folder of yours that no one else can write: chmod 700 it, or set "
+                      "COSTLEARN_CACHE to such a folder")
+    return folder
+
+
+def _private_file(path: Path) -> bool:
+    """Whether ``path`` is a regular file (not a link) of this user that no
+    one else may write (always where there are no POSIX owners)."""
+    st = os.lstat(path)
+    if not hasattr(os, "getuid"):
+        return stat.S_ISREG(st.st_mode)
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
 class KeyedCache:
     """Files in the user cache keyed by a digest of what they were made from,
     each with a sha256 beside it; an entry is returned only when its bytes
     still have that sha256 and the caller's ``load`` accepts them, so a
-    truncated, damaged or foreign file is rebuilt, never used.
+    truncated, damaged or foreign file is rebuilt, never used. The sha256
+    finds damage, not intent: whoever can write the folder could write both,
+    so entries live only in a :func:`private_folder` and an entry is loaded
+    only where it is this user's file that no one else may write.
 
     Parameters
     ----------
@@ -254,24 +297,27 @@ class KeyedCache:
         Raises
         ------
         OSError
-            If a fresh build cannot be written or loaded.
+            If a fresh build cannot be written or loaded, or the folder is
+            not private (:func:`private_folder`): nothing is loaded from it.
         """
         path = self.path(key)
+        private_folder(path.parent)
         side = path.with_name(path.name + ".sha256")
         try:
-            if side.read_text().strip() == sha256_file(path):
+            if _private_file(path) and _private_file(side) and side.read_text().strip() == sha256_file(path):
                 return load(path)
         except (OSError, ValueError, AttributeError):
-            pass                                  # missing, damaged or unacceptable: build afresh
-        path.parent.mkdir(parents=True, exist_ok=True)
+            pass                                  # missing, damaged, another's or unacceptable: build afresh
         fd, tmp = _open_temp(path, self.suffix)
         os.close(fd)
         try:
             build(Path(tmp))
+            os.chmod(tmp, 0o700)                  # this user's alone, whatever the umask
             obj = load(Path(tmp))                 # a build must load before it is cached
             digest = sha256_file(tmp)
             os.replace(tmp, path)
             atomic_write(side, digest, durable=False)
+            os.chmod(side, 0o600)
             return obj
         finally:
             if os.path.exists(tmp):
@@ -325,23 +371,26 @@ class FolderLock:
         What the holder does, for the message (``"a collection"``).
     name : str
         The lock file's name in ``folder``.
+    wait : bool
+        Wait for the holder to release it (for short critical sections,
+        such as a model's swap) instead of raising FolderBusy.
 
     Raises
     ------
     FolderBusy
-        If another process holds it (naming that process).
+        If another process holds it (naming that process) and ``wait`` is False.
     OSError
         If the lock file cannot be created.
     """
 
-    def __init__(self, folder, what: str, name: str = ".lock"):
+    def __init__(self, folder, what: str, name: str = ".lock", *, wait: bool = False):
         self.path = Path(folder) / name
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(self.path, "a+")
         if fcntl is None:                      # no advisory locks here: one writer is the user's care
             return
         try:
-            fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             self._fh.seek(0)
             holder = self._fh.read(200).strip() or "another process"

@@ -4,6 +4,7 @@ atomic part, nothing touched on failure)."""
 from __future__ import annotations
 
 import abc
+import itertools
 import json
 import math
 import socket
@@ -12,18 +13,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from costlearn.collect.loop import write_device_json
-from costlearn.collect.dataset import (IMPORTED_PROTOCOL, SCHEMA_VERSION, DatasetError, device_dataset_folder, load,
-                                       write_part)
+from costlearn.collect.dataset import IMPORTED_PROTOCOL, SCHEMA_VERSION, device_dataset_folder, part_columns, write_part
 from costlearn.core.device import DeviceSpec, preset
 from costlearn.families import get_family
-from costlearn.core.util import sha256_file
+from costlearn.core.util import FolderLock, sha256_file
 from costlearn.core.version import __version__
 from costlearn.core.errors import CostlearnError
 
 __all__ = ["InteropError", "ImportReport", "Measurement", "Importer", "import_measurements", "device_folder",
-           "FAILED"]
+           "FAILED", "SkippedLines", "IMPORT_CHUNK_ROWS", "IMPORT_LOCK"]
 
 FAILED = "failed"
 """Status of an imported row whose source recorded a failure (an ``inf``
@@ -72,6 +73,24 @@ class Measurement:
     epilogue: str = "none"
 
 
+class SkippedLines(list):
+    """Malformed lines of a file, (line number, reason) pairs: the first
+    :attr:`KEEP` kept, every one counted in :attr:`total` (a file of
+    millions of bad lines costs no memory for them)."""
+
+    KEEP = 1000
+
+    def __init__(self):
+        super().__init__()
+        self.total = 0
+
+    def add(self, line: int, why: str) -> None:
+        """Count a malformed line; keep it while fewer than :attr:`KEEP` are."""
+        self.total += 1
+        if len(self) < self.KEEP:
+            self.append((line, why))
+
+
 @dataclass
 class ImportReport:
     """Outcome of one import.
@@ -87,15 +106,19 @@ class ImportReport:
     failed : int
         Of those, rows with status ``failed`` (the source recorded a failure).
     skipped : list of (int, str)
-        Malformed lines, not imported: (line number, reason).
+        Malformed lines, not imported: (line number, reason); a
+        :class:`SkippedLines` keeps the first thousand and counts all.
     already_imported : bool
         The folder already holds this file's measurements (the same file,
         or every measurement of it at the same line); nothing added.
     duplicates : int
         Measurements left out because the folder holds them already (a log
-        imported before it grew, or a copy with other bytes).
+        imported before it grew, a copy with other bytes, or the first
+        parts of an import that was killed).
     part : Path or None
-        The part written.
+        The last part written.
+    parts : int
+        Parts written (one per :data:`IMPORT_CHUNK_ROWS` new rows at most).
     """
 
     format: str
@@ -108,6 +131,7 @@ class ImportReport:
     already_imported: bool = False
     part: Path | None = None
     duplicates: int = 0
+    parts: int = 0
 
     def summary(self, max_lines: int = 5) -> str:
         """A few lines: what was added where, and the first skipped lines."""
@@ -120,11 +144,11 @@ class ImportReport:
             s.append(f"left out {self.duplicates} measurements already in the folder (the same lines of an earlier "
                      "import of this log)")
         if self.skipped:
-            s.append(f"skipped {len(self.skipped)} line{'s' if len(self.skipped) != 1 else ''} (malformed, or "
-                     "nothing costlearn maps):")
+            total = getattr(self.skipped, "total", len(self.skipped))
+            s.append(f"skipped {total} line{'s' if total != 1 else ''} (malformed, or nothing costlearn maps):")
             s += [f"  line {ln}: {why}" for ln, why in self.skipped[:max_lines]]
-            if len(self.skipped) > max_lines:
-                s.append(f"  ... and {len(self.skipped) - max_lines} more")
+            if total > max_lines:
+                s.append(f"  ... and {total - max_lines} more")
         return "\n".join(s)
 
 
@@ -204,36 +228,64 @@ def resolve_device(device) -> DeviceSpec:
         raise InteropError(f"--preset {device!r}: {e}; the file names no GPU, so the preset says which") from None
 
 
-def _measurement_key(x: Measurement) -> tuple:
-    return (int(x.line), int(x.m), int(x.n), int(x.k), x.dtype, x.layout, x.epilogue, x.family, x.config.config_id,
-            float(x.time_us) if not x.error and math.isfinite(x.time_us) and x.time_us > 0 else "failed")
+IMPORT_CHUNK_ROWS = 200_000
+"""Measurements an import turns into rows and writes as one part at a time:
+its memory is bounded by a chunk, not by the file."""
+IMPORT_LOCK = ".import.lock"
+"""The lock file one import into a dataset folder holds at a time."""
+KEY_COLUMNS = ("source_line", "m", "n", "k", "dtype", "layout", "epilogue", "family", "config_id", "status",
+               "time_us")
+"""What makes an imported measurement the same as one the folder holds from
+the same format: its line, problem, config and time (or its failure)."""
 
 
-def _known_measurements(have, fmt: str) -> set:
-    """:func:`_measurement_key` of the rows already imported from ``fmt`` files."""
-    rows = have[have["source_format"] == fmt]
-    if rows.empty:
-        return set()
+def _key_hashes(rows) -> np.ndarray:
+    """A 64-bit hash per row of :data:`KEY_COLUMNS` (a failed or unusable
+    time counts as one value), the same for a row as written and as read
+    back: uint64, shape (len(rows),)."""
     t = rows["time_us"].to_numpy(np.float64)
-    ok = rows["status"].ne("failed").to_numpy(bool) & np.isfinite(t) & (t > 0)
-    cols = [rows[c].to_numpy() for c in ("source_line", "m", "n", "k", "dtype", "layout", "epilogue", "family",
-                                         "config_id")]
-    return {(int(a), int(b), int(c), int(d), str(e), str(f), str(ep), str(g), str(h), float(ti) if o else "failed")
-            for a, b, c, d, e, f, ep, g, h, ti, o in zip(*cols, t, ok)}
+    ok = rows["status"].astype(object).to_numpy() != FAILED
+    ok &= np.isfinite(t) & (t > 0)
+    cols = {c: rows[c].to_numpy(np.int64) for c in ("source_line", "m", "n", "k")}
+    cols.update({c: rows[c].astype(str).to_numpy(object) for c in ("dtype", "layout", "epilogue", "family",
+                                                                    "config_id")})
+    cols["time_us"] = np.where(ok, t, -1.0)
+    return pd.util.hash_pandas_object(pd.DataFrame(cols), index=False).to_numpy(np.uint64)
+
+
+def _known_keys(folder: Path, fmt: str) -> np.ndarray:
+    """:func:`_key_hashes` of the rows ``folder`` holds from ``fmt`` files,
+    sorted, read a part at a time (uint64)."""
+    known = [_key_hashes(f[f["source_format"] == fmt]) for f in part_columns(folder, ("source_format",) + KEY_COLUMNS)
+             if (f["source_format"] == fmt).any()]
+    return np.unique(np.concatenate(known)) if known else np.zeros(0, np.uint64)
+
+
+def _chunks(measurements, size: int):
+    """``measurements`` in lists of up to ``size``."""
+    it = iter(measurements)
+    while True:
+        chunk = list(itertools.islice(it, size))
+        if not chunk:
+            return
+        yield chunk
 
 
 def import_measurements(fmt: str, path, measurements, skipped, spec: DeviceSpec, data_root, *,
                         sha256: str | None = None) -> ImportReport:
-    """Write parsed measurements of one source file as one dataset part.
+    """Write parsed measurements of one source file as dataset parts, a
+    chunk of :data:`IMPORT_CHUNK_ROWS` at a time (memory bounded by a chunk).
 
     Every row records ``source_format``, ``source_file`` (the file's name),
     ``source_sha256`` and ``source_line``; ``protocol_version`` is
     :data:`~costlearn.collect.dataset.IMPORTED_PROTOCOL`, ``run_id`` is
-    ``import-<sha256[:12]>``. A file whose sha256 the folder already holds
-    adds nothing, nor does a measurement the folder holds from the same
-    format at the same line with the same problem, config and time (a log
-    that grew by appending, a copy with other line endings). The part is written atomically after every line parsed, so
-    a failed import leaves the dataset as it was.
+    ``import-<sha256[:12]>``. A measurement the folder holds from the same
+    format at the same line with the same problem, config and time is not
+    added again (:data:`KEY_COLUMNS`): importing a file twice adds nothing,
+    a log that grew by appending (or a copy with other line endings) adds
+    its new lines, and an import killed part way resumes where it stopped
+    (each part is written atomically). One import per folder at a time
+    (:data:`IMPORT_LOCK`).
 
     Parameters
     ----------
@@ -242,8 +294,10 @@ def import_measurements(fmt: str, path, measurements, skipped, spec: DeviceSpec,
     path : path
         The source file.
     measurements : iterable of Measurement
+        Read once (a parser's lazy iterator).
     skipped : list of (int, str)
-        Malformed lines found while parsing.
+        Malformed lines found while parsing (complete once ``measurements``
+        has been read).
     spec : DeviceSpec
         The device the file was measured on.
     data_root : path
@@ -258,66 +312,79 @@ def import_measurements(fmt: str, path, measurements, skipped, spec: DeviceSpec,
     Raises
     ------
     InteropError
-        If no line held a measurement (the first skipped lines are named), or
-        the folder is another device's.
+        If no line held a measurement (the first skipped lines are named;
+        nothing is written then), or the folder is another device's.
+    costlearn.core.util.FolderBusy
+        If another import into the folder is running.
     """
     path = Path(path)
     sha = sha256 or sha256_file(path)
-    skipped = list(skipped)
-    ms = list(measurements)
-    if not ms:                      # before the device folder is made: a failed import writes nothing
-        first = "; ".join(f"line {ln}: {why}" for ln, why in skipped[:3])
-        raise InteropError(f"{path}: no measurement found in this {fmt} file" + (f" ({first})" if first else ""))
+    chunks = _chunks(measurements, IMPORT_CHUNK_ROWS)
+    first = next(chunks, None)
+    if first is None:               # before the device folder is made: a failed import writes nothing
+        lines = "; ".join(f"line {ln}: {why}" for ln, why in list(skipped)[:3])
+        raise InteropError(f"{path}: no measurement found in this {fmt} file" + (f" ({lines})" if lines else ""))
     folder = device_folder(data_root, spec)
-    rep = ImportReport(format=fmt, file=str(path), sha256=sha, folder=folder, skipped=skipped)
-    try:
-        have, _ = load(folder)
-    except DatasetError as e:
-        raise InteropError(f"{folder}: {e}") from e
-    if (have["source_sha256"] == sha).any():
-        rep.already_imported = True
-        return rep
-    # A log that grew since it was imported (AutoHeuristic appends), or a copy of one with other bytes
-    # (line endings, name), holds the same measurements at the same lines: those are not added again.
-    known = _known_measurements(have, fmt)
-    fresh = [x for x in ms if _measurement_key(x) not in known]
-    rep.duplicates = len(ms) - len(fresh)
-    if not fresh:
-        rep.already_imported = True
-        return rep
-    ms = fresh
+    rep = ImportReport(format=fmt, file=str(path), sha256=sha, folder=folder)
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    host = socket.gethostname()
     prov = dict(device_slug=spec.slug, device_name=spec.name, api=spec.api, compute_capability=spec.compute_capability,
                 device_version="", multiprocessors=spec.multiprocessors, driver_version="", runtime_version="",
-                library_version="", host=host, costlearn_version=__version__, schema_version=SCHEMA_VERSION,
-                run_id=f"import-{sha[:12]}", timestamp=stamp, protocol_version=IMPORTED_PROTOCOL,
-                distribution="", density=math.nan, rounds=0, source_format=fmt, source_file=path.name,
-                source_sha256=sha, session_id=f"import-{sha[:12]}", device_settings="")
-    nan = math.nan
+                library_version="", host=socket.gethostname(), costlearn_version=__version__,
+                schema_version=SCHEMA_VERSION, run_id=f"import-{sha[:12]}", timestamp=stamp,
+                protocol_version=IMPORTED_PROTOCOL, distribution="", density=math.nan, rounds=0, source_format=fmt,
+                source_file=path.name, source_sha256=sha, session_id=f"import-{sha[:12]}", device_settings="")
     described: dict = {}
-    rows = []
-    for ms_ in ms:
-        fam = get_family(ms_.family)
-        key = (ms_.family, ms_.config, ms_.dtype)
+    with FolderLock(folder, "an import", IMPORT_LOCK):
+        known = _known_keys(folder, fmt)
+        chunk, first = first, None
+        while chunk is not None:
+            rows = _rows(chunk, prov, described)
+            chunk = None                            # one chunk's measurements alive at a time
+            fresh = ~np.isin(_key_hashes(rows), known)
+            rep.duplicates += int((~fresh).sum())
+            if fresh.any():
+                rows = rows[fresh]
+                rep.part = write_part(rows, folder)
+                rep.parts += 1
+                rep.rows_added += len(rows)
+                rep.failed += int((rows["status"] == FAILED).sum())
+            rows = None
+            chunk = next(chunks, None)
+    rep.skipped = skipped
+    rep.already_imported = rep.rows_added == 0
+    return rep
+
+
+def _rows(chunk: list, prov: dict, described: dict) -> pd.DataFrame:
+    """Dataset rows (every column of :data:`costlearn.collect.dataset.COLUMNS`)
+    of a chunk of measurements with the provenance ``prov``; ``described``
+    caches each (family, config, dtype)'s tile description."""
+    nan = math.nan
+    cols: dict = {c: [] for c in ("m", "n", "k", "dtype", "layout", "epilogue", "family", "config_id", "block_m",
+                                  "block_n", "block_k", "thread_m", "thread_n", "threads", "pipeline_stages",
+                                  "smem_bytes", "status", "error", "time_us", "n_samples", "template_hash",
+                                  "source_line")}
+    for x in chunk:
+        key = (x.family, x.config, x.dtype)
         d = described.get(key)
         if d is None:
-            d = described[key] = fam.describe(ms_.config, ms_.dtype)
-        ok = not ms_.error and np.isfinite(ms_.time_us) and ms_.time_us > 0
-        rows.append(dict(
-            m=ms_.m, n=ms_.n, k=ms_.k, dtype=ms_.dtype, layout=ms_.layout, epilogue=ms_.epilogue, family=ms_.family,
-            config_id=ms_.config.config_id, block_m=d.block_m, block_n=d.block_n, block_k=d.block_k,
-            thread_m=d.thread_m, thread_n=d.thread_n, threads=d.threads, pipeline_stages=d.pipeline_stages,
-            smem_bytes=d.smem_bytes, registers_per_thread=nan,
-            status="ok" if ok else FAILED, error="" if ok else (ms_.error or "no time recorded"),
-            time_us=ms_.time_us if ok else nan, time_us_p20=ms_.time_us if ok else nan,
-            time_us_p80=ms_.time_us if ok else nan, n_samples=1 if ok else 0, launches_per_sample=1,
-            below_overhead=False, max_abs_err=nan, overhead_us=nan, compile_s=nan, repeat_time_us=nan,
-            rotation_sets=0, rse=nan, stop_reason="", tied_best=False, samples_us="", sm_clock_mhz=nan,
-            mem_clock_mhz=nan, temperature_c=nan, throttled=False,
-            throttle_reasons="", template_hash=fam.imported_template_hash or fam.template_hash,
-            source_line=ms_.line, **prov))
-    rep.part = write_part(rows, folder)
-    rep.rows_added = len(rows)
-    rep.failed = sum(r["status"] == FAILED for r in rows)
-    return rep
+            fam = get_family(x.family)
+            d = described[key] = (fam.describe(x.config, x.dtype), fam.imported_template_hash or fam.template_hash)
+        desc, template = d
+        ok = not x.error and math.isfinite(x.time_us) and x.time_us > 0
+        for c, v in (("m", x.m), ("n", x.n), ("k", x.k), ("dtype", x.dtype), ("layout", x.layout),
+                     ("epilogue", x.epilogue), ("family", x.family), ("config_id", x.config.config_id),
+                     ("block_m", desc.block_m), ("block_n", desc.block_n), ("block_k", desc.block_k),
+                     ("thread_m", desc.thread_m), ("thread_n", desc.thread_n), ("threads", desc.threads),
+                     ("pipeline_stages", desc.pipeline_stages), ("smem_bytes", desc.smem_bytes),
+                     ("status", "ok" if ok else FAILED), ("error", "" if ok else (x.error or "no time recorded")),
+                     ("time_us", x.time_us if ok else nan), ("n_samples", 1 if ok else 0),
+                     ("template_hash", template), ("source_line", x.line)):
+            cols[c].append(v)
+    rows = pd.DataFrame(cols)
+    rows["time_us_p20"] = rows["time_us_p80"] = rows["time_us"]
+    consts = dict(registers_per_thread=nan, launches_per_sample=1, below_overhead=False, max_abs_err=nan,
+                  overhead_us=nan, compile_s=nan, repeat_time_us=nan, rotation_sets=0, rse=nan, stop_reason="",
+                  tied_best=False, samples_us="", sm_clock_mhz=nan, mem_clock_mhz=nan, temperature_c=nan,
+                  throttled=False, throttle_reasons="", **prov)
+    return rows.assign(**consts)

@@ -3,8 +3,17 @@ own files (XGBoost: ``model.ubj``), its compiled scorer (``scorer.npz``) and
 a JSON sidecar (``model.json``) with everything prediction needs without a
 device, a compiler or the training library (design.md, "Model artifact").
 
-Every file is written atomically and the sidecar, written last, records the
-sha256 of each, so a reader never uses half a model or a mixed pair.
+A model is replaced in one rename: :func:`save` writes the new model's files
+into a new folder beside the old one's (``<folder>/v-<time>-<random>/``,
+the sidecar's ``payload``), then renames the new sidecar over the old. A
+reader sees the old model or the new, never neither and never a mix: the
+sidecar records the sha256 of each file, the previous model's files stay
+until the next save, and :func:`load` reads again where the sidecar changed
+under it. A save killed at any point leaves the old model served (its
+unfinished folder is removed by the next save). One save at a time per
+folder (a lock, :data:`SAVE_LOCK`, that a killed holder does not leave
+held). Artifacts written before payload folders keep their files beside
+the sidecar and load as they are.
 
 ``scorer.npz`` is what is served: predictions, rankings, the shortlist table,
 ``evaluate`` (:meth:`Artifact.predict_rows`) all read it, and :func:`load`
@@ -21,6 +30,8 @@ import importlib.metadata as md
 import json
 import os
 import platform
+import shutil
+import uuid
 import zipfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -35,7 +46,7 @@ from costlearn.families import FAMILIES, get_family
 from costlearn.features import FEATURE_SETS, CandidateFeatures, ConfigTable, feature_version, get_feature_set
 from costlearn.model.vendor_floor import VendorFloor
 from costlearn.model.shortlist import SHORTLIST_FILE, Shortlist, ShortlistError
-from costlearn.core.util import atomic_write, sha256_file
+from costlearn.core.util import FolderLock, atomic_write, sha256_file
 from costlearn.core.version import __version__
 from costlearn.model.base import MODELS, CostModel
 from costlearn.model.scorer import Scorer, ScorerError
@@ -45,7 +56,7 @@ from costlearn.core.errors import CostlearnError
 
 __all__ = ["ARTIFACT_SCHEMA", "save", "load", "Artifact", "ArtifactError", "default_models_dir", "models_root",
            "list_models", "candidate_table", "model_folder", "old_layout_folders", "replace_shortlist", "SIDECAR",
-           "SCORER_FILE"]
+           "SCORER_FILE", "SAVE_LOCK", "PAYLOAD_PREFIX", "LOAD_TRIES", "files_folder"]
 
 ARTIFACT_SCHEMA = 3
 """3: ``models/<device>/<family>/<dtype>/``, family and layouts in the
@@ -53,6 +64,15 @@ sidecar, the model saved through its CostModel, the compiled scorer and its
 cascade in the artifact."""
 
 SIDECAR = "model.json"
+SAVE_LOCK = ".save.lock"
+"""The lock file one :func:`save` of a folder holds at a time."""
+PAYLOAD_PREFIX = "v-"
+"""Names of the folders a model's files live in (``v-<UTC time>-<random>``)."""
+LOAD_TRIES = 3
+"""Times :func:`load` reads a sidecar that changes under it (a save
+replacing the model meanwhile) before it gives up."""
+_LEGACY_FILES = ("model.ubj", "scorer.npz", "vendor.npz", "shortlist.npz")
+"""The files an artifact kept beside its sidecar before payload folders."""
 SCORER_FILE = "scorer.npz"
 VENDOR_FILE = "vendor.npz"
 """The vendor model's members (:mod:`costlearn.model.vendor`), where the
@@ -180,18 +200,41 @@ def save(model: CostModel, folder, *, family: str, dtype: str, layouts, spec: De
     -------
     Path
         The sidecar's path.
+
+    Notes
+    -----
+    The files go into a new payload folder and the sidecar is renamed over
+    the old one last (see the module docstring); a reader never sees
+    neither model. The lock :data:`SAVE_LOCK` waits for another save of
+    the same folder to finish.
     """
     model.check_fitted()
     folder = Path(folder)
     fam = get_family(family)
-    state = model.save(folder)
-    scorer_path = atomic_write(folder / SCORER_FILE, scorer.to_bytes())
-    sl_entry = _write_shortlist(folder, shortlist, shortlist_info)
+    folder.mkdir(parents=True, exist_ok=True)
+    with FolderLock(folder, "a model save", SAVE_LOCK, wait=True):
+        previous = _current_payload(folder)
+        payload = _new_payload(folder)
+        side = _write_payload(model, folder / payload, fam, dtype, layouts, spec, candidates, scorer, envelope,
+                              metrics, training, baselines, cascade, shortlist, shortlist_info, epilogues,
+                              vendor_model)
+        side.update(extra or {})
+        side["payload"] = payload
+        _swap_sidecar(folder, side, previous)
+    return folder / SIDECAR
+
+
+def _write_payload(model, files: Path, fam, dtype, layouts, spec, candidates, scorer, envelope, metrics, training,
+                   baselines, cascade, shortlist, shortlist_info, epilogues, vendor_model) -> dict:
+    """Write the model's files into the new payload folder ``files``; the
+    sidecar (without ``payload``) that records them."""
+    state = model.save(files)
+    scorer_path = atomic_write(files / SCORER_FILE, scorer.to_bytes())
+    sl_entry = _write_shortlist(files, shortlist, shortlist_info)
     if vendor_model is None:
-        (folder / VENDOR_FILE).unlink(missing_ok=True)
         vendor_entry = None
     else:
-        path = atomic_write(folder / VENDOR_FILE, lambda fh: np.savez(fh, **vendor_model.arrays()))
+        path = atomic_write(files / VENDOR_FILE, lambda fh: np.savez(fh, **vendor_model.arrays()))
         vendor_entry = dict(file=VENDOR_FILE, sha256=sha256_file(path), members=len(vendor_model.bases),
                             trees=int(len(vendor_model.forest.roots)), features=list(VENDOR_FEATURES))
     names = list(get_feature_set(model.feature_set).feature_names(fam))
@@ -209,9 +252,57 @@ def save(model: CostModel, folder, *, family: str, dtype: str, layouts, spec: De
                     cascade=dict(stages=[dict(trees=t, keep=k, margin=d) for t, k, d in scorer.cascade],
                                  **(cascade or {}))),
         shortlist=sl_entry, vendor_model=vendor_entry, versions=_versions())
-    side.update(extra or {})
+    return side
+
+
+def files_folder(folder) -> Path:
+    """The folder the artifact in ``folder`` keeps its files in now (its
+    payload folder, or ``folder`` for an artifact written before payload
+    folders), without checking the files.
+
+    Raises
+    ------
+    ArtifactError
+        If ``folder`` holds no readable sidecar or it names no such folder.
+    """
+    folder = Path(folder)
+    payload = _current_payload(folder)
+    if payload is None:
+        raise ArtifactError(f"no readable model sidecar in {str(folder)!r}")
+    return _payload_folder(folder, folder / SIDECAR, payload or None)
+
+
+def _current_payload(folder: Path) -> str | None:
+    """The payload folder the sidecar in ``folder`` names now: its name,
+    ``""`` for an artifact whose files lie beside the sidecar, None where
+    there is no readable sidecar."""
+    try:
+        side = json.loads((folder / SIDECAR).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return str(side.get("payload") or "") if isinstance(side, dict) else None
+
+
+def _new_payload(folder: Path) -> str:
+    """Create and name a new payload folder in ``folder``."""
+    name = f"{PAYLOAD_PREFIX}{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    (folder / name).mkdir()
+    return name
+
+
+def _swap_sidecar(folder: Path, side: dict, previous: str | None) -> None:
+    """Rename the new sidecar over the old (the one rename that replaces the
+    model), then remove what neither it nor the previous model uses: older
+    payload folders, a killed save's, and files beside the sidecar once no
+    sidecar names them."""
     atomic_write(folder / SIDECAR, json.dumps(side, indent=1, sort_keys=True, default=_json_default))
-    return folder / SIDECAR
+    keep = {side["payload"], previous}
+    for p in folder.glob(f"{PAYLOAD_PREFIX}*"):
+        if p.name not in keep and p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+    if previous != "":
+        for name in _LEGACY_FILES:
+            (folder / name).unlink(missing_ok=True)
 
 
 @dataclass
@@ -249,6 +340,9 @@ class Artifact:
     epilogues : tuple of str
         The epilogues it was trained on (``("none",)`` for an artifact
         written before epilogues were recorded).
+    files : Path
+        The folder its files lie in (its payload folder; :attr:`path` for
+        an artifact written before payload folders).
     """
 
     path: Path
@@ -266,7 +360,12 @@ class Artifact:
     epilogues: tuple = ("none",)
     shortlist: Shortlist = None
     vendor_model: VendorModel = None
+    files: Path = None
     _model: CostModel | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.files is None:
+            self.files = self.path
 
     @property
     def device(self) -> str:
@@ -336,7 +435,7 @@ class Artifact:
         if self._model is None:
             try:
                 cls = MODELS.get(self.sidecar["model"])
-                self._model = cls.load(self.path, self.sidecar["model_state"], self.spec)
+                self._model = cls.load(self.files, self.sidecar["model_state"], self.spec)
             except (KeyError, TypeError, ValueError) as e:
                 raise ArtifactError(f"{self.path / SIDECAR}: the {self.sidecar.get('model')!r} model does not "
                                     f"load ({type(e).__name__}: {e})") from e
@@ -355,7 +454,7 @@ class Artifact:
         if state is None:
             raise ArtifactError(f"{self.path / SIDECAR} holds no {name!r} baseline; retrain")
         try:
-            return MODELS.get(name).load(self.path, state, self.spec)
+            return MODELS.get(name).load(self.files, state, self.spec)
         except (KeyError, TypeError, ValueError) as e:
             raise ArtifactError(f"{self.path / SIDECAR}: baseline {name!r} does not load: {e}") from e
 
@@ -369,6 +468,9 @@ class Artifact:
 def load(folder) -> Artifact:
     """Load the artifact in ``folder``.
 
+    Where a save replaces the model while it reads (the sidecar's bytes
+    change under it), it reads the new one, up to :data:`LOAD_TRIES` times.
+
     Raises
     ------
     ArtifactError
@@ -379,11 +481,31 @@ def load(folder) -> Artifact:
     """
     folder = Path(folder)
     side_path = folder / SIDECAR
-    if not side_path.is_file():
-        raise ArtifactError(f"no model artifact in {str(folder)!r} (need {SIDECAR})")
+    for attempt in range(LOAD_TRIES):
+        if not side_path.is_file():
+            raise ArtifactError(f"no model artifact in {str(folder)!r} (need {SIDECAR})")
+        try:
+            text = side_path.read_bytes()
+        except OSError as e:
+            raise ArtifactError(f"unreadable model sidecar {side_path}: {e}") from e
+        try:
+            return _load(folder, text)
+        except ArtifactError:
+            try:
+                changed = side_path.read_bytes() != text
+            except OSError:
+                changed = True
+            if not changed or attempt == LOAD_TRIES - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _load(folder: Path, text: bytes) -> Artifact:
+    """:func:`load` of the sidecar bytes ``text`` read from ``folder``."""
+    side_path = folder / SIDECAR
     try:
-        side = json.loads(side_path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        side = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ArtifactError(f"unreadable model sidecar {side_path}: {e}") from e
     if not isinstance(side, dict):
         raise ArtifactError(f"{side_path}: not a JSON object")
@@ -452,7 +574,8 @@ def load(folder) -> Artifact:
     except (KeyError, TypeError, ValueError) as e:
         raise ArtifactError(f"{side_path}: invalid sidecar ({type(e).__name__}: {e}); "
                             "retrain with `costlearn train`") from e
-    sc_path = _verified(folder, side["scorer"].get("file", SCORER_FILE), side_path, side["scorer"].get("sha256"),
+    files = _payload_folder(folder, side_path, side.get("payload"))
+    sc_path = _verified(files, side["scorer"].get("file", SCORER_FILE), side_path, side["scorer"].get("sha256"),
                         "compiled scorer")
     try:
         scorer = Scorer.from_file(sc_path, len(configs))
@@ -460,14 +583,38 @@ def load(folder) -> Artifact:
         raise ArtifactError(str(e)) from e
     if scorer.n_features != len(art_names):
         raise ArtifactError(f"{sc_path} reads {scorer.n_features} features, the sidecar names {len(art_names)}")
-    shortlist = _load_shortlist(folder, side_path, side.get("shortlist"), scorer, len(configs), layouts)
-    vendor_model = _load_vendor(folder, side_path, side.get("vendor_model"))
+    shortlist = _load_shortlist(files, side_path, side.get("shortlist"), scorer, len(configs), layouts)
+    vendor_model = _load_vendor(files, side_path, side.get("vendor_model"))
     if floor.estimate is not None and vendor_model is None:
         raise ArtifactError(f"{side_path}: its vendor floor decides with the vendor model's estimate, but the "
                             "artifact has no vendor model; retrain with `costlearn train`")
     return Artifact(path=folder, sidecar=side, spec=spec, family=fam, dtype=side["dtype"], layouts=layouts,
                     configs=configs, candidates=cands, envelope=envelope, scorer=scorer, coverage=coverage,
-                    floor=floor, shortlist=shortlist, epilogues=epilogues, vendor_model=vendor_model)
+                    floor=floor, shortlist=shortlist, epilogues=epilogues, vendor_model=vendor_model, files=files)
+
+
+def _payload_folder(folder: Path, side_path: Path, payload) -> Path:
+    """The folder the sidecar's files lie in: its ``payload`` folder, a bare
+    name in ``folder`` (not a link), or ``folder`` itself where it names
+    none (an artifact written before payload folders).
+
+    Raises
+    ------
+    ArtifactError
+        If ``payload`` is not such a folder's name or the folder is missing.
+    """
+    if payload is None:
+        return folder
+    name = str(payload)
+    if not (isinstance(payload, str) and name.startswith(PAYLOAD_PREFIX) and Path(name).name == name
+            and "\\" not in name):
+        raise ArtifactError(f"{side_path}: payload {name[:100]!r} is not a folder name {PAYLOAD_PREFIX}... in the "
+                            "artifact's folder")
+    path = folder / name
+    if path.is_symlink() or not path.is_dir():
+        raise ArtifactError(f"{path} is missing or a link (the artifact's files): a training may be replacing "
+                            "this model; retry, or retrain")
+    return path
 
 
 def _verified(folder: Path, name, side_path: Path, sha256, what: str) -> Path:
@@ -526,9 +673,9 @@ def _load_vendor(folder: Path, side_path: Path, entry) -> VendorModel | None:
 
 
 def _write_shortlist(folder: Path, shortlist, info: dict | None) -> dict | None:
-    """Write ``shortlist`` (or remove a stale table where None); its sidecar entry."""
+    """Write ``shortlist`` into the payload folder ``folder`` (None: no
+    table); its sidecar entry."""
     if shortlist is None:
-        (folder / SHORTLIST_FILE).unlink(missing_ok=True)
         return None
     path = atomic_write(folder / SHORTLIST_FILE, shortlist.to_bytes())
     return dict(file=SHORTLIST_FILE, sha256=sha256_file(path), step_log2=shortlist.step, trees=shortlist.trees,
@@ -537,23 +684,46 @@ def _write_shortlist(folder: Path, shortlist, info: dict | None) -> dict | None:
 
 def replace_shortlist(folder, shortlist, info: dict | None = None) -> Path:
     """Give the artifact in ``folder`` the shortlist table ``shortlist`` (None:
-    none, which also mends an artifact whose table was lost or damaged), its
-    sidecar updated in place.
+    none, which also mends an artifact whose table was lost or damaged): a
+    new payload folder with the model's other files copied and the table,
+    swapped in by one rename as :func:`save` does.
 
     Raises
     ------
     ArtifactError
-        If ``folder`` holds no readable sidecar.
+        If ``folder`` holds no readable sidecar, or a file it names is
+        missing or damaged.
     """
     folder = Path(folder)
-    try:
-        side = json.loads((folder / SIDECAR).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ArtifactError(f"no readable model sidecar in {str(folder)!r}: {e}") from e
-    if not isinstance(side, dict):
-        raise ArtifactError(f"{folder / SIDECAR}: not a JSON object")
-    side["shortlist"] = _write_shortlist(folder, shortlist, info)
-    return atomic_write(folder / SIDECAR, json.dumps(side, indent=1, sort_keys=True, default=_json_default))
+    with FolderLock(folder, "a model save", SAVE_LOCK, wait=True):
+        try:
+            side = json.loads((folder / SIDECAR).read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ArtifactError(f"no readable model sidecar in {str(folder)!r}: {e}") from e
+        if not isinstance(side, dict):
+            raise ArtifactError(f"{folder / SIDECAR}: not a JSON object")
+        previous = str(side.get("payload") or "")
+        old = _payload_folder(folder, folder / SIDECAR, side.get("payload"))
+        payload = _new_payload(folder)
+        names = [side.get("scorer", {}).get("file", SCORER_FILE)] + list(side.get("model_state", {}).get("files", {}))
+        if side.get("vendor_model") is not None:
+            names.append(VENDOR_FILE)
+        for name in names:
+            src = _verified(old, name, folder / SIDECAR, _recorded_sha(side, name), "file")
+            atomic_write(folder / payload / name, src.read_bytes())
+        side["shortlist"] = _write_shortlist(folder / payload, shortlist, info)
+        side["payload"] = payload
+        _swap_sidecar(folder, side, previous)
+    return folder / SIDECAR
+
+
+def _recorded_sha(side: dict, name: str) -> str | None:
+    """The sha256 the sidecar records for its file ``name``."""
+    if name == side.get("scorer", {}).get("file", SCORER_FILE):
+        return side["scorer"].get("sha256")
+    if name == VENDOR_FILE and isinstance(side.get("vendor_model"), dict):
+        return side["vendor_model"].get("sha256")
+    return side.get("model_state", {}).get("files", {}).get(name)
 
 
 def _load_shortlist(folder: Path, side_path: Path, entry, scorer: Scorer, n_candidates: int, layouts):

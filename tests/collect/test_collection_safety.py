@@ -259,6 +259,44 @@ def test_a_short_budget_measures_its_first_epilogue_instead_of_compiling_the_oth
     assert res.epilogues_left_out == [] and set(load(tmp_path / "long")[0]["epilogue"]) == set(EPILOGUES)
 
 
+def test_a_large_pool_compiles_while_the_budget_lasts_not_to_its_end(dataset_dir, dataset_rows, tmp_path,
+                                                                      monkeypatch):
+    """Issue 37: `collect --pool 100000000 --budget 10` was still compiling after 150 s: the first problem
+    compiled the whole pool before anything was measured. Past the first problem's configs the pool now compiles
+    in batches while the budget lasts (here a batch is 2 configs, each config 0.1 s)."""
+    import costlearn.collect.loop as loop
+    from costlearn.collect.backends.replay import ReplayBackend
+    from costlearn.collect.dataset import load
+    shapes, pool = _replay_setup(dataset_dir, dataset_rows, 1)
+    monkeypatch.setattr(loop, "COMPILE_BATCH", 2)
+    compiled = []
+
+    class SlowCompile(ReplayBackend):
+        def compile_many(self, configs, dtype, epilogue="none"):
+            time.sleep(0.1 * len(configs))
+            compiled.extend(configs)
+            return super().compile_many(configs, dtype, epilogue=epilogue)
+    res = loop.collect(SlowCompile(dataset_dir), tmp_path, shapes=shapes, pool=pool, configs_per_shape=1,
+                       budget_s=0.15, progress=False)
+    assert res.problems_done == 1 and len(load(tmp_path)[0]) >= 1
+    assert len(compiled) < len(pool) == 6, [c.config_id for c in compiled]
+
+
+def test_collect_says_the_real_pool_size_and_spreads_a_large_pool_over_shapes(capsys):
+    """Issue 37: `collect --pool 100000000` printed "pool 100000000 configs" (22,760 were recorded), and measured
+    every config of that pool on each shape (configs per shape defaulted to the pool)."""
+    from costlearn.cli.collect import _collection_defaults
+    from costlearn.collect.space import enumerate_space
+    from costlearn.core.device import preset
+    spec = preset("h200")
+    feasible = len(enumerate_space(spec, family="triton_mm", dtype="float16").configs)
+    _, _, size, per_shape = _collection_defaults(spec, "data", "triton_mm", "float16", 10 ** 8, None, None, None)
+    assert size == feasible and per_shape == 160
+    assert f"runs {feasible} triton_mm/float16 configs; the pool is all of them" in capsys.readouterr().err
+    assert _collection_defaults(spec, "data", "triton_mm", "float16", 64, 10, None, None)[2:] == (64, 10)
+    assert _collection_defaults(spec, "data", "triton_mm", "float16", None, None, None, None)[2:] == (160, 160)
+
+
 def test_the_collect_summary_counts_problems_by_that_name_and_the_old_one_still_reads():
     """Issue 36: CollectResult.shapes_done counted problems (a shape with one epilogue); it is problems_done now."""
     from costlearn.collect.loop import CollectResult

@@ -194,7 +194,7 @@ def test_a_retiming_pairs_only_with_the_row_of_its_epilogue():
 def test_recheck_retimes_an_epilogue_row_with_its_epilogue(tmp_path):
     from costlearn.collect.backends import get_backend
     from costlearn.collect.loop import collect
-    from costlearn.collect.dataset import load
+    from costlearn.collect.dataset import load, write_part
     from costlearn.families.gemm import GemmConfig
     from costlearn.collect.measure import Protocol
     from costlearn.collect.noise import RECHECK_FOLDER, recheck
@@ -204,7 +204,9 @@ def test_recheck_retimes_an_epilogue_row_with_its_epilogue(tmp_path):
     collect(be, tmp_path, shapes=[(40, 48, 24)], pool=[GemmConfig(16, 16, 8, 2, 2)], protocol=proto,
             progress=False, epilogues=("bias_relu",))
     df, _ = load(tmp_path)
-    df.assign(session_id="an-earlier-session").pipe(lambda d: d.to_parquet(next(tmp_path.glob("part-*.parquet"))))
+    (part,) = tmp_path.glob("part-*.parquet")
+    write_part(df.assign(session_id="an-earlier-session"), tmp_path)
+    part.unlink()
     res = recheck(be, tmp_path, shapes=1, configs_per_shape=1, protocol=proto, seed=0)
     again, _ = load(tmp_path / RECHECK_FOLDER)
     assert res.rows_written == 1 and again["epilogue"].tolist() == ["bias_relu"] and again["status"].tolist() == ["ok"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -54,6 +55,42 @@ def test_keyed_cache_rebuilds_a_damaged_or_unacceptable_entry(tmp_path):
     with pytest.raises(ValueError):
         cache.get_or_build("never", lambda p: p.write_bytes(b"bad"), load)             # a bad build is not cached
     assert not cache.path("never").exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid") or shutil.which("cc") is None, reason="POSIX owners and a C compiler")
+def test_a_library_planted_in_a_cache_others_can_write_is_never_loaded(tmp_path):
+    """Issue 37: a planted .so with a matching .sha256 in the cache folder had its constructor run before the
+    symbol check rejected it. The sha256 finds damage, not intent: a cache folder or entry that another user
+    can write is not loaded from."""
+    import ctypes
+    import hashlib
+    import subprocess
+    marker = tmp_path / "constructor-ran"
+    src = tmp_path / "evil.c"
+    src.write_text(f'#include <stdio.h>\n__attribute__((constructor)) static void f(void) '
+                   f'{{ FILE *o = fopen("{marker}", "w"); if (o) fclose(o); }}\n'
+                   'int costlearn_layout(void) { return 0; }\n')
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    cache = KeyedCache("native", ".so", folder=shared)
+    so = cache.path("k")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src)], check=True, capture_output=True)
+    so.with_name(so.name + ".sha256").write_text(hashlib.sha256(so.read_bytes()).hexdigest())
+    builds = []
+
+    def build(path):
+        builds.append(1)
+        path.write_bytes(b"not a library")
+
+    shared.chmod(0o777)                                                   # a folder anyone may write
+    with pytest.raises(OSError, match="writable by another user"):
+        cache.get_or_build("k", build, ctypes.CDLL)
+    assert not marker.exists() and not builds
+    shared.chmod(0o700)                                                   # private, but the entry is not
+    so.chmod(0o666)
+    with pytest.raises(OSError):                                          # rebuilt (and this build is no library)
+        cache.get_or_build("k", build, ctypes.CDLL)
+    assert not marker.exists() and builds == [1]
 
 
 def test_a_ctrl_c_during_a_write_waits_for_the_write_and_its_count():

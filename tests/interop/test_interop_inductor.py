@@ -351,3 +351,41 @@ def test_a_file_that_is_not_a_regular_file_is_named_so(tmp_path):
         import_file("inductor", "/dev/null", device="a100", data_root=tmp_path)
     with pytest.raises(InteropError, match="no such file"):
         import_file("inductor", tmp_path / "nope.txt", device="a100", data_root=tmp_path)
+
+
+_KILLED_IMPORT = """
+import os, signal, sys
+import costlearn.interop.common as common
+from costlearn.interop import import_file
+common.IMPORT_CHUNK_ROWS = 3
+real, parts = common.write_part, [0]
+def write_then_maybe_die(rows, folder):
+    out = real(rows, folder)
+    parts[0] += 1
+    if parts[0] == int(sys.argv[3]):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return out
+common.write_part = write_then_maybe_die
+import_file("inductor", sys.argv[1], device="a100", data_root=sys.argv[2])
+"""
+
+
+@pytest.mark.parametrize("kill_after_parts", [1, 2])
+def test_an_import_killed_part_way_resumes_and_holds_every_row_once(tmp_path, kill_after_parts):
+    """Issue 37: an import held the whole log in memory (10^7 lines: MemoryError). It now writes a part per chunk
+    of lines; killed (kill -9) after a part, a rerun adds the rest and no row twice."""
+    import signal
+    import subprocess
+    import sys
+    lines = [LINES[0].replace("128,256,512", f"{64 + i},256,512", 1) for i in range(8)]
+    log = _log(tmp_path / "log.txt", lines)
+    run = subprocess.run([sys.executable, "-c", _KILLED_IMPORT, str(log), str(tmp_path / "data"),
+                          str(kill_after_parts)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == -signal.SIGKILL, run.stderr
+    assert len(load(tmp_path / "data" / "a100")[0]) == 3 * kill_after_parts
+    rep = import_file("inductor", log, device="a100", data_root=tmp_path / "data")
+    df, _ = load(tmp_path / "data" / "a100")
+    assert rep.rows_added == 8 - 3 * kill_after_parts and rep.duplicates == 3 * kill_after_parts
+    assert len(df) == 8 and sorted(df["m"]) == [64 + i for i in range(8)] and sorted(df["source_line"]) == \
+        list(range(3, 11))
+    assert import_file("inductor", log, device="a100", data_root=tmp_path / "data").already_imported

@@ -51,7 +51,7 @@ def test_migrate_models_keeps_the_booster_and_the_answers(model_dir, tmp_path, c
     assert main(["migrate-models", str(root)]) == 0
     assert "-> " in capsys.readouterr().out and not old.exists()
     new = root / model_dir.parents[1].name / "gemm" / "float32"
-    assert sha256_file(new / "model.ubj") == booster
+    assert sha256_file(artifact.files_folder(new) / "model.ubj") == booster
     a, b = Predictor(new), Predictor(model_dir)
     for s in [(1, 1024, 1024), (300, 200, 100), (9000, 5, 12000)]:
         assert a.predict_best(*s).config == b.predict_best(*s).config

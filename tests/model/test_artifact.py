@@ -174,3 +174,90 @@ def test_the_store_root_is_worked_out_in_one_place(monkeypatch, tmp_path):
     monkeypatch.setenv("COSTLEARN_MODELS", str(tmp_path / "store"))
     assert models_root() == models_root(None) == default_models_dir() == tmp_path / "store"
     assert models_root(tmp_path / "other") == tmp_path / "other" and models_root("rel") == Path("rel")
+
+
+_RESAVE = """
+import os, signal, sys
+import costlearn.core.util as util
+import costlearn.model.artifact as A
+import costlearn.model.base as B
+folder, kill_at, tag = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+art = A.load(folder)
+side = art.sidecar
+writes = [0]
+real = util.atomic_write
+def counted(path, data, **kw):
+    out = real(path, data, **kw)
+    writes[0] += 1
+    if writes[0] == kill_at:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return out
+A.atomic_write = B.atomic_write = counted
+A.save(art.model(), folder, family=side["family"], dtype=side["dtype"], layouts=side["layouts"], spec=art.spec,
+       candidates=art.candidates, scorer=art.scorer, envelope=side["envelope"], metrics=side["metrics"],
+       training=dict(side["training"], generation=tag), baselines=side["baselines"],
+       extra={k: side[k] for k in ("floor", "coverage", "template_hash") if k in side}, shortlist=art.shortlist,
+       vendor_model=art.vendor_model, epilogues=art.epilogues)
+print(writes[0])
+"""
+
+
+def _resave(folder, kill_at: int, tag: str):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-c", _RESAVE, str(folder), str(kill_at), tag], capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_a_training_killed_at_any_write_leaves_the_old_model_or_the_new_one_served(model_dir, tmp_path):
+    """Issue 37: a retrain killed (kill -9) right after scorer.npz was replaced left no servable model
+    ("scorer.npz does not belong to model.json") until a retrain: the files were written in place. Now the new
+    model's files go into a folder of their own and the sidecar is renamed over the old one last."""
+    import signal
+    from costlearn.model import artifact
+    from costlearn.serve.predictor import Predictor
+    dst = tmp_path / "dev" / "gemm" / "float32"
+    shutil.copytree(model_dir, dst)                       # an artifact written before payload folders
+    first = _resave(dst, 0, "g0")
+    assert first.returncode == 0, first.stderr
+    writes = int(first.stdout.split()[-1])
+    assert writes >= 3 and artifact.load(dst).sidecar["training"]["generation"] == "g0"
+    assert (dst / "scorer.npz").exists()          # kept while a reader may still read the model they belong to
+    served = "g0"
+    for kill_at in range(1, writes + 1):
+        run = _resave(dst, kill_at, f"g{kill_at}")
+        assert run.returncode == -signal.SIGKILL, (kill_at, run.stderr)
+        art = artifact.load(dst)
+        got = art.sidecar["training"]["generation"]
+        assert got in (served, f"g{kill_at}"), (kill_at, got)
+        assert got == (f"g{kill_at}" if kill_at == writes else served)  # the sidecar's rename is the last write
+        served = got
+        art.model()
+        p = Predictor(dst)
+        assert p.predict(p.problem(256, 256, 256)).config in p.configs
+    assert _resave(dst, 0, "last").returncode == 0
+    assert len(list(dst.glob(f"{artifact.PAYLOAD_PREFIX}*"))) <= 2     # the killed saves' folders are gone
+    assert not (dst / "scorer.npz").exists()                          # and the files of the first model
+
+
+def test_a_reader_whose_model_is_replaced_twice_while_it_reads_gets_the_new_one(model_dir, tmp_path, monkeypatch):
+    """Issue 37: a predict_best reloading during a retrain saw an ArtifactError ("retry") once in 2,653 loads.
+    Here two saves complete between the reader's read of the sidecar and of the files it names (the first
+    model's files are then gone): the reader reads the new sidecar and loads the newest model."""
+    from costlearn.model import artifact
+    dst = tmp_path / "dev" / "gemm" / "float32"
+    shutil.copytree(model_dir, dst)
+    assert _resave(dst, 0, "a").returncode == 0
+    real, calls = artifact._load, []
+
+    def replaced_meanwhile(folder, text):
+        if not calls:
+            for tag in ("b", "c"):
+                assert _resave(dst, 0, tag).returncode == 0
+        calls.append(text)
+        return real(folder, text)
+
+    monkeypatch.setattr(artifact, "_load", replaced_meanwhile)
+    art = artifact.load(dst)
+    assert art.sidecar["training"]["generation"] == "c" and len(calls) == 2
+    assert json.loads(calls[0])["training"]["generation"] == "a"

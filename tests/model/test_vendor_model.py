@@ -134,12 +134,13 @@ def test_a_trained_model_with_a_vendor_carries_its_vendor_model_checked_on_load(
                                                     2 ** (est.mean_log2 + 2 * est.sd_log2)))
     dst = tmp_path / "copy" / DEVICE / "triton_mm" / "float16"
     shutil.copytree(folder, dst)
-    blob = bytearray((dst / "vendor.npz").read_bytes())
+    files = artifact.files_folder(dst)
+    blob = bytearray((files / "vendor.npz").read_bytes())
     blob[len(blob) // 2] ^= 0x20
-    (dst / "vendor.npz").write_bytes(bytes(blob))
+    (files / "vendor.npz").write_bytes(bytes(blob))
     with pytest.raises(artifact.ArtifactError, match="vendor.npz does not belong"):
         artifact.load(dst)
-    (dst / "vendor.npz").unlink()
+    (files / "vendor.npz").unlink()
     with pytest.raises(artifact.ArtifactError, match="vendor.npz is missing"):
         artifact.load(dst)
     side = json.loads((dst / "model.json").read_text())
@@ -222,7 +223,7 @@ def test_a_vendor_model_rewritten_with_its_sha256_updated_is_still_refused(tmp_p
     with no reason, or OverflowError at predict), and an empty or truncated one raised EOFError/BadZipFile."""
     from costlearn.core.util import sha256_file
     folder = artifact.model_folder(build_models(tmp_path), DEVICE, "triton_mm", "float16")
-    path = folder / "vendor.npz"
+    path = artifact.files_folder(folder) / "vendor.npz"
     with np.load(path) as z:
         arrays = {k: z[k] for k in z.files}
     if damage == "nan bases":

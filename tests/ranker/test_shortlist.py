@@ -16,7 +16,7 @@ import pytest
 import costlearn
 from costlearn.learn.holdout import calibrate_floor
 from costlearn.model.vendor_floor import VendorFloor
-from costlearn.model.artifact import ArtifactError, model_folder, replace_shortlist
+from costlearn.model.artifact import ArtifactError, files_folder, model_folder, replace_shortlist
 from costlearn.serve.predictor import Predictor, clear_cache
 from costlearn.core.problem import Problem
 from costlearn.ranker import RANKERS
@@ -207,11 +207,12 @@ def test_a_table_is_saved_with_the_artifact_checked_and_served(folder, table, tm
     q = p.problem(1000, 3000, 700, "NN")
     assert p.ranker.rank(q).shortlist and p.predict(q).config in p.configs
     assert Predictor(dst, shortlist=False).ranker.shortlist is None
-    data = (dst / "shortlist.npz").read_bytes()
-    (dst / "shortlist.npz").write_bytes(data[:-10] + b"0" * 10)               # damaged: another sha256
+    files = files_folder(dst)
+    data = (files / "shortlist.npz").read_bytes()
+    (files / "shortlist.npz").write_bytes(data[:-10] + b"0" * 10)             # damaged: another sha256
     with pytest.raises(ArtifactError, match="does not belong"):
         Predictor(dst)
-    (dst / "shortlist.npz").unlink()
+    (files / "shortlist.npz").unlink()
     with pytest.raises(ArtifactError, match="missing"):
         Predictor(dst)
     replace_shortlist(dst, None)                                              # mended: served without
@@ -230,7 +231,7 @@ def test_a_table_for_other_candidates_is_refused(folder, table, tmp_path):
         Predictor(dst)
     with pytest.raises(ShortlistError, match="outside"):
         Shortlist(table.step, table.trees, table.tiles, table.width, table.n, 2, {"NN": (idx, res)})
-    (dst / "shortlist.npz").write_bytes(b"not a zip")
+    (files_folder(dst) / "shortlist.npz").write_bytes(b"not a zip")
     side = json.loads((dst / "model.json").read_text())
     side["shortlist"]["sha256"] = __import__("hashlib").sha256(b"not a zip").hexdigest()
     (dst / "model.json").write_text(json.dumps(side))

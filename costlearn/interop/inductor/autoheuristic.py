@@ -25,7 +25,7 @@ from costlearn.core.device import DeviceSpec
 from costlearn.core.dtypes import TORCH_DTYPES
 from costlearn.families import config_from_tool
 from costlearn.core.problem import MAX_EXTENT, layout_letter
-from costlearn.interop.common import Importer, InteropError, Measurement
+from costlearn.interop.common import Importer, InteropError, Measurement, SkippedLines
 
 __all__ = ["InductorImporter", "parse", "check_header", "COLUMNS"]
 
@@ -57,7 +57,9 @@ def check_header(header: dict, spec: DeviceSpec, path) -> None:
 
 
 def parse(path, spec: DeviceSpec):
-    """Parse an Inductor mm log.
+    """Parse an Inductor mm log, lazily: the header and column line are
+    checked now, the records as the measurements are iterated (one line in
+    memory at a time).
 
     Parameters
     ----------
@@ -67,15 +69,16 @@ def parse(path, spec: DeviceSpec):
 
     Returns
     -------
-    measurements : list of Measurement
+    measurements : iterator of Measurement
         Rows of the family that maps each ``choice``
         (:func:`costlearn.families.config_from_tool`; ``triton_mm``:
         ``extern_mm`` as the ``vendor`` candidate, a Triton choice as a
         TritonMMConfig with Inductor's ``GROUP_M``); strides as the layout; ``using_tf32 ==
         "True"`` on float32 as ``tfloat32``; feedback ms as time_us
-        (``inf``: a failed row).
-    skipped : list of (int, str)
-        Malformed lines (line number, reason).
+        (``inf``: a failed row). It reads the file once, when iterated.
+    skipped : SkippedLines
+        Malformed lines (line number, reason; the first thousand kept, all
+        counted), complete once ``measurements`` has been iterated to its end.
 
     Raises
     ------
@@ -88,52 +91,70 @@ def parse(path, spec: DeviceSpec):
         fh = open(path, newline="", encoding="utf-8")
     except OSError as e:
         raise InteropError(f"{path}: cannot read ({e.strerror})") from None
+    try:
+        reader, pos = _columns(fh, path, spec)
+    except BaseException:
+        fh.close()
+        raise
+    skipped = SkippedLines()
+    return _records(fh, reader, pos, skipped), skipped
+
+
+def _columns(fh, path: Path, spec: DeviceSpec):
+    """Check the header (line 1) and read the column line (line 2): the CSV
+    reader positioned at the first record, and each column's index."""
+    try:
+        first = fh.readline()
+    except UnicodeDecodeError:
+        raise InteropError(f"{path}: not a text file; an Inductor mm log starts with a JSON header") from None
+    if not first.strip():
+        raise InteropError(f"{path}: empty file")
+    try:
+        header = json.loads(first)
+    except json.JSONDecodeError:
+        header = None
+    if not isinstance(header, dict) or "shared_memory" not in header or "device_capa" not in header:
+        raise InteropError(f"{path}: line 1 is not an Inductor AutoHeuristic header (a JSON object with "
+                           "shared_memory and device_capa); is this another format?")
+    if header.get("name") not in (None, "mm"):
+        raise InteropError(f"{path}: an AutoHeuristic log of {header.get('name')!r}; only 'mm' logs hold "
+                           "matmul measurements")
+    check_header(header, spec, path)
+    reader = csv.reader(fh)
+    try:
+        names = next(reader)
+    except (StopIteration, csv.Error, UnicodeDecodeError):
+        raise InteropError(f"{path}: no CSV column line after the header") from None
+    missing = [c for c in COLUMNS if c not in names]
+    if missing:
+        raise InteropError(f"{path}: line 2 lacks the columns {missing}")
+    return reader, {c: names.index(c) for c in COLUMNS}
+
+
+def _records(fh, reader, pos: dict, skipped: list):
+    """The measurements of the records after the column line; malformed
+    lines go to ``skipped``. Closes ``fh`` when done."""
+    choices: dict = {}
+    line = 2
     with fh:
-        try:
-            first = fh.readline()
-        except UnicodeDecodeError:
-            raise InteropError(f"{path}: not a text file; an Inductor mm log starts with a JSON header") from None
-        if not first.strip():
-            raise InteropError(f"{path}: empty file")
-        try:
-            header = json.loads(first)
-        except json.JSONDecodeError:
-            header = None
-        if not isinstance(header, dict) or "shared_memory" not in header or "device_capa" not in header:
-            raise InteropError(f"{path}: line 1 is not an Inductor AutoHeuristic header (a JSON object with "
-                               "shared_memory and device_capa); is this another format?")
-        if header.get("name") not in (None, "mm"):
-            raise InteropError(f"{path}: an AutoHeuristic log of {header.get('name')!r}; only 'mm' logs hold "
-                               "matmul measurements")
-        check_header(header, spec, path)
-        reader = csv.reader(fh)
-        try:
-            names = next(reader)
-        except (StopIteration, csv.Error, UnicodeDecodeError):
-            raise InteropError(f"{path}: no CSV column line after the header") from None
-        missing = [c for c in COLUMNS if c not in names]
-        if missing:
-            raise InteropError(f"{path}: line 2 lacks the columns {missing}")
-        pos = {c: names.index(c) for c in COLUMNS}
-        out, skipped, choices = [], [], {}
-        line = 2
         while True:
             try:
                 rec = next(reader)
             except StopIteration:
-                break
+                return
             except (csv.Error, UnicodeDecodeError) as e:
                 line += 1
-                skipped.append((line, f"unreadable ({type(e).__name__})"))
+                skipped.add(line, f"unreadable ({type(e).__name__})")
                 continue
             line = reader.line_num + 1              # +1: the header line was read before the reader
             if not rec:
                 continue
             try:
-                out.append(_measurement(rec, pos, line, choices))
+                m = _measurement(rec, pos, line, choices)
             except (ValueError, IndexError) as e:
-                skipped.append((line, str(e)[:200]))
-    return out, skipped
+                skipped.add(line, str(e)[:200])
+                continue
+            yield m
 
 
 _MAX_STRIDE = 2**63 - 1
