@@ -54,8 +54,12 @@ def write_log(path, shapes=SHAPES, layouts=SHAPE_LAYOUTS, configs=FIXTURE_CONFIG
     path.write_text("\n".join(lines) + "\n")
 
 
-def build_models(tmp):
-    """A model store with an a100/triton_mm/float16 model (108 rows, 12 problems, layouts NN, NT, TN)."""
+def build_models(tmp, shrunk_variants: bool = True):
+    """A model store with an a100/triton_mm/float16 model (108 rows, 12 problems, layouts NN, NT, TN); its
+    candidates are the fixture's configs, the vendor and (``shrunk_variants``) Inductor's shrunk variants of
+    the configs (without them, no tile config fits a problem of N <= 16: the candidate rule's last level)."""
+    from unittest import mock
+    from costlearn.families.triton_mm import TritonMMFamily
     from costlearn.interop import import_file
     from costlearn.model.xgb import XGBParams
     from costlearn.learn.train import train
@@ -65,8 +69,11 @@ def build_models(tmp):
     report = import_file("inductor", log, device=DEVICE, data_root=tmp / "data")
     assert report.rows_added == len(SHAPES) * (len(FIXTURE_CONFIGS) + 1)
     # Few, shallow trees: the fixture formula is simple and training stays a few seconds.
-    train(tmp / "data" / DEVICE, tmp / "models", family="triton_mm", dtype="float16", holdout=False,
-          settings=dict(params=XGBParams(n_estimators=60, learning_rate=0.3, max_depth=4, early_stopping_rounds=20)))
+    with mock.patch.object(TritonMMFamily, "shrunk_variants", TritonMMFamily.shrunk_variants if shrunk_variants
+                           else lambda self, config: []):
+        train(tmp / "data" / DEVICE, tmp / "models", family="triton_mm", dtype="float16", holdout=False,
+              settings=dict(params=XGBParams(n_estimators=60, learning_rate=0.3, max_depth=4,
+                                             early_stopping_rounds=20)))
     return tmp / "models"
 
 

@@ -323,9 +323,9 @@ def fit_coverage(rows, config_ids, derived=None) -> dict:
     derived : dict of str to (array of float, array of float), optional
         For candidates without rows of their own (a tool's variants of a
         measured config, :meth:`costlearn.families.KernelFamily.shrunk_variants`):
-        the log2 [M, N, K] low and high ends of where the tool runs them.
-        They are covered there exactly (the margin widens only measured
-        ranges: a variant is not ranked where the tool would run another).
+        the log2 [M, N, K] low and high ends of where the tool derives them
+        (one box, as for a measured config's range). The margin does not
+        widen them: it widens only measured ranges.
 
     Returns
     -------

@@ -330,7 +330,8 @@ def test_top_configs(models, predictor):
     assert (got[0].kwargs["BLOCK_M"], got[0].kwargs["BLOCK_N"], got[0].kwargs["BLOCK_K"], got[0].num_warps,
             got[0].num_stages) == FIXTURE_CONFIGS[0]
     every = top_configs(1024, 1024, 1024, device=DEVICE, dtype="float16", top_k=50, models_dir=models)
-    assert len(every) == len(FIXTURE_CONFIGS)               # all Triton candidates, never the vendor
+    ranked = predictor.candidate_mask(predictor.problem(1024, 1024, 1024, "NN"))
+    assert len(every) == int(ranked.sum()) - 1 >= len(FIXTURE_CONFIGS)    # all Triton candidates, never the vendor
 
 
 def test_top_configs_spelling_and_errors(models):

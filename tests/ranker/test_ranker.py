@@ -304,7 +304,8 @@ def test_a_model_of_several_layouts_ranks_each_layout_the_same_in_c_and_numpy(tm
     folder = build_models(tmp_path) / "a100" / "triton_mm" / "float16"
     p = Predictor(folder)
     assert p.ranker.name == "native" and len(p.layouts) == 3
-    ref = RANKERS.get("numpy")(p.ranker.features, p.ranker.scorer, p.envelope, p.ranker.min_tile_caps)
+    ref = RANKERS.get("numpy")(p.ranker.features, p.ranker.scorer, p.envelope, p.ranker.min_tile_caps,
+                               coverage=p.ranker.coverage, vendor=p.ranker.vendor)
     cols = [p.ranker.features.names.index(c) for c in LAYOUT_FEATURES]
     for layout in p.layouts:
         assert p.ranker.features.templates[layout][:, cols].tolist()[0] == [layout[0] == "T", layout[1] == "T"]

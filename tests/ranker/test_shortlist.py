@@ -47,7 +47,7 @@ def _evidence_floor(layouts) -> VendorFloor:
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    models = build_models(tmp_path_factory.mktemp("shortlist"))
+    models = build_models(tmp_path_factory.mktemp("shortlist"), shrunk_variants=False)   # every rule level reached
     return model_folder(models, DEVICE, "triton_mm", "float16")
 
 
