@@ -133,8 +133,9 @@ def print_collect_result(res, out, family: str, dtype: str, seed: int) -> None:
     from costlearn.collect.loop import EPILOGUE_COMPILE_SHARE, dataset_summary
     for other in res.other_pools:
         print(f"note: {out} also holds {family}/{dtype} rows of another candidate pool (seed {other.get('seed')}, "
-              f"{other.get('size')} configs); this run's pool is seed {seed}: the dataset mixes pools, so some "
-              "shapes have more candidates measured than others (use one --seed per folder to avoid it)",
+              f"{other.get('size')} configs); this run's pool (seed {seed}) differs in its size or seed: the dataset "
+              "mixes pools, so some shapes have more candidates measured than others (use one --seed and one "
+              "--pool per folder to avoid it)",
               file=sys.stderr)
     secs = ", ".join(f"{k} {v:.1f}s" for k, v in res.seconds.items())
     if res.stopped:
