@@ -27,7 +27,7 @@ from costlearn.core.dtypes import DTYPES
 from costlearn.families import FAMILIES, get_family
 from costlearn.collect.measure import PROTOCOL_VERSION
 from costlearn.core.problem import EPILOGUES, LAYOUTS
-from costlearn.core.util import atomic_write, fsync_dir
+from costlearn.core.util import FolderLock, atomic_write, fsync_dir
 from costlearn.core.errors import CostlearnError
 
 __all__ = ["SCHEMA_VERSION", "COLUMNS", "ADDED_COLUMNS", "NOT_IMPORTED", "IMPORTED_PROTOCOL", "write_part", "load",
@@ -101,6 +101,15 @@ ADDED_COLUMNS = {"repeat_time_us": float("nan"), "rotation_sets": 0, "throttled"
 is read with (schemas 1 and 2 held only ``gemm`` rows, row-major, one stage;
 schemas before 4 no imported rows)."""
 
+ADDED_IN = {"repeat_time_us": 2, "rotation_sets": 2, "throttled": 2, "throttle_reasons": 2, "family": 3, "layout": 3,
+            "pipeline_stages": 3, "source_format": 4, "source_file": 4, "source_sha256": 4, "source_line": 4,
+            "rse": 5, "stop_reason": 5, "tied_best": 5, "samples_us": 5, "session_id": 5, "device_settings": 5,
+            "epilogue": 6}
+"""The schema that added each of :data:`ADDED_COLUMNS` (:data:`SCHEMA_VERSION`'s
+history): a part lacking one is read with its default only where its own
+``schema_version`` is older; a newer part lacking it is damaged (a flipped
+byte in its footer can rename a column)."""
+
 ABSURD_TIME_US = (1e-3, 1e9)
 """A per-launch time outside [1 ns, ~17 min] is quarantined as
 ``time_absurd``: no GEMM kernel launch takes either."""
@@ -166,8 +175,19 @@ def device_dataset_folder(data, slug: str) -> Path:
 
 
 def _conform(df: pd.DataFrame, *, upgrade: bool = False) -> pd.DataFrame:
+    """``df``'s columns of :data:`COLUMNS`, in order and type; ``upgrade``:
+    the columns a part's older schema lacks at their defaults (:data:`ADDED_IN`).
+
+    Raises
+    ------
+    DatasetError
+        If a column is missing (that the part's schema has, where ``upgrade``).
+    """
     if upgrade:
-        df = df.assign(**{c: v for c, v in ADDED_COLUMNS.items() if c not in df.columns})
+        if "schema_version" not in df.columns:
+            raise DatasetError("rows lack the column schema_version, which every schema has")
+        have = int(df["schema_version"].max()) if len(df) else SCHEMA_VERSION
+        df = df.assign(**{c: v for c, v in ADDED_COLUMNS.items() if c not in df.columns and ADDED_IN[c] > have})
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
         raise DatasetError(f"rows lack columns {missing}")
@@ -439,8 +459,20 @@ def compact(folder: str | os.PathLike) -> tuple[int, int]:
     ------
     DatasetError
         If ``folder`` does not exist.
+    costlearn.core.util.FolderBusy
+        If another compaction of ``folder`` is running (:data:`COMPACT_LOCK`).
     """
     folder = _check_folder(folder)
+    with FolderLock(folder, "a compaction", COMPACT_LOCK):
+        return _compact(folder)
+
+
+COMPACT_LOCK = ".compact.lock"
+"""The lock file one :func:`compact` of a folder holds at a time."""
+
+
+def _compact(folder: Path) -> tuple[int, int]:
+    """:func:`compact`, its lock held."""
     parts, frames = [], []
     for part in sorted(folder.glob("part-*.parquet")):
         try:

@@ -425,9 +425,10 @@ def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str,
 
 
 COMPILE_BATCH = 64
-"""Configs a CPU collection compiles in one call, between checks of the
-budget, when it compiles the rest of its pool (a pool of thousands no
-longer compiles past the budget before the first problem is measured)."""
+"""Configs a CPU collection compiles in one call when it compiles the rest
+of its pool, a batch only where it is expected to end inside the budget (a
+pool of thousands no longer compiles past the budget before the first
+problem is measured)."""
 
 
 class LocalExecutor(Executor):
@@ -514,17 +515,26 @@ class LocalExecutor(Executor):
             if first and self.bar is not None:
                 self.bar.set_postfix_str(f"compiling {len(pool)} configs ({epi})", refresh=True)
             t_pool = time.monotonic()
-            self._compile_now(list(pool) if first and len(pool) <= COMPILE_BATCH else missing, epi)
+            head = list(pool) if first and len(pool) <= COMPILE_BATCH else missing
+            self._compile_now(head, epi)
             if first:
                 # First need of this epilogue: compile the rest of the pool too, in batches a backend can
-                # parallelise, while the budget lasts (a config left out compiles when a problem needs it).
+                # parallelise, each only where it is expected to end inside the budget at the slowest rate
+                # seen per config (a config left out compiles when a problem needs it).
                 rest = [c for c in pool if (c.config_id, epi) not in self._compiled]
-                batch = max(COMPILE_BATCH, len(missing))
-                while rest and time.monotonic() - self.run.t_start < self.run.budget_s:
-                    self._compile_now(rest[:batch], epi)
-                    rest = rest[batch:]
+                per_config = (time.monotonic() - t_pool) / max(len(head), 1)
+                while rest:
+                    batch = rest[:max(COMPILE_BATCH, len(missing))]
+                    left = self.run.budget_s - (time.monotonic() - self.run.t_start)
+                    if per_config * len(batch) > left:
+                        break
+                    t0 = time.monotonic()
+                    self._compile_now(batch, epi)
+                    per_config = max(per_config, (time.monotonic() - t0) / len(batch))
+                    rest = rest[len(batch):]
                 done = sum(e == epi for _, e in self._compiled)
-                self.pool_compile_s = max(self.pool_compile_s, (time.monotonic() - t_pool) * len(pool) / done)
+                self.pool_compile_s = max(self.pool_compile_s, per_config * len(pool) if rest else
+                                          (time.monotonic() - t_pool) * len(pool) / done)
 
     def _compile_now(self, configs: list, epi: str) -> None:
         """Compile ``configs`` for ``epi`` in one call (the backend may parallelise it)."""

@@ -26,6 +26,7 @@ are refused with the command that converts them (:func:`migrate`).
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata as md
 import json
 import os
@@ -56,7 +57,8 @@ from costlearn.core.errors import CostlearnError
 
 __all__ = ["ARTIFACT_SCHEMA", "save", "load", "Artifact", "ArtifactError", "default_models_dir", "models_root",
            "list_models", "candidate_table", "model_folder", "old_layout_folders", "replace_shortlist", "SIDECAR",
-           "SCORER_FILE", "SAVE_LOCK", "PAYLOAD_PREFIX", "LOAD_TRIES", "files_folder"]
+           "SCORER_FILE", "SAVE_LOCK", "PAYLOAD_PREFIX", "LOAD_TRIES", "files_folder", "sidecar_digest",
+           "SIDECAR_DIGEST"]
 
 ARTIFACT_SCHEMA = 3
 """3: ``models/<device>/<family>/<dtype>/``, family and layouts in the
@@ -64,6 +66,8 @@ sidecar, the model saved through its CostModel, the compiled scorer and its
 cascade in the artifact."""
 
 SIDECAR = "model.json"
+SIDECAR_DIGEST = "sidecar_sha256"
+"""The sidecar's key for the sha256 of the rest of it (:func:`sidecar_digest`)."""
 SAVE_LOCK = ".save.lock"
 """The lock file one :func:`save` of a folder holds at a time."""
 PAYLOAD_PREFIX = "v-"
@@ -272,6 +276,14 @@ def files_folder(folder) -> Path:
     return _payload_folder(folder, folder / SIDECAR, payload or None)
 
 
+def sidecar_digest(side: dict) -> str:
+    """sha256 of the sidecar's content less :data:`SIDECAR_DIGEST` (its keys
+    sorted, as JSON): a flipped byte that renames a key or changes a value
+    without breaking the JSON is found."""
+    body = {k: v for k, v in side.items() if k != SIDECAR_DIGEST}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
 def _current_payload(folder: Path) -> str | None:
     """The payload folder the sidecar in ``folder`` names now: its name,
     ``""`` for an artifact whose files lie beside the sidecar, None where
@@ -293,9 +305,11 @@ def _new_payload(folder: Path) -> str:
 def _swap_sidecar(folder: Path, side: dict, previous: str | None) -> None:
     """Rename the new sidecar over the old (the one rename that replaces the
     model), then remove what neither it nor the previous model uses: older
-    payload folders, a killed save's, and files beside the sidecar once no
-    sidecar names them."""
-    atomic_write(folder / SIDECAR, json.dumps(side, indent=1, sort_keys=True, default=_json_default))
+    payload folders, a killed save's (its folder and half-written sidecar),
+    and files beside the sidecar once no sidecar names them."""
+    side = json.loads(json.dumps({k: v for k, v in side.items() if k != SIDECAR_DIGEST}, default=_json_default))
+    side[SIDECAR_DIGEST] = sidecar_digest(side)
+    atomic_write(folder / SIDECAR, json.dumps(side, indent=1, sort_keys=True))
     keep = {side["payload"], previous}
     for p in folder.glob(f"{PAYLOAD_PREFIX}*"):
         if p.name not in keep and p.is_dir() and not p.is_symlink():
@@ -303,6 +317,8 @@ def _swap_sidecar(folder: Path, side: dict, previous: str | None) -> None:
     if previous != "":
         for name in _LEGACY_FILES:
             (folder / name).unlink(missing_ok=True)
+    for tmp in folder.glob(f".{SIDECAR}.*.tmp"):          # a killed save's half-written sidecar (the lock is ours)
+        tmp.unlink(missing_ok=True)
 
 
 @dataclass
@@ -509,6 +525,10 @@ def _load(folder: Path, text: bytes) -> Artifact:
         raise ArtifactError(f"unreadable model sidecar {side_path}: {e}") from e
     if not isinstance(side, dict):
         raise ArtifactError(f"{side_path}: not a JSON object")
+    if SIDECAR_DIGEST in side or "payload" in side:    # written with payload folders: always with its digest
+        if side.get(SIDECAR_DIGEST) != sidecar_digest(side):
+            raise ArtifactError(f"{side_path}: its content is not what was written (sha256 differs from its "
+                                f"{SIDECAR_DIGEST}): a damaged file; retrain with `costlearn train`")
     schema = side.get("artifact_schema")
     if schema != ARTIFACT_SCHEMA:
         hint = (f"convert it with `costlearn migrate-models {folder.parents[1]}` (it moves to "

@@ -249,3 +249,32 @@ def test_a_row_with_an_unknown_epilogue_is_quarantined(tmp_path):
     df, rep = load(tmp_path)
     assert rep.quarantined == {"problem_invalid": 1}
     assert df.set_index("m").loc[4, "status"] == "quarantined" and len(valid_rows(df)) == 1
+
+
+def test_a_column_renamed_in_a_part_without_a_digest_is_reported_not_filled_with_its_default(tmp_path):
+    """Issue 37 (attack): in a part whose name carries no digest (renamed, or written before digests), one flipped
+    byte in the footer renamed ``layout``; the column was filled with its schema-2 default and every row read as
+    NN. A column is filled only where the part's own schema_version predates it."""
+    from costlearn.collect.dataset import ADDED_COLUMNS, ADDED_IN
+    assert set(ADDED_IN) == set(ADDED_COLUMNS)
+    rows = pd.DataFrame([_row(layout="TN", schema_version=6)]).rename(columns={"layout": "layouu"})
+    rows.to_parquet(tmp_path / "part-renamed.parquet", index=False)
+    with pytest.warns(UserWarning, match="corrupt"):
+        df, rep = load(tmp_path)
+    assert len(df) == 0 and "layout" in rep.corrupt[0][1]
+    rows.drop(columns=["schema_version"]).to_parquet(tmp_path / "part-renamed.parquet", index=False)
+    with pytest.warns(UserWarning, match="schema_version"):
+        assert len(load(tmp_path)[0]) == 0
+
+
+def test_two_compactions_of_one_folder_do_not_run_at_once(tmp_path):
+    """Issue 37 (attack): two `costlearn compact` on one folder at once: the loser failed on a part the winner had
+    removed (No such file or directory) and two merged copies were left. The second now stops at once."""
+    from costlearn.collect.dataset import COMPACT_LOCK, compact
+    from costlearn.core.util import FolderBusy, FolderLock
+    for m in (1, 2):
+        write_part([_row(m=m)], tmp_path)
+    with FolderLock(tmp_path, "a compaction", COMPACT_LOCK):
+        with pytest.raises(FolderBusy, match="a compaction"):
+            compact(tmp_path)
+    assert compact(tmp_path) == (2, 2) and len(load(tmp_path)[0]) == 2

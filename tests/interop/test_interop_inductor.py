@@ -389,3 +389,25 @@ def test_an_import_killed_part_way_resumes_and_holds_every_row_once(tmp_path, ki
     assert len(df) == 8 and sorted(df["m"]) == [64 + i for i in range(8)] and sorted(df["source_line"]) == \
         list(range(3, 11))
     assert import_file("inductor", log, device="a100", data_root=tmp_path / "data").already_imported
+
+
+def test_a_byte_that_is_not_utf8_or_a_stray_quote_costs_its_own_line_only(tmp_path):
+    """Issue 37 (attack): one invalid UTF-8 byte on line 1001 of a 45,002-line log lost 55 measurements, reported
+    2 skipped lines at the wrong numbers and shifted 43,966 source lines (the text decoder dropped a chunk), so the
+    corrected log then imported 44,017 rows again; a stray quote swallowed the lines after it."""
+    lines = [LINES[0].replace("128,256,512", f"{64 + i},256,512", 1) for i in range(40)]
+    body = "\n".join([json.dumps(HEADER), COLUMNS] + lines) + "\n"
+    raw = bytearray(body.encode())
+    at = raw.index(f"\n{64 + 10},".encode()) + 1                   # the start of the 11th record: line 13
+    raw[at] = 0xFF
+    body_lines = raw.split(b"\n")
+    body_lines[20 + 2] = b'"' + body_lines[20 + 2]                  # a stray quote opening line 23
+    (tmp_path / "bad.txt").write_bytes(b"\n".join(body_lines))
+    rep = import_file("inductor", tmp_path / "bad.txt", device="a100", data_root=tmp_path / "data")
+    assert [ln for ln, _ in rep.skipped] == [13, 23] and "not UTF-8" in rep.skipped[0][1]
+    df, _ = load(tmp_path / "data" / "a100")
+    assert rep.rows_added == 38 and sorted(df["source_line"]) == [ln for ln in range(3, 43) if ln not in (13, 23)]
+    assert (df["m"] - 64 + 3 == df["source_line"]).all()            # every row at its own line
+    _log(tmp_path / "good.txt", lines)
+    again = import_file("inductor", tmp_path / "good.txt", device="a100", data_root=tmp_path / "data")
+    assert again.rows_added == 2 and len(load(tmp_path / "data" / "a100")[0]) == 40

@@ -235,8 +235,10 @@ def test_a_training_killed_at_any_write_leaves_the_old_model_or_the_new_one_serv
         art.model()
         p = Predictor(dst)
         assert p.predict(p.problem(256, 256, 256)).config in p.configs
+    (dst / ".model.json.4242.deadbeef.tmp").write_text("{")          # a save killed while writing its sidecar
     assert _resave(dst, 0, "last").returncode == 0
     assert len(list(dst.glob(f"{artifact.PAYLOAD_PREFIX}*"))) <= 2     # the killed saves' folders are gone
+    assert not list(dst.glob(".model.json.*.tmp"))                     # and their half-written sidecars
     assert not (dst / "scorer.npz").exists()                          # and the files of the first model
 
 
@@ -261,3 +263,21 @@ def test_a_reader_whose_model_is_replaced_twice_while_it_reads_gets_the_new_one(
     art = artifact.load(dst)
     assert art.sidecar["training"]["generation"] == "c" and len(calls) == 2
     assert json.loads(calls[0])["training"]["generation"] == "a"
+
+
+def test_a_sidecar_key_renamed_by_one_flipped_bit_is_refused(model_dir, tmp_path):
+    """Issue 37 (attack): of 1,000 single-bit flips in model.json, one renamed the key ``shortlist`` and the model
+    was served without its table, with other answers (renaming ``coverage`` likewise). A sidecar written with a
+    payload folder records the sha256 of the rest of itself."""
+    from costlearn.model import artifact
+    dst = tmp_path / "dev" / "gemm" / "float32"
+    shutil.copytree(model_dir, dst)
+    assert _resave(dst, 0, "signed").returncode == 0
+    text = (dst / "model.json").read_text()
+    assert artifact.load(dst).sidecar[artifact.SIDECAR_DIGEST]
+    for key in ('"coverage"', '"envelope"', '"payload"', f'"{artifact.SIDECAR_DIGEST}"'):
+        (dst / "model.json").write_text(text.replace(key, key[:-2] + chr(ord(key[-2]) ^ 1) + '"', 1))
+        with pytest.raises(artifact.ArtifactError, match="not what was written"):
+            artifact.load(dst)
+    (dst / "model.json").write_text(text)
+    assert artifact.load(dst).sidecar["training"]["generation"] == "signed"

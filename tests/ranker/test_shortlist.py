@@ -16,7 +16,8 @@ import pytest
 import costlearn
 from costlearn.learn.holdout import calibrate_floor
 from costlearn.model.vendor_floor import VendorFloor
-from costlearn.model.artifact import ArtifactError, files_folder, model_folder, replace_shortlist
+from costlearn.model.artifact import (SIDECAR_DIGEST, ArtifactError, files_folder, model_folder,
+                                      replace_shortlist, sidecar_digest)
 from costlearn.serve.predictor import Predictor, clear_cache
 from costlearn.core.problem import Problem
 from costlearn.ranker import RANKERS
@@ -234,6 +235,7 @@ def test_a_table_for_other_candidates_is_refused(folder, table, tmp_path):
     (files_folder(dst) / "shortlist.npz").write_bytes(b"not a zip")
     side = json.loads((dst / "model.json").read_text())
     side["shortlist"]["sha256"] = __import__("hashlib").sha256(b"not a zip").hexdigest()
+    side[SIDECAR_DIGEST] = sidecar_digest(side)                        # rewritten whole, as by hand
     (dst / "model.json").write_text(json.dumps(side))
     with pytest.raises(ArtifactError, match="unreadable shortlist"):
         Predictor(dst)

@@ -88,25 +88,33 @@ def parse(path, spec: DeviceSpec):
     """
     path = Path(path)
     try:
-        fh = open(path, newline="", encoding="utf-8")
+        fh = open(path, "rb")
     except OSError as e:
         raise InteropError(f"{path}: cannot read ({e.strerror})") from None
     try:
-        reader, pos = _columns(fh, path, spec)
+        pos = _columns(fh, path, spec)
     except BaseException:
         fh.close()
         raise
     skipped = SkippedLines()
-    return _records(fh, reader, pos, skipped), skipped
+    return _records(fh, pos, skipped), skipped
 
 
-def _columns(fh, path: Path, spec: DeviceSpec):
-    """Check the header (line 1) and read the column line (line 2): the CSV
-    reader positioned at the first record, and each column's index."""
+def _text(raw: bytes) -> str | None:
+    """One line of the file as text (UTF-8, line end removed), None where its
+    bytes are not UTF-8."""
     try:
-        first = fh.readline()
+        return raw.decode("utf-8").rstrip("\r\n")
     except UnicodeDecodeError:
-        raise InteropError(f"{path}: not a text file; an Inductor mm log starts with a JSON header") from None
+        return None
+
+
+def _columns(fh, path: Path, spec: DeviceSpec) -> dict:
+    """Check the header (line 1) and read the column line (line 2) of the
+    binary file ``fh``: each column's index."""
+    first = _text(fh.readline())
+    if first is None:
+        raise InteropError(f"{path}: not a text file; an Inductor mm log starts with a JSON header")
     if not first.strip():
         raise InteropError(f"{path}: empty file")
     try:
@@ -120,37 +128,40 @@ def _columns(fh, path: Path, spec: DeviceSpec):
         raise InteropError(f"{path}: an AutoHeuristic log of {header.get('name')!r}; only 'mm' logs hold "
                            "matmul measurements")
     check_header(header, spec, path)
-    reader = csv.reader(fh)
+    second = _text(fh.readline())
     try:
-        names = next(reader)
-    except (StopIteration, csv.Error, UnicodeDecodeError):
-        raise InteropError(f"{path}: no CSV column line after the header") from None
+        names = next(csv.reader([second])) if second else None
+    except csv.Error:
+        names = None
+    if not names:
+        raise InteropError(f"{path}: no CSV column line after the header")
     missing = [c for c in COLUMNS if c not in names]
     if missing:
         raise InteropError(f"{path}: line 2 lacks the columns {missing}")
-    return reader, {c: names.index(c) for c in COLUMNS}
+    return {c: names.index(c) for c in COLUMNS}
 
 
-def _records(fh, reader, pos: dict, skipped: list):
-    """The measurements of the records after the column line; malformed
-    lines go to ``skipped``. Closes ``fh`` when done."""
+def _records(fh, pos: dict, skipped: list):
+    """The measurements of the records after the column line, one physical
+    line each (a record never spans lines in these logs: a stray quote or a
+    byte that is not UTF-8 costs its own line, reported with its number,
+    never the lines after it); malformed lines go to ``skipped``. Closes
+    ``fh`` when done."""
     choices: dict = {}
-    line = 2
     with fh:
-        while True:
-            try:
-                rec = next(reader)
-            except StopIteration:
-                return
-            except (csv.Error, UnicodeDecodeError) as e:
-                line += 1
-                skipped.add(line, f"unreadable ({type(e).__name__})")
+        for line, raw in enumerate(fh, start=3):
+            text = _text(raw)
+            if text is None:
+                skipped.add(line, "not UTF-8 text")
                 continue
-            line = reader.line_num + 1              # +1: the header line was read before the reader
-            if not rec:
+            if not text.strip():
                 continue
             try:
+                rec = next(csv.reader([text], strict=True))
                 m = _measurement(rec, pos, line, choices)
+            except csv.Error as e:
+                skipped.add(line, f"unreadable CSV ({e})"[:200])
+                continue
             except (ValueError, IndexError) as e:
                 skipped.add(line, str(e)[:200])
                 continue
