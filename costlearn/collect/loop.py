@@ -522,18 +522,18 @@ class LocalExecutor(Executor):
                 # parallelise, each only where it is expected to end inside the budget at the slowest rate
                 # seen per config (a config left out compiles when a problem needs it).
                 rest = [c for c in pool if (c.config_id, epi) not in self._compiled]
-                per_config = (time.monotonic() - t_pool) / max(len(head), 1)
+                per_config_s = (time.monotonic() - t_pool) / max(len(head), 1)
                 while rest:
                     batch = rest[:max(COMPILE_BATCH, len(missing))]
-                    left = self.run.budget_s - (time.monotonic() - self.run.t_start)
-                    if per_config * len(batch) > left:
+                    left_s = self.run.budget_s - (time.monotonic() - self.run.t_start)
+                    if per_config_s * len(batch) > left_s:
                         break
                     t0 = time.monotonic()
                     self._compile_now(batch, epi)
-                    per_config = max(per_config, (time.monotonic() - t0) / len(batch))
+                    per_config_s = max(per_config_s, (time.monotonic() - t0) / len(batch))
                     rest = rest[len(batch):]
                 done = sum(e == epi for _, e in self._compiled)
-                self.pool_compile_s = max(self.pool_compile_s, per_config * len(pool) if rest else
+                self.pool_compile_s = max(self.pool_compile_s, per_config_s * len(pool) if rest else
                                           (time.monotonic() - t_pool) * len(pool) / done)
 
     def _compile_now(self, configs: list, epi: str) -> None:

@@ -17,7 +17,8 @@ import pandas as pd
 
 from costlearn.collect.dataset import current_rows, load, noise_floor, rows_where, valid_rows
 from costlearn.core.device import DeviceSpec
-from costlearn.model.envelope import COVERAGE_MARGIN_LOG2, Coverage, Envelope, fit_coverage, fit_envelope, outside_rows
+from costlearn.model.envelope import (COVERAGE_MARGIN_LOG2, Coverage, Envelope, fit_coverage, fit_envelope,
+                                      measured_ranges, outside_rows)
 from costlearn.families import KernelFamily, get_family
 from costlearn.features import CandidateFeatures, ConfigTable, feature_version, get_feature_set
 from costlearn.learn.holdout import calibrate_floor, heldout_folds, heldout_problems
@@ -388,16 +389,14 @@ def candidate_pool(family: KernelFamily, rows: pd.DataFrame, spec: DeviceSpec, d
         raise ValueError(f"no {family.name}/{dtype} config in the rows can run on {spec.slug}")
     measured = set(cands["config_id"])
     min_block = min(family.min_tile_caps(spec))
-    lg = np.log2(rows[["m", "n", "k"]].to_numpy(np.float64))
-    ids = rows["config_id"].astype(object).to_numpy()
+    lo_all, hi_all = measured_ranges(rows)
     derived = {}
     for cid in sorted(measured):
         parent = family.config_from_id(cid)
         variants = family.shrunk_variants(parent)
         if not variants:
             continue
-        own = lg[ids == cid]
-        lo, hi = own.min(axis=0), own.max(axis=0)
+        lo, hi = lo_all.loc[cid].to_numpy(np.float64), hi_all.loc[cid].to_numpy(np.float64)
         for variant, caps in variants:
             vid = variant.config_id
             if vid in measured or family.check_device(variant, spec, dtype) is not None:

@@ -277,9 +277,21 @@ def files_folder(folder) -> Path:
 
 
 def sidecar_digest(side: dict) -> str:
-    """sha256 of the sidecar's content less :data:`SIDECAR_DIGEST` (its keys
-    sorted, as JSON): a flipped byte that renames a key or changes a value
-    without breaking the JSON is found."""
+    """sha256 of the sidecar's content less :data:`SIDECAR_DIGEST`: a flipped
+    byte that renames a key or changes a value without breaking the JSON is
+    found.
+
+    Parameters
+    ----------
+    side : dict
+        A sidecar as JSON reads it (plain types).
+
+    Returns
+    -------
+    str
+        64 hex digits: sha256 of ``json.dumps`` of the rest, keys sorted,
+        UTF-8.
+    """
     body = {k: v for k, v in side.items() if k != SIDECAR_DIGEST}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 

@@ -35,7 +35,7 @@ import numpy as np
 
 __all__ = ["fit_envelope", "Envelope", "shape_reasons", "embed", "embed_query", "EMBED",
            "RANGE_MARGIN_LOG2", "fit_coverage", "Coverage",
-           "outside_rows", "nearest_evidence",
+           "outside_rows", "nearest_evidence", "measured_ranges",
            "COVERAGE_MARGIN_LOG2",
            "CALIBRATION_QUANTILE", "CALIBRATION_FOLDS", "ENVELOPE_VERSION"]
 
@@ -310,6 +310,26 @@ def outside_rows(train_rows, test_rows) -> np.ndarray:
     return np.array([out[s] for s in keys], bool)
 
 
+def measured_ranges(rows) -> tuple:
+    """The log2 M, N, K range of the problems each config was measured on.
+
+    Parameters
+    ----------
+    rows : DataFrame
+        Valid rows (``config_id``, ``m``, ``n``, ``k``).
+
+    Returns
+    -------
+    lo, hi : DataFrame
+        Indexed by ``config_id``, columns ``m``, ``n``, ``k`` (float64,
+        log2 of the smallest and largest extent).
+    """
+    lg = rows[["m", "n", "k"]].astype(np.float64).apply(np.log2)
+    lg["config_id"] = rows["config_id"].astype(object).to_numpy()
+    g = lg.groupby("config_id")
+    return g[["m", "n", "k"]].min(), g[["m", "n", "k"]].max()
+
+
 def fit_coverage(rows, config_ids, derived=None) -> dict:
     """Per-candidate coverage: the log2 M, N, K range of the problems each
     config was measured on (valid rows), or where it is derived for.
@@ -339,10 +359,7 @@ def fit_coverage(rows, config_ids, derived=None) -> dict:
     ValueError
         If a candidate has no row.
     """
-    lg = rows[["m", "n", "k"]].astype(np.float64).apply(np.log2)
-    lg["config_id"] = rows["config_id"].astype(object).to_numpy()
-    g = lg.groupby("config_id")
-    lo, hi = g[["m", "n", "k"]].min(), g[["m", "n", "k"]].max()
+    lo, hi = measured_ranges(rows)
     derived = dict(derived or {})
     missing = [c for c in config_ids if c not in lo.index and c not in derived]
     if missing:
