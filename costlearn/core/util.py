@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import math
 import numbers
 import os
 import signal
 import stat
+import struct
 import threading
 import time
 import uuid
+import zipfile
 from pathlib import Path
 
 try:
@@ -21,10 +24,13 @@ try:
 except ImportError:                            # not POSIX (Windows): FolderLock locks nothing
     fcntl = None
 
+import numpy as np
+
 from costlearn.core.errors import CostlearnError
 
 __all__ = ["sigint_deferred", "check_int", "check_real", "check_choice", "check_instance", "check_path", "atomic_write",
-           "fsync_dir", "sha256_file", "cache_dir", "KeyedCache", "FolderLock", "FolderBusy", "private_folder"]
+           "fsync_dir", "sha256_file", "read_file", "npz_arrays", "cache_dir", "KeyedCache", "FolderLock",
+           "FolderBusy", "private_folder"]
 
 
 # -- argument checks -----------------------------------------------------------
@@ -196,6 +202,115 @@ def sha256_file(path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+NPY_HEADER_MAX = 1 << 20
+"""Most bytes of an ``.npy`` member :func:`npz_arrays` reads its header from
+(numpy writes a few hundred)."""
+
+
+class _BufferReader(io.RawIOBase):
+    """A seekable read-only file over a buffer, without copying it (as
+    :class:`io.BytesIO` copies a bytearray): what :mod:`zipfile` reads the
+    directory of an in-memory ``.npz`` through."""
+
+    def __init__(self, view: memoryview):
+        super().__init__()
+        self._view, self._pos = view, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        got = self._view[self._pos:self._pos + len(b)]
+        b[:len(got)] = got
+        self._pos += len(got)
+        return len(got)
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = (0, self._pos, len(self._view))[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+
+def read_file(path) -> bytearray:
+    """A file's bytes in a writable buffer (arrays read from it with
+    :func:`npz_arrays` need no copy of their own).
+
+    Raises
+    ------
+    OSError
+        If the file cannot be read, or changes size while it is read.
+    """
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        buf = bytearray(size)
+        if fh.readinto(buf) != size or fh.read(1):
+            raise OSError(f"{path} changed size while it was read")
+    return buf
+
+
+def npz_arrays(data) -> dict:
+    """The arrays of an ``.npz`` file (``numpy.savez``) whose bytes are
+    ``data``, read from those bytes: a caller that checked their sha256 uses
+    exactly the bytes it checked, and reads the file once. Stored (not
+    compressed) members are copied straight out of ``data``, without the
+    zip CRC pass (the caller's digest covers every byte); compressed ones go
+    through :func:`numpy.load`. Object arrays are refused, as
+    ``numpy.load(allow_pickle=False)`` refuses them.
+
+    Parameters
+    ----------
+    data : bytes or bytearray
+        The file's bytes; a ``bytearray`` (:func:`read_file`) lends its
+        memory to the aligned arrays (no copy), ``bytes`` are copied out.
+
+    Returns
+    -------
+    dict
+        Member name (without ``.npy``) -> writable ndarray.
+
+    Raises
+    ------
+    zipfile.BadZipFile, ValueError
+        If ``data`` is not such a file (a member is truncated, not ``.npy``,
+        or holds objects).
+    """
+    out = {}
+    view = memoryview(data)
+    with zipfile.ZipFile(_BufferReader(view)) as zf:
+        for info in zf.infolist():
+            name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+            head = info.header_offset
+            if info.compress_type != zipfile.ZIP_STORED or view[head:head + 4] != b"PK\x03\x04":
+                out[name] = np.load(io.BytesIO(zf.read(info)), allow_pickle=False)
+                continue
+            name_len, extra_len = struct.unpack_from("<HH", data, head + 26)
+            start = head + 30 + name_len + extra_len
+            member = io.BytesIO(view[start:start + min(info.file_size, NPY_HEADER_MAX)])
+            version = np.lib.format.read_magic(member)
+            if version not in ((1, 0), (2, 0)):
+                out[name] = np.load(io.BytesIO(zf.read(info)), allow_pickle=False)
+                continue
+            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                np.lib.format.read_array_header_2_0
+            shape, fortran, dtype = read_header(member)
+            if dtype.hasobject:
+                raise ValueError(f"member {info.filename!r} holds Python objects; refused")
+            count = math.prod(shape)
+            if member.tell() + count * dtype.itemsize != info.file_size:
+                raise ValueError(f"member {info.filename!r}: {info.file_size} bytes do not hold {shape} {dtype}")
+            arr = np.frombuffer(data, dtype, count, start + member.tell())
+            if not arr.flags.aligned or not arr.flags.writeable:
+                arr = arr.copy()
+            out[name] = arr.reshape(shape, order="F" if fortran else "C")
+    return out
 
 
 def cache_dir() -> Path:

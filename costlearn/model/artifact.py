@@ -26,12 +26,14 @@ are refused with the command that converts them (:func:`migrate`).
 """
 from __future__ import annotations
 
+import collections
 import hashlib
 import importlib.metadata as md
 import json
 import os
 import platform
 import shutil
+import threading
 import uuid
 import zipfile
 from dataclasses import dataclass, field
@@ -47,7 +49,7 @@ from costlearn.families import FAMILIES, get_family
 from costlearn.features import FEATURE_SETS, CandidateFeatures, ConfigTable, feature_version, get_feature_set
 from costlearn.model.vendor_floor import VendorFloor
 from costlearn.model.shortlist import SHORTLIST_FILE, Shortlist, ShortlistError
-from costlearn.core.util import FolderLock, atomic_write, sha256_file
+from costlearn.core.util import FolderLock, atomic_write, npz_arrays, read_file, sha256_file
 from costlearn.core.version import __version__
 from costlearn.model.base import MODELS, CostModel
 from costlearn.model.scorer import Scorer, ScorerError
@@ -607,10 +609,11 @@ def _load(folder: Path, text: bytes) -> Artifact:
         raise ArtifactError(f"{side_path}: invalid sidecar ({type(e).__name__}: {e}); "
                             "retrain with `costlearn train`") from e
     files = _payload_folder(folder, side_path, side.get("payload"))
-    sc_path = _verified(files, side["scorer"].get("file", SCORER_FILE), side_path, side["scorer"].get("sha256"),
-                        "compiled scorer")
+    sc_path, sc_data = _verified(files, side["scorer"].get("file", SCORER_FILE), side_path,
+                                 side["scorer"].get("sha256"), "compiled scorer")
     try:
-        scorer = Scorer.from_file(sc_path, len(configs))
+        scorer = _parsed(("scorer", side["scorer"].get("sha256"), len(configs)),
+                         lambda: Scorer.from_file(sc_path, len(configs), sc_data))
     except ScorerError as e:
         raise ArtifactError(str(e)) from e
     if scorer.n_features != len(art_names):
@@ -649,10 +652,36 @@ def _payload_folder(folder: Path, side_path: Path, payload) -> Path:
     return path
 
 
-def _verified(folder: Path, name, side_path: Path, sha256, what: str) -> Path:
-    """``folder / name``, a file the sidecar ``side_path`` records with
-    ``sha256``: a bare file name in the artifact's own folder (the sidecar
-    may name no file elsewhere, nor reach out through a link).
+_PARSED: "collections.OrderedDict" = collections.OrderedDict()
+"""The last :data:`PARSED_KEPT` scorers, shortlist tables and vendor models
+this process read and checked, by (kind, the file's sha256, what the check
+depended on): a second load of the same bytes reuses them (the file is still
+read and its digest still checked). They are immutable once loaded."""
+PARSED_KEPT = 8
+_PARSED_LOCK = threading.Lock()
+
+
+def _parsed(key: tuple, parse):
+    """``parse()``, or the object it gave for ``key`` earlier in this
+    process (:data:`_PARSED`)."""
+    with _PARSED_LOCK:
+        got = _PARSED.get(key)
+        if got is not None:
+            _PARSED.move_to_end(key)
+            return got
+    got = parse()
+    with _PARSED_LOCK:
+        _PARSED[key] = got
+        while len(_PARSED) > PARSED_KEPT:
+            _PARSED.popitem(last=False)
+    return got
+
+
+def _verified(folder: Path, name, side_path: Path, sha256, what: str) -> tuple[Path, bytearray]:
+    """``folder / name`` and its bytes, a file the sidecar ``side_path``
+    records with ``sha256``: a bare file name in the artifact's own folder
+    (the sidecar may name no file elsewhere, nor reach out through a link).
+    The file is read once: the bytes checked are the bytes the caller uses.
 
     Raises
     ------
@@ -669,10 +698,14 @@ def _verified(folder: Path, name, side_path: Path, sha256, what: str) -> Path:
         raise ArtifactError(f"{path} leads outside {folder} (a link); an artifact's files live in its folder")
     if not path.is_file():
         raise ArtifactError(f"{path} is missing (the artifact's {what})")
-    if sha256_file(path) != sha256:
+    try:
+        data = read_file(path)
+    except OSError as e:
+        raise ArtifactError(f"{path} is unreadable (the artifact's {what}: {e})") from e
+    if hashlib.sha256(data).hexdigest() != sha256:
         raise ArtifactError(f"{path} does not belong to {side_path} (sha256 differs): a training may be writing "
                             "this folder; retry, or retrain")
-    return path
+    return path, data
 
 
 def _load_vendor(folder: Path, side_path: Path, entry) -> VendorModel | None:
@@ -692,10 +725,9 @@ def _load_vendor(folder: Path, side_path: Path, entry) -> VendorModel | None:
     if entry.get("features") != list(VENDOR_FEATURES):
         raise ArtifactError(f"{side_path}: its vendor model reads {entry.get('features')}, this code's "
                             f"{list(VENDOR_FEATURES)}; retrain with `costlearn train`")
-    path = _verified(folder, VENDOR_FILE, side_path, entry.get("sha256"), "vendor model")
+    path, data = _verified(folder, VENDOR_FILE, side_path, entry.get("sha256"), "vendor model")
     try:
-        with np.load(path, allow_pickle=False) as z:
-            vm = VendorModel.from_arrays(z)
+        vm = _parsed(("vendor", entry.get("sha256")), lambda: VendorModel.from_arrays(npz_arrays(data)))
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
         raise ArtifactError(f"{path}: unreadable vendor model ({type(e).__name__}: {e})") from e
     if (entry.get("members"), entry.get("trees")) != (len(vm.bases), len(vm.forest.roots)):
@@ -741,8 +773,8 @@ def replace_shortlist(folder, shortlist, info: dict | None = None) -> Path:
         if side.get("vendor_model") is not None:
             names.append(VENDOR_FILE)
         for name in names:
-            src = _verified(old, name, folder / SIDECAR, _recorded_sha(side, name), "file")
-            atomic_write(folder / payload / name, src.read_bytes())
+            atomic_write(folder / payload / name, _verified(old, name, folder / SIDECAR, _recorded_sha(side, name),
+                                                            "file")[1])
         side["shortlist"] = _write_shortlist(folder / payload, shortlist, info)
         side["payload"] = payload
         _swap_sidecar(folder, side, previous)
@@ -771,9 +803,10 @@ def _load_shortlist(folder: Path, side_path: Path, entry, scorer: Scorer, n_cand
         return None
     if not isinstance(entry, dict):
         raise ArtifactError(f"{side_path}: shortlist is a {type(entry).__name__}, not an object")
-    path = _verified(folder, entry.get("file", SHORTLIST_FILE), side_path, entry.get("sha256"), "shortlist table")
+    path, data = _verified(folder, entry.get("file", SHORTLIST_FILE), side_path, entry.get("sha256"),
+                           "shortlist table")
     try:
-        sl = Shortlist.from_file(path)
+        sl = _parsed(("shortlist", entry.get("sha256")), lambda: Shortlist.from_file(path, data))
         sl.fits(n_candidates, scorer.n_trees, layouts)
     except ShortlistError as e:
         raise ArtifactError(f"{path}: {e}" if str(path) not in str(e) else str(e)) from e

@@ -30,6 +30,7 @@ import numpy as np
 
 from costlearn.model.forest import FlatForest
 from costlearn.core.errors import CostlearnError
+from costlearn.core.util import npz_arrays, read_file
 
 __all__ = ["Scorer", "ScorerError", "SCORER_FORMAT", "MAX_KEEP"]
 
@@ -149,8 +150,10 @@ class Scorer:
         return buf.getvalue()
 
     @classmethod
-    def from_file(cls, path, n_candidates: int) -> "Scorer":
-        """Load a scorer written by :meth:`to_bytes`.
+    def from_file(cls, path, n_candidates: int, data: bytearray | None = None) -> "Scorer":
+        """Load a scorer written by :meth:`to_bytes` from ``path``, or from
+        ``data``, the file's bytes, where the caller has read (and checked)
+        them.
 
         Raises
         ------
@@ -159,14 +162,14 @@ class Scorer:
             (including offsets not of length ``n_candidates``).
         """
         try:
-            with np.load(path, allow_pickle=False) as z:
-                if int(z["format"]) != SCORER_FORMAT:
-                    raise ScorerError(f"{path}: scorer format {int(z['format'])}, this code reads {SCORER_FORMAT}")
-                forest = FlatForest.from_arrays(z) if int(z["has_forest"]) else None
-                offsets = np.array(z["offsets"], np.float64) if int(z["has_offsets"]) else None
-                stages = tuple((int(t), int(k), float(d)) for t, k, d in np.asarray(z["cascade"]).reshape(-1, 3))
-                sc = cls(int(z["n_features"]), forest, float(z["sign"]), int(z["column"]),
-                         float(z["column_weight"]), offsets, stages)
+            z = npz_arrays(read_file(path) if data is None else data)
+            if int(z["format"]) != SCORER_FORMAT:
+                raise ScorerError(f"{path}: scorer format {int(z['format'])}, this code reads {SCORER_FORMAT}")
+            forest = FlatForest.from_arrays(z) if int(z["has_forest"]) else None
+            offsets = np.array(z["offsets"], np.float64) if int(z["has_offsets"]) else None
+            stages = tuple((int(t), int(k), float(d)) for t, k, d in np.asarray(z["cascade"]).reshape(-1, 3))
+            sc = cls(int(z["n_features"]), forest, float(z["sign"]), int(z["column"]),
+                     float(z["column_weight"]), offsets, stages)
         except (OSError, KeyError, ValueError, TypeError, EOFError, zipfile.BadZipFile) as e:
             if isinstance(e, ScorerError):
                 raise

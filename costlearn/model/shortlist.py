@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costlearn.core.errors import CostlearnError
+from costlearn.core.util import npz_arrays, read_file
 
 __all__ = ["Shortlist", "ShortlistError", "grid_axes", "grid_shapes", "partial_scores_numpy",
            "worth_a_table", "SHORTLIST_FILE", "STEP_LOG2", "TILES", "TREES", "MIN_TREES"]
@@ -220,8 +221,10 @@ class Shortlist:
         return buf.getvalue()
 
     @classmethod
-    def from_file(cls, path) -> "Shortlist":
-        """Load a table written by :meth:`to_bytes`.
+    def from_file(cls, path, data: bytearray | None = None) -> "Shortlist":
+        """Load a table written by :meth:`to_bytes` from ``path``, or from
+        ``data``, the file's bytes, where the caller has read (and checked)
+        them.
 
         Raises
         ------
@@ -229,14 +232,14 @@ class Shortlist:
             If the file is unreadable, of another format or inconsistent.
         """
         try:
-            with np.load(path, allow_pickle=False) as z:
-                if int(z["format"]) != SHORTLIST_FORMAT:
-                    raise ShortlistError(f"{path}: shortlist format {int(z['format'])}, this code reads "
-                                         f"{SHORTLIST_FORMAT}")
-                tables = {str(lay): (np.ascontiguousarray(z[f"index_{lay}"]), np.ascontiguousarray(z[f"resid_{lay}"]))
-                          for lay in z["layouts"].tolist()}
-                return cls(float(z["step"]), int(z["trees"]), int(z["tiles"]), int(z["width"]),
-                           tuple(int(v) for v in z["n"]), int(z["n_candidates"]), tables)
+            z = npz_arrays(read_file(path) if data is None else data)
+            if int(z["format"]) != SHORTLIST_FORMAT:
+                raise ShortlistError(f"{path}: shortlist format {int(z['format'])}, this code reads "
+                                     f"{SHORTLIST_FORMAT}")
+            tables = {str(lay): (np.ascontiguousarray(z[f"index_{lay}"]), np.ascontiguousarray(z[f"resid_{lay}"]))
+                      for lay in z["layouts"].tolist()}
+            return cls(float(z["step"]), int(z["trees"]), int(z["tiles"]), int(z["width"]),
+                       tuple(int(v) for v in z["n"]), int(z["n_candidates"]), tables)
         except (OSError, KeyError, ValueError, TypeError, EOFError, zipfile.BadZipFile) as e:
             if isinstance(e, ShortlistError):
                 raise ShortlistError(f"{path}: {e}") from None

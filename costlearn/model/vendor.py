@@ -40,7 +40,7 @@ from costlearn.families import VENDOR_CONFIG_ID
 from costlearn.core.problem import EPILOGUE_FLOPS, LAYOUTS
 from costlearn.model.forest import NODE_DTYPE, FlatForest, ForestError
 
-__all__ = ["VendorModel", "VendorEstimate", "FEATURES", "MEMBERS", "problem_row", "problem_features",
+__all__ = ["VendorModel", "VendorEstimate", "FEATURES", "MEMBERS", "MAX_MEMBERS", "problem_row", "problem_features",
            "problem_features_rows", "problem_features_table", "problem_table", "MIN_PROBLEMS"]
 
 POW2_CAP = 8
@@ -56,6 +56,10 @@ output element (:data:`costlearn.core.problem.EPILOGUE_FLOPS`), the layout one-h
 
 MEMBERS = 5
 """Bootstrap members: their spread is the estimate's uncertainty."""
+
+MAX_MEMBERS = 32
+"""Most members a vendor model file may hold (the native ranker's estimate
+sums at most this many; a file with more is damaged)."""
 
 MEMBER_PARAMS = dict(n_estimators=75, max_depth=4, learning_rate=0.2, subsample=0.8, colsample_bytree=0.8,
                      min_child_weight=2.0, tree_method="hist", n_jobs=1)
@@ -187,8 +191,8 @@ class VendorModel:
     Raises
     ------
     ValueError
-        If the bounds do not partition the forest's trees, or its width is
-        not :data:`FEATURES`'.
+        If the bounds do not partition the forest's trees into 2 to
+        :data:`MAX_MEMBERS` members, or its width is not :data:`FEATURES`'.
     """
 
     def __init__(self, forest: FlatForest, bounds, bases):
@@ -200,10 +204,11 @@ class VendorModel:
                              f"ratio per member, within +-{BASE_LIMIT:g}")
         self._bases = self.bases.tolist()
         n = len(forest.roots)
-        if not (len(self.bounds) == len(self.bases) + 1 >= 3 and self.bounds[0] == 0 and self.bounds[-1] == n
+        if not (MAX_MEMBERS + 1 >= len(self.bounds) == len(self.bases) + 1 >= 3 and self.bounds[0] == 0
+                and self.bounds[-1] == n
                 and (np.diff(self.bounds) > 0).all()):
-            raise ValueError(f"vendor model: bounds {self.bounds.tolist()} do not split {n} trees into "
-                             f"{len(self.bases)} members (at least 2)")
+            raise ValueError(f"vendor model: bounds {self.bounds.tolist()!r:.200} do not split {n} trees into "
+                             f"{len(self.bases)} members (2 to {MAX_MEMBERS})")
         if forest.n_features != len(FEATURES):
             raise ValueError(f"vendor model: {forest.n_features} features; this code's are {len(FEATURES)} "
                              f"({', '.join(FEATURES)}); retrain")

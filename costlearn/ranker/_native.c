@@ -4,7 +4,9 @@
  *   costlearn_shape_features   the 23 shape-dependent features
  *   costlearn_rank             a whole ranking: candidate rule, features, nearest
  *                              training shape, held-out evidence, cascaded or
- *                              shortlist-table scoring, sort
+ *                              shortlist-table scoring, sort, and (mode bit
+ *                              RANK_ESTIMATE) the vendor model's estimate
+ *   costlearn_fsum             math.fsum: the correctly rounded sum
  *   costlearn_rank_many        costlearn_rank for many problems in one call
  *   costlearn_shortlist_build  the shortlist table's lists at grid points
  *   costlearn_layout           sizes and field offsets of the structs, checked at load
@@ -31,6 +33,8 @@
 #include <string.h>
 
 #include "costlearn_structs.h"
+
+#define RANK_ESTIMATE 4    /* costlearn_rank's mode bit: also the vendor model's estimate (RANK_ESTIMATE in native.py) */
 
 #define STEP(i, b) do {                                                                      \
         const costlearn_node nd = nodes[(b) + (i)];                                          \
@@ -435,6 +439,86 @@ static int32_t rank_table(int64_t m, int64_t n, int64_t k, const double x[3], in
     return kept;
 }
 
+/* The correctly rounded sum of x[0..n) (finite values): Python's math.fsum
+ * (Shewchuk's exact partials, then the round-half-even correction of
+ * CPython's Modules/mathmodule.c), so that a mean computed here has the
+ * bits math.fsum gives (costlearn.model.vendor.VendorModel._moments).
+ * n <= MAX_MEMBERS (32): at most n + 1 partials. */
+double costlearn_fsum(const double *x, int32_t n)
+{
+    double p[33];
+    int32_t np_ = 0;
+    for (int32_t i = 0; i < n; ++i) {
+        double v = x[i];
+        int32_t j = 0;
+        for (int32_t a = 0; a < np_; ++a) {
+            double y = p[a];
+            if (fabs(v) < fabs(y)) { const double t = v; v = y; y = t; }
+            const double hi = v + y;
+            const double lo = y - (hi - v);
+            if (lo != 0.0) p[j++] = lo;
+            v = hi;
+        }
+        np_ = j;
+        if (v != 0.0) p[np_++] = v;
+    }
+    double hi = 0.0;
+    if (np_ > 0) {
+        double lo = 0.0;
+        hi = p[--np_];
+        while (np_ > 0) {                                 /* sum_exact(p) from the top, until inexact */
+            const double v = hi, y = p[--np_];
+            hi = v + y;
+            const double yr = hi - v;
+            lo = y - yr;
+            if (lo != 0.0) break;
+        }
+        /* half-way cases: round toward the sign of the next partial */
+        if (np_ > 0 && ((lo < 0.0 && p[np_ - 1] < 0.0) || (lo > 0.0 && p[np_ - 1] > 0.0))) {
+            const double y = lo * 2.0, v = hi + y, yr = v - hi;
+            if (y == yr) hi = v;
+        }
+    }
+    return hi;
+}
+
+/* The vendor model's estimate for problem (m, n, k) whose log2 extents are
+ * x (costlearn.model.vendor: problem_row, then VendorModel._moments): its
+ * row (the extents' logs and aspects, their trailing zero bits capped at
+ * v_pow2_cap, then the context's v_tail: the epilogue's flops and the layout
+ * one-hot) rounded to float32, each member's trees summed in float64 plus
+ * its base score, and the members' mean and standard deviation (math.fsum
+ * sums; pow and sqrt of libm, as Python's float ** 2 and math.sqrt) into
+ * ctx->v_mean, ctx->v_sd. */
+static int32_t trailing_zeros(int64_t v, int32_t cap)
+{
+    int32_t z = 0;
+    while (z < cap && (v & ((int64_t)1 << z)) == 0) ++z;
+    return z;
+}
+
+static void vendor_estimate(int64_t m, int64_t n, int64_t k, const double x[3], costlearn_ctx *ctx)
+{
+    const int32_t members = ctx->v_members, width = ctx->v_features;
+    float *row = ctx->v_row;
+    const double head[9] = {x[0], x[1], x[2], x[0] + x[1] + x[2] + 1.0, x[0] + x[1] - x[2], x[0] - x[1],
+                            (double)trailing_zeros(m, ctx->v_pow2_cap), (double)trailing_zeros(n, ctx->v_pow2_cap),
+                            (double)trailing_zeros(k, ctx->v_pow2_cap)};
+    for (int j = 0; j < 9; ++j) row[j] = (float)head[j];
+    for (int32_t j = 9; j < width; ++j) row[j] = ctx->v_tail[j - 9];
+    double *vals = ctx->v_sums;
+    for (int32_t i = 0; i < members; ++i) {
+        costlearn_forest_predict(ctx->v_nodes, ctx->v_roots + ctx->v_bounds[i], ctx->v_depths + ctx->v_bounds[i],
+                                 ctx->v_bounds[i + 1] - ctx->v_bounds[i], row, 1, width, vals + i);
+        vals[i] = vals[i] + ctx->v_bases[i];
+    }
+    const double mean = costlearn_fsum(vals, members) / (double)members;
+    double sq[32];                                     /* members <= 32: VendorModel's MAX_MEMBERS */
+    for (int32_t i = 0; i < members; ++i) sq[i] = pow(fabs(vals[i] - mean), 2.0);
+    ctx->v_mean = mean;
+    ctx->v_sd = sqrt(costlearn_fsum(sq, members) / (double)members);
+}
+
 /* Rank candidates for problem (m, n, k): the C twin of NumpyRanker.rank in
  * costlearn/ranker/numpy_ranker.py.
  *   1. the candidates (select_candidates);
@@ -452,13 +536,21 @@ static int32_t rank_table(int64_t m, int64_t n, int64_t k, const double x[3], in
  *      first chunk of trees plus base, then each later chunk added;
  *   6. sorted by score, ties by row.
  * Writes the survivors best first to ctx->out_index (candidate numbers) and
- * ctx->out_score; returns how many. */
+ * ctx->out_score; returns how many. With the mode bit RANK_ESTIMATE and a
+ * vendor model in the context (v_members > 0), also its estimate
+ * (vendor_estimate: ctx->v_mean, ctx->v_sd; NaN otherwise). */
 int32_t costlearn_rank(int64_t m, int64_t n, int64_t k, const uint8_t *mask, int32_t top, int32_t mode,
                        costlearn_ctx *ctx)
 {
     const int32_t n_cands = ctx->n_cands, n_features = ctx->n_features, n_trees = ctx->n_trees;
     int32_t *row_cand = ctx->row_cand;
     const double x[3] = {log2((double)m), log2((double)n), log2((double)k)};   /* once per problem */
+    const int32_t estimate = (mode & RANK_ESTIMATE) != 0;
+    mode &= ~RANK_ESTIMATE;
+    ctx->v_mean = NAN;
+    ctx->v_sd = NAN;
+    if (estimate && ctx->v_members > 0)
+        vendor_estimate(m, n, k, x, ctx);
     const int32_t rows = select_candidates(m, n, k, x, mask, ctx);
     ctx->used_table = 0;
     {   /* nearest training shape, for the OOD density check; the evidence near the query */
@@ -594,11 +686,12 @@ int32_t costlearn_shortlist_build(const int64_t *shapes, int32_t n_points, int32
  * after another; per problem p: count[p] ranked (at most `width` kept), their
  * candidates and scores in index[p * width ...], score[p * width ...], and
  * nearest[p], nearest_d2[p], level[p], vendor_near[p], model_near[p],
- * used_table[p]. Returns 0. */
+ * used_table[p], v_mean[p], v_sd[p]. Returns 0. */
 int32_t costlearn_rank_many(const int64_t *mnk, int32_t n_problems, int32_t top, int32_t width, int32_t mode,
                             costlearn_ctx *ctx,
                             int32_t *count, int32_t *index, double *score, int32_t *nearest_out, double *nearest_d2,
-                            int32_t *level, double *vendor_near, double *model_near, int32_t *used_table)
+                            int32_t *level, double *vendor_near, double *model_near, int32_t *used_table,
+                            double *v_mean, double *v_sd)
 {
     for (int32_t p = 0; p < n_problems; ++p) {
         const int32_t got = costlearn_rank(mnk[3 * p], mnk[3 * p + 1], mnk[3 * p + 2], NULL, top, mode, ctx);
@@ -614,6 +707,8 @@ int32_t costlearn_rank_many(const int64_t *mnk, int32_t n_problems, int32_t top,
         vendor_near[p] = ctx->vendor_near;
         model_near[p] = ctx->model_near;
         used_table[p] = ctx->used_table;
+        v_mean[p] = ctx->v_mean;
+        v_sd[p] = ctx->v_sd;
     }
     return 0;
 }

@@ -57,6 +57,10 @@ class RankResult(NamedTuple):
     shortlist : bool
         True when the shortlist table ranked the candidates
         (:mod:`costlearn.model.shortlist`).
+    estimate : costlearn.model.vendor.VendorEstimate or None
+        The vendor model's estimate for the problem, where the ranking was
+        asked for it (``rank(..., estimate=True)``) and the ranker has a
+        vendor model; else None.
     """
 
     order: np.ndarray
@@ -68,6 +72,7 @@ class RankResult(NamedTuple):
     vendor_near: float = math.nan
     model_near: float = math.nan
     shortlist: bool = False
+    estimate: tuple | None = None
 
 
 class Ranker(abc.ABC):
@@ -93,12 +98,15 @@ class Ranker(abc.ABC):
     shortlist : costlearn.model.shortlist.Shortlist, optional
         The table that ranks a problem from a short list of candidates
         (``rank(..., shortlist=True)``).
+    vendor_model : costlearn.model.vendor.VendorModel, optional
+        With ``vendor``: the model whose estimate ``rank(..., estimate=True)``
+        reports (:attr:`RankResult.estimate`), in the same call.
     """
 
     name = ""
 
     def __init__(self, features, scorer, envelope, min_tile_caps, *, coverage=None, vendor: int | None = None,
-                 evidence=None, shortlist=None):
+                 evidence=None, shortlist=None, vendor_model=None):
         if scorer.n_features != len(features.names):
             raise ValueError(f"the scorer reads {scorer.n_features} features, the candidates have "
                              f"{len(features.names)}")
@@ -115,6 +123,7 @@ class Ranker(abc.ABC):
         if shortlist is not None:
             shortlist.check(self)
         self.shortlist = shortlist
+        self.vendor_model = vendor_model if vendor is not None else None
 
     def candidate_rule(self, problem) -> tuple[np.ndarray, int]:
         """The candidates ranked for ``problem`` when no mask is given, and
@@ -178,7 +187,8 @@ class Ranker(abc.ABC):
         return mask
 
     @abc.abstractmethod
-    def rank(self, problem, mask=None, *, top: int = 5, cascade: bool = True, shortlist: bool = True) -> RankResult:
+    def rank(self, problem, mask=None, *, top: int = 5, cascade: bool = True, shortlist: bool = True,
+             estimate: bool = False) -> RankResult:
         """Must rank the candidates for ``problem`` (a Problem).
 
         Parameters
@@ -195,13 +205,27 @@ class Ranker(abc.ABC):
             With ``cascade`` and no ``mask``, rank with the shortlist table
             where there is one and it answers (:mod:`costlearn.model.shortlist`);
             a ranking of a given mask always scores every candidate of it.
+        estimate : bool
+            Also the vendor model's estimate for the problem
+            (:attr:`RankResult.estimate`; None without a vendor model).
         """
 
-    def rank_many(self, problems, *, top: int = 5, cascade: bool = True, shortlist: bool = True) -> list:
+    def rank_many(self, problems, *, top: int = 5, cascade: bool = True, shortlist: bool = True,
+                  estimate: bool = False) -> list:
         """:meth:`rank` with the candidate rule for each of ``problems`` (a
         sequence of Problem), in order: a list of RankResult. The native
         ranker makes one C call per layout."""
-        return [self.rank(q, None, top=top, cascade=cascade, shortlist=shortlist) for q in problems]
+        return [self.rank(q, None, top=top, cascade=cascade, shortlist=shortlist, estimate=estimate)
+                for q in problems]
+
+    def vendor_estimate(self, problem):
+        """The vendor model's estimate for ``problem``
+        (:meth:`costlearn.model.vendor.VendorModel.estimate_problem`, in numpy),
+        None without a vendor model: :attr:`RankResult.estimate` of the numpy
+        ranker, the same bits as the native one's."""
+        if self.vendor_model is None:
+            return None
+        return self.vendor_model.estimate_problem(problem.m, problem.n, problem.k, problem.layout, problem.epilogue)
 
     def forest_sums(self, forest, bounds) -> "ForestSums":
         """An evaluator of the tree ranges ``[bounds[i], bounds[i + 1])`` of

@@ -34,6 +34,7 @@ from costlearn.model.envelope import EMBED
 from costlearn.features.base import epilogue_values
 from costlearn.model.forest import NODE_DTYPE
 from costlearn.core.util import KeyedCache
+from costlearn.model.vendor import FEATURES as VENDOR_FEATURES, POW2_CAP, VendorEstimate, problem_row
 from costlearn.ranker.base import ForestSums, Ranker, RankResult
 
 __all__ = ["library", "NativeRanker", "RankContext", "c_header", "check_layout", "FLAGS"]
@@ -42,6 +43,10 @@ _SOURCE = Path(__file__).with_name("_native.c")
 FLAGS = ("-O2", "-ffp-contract=off", "-shared", "-fPIC")
 
 _P, _I32, _I64, _D = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_double
+
+RANK_ESTIMATE = 4
+"""``costlearn_rank``'s mode bit asking for the vendor model's estimate too
+(``RANK_ESTIMATE`` in ``_native.c``)."""
 
 MAX_STAGES = 4
 """Most cascade stages the context holds (:class:`costlearn.model.scorer.Scorer`)."""
@@ -90,6 +95,13 @@ class RankContext(ctypes.Structure):
         ("tab_index", _P),        # const int16_t* [points x tab_width], -1 ends a list
         ("tab_resid", _P),        # const float*   [points x tab_width]
         ("tab_n", _I64 * 3), ("tab_step", _D), ("tab_width", _I32), ("tab_trees", _I32),
+        # the vendor model (costlearn.model.vendor.VendorModel) or v_members = 0
+        ("v_nodes", _P),          # const costlearn_node*
+        ("v_roots", _P), ("v_depths", _P),   # const int32_t* [its trees]
+        ("v_bounds", _P),         # const int32_t* [v_members + 1]: member i's trees
+        ("v_bases", _P),          # const double*  [v_members]
+        ("v_members", _I32), ("v_features", _I32), ("v_pow2_cap", _I32),
+        ("v_tail", _P),           # const float* [v_features - 9]: this context's epilogue flops, layout one-hot
         # scratch, one set per calling thread
         ("X", _P), ("Xk", _P),    # float* [n_cands x n_features]
         ("work", _P),             # costlearn_scored* [n_cands]
@@ -98,11 +110,14 @@ class RankContext(ctypes.Structure):
         ("mask", _P),             # uint8_t* [n_cands]
         ("seen", _P), ("resid", _P),   # double* [n_cands]
         ("ev_work", _P),          # costlearn_scored* [max(n_ev, 1)]
+        ("v_row", _P),            # float*  [v_features]
+        ("v_sums", _P),           # double* [v_members]
         # outputs
         ("out_index", _P),        # int32_t* [n_cands]
         ("out_score", _P),        # double*  [n_cands]
         ("nearest", _I32), ("nearest_d2", _D), ("fits", _I32), ("level", _I32),
         ("vendor_near", _D), ("model_near", _D), ("used_table", _I32),
+        ("v_mean", _D), ("v_sd", _D),      # the vendor model's estimate (RANK_ESTIMATE), else NaN
     ]
 
 
@@ -113,12 +128,20 @@ _C_POINTER = {  # the C type of each void* field of RankContext
     "offsets": "const double *", "env_points": "const double *", "env_index": "const int32_t *",
     "cov_lo": "const double *", "cov_hi": "const double *", "ev_points": "const double *",
     "ev_vendor": "const double *", "ev_model": "const double *", "tab_index": "const int16_t *",
-    "tab_resid": "const float *", "mask": "uint8_t *", "seen": "double *", "resid": "double *",
+    "tab_resid": "const float *", "v_nodes": "const costlearn_node *", "v_roots": "const int32_t *",
+    "v_depths": "const int32_t *", "v_bounds": "const int32_t *", "v_bases": "const double *",
+    "v_tail": "const float *", "v_row": "float *", "v_sums": "double *", "mask": "uint8_t *",
+    "seen": "double *", "resid": "double *",
     "ev_work": "costlearn_scored *",
     "X": "float *", "Xk": "float *", "work": "costlearn_scored *", "part": "double *", "acc": "double *",
     "lin": "double *", "row_cand": "int32_t *", "out_index": "int32_t *", "out_score": "double *"}
 _C_SCALAR = {_I32: "int32_t", _I64: "int64_t", _D: "double"}
 _C_NUMPY = {"<f4": "float", "<f8": "double", "<u2": "uint16_t", "|u1": "uint8_t", "<i4": "int32_t"}
+
+_VENDOR_HEAD = 9
+"""The vendor row's columns ``vendor_estimate`` in ``_native.c`` computes (the
+extents' logs, aspects and trailing zero bits); the rest, the epilogue's and
+the layout's, are each context's ``v_tail``."""
 
 SCORED_DTYPE = np.dtype([("score", "<f8"), ("index", "<i4")], align=True)
 """Layout of ``costlearn_scored`` (the sort's records, 16 bytes)."""
@@ -194,7 +217,7 @@ def _compilers() -> list[list[str]]:
 
 
 _SYMBOLS = ("costlearn_forest_predict", "costlearn_forest_ranges", "costlearn_shape_features", "costlearn_rank",
-            "costlearn_rank_many", "costlearn_shortlist_build", "costlearn_layout")
+            "costlearn_rank_many", "costlearn_shortlist_build", "costlearn_layout", "costlearn_fsum")
 
 
 def _open(path: Path):
@@ -215,7 +238,9 @@ def _open(path: Path):
     lib.costlearn_rank.restype = _I32
     lib.costlearn_rank.argtypes = [_I64, _I64, _I64, _P, _I32, _I32, ctypes.POINTER(RankContext)]
     lib.costlearn_rank_many.restype = _I32
-    lib.costlearn_rank_many.argtypes = [_P, _I32, _I32, _I32, _I32, ctypes.POINTER(RankContext)] + [_P] * 9
+    lib.costlearn_rank_many.argtypes = [_P, _I32, _I32, _I32, _I32, ctypes.POINTER(RankContext)] + [_P] * 11
+    lib.costlearn_fsum.restype = _D
+    lib.costlearn_fsum.argtypes = [_P, _I32]
     lib.costlearn_shortlist_build.restype = _I32
     lib.costlearn_shortlist_build.argtypes = [_P, _I32, _I32, _I32, ctypes.POINTER(RankContext), _P, _P]
     return lib
@@ -299,6 +324,11 @@ class NativeRanker(Ranker):
             keep_alive.update(nodes=forest.nodes, roots=forest.roots, depths=forest.depths)
         if sc.offsets is not None:
             keep_alive["offsets"] = np.ascontiguousarray(sc.offsets, np.float64)
+        vm = self.vendor_model
+        if vm is not None:                 # at most MAX_MEMBERS members (VendorModel checks), as the C sums take
+            keep_alive.update(v_nodes=vm.forest.nodes, v_roots=vm.forest.roots, v_depths=vm.forest.depths,
+                              v_bounds=np.ascontiguousarray(vm.bounds, np.int32),
+                              v_bases=np.ascontiguousarray(vm.bases, np.float64))
         if self.coverage is not None:
             keep_alive.update(cov_lo=np.ascontiguousarray(self.coverage.lo, np.float64),
                               cov_hi=np.ascontiguousarray(self.coverage.hi, np.float64))
@@ -327,7 +357,9 @@ class NativeRanker(Ranker):
             n_trees=sc.n_trees, base=forest.base_score if forest is not None else 0.0, sign=sc.sign,
             column=sc.column, column_weight=sc.column_weight, offsets=ptr.get("offsets", 0),
             n_stages=len(sc.cascade), env_points=ptr["env_points"], env_index=ptr["env_index"],
-            n_env=len(envelope.points))
+            n_env=len(envelope.points), v_nodes=ptr.get("v_nodes", 0), v_roots=ptr.get("v_roots", 0),
+            v_depths=ptr.get("v_depths", 0), v_bounds=ptr.get("v_bounds", 0), v_bases=ptr.get("v_bases", 0),
+            v_members=0 if vm is None else len(vm.bases), v_features=len(VENDOR_FEATURES), v_pow2_cap=POW2_CAP)
         if len(sc.cascade) > MAX_STAGES:
             raise ValueError(f"a cascade of {len(sc.cascade)} stages; the native ranker takes {MAX_STAGES}")
         if any(not (0 < t < sc.n_trees and 5 <= k < 2**30) for t, k, _ in sc.cascade):
@@ -336,6 +368,7 @@ class NativeRanker(Ranker):
                         [float(d) for _, _, d in sc.cascade])
         self._embed = [float(v) for v in EMBED.ravel()]
         self._first_layout = next(iter(self._templates))
+        self._no_candidate = np.zeros(self.n_candidates, np.uint8)
         self._tls = threading.local()
 
     def _new_context(self, layout: str, *, table: bool = True, epilogue: str = "none"):
@@ -350,6 +383,9 @@ class NativeRanker(Ranker):
                       lin=np.empty(c, np.float64), row_cand=np.empty(c, np.int32), mask=np.empty(c, np.uint8),
                       seen=np.empty(c, np.float64), resid=np.empty(c, np.float64),
                       ev_work=np.empty(max(n_ev, 1), SCORED_DTYPE),
+                      v_row=np.empty(len(VENDOR_FEATURES), np.float32),
+                      v_sums=np.empty(max(self._const["v_members"], 1), np.float64),
+                      v_tail=np.array(problem_row(1, 1, 1, layout, epilogue)[_VENDOR_HEAD:], np.float32),
                       out_index=np.empty(c, np.int32), out_score=np.empty(c, np.float64))
         ptrs = {k: a.ctypes.data for k, a in arrays.items()}
         table = table and epilogue == "none"
@@ -378,7 +414,8 @@ class NativeRanker(Ranker):
     def _mode(cascade: bool, shortlist: bool) -> int:
         return 0 if not cascade else (2 if shortlist else 1)
 
-    def rank(self, problem, mask=None, *, top: int = 5, cascade: bool = True, shortlist: bool = True) -> RankResult:
+    def rank(self, problem, mask=None, *, top: int = 5, cascade: bool = True, shortlist: bool = True,
+             estimate: bool = False) -> RankResult:
         top = top if type(top) is int and 0 < top < 2**31 else self._top(top)
         key = (problem.layout if problem.layout in self._templates else self._first_layout, problem.epilogue)
         by_layout = getattr(self._tls, "by_layout", None)
@@ -386,13 +423,26 @@ class NativeRanker(Ranker):
         rc, ref, out_index, out_score, _ = ctx
         if mask is not None:
             mask = self.check_mask(mask)
+        estimate = estimate and self.vendor_model is not None
         got = self._rank(problem.m, problem.n, problem.k, None if mask is None else mask.ctypes.data, top,
-                         self._mode(cascade, shortlist), ref)
+                         self._mode(cascade, shortlist) | (RANK_ESTIMATE if estimate else 0), ref)
         return RankResult(out_index[:got].copy(), out_score[:got].copy(), rc.nearest, math.sqrt(rc.nearest_d2),
                           rc.fits != 0, rc.level, math.expm1(rc.vendor_near), math.expm1(rc.model_near),
-                          rc.used_table != 0)
+                          rc.used_table != 0, VendorEstimate(rc.v_mean, rc.v_sd) if estimate else None)
 
-    def rank_many(self, problems, *, top: int = 5, cascade: bool = True, shortlist: bool = True) -> list:
+    def vendor_estimate(self, problem):
+        """:meth:`Ranker.vendor_estimate` in C: ``costlearn_rank`` with the
+        estimate and a mask of no candidate (nothing is scored)."""
+        if self.vendor_model is None:
+            return None
+        key = (problem.layout if problem.layout in self._templates else self._first_layout, problem.epilogue)
+        by_layout = getattr(self._tls, "by_layout", None)
+        rc, ref = ((by_layout.get(key) if by_layout is not None else None) or self._context(*key))[:2]
+        self._rank(problem.m, problem.n, problem.k, self._no_candidate.ctypes.data, 1, RANK_ESTIMATE, ref)
+        return VendorEstimate(rc.v_mean, rc.v_sd)
+
+    def rank_many(self, problems, *, top: int = 5, cascade: bool = True, shortlist: bool = True,
+                  estimate: bool = False) -> list:
         """:meth:`rank` with the candidate rule for many problems: one C call
         per (layout, epilogue) among them.
 
@@ -408,7 +458,8 @@ class NativeRanker(Ranker):
             In the order of ``problems``.
         """
         top = self._top(top)
-        mode = self._mode(cascade, shortlist)
+        estimate = estimate and self.vendor_model is not None
+        mode = self._mode(cascade, shortlist) | (RANK_ESTIMATE if estimate else 0)
         out: list = [None] * len(problems)
         groups: dict = {}
         for i, q in enumerate(problems):
@@ -423,15 +474,19 @@ class NativeRanker(Ranker):
             count, level, used = np.empty(p, np.int32), np.empty(p, np.int32), np.empty(p, np.int32)
             index, score = np.empty((p, width), np.int32), np.empty((p, width))
             nearest, d2, vnear, mnear = np.empty(p, np.int32), np.empty(p), np.empty(p), np.empty(p)
+            v_mean, v_sd = np.empty(p), np.empty(p)
             self._lib.costlearn_rank_many(mnk.ctypes.data, p, top, width, mode, ctx[1], count.ctypes.data,
                                           index.ctypes.data, score.ctypes.data, nearest.ctypes.data, d2.ctypes.data,
-                                          level.ctypes.data, vnear.ctypes.data, mnear.ctypes.data, used.ctypes.data)
+                                          level.ctypes.data, vnear.ctypes.data, mnear.ctypes.data, used.ctypes.data,
+                                          v_mean.ctypes.data, v_sd.ctypes.data)
+            ests = [VendorEstimate(a, b) for a, b in zip(v_mean.tolist(), v_sd.tolist())] if estimate \
+                else [None] * p
             dist = np.sqrt(d2).tolist()                       # IEEE-exact; the exponentials are libm's, as rank's
             vnear, mnear = [math.expm1(v) for v in vnear.tolist()], [math.expm1(v) for v in mnear.tolist()]
             for j, (i, c, lv, u, near) in enumerate(zip(idx, count.tolist(), level.tolist(), used.tolist(),
                                                         nearest.tolist())):
                 out[i] = RankResult(index[j, :c], score[j, :c], near, dist[j], lv < 2, lv, vnear[j], mnear[j],
-                                    u != 0)
+                                    u != 0, ests[j])
         return out
 
     def forest_sums(self, forest, bounds) -> "NativeForestSums":

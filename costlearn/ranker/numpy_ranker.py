@@ -28,8 +28,10 @@ class NumpyRanker(Ranker):
         the native ranker's)."""
         return build_lists_numpy(self, layout, shapes, tiles, trees)
 
-    def rank(self, problem, mask=None, *, top: int = 5, cascade: bool = True, shortlist: bool = True) -> RankResult:
+    def rank(self, problem, mask=None, *, top: int = 5, cascade: bool = True, shortlist: bool = True,
+             estimate: bool = False) -> RankResult:
         top = self._top(top)
+        est = self.vendor_estimate(problem) if estimate else None
         mask = self.check_mask(mask)
         level, ruled = 0, mask is None
         if ruled:
@@ -45,7 +47,7 @@ class NumpyRanker(Ranker):
                 and problem.epilogue == "none":               # the table is built for epilogue-free problems
             got = self.shortlist.rank_numpy(self, problem, cand, top)
             if got is not None:
-                return RankResult(got[0], got[1], int(near), float(dist), fits, level, vnear, mnear, True)
+                return RankResult(got[0], got[1], int(near), float(dist), fits, level, vnear, mnear, True, est)
         X = self.features.numpy(m, n, k, cand, problem.layout, problem.epilogue)
         sc = self.scorer
         forest = sc.forest
@@ -72,4 +74,5 @@ class NumpyRanker(Ranker):
             if keep < len(live):                           # the keep best, and the rest within the margin
                 cut = int(np.searchsorted(score, score[keep - 1] + margin, side="right"))
                 live, score = live[:cut], score[:cut]
-        return RankResult(cand[live].astype(np.int32), score, int(near), float(dist), fits, level, vnear, mnear)
+        return RankResult(cand[live].astype(np.int32), score, int(near), float(dist), fits, level, vnear, mnear,
+                          False, est)

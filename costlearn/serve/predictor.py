@@ -119,7 +119,8 @@ class Predictor:
         self.ranker = ranker = make_ranker(art.candidate_features(), art.scorer, art.envelope,
                                            art.family.min_tile_caps(art.spec), name, coverage=art.coverage,
                                            vendor=self.vendor_index, evidence=floor,
-                                           shortlist=art.shortlist if shortlist else None)
+                                           shortlist=art.shortlist if shortlist else None,
+                                           vendor_model=art.vendor_model)
         # the floor's evidence is looked up only where it can change an answer
         self.ood = OODVerdict(art, floor, self.vendor_index is not None or floor.unsure_regret != float("inf"))
         self.vendor_policy = VendorPolicy(art, ranker, self.vendor_index, floor)
@@ -364,7 +365,8 @@ class Predictor:
         if running_on is not None:
             check_instance("running_on", running_on, DeviceSpec,
                            "a DeviceSpec (e.g. costlearn.preset('h200')) or None")
-        res = self.ranker.rank(problem, None, top=top_k + (self.vendor_index is not None), cascade=self.cascade)
+        res = self.ranker.rank(problem, None, top=top_k + (self.vendor_index is not None), cascade=self.cascade,
+                               estimate=True)
         pred = self._prediction(problem, top_k, running_on, res)
         if key is not None:
             if len(self._results) >= self.RESULT_CACHE_SIZE:
@@ -372,11 +374,11 @@ class Predictor:
             self._results[key] = pred
         return pred
 
-    def _prediction(self, problem: Problem, top_k: int, running_on, res, estimate=False) -> Prediction:
+    def _prediction(self, problem: Problem, top_k: int, running_on, res) -> Prediction:
         """The Prediction of ``problem`` from its ranking ``res`` (a
-        :class:`~costlearn.ranker.RankResult` of the candidate rule): the
-        reasons (:attr:`ood`), the vendor floor (:attr:`vendor_policy`), the
-        top k; ``estimate``: its :meth:`vendor_estimate` where the caller has it."""
+        :class:`~costlearn.ranker.RankResult` of the candidate rule, with the
+        vendor model's estimate): the reasons (:attr:`ood`), the vendor floor
+        (:attr:`vendor_policy`), the top k."""
         ood = self.ood
         reasons, fallback, vendor_near = ood.problem_reasons(problem, (res.nearest, res.nearest_distance),
                                                              (res.vendor_near, res.model_near))
@@ -386,7 +388,7 @@ class Predictor:
             reasons.append(ood.level_symptom(problem, res.level))
         order, scores = res.order.tolist(), res.scores.tolist()
         reasons += ood.time_reasons(problem, 2.0 ** scores[0])
-        choice = self.vendor_policy.decide(problem, order, scores, fallback, vendor_near, estimate)
+        choice = self.vendor_policy.decide(problem, order, scores, fallback, vendor_near, res.estimate)
         if choice.doubt:
             reasons.append(choice.doubt)
         reasons += ood.served_reasons(running_on)
@@ -428,9 +430,10 @@ class Predictor:
                 todo.setdefault(key, []).append(i)
         if todo:
             first = [problems[at[0]] for at in todo.values()]
-            ranked = self.ranker.rank_many(first, top=top_k + (self.vendor_index is not None), cascade=self.cascade)
-            for (key, at), q, res, est in zip(todo.items(), first, ranked, self.vendor_estimates(first)):
-                pred = self._prediction(q, top_k, running_on, res, est)
+            ranked = self.ranker.rank_many(first, top=top_k + (self.vendor_index is not None), cascade=self.cascade,
+                                           estimate=True)
+            for (key, at), q, res in zip(todo.items(), first, ranked):
+                pred = self._prediction(q, top_k, running_on, res)
                 for i in at:
                     out[i] = pred
                 if running_on is None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import numpy as np
 
 from costlearn.core.problem import Problem
-from costlearn.model.vendor import VendorEstimate, problem_features_rows
 
 __all__ = ["VendorPolicy", "VendorChoice"]
 
@@ -54,7 +53,7 @@ class VendorPolicy:
     artifact : costlearn.model.artifact.Artifact
     ranker : costlearn.ranker.Ranker
         The predictor's ranker (scores the vendor alone where a ranking left
-        it out; evaluates the vendor model's trees).
+        it out; its vendor model's estimate, :meth:`~costlearn.ranker.Ranker.vendor_estimate`).
     vendor_index : int or None
         The vendor candidate's index among the artifact's configs.
     floor : costlearn.model.vendor_floor.VendorFloor
@@ -69,28 +68,20 @@ class VendorPolicy:
         self.ranker, self.vendor_index, self.floor = ranker, vendor_index, floor
         self.n_candidates = len(artifact.configs)
         self.vendor_config_id = artifact.family.vendor_config_id
-        self.vendor_model = vm = artifact.vendor_model
-        self._vendor_sums = ranker.forest_sums(vm.forest, vm.bounds) \
-            if vm is not None and vendor_index is not None else None
+        self.vendor_model = artifact.vendor_model
 
     def vendor_estimate(self, problem: Problem):
         """The vendor model's estimate for ``problem``
         (:class:`~costlearn.model.vendor.VendorEstimate`: log2 of the best tile
         config's time over the vendor's, and its members' deviation), None
-        where the artifact has no vendor model (or no vendor candidate)."""
-        if self._vendor_sums is None:
-            return None
-        return self.vendor_model.estimate_problem(problem.m, problem.n, problem.k, problem.layout,
-                                                  problem.epilogue, self._vendor_sums)
+        where the artifact has no vendor model (or no vendor candidate):
+        the ranker's (:meth:`costlearn.ranker.Ranker.vendor_estimate`)."""
+        return self.ranker.vendor_estimate(problem)
 
     def vendor_estimates(self, problems) -> list:
-        """:meth:`vendor_estimate` of each of ``problems`` in one evaluation:
-        a list of VendorEstimate, or of None without a vendor model."""
-        problems = list(problems)
-        if self._vendor_sums is None or not problems:
-            return [None] * len(problems)
-        mean, sd = self.vendor_model.estimate(problem_features_rows(problems), self._vendor_sums)
-        return [VendorEstimate(a, b) for a, b in zip(mean.tolist(), sd.tolist())]
+        """:meth:`vendor_estimate` of each of ``problems``: a list of
+        VendorEstimate, or of None without a vendor model."""
+        return [self.ranker.vendor_estimate(q) for q in problems]
 
     def decide(self, problem: Problem, order: list, scores: list, fallback: bool, vendor_near: float,
                estimate=False) -> VendorChoice:

@@ -1,13 +1,15 @@
 """The shared utilities: argument checks, the atomic write, the keyed cache."""
 from __future__ import annotations
 
+import io
 import os
 import shutil
+import zipfile
 
 import numpy as np
 import pytest
 
-from costlearn.core.util import KeyedCache, atomic_write, check_choice, check_int, check_real
+from costlearn.core.util import KeyedCache, atomic_write, check_choice, check_int, check_real, npz_arrays
 
 
 def test_checks_name_the_value_and_what_is_allowed():
@@ -114,3 +116,35 @@ def test_a_ctrl_c_during_a_write_waits_for_the_write_and_its_count():
     with sigint_deferred():
         steps.append("quiet")                                                   # no signal: nothing raised
     assert steps[-1] == "quiet"
+
+
+def test_npz_arrays_are_numpys_without_a_second_read_or_copy():
+    """Issue 40: a model's .npz files are read once (the bytes whose sha256 was checked) and parsed from memory;
+    every array must equal numpy.load's, writable, and aligned ones share the buffer rather than copy it."""
+    arrays = dict(f8=np.arange(7.0), i2=np.arange(5, dtype=np.int16), f4=np.linspace(0, 1, 9, dtype=np.float32),
+                  scalar=np.float64(3.5), text=np.array(["NN", "TN"]), fortran=np.asfortranarray(np.ones((2, 3))),
+                  nodes=np.zeros(4, [("value", "<f4"), ("child", "<u2"), ("feature", "u1"), ("flags", "u1")]))
+    for save in (np.savez, np.savez_compressed):
+        buf = io.BytesIO()
+        save(buf, **arrays)
+        data = bytearray(buf.getvalue())
+        got = npz_arrays(data)
+        with np.load(io.BytesIO(bytes(data))) as ref:
+            assert sorted(got) == sorted(ref.files)
+            for name in ref.files:
+                assert got[name].dtype == ref[name].dtype and got[name].shape == ref[name].shape
+                assert np.array_equal(got[name], ref[name]) and got[name].flags.writeable, name
+                assert got[name].flags.f_contiguous == ref[name].flags.f_contiguous
+        shared = [n for n, a in got.items() if np.shares_memory(a, np.frombuffer(data, np.uint8))]
+        assert (len(shared) > 0) == (save is np.savez)
+
+
+def test_npz_arrays_refuse_truncated_and_object_members():
+    buf = io.BytesIO()
+    np.savez(buf, a=np.arange(100.0))
+    with pytest.raises((ValueError, zipfile.BadZipFile)):
+        npz_arrays(bytearray(buf.getvalue()[:-300]))
+    buf = io.BytesIO()
+    np.savez(buf, a=np.array([{"x": 1}], dtype=object))
+    with pytest.raises(ValueError):
+        npz_arrays(bytearray(buf.getvalue()))

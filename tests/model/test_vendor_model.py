@@ -15,11 +15,12 @@ from costlearn.learn.holdout import calibrate_floor, rule_regrets
 
 from costlearn.model.vendor_floor import VendorFloor, estimate_wins
 from costlearn.model import artifact
-from costlearn.model.vendor import (FEATURES, MIN_PROBLEMS, VendorEstimate, VendorModel, problem_features,
+from costlearn.model.vendor import (FEATURES, MAX_MEMBERS, MIN_PROBLEMS, VendorEstimate, VendorModel, problem_features,
                                     problem_features_table, problem_row, problem_table)
 from costlearn.serve.predictor import Predictor
 from costlearn.ranker import RANKERS
 from costlearn.ranker.base import ForestSums
+from costlearn.ranker.native import library
 
 from inductor_fixture import DEVICE, SHAPES, build_models
 
@@ -251,3 +252,55 @@ def test_a_vendor_model_rewritten_with_its_sha256_updated_is_still_refused(tmp_p
     (folder / "model.json").write_text(json.dumps(side))
     with pytest.raises(artifact.ArtifactError, match=match):
         artifact.load(folder)
+
+
+def test_the_rankings_estimate_is_the_vendor_models_in_c_and_numpy_to_the_bit(tmp_path):
+    """Issue 40: the estimate moved into the ranker's one C call (the row, the members' sums, math.fsum's
+    mean and deviation in C); both rankers must still give VendorModel.estimate_problem's bits."""
+    models = build_models(tmp_path)
+    folder = artifact.model_folder(models, DEVICE, "triton_mm", "float16")
+    preds = {name: Predictor(folder, ranker=name) for name in RANKERS.names()}
+    vm = preds["native"].artifact.vendor_model
+    rng = np.random.default_rng(9)
+    shapes = [(1, 1, 1), (256, 512, 1024), (7, 4096, 33)] + \
+        [tuple(int(v) for v in s) for s in np.round(2.0 ** rng.uniform(0, 15, (60, 3)))]
+    for i, (m, n, k) in enumerate(shapes):
+        lay = ("NN", "NT", "TN", "TT")[i % 4]
+        want = vm.estimate_problem(m, n, k, lay)
+        for name, pred in preds.items():
+            q = pred.problem(m, n, k, lay) if lay in pred.layouts else None
+            if q is None:
+                continue
+            got = pred.ranker.rank(q, None, top=3, estimate=True).estimate
+            assert (got.mean_log2, got.sd_log2) == (want.mean_log2, want.sd_log2), (name, m, n, k, lay)
+            assert pred.vendor_estimate(q) == want
+            assert pred.ranker.rank(q, None, top=3).estimate is None            # not asked: not computed
+    many = preds["native"].ranker.rank_many([preds["native"].problem(m, n, k) for m, n, k in shapes], top=3,
+                                            estimate=True)
+    assert [r.estimate for r in many] == [vm.estimate_problem(m, n, k, preds["native"].layouts[0])
+                                          for m, n, k in shapes]
+
+
+def test_c_fsum_is_pythons_math_fsum_to_the_bit():
+    """The C mean and deviation must keep math.fsum's bits (the answers may not change with the move to C):
+    cancellation, ties at half an ulp, and signs mixed."""
+    lib = library()
+    if lib is None:
+        pytest.skip("no C compiler here")
+    rng = np.random.default_rng(3)
+    cases = [[1e-16, 1.0, 1e16], [1e16, 1.0, -1e16], [0.1] * 10, [1.0, 2.0 ** -53, 2.0 ** -106], [-0.0, 0.0],
+             [], [5e-324, -5e-324, 1e308, -1e308]]
+    cases += [(rng.standard_normal(rng.integers(1, 33)) * 10.0 ** rng.integers(-20, 20, 1)).tolist()
+              for _ in range(500)]
+    cases += [[float(v) for v in rng.choice([1.0, -1.0, 2.0 ** -52, 2.0 ** 52, 3.0], rng.integers(1, 33))]
+              for _ in range(500)]
+    for xs in cases:
+        arr = np.ascontiguousarray(xs, np.float64)
+        assert lib.costlearn_fsum(arr.ctypes.data, len(arr)) == math.fsum(xs), xs
+
+
+def test_a_vendor_model_of_more_members_than_the_c_sums_take_is_refused():
+    vm = VendorModel.fit(_problems())
+    with pytest.raises(ValueError, match=f"2 to {MAX_MEMBERS}"):
+        VendorModel.concat([vm.forest] * (MAX_MEMBERS + 1))
+    assert len(VendorModel.concat([vm.forest] * MAX_MEMBERS).bases) == MAX_MEMBERS
