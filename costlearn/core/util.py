@@ -417,9 +417,8 @@ class KeyedCache:
         """
         path = self.path(key)
         private_folder(path.parent)
-        side = path.with_name(path.name + ".sha256")
         try:
-            if _private_file(path) and _private_file(side) and side.read_text().strip() == sha256_file(path):
+            if self._intact(path):
                 return load(path)
         except (OSError, ValueError, AttributeError):
             pass                                  # missing, damaged, another's or unacceptable: build afresh
@@ -431,12 +430,39 @@ class KeyedCache:
             obj = load(Path(tmp))                 # a build must load before it is cached
             digest = sha256_file(tmp)
             os.replace(tmp, path)
+            side = path.with_name(path.name + ".sha256")
             atomic_write(side, digest, durable=False)
             os.chmod(side, 0o600)
             return obj
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+
+    @staticmethod
+    def _intact(path: Path) -> bool:
+        """Whether the entry at ``path`` is this user's private file whose
+        bytes still have the sha256 beside it."""
+        side = path.with_name(path.name + ".sha256")
+        return _private_file(path) and _private_file(side) and side.read_text().strip() == sha256_file(path)
+
+    def has(self, key) -> bool:
+        """Whether an intact entry for ``key`` is there (a record that
+        something was done, whose presence is all that is read). A folder
+        that is not private holds none."""
+        path = self.path(key)
+        try:
+            private_folder(path.parent)
+            return self._intact(path)
+        except OSError:
+            return False
+
+    def put(self, key, data: bytes) -> None:
+        """Record ``data`` as the entry for ``key`` (best effort: a cache that
+        cannot be written keeps nothing, and nothing fails)."""
+        try:
+            self.get_or_build(key, lambda tmp: tmp.write_bytes(data), lambda p: None)
+        except OSError:
+            pass
 
 
 @contextlib.contextmanager

@@ -49,9 +49,10 @@ from costlearn.families import FAMILIES, get_family
 from costlearn.features import FEATURE_SETS, CandidateFeatures, ConfigTable, feature_version, get_feature_set
 from costlearn.model.vendor_floor import VendorFloor
 from costlearn.model.shortlist import SHORTLIST_FILE, Shortlist, ShortlistError
-from costlearn.core.util import FolderLock, atomic_write, npz_arrays, read_file, sha256_file
+from costlearn.core.util import FolderLock, KeyedCache, atomic_write, npz_arrays, read_file, sha256_file
 from costlearn.core.version import __version__
 from costlearn.model.base import MODELS, CostModel
+from costlearn.model import forest as forest_module
 from costlearn.model.scorer import Scorer, ScorerError
 from costlearn.model.vendor import FEATURES as VENDOR_FEATURES
 from costlearn.model.vendor import VendorModel
@@ -613,7 +614,7 @@ def _load(folder: Path, text: bytes) -> Artifact:
                                  side["scorer"].get("sha256"), "compiled scorer")
     try:
         scorer = _parsed(("scorer", side["scorer"].get("sha256"), len(configs)),
-                         lambda: Scorer.from_file(sc_path, len(configs), sc_data))
+                         lambda: _checked_scorer(sc_path, len(configs), sc_data, side["scorer"].get("sha256")))
     except ScorerError as e:
         raise ArtifactError(str(e)) from e
     if scorer.n_features != len(art_names):
@@ -675,6 +676,28 @@ def _parsed(key: tuple, parse):
         while len(_PARSED) > PARSED_KEPT:
             _PARSED.popitem(last=False)
     return got
+
+
+FOREST_CHECKED = KeyedCache("forest-checked", ".ok")
+"""Records, in the user's private cache, the sha256 of each scorer file whose
+forest passed :meth:`~costlearn.model.forest.FlatForest.validate` (keyed with
+the source of :mod:`costlearn.model.forest`, so a changed check checks
+again): a later process loading the same bytes skips the check, 20-30 ms of
+a deep model's load. The cache is trusted as the compiled ranker's is
+(:func:`costlearn.core.util.private_folder`); a damaged file has another
+sha256 and is checked, and refused."""
+
+
+def _checked_scorer(path: Path, n_candidates: int, data: bytearray, sha256: str) -> Scorer:
+    """:meth:`Scorer.from_file` of ``data`` (the verified bytes of ``path``,
+    whose sha256 is ``sha256``), its forest's check skipped where
+    :data:`FOREST_CHECKED` records these bytes, and recorded once it passes."""
+    key = f"{sha256}\n".encode() + Path(forest_module.__file__).read_bytes()
+    checked = FOREST_CHECKED.has(key)
+    scorer = Scorer.from_file(path, n_candidates, data, checked)
+    if not checked:
+        FOREST_CHECKED.put(key, b"checked\n")
+    return scorer
 
 
 def _verified(folder: Path, name, side_path: Path, sha256, what: str) -> tuple[Path, bytearray]:

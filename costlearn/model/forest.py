@@ -64,6 +64,10 @@ class FlatForest:
         Added to the sum of leaves (the margin's intercept).
     n_features : int
         Width of the feature rows.
+    checked : bool
+        True only where these exact arrays are known to pass
+        :meth:`validate` (a file whose sha256 passed it before:
+        :func:`costlearn.model.artifact.load`); the check is then skipped.
 
     Raises
     ------
@@ -71,13 +75,14 @@ class FlatForest:
         If the arrays are inconsistent (:meth:`validate`).
     """
 
-    def __init__(self, nodes, roots, depths, base_score: float, n_features: int):
+    def __init__(self, nodes, roots, depths, base_score: float, n_features: int, checked: bool = False):
         self.nodes = np.ascontiguousarray(nodes, NODE_DTYPE)
         self.roots = np.ascontiguousarray(roots, np.int32)
         self.depths = np.ascontiguousarray(depths, np.int32)
         self.base_score = float(base_score)
         self.n_features = int(n_features)
-        self.validate()
+        if not checked:
+            self.validate()
 
     # -- construction ----------------------------------------------------
 
@@ -389,8 +394,9 @@ class FlatForest:
                     forest_base_score=np.float64(self.base_score), forest_n_features=np.int64(self.n_features))
 
     @classmethod
-    def from_arrays(cls, z) -> "FlatForest":
-        """Inverse of :meth:`arrays` (any mapping, e.g. an open ``.npz``).
+    def from_arrays(cls, z, checked: bool = False) -> "FlatForest":
+        """Inverse of :meth:`arrays` (any mapping, e.g. an open ``.npz``);
+        ``checked`` as the constructor's.
 
         Raises
         ------
@@ -402,6 +408,6 @@ class FlatForest:
             if nodes.dtype != NODE_DTYPE:
                 raise ForestError(f"flat forest nodes have dtype {nodes.dtype}, expected {NODE_DTYPE}")
             return cls(nodes, z["forest_roots"], z["forest_depths"], float(z["forest_base_score"]),
-                       int(z["forest_n_features"]))
+                       int(z["forest_n_features"]), checked)
         except (KeyError, TypeError) as e:
             raise ForestError(f"flat forest arrays incomplete ({type(e).__name__}: {e})") from None

@@ -150,10 +150,11 @@ class Scorer:
         return buf.getvalue()
 
     @classmethod
-    def from_file(cls, path, n_candidates: int, data: bytearray | None = None) -> "Scorer":
+    def from_file(cls, path, n_candidates: int, data: bytearray | None = None, checked: bool = False) -> "Scorer":
         """Load a scorer written by :meth:`to_bytes` from ``path``, or from
         ``data``, the file's bytes, where the caller has read (and checked)
-        them.
+        them; ``checked``: these bytes' forest passed
+        :meth:`~costlearn.model.forest.FlatForest.validate` before (skip it).
 
         Raises
         ------
@@ -165,7 +166,7 @@ class Scorer:
             z = npz_arrays(read_file(path) if data is None else data)
             if int(z["format"]) != SCORER_FORMAT:
                 raise ScorerError(f"{path}: scorer format {int(z['format'])}, this code reads {SCORER_FORMAT}")
-            forest = FlatForest.from_arrays(z) if int(z["has_forest"]) else None
+            forest = FlatForest.from_arrays(z, checked) if int(z["has_forest"]) else None
             offsets = np.array(z["offsets"], np.float64) if int(z["has_offsets"]) else None
             stages = tuple((int(t), int(k), float(d)) for t, k, d in np.asarray(z["cascade"]).reshape(-1, 3))
             sc = cls(int(z["n_features"]), forest, float(z["sign"]), int(z["column"]),

@@ -16,6 +16,7 @@ through it; the command line asks it, and re-implements none of it.
 from __future__ import annotations
 
 import os
+import posixpath
 import threading
 from pathlib import Path
 from typing import NamedTuple
@@ -148,8 +149,13 @@ def store_key(models_dir):
     after a chdir. No file system call but getcwd."""
     if models_dir is None:
         return None
+    if type(models_dir) is str and _POSIX and models_dir.startswith("/"):
+        return models_dir                       # posixpath.isabs, without its os.fspath: the hot path
     path = os.fspath(models_dir)
     return path if os.path.isabs(path) else (os.getcwd(), path)
+
+
+_POSIX = os.path is posixpath
 
 
 def default_store() -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 import numpy as np
@@ -281,3 +282,39 @@ def test_a_sidecar_key_renamed_by_one_flipped_bit_is_refused(model_dir, tmp_path
             artifact.load(dst)
     (dst / "model.json").write_text(text)
     assert artifact.load(dst).sidecar["training"]["generation"] == "signed"
+
+
+def test_a_scorer_checked_once_is_not_checked_again_and_one_with_other_bytes_is(model_dir, tmp_path, monkeypatch):
+    """Issue 40: a forest that passed its check is recorded by its file's sha256, so a later load of the same
+    bytes skips the 20-30 ms check; any other bytes (a damaged forest with its sha256 updated) are checked and
+    refused, and a cache that is not private records nothing and is not believed."""
+    import collections
+    from costlearn.model import artifact
+    from costlearn.model.forest import FlatForest
+    calls = []
+    real = FlatForest.validate
+    monkeypatch.setattr(FlatForest, "validate", lambda self: (calls.append(len(self.nodes)), real(self))[1])
+    monkeypatch.setenv("COSTLEARN_CACHE", str(tmp_path / "cache"))
+    dst = tmp_path / "dev" / "gemm" / "float32"
+    shutil.copytree(model_dir, dst)
+    monkeypatch.setattr(artifact, "_PARSED", collections.OrderedDict())          # a new process: nothing read yet
+    n_nodes = len(artifact.load(dst).scorer.forest.nodes)
+    assert calls.count(n_nodes) == 1
+    monkeypatch.setattr(artifact, "_PARSED", collections.OrderedDict())          # as a new process
+    artifact.load(dst)
+    assert calls.count(n_nodes) == 1                                              # recorded: not checked again
+    monkeypatch.setattr(artifact, "_PARSED", collections.OrderedDict())
+
+    def damage(arrays):
+        nodes = arrays["forest_nodes"].copy()
+        nodes["child"][np.flatnonzero(nodes["flags"] & 1)[0]] = 60000
+        arrays["forest_nodes"] = nodes
+    _rewrite_scorer(dst, damage)
+    with pytest.raises(artifact.ArtifactError, match="out of range"):
+        artifact.load(dst)
+    assert calls.count(n_nodes) == 2
+    os.chmod(tmp_path / "cache", 0o777)                                           # others may write it now
+    shutil.copytree(model_dir, tmp_path / "again" / "dev" / "gemm" / "float32")
+    monkeypatch.setattr(artifact, "_PARSED", collections.OrderedDict())
+    artifact.load(tmp_path / "again" / "dev" / "gemm" / "float32")
+    assert calls.count(n_nodes) == 3                                              # not believed: checked
