@@ -163,11 +163,13 @@ def speed_rows(reports: Path) -> list:
             t = {r[0]: r for _, head, rows in md_tables(part) for r in rows}
             agree = re.search(r"argmin on \d+/\d+ problems \(([\d.]+%)\)", part)
             best = t["predict_best, unseen problem"]
-            nv = t.get("NVIDIA heuristics top-1 (`get`)")
+            nv = next((r for k, r in t.items() if k.startswith("NVIDIA heuristics top-1 (`get`)")), None)
+            paired = re.search(r"median ([\d.]+)x", nv[3]) if nv else None
             out.append(dict(model=name, folder=model.group(1), candidates=int(model.group(2)),
                             trees=int(model.group(3)), served=served, set=short, p50=float(best[1]),
                             p99=float(best[2]), nv_p50=float(nv[1]) if nv else None,
                             nv_p99=float(nv[2]) if nv else None,
+                            paired=float(paired.group(1)) if paired else None,
                             many=float(t["predict_many, 30 unseen problems (per call)"][1]),
                             repeated=float(t["predict_best, repeated problem"][1]),
                             agreement=agree.group(1) if agree else ""))
@@ -175,12 +177,15 @@ def speed_rows(reports: Path) -> list:
 
 
 def speed(reports: Path) -> str:
-    lines = ["| model (folder) | served by | set | predict_best p50 / p99 µs | NVIDIA top-1 p50 / p99 µs | ratio | "
+    lines = ["| model (folder) | served by | set | predict_best p50 / p99 µs | NVIDIA top-1 p50 / p99 µs | ratio of "
+             "p50s (median of per-problem ratios) | "
              "30 problems in one predict_many µs | repeated µs | argmin agreement |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in speed_rows(reports):
         nv = f"{r['nv_p50']:,.0f} / {r['nv_p99']:,.0f}" if r["nv_p50"] else "—"
         ratio = f"{r['p50'] / r['nv_p50']:.2f}x" if r["nv_p50"] else "—"
+        if r["paired"] is not None:
+            ratio += f" ({r['paired']:.2f}x)"
         lines.append(f"| {r['model']} (`{r['folder']}`, {r['candidates']} candidates, {r['trees']:,} trees) | "
                      f"{r['served']} | {r['set']} | {r['p50']:.0f} / {r['p99']:.0f} | {nv} | {ratio} | "
                      f"{r['many']:,.0f} | {r['repeated']:.1f} | {r['agreement'].replace('%', ' %')} |")

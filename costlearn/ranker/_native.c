@@ -269,13 +269,13 @@ static int32_t select_candidates(int64_t m, int64_t n, int64_t k, const double x
     }
     const double *lo = ctx->cov_lo, *hi = ctx->cov_hi;
     int32_t tiles = 0;
-    for (int32_t c = 0; c < n_cands; ++c) {
-        if (!fit[c] || c == vendor)
-            continue;
-        ++tiles;
-        if (lo[3 * c] <= x[0] && x[0] <= hi[3 * c] && lo[3 * c + 1] <= x[1] && x[1] <= hi[3 * c + 1]
-                && lo[3 * c + 2] <= x[2] && x[2] <= hi[3 * c + 2])
-            row_cand[rows++] = c;
+    for (int32_t c = 0; c < n_cands; ++c) {          /* branch-free: which candidates pass is data, not pattern */
+        const int32_t tile = fit[c] & (c != vendor);
+        const int32_t near = (lo[3 * c] <= x[0]) & (x[0] <= hi[3 * c]) & (lo[3 * c + 1] <= x[1])
+                             & (x[1] <= hi[3 * c + 1]) & (lo[3 * c + 2] <= x[2]) & (x[2] <= hi[3 * c + 2]);
+        tiles += tile;
+        row_cand[rows] = c;
+        rows += tile & near;
     }
     ctx->fits = 1;
     if (rows == 0 && tiles > 0) {
@@ -396,6 +396,15 @@ static int32_t rank_table(int64_t m, int64_t n, int64_t k, const double x[3], in
             return -1;
     }
     const int32_t n_cands = ctx->n_cands, width = ctx->tab_width;
+    for (int corner = 0; corner < 8; corner += 2) {    /* the 8 corners' lists, fetched together: a query's
+                                                          cells lie apart in a table of megabytes */
+        const int64_t point = ((i0[0] + (corner >> 2 & 1)) * ctx->tab_n[1] + i0[1] + (corner >> 1 & 1))
+                              * ctx->tab_n[2] + i0[2];
+        __builtin_prefetch(ctx->tab_index + point * width);
+        __builtin_prefetch(ctx->tab_index + (point + 2) * width - 1);
+        __builtin_prefetch(ctx->tab_resid + point * width);
+        __builtin_prefetch(ctx->tab_resid + (point + 2) * width - 1);
+    }
     uint8_t *sel = ctx->mask;                          /* selected candidates, then: listed */
     memset(sel, 0, (size_t)n_cands);
     for (int32_t r = 0; r < rows; ++r)
@@ -422,8 +431,10 @@ static int32_t rank_table(int64_t m, int64_t n, int64_t k, const double x[3], in
         return -1;
     int32_t *row_cand = ctx->row_cand;
     int32_t kept = 0;
-    for (int32_t c = 0; c < n_cands; ++c)
-        if (sel[c] == 2) row_cand[kept++] = c;
+    for (int32_t c = 0; c < n_cands; ++c) {           /* branch-free, as in select_candidates */
+        row_cand[kept] = c;
+        kept += sel[c] == 2;
+    }
     const double *lin = feature_rows(m, n, k, kept, ctx);
     partial_scores(kept, ctx->tab_trees, lin, ctx);
     costlearn_scored *work = ctx->work;
