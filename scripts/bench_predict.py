@@ -6,7 +6,8 @@ the answers agree, and what the fast path costs in regret.
 
 For each ``--model`` (an artifact folder, ``<store>/<device>/<family>/<dtype>``;
 default: the committed ``gemm`` model), on one core (the process is pinned to
-one CPU where the OS allows), one thread, in one run, for two sets of
+one CPU where the OS allows), one thread, garbage collection off while
+timing (as :mod:`timeit`), in one run, for two sets of
 ``--shapes`` unseen problems each: *drawn like the training shapes* (the
 collection's sampler for the model's device, another seed) and
 *log-uniform in [1, 16384]* per extent (mostly out of distribution):
@@ -47,6 +48,7 @@ them as Markdown.
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import os
 import subprocess
@@ -213,6 +215,8 @@ def bench_model(folder: Path, n_shapes: int, seed: int, lines: list) -> bool:
             pred.predict(q)
         t_plain, t_cold, t_mixed, t_rep, t_nv, t_batch, agree, used = [], [], [], [], [], [], 0, 0
         best = {}
+        gc.collect()
+        gc.disable()                                            # as timeit: a collection's pause is not a call's
         for q in problems:                                      # 1. the plain way (the full model)
             t0 = time.perf_counter()
             best[q] = plain(q)
@@ -252,6 +256,7 @@ def bench_model(folder: Path, n_shapes: int, seed: int, lines: list) -> bool:
             t0 = time.perf_counter()
             costlearn.predict_best(*s, layout=layout, **kw)
             t_rep.append(time.perf_counter() - t0)
+        gc.enable()
         cold = float(np.median(t_cold))
         lines += [f"**{name}**", "", "| path | p50 µs | p99 µs | p50 vs predict_best unseen |", "|---|---|---|---|",
                   f"| plain: pandas features + the model's predict (the full model) | {_us(t_plain, .5):.0f} | "
