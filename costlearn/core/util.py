@@ -239,17 +239,27 @@ class _BufferReader(io.RawIOBase):
         return self._pos
 
 
-def read_file(path) -> bytearray:
+def read_file(path, max_bytes: int = 1 << 30) -> bytearray:
     """A file's bytes in a writable buffer (arrays read from it with
     :func:`npz_arrays` need no copy of their own).
+
+    Parameters
+    ----------
+    path : path
+    max_bytes : int
+        Largest file read (default 1 GiB; a model's files are tens of MB):
+        a larger one is refused before any memory is taken for it.
 
     Raises
     ------
     OSError
-        If the file cannot be read, or changes size while it is read.
+        If the file cannot be read, is larger than ``max_bytes``, or changes
+        size while it is read.
     """
     with open(path, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
+        if size > max_bytes:
+            raise OSError(f"{path} holds {size} bytes, more than the {max_bytes} a file read here may")
         buf = bytearray(size)
         if fh.readinto(buf) != size or fh.read(1):
             raise OSError(f"{path} changed size while it was read")
@@ -274,43 +284,61 @@ def npz_arrays(data) -> dict:
     Returns
     -------
     dict
-        Member name (without ``.npy``) -> writable ndarray.
+        Member name (without ``.npy``) -> read-only ndarray (a model's
+        arrays are not changed once loaded; a loaded object may be shared by
+        two loads of the same bytes).
 
     Raises
     ------
     zipfile.BadZipFile, ValueError
-        If ``data`` is not such a file (a member is truncated, not ``.npy``,
-        or holds objects).
+        If ``data`` is not such a file (a member is truncated, encrypted,
+        named twice, not ``.npy``, of no valid shape, or holds objects).
     """
     out = {}
     view = memoryview(data)
     with zipfile.ZipFile(_BufferReader(view)) as zf:
         for info in zf.infolist():
             name = info.filename[:-4] if info.filename.endswith(".npy") else info.filename
+            if name in out:
+                raise ValueError(f"member {info.filename!r}: a second array named {name!r}")
+            if info.flag_bits & 0x1:
+                raise zipfile.BadZipFile(f"member {info.filename!r} is encrypted")
             head = info.header_offset
-            if info.compress_type != zipfile.ZIP_STORED or view[head:head + 4] != b"PK\x03\x04":
-                out[name] = np.load(io.BytesIO(zf.read(info)), allow_pickle=False)
-                continue
-            name_len, extra_len = struct.unpack_from("<HH", data, head + 26)
-            start = head + 30 + name_len + extra_len
-            member = io.BytesIO(view[start:start + min(info.file_size, NPY_HEADER_MAX)])
-            version = np.lib.format.read_magic(member)
-            if version not in ((1, 0), (2, 0)):
-                out[name] = np.load(io.BytesIO(zf.read(info)), allow_pickle=False)
-                continue
-            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
-                np.lib.format.read_array_header_2_0
-            shape, fortran, dtype = read_header(member)
-            if dtype.hasobject:
-                raise ValueError(f"member {info.filename!r} holds Python objects; refused")
-            count = math.prod(shape)
-            if member.tell() + count * dtype.itemsize != info.file_size:
-                raise ValueError(f"member {info.filename!r}: {info.file_size} bytes do not hold {shape} {dtype}")
-            arr = np.frombuffer(data, dtype, count, start + member.tell())
-            if not arr.flags.aligned or not arr.flags.writeable:
-                arr = arr.copy()
-            out[name] = arr.reshape(shape, order="F" if fortran else "C")
+            if info.compress_type != zipfile.ZIP_STORED or view[head:head + 4] != b"PK\x03\x04" \
+                    or head + 30 > len(view):
+                arr = np.load(io.BytesIO(zf.read(info)), allow_pickle=False)      # zipfile's own checks
+            else:
+                name_len, extra_len = struct.unpack_from("<HH", view, head + 26)
+                start = head + 30 + name_len + extra_len
+                if start + info.file_size > len(view):
+                    raise zipfile.BadZipFile(f"member {info.filename!r} runs past the end of the file")
+                arr = _stored_array(view, start, info)
+            arr.setflags(write=False)
+            out[name] = arr
     return out
+
+
+def _stored_array(view: memoryview, start: int, info: zipfile.ZipInfo) -> np.ndarray:
+    """The array of the stored ``.npy`` member ``info`` whose bytes begin at
+    ``start`` of ``view``: over those bytes where aligned, else a copy
+    (:func:`npz_arrays`)."""
+    member = io.BytesIO(view[start:start + min(info.file_size, NPY_HEADER_MAX)])
+    version = np.lib.format.read_magic(member)
+    if version not in ((1, 0), (2, 0)):
+        return np.load(io.BytesIO(view[start:start + info.file_size]), allow_pickle=False)
+    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, fortran, dtype = read_header(member)
+    if dtype.hasobject:
+        raise ValueError(f"member {info.filename!r} holds Python objects; refused")
+    if not all(type(d) is int and d >= 0 for d in shape):
+        raise ValueError(f"member {info.filename!r}: shape {shape!r:.100} is not a tuple of sizes")
+    count = math.prod(shape)
+    if member.tell() + count * dtype.itemsize != info.file_size:
+        raise ValueError(f"member {info.filename!r}: {info.file_size} bytes do not hold {shape} {dtype}")
+    arr = np.frombuffer(view, dtype, count, start + member.tell())
+    if not arr.flags.aligned or not arr.flags.writeable:
+        arr = arr.copy()
+    return arr.reshape(shape, order="F" if fortran else "C")
 
 
 def cache_dir() -> Path:

@@ -751,7 +751,7 @@ def _load_vendor(folder: Path, side_path: Path, entry) -> VendorModel | None:
     path, data = _verified(folder, VENDOR_FILE, side_path, entry.get("sha256"), "vendor model")
     try:
         vm = _parsed(("vendor", entry.get("sha256")), lambda: VendorModel.from_arrays(npz_arrays(data)))
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+    except (OSError, ValueError, TypeError, EOFError, zipfile.BadZipFile) as e:
         raise ArtifactError(f"{path}: unreadable vendor model ({type(e).__name__}: {e})") from e
     if (entry.get("members"), entry.get("trees")) != (len(vm.bases), len(vm.forest.roots)):
         raise ArtifactError(f"{path}: {len(vm.bases)} members of {len(vm.forest.roots)} trees; {side_path} "

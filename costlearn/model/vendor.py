@@ -204,8 +204,8 @@ class VendorModel:
                              f"ratio per member, within +-{BASE_LIMIT:g}")
         self._bases = self.bases.tolist()
         n = len(forest.roots)
-        if not (MAX_MEMBERS + 1 >= len(self.bounds) == len(self.bases) + 1 >= 3 and self.bounds[0] == 0
-                and self.bounds[-1] == n
+        if not (self.bounds.ndim == 1 and MAX_MEMBERS + 1 >= len(self.bounds) == len(self.bases) + 1 >= 3
+                and self.bounds[0] == 0 and self.bounds[-1] == n
                 and (np.diff(self.bounds) > 0).all()):
             raise ValueError(f"vendor model: bounds {self.bounds.tolist()!r:.200} do not split {n} trees into "
                              f"{len(self.bases)} members (2 to {MAX_MEMBERS})")

@@ -136,7 +136,8 @@ class OODVerdict:
             flops = 2 * m * n * k
             if best_us * self._peak_flop_per_us < flops:
                 reasons.append(f"the predicted {best_us:.4g} us is faster than the device's peak allows "
-                               f"({flops / best_us / 1e6:.4g} TFLOP/s > {self._peak_flop_per_us / 1e6:.4g})")
+                               f"({flops / best_us / 1e6:.4g} TFLOP/s > its {self._peak_flop_per_us / 1e6:.4g} "
+                               "TFLOP/s)")
         if self._bytes_per_us is not None:
             traffic_bytes = float(m * k + k * n + m * n) * self._element_bytes
             if traffic_bytes > self.spec.l2_bytes and best_us * self._bytes_per_us < traffic_bytes:

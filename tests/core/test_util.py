@@ -4,12 +4,13 @@ from __future__ import annotations
 import io
 import os
 import shutil
+import struct
 import zipfile
 
 import numpy as np
 import pytest
 
-from costlearn.core.util import KeyedCache, atomic_write, check_choice, check_int, check_real, npz_arrays
+from costlearn.core.util import KeyedCache, atomic_write, check_choice, check_int, check_real, npz_arrays, read_file
 
 
 def test_checks_name_the_value_and_what_is_allowed():
@@ -120,7 +121,7 @@ def test_a_ctrl_c_during_a_write_waits_for_the_write_and_its_count():
 
 def test_npz_arrays_are_numpys_without_a_second_read_or_copy():
     """Issue 40: a model's .npz files are read once (the bytes whose sha256 was checked) and parsed from memory;
-    every array must equal numpy.load's, writable, and aligned ones share the buffer rather than copy it."""
+    every array must equal numpy.load's, read-only, and aligned ones share the buffer rather than copy it."""
     arrays = dict(f8=np.arange(7.0), i2=np.arange(5, dtype=np.int16), f4=np.linspace(0, 1, 9, dtype=np.float32),
                   scalar=np.float64(3.5), text=np.array(["NN", "TN"]), fortran=np.asfortranarray(np.ones((2, 3))),
                   nodes=np.zeros(4, [("value", "<f4"), ("child", "<u2"), ("feature", "u1"), ("flags", "u1")]))
@@ -133,7 +134,7 @@ def test_npz_arrays_are_numpys_without_a_second_read_or_copy():
             assert sorted(got) == sorted(ref.files)
             for name in ref.files:
                 assert got[name].dtype == ref[name].dtype and got[name].shape == ref[name].shape
-                assert np.array_equal(got[name], ref[name]) and got[name].flags.writeable, name
+                assert np.array_equal(got[name], ref[name]) and not got[name].flags.writeable, name
                 assert got[name].flags.f_contiguous == ref[name].flags.f_contiguous
         shared = [n for n, a in got.items() if np.shares_memory(a, np.frombuffer(data, np.uint8))]
         assert (len(shared) > 0) == (save is np.savez)
@@ -148,3 +149,64 @@ def test_npz_arrays_refuse_truncated_and_object_members():
     np.savez(buf, a=np.array([{"x": 1}], dtype=object))
     with pytest.raises(ValueError):
         npz_arrays(bytearray(buf.getvalue()))
+
+
+def _npz_of(members: dict) -> bytearray:
+    """A stored .npz whose members are the given raw .npy bytes."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, raw in members.items():
+            zf.writestr(name, raw)
+    return bytearray(buf.getvalue())
+
+
+def _npy(header: str, body: bytes) -> bytes:
+    """Raw .npy 1.0 bytes with ``header`` (a dict literal) and ``body``."""
+    text = header + " " * (64 - (10 + len(header) + 1) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text.encode() + body
+
+
+def test_npz_arrays_refuse_what_an_attack_on_issue_40_found():
+    """Regressions: a local-header signature in the file's last bytes made npz_arrays raise a bare
+    struct.error; a header shape of (True,) a bare TypeError; an encrypted member and two members of one name
+    were accepted (numpy.load refuses the first)."""
+    ok = _npy("{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }", np.arange(3.0).tobytes())
+    assert np.array_equal(npz_arrays(_npz_of({"a.npy": ok}))["a"], np.arange(3.0))
+    data = _npz_of({"a.npy": ok})
+    end = data.rfind(b"PK\x05\x06")
+    tail = b"PK\x03\x04" + bytes(6)
+    data[end + 20:end + 22] = struct.pack("<H", len(tail))                  # the zip comment holds the signature
+    data += tail
+    cd = data.rfind(b"PK\x01\x02")
+    data[cd + 42:cd + 46] = struct.pack("<I", len(data) - len(tail))        # the member's header "is" there
+    with pytest.raises((ValueError, zipfile.BadZipFile)):
+        npz_arrays(data)
+    bool_shape = _npy("{'descr': '<f8', 'fortran_order': False, 'shape': (True,), }", np.zeros(1).tobytes())
+    with pytest.raises(ValueError, match="shape"):
+        npz_arrays(_npz_of({"a.npy": bool_shape}))
+    with pytest.raises(ValueError, match="second array"):
+        npz_arrays(_npz_of({"a.npy": ok, "a": ok}))
+    enc = _npz_of({"a.npy": ok})
+    for sig, at in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):                # the encrypted bit, both headers
+        i = enc.find(sig)
+        enc[i + at] |= 1
+    with pytest.raises((zipfile.BadZipFile, RuntimeError, NotImplementedError)):
+        npz_arrays(enc)
+    arr = npz_arrays(_npz_of({"a.npy": ok}))["a"]
+    with pytest.raises(ValueError):
+        arr[0] = 1.0                                                         # a model's arrays are read-only
+
+
+def test_read_file_refuses_a_file_larger_than_allowed_before_taking_memory(tmp_path):
+    """Regression (an attack on issue 40): a sparse 1 TB payload file made the load allocate it all
+    (MemoryError) where hashing it in blocks had refused it."""
+    big = tmp_path / "scorer.npz"
+    with open(big, "wb") as fh:
+        fh.truncate(1 << 40)
+    with pytest.raises(OSError, match="more than"):
+        read_file(big)
+    small = tmp_path / "small"
+    small.write_bytes(b"abc")
+    assert read_file(small) == bytearray(b"abc")
+    with pytest.raises(OSError, match="more than"):
+        read_file(small, max_bytes=2)

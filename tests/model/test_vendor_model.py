@@ -304,3 +304,39 @@ def test_a_vendor_model_of_more_members_than_the_c_sums_take_is_refused():
     with pytest.raises(ValueError, match=f"2 to {MAX_MEMBERS}"):
         VendorModel.concat([vm.forest] * (MAX_MEMBERS + 1))
     assert len(VendorModel.concat([vm.forest] * MAX_MEMBERS).bases) == MAX_MEMBERS
+
+
+def _resave_vendor(dst, arrays):
+    """Write ``arrays`` as the artifact's vendor.npz with its sha256 and the sidecar digest updated (a hostile
+    or damaged writer that keeps the digests consistent)."""
+    import hashlib
+    import io
+    files = artifact.files_folder(dst)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    (files / "vendor.npz").write_bytes(buf.getvalue())
+    side = json.loads((dst / "model.json").read_text())
+    side["vendor_model"]["sha256"] = hashlib.sha256(buf.getvalue()).hexdigest()
+    side[artifact.SIDECAR_DIGEST] = artifact.sidecar_digest(side)
+    (dst / "model.json").write_text(json.dumps(side))
+
+
+def test_a_vendor_file_whose_bounds_are_not_one_row_is_refused_not_walked_out_of_its_trees(tmp_path):
+    """Regression (an attack on issue 40): bounds of shape (6, 1) passed the partition check (element-wise
+    comparisons of one-element rows, an empty diff), and the C estimate then walked tree ranges never checked:
+    a segfault, or a wrong estimate where the ranges stayed inside the forest."""
+    models = build_models(tmp_path)
+    folder = artifact.model_folder(models, DEVICE, "triton_mm", "float16")
+    vm = artifact.load(folder).vendor_model
+    n = len(vm.forest.roots)
+    for bounds in ([[0], [10 ** 8], [0], [0], [0], [n]],
+                   [[0], [n * 4 // 5], [n // 5], [n * 2 // 5], [n * 3 // 5], [n]]):
+        with pytest.raises(ValueError, match="do not split"):
+            VendorModel(vm.forest, np.array(bounds, np.int32), vm.bases)
+        dst = tmp_path / "bad" / DEVICE / "triton_mm" / "float16"
+        shutil.rmtree(tmp_path / "bad", ignore_errors=True)
+        shutil.copytree(folder, dst)
+        _resave_vendor(dst, dict(vm.arrays(), bounds=np.array(bounds, np.int32)))
+        with pytest.raises(artifact.ArtifactError, match="do not split"):
+            artifact.load(dst)
+
