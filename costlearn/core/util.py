@@ -269,8 +269,8 @@ def read_file(path, max_bytes: int = 1 << 30) -> bytearray:
 def npz_arrays(data) -> dict:
     """The arrays of an ``.npz`` file (``numpy.savez``) whose bytes are
     ``data``, read from those bytes: a caller that checked their sha256 uses
-    exactly the bytes it checked, and reads the file once. Stored (not
-    compressed) members are copied straight out of ``data``, without the
+    exactly the bytes it checked, and reads the file once. A stored (not
+    compressed) member's array is taken from ``data`` itself, without the
     zip CRC pass (the caller's digest covers every byte); compressed ones go
     through :func:`numpy.load`. Object arrays are refused, as
     ``numpy.load(allow_pickle=False)`` refuses them.

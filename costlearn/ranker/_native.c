@@ -36,6 +36,12 @@
 
 #define RANK_ESTIMATE 4    /* costlearn_rank's mode bit: also the vendor model's estimate (RANK_ESTIMATE in native.py) */
 
+#if defined(__GNUC__) || defined(__clang__)
+#define PREFETCH(p) __builtin_prefetch(p)
+#else
+#define PREFETCH(p) ((void)(p))           /* a compiler without it: the same answers, fetched on use */
+#endif
+
 #define STEP(i, b) do {                                                                      \
         const costlearn_node nd = nodes[(b) + (i)];                                          \
         (i) = nd.child + (!(x[nd.feature] < nd.value) & nd.flags & 1);                       \
@@ -400,10 +406,10 @@ static int32_t rank_table(int64_t m, int64_t n, int64_t k, const double x[3], in
                                                           cells lie apart in a table of megabytes */
         const int64_t point = ((i0[0] + (corner >> 2 & 1)) * ctx->tab_n[1] + i0[1] + (corner >> 1 & 1))
                               * ctx->tab_n[2] + i0[2];
-        __builtin_prefetch(ctx->tab_index + point * width);
-        __builtin_prefetch(ctx->tab_index + (point + 2) * width - 1);
-        __builtin_prefetch(ctx->tab_resid + point * width);
-        __builtin_prefetch(ctx->tab_resid + (point + 2) * width - 1);
+        PREFETCH(ctx->tab_index + point * width);
+        PREFETCH(ctx->tab_index + (point + 2) * width - 1);
+        PREFETCH(ctx->tab_resid + point * width);
+        PREFETCH(ctx->tab_resid + (point + 2) * width - 1);
     }
     uint8_t *sel = ctx->mask;                          /* selected candidates, then: listed */
     memset(sel, 0, (size_t)n_cands);
