@@ -248,7 +248,7 @@ def test_a_predicted_time_beyond_the_devices_peak_is_flagged(tmp_path):
     from costlearn import predict_best
     models = build_models(tmp_path)
     p = predict_best(131072, 131072, 131072, dtype="float16", device="a100", family="triton_mm", models_dir=models)
-    assert p.ood and any("faster than the device's peak" in r and "> 312" in r for r in p.ood_reasons)
+    assert p.ood and any("faster than the device's peak" in r and "> its 312 TFLOP/s" in r for r in p.ood_reasons)
     q = predict_best(1024, 1024, 1024, dtype="float16", device="a100", family="triton_mm", models_dir=models)
     assert not any("peak" in r for r in q.ood_reasons)
 
