@@ -692,7 +692,10 @@ def _checked_scorer(path: Path, n_candidates: int, data: bytearray, sha256: str)
     """:meth:`Scorer.from_file` of ``data`` (the verified bytes of ``path``,
     whose sha256 is ``sha256``), its forest's check skipped where
     :data:`FOREST_CHECKED` records these bytes, and recorded once it passes."""
-    key = f"{sha256}\n".encode() + Path(forest_module.__file__).read_bytes()
+    try:
+        key = f"{sha256}\n".encode() + Path(forest_module.__file__).read_bytes()
+    except (OSError, TypeError):                # no readable source (a frozen install): check every time
+        return Scorer.from_file(path, n_candidates, data)
     checked = FOREST_CHECKED.has(key)
     scorer = Scorer.from_file(path, n_candidates, data, checked)
     if not checked:

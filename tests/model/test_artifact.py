@@ -318,3 +318,21 @@ def test_a_scorer_checked_once_is_not_checked_again_and_one_with_other_bytes_is(
     monkeypatch.setattr(artifact, "_PARSED", collections.OrderedDict())
     artifact.load(tmp_path / "again" / "dev" / "gemm" / "float32")
     assert calls.count(n_nodes) == 3                                              # not believed: checked
+
+
+def test_without_forest_py_readable_every_load_checks_the_forest(model_dir, tmp_path, monkeypatch):
+    """The record of a checked forest is keyed with forest.py's source; where that cannot be read (a frozen
+    install), a load still works and always checks."""
+    import collections
+    from costlearn.model import artifact
+    from costlearn.model import forest as forest_module
+    from costlearn.model.forest import FlatForest
+    calls = []
+    real = FlatForest.validate
+    monkeypatch.setattr(FlatForest, "validate", lambda self: (calls.append(1), real(self))[1])
+    monkeypatch.setenv("COSTLEARN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(forest_module, "__file__", str(tmp_path / "nowhere" / "forest.py"))
+    for _ in range(2):
+        monkeypatch.setattr(artifact, "_PARSED", collections.OrderedDict())
+        artifact.load(model_dir)
+    assert len(calls) == 2 and not (tmp_path / "cache").exists()
