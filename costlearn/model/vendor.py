@@ -25,8 +25,8 @@ thresholds calibrated on the training folds only):
 - A100 float16 leave one log out: 5.08 % → 4.1-4.4 % (argmin 4.38 %).
 
 The members are evaluated as one :class:`~costlearn.model.forest.FlatForest`
-whose tree ranges are the members (``bounds``), by the ranker's
-:meth:`~costlearn.ranker.base.Ranker.forest_sums` (C or numpy, the same bits).
+whose tree ranges are the members (``bounds``): here in numpy, and inside the
+native ranker's call (``vendor_estimate`` in ``_native.c``), the same bits.
 """
 from __future__ import annotations
 
@@ -251,7 +251,7 @@ class VendorModel:
                             np.concatenate(roots), np.concatenate(depths), 0.0, len(FEATURES))
         return cls(forest, bounds, [f.base_score for f in forests])
 
-    def estimate(self, X: np.ndarray, sums=None) -> tuple[np.ndarray, np.ndarray]:
+    def estimate(self, X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean and standard deviation over the members (log2 of best tile /
         vendor), each float64 of shape (R,).
 
@@ -259,22 +259,17 @@ class VendorModel:
         ----------
         X : ndarray of float32, shape (R, F)
             :func:`problem_features` rows.
-        sums : costlearn.ranker.base.ForestSums, optional
-            The evaluator a ranker made of this model
-            (:meth:`~costlearn.ranker.base.Ranker.forest_sums` of :attr:`forest`
-            and :attr:`bounds`); :meth:`FlatForest.range_sums_numpy` by default.
         """
-        s = sums(X) if sums is not None else self.forest.range_sums_numpy(X, self.bounds)
+        s = self.forest.range_sums_numpy(X, self.bounds)
         got = [self._moments(col) for col in s.T.tolist()]
         return np.array([g[0] for g in got], np.float64), np.array([g[1] for g in got], np.float64)
 
-    def estimate_problem(self, m: int, n: int, k: int, layout: str, epilogue: str = "none",
-                         sums=None) -> VendorEstimate:
-        """:meth:`estimate` of one problem (``sums.one``, the per-query path,
-        and the mean and deviation in Python floats)."""
-        row = problem_row(m, n, k, layout, epilogue)
-        col = sums.one(row) if sums is not None else \
-            self.forest.range_sums_numpy(np.array([row], np.float32), self.bounds)[:, 0].tolist()
+    def estimate_problem(self, m: int, n: int, k: int, layout: str, epilogue: str = "none") -> VendorEstimate:
+        """:meth:`estimate` of one problem (M, N, K >= 1, a layout and
+        epilogue name): the numpy ranker's path; the native ranker computes
+        the same bits in C."""
+        col = self.forest.range_sums_numpy(np.array([problem_row(m, n, k, layout, epilogue)], np.float32),
+                                           self.bounds)[:, 0].tolist()
         return VendorEstimate(*self._moments(col))
 
     def _moments(self, sums: list) -> tuple[float, float]:

@@ -96,21 +96,6 @@ int32_t costlearn_forest_predict(const costlearn_node *nodes, const int32_t *roo
 
 #undef STEP
 
-/* costlearn_forest_predict of each tree range [bounds[i], bounds[i + 1]) of
- * one forest (the members of an ensemble stored as one forest), into row i of
- * out (n_ranges x n_rows): one call for every member. */
-int32_t costlearn_forest_ranges(const costlearn_node *nodes, const int32_t *roots, const int32_t *depths,
-                                const int32_t *bounds, int32_t n_ranges, const float *X, int32_t n_rows,
-                                int32_t n_features, double *out)
-{
-    for (int32_t i = 0; i < n_ranges; ++i) {
-        if (bounds[i + 1] < bounds[i] || costlearn_forest_predict(nodes, roots + bounds[i], depths + bounds[i],
-                bounds[i + 1] - bounds[i], X, n_rows, n_features, out + (int64_t)i * n_rows) < 0)
-            return -1;
-    }
-    return 0;
-}
-
 /* The 23 shape-dependent features (SHAPE_FEATURES in costlearn/features/base.py),
  * for the candidates rows[0..n_rows), into row r of X; cols[j] is the column
  * of feature j, or -1 to skip it. Every expression mirrors

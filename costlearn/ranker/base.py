@@ -13,7 +13,7 @@ import numpy as np
 from costlearn.collect.space import tile_fits_problem
 from costlearn.core.util import check_int
 
-__all__ = ["Ranker", "RankResult", "ForestSums", "LEVEL_COVERED", "LEVEL_FITTING", "LEVEL_ALL"]
+__all__ = ["Ranker", "RankResult", "LEVEL_COVERED", "LEVEL_FITTING", "LEVEL_ALL"]
 
 LEVEL_COVERED = 0
 """Candidate rule level: the tile configs that fit the problem and were
@@ -227,62 +227,7 @@ class Ranker(abc.ABC):
             return None
         return self.vendor_model.estimate_problem(problem.m, problem.n, problem.k, problem.layout, problem.epilogue)
 
-    def forest_sums(self, forest, bounds) -> "ForestSums":
-        """An evaluator of the tree ranges ``[bounds[i], bounds[i + 1])`` of
-        ``forest`` (a :class:`~costlearn.model.forest.FlatForest`: the members
-        of an ensemble stored as one forest), made once and called per query:
-        :class:`ForestSums` here, its C twin in the native ranker (the same
-        bits).
-
-        Raises
-        ------
-        ValueError
-            If the ranges are not increasing within the forest's trees.
-        """
-        return ForestSums(forest, bounds)
-
     @staticmethod
     def _top(top) -> int:
         return min(check_int("top", top, 1), 2**31 - 1)
-
-
-class ForestSums:
-    """The leaf sums of each tree range ``[bounds[i], bounds[i + 1])`` of one
-    forest, tree by tree in order (:meth:`~costlearn.model.forest.FlatForest.range_sums_numpy`).
-
-    Parameters
-    ----------
-    forest : costlearn.model.forest.FlatForest
-    bounds : sequence of int, length B + 1
-        Increasing, within the forest's trees.
-
-    Raises
-    ------
-    ValueError
-        If the ranges are not increasing within the forest's trees.
-    """
-
-    def __init__(self, forest, bounds):
-        b = np.ascontiguousarray(bounds, np.int32)
-        if b.ndim != 1 or len(b) < 2 or (np.diff(b) < 0).any() or b[0] < 0 or b[-1] > len(forest.roots):
-            raise ValueError(f"tree ranges {b.tolist()} outside the forest's {len(forest.roots)} trees")
-        self.forest, self.bounds, self.width = forest, b, forest.n_features
-
-    def __call__(self, X: np.ndarray) -> np.ndarray:
-        """Sums of every row of ``X`` (float32, shape (R, F)): float64, shape (B, R).
-
-        Raises
-        ------
-        ValueError
-            If ``X`` has another dtype or width.
-        """
-        X = np.ascontiguousarray(X)
-        if X.dtype != np.float32 or X.ndim != 2 or X.shape[1] != self.width:
-            raise ValueError(f"feature rows: need float32 of shape (R, {self.width}), got {X.dtype} {X.shape}")
-        return self.forest.range_sums_numpy(X, self.bounds)
-
-    def one(self, row) -> list:
-        """Sums of one row (a sequence of F floats, rounded to float32): a
-        list of B floats (the per-query path)."""
-        return self(np.array([row], np.float32))[:, 0].tolist()
 

@@ -35,7 +35,7 @@ from costlearn.features.base import epilogue_values
 from costlearn.model.forest import NODE_DTYPE
 from costlearn.core.util import KeyedCache
 from costlearn.model.vendor import FEATURES as VENDOR_FEATURES, POW2_CAP, VendorEstimate, problem_row
-from costlearn.ranker.base import ForestSums, Ranker, RankResult
+from costlearn.ranker.base import Ranker, RankResult
 
 __all__ = ["library", "NativeRanker", "RankContext", "c_header", "check_layout", "FLAGS"]
 
@@ -216,7 +216,7 @@ def _compilers() -> list[list[str]]:
     return out
 
 
-_SYMBOLS = ("costlearn_forest_predict", "costlearn_forest_ranges", "costlearn_shape_features", "costlearn_rank",
+_SYMBOLS = ("costlearn_forest_predict", "costlearn_shape_features", "costlearn_rank",
             "costlearn_rank_many", "costlearn_shortlist_build", "costlearn_layout", "costlearn_fsum")
 
 
@@ -230,8 +230,6 @@ def _open(path: Path):
     check_layout(lib)
     lib.costlearn_forest_predict.restype = _I32
     lib.costlearn_forest_predict.argtypes = [_P, _P, _P, _I32, _P, _I32, _I32, _P]
-    lib.costlearn_forest_ranges.restype = _I32
-    lib.costlearn_forest_ranges.argtypes = [_P, _P, _P, _P, _I32, _P, _I32, _I32, _P]
     lib.costlearn_shape_features.restype = None
     lib.costlearn_shape_features.argtypes = [_I64, _I64, _I64, _P, _I32, _I32, _P, _P, _P, _P, _D, _D, _D, _D, _D,
                                              _P, _P, _I32]
@@ -489,10 +487,6 @@ class NativeRanker(Ranker):
                                     u != 0, ests[j])
         return out
 
-    def forest_sums(self, forest, bounds) -> "NativeForestSums":
-        """:meth:`Ranker.forest_sums` in C (:class:`NativeForestSums`)."""
-        return NativeForestSums(forest, bounds, self._lib)
-
     def shortlist_lists(self, layout: str, shapes, tiles: int, trees: int):
         """The shortlist table's lists at grid points ``shapes`` (int64,
         shape (P, 3)) of ``layout``: ``costlearn_shortlist_build``.
@@ -512,35 +506,4 @@ class NativeRanker(Ranker):
                                                index.ctypes.data, resid.ctypes.data) != 0:
             raise ValueError(f"shortlist build refused tiles={tiles}, width={width}")
         return index, resid
-
-
-class NativeForestSums(ForestSums):
-    """:class:`~costlearn.ranker.base.ForestSums` in C: one
-    ``costlearn_forest_ranges`` call, with the forest's pointers taken once
-    and, for one row, per-thread buffers whose pointers are taken once."""
-
-    def __init__(self, forest, bounds, lib):
-        super().__init__(forest, bounds)
-        self._call = lib.costlearn_forest_ranges
-        self._const = (forest.nodes.ctypes.data, forest.roots.ctypes.data, forest.depths.ctypes.data,
-                       self.bounds.ctypes.data, len(self.bounds) - 1)
-        self._tls = threading.local()
-
-    def __call__(self, X: np.ndarray) -> np.ndarray:
-        X = np.ascontiguousarray(X)
-        if X.dtype != np.float32 or X.ndim != 2 or X.shape[1] != self.width:
-            raise ValueError(f"feature rows: need float32 of shape (R, {self.width}), got {X.dtype} {X.shape}")
-        out = np.empty((self._const[4], len(X)), np.float64)
-        self._call(*self._const, X.ctypes.data, len(X), self.width, out.ctypes.data)
-        return out
-
-    def one(self, row) -> list:
-        bufs = getattr(self._tls, "bufs", None)
-        if bufs is None:
-            x, out = np.empty((1, self.width), np.float32), np.empty(self._const[4], np.float64)
-            bufs = self._tls.bufs = (x, out, x.ctypes.data, out.ctypes.data)
-        x, out, px, po = bufs
-        x[0] = row
-        self._call(*self._const, px, 1, self.width, po)
-        return out.tolist()
 

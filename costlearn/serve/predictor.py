@@ -134,12 +134,6 @@ class Predictor:
         :meth:`costlearn.serve.vendor_policy.VendorPolicy.vendor_estimate`."""
         return self.vendor_policy.vendor_estimate(problem)
 
-    def vendor_estimates(self, problems) -> list:
-        """:meth:`vendor_estimate` of each of ``problems`` in one evaluation
-        (the batch path of :meth:`predict_many`): a list of VendorEstimate,
-        or of None without a vendor model."""
-        return self.vendor_policy.vendor_estimates(problems)
-
     def cached(self, m: int, n: int, k: int, layout: str, top_k: int, epilogue: str = "none"):
         """The Prediction given earlier for (M, N, K, layout, top_k,
         epilogue), or None: the repeated-problem path of :func:`predict_best`."""

@@ -68,7 +68,6 @@ class VendorPolicy:
         self.ranker, self.vendor_index, self.floor = ranker, vendor_index, floor
         self.n_candidates = len(artifact.configs)
         self.vendor_config_id = artifact.family.vendor_config_id
-        self.vendor_model = artifact.vendor_model
 
     def vendor_estimate(self, problem: Problem):
         """The vendor model's estimate for ``problem``
@@ -78,19 +77,14 @@ class VendorPolicy:
         the ranker's (:meth:`costlearn.ranker.Ranker.vendor_estimate`)."""
         return self.ranker.vendor_estimate(problem)
 
-    def vendor_estimates(self, problems) -> list:
-        """:meth:`vendor_estimate` of each of ``problems``: a list of
-        VendorEstimate, or of None without a vendor model."""
-        return [self.ranker.vendor_estimate(q) for q in problems]
-
     def decide(self, problem: Problem, order: list, scores: list, fallback: bool, vendor_near: float,
-               estimate=False) -> VendorChoice:
+               estimate) -> VendorChoice:
         """The ranking ``order``/``scores`` (candidate indices and log2
         times, fastest first) with the answer first: the best tile config,
         or the vendor where the problem is sent to it (``fallback``) or the
         floor keeps it (:meth:`~costlearn.model.vendor_floor.VendorFloor.keeps_vendor`).
-        ``estimate``: the problem's :meth:`vendor_estimate` where the caller
-        has it (False: work it out when needed)."""
+        ``estimate``: the problem's :meth:`vendor_estimate` (None without a
+        vendor model), as the ranking gave it (:attr:`costlearn.ranker.RankResult.estimate`)."""
         vi = self.vendor_index
         if vi is None:
             return VendorChoice(order, scores)
@@ -104,12 +98,11 @@ class VendorPolicy:
         if tile is None:
             return VendorChoice(order, scores, "ood_fallback" if fallback else "vendor_floor")
         ratio = 2.0 ** (scores[tile] - v_score)
-        est = self.vendor_estimate(problem) if estimate is False else estimate
-        doubt = self.floor.estimate_reason(est)
+        doubt = self.floor.estimate_reason(estimate)
         chosen_by = "predicted"
         if fallback:
             chosen_by = "ood_fallback"
-        elif self.floor.keeps_vendor(scores[tile] - v_score, vendor_near, est):
+        elif self.floor.keeps_vendor(scores[tile] - v_score, vendor_near, estimate):
             chosen_by = "vendor_floor"
         if chosen_by == "predicted":            # the best tile first, the rest in order
             if tile:
@@ -122,7 +115,7 @@ class VendorPolicy:
             else:
                 order = [vi] + order[:j] + order[j + 1:]
                 scores = [v_score] + scores[:j] + scores[j + 1:]
-        return VendorChoice(order, scores, chosen_by, ratio, est, doubt)
+        return VendorChoice(order, scores, chosen_by, ratio, estimate, doubt)
 
     def choose_among(self, problem: Problem, configs: list, times_us: np.ndarray, reasons: list, fallback: bool,
                      vendor_near: float) -> tuple[int, str, tuple]:

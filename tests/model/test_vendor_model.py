@@ -19,7 +19,6 @@ from costlearn.model.vendor import (FEATURES, MAX_MEMBERS, MIN_PROBLEMS, VendorE
                                     problem_features_table, problem_row, problem_table)
 from costlearn.serve.predictor import Predictor
 from costlearn.ranker import RANKERS
-from costlearn.ranker.base import ForestSums
 from costlearn.ranker.native import library
 
 from inductor_fixture import DEVICE, SHAPES, build_models
@@ -72,24 +71,29 @@ def test_members_estimate_the_ratio_and_spread_and_round_trip(tmp_path):
 
 
 def test_both_rankers_evaluate_the_members_to_the_same_bits(tmp_path):
+    """Another vendor model than the artifact's (fitted on 200 problems), given to both rankers: the estimate
+    each ranking reports is VendorModel.estimate_problem's, bit for bit, and the batch estimate agrees."""
     models = build_models(tmp_path)
     pred = Predictor(artifact.model_folder(models, DEVICE, "triton_mm", "float16"))
     vm = VendorModel.fit(_problems(200, seed=1))
     r = pred.ranker
-    kw = dict(coverage=r.coverage, vendor=r.vendor, evidence=r.evidence)
+    kw = dict(coverage=r.coverage, vendor=r.vendor, evidence=r.evidence, vendor_model=vm)
     rankers = {name: RANKERS.get(name)(r.features, r.scorer, r.envelope, r.min_tile_caps, **kw)
                for name in RANKERS.names()}
-    sums = {name: rk.forest_sums(vm.forest, vm.bounds) for name, rk in rankers.items()}
-    assert type(sums["numpy"]) is ForestSums and type(sums["native"]) is not ForestSums
-    X = problem_features_table(_problems(50, seed=2))
-    assert np.array_equal(sums["native"](X), sums["numpy"](X))
-    for m, n, k in [(1, 1, 1), (7, 4096, 33), (3000, 128, 65536)]:
-        assert vm.estimate_problem(m, n, k, "TN", sums=sums["native"]) == vm.estimate_problem(m, n, k, "TN",
-                                                                                          sums=sums["numpy"])
-    with pytest.raises(ValueError, match="feature rows"):
-        sums["native"](X[:, :3])
-    with pytest.raises(ValueError, match="tree ranges"):
-        rankers["native"].forest_sums(vm.forest, [0, len(vm.forest.roots) + 1])
+    shapes = [(1, 1, 1), (7, 4096, 33), (3000, 128, 65536)] + \
+        [tuple(int(v) for v in row) for row in _problems(50, seed=2)[["m", "n", "k"]].to_numpy()]
+    for m, n, k in shapes:
+        want = vm.estimate_problem(m, n, k, "TN")
+        for name, rk in rankers.items():
+            assert rk.rank(pred.problem(m, n, k, "TN"), None, top=3, estimate=True).estimate == want, (name, m, n, k)
+    t = pd.DataFrame(dict(m=[s[0] for s in shapes], n=[s[1] for s in shapes], k=[s[2] for s in shapes],
+                          layout="TN", epilogue="none"))
+    mean, sd = vm.estimate(problem_features_table(t))
+    assert [tuple(v) for v in zip(mean.tolist(), sd.tolist())] == [tuple(vm.estimate_problem(*s, "TN"))
+                                                                   for s in shapes]
+    no_vendor = RANKERS.get("native")(r.features, r.scorer, r.envelope, r.min_tile_caps,
+                                      **dict(kw, vendor=None))
+    assert no_vendor.vendor_model is None and no_vendor.vendor_estimate(pred.problem(8, 8, 8, "TN")) is None
 
 
 def test_the_floor_decides_with_the_estimate_where_it_predicts_held_out_error():
@@ -188,7 +192,6 @@ def test_predict_many_estimates_each_problem_as_predict_does(tmp_path):
     models = build_models(tmp_path)
     pred = Predictor(artifact.model_folder(models, DEVICE, "triton_mm", "float16"))
     problems = [pred.problem(m, n, k, lay) for (m, n, k), lay in zip(SHAPES, ["NN", "NT", "TN"] * 4)]
-    assert pred.vendor_estimates(problems) == [pred.vendor_estimate(q) for q in problems]     # the same bits
     many = pred.predict_many(problems)
     pred.clear_results()
     assert [p.tile_vendor_estimate for p in many] == [pred.predict(q).tile_vendor_estimate for q in problems]
