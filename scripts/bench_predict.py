@@ -225,9 +225,9 @@ def bench_model(folder: Path, n_shapes: int, seed: int, lines: list) -> bool:
         if nv_query is not None:
             for s in shapes[:20]:
                 nv_query(*s)
-        for q, s in zip(problems, shapes):                      # 2. unseen problems back to back, each beside
-            t0 = time.perf_counter()                            # NVIDIA's top-1 of it (6.), so that a drifting
-            pred.predict(q)                                     # machine moves both alike
+        for q, s in zip(problems, shapes):                      # 2. unseen problems back to back, each with
+            t0 = time.perf_counter()                            # NVIDIA's top-1 of it right after, so that a
+            pred.predict(q)                                     # drifting machine moves both alike
             t_cold.append(time.perf_counter() - t0)
             if nv_query is not None:
                 t0 = time.perf_counter()
@@ -280,13 +280,13 @@ def bench_model(folder: Path, n_shapes: int, seed: int, lines: list) -> bool:
         ok = ok and (sl is not None or agree >= 0.99 * len(problems))
     warm = _load_times(folder, None)
     with tempfile.TemporaryDirectory() as tmp:
-        cold = _load_times(folder, tmp)
+        empty = _load_times(folder, tmp)
     lines += ["| load, a fresh process | import costlearn.serve.predictor ms | Predictor(folder) ms | "
               "first prediction after import ms | a second Predictor(folder) in that process ms |",
               "|---|---|---|---|---|",
               "| warm cache (compiled C ranker reused) | " + " | ".join(f"{v:.0f}" for v in warm[:4]) + " |",
               "| empty cache (first use on a machine: compiles the C ranker) | "
-              + " | ".join(f"{v:.0f}" for v in cold[:4]) + " |",
+              + " | ".join(f"{v:.0f}" for v in empty[:4]) + " |",
               "", f"NVIDIA heuristics: {nv_note}", ""]
     return ok
 

@@ -204,7 +204,7 @@ def sha256_file(path) -> str:
     return h.hexdigest()
 
 
-NPY_HEADER_MAX = 1 << 20
+NPY_HEADER_MAX_BYTES = 1 << 20
 """Most bytes of an ``.npy`` member :func:`npz_arrays` reads its header from
 (numpy writes a few hundred)."""
 
@@ -322,7 +322,7 @@ def _stored_array(view: memoryview, start: int, info: zipfile.ZipInfo) -> np.nda
     """The array of the stored ``.npy`` member ``info`` whose bytes begin at
     ``start`` of ``view``: over those bytes where aligned, else a copy
     (:func:`npz_arrays`)."""
-    member = io.BytesIO(view[start:start + min(info.file_size, NPY_HEADER_MAX)])
+    member = io.BytesIO(view[start:start + min(info.file_size, NPY_HEADER_MAX_BYTES)])
     version = np.lib.format.read_magic(member)
     if version not in ((1, 0), (2, 0)):
         return np.load(io.BytesIO(view[start:start + info.file_size]), allow_pickle=False)

@@ -106,7 +106,7 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
     if type(M) is int and type(N) is int and type(K) is int and type(top_k) is int and type(measure_top_k) is int \
             and not measure_top_k and running_on is None and backend is None and tuning_db is None \
             and type(layout) is str and type(epilogue) is str:
-        pred = PREDICTORS.get(((device, family, dtype), None if models_dir is None else store_key(models_dir))) \
+        pred = PREDICTORS.get(((device, family, dtype), store_key(models_dir))) \
             if (device is None or type(device) is str) and (models_dir is None or type(models_dir) is str) else None
         if pred is not None:
             hit = pred.cached(M, N, K, layout, top_k, epilogue)
