@@ -9,7 +9,7 @@ Usage::
     python scripts/docs_from_reports.py --check    # exit 1 naming each stale block (the tests run this)
 
 The scripts that measure call :func:`update` after writing their report
-(``a100_study.py``, ``transfer_study.py``, ``bench_predict.py``,
+(``a100_study.py``, ``transfer_study.py``, ``bench_predict.py``, ``sampling_study.py``,
 ``bench_noise.py``, ``model_study.py``, ``ood_study.py``, ``lut_study.py``, ``epilogue_study.py``); ``costlearn
 evaluate --report reports/pocl_eval.md`` and ``costlearn dispatch --out
 reports/dispatch`` write theirs, then run this script.
@@ -136,6 +136,15 @@ def epilogue(reports: Path) -> str:
 
 def decision(reports: Path) -> str:
     return _demote(_drop_title((reports / "decision_study.md").read_text()), 1)
+
+
+def sampling(reports: Path) -> str:
+    """The collection strategies: the replay study, then the PoCL runs where they were measured."""
+    parts = [_demote(_drop_title((reports / "sampling_study.md").read_text()), 1)]
+    pocl = reports / "sampling_study_pocl.md"
+    if pocl.is_file():
+        parts.append(_demote(pocl.read_text().strip(), 1))
+    return "\n\n".join(parts)
 
 
 def dispatch(reports: Path) -> str:
@@ -273,7 +282,7 @@ BLOCKS = (Block("lolo", "docs/results.md", lolo), Block("transfer", "docs/result
           Block("noise", "docs/results.md", noise), Block("eval", "docs/results.md", evaluation),
           Block("model-study", "docs/results.md", model_study), Block("speed", "docs/results.md", speed),
           Block("lut", "docs/results.md", lut), Block("epilogue", "docs/results.md", epilogue),
-          Block("decision", "docs/results.md", decision),
+          Block("decision", "docs/results.md", decision), Block("sampling", "docs/results.md", sampling),
           Block("ood", "docs/guide.md", ood), Block("dispatch", "docs/guide.md", dispatch),
           Block("headline", "README.md", headline))
 """Every generated block, in the order written."""

@@ -12,6 +12,7 @@ from costlearn.cli.common import (DATA_HELP, SHAPE_SYNTAX, add_measure_args, add
                                   positive_float, positive_int, positive_seconds, protocol_of)
 from costlearn.collect.backends import auto_name
 from costlearn.collect.sampler import ShapeBounds
+from costlearn.collect.sampler import STRATEGIES
 from costlearn.collect.space import enumerate_space
 from costlearn.core.problem import EPILOGUES
 from costlearn.families import get_family
@@ -34,7 +35,14 @@ def add_collect_args(p, budget_s: float, epilogues: tuple = EPILOGUES):
                    help="largest M, N, K drawn (default: 1024 on a CPU, 8192 on a GPU)")
     p.add_argument("--shapes", nargs="+", default=None, metavar="SHAPE",
                    help="measure these shapes (every pool config feasible for each) instead of random ones: "
-                   + SHAPE_SYNTAX)
+                   + SHAPE_SYNTAX + ", or a shapes file ('M N K dtype [layout]' a line, as `export inductor-lut "
+                   "--shapes` reads); with --strategy prior, the shapes the prior starts from; with active, the "
+                   "only shapes it chooses among")
+    p.add_argument("--strategy", choices=STRATEGIES, default="random",
+                   help="which shapes to measure: random (log-uniform, batch-1 and skinny mixed in), prior (real "
+                   "models' linear layers, forward and backward, your --shapes and their other token counts, a "
+                   "quarter log-uniform), active (rounds: refit a small ensemble on what is measured, measure where "
+                   "its pick is least sure) (default: random)")
     p.add_argument("--max-flops", type=positive_float, default=None,
                    help="largest 2*M*N*K drawn (default: 2**26 on a CPU, none on a GPU)")
     p.add_argument("--recheck", type=nonneg_int, default=6, metavar="SHAPES",
@@ -65,9 +73,11 @@ def _collection_defaults(spec, data_root, family: str, dtype: str, pool, configs
 
 def collect_stage(backend, data_root, *, family: str, dtype: str, budget_s: float, pool: int | None,
                   configs_per_shape: int | None, max_extent: int | None, max_flops: float | None, shapes,
-                  protocol, seed: int, progress: bool, recheck: int = 0, epilogues=("none",)):
+                  protocol, seed: int, progress: bool, recheck: int = 0, epilogues=("none",),
+                  strategy: str = "random"):
     """Collect into ``<data_root>/<device>/`` (each problem with one of
-    ``epilogues``, :func:`costlearn.collect.loop.collect`) and print the summary, then
+    ``epilogues``, the shapes chosen by ``strategy``, :func:`costlearn.collect.loop.collect`) and print the
+    summary, then
     (``recheck`` > 0) re-time that many shapes in a new process
     (:func:`recheck_in_new_session`); returns (dataset folder, CollectResult)."""
     from costlearn.collect.loop import collect
@@ -76,16 +86,25 @@ def collect_stage(backend, data_root, *, family: str, dtype: str, budget_s: floa
                                                         max_extent, max_flops)
     print(f"device: {spec.name} ({backend.name}); dataset: {out}; {family}/{dtype}; pool {pool} configs, up to "
           f"{per_shape} a shape; "
-          f"shapes M,N,K <= {bounds.max_extent}, 2MNK <= {bounds.max_flops:.3g}; epilogues {', '.join(epilogues)}",
-          file=sys.stderr)
+          f"shapes M,N,K <= {bounds.max_extent}, 2MNK <= {bounds.max_flops:.3g}; epilogues {', '.join(epilogues)}; "
+          f"strategy {strategy}", file=sys.stderr)
     res = collect(backend, out, budget_s=budget_s, family=family, dtype=dtype, pool_size=pool,
                   configs_per_shape=per_shape,
                   bounds=bounds, shapes=shapes, protocol=protocol, seed=seed, progress=progress,
-                  epilogues=epilogues)
+                  epilogues=epilogues, strategy=strategy, active=_active(strategy))
     print_collect_result(res, out, family, dtype, seed)
     if recheck and res.rows_written:
         recheck_in_new_session(backend.name, out, recheck, protocol)
     return out, res
+
+
+def _active(strategy: str):
+    """The active strategy's settings the command line uses (its ensemble:
+    :class:`costlearn.learn.active.EnsembleDisagreement`), None for another strategy."""
+    if strategy != "active":
+        return None
+    from costlearn.learn.active import active_settings
+    return active_settings()
 
 
 def recheck_in_new_session(device: str, folder, shapes: int, protocol) -> int:
@@ -170,24 +189,26 @@ def cmd_collect(args) -> int:
     epilogues = [e for e in asked if e in fam.epilogues]
     if not epilogues or (args.epilogues and len(epilogues) < len(asked)):
         raise ValueError(f"--epilogues {' '.join(asked)}: the {args.family!r} family fuses {list(fam.epilogues)}")
-    shapes = parse_shapes(args.shapes) if args.shapes else None
+    shapes = parse_shapes(args.shapes, files=True) if args.shapes else None
     if args.ray is not None:
         fleet_collect_stage(args.ray or None, args.workers, args.device, args.data, family=args.family,
                             dtype=args.dtype, budget_s=args.budget, pool=args.pool,
                             configs_per_shape=args.configs_per_shape, max_extent=args.max_extent,
                             max_flops=args.max_flops, shapes=shapes, protocol=protocol_of(args), seed=args.seed,
-                            progress=not args.no_progress, epilogues=epilogues)
+                            progress=not args.no_progress, epilogues=epilogues, strategy=args.strategy)
         return 0
     collect_stage(device_backend(args.device, args.family), args.data, family=args.family, dtype=args.dtype,
                   budget_s=args.budget, pool=args.pool, configs_per_shape=args.configs_per_shape,
                   max_extent=args.max_extent, max_flops=args.max_flops, shapes=shapes, protocol=protocol_of(args),
-                  seed=args.seed, progress=not args.no_progress, recheck=args.recheck, epilogues=epilogues)
+                  seed=args.seed, progress=not args.no_progress, recheck=args.recheck, epilogues=epilogues,
+                  strategy=args.strategy)
     return 0
 
 
 def fleet_collect_stage(address, workers, device: str, data_root, *, family: str, dtype: str, budget_s: float,
                         pool: int | None, configs_per_shape: int | None, max_extent: int | None,
-                        max_flops: float | None, shapes, protocol, seed: int, progress: bool, epilogues=("none",)):
+                        max_flops: float | None, shapes, protocol, seed: int, progress: bool, epilogues=("none",),
+                        strategy: str = "random"):
     """``collect --ray``: start one worker per device on a Ray cluster
     (:func:`costlearn.collect.fleet.start_fleet`) and collect into
     ``<data_root>/<device>/`` with the defaults :func:`collect_stage` uses
@@ -201,11 +222,11 @@ def fleet_collect_stage(address, workers, device: str, data_root, *, family: str
                                                             max_extent, max_flops)
         print(f"fleet: {len(fleet.members)} workers of {spec.name} ({fleet.backend}) on Ray; dataset: {out}; "
               f"{family}/{dtype}; pool {pool} configs, up to {per_shape} a shape; shapes M,N,K <= {bounds.max_extent}, "
-              f"2MNK <= {bounds.max_flops:.3g}; epilogues {', '.join(epilogues)}", file=sys.stderr)
+              f"2MNK <= {bounds.max_flops:.3g}; epilogues {', '.join(epilogues)}; strategy {strategy}", file=sys.stderr)
         res = collect_fleet(fleet, out, budget_s=budget_s, family=family, dtype=dtype, pool_size=pool,
                             configs_per_shape=per_shape,
                             bounds=bounds, shapes=shapes, protocol=protocol, seed=seed, progress=progress,
-                            epilogues=epilogues)
+                            epilogues=epilogues, strategy=strategy, active=_active(strategy))
     for line in res.lost + res.notes:
         print(f"fleet: {line}", file=sys.stderr)
     print(f"fleet: {res.rows_planned} rows planned over {res.problems_planned} problems; {len(res.lost)} losses, "
@@ -229,9 +250,9 @@ def cmd_compact(args) -> int:
 
 
 def add_collect(sub) -> None:
-    p = sub.add_parser("collect", help="measure random shapes x tile configs into a dataset",
-                       description="Measure random feasible tile configs on random shapes (batch-1 and "
-                       "skinny ones included) under a time budget; resumable.")
+    p = sub.add_parser("collect", help="measure shapes x tile configs into a dataset",
+                       description="Measure random feasible tile configs on shapes chosen by --strategy (random "
+                       "ones by default, batch-1 and skinny ones included) under a time budget; resumable.")
     add_measure_args(p)
     add_problem_args(p)
     add_collect_args(p, 240.0)

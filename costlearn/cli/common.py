@@ -175,10 +175,15 @@ SHAPE_SYNTAX = "M N K, MxNxK or M,N,K (e.g. 1 4096 4096, 1x4096x4096 or 1,4096,4
 """How every command takes a shape."""
 
 
-def parse_shapes(items, *, one: bool = False) -> list:
+def parse_shapes(items, *, one: bool = False, files: bool = False) -> list:
     """Shapes from command-line tokens, the one syntax of every command: a
     token ``MxNxK`` or ``M,N,K`` is one shape; lone integers are taken three
     at a time (``1 4096 4096``); the forms may be mixed.
+
+    With ``files``, a token naming an existing file that is not a shape
+    is a shapes file (:func:`costlearn.interop.inductor.lut.read_shapes_file`:
+    ``M N K dtype [layout]`` a line, the format of ``export inductor-lut
+    --shapes``): its shapes, in file order.
 
     Returns
     -------
@@ -190,10 +195,17 @@ def parse_shapes(items, *, one: bool = False) -> list:
     ValueError
         On a token that is none of these, integers not in threes, or (with
         ``one``) more than one shape; the message shows :data:`SHAPE_SYNTAX`.
+    costlearn.interop.common.InteropError
+        On a shapes file that cannot be read (naming its line).
     """
     out, loose = [], []
     for item in items:
         text = str(item).strip()
+        if files and not loose and not re.fullmatch(r"[+-]?\d+|[^x,]+[x,][^x,]+[x,][^x,]+", text.lower()) \
+                and Path(text).is_file():
+            from costlearn.interop.inductor.lut import read_shapes_file
+            out.extend(tuple(str(x) for x in lp.problem.shape) for lp in read_shapes_file(text))
+            continue
         if re.fullmatch(r"[+-]?\d+", text):
             loose.append(text)
             if len(loose) == 3:
@@ -215,7 +227,7 @@ def parse_shapes(items, *, one: bool = False) -> list:
     if one and len(out) > 1:
         raise ValueError(f"one shape wanted, got {len(out)}: {out}; give {SHAPE_SYNTAX}")
     shapes = []
-    for m, n, k in out:
+    for m, n, k in dict.fromkeys(out) if files else out:
         try:
             shapes.append(Problem(int(m), int(n), int(k)).shape)
         except (TypeError, ValueError) as e:

@@ -23,9 +23,11 @@ def cmd_run(args) -> int:
     protocol = protocol_of(args)
     data, _ = collect_stage(be, args.data, family=args.family, dtype=args.dtype, budget_s=args.budget,
                             pool=args.pool, configs_per_shape=args.configs_per_shape, max_extent=args.max_extent,
-                            max_flops=args.max_flops, shapes=parse_shapes(args.shapes) if args.shapes else None,
+                            max_flops=args.max_flops,
+                            shapes=parse_shapes(args.shapes, files=True) if args.shapes else None,
                             protocol=protocol, seed=args.seed, progress=not args.no_progress,
-                            recheck=args.recheck, epilogues=args.epilogues or args.default_epilogues)
+                            recheck=args.recheck, epilogues=args.epilogues or args.default_epilogues,
+                            strategy=args.strategy)
     print(f"== train  [t={time.perf_counter() - t0:.0f}s]", flush=True)
     trained = train_stage(data, args.models, family=args.family, dtypes=[args.dtype], learner="xgboost",
                           feature_set="analytic")[-1]

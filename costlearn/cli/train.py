@@ -6,7 +6,8 @@ import json
 import sys
 import time
 
-from costlearn.cli.common import DATA_HELP, add_dtypes_arg, dataset_folder, old_spelling
+from costlearn.cli.common import DATA_HELP, add_dtypes_arg, dataset_folder, old_spelling, positive_int
+from costlearn.collect.sampler import STRATEGIES
 from costlearn.families import FAMILIES
 
 
@@ -117,7 +118,8 @@ def cmd_transfer(args) -> int:
     results = transfer(models_root(args.models or None), args.source, args.to, data_dir=data,
                        source_data=args.source_data,
                        family=args.family, dtype=args.dtype, destination_share=args.destination_share,
-                       replace=args.replace, progress=lambda line: print(line, file=sys.stderr))
+                       replace=args.replace, progress=lambda line: print(line, file=sys.stderr),
+                       problems=args.problems, strategy=args.strategy)
     for r in results:
         h = r.holdout.get("xgboost_devices", {})
         held = (f"held-out top-1 {100 * h['top1_geomean']:.2f} % over {h['shapes']} {r.destination} problems"
@@ -185,6 +187,13 @@ def add_transfer(sub) -> None:
     p.add_argument("--destination-share", type=float, default=0.2, help="weight of the destination's rows "
                    "against the source's, in (0, 1] (default: %(default)s)")
     p.add_argument("--replace", action="store_true", help="overwrite a destination model trained on its own rows")
+    p.add_argument("--problems", type=positive_int, default=None, metavar="K",
+                   help="learn from only K of --data's problems, chosen by --strategy from them as a pool (a "
+                   "destination log) (default: all of them)")
+    p.add_argument("--strategy", choices=STRATEGIES, default="random",
+                   help="with --problems: how the K are chosen: random, prior (nearest to real models' shapes), or "
+                   "active (rounds: an ensemble of models on the source's rows and those chosen so far, taking the "
+                   "problems where its pick is least sure) (default: random)")
     p.set_defaults(func=cmd_transfer)
 
 

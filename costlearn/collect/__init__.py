@@ -2,7 +2,8 @@
 time them, and the dataset they are written to (design.md, "Measurement
 protocol" and "Dataset").
 
-``space`` (feasible configs), ``sampler`` (problems), ``measure`` (the
+``space`` (feasible configs), ``sampler`` (problems), ``strategy`` (which
+problems next: random, a real-model prior, or active rounds), ``measure`` (the
 timing protocol), ``noise`` (re-timings), ``backends/`` (the devices that
 compile and time), ``dataset`` (Parquet parts), ``loop`` (the collection
 loop) and ``fleet`` (the same loop on a Ray cluster). Importing this package

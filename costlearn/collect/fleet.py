@@ -503,7 +503,8 @@ def collect_fleet(fleet: Fleet, out_dir, *, budget_s: float = 180.0, family: str
                   layout: str = "NN", pool_size: int = 64, configs_per_shape: int = 48, bounds=None, protocol=None,
                   seed: int = 0, max_problems: int | None = None, shapes: list | None = None,
                   pool: list | None = None, progress: bool = True, epilogues=("none",),
-                  max_shapes: int | None = None) -> FleetResult:
+                  max_shapes: int | None = None, strategy: str = "random",
+                  active=None) -> FleetResult:
     """Measure one plan of problems x pool configs on every worker of
     ``fleet`` into ``out_dir``: the settings, the plan and the rows are those
     of :func:`costlearn.collect.loop.collect` with the same arguments (the
@@ -542,6 +543,10 @@ def collect_fleet(fleet: Fleet, out_dir, *, budget_s: float = 180.0, family: str
         As :func:`collect`'s: each random shape with one of them drawn for
         it, each given shape with every one; a worker compiles the pool for
         an epilogue before its first problem of it.
+    strategy : {"random", "prior", "active"}
+    active : costlearn.collect.strategy.ActiveSettings, optional
+        As :func:`collect`'s: the fleet measures the problems the strategy
+        chooses (``active`` refits on the rows the workers have returned).
 
     Returns
     -------
@@ -563,7 +568,8 @@ def collect_fleet(fleet: Fleet, out_dir, *, budget_s: float = 180.0, family: str
                           layout=layout, pool_size=pool_size, configs_per_shape=configs_per_shape, bounds=bounds,
                           protocol=protocol, seed=seed, max_problems=problems_limit(max_problems, max_shapes),
                           shapes=shapes, pool=pool, progress=progress, epilogues=epilogues,
-                          result=functools.partial(FleetResult, folder=Path(out_dir)))
+                          result=functools.partial(FleetResult, folder=Path(out_dir)), strategy=strategy,
+                          active=active)
 
 
 def _progress_text(res: FleetResult, fleet: Fleet, t_start: float, ready_s, budget_s: float, total) -> str:

@@ -39,9 +39,11 @@ from costlearn.collect.plan import (
     problems_limit,
     record_pool,
     shape_configs,
+    strategy_shapes,
     write_device_json,
 )
-from costlearn.collect.sampler import ShapeBounds, iter_shapes
+from costlearn.collect.sampler import ShapeBounds
+from costlearn.collect.strategy import STRATEGIES, ActiveSettings, check_active
 from costlearn.core.problem import EPILOGUES, Problem
 from costlearn.core.util import FolderLock, check_int, check_real, sigint_deferred
 from costlearn.core.version import __version__
@@ -50,7 +52,8 @@ from costlearn.families import family_of, get_family
 __all__ = ["EPILOGUE_COMPILE_SHARE", "EPILOGUES", "POOLS_FILE", "CollectResult", "CollectionInterrupted", "collect",
            "rows_for", "measure_rows", "candidate_pool", "shape_configs", "SESSION_ID", "record_pool",
            "write_device_json", "dataset_summary", "measurement_key", "open_collection", "plan_problems",
-           "check_epilogues", "Task", "Run", "Executor", "LocalExecutor", "run_collection"]
+           "check_epilogues", "Task", "Run", "Executor", "LocalExecutor", "run_collection", "STRATEGIES",
+           "ActiveSettings"]
 
 @dataclass
 class CollectResult:
@@ -149,7 +152,8 @@ def rows_for(results: list[dict], kernels: dict, problem: Problem, protocol: Pro
     problem : Problem
     protocol : Protocol
     prov : dict
-        The backend's provenance columns.
+        The backend's provenance columns (a ``template_hash`` among them, a
+        replay's, replaces the family's).
     clocks : dict
         ``sm_clock_mhz``, ``mem_clock_mhz``, ``temperature_c``, ``throttled``,
         ``throttle_reasons`` where known.
@@ -178,7 +182,7 @@ def rows_for(results: list[dict], kernels: dict, problem: Problem, protocol: Pro
                    pipeline_stages=d.pipeline_stages, smem_bytes=d.smem_bytes,
                    registers_per_thread=(math.nan if kern.registers_per_thread is None
                                          else float(kern.registers_per_thread)),
-                   template_hash=fam.template_hash,
+                   template_hash=prov.get("template_hash", fam.template_hash),
                    overhead_us=overhead_us, compile_s=kern.compile_s,
                    sm_clock_mhz=clocks.get("sm_clock_mhz", math.nan),
                    mem_clock_mhz=clocks.get("mem_clock_mhz", math.nan),
@@ -190,7 +194,7 @@ def rows_for(results: list[dict], kernels: dict, problem: Problem, protocol: Pro
                    density=protocol.density, rounds=protocol.rounds,
                    costlearn_version=__version__, schema_version=SCHEMA_VERSION, run_id=run_id,
                    session_id=SESSION_ID, timestamp=stamp, **NOT_IMPORTED,
-                   **{"device_settings": "", **prov})
+                   **{"device_settings": "", **{c: v for c, v in prov.items() if c != "template_hash"}})
         out.append(row)
     return out
 
@@ -264,6 +268,17 @@ class Executor:
         """Raise ValueError if the device cannot run ``family`` (a KernelFamily)."""
         raise NotImplementedError
 
+    def recorded(self, family: str, dtype: str, layout: str) -> dict | None:
+        """The only problems the executor can measure and the configs on each
+        (:meth:`costlearn.collect.backends.base.Backend.recorded`), or None
+        for any feasible problem (the default)."""
+        return None
+
+    def template_hash(self, family) -> str:
+        """The kernel template the rows of ``family`` (a KernelFamily) are
+        measured with: the family's (the default), a replay's recording's."""
+        return family.template_hash
+
     def open(self, run: Run) -> None:
         """Start measuring for ``run`` (before the first task)."""
         raise NotImplementedError
@@ -305,13 +320,17 @@ class Executor:
 
 def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str, dtype: str, layout: str,
                    pool_size: int, configs_per_shape: int, bounds, protocol, seed: int, max_problems, shapes, pool,
-                   progress: bool, epilogues, result=CollectResult) -> CollectResult:
+                   progress: bool, epilogues, result=CollectResult, strategy: str = "random",
+                   active: ActiveSettings | None = None) -> CollectResult:
     """The collection loop, for any :class:`Executor` (the arguments are
     :func:`collect`'s; ``result``, the summary's class): plans the problems
     (:func:`~costlearn.collect.plan.plan_problems`, their configs by
     :func:`~costlearn.collect.plan.shape_configs` less the keys the folder
     holds), hands them to ``executor`` until the budget, ``max_problems`` or the
     plan runs out, writes one part per problem finished; returns the summary.
+    The shapes come from ``strategy`` (:func:`~costlearn.collect.strategy.shape_stream`),
+    among the problems the backend holds where it replays a recording
+    (:meth:`Executor.recorded`).
 
     Raises
     ------
@@ -334,6 +353,10 @@ def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str,
     for e in epilogues:
         fam.check_epilogue(e)
     executor.check_family(fam)
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy={strategy!r}; allowed: {list(STRATEGIES)}")
+    if strategy == "active":
+        check_active(active)
     if shapes is not None:
         shapes = [Problem(*s, dtype, layout).shape for s in shapes]
     t_start = time.monotonic()
@@ -343,19 +366,37 @@ def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str,
         bounds = ShapeBounds.for_device(spec.device_type == "cpu")
     lock = FolderLock(out_dir, "a collection", LOCK_FILE)         # one collector per folder
     try:
-        out_dir, done, pool, other_pools = open_collection(out_dir, spec, fam, dtype, seed, pool, pool_size)
+        recorded = executor.recorded(fam.name, dtype, layout)
+        if recorded is not None:
+            recorded = {key: ids for key, ids in recorded.items() if key[3] in epilogues}
+            if not recorded:
+                raise ValueError(f"the {executor.spec.slug} recording holds no {fam.name}/{dtype} {layout} problem "
+                                 f"with epilogue {list(epilogues)}")
+            if pool is None:
+                pool = [fam.config_from_id(c) for c in sorted(set().union(*recorded.values()))]
+        out_dir, done, pool, other_pools, existing = open_collection(out_dir, spec, fam, dtype, seed, pool,
+                                                                     pool_size)
         res = result(other_pools=other_pools, budget_s=budget_s, target_rse=protocol.target_rse)
-        in_play = list(epilogues[:1]) if shapes is None else list(epilogues)
-        problems = plan_problems(iter_shapes(bounds, np.random.default_rng([seed, 2])) if shapes is None else shapes,
-                                 dtype, layout, epilogues, seed, drawn=shapes is None, in_play=in_play)
+        template = executor.template_hash(fam)
+        exact = shapes is not None and strategy == "random"         # given shapes, measured as given
+        in_play = list(epilogues[:1]) if not exact else list(epilogues)
+        written: list = []
+        stream, candidates = (shapes, None) if exact else strategy_shapes(
+            strategy, bounds, seed, shapes=shapes, recorded=recorded, existing=existing, written=written, family=fam,
+            dtype=dtype, layout=layout, pool=pool, spec=spec, configs_per_shape=configs_per_shape,
+            epilogue=in_play[0], active=active)
+        problems = plan_problems(stream, dtype, layout, epilogues, seed, drawn=not exact, in_play=in_play)
         sw = Stopwatch()
-        total = len(shapes) * len(epilogues) if shapes is not None else max_problems
+        total = (len(shapes) * len(epilogues) if exact else
+                 min(max_problems if max_problems is not None else math.inf,
+                     len(candidates) if candidates is not None else math.inf))
+        total = None if not math.isfinite(total) else int(total)
         executor.open(Run(fam, dtype, layout, pool, epilogues, protocol, seed, uuid.uuid4().hex[:12], budget_s,
                           t_start, total, res, sw))
     except BaseException:
         lock.release()
         raise
-    spreads, written = [], []
+    spreads = []
     handed = 0
 
     def next_task():
@@ -371,8 +412,10 @@ def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str,
                 in_play.append(epilogues[len(in_play)])     # read by the next draw
             if max_problems is not None and handed >= max_problems:
                 return None
-            chosen, sub_rng = shape_configs(pool, spec, problem, seed, configs_per_shape)
-            todo = [c for c in chosen if measurement_key(spec.slug, fam, problem, c.config_id, protocol) not in done]
+            ids = None if recorded is None else recorded.get((*problem.shape, problem.epilogue), frozenset())
+            chosen, sub_rng = shape_configs(pool, spec, problem, seed, configs_per_shape, ids)
+            todo = [c for c in chosen if measurement_key(spec.slug, fam, problem, c.config_id, protocol,
+                                                         template) not in done]
             res.skipped += len(chosen) - len(todo)
             if todo:
                 handed += 1
@@ -384,7 +427,7 @@ def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str,
             res.parts.append(write_part(rows, out_dir))
             written.extend(rows)
             for r in rows:
-                done.add(measurement_key(spec.slug, fam, problem, r["config_id"], protocol))
+                done.add(measurement_key(spec.slug, fam, problem, r["config_id"], protocol, template))
                 if r["status"] == "ok":
                     res.rows_valid += 1
                     spreads.append((r["time_us_p80"] - r["time_us_p20"]) / r["time_us"])
@@ -449,6 +492,12 @@ class LocalExecutor(Executor):
         if family.name not in self.backend.families:
             raise ValueError(f"the {self.backend.name!r} backend runs the families {list(self.backend.families)}, "
                              f"not {family.name!r}")
+
+    def recorded(self, family: str, dtype: str, layout: str) -> dict | None:
+        return self.backend.recorded(family, dtype, layout)
+
+    def template_hash(self, family) -> str:
+        return self.backend.provenance().get("template_hash", family.template_hash)
 
     def open(self, run: Run) -> None:
         self.run = run
@@ -560,9 +609,10 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
             layout: str = "NN", pool_size: int = 64, configs_per_shape: int = 48,
             bounds: ShapeBounds | None = None, protocol: Protocol | None = None, seed: int = 0,
             max_problems: int | None = None, shapes: list | None = None, pool: list | None = None,
-            progress: bool = True, epilogues=("none",), max_shapes: int | None = None) -> CollectResult:
-    """Measure random shapes x pool configs of a kernel family on ``backend``
-    into ``out_dir``.
+            progress: bool = True, epilogues=("none",), max_shapes: int | None = None, strategy: str = "random",
+            active: ActiveSettings | None = None) -> CollectResult:
+    """Measure shapes x pool configs of a kernel family on ``backend`` into
+    ``out_dir``, the shapes chosen by ``strategy``.
 
     Parameters
     ----------
@@ -592,7 +642,9 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
         Stop after this many problems (a shape with one epilogue) measured by
         this call (``max_shapes``: its old name, deprecated).
     shapes : list of (int, int, int), optional
-        Measure these shapes (in order) instead of random ones.
+        Measure these shapes (in order) instead of random ones; with
+        ``strategy="prior"``, the user's shapes the prior starts from; with
+        ``"active"``, the only shapes it chooses among.
     pool : list of configs of ``family``, optional
         Candidate pool to use instead of drawing one (``pool_size`` is then
         ignored); an evaluation passes a model's candidate set.
@@ -606,6 +658,16 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
         shapes start with the first epilogue and bring in the next while its
         compile fits the budget left (:data:`EPILOGUE_COMPILE_SHARE`), so a
         short budget measures instead of compiling.
+    strategy : {"random", "prior", "active"}
+        Which shapes to measure (:mod:`costlearn.collect.strategy`): log-uniform
+        (the default), real models' (and ``shapes``'), or rounds that measure
+        where a refitted ensemble is least sure of its pick. A ``backend``
+        replaying a recording (:meth:`~costlearn.collect.backends.base.Backend.recorded`)
+        is asked only for its problems and configs, by every strategy.
+    active : ActiveSettings, optional
+        Settings of ``strategy="active"``, which needs one with an
+        ``ensemble`` (:func:`costlearn.learn.active.active_settings` gives the
+        command line's).
 
     Returns
     -------
@@ -622,7 +684,8 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
     return run_collection(LocalExecutor(backend), out_dir, budget_s=budget_s, family=family, dtype=dtype,
                           layout=layout, pool_size=pool_size, configs_per_shape=configs_per_shape, bounds=bounds,
                           protocol=protocol, seed=seed, max_problems=problems_limit(max_problems, max_shapes),
-                          shapes=shapes, pool=pool, progress=progress, epilogues=epilogues)
+                          shapes=shapes, pool=pool, progress=progress, epilogues=epilogues, strategy=strategy,
+                          active=active)
 
 
 def dataset_summary(folder) -> str:

@@ -16,16 +16,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
-from costlearn.collect.dataset import load, measured_keys
+from costlearn.collect.dataset import load, measured_keys, valid_rows
 from costlearn.collect.measure import Protocol
 from costlearn.collect.sampler import select_pool
+from costlearn.collect.strategy import shape_stream
 from costlearn.collect.space import check_config, enumerate_space
 from costlearn.core.problem import EPILOGUES, Problem, check_epilogue
 from costlearn.core.util import atomic_write
 
 __all__ = ["LOCK_FILE", "POOLS_FILE", "EPILOGUE_COMPILE_SHARE", "problems_limit", "record_pool", "candidate_pool",
-           "shape_configs", "plan_problems", "check_epilogues", "measurement_key", "open_collection",
+           "shape_configs", "strategy_shapes", "plan_problems", "check_epilogues", "measurement_key", "open_collection",
            "write_device_json", "Task", "Run"]
 
 LOCK_FILE = ".collect.lock"
@@ -84,7 +86,7 @@ def candidate_pool(spec, family: str, dtype: str, size: int, seed: int):
     return select_pool(space.configs, size, np.random.default_rng([seed, 1]))
 
 
-def shape_configs(pool: list, spec, problem: Problem, seed: int, configs_per_shape: int):
+def shape_configs(pool: list, spec, problem: Problem, seed: int, configs_per_shape: int, recorded=None):
     """The pool configs measured on ``problem``: a seeded random subset of
     ``configs_per_shape`` of those feasible for it on ``spec`` (all of them
     when fewer), in pool order; and the problem's generator, which then picks
@@ -92,15 +94,96 @@ def shape_configs(pool: list, spec, problem: Problem, seed: int, configs_per_sha
     collector of one plan (a fleet's workers included) measures the same
     configs on a problem.
 
+    Parameters
+    ----------
+    recorded : collection of str, optional
+        Where the backend replays a recording
+        (:meth:`costlearn.collect.backends.base.Backend.recorded`): the
+        config ids recorded on ``problem``, which replace the feasibility
+        rules (the recording is what ran on the device).
+
     Returns
     -------
     (list of configs, numpy.random.Generator)
     """
     m, n, k = problem.shape
-    feasible = [c for c in pool if check_config(c, spec, problem=problem) is None]
+    if recorded is not None:
+        feasible = [c for c in pool if c.config_id in recorded]
+    else:
+        feasible = [c for c in pool if check_config(c, spec, problem=problem) is None]
     rng = np.random.default_rng([seed, 3, m, n, k])
     order = rng.permutation(len(feasible))[:configs_per_shape]
     return [feasible[i] for i in sorted(order)], rng
+
+
+def strategy_shapes(strategy: str, bounds, seed: int, *, shapes, recorded, existing, written: list, family,
+                    dtype: str, layout: str, pool: list, spec, configs_per_shape: int, epilogue: str, active=None):
+    """The shapes a collection by ``strategy`` measures
+    (:func:`costlearn.collect.strategy.shape_stream`), and the candidates it
+    chooses among (None: any shape within ``bounds``).
+
+    Parameters
+    ----------
+    strategy : str
+    bounds : ShapeBounds
+    seed : int
+    shapes : list of (int, int, int) or None
+        The user's: the prior's starting shapes (``prior``), else the only
+        candidates.
+    recorded : dict or None
+        :meth:`costlearn.collect.backends.base.Backend.recorded` of the
+        backend: its problems are the only candidates.
+    existing : DataFrame or None
+        The rows the folder held (:func:`open_collection`).
+    written : list of dict
+        The rows this collection writes, appended as it goes (``active``
+        refits on them).
+    family : KernelFamily
+    dtype, layout : str
+    pool : list of configs
+    spec : DeviceSpec
+    configs_per_shape : int
+    epilogue : str
+        The epilogue ``active`` scores candidates with.
+    active : ActiveSettings, optional
+
+    Returns
+    -------
+    (iterable of (int, int, int), list of (int, int, int) or None)
+    """
+    candidates = None
+    if recorded is not None:
+        candidates = sorted({key[:3] for key in recorded})
+        if shapes is not None and strategy != "prior":
+            candidates = [x for x in candidates if x in set(shapes)]
+    elif shapes is not None and strategy != "prior":
+        candidates = list(shapes)
+    mine = None if existing is None else valid_rows(existing)
+    if mine is not None:
+        mine = mine[mine["family"].eq(family.name) & mine["dtype"].eq(dtype)]
+
+    def measured() -> pd.DataFrame:
+        """The valid rows of this family and dtype (every layout): the folder's and this call's."""
+        new_rows = [r for r in written if r["status"] == "ok"]
+        frames = [f for f in (mine, pd.DataFrame(new_rows) if new_rows else None) if f is not None]
+        return (pd.concat(frames, ignore_index=True) if frames else
+                pd.DataFrame(columns=["m", "n", "k", "layout", "time_us"]))
+
+    def candidate_rows(cand_shapes) -> pd.DataFrame:
+        """The (problem, config) rows this collection would measure on ``cand_shapes``."""
+        recs = []
+        for m, n, k in cand_shapes:
+            problem = Problem(m, n, k, dtype, layout, epilogue)
+            ids = None if recorded is None else recorded.get((m, n, k, epilogue), frozenset())
+            chosen, _ = shape_configs(pool, spec, problem, seed, configs_per_shape, ids)
+            recs += [(m, n, k, c.config_id) for c in chosen]
+        return pd.DataFrame(recs, columns=["m", "n", "k", "config_id"]).assign(
+            dtype=dtype, layout=layout, epilogue=epilogue, family=family.name)
+
+    stream = shape_stream(strategy, bounds, seed, candidates=candidates,
+                          user_shapes=shapes if strategy == "prior" else (), measured=measured,
+                          candidate_rows=candidate_rows, spec=spec, settings=active, layout=layout)
+    return stream, candidates
 
 
 def plan_problems(shapes, dtype: str, layout: str, epilogues, seed: int, drawn: bool, in_play=None):
@@ -175,11 +258,14 @@ def check_epilogues(epilogues) -> tuple:
     return out
 
 
-def measurement_key(slug: str, family, problem: Problem, config_id: str, protocol: Protocol) -> tuple:
+def measurement_key(slug: str, family, problem: Problem, config_id: str, protocol: Protocol,
+                    template_hash: str | None = None) -> tuple:
     """The :data:`costlearn.collect.dataset.KEY_COLUMNS` tuple of one measurement
-    (``family`` a KernelFamily): what a resumed collection skips."""
+    (``family`` a KernelFamily; ``template_hash`` the kernel template's,
+    default the family's, a replay's the recording's): what a resumed
+    collection skips."""
     return (slug, family.name, problem.dtype, problem.layout, problem.epilogue, *problem.shape, config_id,
-            family.template_hash, protocol.version, protocol.distribution, float(protocol.density))
+            template_hash or family.template_hash, protocol.version, protocol.distribution, float(protocol.density))
 
 
 def open_collection(out_dir, spec, family, dtype: str, seed: int, pool, pool_size: int):
@@ -190,7 +276,8 @@ def open_collection(out_dir, spec, family, dtype: str, seed: int, pool, pool_siz
 
     Returns
     -------
-    (Path, set of tuple, list of configs, list of dict)
+    (Path, set of tuple, list of configs, list of dict, DataFrame or None)
+        The last: the rows the folder held (None where it held none).
 
     Raises
     ------
@@ -202,7 +289,7 @@ def open_collection(out_dir, spec, family, dtype: str, seed: int, pool, pool_siz
     existing, _ = load(out_dir) if out_dir.exists() else (None, None)
     done = measured_keys(existing) if existing is not None else set()
     pool = list(pool) if pool is not None else candidate_pool(spec, family.name, dtype, pool_size, seed)
-    return out_dir, done, pool, record_pool(out_dir, family.name, dtype, seed, pool)
+    return out_dir, done, pool, record_pool(out_dir, family.name, dtype, seed, pool), existing
 
 
 def write_device_json(spec, folder) -> Path:

@@ -17,9 +17,14 @@ import numpy as np
 from costlearn.families import family_of
 from costlearn.core.util import check_int
 
-__all__ = ["ShapeBounds", "sample_shapes", "iter_shapes", "select_pool", "shape_class", "SHAPE_CLASSES"]
+__all__ = ["ShapeBounds", "sample_shapes", "iter_shapes", "distinct_shapes", "select_pool", "shape_class",
+           "SHAPE_CLASSES", "STRATEGIES"]
 
 SHAPE_CLASSES = ("batch1", "skinny", "small", "square", "large_k", "general")
+
+STRATEGIES = ("random", "prior", "active")
+"""The strategies ``collect --strategy`` takes (:mod:`costlearn.collect.strategy`);
+``random`` is the default."""
 
 
 @dataclass(frozen=True)
@@ -81,25 +86,45 @@ def iter_shapes(bounds: ShapeBounds, rng: np.random.Generator):
     ValueError
         If no new shape can be drawn within the bounds (after many tries).
     """
-    seen = set()
-    misses = 0
     lo, hi = bounds.min_extent, bounds.max_extent
-    while True:
-        u = rng.random()
-        m, nn, k = (_log_uniform(rng, lo, hi) for _ in range(3))
-        if u < bounds.batch1_share:
-            m = 1
-        elif u < bounds.batch1_share + bounds.skinny_share:
-            small = _log_uniform(rng, 1, min(16, hi))
-            if rng.random() < 0.5:
-                m = small
-            else:
-                nn = max(small, lo)
-        s = (m, nn, k)
-        if 2.0 * m * nn * k > bounds.max_flops or s in seen:
+
+    def draws():
+        while True:
+            u = rng.random()
+            m, nn, k = (_log_uniform(rng, lo, hi) for _ in range(3))
+            if u < bounds.batch1_share:
+                m = 1
+            elif u < bounds.batch1_share + bounds.skinny_share:
+                small = _log_uniform(rng, 1, min(16, hi))
+                if rng.random() < 0.5:
+                    m = small
+                else:
+                    nn = max(small, lo)
+            yield m, nn, k
+    return distinct_shapes(draws(), lambda s: 2.0 * s[0] * s[1] * s[2] <= bounds.max_flops, f"shape within {bounds}")
+
+
+def distinct_shapes(draws, keep, what: str):
+    """The shapes of the stream ``draws`` that ``keep`` accepts, each once.
+
+    Parameters
+    ----------
+    draws : iterable of (int, int, int)
+    keep : callable ((int, int, int)) -> bool
+    what : str
+        Named by the error (``"shape within ShapeBounds(...)"``).
+
+    Raises
+    ------
+    ValueError
+        After 100,000 draws in a row that are repeats or not kept.
+    """
+    seen, misses = set(), 0
+    for s in draws:
+        if s in seen or not keep(s):
             misses += 1
             if misses > 100_000:
-                raise ValueError(f"cannot draw another distinct shape within {bounds}")
+                raise ValueError(f"cannot draw another distinct {what}")
             continue
         misses = 0
         seen.add(s)

@@ -32,6 +32,7 @@ destination there are, and save it as the destination's artifact, served by
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -42,9 +43,11 @@ import pandas as pd
 from sklearn.model_selection import GroupKFold
 
 from costlearn.collect.dataset import current_rows, load, rows_where, valid_rows
+from costlearn.collect.strategy import ActiveSettings, choose_problems
 from costlearn.core.device import PRESETS, DeviceSpec, preset
 from costlearn.model.envelope import fit_envelope, outside_rows
 from costlearn.families import get_family
+from costlearn.learn.active import EnsembleDisagreement, member_params
 from costlearn.learn.holdout import VENDOR_NEAR_GRID, calibrate_floor, heldout_problems
 from costlearn.model.vendor_floor import FLOOR_VERSION, NEIGHBORS
 from costlearn.learn.metrics import evaluate_rows, summarize
@@ -78,8 +81,9 @@ than cuBLAS at every margin: a small source does not carry."""
 class TransferResult:
     """One transferred (family, dtype): the artifact's sidecar path, the
     destination rows and problems it saw, whether it is zero-shot, the
-    held-out summary on destination problems (empty without), and the
-    floor."""
+    held-out summary on destination problems (empty without), the floor,
+    and the destination problems (M, N, K, layout) chosen from the pool
+    (``problems=``; empty where every one was used)."""
 
     path: Path
     family: str
@@ -92,6 +96,7 @@ class TransferResult:
     zero_shot: bool
     holdout: dict = field(default_factory=dict)
     floor: dict = field(default_factory=dict)
+    chosen: list = field(default_factory=list)
 
 
 def zero_shot_floor() -> dict:
@@ -184,7 +189,8 @@ def _heldout(src: pd.DataFrame, dst: pd.DataFrame, spec, make, seed: int) -> tup
 
 def transfer(models_dir, source: str, destination: str, *, data_dir=None, source_data=None,
              family: str | None = None, dtype=None, destination_share: float = 0.2,
-             params=None, replace: bool = False, seed: int = 0, progress=None) -> list[TransferResult]:
+             params=None, replace: bool = False, seed: int = 0, progress=None, problems: int | None = None,
+             strategy: str = "random", active=None) -> list[TransferResult]:
     """Transfer every model of device ``source`` in ``models_dir`` to device
     ``destination`` (``<models_dir>/<destination>/<family>/<dtype>/``).
 
@@ -217,6 +223,19 @@ def transfer(models_dir, source: str, destination: str, *, data_dir=None, source
         Of the destination folds.
     progress : callable, optional
         Called with one line of text per step.
+    problems : int, optional
+        Learn from only this many of ``data_dir``'s problems (of each
+        family and dtype), a pool to choose from (a destination log), by
+        ``strategy`` (:func:`costlearn.collect.strategy.choose_problems`);
+        default: all of them.
+    strategy : {"random", "prior", "active"}
+        How ``problems`` are chosen: ``active`` scores the pool with a
+        bootstrap ensemble of multi-device models fit on the source's rows
+        and the problems chosen so far, and takes those where its pick is
+        least sure (:class:`~costlearn.learn.active.EnsembleDisagreement`).
+    active : ActiveSettings, optional
+        Settings of ``active`` (default: 4 members of 120 trees, each on
+        600 problems, rounds of a quarter of ``problems``).
 
     Returns
     -------
@@ -296,6 +315,13 @@ def transfer(models_dir, source: str, destination: str, *, data_dir=None, source
             if bad:
                 raise ValueError(f"{data_dir} holds rows of device(s) {bad}; the destination is {spec.slug!r}")
         n_dst = 0 if dst.empty else int(_problem_ids(dst).max() + 1)
+        chosen = []
+        if problems is not None and n_dst > problems:
+            chosen = _choose_destination(src, src_spec, dst, spec, problems, strategy, destination_share, active,
+                                         seed, say)
+            keep = pd.MultiIndex.from_frame(dst[["m", "n", "k", "layout"]].astype({"layout": str})).isin(chosen)
+            say(f"{fam_name}/{dt}: chose {len(chosen)} of the {n_dst} {destination} problems ({strategy})")
+            dst, n_dst = dst[keep].reset_index(drop=True), len(chosen)
         say(f"{fam_name}/{dt}: {len(src)} {source} rows, {len(dst)} {destination} rows over {n_dst} problems")
 
         def make():
@@ -344,5 +370,21 @@ def transfer(models_dir, source: str, destination: str, *, data_dir=None, source
         results.append(TransferResult(path=path, family=fam_name, dtype=dt, source=source, destination=destination,
                                       source_rows=int(len(src)), destination_rows=int(len(dst)),
                                       destination_problems=n_dst, zero_shot=zero_shot, holdout=summary,
-                                      floor=floor))
+                                      floor=floor, chosen=chosen))
     return results
+
+
+def _choose_destination(src, src_spec, dst, spec, k: int, strategy: str, destination_share: float, active, seed: int,
+                        say) -> list:
+    """``k`` problems of the destination rows ``dst`` (:func:`costlearn.collect.strategy.choose_problems`;
+    ``active``: members are multi-device models on the source's rows and those chosen)."""
+    settings = active or ActiveSettings(member_problems=600)
+
+    def member(j: int):
+        return get_model(MultiDeviceXGBModel.name, params=member_params(settings, j),
+                         device_specs={src_spec.slug: src_spec}, destination_share=destination_share)
+
+    def ensemble(spec_, settings_, seed_):
+        return EnsembleDisagreement(spec_, settings_, seed_, member)
+    return choose_problems(dst, k, strategy, seed=seed, spec=spec, known=src,
+                           settings=dataclasses.replace(settings, ensemble=ensemble), say=say)

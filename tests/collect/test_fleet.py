@@ -280,3 +280,22 @@ def test_a_fleets_closing_note_says_the_workers_compiled(tmp_path, capsys):
     assert "starting the workers (each compiles the whole pool; --pool sets its size) took 42 s" in err
     assert "compiling took 0 s" not in err
 
+
+
+@needs_opencl
+def test_a_fleet_runs_the_active_strategy_and_resumes_it(ray_cluster, tmp_path):
+    """Issue 38: the fleet runs the collection strategies; active chooses
+    among the given shapes in rounds refit on what the workers returned, and a
+    second run measures the rest, nothing twice."""
+    from costlearn.collect.dataset import KEY_COLUMNS, load
+    from costlearn.collect.fleet import collect_fleet, start_fleet
+    from costlearn.learn.active import active_settings
+    small = active_settings(first_round=2, round_share=0.5, candidates=10, members=2, trees=4)
+    settings = dict(SETTINGS, strategy="active", active=small)
+    with start_fleet("opencl", workers=2) as fleet:
+        first = collect_fleet(fleet, tmp_path, pool=_pool(), protocol=_protocol(), max_problems=4, **settings)
+        again = collect_fleet(fleet, tmp_path, pool=_pool(), protocol=_protocol(), **settings)
+    df, rep = load(tmp_path)
+    assert first.problems_done == 4 and again.problems_done == 2 and not rep.corrupt
+    assert set(map(tuple, df[["m", "n", "k"]].drop_duplicates().to_numpy().tolist())) == set(SHAPES)
+    assert not df.duplicated(list(KEY_COLUMNS)).any()

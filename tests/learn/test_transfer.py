@@ -171,3 +171,38 @@ def test_transfer_names_the_destination_rows_it_does_not_use(source, tmp_path):
     assert [r.dtype for r in res] == ["float16"]
     assert any(line.startswith("triton_mm/tfloat32: 27 rows of") and "not used: the a100 store has no "
                "triton_mm/tfloat32 model to carry" in line for line in said), said
+
+
+@pytest.mark.parametrize("strategy", ["random", "prior", "active"])
+def test_transfer_chooses_its_destination_problems_from_a_pool(source, tmp_path, strategy):
+    """Issue 38: `transfer --data POOL --problems K --strategy S` learns from
+    K problems of a destination log chosen by S, and says which."""
+    import shutil
+    from costlearn.collect.strategy import ActiveSettings
+    tmp, models_src = source
+    models = tmp_path / "models"
+    shutil.copytree(models_src, models)
+    data = _h100_data(tmp_path)
+    small = ActiveSettings(first_round=2, members=2, trees=8, candidates=10, round_share=0.5)
+    res = transfer(models, "a100", "h100", data_dir=data, params=FAST, problems=8, strategy=strategy, active=small)[0]
+    pool = {(m, n, k, "NN") for m, n, k in H100_SHAPES}
+    assert res.destination_problems == 8 and len(set(res.chosen)) == 8 and set(res.chosen) <= pool
+    side = json.loads(res.path.read_text())
+    assert side["transfer"]["destination_problems"] == 8 and side["training"]["shapes"] > 8   # the source's too
+    again = transfer(models, "a100", "h100", data_dir=data, params=FAST, problems=8, strategy=strategy,
+                     active=small)[0]
+    assert again.chosen == res.chosen                                               # seeded: the same choice
+    with pytest.raises(ValueError, match=r"strategy='best'; allowed"):
+        transfer(models, "a100", "h100", data_dir=data, params=FAST, problems=8, strategy="best")
+
+
+def test_cli_transfer_takes_k_problems_of_a_pool_by_a_strategy(source, tmp_path, capsys):
+    tmp, models = source
+    import shutil
+    shutil.copytree(models, tmp_path / "m")
+    data = _h100_data(tmp_path)
+    assert main(["transfer", "--from", "a100", "--to", "h100", "--models", str(tmp_path / "m"), "--data", str(data),
+                 "--problems", "4", "--strategy", "prior"]) == 0
+    captured = capsys.readouterr()
+    assert f"chose 4 of the {len(H100_SHAPES)} h100 problems (prior)" in captured.err
+    assert "rows over 4 problems" in captured.out

@@ -153,6 +153,13 @@ class Backend(abc.ABC):
     def spec(self) -> DeviceSpec:
         """Must describe the live device (limits, peaks, identity)."""
 
+    def recorded(self, family: str, dtype: str, layout: str) -> dict | None:
+        """The only problems this backend can measure, where it is limited to
+        some: ``{(m, n, k, epilogue): frozenset of config ids}`` of one
+        family, dtype and layout (a replay of a recorded log); None for a
+        device, which measures any feasible problem (the default)."""
+        return None
+
     @abc.abstractmethod
     def provenance(self) -> dict:
         """Must return the provenance columns for every row measured here:

@@ -20,7 +20,10 @@ __all__ = ["ReplayBackend"]
 
 
 class ReplayBackend(Backend):
-    """Replays recorded measurements.
+    """Replays recorded measurements: a (problem, config) recorded with status
+    ``ok`` answers its median recorded time (a config timed in several
+    sessions counts once), one never ``ok`` its last recorded status, and one
+    not recorded is not measured (:meth:`recorded` lists what is).
 
     Parameters
     ----------
@@ -58,9 +61,16 @@ class ReplayBackend(Backend):
         self._families = tuple(sorted(rows["family"].unique())) or ("gemm",)
         if "epilogue" not in rows:
             rows = rows.assign(epilogue="none")
-        cols = ["family", "dtype", "layout", "m", "n", "k", "config_id", "status", "time_us", "epilogue"]
-        self._index = {(r.family, r.dtype, r.layout, int(r.m), int(r.n), int(r.k), r.config_id, r.epilogue):
-                       (r.status, float(r.time_us)) for r in rows[cols].itertuples(index=False)}
+        key = ["family", "dtype", "layout", "m", "n", "k", "config_id", "epilogue"]
+        # A config recorded several times (sessions) replays as its median ok time (the study's rule: a config
+        # measured in several sessions counts once, with its median), else as its last status.
+        ok = rows["status"].eq("ok").to_numpy() & np.isfinite(rows["time_us"].to_numpy(np.float64))
+        med = rows[ok].groupby(key, observed=True, sort=False)["time_us"].median()
+        last = rows[~ok].groupby(key, observed=True, sort=False)["status"].last()
+        self._index = {(f, d, lay, int(m), int(n), int(k), c, e): (st, math.nan)
+                       for (f, d, lay, m, n, k, c, e), st in last.items()}
+        self._index.update({(f, d, lay, int(m), int(n), int(k), c, e): ("ok", float(t))
+                            for (f, d, lay, m, n, k, c, e), t in med.items()})
         self._configs = set(zip(rows["family"], rows["dtype"], rows["config_id"]))
         oh = rows["overhead_us"].to_numpy(np.float64)
         self._overhead = float(np.nanmedian(oh)) if np.isfinite(oh).any() else 0.0
@@ -90,13 +100,31 @@ class ReplayBackend(Backend):
             raise KeyError(f"no recording of {config_id} at {m}x{n}x{k} {dtype} {layout}{tail}")
         return got
 
+    def recorded(self, family: str, dtype: str, layout: str) -> dict:
+        """The problems of the recording and the configs recorded on each
+        (any status): ``{(m, n, k, epilogue): frozenset of config ids}`` of
+        ``family``, ``dtype`` and ``layout`` (empty when it holds none). A
+        collection on this backend chooses among these only; a problem or
+        config outside them is answered as unmeasured, never invented."""
+        out: dict = {}
+        for (fam, dt, lay, m, n, k, cid, epi) in self._index:
+            if fam == family and dt == dtype and lay == layout:
+                out.setdefault((m, n, k, epi), set()).add(cid)
+        return {key: frozenset(ids) for key, ids in out.items()}
+
     def provenance(self) -> dict:
+        """The replay's provenance columns (``api="replay"``), with the
+        recording's kernel template (``template_hash``) where it holds one:
+        a replayed row is a recorded kernel's time, not this code's kernel's."""
         s = self._spec
-        return dict(device_name=s.name, device_slug=s.slug, api="replay",
-                    compute_capability=s.compute_capability, device_version="",
-                    multiprocessors=s.multiprocessors, driver_version=s.driver_version,
-                    runtime_version="", library_version="replay of recorded measurements",
-                    host="replay")
+        out = dict(device_name=s.name, device_slug=s.slug, api="replay",
+                   compute_capability=s.compute_capability, device_version="",
+                   multiprocessors=s.multiprocessors, driver_version=s.driver_version,
+                   runtime_version="", library_version="replay of recorded measurements",
+                   host="replay")
+        if "template_hash" in self.rows and self.rows["template_hash"].nunique() == 1:
+            out["template_hash"] = str(self.rows["template_hash"].iloc[0])
+        return out
 
     def launch_overhead_us(self) -> float:
         return self._overhead

@@ -1,0 +1,302 @@
+"""Which problems to measure (issue 38): the collection strategies scored by
+replaying real GPU logs.
+
+**A100, random log as the pool.** The A100's random-shape Inductor log
+(``a100_mm.txt``, float16) is replayed (``costlearn.collect.backends.replay``):
+a collection may measure only its problems and the configs it recorded on
+each, and gets their recorded (median) times. For each strategy (random,
+prior, active) and seed, one dataset folder grows through the budgets
+(problems measured); at each budget the folder is trained with
+``costlearn.learn.train.train`` (the product's training, vendor floor and all)
+and what ``predict_best`` answers is scored on the HuggingFace and timm logs'
+problems that the random log does not hold (top-1 regret against the best
+measured of all, cuBLAS included; geometric mean over problems; picks never
+measured on their problem are counted, not scored). The layouts are
+collected one after another, each up to its share of the pool.
+
+**A100 -> H100, the destination problems a transfer learns from**
+(``--transfer``). The source model is trained on the A100 random log's float16
+problems (the imported log, no hold-out). A third
+of the H100 random log's float16 problems (seeded) is held out for scoring;
+the rest is the pool ``costlearn.learn.transfer.transfer(..., problems=k,
+strategy=...)`` chooses k problems from (random, or active: rounds of an
+ensemble of multi-device models on the source's rows and the problems chosen
+so far). Scored like the A100 points, on the held-out H100 problems.
+
+The logs have no licence: rows and models stay under --work (default
+out/sampling-study/). Each point is cached in ``<work>/points.csv``, so an
+interrupted study resumes. Writes --report (default reports/sampling_study.md).
+
+    .venv/bin/python scripts/sampling_study.py               # about 60 min on 2 cores
+    .venv/bin/python scripts/sampling_study.py --budgets 50 100 --seeds 0   # a quick look
+    .venv/bin/python scripts/sampling_study.py --transfer    # the A100 -> H100 part (about 40 min)
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import docs_from_reports  # noqa: E402
+from a100_study import DEFAULT_SOURCE, import_logs  # noqa: E402
+
+from costlearn.collect.backends.replay import ReplayBackend  # noqa: E402
+from costlearn.collect.dataset import load  # noqa: E402
+from costlearn.collect.loop import collect  # noqa: E402
+from costlearn.collect.strategy import STRATEGIES, ActiveSettings  # noqa: E402
+from costlearn.learn.active import active_settings  # noqa: E402
+from costlearn.core.device import preset  # noqa: E402
+from costlearn.learn.study import by_source, decision_scores  # noqa: E402
+from costlearn.learn.train import train  # noqa: E402
+from costlearn.model.xgb import XGBParams  # noqa: E402
+from costlearn.serve.predictor import Predictor  # noqa: E402
+
+FAMILY, DTYPE = "triton_mm", "float16"
+BUDGETS = (50, 100, 200, 400, 800)
+H100_SOURCE = ROOT.parent / "shared" / "data" / "inductor-autoheuristic-h100-random" / "h100_mm.zip"
+TRANSFER_K = (8, 16, 32)
+
+
+def layout_targets(pool: pd.DataFrame, n: int) -> dict:
+    """Problems per layout at a budget of ``n``: each layout's share of the pool's problems."""
+    counts = pool.groupby("layout", observed=True).size()
+    share = counts / counts.sum()
+    return {lay: int(min(counts[lay], round(n * share[lay]))) for lay in sorted(counts.index)}
+
+
+def grow(backend, folder: Path, strategy: str, seed: int, targets: dict, jobs: int) -> float:
+    """Collect into ``folder`` until each layout holds its target; returns the seconds spent."""
+    t0 = time.perf_counter()
+    for lay, want in targets.items():
+        have = 0
+        if folder.exists():
+            df, _ = load(folder)
+            have = len(df.loc[df["layout"].eq(lay), ["m", "n", "k"]].drop_duplicates()) if len(df) else 0
+        if want > have:
+            collect(backend, folder, budget_s=1e9, family=FAMILY, dtype=DTYPE, layout=lay, configs_per_shape=10**6,
+                    seed=seed, max_problems=want - have, strategy=strategy, progress=False,
+                    active=active_settings(n_jobs=jobs))
+    return time.perf_counter() - t0
+
+
+def score(folder: Path, models: Path, test: pd.DataFrame, jobs: int) -> dict:
+    """Train on ``folder`` and score predict_best on ``test``: the by-log table's 'all' row."""
+    shutil.rmtree(models, ignore_errors=True)
+    t0 = time.perf_counter()
+    res = train(folder, models, family=FAMILY, dtype=DTYPE, settings=dict(params=XGBParams(n_jobs=jobs)))
+    fit_s = time.perf_counter() - t0
+    pred = Predictor(res.path.parent)
+    per = decision_scores(pred, test[test["layout"].isin(pred.layouts)])
+    per = per.assign(source="HuggingFace + timm")
+    row = by_source(per).iloc[-1].to_dict()
+    row.update(fit_s=fit_s, model_regret=float(np.exp(np.log1p(per["model_regret"].dropna()).mean()) - 1))
+    return row
+
+
+def transfer_points(args, source_rows: pd.DataFrame) -> pd.DataFrame:
+    """The A100 -> H100 part: a row per (strategy, seed, k), cached in ``<work>/transfer.csv``."""
+    from costlearn.collect.dataset import write_part
+    from costlearn.collect.plan import write_device_json
+    from costlearn.learn.metrics import geomean_regret
+    from costlearn.learn.transfer import transfer
+    from costlearn.model import artifact
+    work = args.work / "transfer"
+    src_models = work / "models-source"
+    if not (artifact.model_folder(src_models, "a100", FAMILY, DTYPE) / artifact.SIDECAR).exists():
+        src_folder = work / "source" / "a100"            # the imported log's rows (the H100's are imported too)
+        if not src_folder.is_dir():
+            write_device_json(preset("a100"), src_folder)
+            write_part(source_rows, src_folder)
+        train(src_folder, src_models, family=FAMILY, dtype=DTYPE, holdout=False,
+              settings=dict(params=XGBParams(n_jobs=args.jobs)))
+    h100 = import_logs(H100_SOURCE, args.work / "h100-import", "h100")
+    h100 = h100[h100["dtype"].eq(DTYPE)].drop(columns=["split"]).reset_index(drop=True)
+    problems = h100[["m", "n", "k", "layout"]].drop_duplicates().sort_values(["m", "n", "k", "layout"])
+    held = problems.iloc[np.random.default_rng(100).permutation(len(problems))[:len(problems) // 3]]
+    is_test = pd.MultiIndex.from_frame(h100[["m", "n", "k", "layout"]]).isin(pd.MultiIndex.from_frame(held))
+    test, pool = h100[is_test], h100[~is_test]
+    pool_folder = work / "pool" / "h100"
+    if not pool_folder.is_dir():
+        write_device_json(preset("h100"), pool_folder)
+        write_part(pool, pool_folder)
+    cache = work / "transfer.csv"
+    done = pd.read_csv(cache) if cache.is_file() else pd.DataFrame(columns=["strategy", "seed", "k"])
+    for k in TRANSFER_K:
+        for strategy in ("random", "active"):
+            for seed in args.seeds:
+                if ((done["strategy"] == strategy) & (done["seed"] == seed) & (done["k"] == k)).any():
+                    continue
+                models = work / "models"
+                shutil.rmtree(models, ignore_errors=True)
+                shutil.copytree(artifact.model_folder(src_models, "a100", FAMILY, DTYPE),
+                                artifact.model_folder(models, "a100", FAMILY, DTYPE))
+                t0 = time.perf_counter()
+                res = transfer(models, "a100", "h100", data_dir=pool_folder, family=FAMILY, dtype=DTYPE, seed=seed,
+                               problems=k, strategy=strategy,
+                               active=ActiveSettings(member_problems=600, n_jobs=args.jobs))[0]
+                secs = time.perf_counter() - t0
+                per = decision_scores(Predictor(res.path.parent), test)
+                row = dict(strategy=strategy, seed=seed, k=k, pool=len(problems) - len(held), test=len(per),
+                           top1=geomean_regret(per["top1_regret"].dropna()),
+                           prune=geomean_regret(per["prune_regret"].dropna()),
+                           argmin=geomean_regret(per["model_regret"].dropna()),
+                           vendor=geomean_regret(per["vendor_regret"].dropna()),
+                           unmeasured=int(per["top1_regret"].isna().sum()), transfer_s=secs)
+                print(f"a100 -> h100 {strategy:<6} seed {seed} k {k:3d}: top-1 {row['top1']:.2%} prune "
+                      f"{row['prune']:.2%} argmin {row['argmin']:.2%} ({secs:.0f}s)", file=sys.stderr)
+                done = pd.concat([done, pd.DataFrame([row])], ignore_index=True)
+                done.to_csv(cache, index=False)
+    return done
+
+
+def _cell(values: pd.Series, seeds: int) -> str:
+    """Mean [min-max] of a point's seeds, naming how many where fewer than ``seeds`` ran."""
+    v = values.astype(float)
+    if v.empty:
+        return "not run"
+    fewer = f" ({len(v)} of {seeds} seeds)" if len(v) < seeds else ""
+    return f"{v.mean():.2%} [{v.min():.2%}-{v.max():.2%}]{fewer}"
+
+
+def transfer_report(done: pd.DataFrame) -> list:
+    """The A100 -> H100 table: regret against k per strategy (mean over seeds, min-max)."""
+    r0 = done.iloc[0]
+    lines = ["## A100 -> H100: which destination problems a transfer learns from", "",
+             f"Source: the model of the A100 random log's float16 problems. Pool: {int(r0['pool'])} of the H100 "
+             f"random log's float16 problems; scored on the other {int(r0['test'])} (held out, the same for every "
+             "point): top-1 of `predict_best` against the best measured of all, geometric mean; mean over seeds "
+             f"{', '.join(map(str, sorted(done['seed'].unique())))} (min-max). cuBLAS alone: "
+             f"{done['vendor'].iloc[0]:.2%}.", "",
+             "| destination problems k | random: top-1 | active: top-1 | random: plain argmin | active: plain argmin |",
+             "|---|---|---|---|---|"]
+    for k, g in done.groupby("k"):
+        cells = []
+        for metric in ("top1", "argmin"):
+            for s in ("random", "active"):
+                cells.append(_cell(g.loc[g["strategy"] == s, metric], done["seed"].nunique()))
+        lines.append(f"| {k} | {cells[0]} | {cells[1]} | {cells[2]} | {cells[3]} |")
+    lines += ["", f"Seconds per transfer (choosing included; the machine shared with the A100 points), median: random "
+              f"{done.loc[done['strategy'] == 'random', 'transfer_s'].median():.0f}, active "
+              f"{done.loc[done['strategy'] == 'active', 'transfer_s'].median():.0f}.", ""]
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
+    ap.add_argument("--work", type=Path, default=ROOT / "out" / "sampling-study")
+    ap.add_argument("--imported", type=Path, default=ROOT / "out" / "a100-study",
+                    help="where scripts/a100_study.py imports the logs (reused)")
+    ap.add_argument("--report", type=Path, default=ROOT / "reports" / "sampling_study.md")
+    ap.add_argument("--budgets", type=int, nargs="+", default=list(BUDGETS))
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=STRATEGIES)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--transfer", action="store_true", help="also the A100 -> H100 part (after the A100 points)")
+    ap.add_argument("--transfer-only", action="store_true", help="only the A100 -> H100 part (its tables are "
+                    "written with the A100 points cached so far)")
+    ap.add_argument("--report-only", action="store_true", help="write the tables from the points cached so far "
+                    "(nothing measured or trained)")
+    args = ap.parse_args(argv)
+    if not args.source.is_file():
+        print(f"{args.source}: not found (the Inductor logs are not part of costlearn)", file=sys.stderr)
+        return 2
+    rows = import_logs(args.source, args.imported, "a100")
+    pool = rows[rows["split"].eq("mm") & rows["dtype"].eq(DTYPE)].reset_index(drop=True)
+    seen = set(map(tuple, pool[["m", "n", "k", "layout"]].drop_duplicates().itertuples(index=False, name=None)))
+    test = rows[rows["split"].ne("mm") & rows["dtype"].eq(DTYPE)]
+    test = test[[t not in seen for t in test[["m", "n", "k", "layout"]].itertuples(index=False, name=None)]]
+    backend = None if args.report_only else ReplayBackend(pool.drop(columns=["split"]), preset("a100"))
+    problems = pool[["m", "n", "k", "layout"]].drop_duplicates()
+    n_all = len(problems)
+    cache = args.work / "points.csv"
+    done = pd.read_csv(cache) if cache.is_file() else pd.DataFrame(columns=["strategy", "seed", "budget"])
+    budgets = sorted(set(min(b, n_all) for b in args.budgets))
+    for budget in budgets if not (args.transfer_only or args.report_only) else ():
+        for strategy in args.strategies:
+            for seed in args.seeds:
+                if ((done["strategy"] == strategy) & (done["seed"] == seed) & (done["budget"] == budget)).any():
+                    continue
+                folder = args.work / "runs" / f"{strategy}-s{seed}" / "data" / "a100"
+                collect_s = grow(backend, folder, strategy, seed, layout_targets(problems, budget), args.jobs)
+                got = len(load(folder)[0][["m", "n", "k", "layout"]].drop_duplicates())
+                row = score(folder, args.work / "runs" / f"{strategy}-s{seed}" / "models", test, args.jobs)
+                row.update(strategy=strategy, seed=seed, budget=budget, problems_measured=got, collect_s=collect_s)
+                print(f"{strategy:<7} seed {seed} budget {budget:4d} ({got} problems): top-1 {row['top1']:.2%} "
+                      f"prune {row['prune']:.2%} argmin {row['model_regret']:.2%}; collect {collect_s:.0f}s "
+                      f"train {row['fit_s']:.0f}s", file=sys.stderr)
+                done = pd.concat([done, pd.DataFrame([row])], ignore_index=True)
+                args.work.mkdir(parents=True, exist_ok=True)
+                done.to_csv(cache, index=False)
+    whole = args.work / "runs" / "all" / "data" / "a100"          # the whole random log, replayed
+    if not args.report_only:
+        collect_s = grow(backend, whole, "random", 0, layout_targets(problems, n_all), args.jobs)
+    if not (args.transfer_only or args.report_only) and not (
+            (done["strategy"] == "all") & (done["budget"] == n_all)).any():
+        row = score(whole, args.work / "runs" / "all" / "models", test, args.jobs)
+        row.update(strategy="all", seed=0, budget=n_all, problems_measured=n_all, collect_s=collect_s)
+        done = pd.concat([done, pd.DataFrame([row])], ignore_index=True)
+        done.to_csv(cache, index=False)
+    tr = None
+    if (args.transfer or args.transfer_only) and not args.report_only:
+        tr = transfer_points(args, pool.drop(columns=["split"]))
+    elif (args.work / "transfer" / "transfer.csv").is_file():
+        tr = pd.read_csv(args.work / "transfer" / "transfer.csv")
+    done = done[done["budget"].isin(budgets + [n_all])]
+    if (done["strategy"] == "all").any():
+        report(done, n_all, len(test[["m", "n", "k", "layout"]].drop_duplicates()), args,
+               transfer_report(tr) if tr is not None and len(tr) else [])
+    elif tr is not None:
+        print("\n".join(transfer_report(tr)))
+    return 0
+
+
+def report(done: pd.DataFrame, n_all: int, n_test: int, args, extra: list) -> None:
+    """Write the tables: regret against problems measured, per strategy (mean over seeds, and the spread)."""
+    whole = done[done["strategy"] == "all"].iloc[0]
+    pts = done[done["strategy"] != "all"]
+    lines = ["## Which problems to measure: strategies replayed on the A100's random log", "",
+             f"Reproduce: `.venv/bin/python scripts/sampling_study.py` (data not part of costlearn). Pool: the "
+             f"{n_all} float16 problems of `a100_mm.txt`, replayed (their recorded configs and median times). "
+             f"Scored: what `predict_best` answers on the {n_test} HuggingFace + timm float16 problems the pool "
+             "does not hold, top-1 regret against the best measured of all (cuBLAS included), geometric mean; "
+             "each point a full `train` of the folder collected so far. Mean over seeds "
+             f"{', '.join(map(str, sorted(pts['seed'].unique())))} (min-max in brackets).", "",
+             f"The whole random log ({n_all} problems): top-1 {whole['top1']:.2%}, prune path {whole['prune']:.2%}, "
+             f"plain argmin {whole['model_regret']:.2%}; cuBLAS alone {whole['vendor_only']:.2%}.", ""]
+    for metric, name in (("top1", "top-1 of predict_best"), ("prune", "prune path (the measured configs)"),
+                         ("model_regret", "plain argmin among the measured configs")):
+        strategies = [s for s in STRATEGIES if s in set(pts["strategy"])]
+        lines += [f"### {name}", "", "| problems measured | " + " | ".join(strategies) + " |",
+                  "|---|" + "---|" * len(strategies)]
+        for b, g in pts.groupby("budget"):
+            cells = []
+            for s in strategies:
+                cells.append(_cell(g.loc[g["strategy"] == s, metric], pts["seed"].nunique()))
+            lines.append(f"| {b} | " + " | ".join(cells) + " |")
+        lines += [f"| {n_all} (all) | " + " | ".join([f"{float(whole[metric]):.2%}"] * len(strategies)) + " |", ""]
+    lines += ["Seconds collecting (replay: the active refits are the cost) and training, median per point (the "
+              "machine was shared with other jobs for most points):", "",
+              "| strategy | collect s | train s |", "|---|---|---|"]
+    for s, g in pts.groupby("strategy"):
+        lines.append(f"| {s} | {g['collect_s'].median():.1f} | {g['fit_s'].median():.1f} |")
+    lines += [""] + extra
+    args.report.parent.mkdir(parents=True, exist_ok=True)
+    args.report.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    if args.report.resolve() == ROOT / "reports" / "sampling_study.md":
+        for path in docs_from_reports.update(["sampling"]):
+            print(f"{path.relative_to(ROOT)}: tables updated from {args.report.name}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
