@@ -444,7 +444,8 @@ def choose_problems(pool: pd.DataFrame, k: int, strategy: str, *, seed: int = 0,
     Raises
     ------
     ValueError
-        If ``k`` < 1, ``strategy`` is unknown, or ``active`` has no ``spec``.
+        If ``k`` < 1, ``strategy`` is unknown, or ``active`` has no ``spec``
+        or no ``settings`` with an ``ensemble`` (:func:`check_active`).
     """
     k = check_int("k", k, 1)
     if strategy not in STRATEGIES:
