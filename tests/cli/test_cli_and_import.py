@@ -497,3 +497,18 @@ def test_an_error_names_the_flag_as_the_user_typed_it(dataset_dir, tmp_path, cap
     assert "error: --device: is inductor-lut's" in capsys.readouterr().err
     assert main(["predict", "-1x2x3"]) == 2
     assert "costlearn predict: error: shape -1x2x3" in capsys.readouterr().err
+
+
+def test_collect_shapes_take_a_shapes_file(tmp_path):
+    """Issue 38: `collect --shapes FILE` reads a shapes file (export inductor-lut's format), in file order, repeats
+    dropped, mixed with shapes; a bad line is named; other commands still take shapes only."""
+    from costlearn.cli.common import parse_shapes
+    from costlearn.interop.common import InteropError
+    f = tmp_path / "mine.txt"
+    f.write_text("# my model\n128 768 768 float16\n128 3072 768 float16 NN\n128 768 768 bfloat16\n")
+    assert parse_shapes([str(f), "1x2x3"], files=True) == [(128, 768, 768), (128, 3072, 768), (1, 2, 3)]
+    with pytest.raises(ValueError, match="give M N K"):
+        parse_shapes([str(f)])
+    f.write_text("128 768\n")
+    with pytest.raises(InteropError, match=r"mine.txt:1: '128 768'; each line is 'M N K dtype \[layout\]'"):
+        parse_shapes([str(f)], files=True)
