@@ -42,6 +42,7 @@ from costlearn.collect.loop import collect  # noqa: E402
 from costlearn.collect.noise import noise_floors  # noqa: E402
 from costlearn.collect.plan import candidate_pool  # noqa: E402
 from costlearn.collect.sampler import ShapeBounds  # noqa: E402
+from costlearn.learn.active import active_settings  # noqa: E402
 from costlearn.learn.evaluate import FIXED_SHAPES, fresh_shapes, score  # noqa: E402
 from costlearn.learn.train import train  # noqa: E402
 
@@ -70,7 +71,8 @@ def main(argv=None) -> int:
                 continue
             t0 = time.perf_counter()
             res = collect(be, folder, budget_s=args.budget, family=FAMILY, dtype=DTYPE, pool=pool,
-                          configs_per_shape=POOL, bounds=bounds, seed=r + 1, strategy=strategy, progress=False)
+                          configs_per_shape=POOL, bounds=bounds, seed=r + 1, strategy=strategy, progress=False,
+                          active=active_settings() if strategy == "active" else None)
             seconds[r, strategy] = time.perf_counter() - t0
             print(f"run {r} {strategy}: {res.problems_done} problems, {res.rows_valid} valid rows in "
                   f"{seconds[r, strategy]:.0f}s", file=sys.stderr)
