@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 import warnings
 from dataclasses import dataclass
 
@@ -339,8 +338,6 @@ class ActiveShapes:
         self.measured, self.candidate_rows = measured, candidate_rows
         self.settings = check_active(settings)
         self.candidates = None if candidates is None else sorted(set(map(tuple, candidates)))
-        self.rounds = []
-        """(problems measured before the round, problems proposed, seconds fitting and scoring) of each round."""
 
     def __iter__(self):
         s = self.settings
@@ -352,7 +349,6 @@ class ActiveShapes:
             have = set(map(tuple, here[["m", "n", "k"]].drop_duplicates().astype(int).to_numpy().tolist()))
             n_have = len(rows.drop_duplicates([c for c in ("m", "n", "k", "layout") if c in rows.columns]))
             skip = have | proposed
-            t0 = time.monotonic()
             if n_have < s.first_round:
                 batch = list(itertools.islice((x for x in base if x not in skip), s.first_round - n_have))
             else:
@@ -360,7 +356,6 @@ class ActiveShapes:
                 if not pool:
                     return
                 batch = self._choose(rows, pool, max(s.first_round, int(math.ceil(s.round_share * n_have))), r)
-            self.rounds.append((n_have, len(batch), time.monotonic() - t0))
             if not batch:
                 return
             for x in batch:
