@@ -23,6 +23,11 @@ strategy=...)`` chooses k problems from (random, or active: rounds of an
 ensemble of multi-device models on the source's rows and the problems chosen
 so far). Scored like the A100 points, on the held-out H100 problems.
 
+**Leave one real log out** (``--lolo``). The problems a strategy chose at
+``--lolo-budget`` (the log's rows of them) plus every row of the other real
+log train a model, scored on the left-out real log (HuggingFace, then timm):
+does a strategy still pay where a real-model log is in training?
+
 The logs have no licence: rows and models stay under --work (default
 out/sampling-study/). Each point is cached in ``<work>/points.csv``, so an
 interrupted study resumes. Writes --report (default reports/sampling_study.md).
@@ -30,6 +35,7 @@ interrupted study resumes. Writes --report (default reports/sampling_study.md).
     .venv/bin/python scripts/sampling_study.py               # about 60 min on 2 cores
     .venv/bin/python scripts/sampling_study.py --budgets 50 100 --seeds 0   # a quick look
     .venv/bin/python scripts/sampling_study.py --transfer    # the A100 -> H100 part (about 40 min)
+    .venv/bin/python scripts/sampling_study.py --lolo --seeds 0   # leave one real log out at 400 problems
 """
 from __future__ import annotations
 
@@ -63,7 +69,7 @@ from costlearn.serve.predictor import Predictor  # noqa: E402
 FAMILY, DTYPE = "triton_mm", "float16"
 BUDGETS = (50, 100, 200, 400, 800)
 H100_SOURCE = ROOT.parent / "shared" / "data" / "inductor-autoheuristic-h100-random" / "h100_mm.zip"
-TRANSFER_K = (8, 16, 32)
+TRANSFER_K = (8, 16, 32, 64)
 
 
 def layout_targets(pool: pd.DataFrame, n: int) -> dict:
@@ -130,8 +136,8 @@ def transfer_points(args, source_rows: pd.DataFrame) -> pd.DataFrame:
         write_part(pool, pool_folder)
     cache = work / "transfer.csv"
     done = pd.read_csv(cache) if cache.is_file() else pd.DataFrame(columns=["strategy", "seed", "k"])
-    for k in TRANSFER_K:
-        for strategy in ("random", "active"):
+    for k in args.transfer_k:
+        for strategy in [s for s in ("random", "active") if s in args.strategies]:
             for seed in args.seeds:
                 if ((done["strategy"] == strategy) & (done["seed"] == seed) & (done["k"] == k)).any():
                     continue
@@ -156,6 +162,82 @@ def transfer_points(args, source_rows: pd.DataFrame) -> pd.DataFrame:
                 done = pd.concat([done, pd.DataFrame([row])], ignore_index=True)
                 done.to_csv(cache, index=False)
     return done
+
+
+REAL_LOGS = {"hf": "HuggingFace", "timm": "timm"}
+"""The real models' logs (``split``) a leave-one-log-out point leaves out in turn."""
+
+
+def lolo_points(args, rows: pd.DataFrame, pool: pd.DataFrame) -> pd.DataFrame:
+    """Leave one real log out (``--lolo``): a row per (strategy, seed, left-out log), cached in ``<work>/lolo.csv``.
+
+    The log's rows of the problems a strategy's folder chose (it must hold ``--lolo-budget``), plus every row of
+    the other real log, train a model; it is scored on the left-out log's problems that neither holds. The
+    reference (strategy ``all``) trains on the whole random log plus the other real log. Folders replayed before
+    the template fix carry another template hash: the log's own rows are used, so it does not matter.
+    """
+    from costlearn.collect.dataset import write_part
+    from costlearn.collect.plan import write_device_json
+    key = ["m", "n", "k", "layout"]
+    cache = args.work / "lolo.csv"
+    done = pd.read_csv(cache) if cache.is_file() else pd.DataFrame(columns=["strategy", "seed", "budget", "left_out"])
+    n_all = len(pool[key].drop_duplicates())
+    for strategy, seed in [("all", 0)] + [(s, seed) for s in args.strategies for seed in args.seeds]:
+        budget = n_all if strategy == "all" else args.lolo_budget
+        chosen = pool
+        if strategy != "all":
+            folder = args.work / "runs" / f"{strategy}-s{seed}" / "data" / "a100"
+            got = load(folder)[0][key].drop_duplicates() if folder.is_dir() else pd.DataFrame(columns=key)
+            if len(got) != budget:
+                print(f"lolo: {folder} holds {len(got)} problems, not {budget}: skipped", file=sys.stderr)
+                continue
+            chosen = pool.merge(got.astype({"m": int, "n": int, "k": int}), on=key)
+        for left, name in REAL_LOGS.items():
+            if ((done["strategy"] == strategy) & (done["seed"] == seed) & (done["budget"] == budget)
+                    & (done["left_out"] == name)).any():
+                continue
+            other = rows[rows["split"].ne("mm") & rows["split"].ne(left) & rows["dtype"].eq(DTYPE)]
+            train_rows = pd.concat([chosen, other], ignore_index=True).drop(columns=["split"])
+            seen = pd.MultiIndex.from_frame(train_rows[key].drop_duplicates())
+            test = rows[rows["split"].eq(left) & rows["dtype"].eq(DTYPE)]
+            test = test[~pd.MultiIndex.from_frame(test[key]).isin(seen)]
+            folder = args.work / "lolo" / "data" / "a100"
+            shutil.rmtree(folder, ignore_errors=True)
+            write_device_json(preset("a100"), folder)
+            write_part(train_rows, folder)
+            row = score(folder, args.work / "lolo" / "models", test, args.jobs)
+            row.update(strategy=strategy, seed=seed, budget=budget, left_out=name)
+            print(f"lolo {strategy:<7} seed {seed} budget {budget} {name} left out: top-1 {row['top1']:.2%} "
+                  f"(cuBLAS {row['vendor_only']:.2%}, {int(row['problems'])} problems)", file=sys.stderr)
+            done = pd.concat([done, pd.DataFrame([row])], ignore_index=True)
+            done.to_csv(cache, index=False)
+    return done
+
+
+def lolo_report(done: pd.DataFrame) -> list:
+    """The leave-one-log-out table: top-1 per strategy and left-out log (mean over seeds, min-max)."""
+    ref = done[done["strategy"] == "all"]
+    pts = done[done["strategy"] != "all"]
+    if ref.empty or pts.empty:
+        return []
+    budget = int(pts["budget"].iloc[0])
+    lines = ["## Leave one real log out", "",
+             f"Each strategy's first {budget} problems of the random log (the log's rows of them) plus every row of "
+             "the other real log train a model (a full `train`); it is scored on the left-out log's float16 problems "
+             "that neither holds: top-1 of `predict_best` against the best measured of all, geometric mean; mean "
+             f"over seeds {', '.join(map(str, sorted(pts['seed'].unique())))} (min-max).", "",
+             "| trained on | " + " | ".join(f"{n} left out" for n in REAL_LOGS.values()) + " |",
+             "|---|" + "---|" * len(REAL_LOGS)]
+    for s in [s for s in STRATEGIES if s in set(pts["strategy"])]:
+        g = pts[pts["strategy"] == s]
+        lines.append(f"| {s}, {budget} problems + the other log | " + " | ".join(
+            _cell(g.loc[g["left_out"] == n, "top1"], pts["seed"].nunique()) for n in REAL_LOGS.values()) + " |")
+    row = {n: ref.loc[ref["left_out"] == n] for n in REAL_LOGS.values()}
+    lines.append(f"| the whole random log ({int(ref['budget'].iloc[0])}) + the other log | " + " | ".join(
+        f"{float(r['top1'].iloc[0]):.2%}" if len(r) else "not run" for r in row.values()) + " |")
+    lines.append("| cuBLAS alone | " + " | ".join(
+        f"{float(r['vendor_only'].iloc[0]):.2%}" if len(r) else "not run" for r in row.values()) + " |")
+    return lines + [""]
 
 
 def _cell(values: pd.Series, seeds: int) -> str:
@@ -202,6 +284,11 @@ def main(argv=None) -> int:
     ap.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=STRATEGIES)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--transfer", action="store_true", help="also the A100 -> H100 part (after the A100 points)")
+    ap.add_argument("--transfer-k", type=int, nargs="+", default=list(TRANSFER_K),
+                    help="destination problems a transfer learns from")
+    ap.add_argument("--lolo", action="store_true", help="also leave one real log out (after the A100 points): "
+                    "the problems chosen at --lolo-budget plus the other real log, scored on the left-out one")
+    ap.add_argument("--lolo-budget", type=int, default=400)
     ap.add_argument("--transfer-only", action="store_true", help="only the A100 -> H100 part (its tables are "
                     "written with the A100 points cached so far)")
     ap.add_argument("--report-only", action="store_true", help="write the tables from the points cached so far "
@@ -246,6 +333,11 @@ def main(argv=None) -> int:
         row.update(strategy="all", seed=0, budget=n_all, problems_measured=n_all, collect_s=collect_s)
         done = pd.concat([done, pd.DataFrame([row])], ignore_index=True)
         done.to_csv(cache, index=False)
+    lolo = []
+    if args.lolo and not (args.transfer_only or args.report_only):
+        lolo = lolo_report(lolo_points(args, rows, pool))
+    elif (args.work / "lolo.csv").is_file():
+        lolo = lolo_report(pd.read_csv(args.work / "lolo.csv"))
     tr = None
     if (args.transfer or args.transfer_only) and not args.report_only:
         tr = transfer_points(args, pool.drop(columns=["split"]))
@@ -254,7 +346,7 @@ def main(argv=None) -> int:
     done = done[done["budget"].isin(budgets + [n_all])]
     if (done["strategy"] == "all").any():
         report(done, n_all, len(test[["m", "n", "k", "layout"]].drop_duplicates()), args,
-               transfer_report(tr) if tr is not None and len(tr) else [])
+               lolo + (transfer_report(tr) if tr is not None and len(tr) else []))
     elif tr is not None:
         print("\n".join(transfer_report(tr)))
     return 0

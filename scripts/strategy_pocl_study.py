@@ -42,6 +42,7 @@ from costlearn.collect.loop import collect  # noqa: E402
 from costlearn.collect.noise import noise_floors  # noqa: E402
 from costlearn.collect.plan import candidate_pool  # noqa: E402
 from costlearn.collect.sampler import ShapeBounds  # noqa: E402
+from costlearn.collect.strategy import ActiveSettings  # noqa: E402
 from costlearn.learn.active import active_settings  # noqa: E402
 from costlearn.learn.evaluate import FIXED_SHAPES, fresh_shapes, score  # noqa: E402
 from costlearn.learn.train import train  # noqa: E402
@@ -57,10 +58,13 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--eval-random", type=int, default=8, help="random fresh shapes besides the fixed ones")
     ap.add_argument("--eval-budget", type=float, default=600.0)
+    ap.add_argument("--pool", type=int, default=POOL, help="candidate configs (one pool for every collection)")
+    ap.add_argument("--first-round", type=int, default=ActiveSettings.first_round,
+                    help="random problems active measures before its first refit")
     args = ap.parse_args(argv)
     be = get_backend("opencl", family=FAMILY)
     spec = be.spec
-    pool = candidate_pool(spec, FAMILY, DTYPE, POOL, 0)
+    pool = candidate_pool(spec, FAMILY, DTYPE, args.pool, 0)
     bounds = ShapeBounds.for_device(True)
     folders, seconds = {}, {}
     for r in range(args.runs):
@@ -71,8 +75,8 @@ def main(argv=None) -> int:
                 continue
             t0 = time.perf_counter()
             res = collect(be, folder, budget_s=args.budget, family=FAMILY, dtype=DTYPE, pool=pool,
-                          configs_per_shape=POOL, bounds=bounds, seed=r + 1, strategy=strategy, progress=False,
-                          active=active_settings() if strategy == "active" else None)
+                          configs_per_shape=args.pool, bounds=bounds, seed=r + 1, strategy=strategy, progress=False,
+                          active=active_settings(first_round=args.first_round) if strategy == "active" else None)
             seconds[r, strategy] = time.perf_counter() - t0
             print(f"run {r} {strategy}: {res.problems_done} problems, {res.rows_valid} valid rows in "
                   f"{seconds[r, strategy]:.0f}s", file=sys.stderr)
@@ -89,7 +93,7 @@ def main(argv=None) -> int:
     eval_dir = args.work / "eval" / spec.slug
     shapes = fresh_shapes(sorted(seen), args.eval_random, bounds, "cpu", seed=1000)
     collect(be, eval_dir, budget_s=args.eval_budget, family=FAMILY, dtype=DTYPE, shapes=shapes, pool=pool,
-            configs_per_shape=POOL, seed=1000, progress=False)
+            configs_per_shape=args.pool, seed=1000, progress=False)
     if not (eval_dir / "recheck").is_dir():
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         subprocess.run([sys.executable, "-m", "costlearn", "recheck", "--device", "opencl", "--data", str(eval_dir),
@@ -112,7 +116,7 @@ def main(argv=None) -> int:
     tie = floors.tie
     lines = [f"## Active against random collection on {spec.name} (PoCL, measured here)", "",
              f"Reproduce: `.venv/bin/python scripts/strategy_pocl_study.py`. Each run collects gemm float32 for "
-             f"{args.budget:.0f} s per strategy (the main job's budget; one candidate pool of {POOL} configs), "
+             f"{args.budget:.0f} s per strategy (the main job's budget; one candidate pool of {args.pool} configs), "
              f"trains, and both models are scored on the same {len(shapes)} fresh shapes ({len(FIXED_SHAPES['cpu'])} "
              f"fixed, {args.eval_random} random; no training shape of either), measured exhaustively over the pool: "
              "top-1 regret against the best measured config, geometric mean (and mean).", "",

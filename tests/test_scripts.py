@@ -87,3 +87,17 @@ def test_the_epilogue_study_counts_a_changed_best_config_only_beyond_the_noise()
     assert ch.loc[1, "changed"] and abs(ch.loc[1, "regret"] - 0.2) < 1e-12
     assert not ch.loc[2, "changed"] and ch.loc[2, "regret"] == 0.0
     assert 3 not in ch.index and abs(ch.loc[1, "slowdown"] - ((1.5 + 12.5 / 12) / 2 - 1)) < 1e-12
+
+
+def test_the_pocl_strategy_study_runs_both_strategies_and_reports_a_run(tmp_path):
+    """Regression: the study passed no active settings after the ensemble moved
+    to learn/, and nothing ran it before its hour-long run."""
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "strategy_pocl_study.py"), "--work", str(tmp_path),
+                          "--report", str(tmp_path / "r.md"), "--runs", "1", "--budget", "12", "--pool", "4",
+                          "--first-round", "3", "--eval-random", "1", "--eval-budget", "60"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    report = (tmp_path / "r.md").read_text()
+    assert "| run | random: problems |" in report and "runs (mean top-1 geomean: random" in report
+    points = (tmp_path / "points.csv").read_text().splitlines()
+    assert len(points) == 3 and points[1].startswith("0,random,") and points[2].startswith("0,active,")

@@ -42,7 +42,7 @@ def add_collect_args(p, budget_s: float, epilogues: tuple = EPILOGUES):
                    help="which shapes to measure: random (log-uniform, batch-1 and skinny mixed in), prior (real "
                    "models' linear layers, forward and backward, your --shapes and their other token counts, a "
                    "quarter log-uniform), active (rounds: refit a small ensemble on what is measured, measure where "
-                   "its pick is least sure) (default: random)")
+                   "its pick is least sure per second of measuring) (default: random)")
     p.add_argument("--max-flops", type=positive_float, default=None,
                    help="largest 2*M*N*K drawn (default: 2**26 on a CPU, none on a GPU)")
     p.add_argument("--recheck", type=nonneg_int, default=6, metavar="SHAPES",

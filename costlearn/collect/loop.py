@@ -11,6 +11,7 @@ problems and skips every (problem, config) already in the dataset.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -355,8 +356,8 @@ def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str,
     executor.check_family(fam)
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy={strategy!r}; allowed: {list(STRATEGIES)}")
-    if strategy == "active":
-        check_active(active)
+    if strategy == "active" and check_active(active).cost == "auto":    # a budget of problems or of seconds
+        active = dataclasses.replace(active, cost="problem" if max_problems is not None else "second")
     if shapes is not None:
         shapes = [Problem(*s, dtype, layout).shape for s in shapes]
     t_start = time.monotonic()
@@ -384,7 +385,7 @@ def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str,
         stream, candidates = (shapes, None) if exact else strategy_shapes(
             strategy, bounds, seed, shapes=shapes, recorded=recorded, existing=existing, written=written, family=fam,
             dtype=dtype, layout=layout, pool=pool, spec=spec, configs_per_shape=configs_per_shape,
-            epilogue=in_play[0], active=active)
+            epilogue=in_play[0], active=active, protocol=protocol)
         problems = plan_problems(stream, dtype, layout, epilogues, seed, drawn=not exact, in_play=in_play)
         sw = Stopwatch()
         total = (len(shapes) * len(epilogues) if exact else

@@ -203,6 +203,31 @@ class Protocol:
         """The protocol's fields, JSON-ready (recorded with every row's run)."""
         return dataclasses.asdict(self)
 
+    def launch_us(self, time_us, rounds=None) -> np.ndarray:
+        """Device time this protocol spends on one candidate: its warm-up
+        launches and ``rounds`` samples, each of as many launches as reach
+        ``min_sample_us`` (at most ``max_launches``; :func:`measure_shape`),
+        adaptive rounds beyond ``rounds`` capped at ``cap_us`` in all.
+        Compiles, verification and host overheads are not included.
+
+        Parameters
+        ----------
+        time_us : array_like of float
+            The candidates' (expected) times per launch, microseconds.
+        rounds : float or array_like, optional
+            Samples per candidate (default: ``rounds``, the minimum; adaptive
+            sampling takes up to ``max_rounds``).
+
+        Returns
+        -------
+        ndarray of float64, microseconds, the shape of ``time_us``
+        """
+        t = np.maximum(np.asarray(time_us, np.float64), 1e-3)
+        rounds = self.rounds if rounds is None else np.asarray(rounds, np.float64)
+        sample_us = t * np.clip(np.ceil(self.min_sample_us / t), 1, self.max_launches)
+        sampled_us = np.maximum(self.rounds * sample_us, np.minimum(self.cap_us, rounds * sample_us))
+        return self.warmup_launches * t + sampled_us
+
 
 def make_inputs(m: int, n: int, k: int, distribution: str = "normal", density: float = 1.0,
                 rng: np.random.Generator | None = None, dtype: str = "float32") -> tuple[np.ndarray, np.ndarray]:

@@ -9,6 +9,7 @@ problems and resume each other.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import warnings
@@ -27,8 +28,8 @@ from costlearn.core.problem import EPILOGUES, Problem, check_epilogue
 from costlearn.core.util import atomic_write
 
 __all__ = ["LOCK_FILE", "POOLS_FILE", "EPILOGUE_COMPILE_SHARE", "problems_limit", "record_pool", "candidate_pool",
-           "shape_configs", "strategy_shapes", "plan_problems", "check_epilogues", "measurement_key", "open_collection",
-           "write_device_json", "Task", "Run"]
+           "shape_configs", "strategy_shapes", "measuring_seconds", "plan_problems", "check_epilogues",
+           "measurement_key", "open_collection", "write_device_json", "Task", "Run"]
 
 LOCK_FILE = ".collect.lock"
 """Beside a dataset's parts: the lock a collection holds while it writes the
@@ -117,7 +118,8 @@ def shape_configs(pool: list, spec, problem: Problem, seed: int, configs_per_sha
 
 
 def strategy_shapes(strategy: str, bounds, seed: int, *, shapes, recorded, existing, written: list, family,
-                    dtype: str, layout: str, pool: list, spec, configs_per_shape: int, epilogue: str, active=None):
+                    dtype: str, layout: str, pool: list, spec, configs_per_shape: int, epilogue: str, active=None,
+                    protocol: Protocol | None = None):
     """The shapes a collection by ``strategy`` measures
     (:func:`costlearn.collect.strategy.shape_stream`), and the candidates it
     chooses among (None: any shape within ``bounds``).
@@ -146,6 +148,9 @@ def strategy_shapes(strategy: str, bounds, seed: int, *, shapes, recorded, exist
     epilogue : str
         The epilogue ``active`` scores candidates with.
     active : ActiveSettings, optional
+        With ``cost`` "problem" or "second" ("auto" counts as "second").
+    protocol : Protocol, optional
+        The collection's (``active`` per second: what a candidate costs).
 
     Returns
     -------
@@ -180,10 +185,50 @@ def strategy_shapes(strategy: str, bounds, seed: int, *, shapes, recorded, exist
         return pd.DataFrame(recs, columns=["m", "n", "k", "config_id"]).assign(
             dtype=dtype, layout=layout, epilogue=epilogue, family=family.name)
 
+    per_second = strategy == "active" and active is not None and active.cost != "problem"
+    cost_s = (functools.partial(measuring_seconds, protocol=protocol or Protocol(),
+                                problem_overhead_s=active.problem_overhead_s) if per_second else None)
     stream = shape_stream(strategy, bounds, seed, candidates=candidates,
                           user_shapes=shapes if strategy == "prior" else (), measured=measured,
-                          candidate_rows=candidate_rows, spec=spec, settings=active, layout=layout)
+                          candidate_rows=candidate_rows, spec=spec, settings=active, layout=layout, cost_s=cost_s)
     return stream, candidates
+
+
+def measuring_seconds(candidates: pd.DataFrame, measured: pd.DataFrame, *, protocol: Protocol,
+                      problem_overhead_s: float) -> pd.Series:
+    """Expected seconds of measuring each candidate problem: a problem's
+    ``problem_overhead_s`` plus, per config, the median ``compile_s`` of the
+    rows measured and the protocol's launches at the predicted time
+    (:meth:`~costlearn.collect.measure.Protocol.launch_us`), at the median
+    ``n_samples`` of the rows measured (the rounds the protocol's adaptive
+    sampling takes on this device; ``protocol.rounds`` where unknown).
+
+    Parameters
+    ----------
+    candidates : DataFrame
+        One row per (problem, config): ``m, n, k, layout, time_us``
+        (predicted, microseconds).
+    measured : DataFrame
+        Rows measured on the device (``compile_s``, ``n_samples`` where
+        recorded; a replayed log's compile times may be absent: 0).
+    protocol : Protocol
+    problem_overhead_s : float
+
+    Returns
+    -------
+    Series of float64, seconds, indexed by (m, n, k, layout)
+    """
+    def median(column: str, default: float) -> float:
+        v = pd.to_numeric(measured[column], errors="coerce") if column in measured.columns else pd.Series([])
+        v = v[np.isfinite(v)]
+        return float(v.median()) if len(v) else default
+
+    per_config_s = (median("compile_s", 0.0)
+                    + protocol.launch_us(candidates["time_us"].to_numpy(), median("n_samples", protocol.rounds)) / 1e6)
+    problem = ["m", "n", "k", "layout"]
+    seconds = pd.Series(per_config_s, index=pd.MultiIndex.from_frame(
+        candidates[problem].astype({"m": int, "n": int, "k": int, "layout": str}))).groupby(level=problem).sum()
+    return seconds + problem_overhead_s
 
 
 def plan_problems(shapes, dtype: str, layout: str, epilogues, seed: int, drawn: bool, in_play=None):

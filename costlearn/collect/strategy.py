@@ -43,10 +43,10 @@ import numpy as np
 import pandas as pd
 
 from costlearn.collect.sampler import STRATEGIES, ShapeBounds, distinct_shapes, iter_shapes
-from costlearn.core.util import check_int
+from costlearn.core.util import check_int, check_real
 
-__all__ = ["STRATEGIES", "PriorShapes", "RandomShapes", "ActiveShapes", "ActiveSettings", "check_active",
-           "nearest_unused", "shape_stream", "spread_top", "choose_problems"]
+__all__ = ["STRATEGIES", "ACTIVE_COSTS", "PriorShapes", "RandomShapes", "ActiveShapes", "ActiveSettings",
+           "check_active", "nearest_unused", "shape_stream", "spread_top", "choose_problems"]
 
 
 # Real models' dimensions (the prior). Sources: the model cards and configs of
@@ -72,6 +72,9 @@ CHANNELS = (16, 24, 32, 40, 48, 64, 80, 96, 112, 128, 160, 192, 256, 320, 384, 5
 """Convolution channel counts (1x1 convolutions and heads are matmuls)."""
 FEATURE_MAP = (7, 14, 28, 56, 112)
 """Side of a convnet's square feature map, pixels."""
+
+ACTIVE_COSTS = ("auto", "problem", "second")
+"""What the ``active`` strategy chooses per (:class:`ActiveSettings`)."""
 
 PRIOR_COVERAGE_SHARE = 0.25
 """Share of a ``prior`` stream's shapes drawn log-uniformly instead (the
@@ -243,7 +246,8 @@ class ActiveSettings:
     Parameters
     ----------
     first_round : int
-        Problems measured (by the ``random`` stream) before the first fit.
+        Problems measured (by the ``random`` stream) before the first fit
+        (at least 2: a member learns from 2 problems at least).
     round_share : float
         A later round measures this share of the problems measured so far
         (at least ``first_round``): rounds grow with the data, so the refits
@@ -263,10 +267,26 @@ class ActiveSettings:
         Problems in each member's bootstrap sample (default: as many as
         there are): a cap keeps refits on a large source (a transfer's)
         fast.
+    cost : {"auto", "problem", "second"}
+        What a round's problems are chosen per. ``"problem"``: the highest
+        scores (a budget of problems: ``max_problems``, a replayed log).
+        ``"second"``: the highest scores per predicted second of measuring
+        the problem (a budget of seconds on a device: without it, a round
+        spends the budget on the few largest, least known problems). The
+        seconds are ``problem_overhead_s`` plus, per config, the median
+        compile of the rows measured and the protocol's launches at the
+        ensemble's predicted time (:meth:`costlearn.collect.measure.Protocol.launch_us`,
+        at the median rounds of the rows measured). ``"auto"``: ``"problem"``
+        where the collection has ``max_problems``, else ``"second"``.
+    problem_overhead_s : float
+        Seconds a problem costs beyond its compiles and launches (planning,
+        buffers, writing its part): 1 s, what a 2-config problem took on
+        PoCL's CPU device here (``scripts/strategy_pocl_study.py``, run 0).
     ensemble : callable (spec, ActiveSettings, seed) -> ensemble, optional
         Makes the model a round refits: an object with ``fit(rows)``
-        (returning itself) and ``score(candidates)`` (a Series of expected
-        regret indexed by (m, n, k, layout)), e.g.
+        (returning itself), ``score(candidates)`` (a Series of expected
+        regret indexed by (m, n, k, layout)) and ``time_us(candidates)`` (a
+        predicted time per row, microseconds), e.g.
         :class:`costlearn.learn.active.EnsembleDisagreement`, which the command
         line and ``transfer`` pass (a model lives above this layer). Needed
         by ``active``.
@@ -281,10 +301,12 @@ class ActiveSettings:
     min_distance: float = 0.25
     n_jobs: int = 1
     member_problems: int | None = None
+    cost: str = "auto"
+    problem_overhead_s: float = 1.0
     ensemble: object = None
 
     def __post_init__(self) -> None:
-        check_int("ActiveSettings.first_round", self.first_round, 1)
+        check_int("ActiveSettings.first_round", self.first_round, 2)
         check_int("ActiveSettings.candidates", self.candidates, 1)
         check_int("ActiveSettings.members", self.members, 2)
         check_int("ActiveSettings.trees", self.trees, 1)
@@ -296,6 +318,9 @@ class ActiveSettings:
             raise ValueError(f"ActiveSettings.round_share={self.round_share!r}; must be in (0, 1]")
         if not self.min_distance >= 0:
             raise ValueError(f"ActiveSettings.min_distance={self.min_distance!r}; must be >= 0")
+        if self.cost not in ACTIVE_COSTS:
+            raise ValueError(f"ActiveSettings.cost={self.cost!r}; allowed: {list(ACTIVE_COSTS)}")
+        check_real("ActiveSettings.problem_overhead_s", self.problem_overhead_s, 0)
 
 
 class ActiveShapes:
@@ -306,7 +331,8 @@ class ActiveShapes:
     it proposes the next shapes of the ``random`` stream; after, it fits an
     :class:`~costlearn.learn.active.EnsembleDisagreement`, scores ``settings.candidates`` unmeasured
     problems (the next draws of the random stream, or a seeded sample of the
-    unproposed ``candidates``) and proposes the highest-scoring ones, each at
+    unproposed ``candidates``) and proposes the highest-scoring ones (per
+    second of measuring them, with ``cost_s``), each at
     least ``settings.min_distance`` (log2) from the others of its round, as
     many as ``settings.round_share`` of the problems measured (at least
     ``first_round``). A candidate not chosen may be scored again in a later
@@ -330,12 +356,17 @@ class ActiveShapes:
     layout : str, optional
         This collection's layout: a shape counts as measured (and is not
         proposed) where ``measured()`` holds it in this layout (None: in any).
+    cost_s : callable (DataFrame, DataFrame) -> Series, optional
+        Given the candidate rows with the ensemble's ``time_us`` and the rows
+        measured, the seconds of measuring each candidate problem (indexed by
+        (m, n, k, layout)); the scores are divided by it (``cost="second"``).
+        None: each problem costs one.
     """
 
     def __init__(self, bounds: ShapeBounds, seed: int, measured, candidate_rows, spec,
-                 settings: ActiveSettings | None = None, candidates=None, layout: str | None = None):
+                 settings: ActiveSettings | None = None, candidates=None, layout: str | None = None, cost_s=None):
         self.bounds, self.seed, self.spec, self.layout = bounds, seed, spec, layout
-        self.measured, self.candidate_rows = measured, candidate_rows
+        self.measured, self.candidate_rows, self.cost_s = measured, candidate_rows, cost_s
         self.settings = check_active(settings)
         self.candidates = None if candidates is None else sorted(set(map(tuple, candidates)))
 
@@ -376,7 +407,10 @@ class ActiveShapes:
         cand = self.candidate_rows(pool)
         if cand.empty:
             return pool[:n]
-        scores = s.ensemble(self.spec, s, self.seed + round_index).fit(rows).score(cand)
+        ensemble = s.ensemble(self.spec, s, self.seed + round_index).fit(rows)
+        scores = ensemble.score(cand)
+        if self.cost_s is not None:
+            scores = scores / self.cost_s(cand.assign(time_us=ensemble.time_us(cand)), rows).reindex(scores.index)
         return [p[:3] for p in spread_top(scores, n, s.min_distance)]
 
 
@@ -495,7 +529,7 @@ def choose_problems(pool: pd.DataFrame, k: int, strategy: str, *, seed: int = 0,
 
 def shape_stream(strategy: str, bounds: ShapeBounds, seed: int, *, candidates=None, user_shapes=(),
                  measured=None, candidate_rows=None, spec=None, settings: ActiveSettings | None = None,
-                 layout: str | None = None):
+                 layout: str | None = None, cost_s=None):
     """The shapes a collection measures, in order, by ``strategy``
     (:data:`STRATEGIES`; see the classes of this module).
 
@@ -508,7 +542,7 @@ def shape_stream(strategy: str, bounds: ShapeBounds, seed: int, *, candidates=No
         The only shapes the backend can measure, or the user offers.
     user_shapes : list of (int, int, int)
         ``prior``: the user's own shapes.
-    measured, candidate_rows, spec, settings, layout :
+    measured, candidate_rows, spec, settings, layout, cost_s :
         ``active``: see :class:`ActiveShapes`.
 
     Returns
@@ -532,7 +566,8 @@ def shape_stream(strategy: str, bounds: ShapeBounds, seed: int, *, candidates=No
         return PriorShapes(bounds, seed, user_shapes, candidates)
     if measured is None or candidate_rows is None or spec is None:
         raise ValueError("the active strategy needs measured=, candidate_rows= and spec=")
-    return ActiveShapes(bounds, seed, measured, candidate_rows, spec, check_active(settings), candidates, layout)
+    return ActiveShapes(bounds, seed, measured, candidate_rows, spec, check_active(settings), candidates, layout,
+                        cost_s)
 
 
 def check_active(settings) -> ActiveSettings:

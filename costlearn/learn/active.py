@@ -75,13 +75,14 @@ class EnsembleDisagreement:
         Raises
         ------
         ValueError
-            If ``rows`` is empty or lacks a model's columns.
+            If ``rows`` hold fewer than 2 problems or lack a model's columns.
         """
         s = self.settings
         groups = shape_groups(rows)
         n = int(groups.max()) + 1 if len(groups) else 0
-        if n == 0:
-            raise ValueError("cannot fit the active strategy's ensemble on zero rows")
+        if n < 2:
+            raise ValueError(f"cannot fit the active strategy's ensemble on {n} measured problems; it needs 2 "
+                             "(ActiveSettings.first_round >= 2)")
         by_group = np.argsort(groups, kind="stable")
         starts = np.searchsorted(groups[by_group], np.arange(n + 1))
         size = n if s.member_problems is None else min(n, s.member_problems)
@@ -89,9 +90,29 @@ class EnsembleDisagreement:
         for j in range(s.members):
             rng = np.random.default_rng([self.seed, 8, j, n])
             picks = rng.integers(n, size=size)
+            while len(np.unique(picks)) < 2:            # a member learns from 2 problems at least (its early stop)
+                picks = rng.integers(n, size=max(size, 2))
             idx = np.concatenate([by_group[starts[g]:starts[g + 1]] for g in picks])
             self.members_.append(self.make_member(j).fit(rows.iloc[idx].reset_index(drop=True), self.spec))
         return self
+
+    def time_us(self, candidates: pd.DataFrame) -> np.ndarray:
+        """The members' geometric-mean predicted time of each candidate row.
+
+        Parameters
+        ----------
+        candidates : DataFrame
+            As :meth:`score`'s.
+
+        Returns
+        -------
+        ndarray of float64, microseconds, one per row
+        """
+        return np.exp2(self._log2_times(candidates).mean(axis=0))
+
+    def _log2_times(self, candidates: pd.DataFrame) -> np.ndarray:
+        """log2 of every member's predicted time, shape (members, rows)."""
+        return np.stack([np.log2(np.maximum(mem.predict(candidates), 1e-30)) for mem in self.members_])
 
     def score(self, candidates: pd.DataFrame) -> pd.Series:
         """Expected regret (log2) of the ensemble's pick per problem.
@@ -107,7 +128,7 @@ class EnsembleDisagreement:
         Series of float64, indexed by (m, n, k, layout)
         """
         problem = ["m", "n", "k", "layout"]
-        logs = np.stack([np.log2(np.maximum(mem.predict(candidates), 1e-30)) for mem in self.members_])
+        logs = self._log2_times(candidates)
         key = candidates.groupby(problem, sort=True, observed=True).ngroup().to_numpy()
         members = list(range(len(self.members_)))
         frame = pd.DataFrame(logs.T, columns=members).assign(_key=key, _mean=logs.mean(axis=0))

@@ -280,3 +280,31 @@ def test_epilogue_tolerance_covers_the_bias_and_catches_a_missing_bias():
     plain, with_bias = tolerance(a, b), tolerance(a, b, bias=bias)
     assert (with_bias > plain).all()
     assert (with_bias < 0.2 * np.abs(bias)[None, :] + 1e-3).mean() > 0.9
+
+
+class AlternatingWorkspace(DriftingWorkspace):
+    """Samples alternately 40 % slow and 40 % fast (a mean of the true time):
+    adaptive sampling never reaches its target error and runs into its caps."""
+
+    samples = 0
+
+    def sample(self, kern, n):
+        if n == 1:                                      # warm-up and the single-launch estimate
+            return super().sample(kern, n)
+        self.samples += 1
+        return super().sample(kern, n) * (1.4 if self.samples % 2 else 0.6)
+
+
+def test_launch_us_is_the_device_time_measure_shape_spends():
+    """Issue 38: the active strategy's cost per second predicts a candidate's
+    device time with Protocol.launch_us; it must count the launches
+    measure_shape makes (warm-up, launches per sample, rounds, the cap)."""
+    cases = ((100.0, Protocol(rounds=3, target_rse=0, min_sample_us=1000.0), None),    # 10 launches a sample
+             (5000.0, Protocol(rounds=4, target_rse=0), None),                          # one a sample
+             (0.5, Protocol(rounds=2, target_rse=0, max_launches=50), None),            # launches capped
+             (100.0, Protocol(rounds=3, max_rounds=30, cap_us=6000.0), 30))             # adaptive rounds, time cap
+    for true_us, p, rounds in cases:
+        ws = (AlternatingWorkspace if rounds else DriftingWorkspace)(ramp=1, true_us=true_us)
+        measure_shape(ws, _kernels(A), p)
+        expected = float(p.launch_us(true_us, rounds)) / true_us
+        assert 0 <= ws.launches - expected <= 2, (true_us, p, ws.launches, expected)    # verify, estimate

@@ -1,5 +1,6 @@
 """Collection strategies (issue 38): random, prior and active shapes; replay
 collections choose among the recorded problems only; active rounds resume."""
+import functools
 import os
 import signal
 import subprocess
@@ -7,6 +8,7 @@ import sys
 import time
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from conftest import ROOT
@@ -99,6 +101,85 @@ def test_ensemble_disagreement_is_zero_with_one_candidate_and_positive_where_mem
     assert set(score.index) == {(m, n, k, "NN") for m, n, k in shapes.itertuples(index=False, name=None)}
     one = cand.drop_duplicates(["m", "n", "k"])                     # one config a problem: nothing to disagree on
     assert (ens.score(one) == 0).all()
+
+
+def test_a_bootstrap_member_that_draws_one_problem_is_redrawn_not_a_crash(dataset_rows, dataset_spec):
+    """Regression: with 3 problems measured (the PoCL study's smoke run), a
+    member's bootstrap drew one problem 3 times and its fit raised "need rows
+    from at least 2 problems", ending the collection."""
+    rows = dataset_rows[dataset_rows["epilogue"] == "none"]
+    two = rows.merge(rows[["m", "n", "k"]].drop_duplicates().head(2))
+    settings = active_settings(members=12, trees=4)              # 2 problems: half the draws are one problem twice
+    ens = EnsembleDisagreement(dataset_spec, settings, 0).fit(two)
+    assert len(ens.members_) == 12
+    with pytest.raises(ValueError, match="on 1 measured problems; it needs 2"):
+        EnsembleDisagreement(dataset_spec, settings, 0).fit(rows.merge(rows[["m", "n", "k"]].head(1)))
+    with pytest.raises(ValueError, match="first_round=1"):
+        ActiveSettings(first_round=1)
+
+
+class _SizeEnsemble:
+    """A stand-in ensemble: the larger a problem, the (slightly) less sure it
+    is, and a config's predicted time is its flops at 1 TFLOP/s."""
+
+    def __init__(self, spec, settings, seed):
+        pass
+
+    def fit(self, rows):
+        return self
+
+    def time_us(self, cand):
+        return 2e-6 * (cand["m"] * cand["n"] * cand["k"]).to_numpy(np.float64)
+
+    def score(self, cand):
+        first = cand.drop_duplicates(["m", "n", "k", "layout"])
+        flops = 2.0 * first["m"] * first["n"] * first["k"]
+        index = pd.MultiIndex.from_frame(first[["m", "n", "k", "layout"]])
+        return pd.Series(1 + 1e-3 * np.log2(flops.to_numpy()), index=index)
+
+
+def test_active_per_second_chooses_the_unsure_problems_it_can_afford(dataset_rows):
+    """Issue 38, PoCL run 0: active per problem spent its 180 s on three of the
+    largest, least known problems (19 problems against random's 62). Per
+    second it weighs a problem's score against its measuring seconds."""
+    from costlearn.collect.measure import Protocol
+    from costlearn.collect.plan import measuring_seconds
+    from costlearn.collect.strategy import ActiveShapes
+    cands = [(1024, 1024, 1024), (1536, 1536, 1536), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192)]
+    measured = dataset_rows.head(40).assign(m=8, n=8, k=8, compile_s=0.25, n_samples=7)
+    measured.loc[measured.index[20:], "m"] = 16                                  # two problems measured
+
+    def candidate_rows(shapes):
+        return pd.DataFrame([(*x, c) for x in shapes for c in ("a", "b", "c")],
+                            columns=["m", "n", "k", "config_id"]).assign(layout="NN")
+
+    protocol = Protocol()
+    cost_s = functools.partial(measuring_seconds, protocol=protocol, problem_overhead_s=1.0)
+    seconds = cost_s(candidate_rows(cands).assign(time_us=_SizeEnsemble(0, 0, 0).time_us(candidate_rows(cands))),
+                     measured)
+    t = 2e-6 * 4096.0 ** 3
+    assert seconds[(4096, 4096, 4096, "NN")] == pytest.approx(1.0 + 3 * (0.25 + protocol.launch_us(t, 7) / 1e6))
+    assert seconds[(1024, 1024, 1024, "NN")] == pytest.approx(1.0 + 3 * (0.25 + 9 * 2e-6 * 1024.0 ** 3 / 1e6))
+    settings = ActiveSettings(first_round=2, min_distance=0.0, ensemble=_SizeEnsemble)
+    for cost, want in ((None, cands[-2:]), (cost_s, cands[:2])):
+        active = ActiveShapes(GPU, 0, lambda: measured, candidate_rows, object(), settings, cands, "NN", cost)
+        assert sorted(_take(active, 2)) == want
+
+
+def test_active_chooses_per_second_under_a_time_budget_and_per_problem_under_max_problems(dataset_dir, tmp_path,
+                                                                                           monkeypatch):
+    from costlearn.collect import plan
+    from costlearn.collect.backends.replay import ReplayBackend
+    from costlearn.collect.loop import collect
+    calls, real = [], plan.measuring_seconds
+    monkeypatch.setattr(plan, "measuring_seconds", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    be = ReplayBackend(dataset_dir)
+    shapes = sorted({key[:3] for key in be.recorded("gemm", "float32", "NN") if key[3] == "none"})[:10]
+    collect(be, tmp_path / "problems", strategy="active", max_problems=8, progress=False, active=SMALL)
+    assert calls == []
+    res = collect(be, tmp_path / "seconds", strategy="active", shapes=shapes, budget_s=600, progress=False,
+                  active=SMALL)
+    assert res.problems_done == 10 and calls
 
 
 def test_a_replay_collection_asks_only_for_recorded_problems_and_configs(dataset_dir, dataset_rows, tmp_path):
