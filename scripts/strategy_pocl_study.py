@@ -61,6 +61,9 @@ def main(argv=None) -> int:
     ap.add_argument("--pool", type=int, default=POOL, help="candidate configs (one pool for every collection)")
     ap.add_argument("--first-round", type=int, default=ActiveSettings.first_round,
                     help="random problems active measures before its first refit")
+    ap.add_argument("--max-problems", type=int, default=None,
+                    help="stop each collection after this many problems too (a smoke run that does not depend on "
+                    "the machine's speed; active then ranks per problem)")
     args = ap.parse_args(argv)
     be = get_backend("opencl", family=FAMILY)
     spec = be.spec
@@ -76,6 +79,7 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             res = collect(be, folder, budget_s=args.budget, family=FAMILY, dtype=DTYPE, pool=pool,
                           configs_per_shape=args.pool, bounds=bounds, seed=r + 1, strategy=strategy, progress=False,
+                          max_problems=args.max_problems,
                           active=active_settings(first_round=args.first_round) if strategy == "active" else None)
             seconds[r, strategy] = time.perf_counter() - t0
             print(f"run {r} {strategy}: {res.problems_done} problems, {res.rows_valid} valid rows in "

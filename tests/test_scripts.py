@@ -91,10 +91,12 @@ def test_the_epilogue_study_counts_a_changed_best_config_only_beyond_the_noise()
 
 def test_the_pocl_strategy_study_runs_both_strategies_and_reports_a_run(tmp_path):
     """Regression: the study passed no active settings after the ensemble moved
-    to learn/, and nothing ran it before its hour-long run."""
+    to learn/, and nothing ran it before its hour-long run. Problems, not
+    seconds, bound the collections: a busy machine measured too few in 12 s
+    for train's 50 rows."""
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "strategy_pocl_study.py"), "--work", str(tmp_path),
-                          "--report", str(tmp_path / "r.md"), "--runs", "1", "--budget", "12", "--pool", "4",
-                          "--first-round", "3", "--eval-random", "1", "--eval-budget", "60"],
+                          "--report", str(tmp_path / "r.md"), "--runs", "1", "--budget", "600", "--max-problems",
+                          "24", "--pool", "6", "--first-round", "3", "--eval-random", "1", "--eval-budget", "120"],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     report = (tmp_path / "r.md").read_text()
