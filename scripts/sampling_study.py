@@ -221,11 +221,13 @@ def lolo_report(done: pd.DataFrame) -> list:
     if ref.empty or pts.empty:
         return []
     budget = int(pts["budget"].iloc[0])
+    seeds = sorted(pts["seed"].unique())
+    seeds = f"seed {seeds[0]}" if len(seeds) == 1 else f"mean over seeds {', '.join(map(str, seeds))} (min-max)"
     lines = ["## Leave one real log out", "",
-             f"Each strategy's first {budget} problems of the random log (the log's rows of them) plus every row of "
-             "the other real log train a model (a full `train`); it is scored on the left-out log's float16 problems "
-             "that neither holds: top-1 of `predict_best` against the best measured of all, geometric mean; mean "
-             f"over seeds {', '.join(map(str, sorted(pts['seed'].unique())))} (min-max).", "",
+             f"The {budget} problems of the random log a strategy chose (the folders of the {budget}-problem points "
+             "above; the log's rows of them) plus every row of the other real log train a model (a full `train`); "
+             "it is scored on the left-out log's float16 problems that neither holds: top-1 of `predict_best` "
+             f"against the best measured of all, geometric mean; {seeds}.", "",
              "| trained on | " + " | ".join(f"{n} left out" for n in REAL_LOGS.values()) + " |",
              "|---|" + "---|" * len(REAL_LOGS)]
     for s in [s for s in STRATEGIES if s in set(pts["strategy"])]:
@@ -246,6 +248,8 @@ def _cell(values: pd.Series, seeds: int) -> str:
     if v.empty:
         return "not run"
     fewer = f" ({len(v)} of {seeds} seeds)" if len(v) < seeds else ""
+    if len(v) == 1:
+        return f"{v.iloc[0]:.2%}{fewer}"
     return f"{v.mean():.2%} [{v.min():.2%}-{v.max():.2%}]{fewer}"
 
 
