@@ -217,6 +217,17 @@ def measuring_seconds(candidates: pd.DataFrame, measured: pd.DataFrame, *, proto
     Returns
     -------
     Series of float64, seconds, indexed by (m, n, k, layout)
+
+    Raises
+    ------
+    KeyError
+        If ``candidates`` lack ``m, n, k, layout`` or ``time_us``.
+
+    Notes
+    -----
+    The formula counts what :func:`costlearn.collect.measure.measure_shape`
+    does per candidate (design.md, "Measurement protocol"); the compiles and
+    rounds are this device's own, read from its rows.
     """
     def median(column: str, default: float) -> float:
         v = pd.to_numeric(measured[column], errors="coerce") if column in measured.columns else pd.Series([])
