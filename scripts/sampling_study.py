@@ -29,8 +29,13 @@ log train a model, scored on the left-out real log (HuggingFace, then timm):
 does a strategy still pay where a real-model log is in training?
 
 The logs have no licence: rows and models stay under --work (default
-out/sampling-study/). Each point is cached in ``<work>/points.csv``, so an
-interrupted study resumes. Writes --report (default reports/sampling_study.md).
+out/sampling-study/). Each point's scores (regrets and seconds, no rows) are
+kept beside the report, committed (``reports/sampling_study_points.csv``,
+``_lolo.csv``, ``_transfer.csv``), so an interrupted study resumes and a fresh
+checkout extends the tables instead of losing them. A row's ``provenance``
+says where it came from; a point replayed again replaces the rows recovered
+for its strategy and budget. Writes --report (default
+reports/sampling_study.md).
 
     .venv/bin/python scripts/sampling_study.py               # about 60 min on 2 cores
     .venv/bin/python scripts/sampling_study.py --budgets 50 100 --seeds 0   # a quick look
@@ -80,13 +85,23 @@ def layout_targets(pool: pd.DataFrame, n: int) -> dict:
 
 
 def grow(backend, folder: Path, strategy: str, seed: int, targets: dict, jobs: int) -> float:
-    """Collect into ``folder`` until each layout holds its target; returns the seconds spent."""
+    """Collect into ``folder`` until each layout holds its target; returns the seconds spent.
+
+    Raises
+    ------
+    SystemExit
+        The folder already holds more problems of a layout than its target (a larger budget was replayed into
+        it first): scoring it would label the larger folder with the smaller budget.
+    """
     t0 = time.perf_counter()
     for lay, want in targets.items():
         have = 0
         if folder.exists():
             df, _ = load(folder)
             have = len(df.loc[df["layout"].eq(lay), ["m", "n", "k"]].drop_duplicates()) if len(df) else 0
+        if have > want:
+            raise SystemExit(f"{folder} holds {have} {lay} problems, more than this budget's {want}: a larger budget "
+                             "was replayed into it first; give a fresh --work, or the budgets in increasing order")
         if want > have:
             collect(backend, folder, budget_s=1e9, family=FAMILY, dtype=DTYPE, layout=lay, configs_per_shape=10**6,
                     seed=seed, max_problems=want - have, strategy=strategy, progress=False,
@@ -108,8 +123,84 @@ def score(folder: Path, models: Path, test: pd.DataFrame, jobs: int) -> dict:
     return row
 
 
+def scores_path(report: Path, part: str) -> Path:
+    """Where a part's per-point scores are kept: ``<report stem>_<part>.csv`` beside the report."""
+    return report.with_name(f"{report.stem}_{part}.csv")
+
+
+def read_scores(path: Path, key: list) -> pd.DataFrame:
+    """The scores cached in ``path`` (empty with the ``key`` columns where there are none yet)."""
+    return pd.read_csv(path) if path.is_file() else pd.DataFrame(columns=key + ["provenance"])
+
+
+def is_done(done: pd.DataFrame, **key) -> bool:
+    """Whether ``done`` holds a row of this exact key (a recovered row, seed unknown, never matches a seed)."""
+    hit = pd.Series(True, index=done.index)
+    for col, value in key.items():
+        hit &= done[col] == value
+    return bool(hit.any())
+
+
+def add_score(done: pd.DataFrame, row: dict, path: Path, same: list) -> pd.DataFrame:
+    """Append a replayed point's ``row`` and write ``path``; it replaces the recovered rows of its ``same`` key.
+
+    The rows recovered from an earlier report (``provenance`` "recovered ...") stand for their point until it is
+    replayed again: one of an unknown seed (the report gave only mean, min and max) gives way to any seed replayed
+    for its ``same`` key, one of a known seed only to that seed.
+    """
+    row = dict(row, provenance=PROVENANCE)
+    stale = (done["provenance"].astype(str).str.startswith("recovered")
+             & (done["seed"].isna() | (done["seed"] == row["seed"])))
+    for col in same:
+        stale &= done[col] == row[col]
+    done = pd.concat([done[~stale], pd.DataFrame([row])], ignore_index=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    done.to_csv(tmp, index=False)
+    tmp.replace(path)                    # a killed run leaves the old scores whole, never half a file
+    return done
+
+
+def seeds_of(done: pd.DataFrame) -> tuple:
+    """(seeds per point, a phrase naming them) of a part's points: the seed labels where every row has one."""
+    n = int(done.groupby([c for c in ("strategy", "budget", "k", "left_out") if c in done], dropna=False)
+            .size().max())
+    seeds = done["seed"].dropna().unique()
+    if done["seed"].isna().any() or len(seeds) != n:
+        return n, f"{n} seeds" if n > 1 else "1 seed"
+    return n, ("seed " if n == 1 else "seeds ") + ", ".join(str(int(x)) for x in sorted(seeds))
+
+
+def provenance_lines(done: pd.DataFrame, path: Path, by: str, label: str) -> list:
+    """Where a table's points come from: a line per ``provenance``, naming the values of ``by`` it holds
+    (``label`` a format string for them, e.g. ``"{} problems"``)."""
+    lines = [f"Where the points come from (`{path.name}`):", ""]
+    for prov, g in done.groupby(done["provenance"].fillna("not recorded"), sort=False):
+        values = [str(int(v)) if isinstance(v, (float, np.floating, np.integer)) else str(v)
+                  for v in sorted(g[by].unique())]
+        lines.append("- " + label.format(", ".join(values)) + f": {prov}.")
+    return lines + [""]
+
+
+def _git_revision() -> str:
+    """The checkout's short commit (``+changes`` where the tree differs), or ``unknown`` outside git."""
+    import subprocess
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "costlearn", "scripts"], cwd=ROOT,
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return rev + ("+changes" if dirty else "")
+
+
+PROVENANCE = f"replayed at {_git_revision()} on {time.strftime('%Y-%m-%d')}"
+"""What a point replayed by this run records as its ``provenance``."""
+
+
 def transfer_points(args, source_rows: pd.DataFrame) -> pd.DataFrame:
-    """The A100 -> H100 part: a row per (strategy, seed, k), cached in ``<work>/transfer.csv``."""
+    """The A100 -> H100 part: a row per (strategy, seed, k), cached in ``scores_path(report, "transfer")``."""
     from costlearn.collect.dataset import write_part
     from costlearn.collect.plan import write_device_json
     from costlearn.learn.metrics import geomean_regret
@@ -134,12 +225,12 @@ def transfer_points(args, source_rows: pd.DataFrame) -> pd.DataFrame:
     if not pool_folder.is_dir():
         write_device_json(preset("h100"), pool_folder)
         write_part(pool, pool_folder)
-    cache = work / "transfer.csv"
-    done = pd.read_csv(cache) if cache.is_file() else pd.DataFrame(columns=["strategy", "seed", "k"])
+    cache = scores_path(args.report, "transfer")
+    done = read_scores(cache, ["strategy", "seed", "k"])
     for k in args.transfer_k:
         for strategy in [s for s in ("random", "active") if s in args.strategies]:
             for seed in args.seeds:
-                if ((done["strategy"] == strategy) & (done["seed"] == seed) & (done["k"] == k)).any():
+                if is_done(done, strategy=strategy, seed=seed, k=k):
                     continue
                 models = work / "models"
                 shutil.rmtree(models, ignore_errors=True)
@@ -159,8 +250,7 @@ def transfer_points(args, source_rows: pd.DataFrame) -> pd.DataFrame:
                            unmeasured=int(per["top1_regret"].isna().sum()), transfer_s=secs)
                 print(f"a100 -> h100 {strategy:<6} seed {seed} k {k:3d}: top-1 {row['top1']:.2%} prune "
                       f"{row['prune']:.2%} argmin {row['argmin']:.2%} ({secs:.0f}s)", file=sys.stderr)
-                done = pd.concat([done, pd.DataFrame([row])], ignore_index=True)
-                done.to_csv(cache, index=False)
+                done = add_score(done, row, cache, ["strategy", "k"])
     return done
 
 
@@ -168,33 +258,37 @@ REAL_LOGS = {"hf": "HuggingFace", "timm": "timm"}
 """The real models' logs (``split``) a leave-one-log-out point leaves out in turn."""
 
 
-def lolo_points(args, rows: pd.DataFrame, pool: pd.DataFrame) -> pd.DataFrame:
-    """Leave one real log out (``--lolo``): a row per (strategy, seed, left-out log), cached in ``<work>/lolo.csv``.
+def lolo_points(args, backend, rows: pd.DataFrame, pool: pd.DataFrame) -> pd.DataFrame:
+    """Leave one real log out (``--lolo``): a row per (strategy, seed, left-out log), cached in
+    ``scores_path(report, "lolo")``.
 
-    The log's rows of the problems a strategy's folder chose (it must hold ``--lolo-budget``), plus every row of
-    the other real log, train a model; it is scored on the left-out log's problems that neither holds. The
-    reference (strategy ``all``) trains on the whole random log plus the other real log. Folders replayed before
-    the template fix carry another template hash: the log's own rows are used, so it does not matter.
+    The log's rows of the problems a strategy chose at ``--lolo-budget`` (the study's folder of that budget where
+    it holds exactly that many, else a folder of its own grown to it in one go), plus every row of the other real
+    log, train a model; it is scored on the left-out log's problems that neither holds. The reference (strategy
+    ``all``) trains on the whole random log plus the other real log.
     """
     from costlearn.collect.dataset import write_part
     from costlearn.collect.plan import write_device_json
     key = ["m", "n", "k", "layout"]
-    cache = args.work / "lolo.csv"
-    done = pd.read_csv(cache) if cache.is_file() else pd.DataFrame(columns=["strategy", "seed", "budget", "left_out"])
-    n_all = len(pool[key].drop_duplicates())
+    cache = scores_path(args.report, "lolo")
+    done = read_scores(cache, ["strategy", "seed", "budget", "left_out"])
+    problems = pool[key].drop_duplicates()
+    n_all = len(problems)
     for strategy, seed in [("all", 0)] + [(s, seed) for s in args.strategies for seed in args.seeds]:
         budget = n_all if strategy == "all" else args.lolo_budget
+        if all(is_done(done, strategy=strategy, seed=seed, budget=budget, left_out=n) for n in REAL_LOGS.values()):
+            continue
         chosen = pool
         if strategy != "all":
             folder = args.work / "runs" / f"{strategy}-s{seed}" / "data" / "a100"
             got = load(folder)[0][key].drop_duplicates() if folder.is_dir() else pd.DataFrame(columns=key)
             if len(got) != budget:
-                print(f"lolo: {folder} holds {len(got)} problems, not {budget}: skipped", file=sys.stderr)
-                continue
+                folder = args.work / "lolo-runs" / f"{strategy}-s{seed}-{budget}" / "data" / "a100"
+                grow(backend, folder, strategy, seed, layout_targets(problems, budget), args.jobs)
+                got = load(folder)[0][key].drop_duplicates()
             chosen = pool.merge(got.astype({"m": int, "n": int, "k": int}), on=key)
         for left, name in REAL_LOGS.items():
-            if ((done["strategy"] == strategy) & (done["seed"] == seed) & (done["budget"] == budget)
-                    & (done["left_out"] == name)).any():
+            if is_done(done, strategy=strategy, seed=seed, budget=budget, left_out=name):
                 continue
             other = rows[rows["split"].ne("mm") & rows["split"].ne(left) & rows["dtype"].eq(DTYPE)]
             train_rows = pd.concat([chosen, other], ignore_index=True).drop(columns=["split"])
@@ -209,37 +303,36 @@ def lolo_points(args, rows: pd.DataFrame, pool: pd.DataFrame) -> pd.DataFrame:
             row.update(strategy=strategy, seed=seed, budget=budget, left_out=name)
             print(f"lolo {strategy:<7} seed {seed} budget {budget} {name} left out: top-1 {row['top1']:.2%} "
                   f"(cuBLAS {row['vendor_only']:.2%}, {int(row['problems'])} problems)", file=sys.stderr)
-            done = pd.concat([done, pd.DataFrame([row])], ignore_index=True)
-            done.to_csv(cache, index=False)
+            done = add_score(done, row, cache, ["strategy", "budget", "left_out"])
     return done
 
 
-def lolo_report(done: pd.DataFrame) -> list:
+def lolo_report(done: pd.DataFrame, report: Path) -> list:
     """The leave-one-log-out table: top-1 per strategy and left-out log (mean over seeds, min-max)."""
     ref = done[done["strategy"] == "all"]
     pts = done[done["strategy"] != "all"]
     if ref.empty or pts.empty:
         return []
     budget = int(pts["budget"].iloc[0])
-    seeds = sorted(pts["seed"].unique())
-    seeds = f"seed {seeds[0]}" if len(seeds) == 1 else f"mean over seeds {', '.join(map(str, seeds))} (min-max)"
+    n_seeds, named = seeds_of(pts)
+    seeds = named if n_seeds == 1 else f"mean over {named} (min-max)"
     lines = ["## Leave one real log out", "",
-             f"The {budget} problems of the random log a strategy chose (the folders of the {budget}-problem points "
-             "above; the log's rows of them) plus every row of the other real log train a model (a full `train`); "
-             "it is scored on the left-out log's float16 problems that neither holds: top-1 of `predict_best` "
-             f"against the best measured of all, geometric mean; {seeds}.", "",
+             f"The {budget} problems of the random log a strategy chose (the folder of its {budget}-problem point "
+             f"above, or one grown to {budget} in one go; the log's rows of them) plus every row of the other real "
+             "log train a model (a full `train`); it is scored on the left-out log's float16 problems that "
+             f"neither holds: top-1 of `predict_best` against the best measured of all, geometric mean; {seeds}.", "",
              "| trained on | " + " | ".join(f"{n} left out" for n in REAL_LOGS.values()) + " |",
              "|---|" + "---|" * len(REAL_LOGS)]
     for s in [s for s in STRATEGIES if s in set(pts["strategy"])]:
         g = pts[pts["strategy"] == s]
         lines.append(f"| {s}, {budget} problems + the other log | " + " | ".join(
-            _cell(g.loc[g["left_out"] == n, "top1"], pts["seed"].nunique()) for n in REAL_LOGS.values()) + " |")
+            _cell(g.loc[g["left_out"] == n, "top1"], n_seeds) for n in REAL_LOGS.values()) + " |")
     row = {n: ref.loc[ref["left_out"] == n] for n in REAL_LOGS.values()}
     lines.append(f"| the whole random log ({int(ref['budget'].iloc[0])}) + the other log | " + " | ".join(
         f"{float(r['top1'].iloc[0]):.2%}" if len(r) else "not run" for r in row.values()) + " |")
     lines.append("| cuBLAS alone | " + " | ".join(
         f"{float(r['vendor_only'].iloc[0]):.2%}" if len(r) else "not run" for r in row.values()) + " |")
-    return lines + [""]
+    return lines + [""] + provenance_lines(done, scores_path(report, "lolo"), "strategy", "trained on {}")
 
 
 def _cell(values: pd.Series, seeds: int) -> str:
@@ -253,14 +346,15 @@ def _cell(values: pd.Series, seeds: int) -> str:
     return f"{v.mean():.2%} [{v.min():.2%}-{v.max():.2%}]{fewer}"
 
 
-def transfer_report(done: pd.DataFrame) -> list:
+def transfer_report(done: pd.DataFrame, report: Path) -> list:
     """The A100 -> H100 table: regret against k per strategy (mean over seeds, min-max)."""
     r0 = done.iloc[0]
+    n_seeds, named = seeds_of(done)
     lines = ["## A100 -> H100: which destination problems a transfer learns from", "",
              f"Source: the model of the A100 random log's float16 problems. Pool: {int(r0['pool'])} of the H100 "
              f"random log's float16 problems; scored on the other {int(r0['test'])} (held out, the same for every "
-             "point): top-1 of `predict_best` against the best measured of all, geometric mean; mean over seeds "
-             f"{', '.join(map(str, sorted(done['seed'].unique())))} (min-max). cuBLAS alone: "
+             f"point): top-1 of `predict_best` against the best measured of all, geometric mean; mean over {named} "
+             "(min-max). cuBLAS alone: "
              f"{done['vendor'].iloc[0]:.2%}.", "",
              "| destination problems k | random: top-1 | active: top-1 | random: plain argmin | active: plain argmin |",
              "|---|---|---|---|---|"]
@@ -268,12 +362,13 @@ def transfer_report(done: pd.DataFrame) -> list:
         cells = []
         for metric in ("top1", "argmin"):
             for s in ("random", "active"):
-                cells.append(_cell(g.loc[g["strategy"] == s, metric], done["seed"].nunique()))
+                cells.append(_cell(g.loc[g["strategy"] == s, metric], n_seeds))
         lines.append(f"| {k} | {cells[0]} | {cells[1]} | {cells[2]} | {cells[3]} |")
-    lines += ["", f"Seconds per transfer (choosing included; the machine shared with the A100 points), median: random "
-              f"{done.loc[done['strategy'] == 'random', 'transfer_s'].median():.0f}, active "
-              f"{done.loc[done['strategy'] == 'active', 'transfer_s'].median():.0f}.", ""]
-    return lines
+    secs = done.groupby("strategy")["transfer_s"].median().dropna() if "transfer_s" in done else pd.Series()
+    if len(secs):
+        lines += ["", "Seconds per transfer (choosing included; the machine shared with the A100 points), median: "
+                  + ", ".join(f"{s} {v:.0f}" for s, v in secs.items()) + "."]
+    return lines + [""] + provenance_lines(done, scores_path(report, "transfer"), "k", "k = {}")
 
 
 def main(argv=None) -> int:
@@ -309,13 +404,13 @@ def main(argv=None) -> int:
     backend = None if args.report_only else ReplayBackend(pool.drop(columns=["split"]), preset("a100"))
     problems = pool[["m", "n", "k", "layout"]].drop_duplicates()
     n_all = len(problems)
-    cache = args.work / "points.csv"
-    done = pd.read_csv(cache) if cache.is_file() else pd.DataFrame(columns=["strategy", "seed", "budget"])
+    cache = scores_path(args.report, "points")
+    done = read_scores(cache, ["strategy", "seed", "budget"])
     budgets = sorted(set(min(b, n_all) for b in args.budgets))
     for budget in budgets if not (args.transfer_only or args.report_only) else ():
         for strategy in args.strategies:
             for seed in args.seeds:
-                if ((done["strategy"] == strategy) & (done["seed"] == seed) & (done["budget"] == budget)).any():
+                if is_done(done, strategy=strategy, seed=seed, budget=budget):
                     continue
                 folder = args.work / "runs" / f"{strategy}-s{seed}" / "data" / "a100"
                 collect_s = grow(backend, folder, strategy, seed, layout_targets(problems, budget), args.jobs)
@@ -325,48 +420,48 @@ def main(argv=None) -> int:
                 print(f"{strategy:<7} seed {seed} budget {budget:4d} ({got} problems): top-1 {row['top1']:.2%} "
                       f"prune {row['prune']:.2%} argmin {row['model_regret']:.2%}; collect {collect_s:.0f}s "
                       f"train {row['fit_s']:.0f}s", file=sys.stderr)
-                done = pd.concat([done, pd.DataFrame([row])], ignore_index=True)
-                args.work.mkdir(parents=True, exist_ok=True)
-                done.to_csv(cache, index=False)
+                done = add_score(done, row, cache, ["strategy", "budget"])
     whole = args.work / "runs" / "all" / "data" / "a100"          # the whole random log, replayed
     if not args.report_only:
         collect_s = grow(backend, whole, "random", 0, layout_targets(problems, n_all), args.jobs)
     if not (args.transfer_only or args.report_only) and not (
-            (done["strategy"] == "all") & (done["budget"] == n_all)).any():
+            (done["strategy"] == "all") & (done["budget"] == n_all)
+            & ~done["provenance"].astype(str).str.startswith("recovered")).any():
         row = score(whole, args.work / "runs" / "all" / "models", test, args.jobs)
         row.update(strategy="all", seed=0, budget=n_all, problems_measured=n_all, collect_s=collect_s)
-        done = pd.concat([done, pd.DataFrame([row])], ignore_index=True)
-        done.to_csv(cache, index=False)
-    lolo = []
+        done = add_score(done, row, cache, ["strategy", "budget"])
     if args.lolo and not (args.transfer_only or args.report_only):
-        lolo = lolo_report(lolo_points(args, rows, pool))
-    elif (args.work / "lolo.csv").is_file():
-        lolo = lolo_report(pd.read_csv(args.work / "lolo.csv"))
-    tr = None
+        lolo_points(args, backend, rows, pool)
     if (args.transfer or args.transfer_only) and not args.report_only:
-        tr = transfer_points(args, pool.drop(columns=["split"]))
-    elif (args.work / "transfer" / "transfer.csv").is_file():
-        tr = pd.read_csv(args.work / "transfer" / "transfer.csv")
-    done = done[done["budget"].isin(budgets + [n_all])]
-    if (done["strategy"] == "all").any():
-        report(done, n_all, len(test[["m", "n", "k", "layout"]].drop_duplicates()), args,
-               lolo + (transfer_report(tr) if tr is not None and len(tr) else []))
-    elif tr is not None:
-        print("\n".join(transfer_report(tr)))
+        transfer_points(args, pool.drop(columns=["split"]))
+    write_report(args, n_all, len(test[["m", "n", "k", "layout"]].drop_duplicates()))
     return 0
+
+
+def write_report(args, n_all: int, n_test: int) -> None:
+    """Write ``args.report`` from every point its score files hold, whichever budgets this run replayed."""
+    parts = {p: scores_path(args.report, p) for p in ("points", "lolo", "transfer")}
+    done, lolo, tr = (pd.read_csv(path) if path.is_file() else None for path in parts.values())
+    extra = (lolo_report(lolo, args.report) if lolo is not None else []) + (
+        transfer_report(tr, args.report) if tr is not None and len(tr) else [])
+    if done is not None and (done["strategy"] == "all").any():
+        report(done, n_all, n_test, args, extra)
+    elif extra:
+        print("\n".join(extra))
 
 
 def report(done: pd.DataFrame, n_all: int, n_test: int, args, extra: list) -> None:
     """Write the tables: regret against problems measured, per strategy (mean over seeds, and the spread)."""
-    whole = done[done["strategy"] == "all"].iloc[0]
+    whole = done[done["strategy"] == "all"].iloc[-1]
     pts = done[done["strategy"] != "all"]
+    n_seeds, named = seeds_of(pts)
     lines = ["## Which problems to measure: strategies replayed on the A100's random log", "",
              f"Reproduce: `.venv/bin/python scripts/sampling_study.py` (data not part of costlearn). Pool: the "
              f"{n_all} float16 problems of `a100_mm.txt`, replayed (their recorded configs and median times). "
              f"Scored: what `predict_best` answers on the {n_test} HuggingFace + timm float16 problems the pool "
              "does not hold, top-1 regret against the best measured of all (cuBLAS included), geometric mean; "
-             "each point a full `train` of the folder collected so far. Mean over seeds "
-             f"{', '.join(map(str, sorted(pts['seed'].unique())))} (min-max in brackets).", "",
+             f"each point a full `train` of the folder collected so far. Mean over {named} (min-max in brackets).",
+             "",
              f"The whole random log ({n_all} problems): top-1 {whole['top1']:.2%}, prune path {whole['prune']:.2%}, "
              f"plain argmin {whole['model_regret']:.2%}; cuBLAS alone {whole['vendor_only']:.2%}.", ""]
     for metric, name in (("top1", "top-1 of predict_best"), ("prune", "prune path (the measured configs)"),
@@ -377,15 +472,18 @@ def report(done: pd.DataFrame, n_all: int, n_test: int, args, extra: list) -> No
         for b, g in pts.groupby("budget"):
             cells = []
             for s in strategies:
-                cells.append(_cell(g.loc[g["strategy"] == s, metric], pts["seed"].nunique()))
+                cells.append(_cell(g.loc[g["strategy"] == s, metric], n_seeds))
             lines.append(f"| {b} | " + " | ".join(cells) + " |")
         lines += [f"| {n_all} (all) | " + " | ".join([f"{float(whole[metric]):.2%}"] * len(strategies)) + " |", ""]
-    lines += ["Seconds collecting (replay: the active refits are the cost) and training, median per point (the "
-              "machine was shared with other jobs for most points):", "",
-              "| strategy | collect s | train s |", "|---|---|---|"]
-    for s, g in pts.groupby("strategy"):
-        lines.append(f"| {s} | {g['collect_s'].median():.1f} | {g['fit_s'].median():.1f} |")
-    lines += [""] + extra
+    timed = pts[pts["fit_s"].notna()] if "fit_s" in pts else pts.iloc[:0]
+    if len(timed):
+        lines += ["Seconds collecting (replay: the active refits are the cost; a folder grown from empty) and "
+                  "training, median over the seeds of the points that recorded them:", "",
+                  "| problems measured | strategy | collect s | train s |", "|---|---|---|---|"]
+        for (b, s), g in timed.groupby(["budget", "strategy"]):
+            lines.append(f"| {b} | {s} | {g['collect_s'].median():.1f} | {g['fit_s'].median():.1f} |")
+        lines.append("")
+    lines += provenance_lines(done, scores_path(args.report, "points"), "budget", "{} problems") + extra
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -36,6 +36,17 @@ def _has_cuda() -> bool:
         return False
 
 
+def import_script(name: str):
+    """The module of ``scripts/<name>.py`` (the scripts folder is on ``sys.path`` only while it is imported)."""
+    import importlib
+    import sys
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+
+
 HAS_OPENCL = _has_opencl()
 HAS_CUDA = _has_cuda()
 HAS_NVCC = shutil.which("nvcc") is not None

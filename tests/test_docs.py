@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from conftest import ROOT
+from conftest import ROOT, import_script
 
 README_MAX_LINES = 250
 
@@ -32,13 +32,7 @@ def test_the_results_and_guide_the_readme_links_exist():
 
 
 def _docs_from_reports():
-    import importlib
-    import sys
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        return importlib.import_module("docs_from_reports")
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    return import_script("docs_from_reports")
 
 
 def test_every_result_table_is_generated_from_the_reports():

@@ -2,7 +2,7 @@
 import subprocess
 import sys
 
-from conftest import ROOT, needs_opencl
+from conftest import ROOT, import_script, needs_opencl
 
 pytestmark = needs_opencl
 
@@ -74,11 +74,7 @@ def test_the_epilogue_study_counts_a_changed_best_config_only_beyond_the_noise()
     it changes by 1 %, within a 3 % noise floor (counted as no change);
     shape C has no epilogue-free rows and is not scored."""
     import pandas as pd
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        from epilogue_study import best_config_change
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    best_config_change = import_script("epilogue_study").best_config_change
     rows = []
     for (m, e), times in {(1, "none"): [10, 12], (1, "bias"): [15, 12.5],
                           (2, "none"): [10, 20], (2, "bias"): [10.1, 10.0], (3, "bias"): [5, 6]}.items():
