@@ -141,6 +141,11 @@ def is_done(done: pd.DataFrame, **key) -> bool:
     return bool(hit.any())
 
 
+def recovered(done: pd.DataFrame) -> pd.Series:
+    """Which rows were recovered from an earlier report (their ``provenance`` starts with "recovered")."""
+    return done["provenance"].astype(str).str.startswith("recovered")
+
+
 def add_score(done: pd.DataFrame, row: dict, path: Path, same: list) -> pd.DataFrame:
     """Append a replayed point's ``row`` and write ``path``; it replaces the recovered rows of its ``same`` key.
 
@@ -149,8 +154,7 @@ def add_score(done: pd.DataFrame, row: dict, path: Path, same: list) -> pd.DataF
     for its ``same`` key, one of a known seed only to that seed.
     """
     row = dict(row, provenance=PROVENANCE)
-    stale = (done["provenance"].astype(str).str.startswith("recovered")
-             & (done["seed"].isna() | (done["seed"] == row["seed"])))
+    stale = recovered(done) & (done["seed"].isna() | (done["seed"] == row["seed"]))
     for col in same:
         stale &= done[col] == row[col]
     done = pd.concat([done[~stale], pd.DataFrame([row])], ignore_index=True)
@@ -422,11 +426,9 @@ def main(argv=None) -> int:
                       f"train {row['fit_s']:.0f}s", file=sys.stderr)
                 done = add_score(done, row, cache, ["strategy", "budget"])
     whole = args.work / "runs" / "all" / "data" / "a100"          # the whole random log, replayed
-    if not args.report_only:
-        collect_s = grow(backend, whole, "random", 0, layout_targets(problems, n_all), args.jobs)
     if not (args.transfer_only or args.report_only) and not (
-            (done["strategy"] == "all") & (done["budget"] == n_all)
-            & ~done["provenance"].astype(str).str.startswith("recovered")).any():
+            (done["strategy"] == "all") & (done["budget"] == n_all) & ~recovered(done)).any():
+        collect_s = grow(backend, whole, "random", 0, layout_targets(problems, n_all), args.jobs)
         row = score(whole, args.work / "runs" / "all" / "models", test, args.jobs)
         row.update(strategy="all", seed=0, budget=n_all, problems_measured=n_all, collect_s=collect_s)
         done = add_score(done, row, cache, ["strategy", "budget"])
@@ -440,8 +442,8 @@ def main(argv=None) -> int:
 
 def write_report(args, n_all: int, n_test: int) -> None:
     """Write ``args.report`` from every point its score files hold, whichever budgets this run replayed."""
-    parts = {p: scores_path(args.report, p) for p in ("points", "lolo", "transfer")}
-    done, lolo, tr = (pd.read_csv(path) if path.is_file() else None for path in parts.values())
+    done, lolo, tr = (pd.read_csv(path) if path.is_file() else None
+                      for path in (scores_path(args.report, p) for p in ("points", "lolo", "transfer")))
     extra = (lolo_report(lolo, args.report) if lolo is not None else []) + (
         transfer_report(tr, args.report) if tr is not None and len(tr) else [])
     if done is not None and (done["strategy"] == "all").any():
