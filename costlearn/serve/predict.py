@@ -16,7 +16,7 @@ from costlearn.core.device import DeviceSpec
 from costlearn.core.problem import Problem
 from costlearn.core.util import check_instance, check_int
 from costlearn.families import get_family
-from costlearn.model.store import default_store, resolve_model, store_key
+from costlearn.model.store import default_store, resolve_model
 from costlearn.serve.prediction import Prediction
 from costlearn.serve.predictor import PREDICTORS, Predictor, clear_cache, load_predictor
 from costlearn.serve.tuning import tune
@@ -106,10 +106,12 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
     if type(M) is int and type(N) is int and type(K) is int and type(top_k) is int and type(measure_top_k) is int \
             and not measure_top_k and running_on is None and backend is None and tuning_db is None \
             and type(layout) is str and type(epilogue) is str:
-        pred = PREDICTORS.get(((device, family, dtype), store_key(models_dir))) \
+        # the store's key is models_dir as given where it is None or absolute (store_key); a relative path's
+        # key is a (working folder, path) pair, which a string never equals: it misses and goes the long way
+        pred = PREDICTORS.get(((device, family, dtype), models_dir)) \
             if (device is None or type(device) is str) and (models_dir is None or type(models_dir) is str) else None
         if pred is not None:
-            hit = pred.cached(M, N, K, layout, top_k, epilogue)
+            hit = pred.cached((M, N, K, layout, top_k, epilogue))
             if hit is not None:
                 return hit
     problem = Problem(M, N, K, dtype, layout, epilogue)

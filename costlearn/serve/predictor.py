@@ -101,6 +101,8 @@ class Predictor:
         ids = [c.config_id for c in self.configs]
         self.vendor_index = ids.index(vid) if vid is not None and vid in ids else None
         self._ranker_args = (ranker, shortlist)
+        self._results: dict = {}
+        self.cached = self._results.get             # cached's job without a Python frame (the dict is kept)
         self.floor = art.floor                      # makes the ranker (see the setter)
         self.identity_reasons = self.ood.identity_reasons
         self.source = f"{self.device}/{self.family}/{self.dtype} model {art.model_sha256[:12]}"
@@ -124,7 +126,7 @@ class Predictor:
         # the floor's evidence is looked up only where it can change an answer
         self.ood = OODVerdict(art, floor, self.vendor_index is not None or floor.unsure_regret != float("inf"))
         self.vendor_policy = VendorPolicy(art, ranker, self.vendor_index, floor)
-        self._results = {}
+        self._results.clear()
 
     def vendor_estimate(self, problem: Problem):
         """The vendor model's estimate for ``problem``
@@ -134,10 +136,13 @@ class Predictor:
         :meth:`costlearn.serve.vendor_policy.VendorPolicy.vendor_estimate`."""
         return self.vendor_policy.vendor_estimate(problem)
 
-    def cached(self, m: int, n: int, k: int, layout: str, top_k: int, epilogue: str = "none"):
-        """The Prediction given earlier for (M, N, K, layout, top_k,
-        epilogue), or None: the repeated-problem path of :func:`predict_best`."""
-        return self._results.get((m, n, k, layout, top_k, epilogue))
+    def cached(self, key: tuple):
+        """The Prediction given earlier for ``key`` = (M, N, K, layout,
+        top_k, epilogue), or None: the repeated-problem path of
+        :func:`~costlearn.serve.predict.predict_best` (each instance binds
+        the name to its cache's ``dict.get``, which does this without a
+        Python frame)."""
+        return self._results.get(key)
 
     def clear_results(self) -> None:
         """Forget the answers cached for repeated problems (the next call of

@@ -232,6 +232,29 @@ def test_relative_models_dir_is_not_cached_across_chdir(device_name, tmp_path, m
         predict_best(48, 64, 96, device=device_name, models_dir="models")
 
 
+def test_a_repeated_problem_is_answered_without_the_store_and_a_relative_path_goes_the_long_way(
+        dev, model_dir, monkeypatch):
+    """The repeated-problem path looks the predictor up by models_dir as
+    given (issue 40): an absolute path or the default store is answered
+    without resolving the store again; a relative path (keyed by the working
+    folder) always goes through load_predictor."""
+    import costlearn.serve.predict as api
+    store = str(model_dir.parents[2].resolve())
+    first = predict_best(48, 72, 96, device=dev, models_dir=store)
+    default = predict_best(48, 72, 96, device=dev)
+    calls = []
+    real = api.load_predictor
+    monkeypatch.setattr(api, "load_predictor", lambda *a: calls.append(a) or real(*a))
+    assert predict_best(48, 72, 96, device=dev, models_dir=store) is first
+    assert predict_best(48, 72, 96, device=dev) is default
+    assert calls == []
+    monkeypatch.chdir(model_dir.parents[3])
+    relative = model_dir.parents[2].name
+    assert predict_best(48, 72, 96, device=dev, models_dir=relative) == first
+    assert predict_best(48, 72, 96, device=dev, models_dir=relative) == first
+    assert len(calls) == 2
+
+
 def test_an_epilogue_is_part_of_the_problem_asked_cached_and_answered(dev, model_dir):
     """The committed model knows the four epilogues: each is answered and
     carried in the Prediction; the repeated-problem cache keeps them apart;
