@@ -189,7 +189,7 @@ class LoadedModels:
     def __init__(self):
         self._by_key: dict = {}
         self._generation = 0
-        self.get = self._by_key.get             # get's job without a Python frame: the hot path (clear() keeps the dict)
+        self.get = self._by_key.get         # get without a Python frame: the hot path (clear() keeps the dict)
 
     def get(self, names):
         """The model loaded under ``names`` ((:class:`ModelKey`,
