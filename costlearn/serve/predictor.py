@@ -101,8 +101,6 @@ class Predictor:
         ids = [c.config_id for c in self.configs]
         self.vendor_index = ids.index(vid) if vid is not None and vid in ids else None
         self._ranker_args = (ranker, shortlist)
-        self._results: dict = {}
-        self.cached = self._results.get             # cached's job without a Python frame (the dict is kept)
         self.floor = art.floor                      # makes the ranker (see the setter)
         self.identity_reasons = self.ood.identity_reasons
         self.source = f"{self.device}/{self.family}/{self.dtype} model {art.model_sha256[:12]}"
@@ -126,7 +124,10 @@ class Predictor:
         # the floor's evidence is looked up only where it can change an answer
         self.ood = OODVerdict(art, floor, self.vendor_index is not None or floor.unsure_regret != float("inf"))
         self.vendor_policy = VendorPolicy(art, ranker, self.vendor_index, floor)
-        self._results.clear()
+        # a new dict, not clear(): a copy of this Predictor given another floor must not empty (or fill) the
+        # cache of the one it was copied from
+        self._results: dict = {}
+        self.cached = self._results.get             # cached's job without a Python frame
 
     def vendor_estimate(self, problem: Problem):
         """The vendor model's estimate for ``problem``

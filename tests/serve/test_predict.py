@@ -255,6 +255,24 @@ def test_a_repeated_problem_is_answered_without_the_store_and_a_relative_path_go
     assert len(calls) == 2
 
 
+def test_a_copied_predictor_given_another_floor_leaves_the_served_answers_alone(dev):
+    """Regression (an attack on issue 40's cache change): the floor setter
+    emptied the answer cache in place, so a shallow copy of the served
+    Predictor given another floor filled the served one's cache with
+    answers of that floor."""
+    import copy
+    from costlearn.model.vendor_floor import VendorFloor, plain_floor
+    from costlearn.serve.predictor import load_predictor
+    before = predict_best(8, 512, 4096, device=dev)
+    study = copy.copy(load_predictor(dev, "gemm", "float32"))
+    floor = plain_floor()
+    floor["margin_log2"] = 10.0
+    study.floor = VendorFloor(floor)
+    assert study.predict_best(8, 512, 4096).margin_log2 == 10.0
+    after = predict_best(8, 512, 4096, device=dev)
+    assert after is before and after.margin_log2 == before.margin_log2 != 10.0
+
+
 def test_an_epilogue_is_part_of_the_problem_asked_cached_and_answered(dev, model_dir):
     """The committed model knows the four epilogues: each is answered and
     carried in the Prediction; the repeated-problem cache keeps them apart;
