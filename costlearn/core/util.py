@@ -204,9 +204,12 @@ def sha256_file(path) -> str:
     return h.hexdigest()
 
 
-NPY_HEADER_MAX_BYTES = 1 << 20
+NPY_HEADER_MAX_BYTES = 1 << 14
 """Most bytes of an ``.npy`` member :func:`npz_arrays` reads its header from
-(numpy writes a few hundred)."""
+(copied out of the file's buffer for numpy's header reader): numpy writes
+a header of a few hundred bytes and refuses one over 10,000
+(``numpy.lib.format.read_array_header_1_0``'s ``max_header_size``). It was
+1 MiB until issue 40 found that copy to cost a deep model's load 2 ms."""
 
 
 class _BufferReader(io.RawIOBase):
