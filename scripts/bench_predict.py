@@ -252,10 +252,11 @@ def bench_model(folder: Path, n_shapes: int, seed: int, lines: list) -> bool:
             t0 = time.perf_counter()
             costlearn.predict_many([s + (layout,) for s in shapes[i:i + BATCH]], **kw)
             t_batch.append(time.perf_counter() - t0)
+        # 5. repeated problems, module-level call, the arguments written out as a compiler's call site has them
         dev, fam, dt, md = kw["device"], kw["family"], kw["dtype"], kw["models_dir"]
-        for m, n, k in shapes:                                  # 5. repeated problems, module-level call, the
-            costlearn.predict_best(m, n, k, dt, dev, family=fam, layout=layout, models_dir=md)   # arguments
-        for m, n, k in shapes:                                  # written out as a compiler's call site has them
+        for m, n, k in shapes:
+            costlearn.predict_best(m, n, k, dt, dev, family=fam, layout=layout, models_dir=md)
+        for m, n, k in shapes:
             t0 = time.perf_counter()
             costlearn.predict_best(m, n, k, dt, dev, family=fam, layout=layout, models_dir=md)
             t_rep.append(time.perf_counter() - t0)
