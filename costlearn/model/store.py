@@ -184,18 +184,21 @@ class LoadedModels:
     again by the names a caller used ((:class:`ModelKey`, :func:`store_key`)) or
     by its folder. Thread-safe; :meth:`clear` forgets them and the default
     store (a load that began before it does not cache).
+
+    Attributes
+    ----------
+    get : callable
+        ``get(names)``: the model loaded under ``names`` ((:class:`ModelKey`,
+        :func:`store_key`); a plain (device, family, dtype) triple is the
+        same key), or None. The hot path of a repeated prediction: the
+        lookup dict's own ``get``, without a Python frame (:meth:`clear`
+        empties that dict in place, so it stays the one looked in).
     """
 
     def __init__(self):
         self._by_key: dict = {}
         self._generation = 0
-        self.get = self._by_key.get         # get without a Python frame: the hot path (clear() keeps the dict)
-
-    def get(self, names):
-        """The model loaded under ``names`` ((:class:`ModelKey`,
-        :func:`store_key`); a plain (device, family, dtype) triple is the same
-        key), or None: the hot path of a repeated prediction."""
-        return self._by_key.get(names)
+        self.get = self._by_key.get
 
     def load(self, key: ModelKey, models_dir, loader):
         """The model of ``key`` in ``models_dir`` (default: :func:`default_store`),

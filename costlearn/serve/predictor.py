@@ -77,6 +77,12 @@ class Predictor:
         Why a problem's answer is a guess (rebuilt with :attr:`floor`).
     vendor_policy : costlearn.serve.vendor_policy.VendorPolicy
         The best tile config or the vendor (rebuilt with :attr:`floor`).
+    cached : callable
+        ``cached((M, N, K, layout, top_k, epilogue))``: the Prediction given
+        earlier for that key, or None; the repeated-problem path of
+        :func:`~costlearn.serve.predict.predict_best`. The answer cache's own
+        ``dict.get`` (no Python frame), rebound with a new cache by each
+        :attr:`floor`.
 
     Raises
     ------
@@ -127,7 +133,7 @@ class Predictor:
         # a new dict, not clear(): a copy of this Predictor given another floor must not empty (or fill) the
         # cache of the one it was copied from
         self._results: dict = {}
-        self.cached = self._results.get             # cached's job without a Python frame
+        self.cached = self._results.get
 
     def vendor_estimate(self, problem: Problem):
         """The vendor model's estimate for ``problem``
@@ -136,14 +142,6 @@ class Predictor:
         where the artifact has no vendor model (or no vendor candidate):
         :meth:`costlearn.serve.vendor_policy.VendorPolicy.vendor_estimate`."""
         return self.vendor_policy.vendor_estimate(problem)
-
-    def cached(self, key: tuple):
-        """The Prediction given earlier for ``key`` = (M, N, K, layout,
-        top_k, epilogue), or None: the repeated-problem path of
-        :func:`~costlearn.serve.predict.predict_best` (each instance binds
-        the name to its cache's ``dict.get``, which does this without a
-        Python frame)."""
-        return self._results.get(key)
 
     def clear_results(self) -> None:
         """Forget the answers cached for repeated problems (the next call of
