@@ -242,6 +242,14 @@ class Envelope:
         i, dist = self.nearest_index(m, n, k)
         return tuple(self.shapes[i]), dist
 
+    @property
+    def extent_bounds(self) -> tuple[tuple, tuple]:
+        """The extents (M, N, K) a problem may have and be inside: the
+        trained minima and maxima widened by ``RANGE_MARGIN_LOG2`` doublings,
+        (lo, hi), floats (:meth:`reasons`' first test; the native ranker's
+        ``env_lo``/``env_hi``)."""
+        return self._lo, self._hi
+
     def reasons(self, m: int, n: int, k: int, nearest: tuple | None = None) -> list[str]:
         """Reasons (in words, with numbers) why shape (m, n, k) is outside
         the envelope; empty when it is inside.

@@ -165,6 +165,13 @@ class VendorFloor:
         the layout has fewer than :attr:`neighbors`."""
         return self._by_layout.get(layout, self._all)
 
+    def uses_evidence(self, has_vendor: bool) -> bool:
+        """Whether the held-out evidence near a problem can change an answer
+        of a model with (``has_vendor``) or without a vendor candidate: the
+        vendor is a candidate, or the floor flags unsure problems; where not,
+        the evidence is not looked up."""
+        return bool(has_vendor) or self.unsure_regret != math.inf
+
     def unsure_reason(self, model_near: float) -> str | None:
         """The OOD reason for a problem whose neighbours' held-out model
         regret is ``model_near``, or None."""

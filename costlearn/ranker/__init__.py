@@ -13,7 +13,7 @@ from costlearn.core.registry import Registry
 from costlearn.collect.sampler import sample_shapes
 from costlearn.collect.space import tile_fits_problem
 from costlearn.ranker.base import Ranker, RankResult
-from costlearn.ranker.native import library
+from costlearn.ranker.native import MAX_FEATURES, library
 
 __all__ = ["RANKERS", "make_ranker", "Ranker", "RankResult", "calibrate_cascade", "calibration_problems",
            "CASCADE_TREES", "CASCADE_MIN_TREES", "CASCADE_KEEP", "CASCADE_MARGIN", "CASCADE_LATE_TREES",
@@ -26,8 +26,9 @@ RANKERS = Registry("ranker", {"native": "costlearn.ranker.native:NativeRanker",
 
 def make_ranker(features, scorer, envelope, min_tile_caps, name: str | None = None, **rule) -> Ranker:
     """The ranker for one artifact, chosen once: ``name`` if given, else
-    ``$COSTLEARN_RANKER``, else ``native`` where the C library builds and
-    ``numpy`` otherwise. ``rule``: the keyword arguments of
+    ``$COSTLEARN_RANKER``, else ``native`` where the C library builds (and the
+    candidates have at most :data:`~costlearn.ranker.native.MAX_FEATURES`
+    features) and ``numpy`` otherwise. ``rule``: the keyword arguments of
     :class:`~costlearn.ranker.base.Ranker` (coverage, vendor, evidence,
     shortlist).
 
@@ -41,7 +42,7 @@ def make_ranker(features, scorer, envelope, min_tile_caps, name: str | None = No
     name = name or os.environ.get("COSTLEARN_RANKER") or None
     if name is not None:
         return RANKERS.get(name)(features, scorer, envelope, min_tile_caps, **rule)
-    chosen = "native" if library() is not None else "numpy"
+    chosen = "native" if library() is not None and len(features.names) <= MAX_FEATURES else "numpy"
     return RANKERS.get(chosen)(features, scorer, envelope, min_tile_caps, **rule)
 
 

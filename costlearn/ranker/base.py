@@ -13,7 +13,8 @@ import numpy as np
 from costlearn.collect.space import tile_fits_problem
 from costlearn.core.util import check_int
 
-__all__ = ["Ranker", "RankResult", "LEVEL_COVERED", "LEVEL_FITTING", "LEVEL_ALL"]
+__all__ = ["Ranker", "RankResult", "LEVEL_COVERED", "LEVEL_FITTING", "LEVEL_ALL", "DECISION_OUTSIDE",
+           "DECISION_UNSURE", "DECISION_DOUBT", "CHOSEN_BY"]
 
 LEVEL_COVERED = 0
 """Candidate rule level: the tile configs that fit the problem and were
@@ -23,6 +24,18 @@ LEVEL_FITTING = 1
 """No fitting tile config was measured near the problem: every fitting one."""
 LEVEL_ALL = 2
 """No candidate's block tile fits the problem: all of them."""
+
+DECISION_OUTSIDE = 2
+"""Bit of :attr:`RankResult.decision`: the problem is outside the training
+envelope (:meth:`costlearn.model.envelope.Envelope.reasons` is not empty)."""
+DECISION_UNSURE = 4
+"""Bit: the held-out evidence near the problem flags it
+(:meth:`costlearn.model.vendor_floor.VendorFloor.unsure_reason`)."""
+DECISION_DOUBT = 8
+"""Bit: the vendor model doubts the decision
+(:meth:`costlearn.model.vendor_floor.VendorFloor.estimate_reason`)."""
+CHOSEN_BY = ("predicted", "vendor_floor", "ood_fallback")
+"""``chosen_by`` of a decision, by its code (bits 4-5 of :attr:`RankResult.decision`)."""
 
 
 class RankResult(NamedTuple):
@@ -61,6 +74,17 @@ class RankResult(NamedTuple):
         The vendor model's estimate for the problem, where the ranking was
         asked for it (``rank(..., estimate=True)``) and the ranker has a
         vendor model; else None.
+    decision : (int, float) or None
+        The floor's decision, where the ranking was asked for it
+        (``rank(..., decide=True)``, no mask) and the ranker makes it (the
+        native ranker with a floor): bits (:data:`DECISION_OUTSIDE`,
+        :data:`DECISION_UNSURE`, :data:`DECISION_DOUBT`; the ``chosen_by``
+        code, :data:`CHOSEN_BY`, in bits 4-5; the place of the best tile
+        config in :attr:`order` plus one in bits 6-7, 0 where the vendor is
+        the only candidate) and the vendor candidate's score (NaN without
+        one): :meth:`costlearn.serve.vendor_policy.VendorPolicy.decided`
+        reads it. Else None: the caller decides
+        (:meth:`~costlearn.serve.vendor_policy.VendorPolicy.decide`).
     """
 
     order: np.ndarray
@@ -73,6 +97,7 @@ class RankResult(NamedTuple):
     model_near: float = math.nan
     shortlist: bool = False
     estimate: tuple | None = None
+    decision: tuple | None = None
 
 
 class Ranker(abc.ABC):
@@ -94,7 +119,8 @@ class Ranker(abc.ABC):
         The vendor candidate's index, always ranked under coverage.
     evidence : costlearn.model.vendor_floor.VendorFloor, optional
         Its held-out evidence near each problem is reported
-        (:attr:`RankResult.vendor_near`, :attr:`RankResult.model_near`).
+        (:attr:`RankResult.vendor_near`, :attr:`RankResult.model_near`), and
+        the native ranker makes its decision (:attr:`RankResult.decision`).
     shortlist : costlearn.model.shortlist.Shortlist, optional
         The table that ranks a problem from a short list of candidates
         (``rank(..., shortlist=True)``).
@@ -119,6 +145,7 @@ class Ranker(abc.ABC):
             raise ValueError(f"vendor candidate {vendor} outside the {self.n_candidates} candidates")
         self.coverage = coverage if coverage is not None and coverage.recorded else None
         self.vendor = vendor
+        self.floor = evidence
         self.evidence = evidence if evidence is not None and evidence.calibrated else None
         if shortlist is not None:
             shortlist.check(self)
@@ -188,7 +215,7 @@ class Ranker(abc.ABC):
 
     @abc.abstractmethod
     def rank(self, problem, mask=None, *, top: int = 5, cascade: bool = True, shortlist: bool = True,
-             estimate: bool = False) -> RankResult:
+             estimate: bool = False, decide: bool = False) -> RankResult:
         """Must rank the candidates for ``problem`` (a Problem).
 
         Parameters
@@ -208,14 +235,18 @@ class Ranker(abc.ABC):
         estimate : bool
             Also the vendor model's estimate for the problem
             (:attr:`RankResult.estimate`; None without a vendor model).
+        decide : bool
+            Also the floor's decision (:attr:`RankResult.decision`), where
+            this ranker makes it (the native one, given a floor, without a
+            mask); None otherwise.
         """
 
     def rank_many(self, problems, *, top: int = 5, cascade: bool = True, shortlist: bool = True,
-                  estimate: bool = False) -> list:
+                  estimate: bool = False, decide: bool = False) -> list:
         """:meth:`rank` with the candidate rule for each of ``problems`` (a
         sequence of Problem), in order: a list of RankResult. The native
         ranker makes one C call per layout."""
-        return [self.rank(q, None, top=top, cascade=cascade, shortlist=shortlist, estimate=estimate)
+        return [self.rank(q, None, top=top, cascade=cascade, shortlist=shortlist, estimate=estimate, decide=decide)
                 for q in problems]
 
     def vendor_estimate(self, problem):

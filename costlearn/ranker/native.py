@@ -26,6 +26,7 @@ import sysconfig
 import tempfile
 import threading
 import warnings
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -48,6 +49,15 @@ RANK_ESTIMATE = 4
 """``costlearn_rank``'s mode bit asking for the vendor model's estimate too
 (``RANK_ESTIMATE`` in ``_native.c``)."""
 
+RANK_DECIDE = 8
+"""``costlearn_rank``'s mode bit asking for the floor's decision too
+(``RANK_DECIDE`` in ``_native.c``; :attr:`costlearn.ranker.base.RankResult.decision`)."""
+
+MAX_FEATURES = 255
+"""Most features a scorer of the C ranker may read: a node's feature is a
+byte, and the walk's sentinel column (-inf, where every leaf points) comes
+after them."""
+
 MAX_STAGES = 4
 """Most cascade stages the context holds (:class:`costlearn.model.scorer.Scorer`)."""
 
@@ -59,8 +69,8 @@ class RankContext(ctypes.Structure):
 
     _fields_ = [
         # candidates' features
-        ("template_", _P),        # const float*  [n_cands x n_features], per-config columns
-        ("n_cands", _I32), ("n_features", _I32),
+        ("template_", _P),        # const float*  [n_cands x n_features], per-config columns, the sentinel last
+        ("n_cands", _I32), ("n_features", _I32),   # n_features: a row's width, the sentinel column (-inf) included
         ("block", _P),            # const int64_t* [3 x n_cands]: BM, BN, KS
         ("slots", _P),            # const int64_t* [n_cands]
         ("tile_occ", _P),         # const double*  [n_cands]
@@ -75,7 +85,7 @@ class RankContext(ctypes.Structure):
         ("vendor", _I32),                 # the vendor candidate, -1: none
         # scorer
         ("has_forest", _I32),
-        ("nodes", _P),            # const costlearn_node*
+        ("nodes", _P),            # const costlearn_node* (leaves on the sentinel: costlearn_sentinel_leaves)
         ("roots", _P),            # const int32_t* [n_trees]
         ("depths", _P),           # const int32_t* [n_trees]
         ("n_trees", _I32), ("base", _D), ("sign", _D),
@@ -102,6 +112,14 @@ class RankContext(ctypes.Structure):
         ("v_bases", _P),          # const double*  [v_members]
         ("v_members", _I32), ("v_features", _I32), ("v_pow2_cap", _I32),
         ("v_tail", _P),           # const float* [v_features - 9]: this context's epilogue flops, layout one-hot
+        # the floor's decision (RANK_DECIDE; costlearn.serve.ood.OODVerdict.problem_reasons, then
+        # costlearn.serve.vendor_policy.VendorPolicy.decide), with dec_on = 1 where the ranker has a floor
+        ("dec_on", _I32),
+        ("env_lo", _D * 3), ("env_hi", _D * 3),   # the envelope's extents, margins applied (Envelope.extent_bounds)
+        ("env_threshold", _D),    # its nearest-shape distance limit, doublings
+        ("fl_uses_evidence", _I32), ("fl_ood_fallback", _I32),
+        ("fl_unsure_regret", _D), ("fl_margin", _D), ("fl_vendor_near_min", _D),
+        ("fl_est_on", _I32), ("fl_est_margin", _D), ("fl_est_z", _D), ("fl_est_unsure", _D),
         # scratch, one set per calling thread
         ("X", _P), ("Xk", _P),    # float* [n_cands x n_features]
         ("work", _P),             # costlearn_scored* [n_cands]
@@ -110,7 +128,7 @@ class RankContext(ctypes.Structure):
         ("mask", _P),             # uint8_t* [n_cands]
         ("seen", _P), ("resid", _P),   # double* [n_cands]
         ("ev_work", _P),          # costlearn_scored* [max(n_ev, 1)]
-        ("v_row", _P),            # float*  [v_features]
+        ("v_row", _P),            # float*  [v_features + 1]: the sentinel last
         ("v_sums", _P),           # double* [v_members]
         # outputs
         ("out_index", _P),        # int32_t* [n_cands]
@@ -118,6 +136,8 @@ class RankContext(ctypes.Structure):
         ("nearest", _I32), ("nearest_d2", _D), ("fits", _I32), ("level", _I32),
         ("vendor_near", _D), ("model_near", _D), ("used_table", _I32),
         ("v_mean", _D), ("v_sd", _D),      # the vendor model's estimate (RANK_ESTIMATE), else NaN
+        ("decision", _I32),       # RANK_DECIDE: DECIDED | flags | chosen << 4 | (tile + 1) << 6, else 0
+        ("v_score", _D),          # with it: the vendor candidate's score (NaN without one)
     ]
 
 
@@ -216,7 +236,7 @@ def _compilers() -> list[list[str]]:
     return out
 
 
-_SYMBOLS = ("costlearn_forest_predict", "costlearn_shape_features", "costlearn_rank",
+_SYMBOLS = ("costlearn_forest_predict", "costlearn_sentinel_leaves", "costlearn_shape_features", "costlearn_rank",
             "costlearn_rank_many", "costlearn_shortlist_build", "costlearn_layout", "costlearn_fsum")
 
 
@@ -230,13 +250,15 @@ def _open(path: Path):
     check_layout(lib)
     lib.costlearn_forest_predict.restype = _I32
     lib.costlearn_forest_predict.argtypes = [_P, _P, _P, _I32, _P, _I32, _I32, _P]
+    lib.costlearn_sentinel_leaves.restype = _I32
+    lib.costlearn_sentinel_leaves.argtypes = [_P, _I64, _I32, _P]
     lib.costlearn_shape_features.restype = None
     lib.costlearn_shape_features.argtypes = [_I64, _I64, _I64, _P, _I32, _I32, _P, _P, _P, _P, _D, _D, _D, _D, _D,
                                              _P, _P, _I32]
     lib.costlearn_rank.restype = _I32
     lib.costlearn_rank.argtypes = [_I64, _I64, _I64, _P, _I32, _I32, ctypes.POINTER(RankContext)]
     lib.costlearn_rank_many.restype = _I32
-    lib.costlearn_rank_many.argtypes = [_P, _I32, _I32, _I32, _I32, ctypes.POINTER(RankContext)] + [_P] * 11
+    lib.costlearn_rank_many.argtypes = [_P, _I32, _I32, _I32, _I32, ctypes.POINTER(RankContext)] + [_P] * 13
     lib.costlearn_fsum.restype = _D
     lib.costlearn_fsum.argtypes = [_P, _I32]
     lib.costlearn_shortlist_build.restype = _I32
@@ -258,6 +280,34 @@ def _build(target: Path) -> None:
             except (OSError, AttributeError, subprocess.SubprocessError) as e:
                 errors.append(f"{' '.join(cc)}: {(getattr(e, 'stderr', '') or str(e)).strip()[:300]}")
     raise OSError("no C compiler worked: " + ("; ".join(errors) or "none found"))
+
+
+_WALKED = weakref.WeakKeyDictionary()
+"""FlatForest -> its nodes as the C walk reads them (:func:`walked_nodes`),
+made once per forest in a process (a second load of a model reuses its
+forest, and every floor set on a Predictor makes a new ranker)."""
+
+
+def walked_nodes(lib, forest, n_features: int) -> np.ndarray:
+    """``forest``'s nodes as ``costlearn_forest_predict`` walks them: each
+    leaf's feature the sentinel column ``n_features`` (-inf in every row, so
+    a leaf stays put without a flag to test; ``costlearn_sentinel_leaves``),
+    kept for the forest's lifetime.
+
+    Raises
+    ------
+    ValueError
+        If a split reads a feature at or after the sentinel.
+    """
+    got = _WALKED.get(forest)
+    if got is not None and got[0] == n_features:
+        return got[1]
+    out = np.empty_like(forest.nodes)
+    if lib.costlearn_sentinel_leaves(forest.nodes.ctypes.data, len(out), n_features, out.ctypes.data) != 0:
+        raise ValueError(f"a forest splits on a feature at or after its sentinel column {n_features}")
+    out.flags.writeable = False
+    _WALKED[forest] = (n_features, out)
+    return out
 
 
 _LIB = None
@@ -318,13 +368,18 @@ class NativeRanker(Ranker):
             env_points=np.ascontiguousarray(envelope.points[env_order], np.float64),
             env_index=np.ascontiguousarray(env_order, np.int32))
         forest = sc.forest
+        n_features = len(f.names)
+        if n_features > MAX_FEATURES:
+            raise ValueError(f"{n_features} features; the C ranker walks at most {MAX_FEATURES} (use the numpy "
+                             "ranker)")
         if forest is not None:
-            keep_alive.update(nodes=forest.nodes, roots=forest.roots, depths=forest.depths)
+            keep_alive.update(nodes=walked_nodes(lib, forest, n_features), roots=forest.roots, depths=forest.depths)
         if sc.offsets is not None:
             keep_alive["offsets"] = np.ascontiguousarray(sc.offsets, np.float64)
         vm = self.vendor_model
         if vm is not None:                 # at most MAX_MEMBERS members (VendorModel checks), as the C sums take
-            keep_alive.update(v_nodes=vm.forest.nodes, v_roots=vm.forest.roots, v_depths=vm.forest.depths,
+            keep_alive.update(v_nodes=walked_nodes(lib, vm.forest, len(VENDOR_FEATURES)), v_roots=vm.forest.roots,
+                              v_depths=vm.forest.depths,
                               v_bounds=np.ascontiguousarray(vm.bounds, np.int32),
                               v_bases=np.ascontiguousarray(vm.bases, np.float64))
         if self.coverage is not None:
@@ -332,7 +387,8 @@ class NativeRanker(Ranker):
                               cov_hi=np.ascontiguousarray(self.coverage.hi, np.float64))
         # One template per layout (they differ in the layout columns only); a
         # thread's context per layout points at its layout's template, evidence and table.
-        self._templates = {lay: np.ascontiguousarray(t) for lay, t in f.templates.items()}
+        self._templates = {lay: np.ascontiguousarray(np.pad(t, ((0, 0), (0, 1)), constant_values=-np.inf),
+                                                     np.float32) for lay, t in f.templates.items()}
         self._layout_arrays = {}
         for lay in self._templates:
             pts, lv, lm, kk = self.evidence_arrays(lay)
@@ -345,7 +401,7 @@ class NativeRanker(Ranker):
         self._keep_alive = keep_alive
         ptr = {k: a.ctypes.data for k, a in keep_alive.items()}
         self._const = dict(
-            n_cands=f.n_candidates, n_features=len(f.names), block=ptr["block"],
+            n_cands=f.n_candidates, n_features=n_features + 1, block=ptr["block"],
             slots=ptr["slots"], tile_occ=ptr["tile_occ"], fill=ptr["fill"], s=f.element_bytes,
             peak=f.peak_flop_per_us, bw=f.bytes_per_us, cols=ptr["cols"], min_cap_m=self.min_tile_caps[0],
             min_cap_n=self.min_tile_caps[1], min_cap_k=self.min_tile_caps[2], cov_lo=ptr.get("cov_lo", 0),
@@ -364,6 +420,17 @@ class NativeRanker(Ranker):
             raise ValueError(f"cascade {list(sc.cascade)} out of range for {sc.n_trees} trees")
         self._stages = ([t for t, _, _ in sc.cascade], [k for _, k, _ in sc.cascade],
                         [float(d) for _, _, d in sc.cascade])
+        fl = self.floor
+        if fl is not None:                 # the floor's decision (floor_decision in _native.c)
+            est_margin, est_z = fl.estimate if fl.estimate is not None else (0.0, 0.0)
+            self._const.update(
+                dec_on=1, env_threshold=envelope.threshold_log2, fl_uses_evidence=int(fl.uses_evidence(
+                    self.vendor is not None)), fl_ood_fallback=int(fl.ood_fallback),
+                fl_unsure_regret=fl.unsure_regret, fl_margin=fl.margin_log2, fl_vendor_near_min=fl.vendor_near_min,
+                fl_est_on=int(fl.estimate is not None), fl_est_margin=est_margin, fl_est_z=est_z,
+                fl_est_unsure=fl.estimate_unsure)
+            self._env_bounds = envelope.extent_bounds
+        self._decides = fl is not None
         self._embed = [float(v) for v in EMBED.ravel()]
         self._first_layout = next(iter(self._templates))
         self._no_candidate = np.zeros(self.n_candidates, np.uint8)
@@ -374,14 +441,14 @@ class NativeRanker(Ranker):
         scratch and output arrays: (RankContext, its pointer, out_index,
         out_score, arrays kept alive). The shortlist table, built for
         epilogue-free problems, is left out (NULL) for another epilogue."""
-        c, f = self.n_candidates, len(self.features.names)
+        c, f = self.n_candidates, len(self.features.names) + 1     # the sentinel column last
         lay_arrays, n_ev, ev_k = self._layout_arrays[layout]
         arrays = dict(X=np.empty((c, f), np.float32), Xk=np.empty((c, f), np.float32),
                       work=np.empty(c, SCORED_DTYPE), part=np.empty(c, np.float64), acc=np.empty(c, np.float64),
                       lin=np.empty(c, np.float64), row_cand=np.empty(c, np.int32), mask=np.empty(c, np.uint8),
                       seen=np.empty(c, np.float64), resid=np.empty(c, np.float64),
                       ev_work=np.empty(max(n_ev, 1), SCORED_DTYPE),
-                      v_row=np.empty(len(VENDOR_FEATURES), np.float32),
+                      v_row=np.empty(len(VENDOR_FEATURES) + 1, np.float32),
                       v_sums=np.empty(max(self._const["v_members"], 1), np.float64),
                       v_tail=np.array(problem_row(1, 1, 1, layout, epilogue)[_VENDOR_HEAD:], np.float32),
                       out_index=np.empty(c, np.int32), out_score=np.empty(c, np.float64))
@@ -392,6 +459,8 @@ class NativeRanker(Ranker):
         rc = RankContext(**self._const, **ptrs, template_=self._templates[layout].ctypes.data, n_ev=n_ev, ev_k=ev_k,
                          epi_flops=epi_flops, epi_bytes=epi_bytes)
         rc.embed[:] = self._embed
+        if self._decides:
+            rc.env_lo[:], rc.env_hi[:] = self._env_bounds
         n = len(self._stages[0])
         rc.stage_trees[:n], rc.stage_keep[:n], rc.stage_margin[:n] = self._stages
         sl = self.shortlist
@@ -413,7 +482,7 @@ class NativeRanker(Ranker):
         return 0 if not cascade else (2 if shortlist else 1)
 
     def rank(self, problem, mask=None, *, top: int = 5, cascade: bool = True, shortlist: bool = True,
-             estimate: bool = False) -> RankResult:
+             estimate: bool = False, decide: bool = False) -> RankResult:
         top = top if type(top) is int and 0 < top < 2**31 else self._top(top)
         key = (problem.layout if problem.layout in self._templates else self._first_layout, problem.epilogue)
         by_layout = getattr(self._tls, "by_layout", None)
@@ -423,10 +492,12 @@ class NativeRanker(Ranker):
             mask = self.check_mask(mask)
         estimate = estimate and self.vendor_model is not None
         got = self._rank(problem.m, problem.n, problem.k, None if mask is None else mask.ctypes.data, top,
-                         self._mode(cascade, shortlist) | (RANK_ESTIMATE if estimate else 0), ref)
+                         self._mode(cascade, shortlist) | (RANK_ESTIMATE if estimate else 0)
+                         | (RANK_DECIDE if decide else 0), ref)
         return RankResult(out_index[:got].copy(), out_score[:got].copy(), rc.nearest, math.sqrt(rc.nearest_d2),
                           rc.fits != 0, rc.level, math.expm1(rc.vendor_near), math.expm1(rc.model_near),
-                          rc.used_table != 0, VendorEstimate(rc.v_mean, rc.v_sd) if estimate else None)
+                          rc.used_table != 0, VendorEstimate(rc.v_mean, rc.v_sd) if estimate else None,
+                          (rc.decision, rc.v_score) if rc.decision else None)
 
     def vendor_estimate(self, problem):
         """:meth:`Ranker.vendor_estimate` in C: ``costlearn_rank`` with the
@@ -440,14 +511,14 @@ class NativeRanker(Ranker):
         return VendorEstimate(rc.v_mean, rc.v_sd)
 
     def rank_many(self, problems, *, top: int = 5, cascade: bool = True, shortlist: bool = True,
-                  estimate: bool = False) -> list:
+                  estimate: bool = False, decide: bool = False) -> list:
         """:meth:`rank` with the candidate rule for many problems: one C call
         per (layout, epilogue) among them.
 
         Parameters
         ----------
         problems : sequence of Problem
-        top, cascade, shortlist
+        top, cascade, shortlist, estimate, decide
             As :meth:`rank`.
 
         Returns
@@ -457,7 +528,7 @@ class NativeRanker(Ranker):
         """
         top = self._top(top)
         estimate = estimate and self.vendor_model is not None
-        mode = self._mode(cascade, shortlist) | (RANK_ESTIMATE if estimate else 0)
+        mode = self._mode(cascade, shortlist) | (RANK_ESTIMATE if estimate else 0) | (RANK_DECIDE if decide else 0)
         out: list = [None] * len(problems)
         groups: dict = {}
         for i, q in enumerate(problems):
@@ -472,19 +543,21 @@ class NativeRanker(Ranker):
             count, level, used = np.empty(p, np.int32), np.empty(p, np.int32), np.empty(p, np.int32)
             index, score = np.empty((p, width), np.int32), np.empty((p, width))
             nearest, d2, vnear, mnear = np.empty(p, np.int32), np.empty(p), np.empty(p), np.empty(p)
-            v_mean, v_sd = np.empty(p), np.empty(p)
+            v_mean, v_sd, decision, v_score = np.empty(p), np.empty(p), np.empty(p, np.int32), np.empty(p)
             self._lib.costlearn_rank_many(mnk.ctypes.data, p, top, width, mode, ctx[1], count.ctypes.data,
                                           index.ctypes.data, score.ctypes.data, nearest.ctypes.data, d2.ctypes.data,
                                           level.ctypes.data, vnear.ctypes.data, mnear.ctypes.data, used.ctypes.data,
-                                          v_mean.ctypes.data, v_sd.ctypes.data)
+                                          v_mean.ctypes.data, v_sd.ctypes.data, decision.ctypes.data,
+                                          v_score.ctypes.data)
             ests = [VendorEstimate(a, b) for a, b in zip(v_mean.tolist(), v_sd.tolist())] if estimate \
                 else [None] * p
             dist = np.sqrt(d2).tolist()                       # IEEE-exact; the exponentials are libm's, as rank's
             vnear, mnear = [math.expm1(v) for v in vnear.tolist()], [math.expm1(v) for v in mnear.tolist()]
+            decisions = [(d, v) if d else None for d, v in zip(decision.tolist(), v_score.tolist())]
             for j, (i, c, lv, u, near) in enumerate(zip(idx, count.tolist(), level.tolist(), used.tolist(),
                                                         nearest.tolist())):
                 out[i] = RankResult(index[j, :c], score[j, :c], near, dist[j], lv < 2, lv, vnear[j], mnear[j],
-                                    u != 0, ests[j])
+                                    u != 0, ests[j], decisions[j])
         return out
 
     def shortlist_lists(self, layout: str, shapes, tiles: int, trees: int):

@@ -29,7 +29,7 @@ class NumpyRanker(Ranker):
         return build_lists_numpy(self, layout, shapes, tiles, trees)
 
     def rank(self, problem, mask=None, *, top: int = 5, cascade: bool = True, shortlist: bool = True,
-             estimate: bool = False) -> RankResult:
+             estimate: bool = False, decide: bool = False) -> RankResult:
         top = self._top(top)
         est = self.vendor_estimate(problem) if estimate else None
         mask = self.check_mask(mask)

@@ -24,6 +24,7 @@ from costlearn.features import CandidateFeatures, ConfigTable, get_feature_set
 from costlearn.model import artifact as _artifact
 from costlearn.model.store import LoadedModels, ModelKey
 from costlearn.ranker import make_ranker
+from costlearn.ranker.base import DECISION_OUTSIDE, DECISION_UNSURE
 from costlearn.collect.space import tile_fits_problem
 from costlearn.serve.ood import OODVerdict
 from costlearn.serve.prediction import Prediction
@@ -31,15 +32,24 @@ from costlearn.serve.vendor_policy import VendorPolicy
 
 __all__ = ["Predictor", "PREDICTORS", "load_predictor", "clear_cache"]
 
+_make_prediction = Prediction._make
+"""A Prediction from all its fields in order (``tuple.__new__``; Prediction's
+own ``__new__`` takes keywords and costs a microsecond more a call)."""
+
+_WORDED = DECISION_OUTSIDE | DECISION_UNSURE
+"""The bits of a ranker's decision whose reasons
+:meth:`~costlearn.serve.ood.OODVerdict.decided_reasons` puts in words."""
+
 
 class Predictor:
     """Ranks the candidate configs of one model artifact.
 
     A cold call (a problem not seen) is one ranker call (``costlearn_rank``
     in C: the candidate rule, the features, the cascaded trees or the
-    shortlist table, the sort, the nearest training shape and the held-out
-    evidence near the problem) plus building the :class:`Prediction`; a
-    repeated problem is a dictionary lookup.
+    shortlist table, the sort, the nearest training shape, the held-out
+    evidence near the problem and the floor's decision) plus building the
+    :class:`Prediction` (the words of any reason); a repeated problem is a
+    dictionary lookup.
 
     Parameters
     ----------
@@ -128,7 +138,7 @@ class Predictor:
                                            shortlist=art.shortlist if shortlist else None,
                                            vendor_model=art.vendor_model)
         # the floor's evidence is looked up only where it can change an answer
-        self.ood = OODVerdict(art, floor, self.vendor_index is not None or floor.unsure_regret != float("inf"))
+        self.ood = OODVerdict(art, floor, floor.uses_evidence(self.vendor_index is not None))
         self.vendor_policy = VendorPolicy(art, ranker, self.vendor_index, floor)
         # a new dict, not clear(): a copy of this Predictor given another floor must not empty (or fill) the
         # cache of the one it was copied from
@@ -364,7 +374,7 @@ class Predictor:
             check_instance("running_on", running_on, DeviceSpec,
                            "a DeviceSpec (e.g. costlearn.preset('h200')) or None")
         res = self.ranker.rank(problem, None, top=top_k + (self.vendor_index is not None), cascade=self.cascade,
-                               estimate=True)
+                               estimate=True, decide=True)
         pred = self._prediction(problem, top_k, running_on, res)
         if key is not None:
             if len(self._results) >= self.RESULT_CACHE_SIZE:
@@ -375,29 +385,37 @@ class Predictor:
     def _prediction(self, problem: Problem, top_k: int, running_on, res) -> Prediction:
         """The Prediction of ``problem`` from its ranking ``res`` (a
         :class:`~costlearn.ranker.RankResult` of the candidate rule, with the
-        vendor model's estimate): the reasons (:attr:`ood`), the vendor floor
+        vendor model's estimate, and the floor's decision where the ranker
+        made it): the reasons (:attr:`ood`), the vendor floor
         (:attr:`vendor_policy`), the top k."""
         ood = self.ood
-        reasons, fallback, vendor_near = ood.problem_reasons(problem, (res.nearest, res.nearest_distance),
-                                                             (res.vendor_near, res.model_near))
+        order, scores = res.order.tolist(), res.scores.tolist()
+        decision = res.decision
+        if decision is None:                    # the ranker left the decision to us
+            reasons, fallback, vendor_near = ood.problem_reasons(problem, (res.nearest, res.nearest_distance),
+                                                                 (res.vendor_near, res.model_near))
+        else:                                   # the ranker decided in its call: only the words are made here
+            bits = decision[0]
+            reasons = ood.decided_reasons(problem, (res.nearest, res.nearest_distance), res.model_near,
+                                          bits & DECISION_OUTSIDE, bits & DECISION_UNSURE) if bits & _WORDED else []
         # symptoms: flagged; they send the problem to the vendor only through the calibration (on the A100's
         # logs the model's own pick lost 7.8 % where they fired, cuBLAS 25 %)
         if res.level:
             reasons.append(ood.level_symptom(problem, res.level))
-        order, scores = res.order.tolist(), res.scores.tolist()
         reasons += ood.time_reasons(problem, 2.0 ** scores[0])
-        choice = self.vendor_policy.decide(problem, order, scores, fallback, vendor_near, res.estimate)
+        choice = self.vendor_policy.decide(problem, order, scores, fallback, vendor_near, res.estimate) \
+            if decision is None else self.vendor_policy.decided(order, scores, decision, res.estimate)
         if choice.doubt:
             reasons.append(choice.doubt)
         reasons += ood.served_reasons(running_on)
         configs, est = self.configs, choice.estimate
         top = tuple([(configs[i], 2.0 ** s_) for i, s_ in zip(choice.order[:top_k], choice.scores[:top_k])])
-        return Prediction(top[0][0], top[0][1], top, bool(reasons), tuple(reasons), problem.m, problem.n, problem.k,
-                          self.dtype, problem.layout, self.family, self.device, choice.chosen_by, choice.ratio,
-                          self.floor.margin_log2, epilogue=problem.epilogue,
-                          tile_vendor_estimate=() if est is None else (2.0 ** est.mean_log2,
-                                                                       2.0 ** (est.mean_log2 - 2 * est.sd_log2),
-                                                                       2.0 ** (est.mean_log2 + 2 * est.sd_log2)))
+        return _make_prediction((
+            top[0][0], top[0][1], top, bool(reasons), tuple(reasons), problem.m, problem.n, problem.k, self.dtype,
+            problem.layout, self.family, self.device, choice.chosen_by, choice.ratio, self.floor.margin_log2,
+            (), False, (), "", problem.epilogue,
+            () if est is None else (2.0 ** est.mean_log2, 2.0 ** (est.mean_log2 - 2 * est.sd_log2),
+                                    2.0 ** (est.mean_log2 + 2 * est.sd_log2))))
 
     def predict_many(self, problems, top_k: int = 5, running_on: DeviceSpec | None = None) -> list:
         """:meth:`predict` of each of ``problems`` (a sequence of Problem of
@@ -429,7 +447,7 @@ class Predictor:
         if todo:
             first = [problems[at[0]] for at in todo.values()]
             ranked = self.ranker.rank_many(first, top=top_k + (self.vendor_index is not None), cascade=self.cascade,
-                                           estimate=True)
+                                           estimate=True, decide=True)
             for (key, at), q, res in zip(todo.items(), first, ranked):
                 pred = self._prediction(q, top_k, running_on, res)
                 for i in at:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from costlearn.core.problem import Problem
+from costlearn.ranker.base import CHOSEN_BY, DECISION_DOUBT
 
 __all__ = ["VendorPolicy", "VendorChoice"]
 
@@ -84,7 +85,9 @@ class VendorPolicy:
         or the vendor where the problem is sent to it (``fallback``) or the
         floor keeps it (:meth:`~costlearn.model.vendor_floor.VendorFloor.keeps_vendor`).
         ``estimate``: the problem's :meth:`vendor_estimate` (None without a
-        vendor model), as the ranking gave it (:attr:`costlearn.ranker.RankResult.estimate`)."""
+        vendor model), as the ranking gave it (:attr:`costlearn.ranker.RankResult.estimate`).
+        The twin of ``floor_decision`` in ``_native.c``, whose decision
+        :meth:`decided` reads."""
         vi = self.vendor_index
         if vi is None:
             return VendorChoice(order, scores)
@@ -97,13 +100,36 @@ class VendorPolicy:
         tile = 0 if order[0] != vi else (1 if len(order) > 1 else None)
         if tile is None:
             return VendorChoice(order, scores, "ood_fallback" if fallback else "vendor_floor")
-        ratio = 2.0 ** (scores[tile] - v_score)
-        doubt = self.floor.estimate_reason(estimate)
         chosen_by = "predicted"
         if fallback:
             chosen_by = "ood_fallback"
         elif self.floor.keeps_vendor(scores[tile] - v_score, vendor_near, estimate):
             chosen_by = "vendor_floor"
+        return self._choice(order, scores, tile, chosen_by, v_score, estimate, self.floor.estimate_reason(estimate))
+
+    def decided(self, order: list, scores: list, decision: tuple, estimate) -> VendorChoice:
+        """:meth:`decide`'s answer from the decision the native ranker made
+        in its call (:attr:`costlearn.ranker.RankResult.decision`: the bits,
+        the vendor's score), for the same ranking ``order``/``scores`` and
+        ``estimate``; only the words of the vendor model's doubt are made
+        here, where its bit is set."""
+        vi = self.vendor_index
+        if vi is None:
+            return VendorChoice(order, scores)
+        bits, v_score = decision
+        chosen_by, tile = CHOSEN_BY[bits >> 4 & 3], (bits >> 6 & 3) - 1
+        if tile < 0:
+            return VendorChoice(order, scores, chosen_by)
+        return self._choice(order, scores, tile, chosen_by, v_score, estimate,
+                            self.floor.estimate_reason(estimate) if bits & DECISION_DOUBT else None)
+
+    def _choice(self, order: list, scores: list, tile: int, chosen_by: str, v_score: float, estimate,
+                doubt) -> VendorChoice:
+        """The VendorChoice of a decision: the ranking with the answer first
+        (the best tile config, at ``tile`` in it, or the vendor, whose score
+        is ``v_score``) and the ratio of the two."""
+        vi = self.vendor_index
+        ratio = 2.0 ** (scores[tile] - v_score)
         if chosen_by == "predicted":            # the best tile first, the rest in order
             if tile:
                 order = [order[1], order[0]] + order[2:]

@@ -412,3 +412,57 @@ def test_the_pool_holds_inductors_shrunk_configs_covered_where_inductor_runs_the
     assert cov.mask(2048, 3, 1024)[ids.index("m128n16k32_w4_s3_g8")]                   # the smallest block: N <= 16
     assert not cov.mask(2048, 20, 1 << 20)[at]                                        # K: where its parent ran
     assert cov.mask(2048, 2048, 1024)[ids.index("m128n128k32_w4_s3_g8")]
+
+
+def test_the_native_rankers_decision_is_the_floors_on_every_branch(predictor):
+    """The floor's decision made in the native ranker's one call (``floor_decision`` in _native.c, which
+    predict reads) is :meth:`VendorPolicy.decide`'s on the same ranking, with the same reasons: inside and
+    outside the envelope, flagged by the held-out evidence, with ood_fallback, a margin, the neighbours'
+    vendor rule, the vendor model's rule and doubt, and the vendor pruned by a cascade (scored alone)."""
+    from collections import Counter
+    from costlearn.ranker import make_ranker
+    from costlearn.ranker.base import DECISION_DOUBT, DECISION_OUTSIDE, DECISION_UNSURE
+    from costlearn.serve.ood import OODVerdict
+    from costlearn.serve.vendor_policy import VendorPolicy
+    art, vi = predictor.artifact, predictor.vendor_index
+    flagged = calibrate_floor(_held(), True)
+    flagged.update(unsure_regret=0.05, problems=[row[:5] + [0.5] for row in flagged["problems"]])
+    wide = dict(calibrate_floor(pd.DataFrame(), True), margin_log2=0.3, ood_fallback=True, estimate=[0.0, 1.0],
+                estimate_unsure=1e-6)                # the fixture's members spread ~1e-6 of the estimate
+    floors = [VendorFloor.plain(), VendorFloor(calibrate_floor(_held(), True)), VendorFloor(flagged),
+              VendorFloor(dict(calibrate_floor(_held(), True), vendor_near_min=0.2)), VendorFloor(wide),
+              VendorFloor(dict(calibrate_floor(pd.DataFrame(), True), margin_log2=5.0))]
+    rng = np.random.default_rng(0)
+    problems = [predictor.problem(*(int(v) for v in np.round(2 ** rng.uniform(0, 15, 3))), layout)
+                for layout in predictor.layouts for _ in range(25)]
+    seen = Counter()
+    for floor in floors:
+        for stages in ((), ((8, 5, 0.0),)):
+            ranker = make_ranker(art.candidate_features(), art.scorer.with_cascade(stages), art.envelope,
+                                 art.family.min_tile_caps(art.spec), "native", coverage=art.coverage, vendor=vi,
+                                 evidence=floor, vendor_model=art.vendor_model)
+            policy, ood = VendorPolicy(art, ranker, vi, floor), OODVerdict(art, floor, floor.uses_evidence(True))
+            for q in problems:
+                for top in (2, 6):
+                    res = ranker.rank(q, top=top, estimate=True, decide=True)
+                    order, scores = res.order.tolist(), res.scores.tolist()
+                    reasons, fallback, vendor_near = ood.problem_reasons(q, (res.nearest, res.nearest_distance),
+                                                                         (res.vendor_near, res.model_near))
+                    want = policy.decide(q, order, scores, fallback, vendor_near, res.estimate)
+                    bits = res.decision[0]
+                    got = policy.decided(order, scores, res.decision, res.estimate)
+                    assert (got.order, got.scores, got.chosen_by, got.doubt, got.estimate) == \
+                        (want.order, want.scores, want.chosen_by, want.doubt, want.estimate), (q, floor.floor)
+                    assert got.ratio == want.ratio or (math.isnan(got.ratio) and math.isnan(want.ratio))
+                    assert ood.decided_reasons(q, (res.nearest, res.nearest_distance), res.model_near,
+                                               bits & DECISION_OUTSIDE, bits & DECISION_UNSURE) == reasons
+                    seen.update([want.chosen_by] + ["pruned"] * (vi not in order)
+                                + [name for name, bit in (("outside", DECISION_OUTSIDE), ("unsure", DECISION_UNSURE),
+                                                          ("doubt", DECISION_DOUBT)) if bits & bit])
+    assert set(seen) == {"predicted", "vendor_floor", "ood_fallback", "pruned", "outside", "unsure", "doubt"}, seen
+    # and whole predictions: the native ranker's decision against the numpy ranker's (left to VendorPolicy.decide)
+    twin = type(predictor)(art.path, ranker="numpy")
+    for floor in floors:
+        predictor.floor = twin.floor = floor
+        assert [repr(predictor.predict(q, 3)) for q in problems] == [repr(twin.predict(q, 3)) for q in problems]
+        assert repr(predictor.predict_many(problems, 2)) == repr(twin.predict_many(problems, 2))
