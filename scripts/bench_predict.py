@@ -15,12 +15,13 @@ collection's sampler for the model's device, another seed) and
 - plain: the candidate rule's candidates, their features built by the
   feature set's pandas ``transform``, the model's own ``predict`` (for
   XGBoost, ``inplace_predict`` on one thread), the argmin: *the full model*;
-- unseen: ``Predictor.predict`` on problems it has not seen, back to back,
-  and again each right after a plain call (CPU caches disturbed, as between
-  the calls of a compiler);
-- repeated: ``costlearn.predict_best`` on a problem it answered before,
-  its arguments written out as at a compiler's call site (unpacking a dict
-  of keywords at every call cost 0.7 µs more on this project's VM);
+- unseen: ``costlearn.predict_best`` on problems it has not seen, its
+  arguments written out as at a compiler's call site (unpacking a dict of
+  keywords at every call cost 0.7 µs more on this project's VM), back to
+  back, and again each right after a plain call (CPU caches disturbed, as
+  between the calls of a compiler);
+- repeated: ``costlearn.predict_best`` on a problem it answered before, the
+  same way;
 - batch: ``costlearn.predict_many`` of 30 unseen problems (a graph's fused
   groups), p50 and p99 over the set's batches;
 - NVIDIA's analytical ``nvidia-matmul-heuristics`` (when installed; an
@@ -148,7 +149,7 @@ def _heldout(folder: Path, data_dir: Path, lines: list) -> None:
             times = r.groupby("config_id")["time_us"].median()
             best = times.min()
             res = p.ranker.rank(Problem(*(int(v) for v in g[:3]), p.dtype, g[3]), top=2, cascade=p.cascade)
-            pick = next(p.configs[c].config_id for c in res.order.tolist()
+            pick = next(p.configs[c].config_id for c in res.order
                         if p.configs[c].config_id != VENDOR_CONFIG_ID)
             argmin.append(times[pick] / best - 1.0 if pick in times else math.nan)
         got[name] = (d, np.array(argmin))
@@ -210,11 +211,13 @@ def bench_model(folder: Path, n_shapes: int, seed: int, lines: list) -> bool:
               f"{n_shapes} unseen problems per set (seed {seed}), layout {layout}; one core, one thread", ""]
     ok = True
     kw = dict(device=pred.device, family=pred.family, dtype=pred.dtype, models_dir=str(folder.resolve().parents[2]))
+    dev, fam, dt, md = kw["device"], kw["family"], kw["dtype"], kw["models_dir"]
+    served = load_predictor(dev, fam, dt, md)                   # what costlearn.predict_best answers with
     for name, shapes in sets.items():
         problems = [pred.problem(*s, layout) for s in shapes]
-        for q in problems[:20]:                                  # warm-up: imports, caches, branch predictors
+        for q, (m, n, k) in zip(problems[:20], shapes):        # warm-up: imports, caches, branch predictors
             plain(q)
-            pred.predict(q)
+            costlearn.predict_best(m, n, k, dt, dev, family=fam, layout=layout, models_dir=md)
         t_plain, t_cold, t_mixed, t_rep, t_nv, t_batch, agree, used = [], [], [], [], [], [], 0, 0
         best = {}
         gc.collect()
@@ -223,29 +226,28 @@ def bench_model(folder: Path, n_shapes: int, seed: int, lines: list) -> bool:
             t0 = time.perf_counter()
             best[q] = plain(q)
             t_plain.append(time.perf_counter() - t0)
-        pred.clear_results()
+        served.clear_results()
         if nv_query is not None:
             for s in shapes[:20]:
                 nv_query(*s)
-        for q, s in zip(problems, shapes):                      # 2. unseen problems back to back, each with
-            t0 = time.perf_counter()                            # NVIDIA's top-1 of it right after, so that a
-            pred.predict(q)                                     # drifting machine moves both alike
-            t_cold.append(time.perf_counter() - t0)
-            if nv_query is not None:
+        for m, n, k in shapes:                                  # 2. unseen problems back to back, as a compiler
+            t0 = time.perf_counter()                            # calls (module level, arguments written out),
+            costlearn.predict_best(m, n, k, dt, dev, family=fam, layout=layout, models_dir=md)
+            t_cold.append(time.perf_counter() - t0)             # each with NVIDIA's top-1 of it right after, so
+            if nv_query is not None:                            # that a drifting machine moves both alike
                 t0 = time.perf_counter()
-                nv_query(*s)
+                nv_query(m, n, k)
                 t_nv.append(time.perf_counter() - t0)
         for q in problems:                                      # (not timed) the ranking's best vs the full model's
             res = pred.ranker.rank(q, top=6)
             agree += int(res.order[0]) == best[q]
             used += res.shortlist
-        pred.clear_results()
-        for q in problems:                                      # 3. unseen, each after a plain call
+        served.clear_results()
+        for q, (m, n, k) in zip(problems, shapes):              # 3. unseen, each after a plain call
             plain(q)
             t0 = time.perf_counter()
-            pred.predict(q)
+            costlearn.predict_best(m, n, k, dt, dev, family=fam, layout=layout, models_dir=md)
             t_mixed.append(time.perf_counter() - t0)
-        served = load_predictor(kw["device"], kw["family"], kw["dtype"], kw["models_dir"])
         costlearn.predict_many([s + (layout,) for s in shapes[:BATCH]], **kw)   # 4. batches of a graph
         served.clear_results()
         for i in range(0, len(shapes) - BATCH + 1, BATCH):
@@ -253,7 +255,6 @@ def bench_model(folder: Path, n_shapes: int, seed: int, lines: list) -> bool:
             costlearn.predict_many([s + (layout,) for s in shapes[i:i + BATCH]], **kw)
             t_batch.append(time.perf_counter() - t0)
         # 5. repeated problems, module-level call, the arguments written out as a compiler's call site has them
-        dev, fam, dt, md = kw["device"], kw["family"], kw["dtype"], kw["models_dir"]
         for m, n, k in shapes:
             costlearn.predict_best(m, n, k, dt, dev, family=fam, layout=layout, models_dir=md)
         for m, n, k in shapes:

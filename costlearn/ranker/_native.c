@@ -45,6 +45,8 @@
 #define OUTSIDE 2          /* outside the training envelope: Envelope.reasons is not empty */
 #define UNSURE 4           /* the held-out evidence flags the problem: VendorFloor.unsure_reason */
 #define DOUBT 8            /* the vendor model doubts the decision: VendorFloor.estimate_reason */
+#define TIME 256           /* the best time may beat the device's limits: OODVerdict.time_reasons may say so */
+#define NEAR_LIMIT (1.0 + 0x1p-40)   /* TIME's slack: far above the roundings of 2*m*n*k in doubles */
 
 #if defined(__GNUC__) || defined(__clang__)
 #define PREFETCH(p) __builtin_prefetch(p)
@@ -589,8 +591,10 @@ static void vendor_estimate(int64_t m, int64_t n, int64_t k, const double x[3], 
 /* The floor's decision for problem (m, n, k) ranked into out_index/out_score[0..got): the twin of
  * costlearn.serve.ood.OODVerdict.problem_reasons (whether the envelope, the held-out evidence flag the
  * problem and whether that sends it to the vendor) and costlearn.serve.vendor_policy.VendorPolicy.decide
- * (the tile or the vendor; the vendor model's doubt), the same comparisons in the same order. Writes
- * ctx->decision (DECIDED | OUTSIDE | UNSURE | DOUBT, chosen << 4 with 0 "predicted", 1 "vendor_floor",
+ * (the tile or the vendor; the vendor model's doubt), the same comparisons in the same order, and
+ * whether the ranking's best time may beat the device's limits (TIME, set within NEAR_LIMIT of them:
+ * Python's test compares against the exact integer 2*m*n*k). Writes
+ * ctx->decision (DECIDED | OUTSIDE | UNSURE | DOUBT | TIME, chosen << 4 with 0 "predicted", 1 "vendor_floor",
  * 2 "ood_fallback", and (tile + 1) << 6: the place of the best tile config in the ranking, -1 where
  * the vendor is the only candidate ranked) and ctx->v_score, the vendor's score (its full score, every
  * tree, where the ranking left it out, as Ranker.rank of it alone). The words of each reason, and the
@@ -602,6 +606,14 @@ static void floor_decision(int64_t m, int64_t n, int64_t k, int32_t got, int32_t
     if (!(sqrt(ctx->nearest_d2) <= ctx->env_threshold && ctx->env_lo[0] <= mf && mf <= ctx->env_hi[0]
           && ctx->env_lo[1] <= nf && nf <= ctx->env_hi[1] && ctx->env_lo[2] <= kf && kf <= ctx->env_hi[2]))
         flags |= OUTSIDE;
+    if (got > 0 && (ctx->tr_peak > 0.0 || ctx->tr_bw > 0.0)) {   /* OODVerdict.time_reasons, conservatively */
+        const double best_us = pow(2.0, ctx->out_score[0]);
+        const double traffic = (double)((uint64_t)m * (uint64_t)k + (uint64_t)k * (uint64_t)n
+                                        + (uint64_t)m * (uint64_t)n) * ctx->tr_elem;
+        if ((ctx->tr_peak > 0.0 && best_us * ctx->tr_peak < 2.0 * mf * nf * kf * NEAR_LIMIT)
+            || (ctx->tr_bw > 0.0 && traffic > ctx->tr_l2 && best_us * ctx->tr_bw < traffic * NEAR_LIMIT))
+            flags |= TIME;
+    }
     int32_t fallback = (flags & OUTSIDE) && ctx->fl_ood_fallback;
     double vendor_near = NAN;
     if (ctx->fl_uses_evidence) {

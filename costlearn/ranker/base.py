@@ -14,7 +14,7 @@ from costlearn.collect.space import tile_fits_problem
 from costlearn.core.util import check_int
 
 __all__ = ["Ranker", "RankResult", "LEVEL_COVERED", "LEVEL_FITTING", "LEVEL_ALL", "DECISION_OUTSIDE",
-           "DECISION_UNSURE", "DECISION_DOUBT", "CHOSEN_BY"]
+           "DECISION_UNSURE", "DECISION_DOUBT", "DECISION_TIME", "DECISION_PLAIN", "CHOSEN_BY"]
 
 LEVEL_COVERED = 0
 """Candidate rule level: the tile configs that fit the problem and were
@@ -34,6 +34,15 @@ DECISION_UNSURE = 4
 DECISION_DOUBT = 8
 """Bit: the vendor model doubts the decision
 (:meth:`costlearn.model.vendor_floor.VendorFloor.estimate_reason`)."""
+DECISION_TIME = 256
+"""Bit: the best predicted time may be faster than the device's peak or
+memory bandwidth allows (:meth:`costlearn.serve.ood.OODVerdict.time_reasons`
+says whether it is; the bit is set within a relative 2**-40 of either limit,
+so where it is clear, neither holds)."""
+DECISION_PLAIN = 1 | 1 << 6
+"""The whole decision of a problem with nothing to say: decided, no bit
+flagged, the ranking's best tile config first (chosen ``predicted``, tile
+0) or no vendor candidate."""
 CHOSEN_BY = ("predicted", "vendor_floor", "ood_fallback")
 """``chosen_by`` of a decision, by its code (bits 4-5 of :attr:`RankResult.decision`)."""
 
@@ -44,12 +53,13 @@ class RankResult(NamedTuple):
 
     Attributes
     ----------
-    order : ndarray of int, shape (R,)
+    order : list of int, length R
         Candidate indices, best (lowest score) first. With the cascade only
         its survivors are listed.
-    scores : ndarray of float64, shape (R,)
+    scores : list of float, length R
         Their scores (log2 predicted time in microseconds for models that
-        predict time), ascending.
+        predict time), ascending. (Python lists: their reader is Python code
+        building a Prediction; ``numpy.asarray`` makes arrays of them.)
     nearest : int
         Index of the nearest training problem in the envelope's list
         (-1 when the envelope is empty).
@@ -78,7 +88,8 @@ class RankResult(NamedTuple):
         The floor's decision, where the ranking was asked for it
         (``rank(..., decide=True)``, no mask) and the ranker makes it (the
         native ranker with a floor): bits (:data:`DECISION_OUTSIDE`,
-        :data:`DECISION_UNSURE`, :data:`DECISION_DOUBT`; the ``chosen_by``
+        :data:`DECISION_UNSURE`, :data:`DECISION_DOUBT`,
+        :data:`DECISION_TIME`; the ``chosen_by``
         code, :data:`CHOSEN_BY`, in bits 4-5; the place of the best tile
         config in :attr:`order` plus one in bits 6-7, 0 where the vendor is
         the only candidate) and the vendor candidate's score (NaN without
@@ -87,8 +98,8 @@ class RankResult(NamedTuple):
         (:meth:`~costlearn.serve.vendor_policy.VendorPolicy.decide`).
     """
 
-    order: np.ndarray
-    scores: np.ndarray
+    order: list
+    scores: list
     nearest: int
     nearest_distance: float
     fits: bool
@@ -127,12 +138,16 @@ class Ranker(abc.ABC):
     vendor_model : costlearn.model.vendor.VendorModel, optional
         With ``vendor``: the model whose estimate ``rank(..., estimate=True)``
         reports (:attr:`RankResult.estimate`), in the same call.
+    time_limits : tuple of float, optional
+        :attr:`costlearn.serve.ood.OODVerdict.time_limits`: with them, the
+        native ranker's decision says where a predicted time may be faster
+        than the device allows (:data:`DECISION_TIME`).
     """
 
     name = ""
 
     def __init__(self, features, scorer, envelope, min_tile_caps, *, coverage=None, vendor: int | None = None,
-                 evidence=None, shortlist=None, vendor_model=None):
+                 evidence=None, shortlist=None, vendor_model=None, time_limits=None):
         if scorer.n_features != len(features.names):
             raise ValueError(f"the scorer reads {scorer.n_features} features, the candidates have "
                              f"{len(features.names)}")
@@ -151,6 +166,7 @@ class Ranker(abc.ABC):
             shortlist.check(self)
         self.shortlist = shortlist
         self.vendor_model = vendor_model if vendor is not None else None
+        self.time_limits = None if time_limits is None else tuple(float(v) for v in time_limits)
 
     def candidate_rule(self, problem) -> tuple[np.ndarray, int]:
         """The candidates ranked for ``problem`` when no mask is given, and

@@ -120,6 +120,8 @@ class RankContext(ctypes.Structure):
         ("fl_uses_evidence", _I32), ("fl_ood_fallback", _I32),
         ("fl_unsure_regret", _D), ("fl_margin", _D), ("fl_vendor_near_min", _D),
         ("fl_est_on", _I32), ("fl_est_margin", _D), ("fl_est_z", _D), ("fl_est_unsure", _D),
+        ("tr_peak", _D), ("tr_bw", _D),   # flop and DRAM bytes per us a time is checked against, 0: not checked
+        ("tr_l2", _D), ("tr_elem", _D),   # L2 bytes, element bytes (OODVerdict.time_limits)
         # scratch, one set per calling thread
         ("X", _P), ("Xk", _P),    # float* [n_cands x n_features]
         ("work", _P),             # costlearn_scored* [n_cands]
@@ -165,6 +167,25 @@ the layout's, are each context's ``v_tail``."""
 
 SCORED_DTYPE = np.dtype([("score", "<f8"), ("index", "<i4")], align=True)
 """Layout of ``costlearn_scored`` (the sort's records, 16 bytes)."""
+
+
+_OUTPUTS = ("nearest", "nearest_d2", "fits", "level", "vendor_near", "model_near", "used_table", "v_mean", "v_sd",
+            "decision", "v_score")
+"""The scalar outputs of a ranking, read in one call (:data:`OUTPUTS_DTYPE`)."""
+
+
+def _outputs_dtype() -> np.dtype:
+    fields = dict(RankContext._fields_)
+    base = getattr(RankContext, _OUTPUTS[0]).offset
+    last = getattr(RankContext, _OUTPUTS[-1])
+    return np.dtype(dict(names=list(_OUTPUTS), formats=[{_I32: "<i4", _D: "<f8"}[fields[f]] for f in _OUTPUTS],
+                         offsets=[getattr(RankContext, f).offset - base for f in _OUTPUTS],
+                         itemsize=last.offset + last.size - base))
+
+
+OUTPUTS_DTYPE = _outputs_dtype()
+"""A numpy view of :class:`RankContext`'s scalar outputs (nearest ...
+v_score, at their offsets): its ``item()`` reads them all in one call."""
 
 
 def c_header() -> str:
@@ -429,6 +450,8 @@ class NativeRanker(Ranker):
                 fl_unsure_regret=fl.unsure_regret, fl_margin=fl.margin_log2, fl_vendor_near_min=fl.vendor_near_min,
                 fl_est_on=int(fl.estimate is not None), fl_est_margin=est_margin, fl_est_z=est_z,
                 fl_est_unsure=fl.estimate_unsure)
+            if self.time_limits is not None:
+                self._const.update(zip(("tr_peak", "tr_bw", "tr_l2", "tr_elem"), self.time_limits))
             self._env_bounds = envelope.extent_bounds
         self._decides = fl is not None
         self._embed = [float(v) for v in EMBED.ravel()]
@@ -438,8 +461,9 @@ class NativeRanker(Ranker):
 
     def _new_context(self, layout: str, *, table: bool = True, epilogue: str = "none"):
         """A context for problems of ``layout`` and ``epilogue`` with its own
-        scratch and output arrays: (RankContext, its pointer, out_index,
-        out_score, arrays kept alive). The shortlist table, built for
+        scratch and output arrays: (RankContext, its pointer, out_index and
+        out_score as memoryviews, a callable reading its scalar outputs
+        (:data:`OUTPUTS_DTYPE`) as a tuple, arrays kept alive). The shortlist table, built for
         epilogue-free problems, is left out (NULL) for another epilogue."""
         c, f = self.n_candidates, len(self.features.names) + 1     # the sentinel column last
         lay_arrays, n_ev, ev_k = self._layout_arrays[layout]
@@ -467,7 +491,9 @@ class NativeRanker(Ranker):
         if sl is not None:
             rc.tab_n[:] = list(sl.n)
             rc.tab_step, rc.tab_width, rc.tab_trees = sl.step, sl.width, sl.trees
-        return rc, ctypes.byref(rc), arrays["out_index"], arrays["out_score"], (arrays, lay_arrays)
+        outputs = np.ndarray((), OUTPUTS_DTYPE, buffer=rc, offset=getattr(RankContext, _OUTPUTS[0]).offset)
+        return rc, ctypes.byref(rc), memoryview(arrays["out_index"]), memoryview(arrays["out_score"]), \
+            outputs.item, (arrays, lay_arrays)
 
     def _context(self, layout: str, epilogue: str = "none"):
         """This thread's context for problems of ``layout`` and ``epilogue``."""
@@ -487,17 +513,18 @@ class NativeRanker(Ranker):
         key = (problem.layout if problem.layout in self._templates else self._first_layout, problem.epilogue)
         by_layout = getattr(self._tls, "by_layout", None)
         ctx = (by_layout.get(key) if by_layout is not None else None) or self._context(*key)
-        rc, ref, out_index, out_score, _ = ctx
+        _, ref, out_index, out_score, outputs, _ = ctx
         if mask is not None:
             mask = self.check_mask(mask)
         estimate = estimate and self.vendor_model is not None
         got = self._rank(problem.m, problem.n, problem.k, None if mask is None else mask.ctypes.data, top,
                          self._mode(cascade, shortlist) | (RANK_ESTIMATE if estimate else 0)
                          | (RANK_DECIDE if decide else 0), ref)
-        return RankResult(out_index[:got].copy(), out_score[:got].copy(), rc.nearest, math.sqrt(rc.nearest_d2),
-                          rc.fits != 0, rc.level, math.expm1(rc.vendor_near), math.expm1(rc.model_near),
-                          rc.used_table != 0, VendorEstimate(rc.v_mean, rc.v_sd) if estimate else None,
-                          (rc.decision, rc.v_score) if rc.decision else None)
+        near, d2, fits, level, vnear, mnear, used, v_mean, v_sd, decision, v_score = outputs()
+        return RankResult(out_index[:got].tolist(), out_score[:got].tolist(), near, math.sqrt(d2), fits != 0, level,
+                          math.expm1(vnear), math.expm1(mnear), used != 0,
+                          VendorEstimate(v_mean, v_sd) if estimate else None,
+                          (decision, v_score) if decision else None)
 
     def vendor_estimate(self, problem):
         """:meth:`Ranker.vendor_estimate` in C: ``costlearn_rank`` with the
@@ -556,8 +583,8 @@ class NativeRanker(Ranker):
             decisions = [(d, v) if d else None for d, v in zip(decision.tolist(), v_score.tolist())]
             for j, (i, c, lv, u, near) in enumerate(zip(idx, count.tolist(), level.tolist(), used.tolist(),
                                                         nearest.tolist())):
-                out[i] = RankResult(index[j, :c], score[j, :c], near, dist[j], lv < 2, lv, vnear[j], mnear[j],
-                                    u != 0, ests[j], decisions[j])
+                out[i] = RankResult(index[j, :c].tolist(), score[j, :c].tolist(), near, dist[j], lv < 2, lv,
+                                    vnear[j], mnear[j], u != 0, ests[j], decisions[j])
         return out
 
     def shortlist_lists(self, layout: str, shapes, tiles: int, trees: int):
@@ -571,7 +598,7 @@ class NativeRanker(Ranker):
         """
         shapes = np.ascontiguousarray(shapes, np.int64).reshape(-1, 3)
         width = tiles + (self.vendor is not None)
-        rc, ref, _, _, keep = self._new_context(layout, table=False)
+        rc, ref, _, _, _, keep = self._new_context(layout, table=False)
         rc.tab_trees = trees
         index = np.empty((len(shapes), width), np.int16)
         resid = np.empty((len(shapes), width), np.float32)

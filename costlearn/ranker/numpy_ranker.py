@@ -47,7 +47,8 @@ class NumpyRanker(Ranker):
                 and problem.epilogue == "none":               # the table is built for epilogue-free problems
             got = self.shortlist.rank_numpy(self, problem, cand, top)
             if got is not None:
-                return RankResult(got[0], got[1], int(near), float(dist), fits, level, vnear, mnear, True, est)
+                return RankResult(got[0].tolist(), got[1].tolist(), int(near), float(dist), fits, level, vnear, mnear,
+                                  True, est)
         X = self.features.numpy(m, n, k, cand, problem.layout, problem.epilogue)
         sc = self.scorer
         forest = sc.forest
@@ -74,5 +75,5 @@ class NumpyRanker(Ranker):
             if keep < len(live):                           # the keep best, and the rest within the margin
                 cut = int(np.searchsorted(score, score[keep - 1] + margin, side="right"))
                 live, score = live[:cut], score[:cut]
-        return RankResult(cand[live].astype(np.int32), score, int(near), float(dist), fits, level, vnear, mnear,
+        return RankResult(cand[live].tolist(), score.tolist(), int(near), float(dist), fits, level, vnear, mnear,
                           False, est)

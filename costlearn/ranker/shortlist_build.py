@@ -38,12 +38,12 @@ def build_lists_numpy(ranker, layout: str, shapes: np.ndarray, tiles: int, trees
         if res.level == LEVEL_ALL or not len(res.order):
             continue
         listed, full = [], []
-        for c, s in zip(res.order.tolist(), res.scores.tolist()):
+        for c, s in zip(res.order, res.scores):
             if c != vendor and len(listed) < tiles:
                 listed.append(c)
                 full.append(s)
         if vendor is not None:
-            hit = [s for c, s in zip(res.order.tolist(), res.scores.tolist()) if c == vendor]
+            hit = [s for c, s in zip(res.order, res.scores) if c == vendor]
             if not hit:
                 only = np.zeros(ranker.n_candidates, bool)
                 only[vendor] = True

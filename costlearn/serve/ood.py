@@ -74,6 +74,15 @@ class OODVerdict:
         self._bytes_per_us = self.spec.memory_bandwidth_gbps * 1e3 if predicts_time else None
         self._l2_bytes = self.spec.l2_bytes
 
+    @property
+    def time_limits(self) -> tuple:
+        """What :meth:`time_reasons` checks a predicted time against: (peak
+        flop per microsecond, DRAM bytes per microsecond, L2 bytes, element
+        bytes), a rate 0.0 where it is not checked (a model that predicts no
+        time); the native ranker's ``tr_*`` (its DECISION_TIME bit)."""
+        return (self._peak_flop_per_us or 0.0, self._bytes_per_us or 0.0, float(self._l2_bytes),
+                float(self._element_bytes))
+
     def problem_reasons(self, problem: Problem, nearest: tuple | None = None,
                         evidence: tuple | None = None) -> tuple[list, bool, float]:
         """Why ``problem`` is out of distribution (the extent envelope and the

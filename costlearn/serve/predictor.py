@@ -14,6 +14,8 @@ neither the collection loop nor a backend.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from costlearn.core.device import DeviceSpec
@@ -24,7 +26,7 @@ from costlearn.features import CandidateFeatures, ConfigTable, get_feature_set
 from costlearn.model import artifact as _artifact
 from costlearn.model.store import LoadedModels, ModelKey
 from costlearn.ranker import make_ranker
-from costlearn.ranker.base import DECISION_OUTSIDE, DECISION_UNSURE
+from costlearn.ranker.base import DECISION_OUTSIDE, DECISION_PLAIN, DECISION_TIME, DECISION_UNSURE
 from costlearn.collect.space import tile_fits_problem
 from costlearn.serve.ood import OODVerdict
 from costlearn.serve.prediction import Prediction
@@ -132,13 +134,14 @@ class Predictor:
     def floor(self, floor) -> None:
         art, (name, shortlist) = self.artifact, self._ranker_args
         self._floor = floor
+        # the floor's evidence is looked up only where it can change an answer
+        self.ood = ood = OODVerdict(art, floor, floor.uses_evidence(self.vendor_index is not None))
         self.ranker = ranker = make_ranker(art.candidate_features(), art.scorer, art.envelope,
                                            art.family.min_tile_caps(art.spec), name, coverage=art.coverage,
                                            vendor=self.vendor_index, evidence=floor,
                                            shortlist=art.shortlist if shortlist else None,
-                                           vendor_model=art.vendor_model)
-        # the floor's evidence is looked up only where it can change an answer
-        self.ood = OODVerdict(art, floor, floor.uses_evidence(self.vendor_index is not None))
+                                           vendor_model=art.vendor_model, time_limits=ood.time_limits)
+        self._says_nothing = not ood.identity_reasons     # a plain decision then makes a Prediction of no reason
         self.vendor_policy = VendorPolicy(art, ranker, self.vendor_index, floor)
         # a new dict, not clear(): a copy of this Predictor given another floor must not empty (or fill) the
         # cache of the one it was copied from
@@ -248,7 +251,7 @@ class Predictor:
         """
         check_instance("problem", problem, Problem, "a costlearn.Problem (Predictor.problem(M, N, K))")
         res = self.ranker.rank(problem, mask, top=len(self.configs), cascade=False)
-        return [self.configs[i] for i in res.order.tolist()], np.exp2(res.scores)
+        return [self.configs[i] for i in res.order], np.exp2(res.scores)
 
     def score_configs(self, problem: Problem, configs) -> np.ndarray:
         """Predicted times of any configs of this model's family for
@@ -388,31 +391,50 @@ class Predictor:
         vendor model's estimate, and the floor's decision where the ranker
         made it): the reasons (:attr:`ood`), the vendor floor
         (:attr:`vendor_policy`), the top k."""
-        ood = self.ood
-        order, scores = res.order.tolist(), res.scores.tolist()
+        order, scores = res.order, res.scores
         decision = res.decision
+        if decision is not None and decision[0] == DECISION_PLAIN and not res.level and running_on is None \
+                and self._says_nothing:         # nothing to say, the ranking's order is the answer: no policy
+            if self.vendor_index is None:
+                return self._made(problem, top_k, order, scores, (), "predicted", math.nan, None)
+            return self._made(problem, top_k, order, scores, (), "predicted", 2.0 ** (scores[0] - decision[1]),
+                              res.estimate)
+        ood = self.ood
         if decision is None:                    # the ranker left the decision to us
             reasons, fallback, vendor_near = ood.problem_reasons(problem, (res.nearest, res.nearest_distance),
                                                                  (res.vendor_near, res.model_near))
+            time_may = True
         else:                                   # the ranker decided in its call: only the words are made here
             bits = decision[0]
             reasons = ood.decided_reasons(problem, (res.nearest, res.nearest_distance), res.model_near,
                                           bits & DECISION_OUTSIDE, bits & DECISION_UNSURE) if bits & _WORDED else []
+            time_may = bits & DECISION_TIME
         # symptoms: flagged; they send the problem to the vendor only through the calibration (on the A100's
         # logs the model's own pick lost 7.8 % where they fired, cuBLAS 25 %)
         if res.level:
             reasons.append(ood.level_symptom(problem, res.level))
-        reasons += ood.time_reasons(problem, 2.0 ** scores[0])
+        if time_may:
+            reasons += ood.time_reasons(problem, 2.0 ** scores[0])
         choice = self.vendor_policy.decide(problem, order, scores, fallback, vendor_near, res.estimate) \
             if decision is None else self.vendor_policy.decided(order, scores, decision, res.estimate)
         if choice.doubt:
             reasons.append(choice.doubt)
-        reasons += ood.served_reasons(running_on)
-        configs, est = self.configs, choice.estimate
-        top = tuple([(configs[i], 2.0 ** s_) for i, s_ in zip(choice.order[:top_k], choice.scores[:top_k])])
+        if running_on is not None or not self._says_nothing:
+            reasons += ood.served_reasons(running_on)
+        return self._made(problem, top_k, choice.order, choice.scores, tuple(reasons), choice.chosen_by,
+                          choice.ratio, choice.estimate)
+
+    def _made(self, problem: Problem, top_k: int, order: list, scores: list, reasons: tuple, chosen_by: str,
+              ratio: float, est) -> Prediction:
+        """The Prediction of ``problem``: the answer ``order``/``scores``
+        (candidates and log2 times, the answer first), its ``reasons``, how
+        it was chosen, the tile/vendor ``ratio`` and the vendor model's
+        estimate ``est`` (None: none)."""
+        configs = self.configs
+        top = tuple([(configs[i], 2.0 ** s_) for i, s_ in zip(order[:top_k], scores[:top_k])])
         return _make_prediction((
-            top[0][0], top[0][1], top, bool(reasons), tuple(reasons), problem.m, problem.n, problem.k, self.dtype,
-            problem.layout, self.family, self.device, choice.chosen_by, choice.ratio, self.floor.margin_log2,
+            top[0][0], top[0][1], top, bool(reasons), reasons, problem.m, problem.n, problem.k, self.dtype,
+            problem.layout, self.family, self.device, chosen_by, ratio, self.floor.margin_log2,
             (), False, (), "", problem.epilogue,
             () if est is None else (2.0 ** est.mean_log2, 2.0 ** (est.mean_log2 - 2 * est.sd_log2),
                                     2.0 ** (est.mean_log2 + 2 * est.sd_log2))))

@@ -421,7 +421,7 @@ def test_the_native_rankers_decision_is_the_floors_on_every_branch(predictor):
     vendor rule, the vendor model's rule and doubt, and the vendor pruned by a cascade (scored alone)."""
     from collections import Counter
     from costlearn.ranker import make_ranker
-    from costlearn.ranker.base import DECISION_DOUBT, DECISION_OUTSIDE, DECISION_UNSURE
+    from costlearn.ranker.base import DECISION_DOUBT, DECISION_OUTSIDE, DECISION_PLAIN, DECISION_TIME, DECISION_UNSURE
     from costlearn.serve.ood import OODVerdict
     from costlearn.serve.vendor_policy import VendorPolicy
     art, vi = predictor.artifact, predictor.vendor_index
@@ -438,14 +438,15 @@ def test_the_native_rankers_decision_is_the_floors_on_every_branch(predictor):
     seen = Counter()
     for floor in floors:
         for stages in ((), ((8, 5, 0.0),)):
+            ood = OODVerdict(art, floor, floor.uses_evidence(True))
             ranker = make_ranker(art.candidate_features(), art.scorer.with_cascade(stages), art.envelope,
                                  art.family.min_tile_caps(art.spec), "native", coverage=art.coverage, vendor=vi,
-                                 evidence=floor, vendor_model=art.vendor_model)
-            policy, ood = VendorPolicy(art, ranker, vi, floor), OODVerdict(art, floor, floor.uses_evidence(True))
+                                 evidence=floor, vendor_model=art.vendor_model, time_limits=ood.time_limits)
+            policy = VendorPolicy(art, ranker, vi, floor)
             for q in problems:
                 for top in (2, 6):
                     res = ranker.rank(q, top=top, estimate=True, decide=True)
-                    order, scores = res.order.tolist(), res.scores.tolist()
+                    order, scores = res.order, res.scores
                     reasons, fallback, vendor_near = ood.problem_reasons(q, (res.nearest, res.nearest_distance),
                                                                          (res.vendor_near, res.model_near))
                     want = policy.decide(q, order, scores, fallback, vendor_near, res.estimate)
@@ -456,10 +457,14 @@ def test_the_native_rankers_decision_is_the_floors_on_every_branch(predictor):
                     assert got.ratio == want.ratio or (math.isnan(got.ratio) and math.isnan(want.ratio))
                     assert ood.decided_reasons(q, (res.nearest, res.nearest_distance), res.model_near,
                                                bits & DECISION_OUTSIDE, bits & DECISION_UNSURE) == reasons
+                    timed = ood.time_reasons(q, 2.0 ** scores[0])
+                    assert bits & DECISION_TIME or not timed, q             # clear: no time reason, for sure
                     seen.update([want.chosen_by] + ["pruned"] * (vi not in order)
                                 + [name for name, bit in (("outside", DECISION_OUTSIDE), ("unsure", DECISION_UNSURE),
-                                                          ("doubt", DECISION_DOUBT)) if bits & bit])
-    assert set(seen) == {"predicted", "vendor_floor", "ood_fallback", "pruned", "outside", "unsure", "doubt"}, seen
+                                                          ("doubt", DECISION_DOUBT)) if bits & bit]
+                                + ["timed"] * bool(timed) + ["plain"] * (bits == DECISION_PLAIN))
+    assert set(seen) == {"predicted", "vendor_floor", "ood_fallback", "pruned", "outside", "unsure", "doubt", "timed",
+                         "plain"}, seen
     # and whole predictions: the native ranker's decision against the numpy ranker's (left to VendorPolicy.decide)
     twin = type(predictor)(art.path, ranker="numpy")
     for floor in floors:

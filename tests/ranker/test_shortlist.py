@@ -140,7 +140,7 @@ def test_the_candidate_rule_is_the_predictors_mask(pred, problems):
     for q in problems:
         mask, level = pred.ranker.candidate_rule(q)
         res = pred.ranker.rank(q, top=len(pred.configs), cascade=False, shortlist=False)
-        assert sorted(res.order.tolist()) == np.flatnonzero(mask).tolist() and res.level == level, q
+        assert sorted(res.order) == np.flatnonzero(mask).tolist() and res.level == level, q
         assert np.array_equal(pred.candidate_mask(q), mask)
 
 
@@ -180,10 +180,10 @@ def test_at_a_grid_point_the_table_scores_its_own_list_like_the_full_scorer(pred
             continue
         checked += 1
         full = rk.rank(q, top=4, cascade=False)
-        score = dict(zip(full.order.tolist(), full.scores.tolist()))
+        score = dict(zip(full.order, full.scores))
         own = set(idx[p][idx[p] >= 0].tolist())
         assert int(full.order[0]) in own, q
-        for c, s in zip(res.order.tolist(), res.scores.tolist()):
+        for c, s in zip(res.order, res.scores):
             if c in own:
                 assert s == pytest.approx(score[c], abs=1e-5), (q, c)
     assert checked > 100
@@ -286,4 +286,4 @@ def test_a_ranking_of_a_given_mask_never_uses_the_table(pred, table, problems):
         for q in problems[:40]:
             mask, _ = r.candidate_rule(q)
             res = r.rank(q, mask, top=int(mask.sum()))
-            assert not res.shortlist and sorted(res.order.tolist()) == np.flatnonzero(mask).tolist(), (name, q)
+            assert not res.shortlist and sorted(res.order) == np.flatnonzero(mask).tolist(), (name, q)
