@@ -391,14 +391,7 @@ class Predictor:
         vendor model's estimate, and the floor's decision where the ranker
         made it): the reasons (:attr:`ood`), the vendor floor
         (:attr:`vendor_policy`), the top k."""
-        order, scores = res.order, res.scores
-        decision = res.decision
-        if decision is not None and decision[0] == DECISION_PLAIN and not res.level and running_on is None \
-                and self._says_nothing:         # nothing to say, the ranking's order is the answer: no policy
-            if self.vendor_index is None:
-                return self._made(problem, top_k, order, scores, (), "predicted", math.nan, None)
-            return self._made(problem, top_k, order, scores, (), "predicted", 2.0 ** (scores[0] - decision[1]),
-                              res.estimate)
+        order, scores, decision = res.order, res.scores, res.decision
         ood = self.ood
         if decision is None:                    # the ranker left the decision to us
             reasons, fallback, vendor_near = ood.problem_reasons(problem, (res.nearest, res.nearest_distance),
@@ -413,6 +406,12 @@ class Predictor:
         # logs the model's own pick lost 7.8 % where they fired, cuBLAS 25 %)
         if res.level:
             reasons.append(ood.level_symptom(problem, res.level))
+        if decision is not None and bits & ~_WORDED == DECISION_PLAIN and running_on is None and self._says_nothing:
+            # the ranking's best tile is the answer and nothing else is flagged: no policy, no other reason
+            if self.vendor_index is None:
+                return self._made(problem, top_k, order, scores, tuple(reasons), "predicted", math.nan, None)
+            return self._made(problem, top_k, order, scores, tuple(reasons), "predicted",
+                              2.0 ** (scores[0] - decision[1]), res.estimate)
         if time_may:
             reasons += ood.time_reasons(problem, 2.0 ** scores[0])
         choice = self.vendor_policy.decide(problem, order, scores, fallback, vendor_near, res.estimate) \
