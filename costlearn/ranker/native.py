@@ -303,6 +303,8 @@ def _build(target: Path) -> None:
     raise OSError("no C compiler worked: " + ("; ".join(errors) or "none found"))
 
 
+_make_rank_result, _make_estimate = RankResult._make, VendorEstimate._make
+
 _WALKED = weakref.WeakKeyDictionary()
 """FlatForest -> its nodes as the C walk reads them (:func:`walked_nodes`),
 made once per forest in a process (a second load of a model reuses its
@@ -462,9 +464,10 @@ class NativeRanker(Ranker):
     def _new_context(self, layout: str, *, table: bool = True, epilogue: str = "none"):
         """A context for problems of ``layout`` and ``epilogue`` with its own
         scratch and output arrays: (RankContext, its pointer, out_index and
-        out_score as memoryviews, a callable reading its scalar outputs
-        (:data:`OUTPUTS_DTYPE`) as a tuple, arrays kept alive). The shortlist table, built for
-        epilogue-free problems, is left out (NULL) for another epilogue."""
+        out_score as memoryviews, a callable reading its scalar outputs as a
+        tuple (:data:`OUTPUTS_DTYPE`), arrays kept alive). The shortlist
+        table, built for epilogue-free problems, is left out (NULL) for
+        another epilogue."""
         c, f = self.n_candidates, len(self.features.names) + 1     # the sentinel column last
         lay_arrays, n_ev, ev_k = self._layout_arrays[layout]
         arrays = dict(X=np.empty((c, f), np.float32), Xk=np.empty((c, f), np.float32),
@@ -518,13 +521,15 @@ class NativeRanker(Ranker):
             mask = self.check_mask(mask)
         estimate = estimate and self.vendor_model is not None
         got = self._rank(problem.m, problem.n, problem.k, None if mask is None else mask.ctypes.data, top,
-                         self._mode(cascade, shortlist) | (RANK_ESTIMATE if estimate else 0)
+                         (0 if not cascade else 2 if shortlist else 1)    # _mode's, inlined (a call a ranking)
+                         | (RANK_ESTIMATE if estimate else 0)
                          | (RANK_DECIDE if decide else 0), ref)
         near, d2, fits, level, vnear, mnear, used, v_mean, v_sd, decision, v_score = outputs()
-        return RankResult(out_index[:got].tolist(), out_score[:got].tolist(), near, math.sqrt(d2), fits != 0, level,
-                          math.expm1(vnear), math.expm1(mnear), used != 0,
-                          VendorEstimate(v_mean, v_sd) if estimate else None,
-                          (decision, v_score) if decision else None)
+        # the named tuples through _make (tuple.__new__): their __new__ is a Python function of keywords
+        return _make_rank_result((out_index[:got].tolist(), out_score[:got].tolist(), near, math.sqrt(d2), fits != 0,
+                                  level, math.expm1(vnear), math.expm1(mnear), used != 0,
+                                  _make_estimate((v_mean, v_sd)) if estimate else None,
+                                  (decision, v_score) if decision else None))
 
     def vendor_estimate(self, problem):
         """:meth:`Ranker.vendor_estimate` in C: ``costlearn_rank`` with the
@@ -576,15 +581,14 @@ class NativeRanker(Ranker):
                                           level.ctypes.data, vnear.ctypes.data, mnear.ctypes.data, used.ctypes.data,
                                           v_mean.ctypes.data, v_sd.ctypes.data, decision.ctypes.data,
                                           v_score.ctypes.data)
-            ests = [VendorEstimate(a, b) for a, b in zip(v_mean.tolist(), v_sd.tolist())] if estimate \
-                else [None] * p
+            ests = list(map(_make_estimate, zip(v_mean.tolist(), v_sd.tolist()))) if estimate else [None] * p
             dist = np.sqrt(d2).tolist()                       # IEEE-exact; the exponentials are libm's, as rank's
             vnear, mnear = [math.expm1(v) for v in vnear.tolist()], [math.expm1(v) for v in mnear.tolist()]
             decisions = [(d, v) if d else None for d, v in zip(decision.tolist(), v_score.tolist())]
             for j, (i, c, lv, u, near) in enumerate(zip(idx, count.tolist(), level.tolist(), used.tolist(),
                                                         nearest.tolist())):
-                out[i] = RankResult(index[j, :c].tolist(), score[j, :c].tolist(), near, dist[j], lv < 2, lv,
-                                    vnear[j], mnear[j], u != 0, ests[j], decisions[j])
+                out[i] = _make_rank_result((index[j, :c].tolist(), score[j, :c].tolist(), near, dist[j], lv < 2,
+                                            lv, vnear[j], mnear[j], u != 0, ests[j], decisions[j]))
         return out
 
     def shortlist_lists(self, layout: str, shapes, tiles: int, trees: int):

@@ -370,9 +370,11 @@ class Predictor:
             hit = self._results.get(key)
             if hit is not None and hit.dtype == problem.dtype:
                 return hit
-        check_instance("problem", problem, Problem, "a costlearn.Problem (Predictor.problem(M, N, K))")
+        if key is None:                         # (with a key: a Problem and an int top_k, checked above)
+            check_instance("problem", problem, Problem, "a costlearn.Problem (Predictor.problem(M, N, K))")
         self.check_served(problem)
-        top_k = check_int("top_k", top_k, 1)
+        if key is None or top_k < 1:
+            top_k = check_int("top_k", top_k, 1)
         if running_on is not None:
             check_instance("running_on", running_on, DeviceSpec,
                            "a DeviceSpec (e.g. costlearn.preset('h200')) or None")

@@ -347,3 +347,27 @@ def test_specialized_forest_gives_the_same_bits_without_the_fixed_columns():
         np.testing.assert_array_equal(small.margin_numpy(np.ascontiguousarray(X)), forest.margin_numpy(Xd))
     with pytest.raises(Exception, match="must lie in"):
         forest.specialize({1: 0.0}, 3)
+
+
+def test_the_c_walk_sends_every_leaf_to_the_sentinel_column_and_refuses_a_split_there(pred):
+    """The walked copy of a forest (costlearn_sentinel_leaves): each leaf's feature is the sentinel column
+    after the features, every other field and every internal node as stored; a split on that column or
+    after it is refused, not walked; the copy is made once per forest."""
+    from costlearn.ranker.native import MAX_FEATURES, library, walked_nodes
+    lib = library()
+    if lib is None:
+        pytest.skip("no C compiler here")
+    f = pred.ranker.scorer.forest
+    walked = walked_nodes(lib, f, f.n_features)
+    leaf = (f.nodes["flags"] & 1) == 0
+    assert leaf.any() and (walked["feature"][leaf] == f.n_features).all()
+    assert (walked[~leaf] == f.nodes[~leaf]).all()
+    for name in ("value", "child", "flags"):
+        assert np.array_equal(walked[name], f.nodes[name])
+    assert walked_nodes(lib, f, f.n_features) is walked
+    nodes = f.nodes.copy()
+    nodes["feature"][np.flatnonzero(~leaf)[0]] = f.n_features - 1
+    with pytest.raises(ValueError, match="at or after its sentinel column"):
+        walked_nodes(lib, _forest_with(f, nodes=nodes), f.n_features - 1)
+    assert lib.costlearn_sentinel_leaves(f.nodes.ctypes.data, len(f.nodes), MAX_FEATURES + 1,
+                                         walked.copy().ctypes.data) == -1
