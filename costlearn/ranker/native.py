@@ -317,6 +317,19 @@ def walked_nodes(lib, forest, n_features: int) -> np.ndarray:
     a leaf stays put without a flag to test; ``costlearn_sentinel_leaves``),
     kept for the forest's lifetime.
 
+    Parameters
+    ----------
+    lib : ctypes.CDLL
+        The compiled ranker (:func:`library`).
+    forest : costlearn.model.forest.FlatForest
+    n_features : int
+        The width of its feature rows, without the sentinel (< 256).
+
+    Returns
+    -------
+    ndarray of :data:`~costlearn.model.forest.NODE_DTYPE`, shape (len(forest.nodes),)
+        Read-only.
+
     Raises
     ------
     ValueError

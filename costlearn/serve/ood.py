@@ -147,38 +147,31 @@ class OODVerdict:
             return f"no candidate's block tile fits {m}x{n}x{k}; ranked all {self.n_candidates} candidates anyway"
         return None
 
-    def time_reasons(self, problem: Problem, best_us: float) -> list | tuple:
+    def time_reasons(self, problem: Problem, best_us: float) -> list:
         """Why a predicted ``best_us`` (microseconds) for ``problem`` cannot be
         right: faster than the device's peak allows, or than its memory
-        bandwidth allows where A, B and C exceed the L2; empty (a tuple) for
-        a model that predicts no time, or when neither holds."""
-        peak, bw = self._peak_flop_per_us, self._bytes_per_us
-        if peak is None and bw is None:
-            return ()
+        bandwidth allows where A, B and C exceed the L2; empty for a model
+        that predicts no time."""
         m, n, k = problem.m, problem.n, problem.k
-        flops = 2 * m * n * k
-        traffic_bytes = float(m * k + k * n + m * n) * self._element_bytes
-        # the common case, neither: two comparisons (each as below)
-        if (peak is None or not best_us * peak < flops) and \
-                (bw is None or not (traffic_bytes > self._l2_bytes and best_us * bw < traffic_bytes)):
-            return ()
         reasons = []
-        if peak is not None and best_us * peak < flops:
-            reasons.append(f"the predicted {best_us:.4g} us is faster than the device's peak allows "
-                           f"({flops / best_us / 1e6:.4g} TFLOP/s > its {peak / 1e6:.4g} TFLOP/s)")
-        if bw is not None and traffic_bytes > self._l2_bytes and best_us * bw < traffic_bytes:
-            reasons.append(f"the predicted {best_us:.4g} us is faster than the memory bandwidth allows (A, B "
-                           f"and C once: {traffic_bytes / 1e9:.4g} GB at {self.spec.memory_bandwidth_gbps:.4g} "
-                           f"GB/s take {traffic_bytes / bw:.4g} us)")
+        if self._peak_flop_per_us is not None:
+            flops = 2 * m * n * k
+            if best_us * self._peak_flop_per_us < flops:
+                reasons.append(f"the predicted {best_us:.4g} us is faster than the device's peak allows "
+                               f"({flops / best_us / 1e6:.4g} TFLOP/s > its {self._peak_flop_per_us / 1e6:.4g} "
+                               "TFLOP/s)")
+        if self._bytes_per_us is not None:
+            traffic_bytes = float(m * k + k * n + m * n) * self._element_bytes
+            if traffic_bytes > self._l2_bytes and best_us * self._bytes_per_us < traffic_bytes:
+                reasons.append(f"the predicted {best_us:.4g} us is faster than the memory bandwidth allows (A, B "
+                               f"and C once: {traffic_bytes / 1e9:.4g} GB at {self.spec.memory_bandwidth_gbps:.4g} "
+                               f"GB/s take {traffic_bytes / self._bytes_per_us:.4g} us)")
         return reasons
 
-    def served_reasons(self, running_on: DeviceSpec | None) -> list | tuple:
+    def served_reasons(self, running_on: DeviceSpec | None) -> list:
         """The reasons every answer carries where it runs on ``running_on``:
-        :attr:`identity_reasons` (that tuple itself where ``running_on`` is
-        None), and another device than the model's."""
-        if running_on is None:
-            return self.identity_reasons
+        :attr:`identity_reasons`, and another device than the model's."""
         reasons = list(self.identity_reasons)
-        if running_on.name != self.spec.name:
+        if running_on is not None and running_on.name != self.spec.name:
             reasons.append(f"trained on {self.spec.name}, running on {running_on.name}")
         return reasons
