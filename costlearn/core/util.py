@@ -29,8 +29,8 @@ import numpy as np
 from costlearn.core.errors import CostlearnError
 
 __all__ = ["sigint_deferred", "check_int", "check_real", "check_choice", "check_instance", "check_path", "atomic_write",
-           "fsync_dir", "sha256_file", "read_file", "npz_arrays", "cache_dir", "KeyedCache", "FolderLock",
-           "FolderBusy", "private_folder"]
+           "fsync_dir", "sha256_file", "read_file", "read_file_identified", "settled", "npz_arrays", "npz_bytes",
+           "cache_dir", "KeyedCache", "FolderLock", "FolderBusy", "private_folder"]
 
 
 # -- argument checks -----------------------------------------------------------
@@ -259,14 +259,100 @@ def read_file(path, max_bytes: int = 1 << 30) -> bytearray:
         If the file cannot be read, is larger than ``max_bytes``, or changes
         size while it is read.
     """
+    return read_file_identified(path, max_bytes)[0]
+
+
+def read_file_identified(path, max_bytes: int = 1 << 30) -> tuple[bytearray, tuple | None]:
+    """:func:`read_file`, with the identity of the file the bytes are:
+    ``(st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns)`` of the open
+    file, the same before and after the read, else None (it was written or
+    replaced meanwhile). A write through the file system changes the change
+    time (``st_ctime_ns``), which no user call sets back (POSIX ``stat``):
+    equal identities read at least :data:`SETTLED_NS` after the change time
+    are the same bytes.
+
+    Raises
+    ------
+    As :func:`read_file`.
+    """
     with open(path, "rb") as fh:
-        size = os.fstat(fh.fileno()).st_size
+        before = os.fstat(fh.fileno())
+        size = before.st_size
         if size > max_bytes:
             raise OSError(f"{path} holds {size} bytes, more than the {max_bytes} a file read here may")
         buf = bytearray(size)
         if fh.readinto(buf) != size or fh.read(1):
             raise OSError(f"{path} changed size while it was read")
-    return buf
+        after = os.fstat(fh.fileno())
+    ident = _identity(before)
+    return buf, ident if ident == _identity(after) else None
+
+
+def _identity(st: os.stat_result) -> tuple:
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+SETTLED_NS = 2_000_000_000
+"""How long after a file's last change (its ``st_ctime_ns``) its identity
+(:func:`read_file_identified`) is trusted to name its bytes, nanoseconds: a
+file system stamps times from a coarse clock (a few milliseconds on Linux),
+so a second write within the same tick as the first may leave them equal; 2 s
+is far beyond any tick (git's "racy" index entries, the same problem)."""
+
+
+def settled(ident: tuple | None, now_ns: int | None = None) -> bool:
+    """Whether the file of identity ``ident`` (:func:`read_file_identified`)
+    last changed at least :data:`SETTLED_NS` before ``now_ns`` (default:
+    ``time.time_ns()``): a later change would give it another identity."""
+    if ident is None:
+        return False
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    return now_ns - max(ident[3], ident[4]) >= SETTLED_NS
+
+
+NPZ_ALIGN = 64
+"""Where :func:`npz_bytes` starts each member's bytes: a multiple of this in
+the file. numpy's ``.npy`` header ends on a multiple of 64 (``ARRAY_ALIGN``
+of :mod:`numpy.lib.format`), so each array's data is aligned in the file,
+and :func:`npz_arrays` reads it in place instead of copying a misaligned
+array (5-7 ms of a deep model's load on this project's VM, which
+``numpy.savez``'s unaligned members cost)."""
+
+_ALIGN_EXTRA_ID = 0xD935
+"""The zip extra field that pads a local header to :data:`NPZ_ALIGN` (the
+id Android's ``zipalign`` writes; a reader skips fields it does not know)."""
+
+
+def npz_bytes(arrays: dict) -> bytes:
+    """The bytes of an ``.npz`` file of ``arrays`` that ``numpy.load`` reads
+    as it reads ``numpy.savez``'s: one stored (uncompressed) ``.npy`` member
+    per array, each member's bytes starting at a multiple of
+    :data:`NPZ_ALIGN` in the file (a padding extra field in its local header,
+    PKWARE APPNOTE 4.5), so :func:`npz_arrays` takes every array from the
+    file's buffer without a copy.
+
+    Parameters
+    ----------
+    arrays : dict of str to array-like
+        Member name (without ``.npy``) -> array (object arrays refused).
+
+    Raises
+    ------
+    ValueError
+        If an array holds Python objects.
+    """
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+        for name, value in arrays.items():
+            member = io.BytesIO()
+            np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_STORED
+            head = 30 + len(info.filename.encode("utf-8")) + 4     # the local header and the field's own 4 bytes
+            pad = -(buf.tell() + head) % NPZ_ALIGN
+            info.extra = struct.pack("<HH", _ALIGN_EXTRA_ID, pad) + bytes(pad)
+            zf.writestr(info, member.getbuffer())
+    return buf.getvalue()
 
 
 def npz_arrays(data) -> dict:

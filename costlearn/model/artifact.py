@@ -49,7 +49,8 @@ from costlearn.families import FAMILIES, get_family
 from costlearn.features import FEATURE_SETS, CandidateFeatures, ConfigTable, feature_version, get_feature_set
 from costlearn.model.vendor_floor import VendorFloor
 from costlearn.model.shortlist import SHORTLIST_FILE, Shortlist, ShortlistError
-from costlearn.core.util import FolderLock, KeyedCache, atomic_write, npz_arrays, read_file, sha256_file
+from costlearn.core.util import (FolderLock, KeyedCache, atomic_write, npz_arrays, npz_bytes, read_file_identified,
+                                 settled, sha256_file)
 from costlearn.core.version import __version__
 from costlearn.model.base import MODELS, CostModel
 from costlearn.model import forest as forest_module
@@ -241,7 +242,7 @@ def _write_payload(model, files: Path, fam, dtype, layouts, spec, candidates, sc
     if vendor_model is None:
         vendor_entry = None
     else:
-        path = atomic_write(files / VENDOR_FILE, lambda fh: np.savez(fh, **vendor_model.arrays()))
+        path = atomic_write(files / VENDOR_FILE, npz_bytes(vendor_model.arrays()))
         vendor_entry = dict(file=VENDOR_FILE, sha256=sha256_file(path), members=len(vendor_model.bases),
                             trees=int(len(vendor_model.forest.roots)), features=list(VENDOR_FEATURES))
     names = list(get_feature_set(model.feature_set).feature_names(fam))
@@ -352,8 +353,13 @@ class Artifact:
     layouts : tuple of str
     configs : list
         The candidate configs, in the scorer's order.
+    registers_per_thread : ndarray of float64, shape (len(configs),)
+        Compiled registers per thread of each candidate, NaN where not
+        recorded (the family's estimate is used).
     candidates : DataFrame
-        ``config_id`` and ``registers_per_thread`` of each candidate.
+        ``config_id`` and ``registers_per_thread`` of each candidate (built
+        at first use: a process's first DataFrame costs 4-5 ms, a tenth of
+        a deep model's load, and serving never reads it).
     envelope : costlearn.model.envelope.Envelope
     scorer : Scorer
     coverage : costlearn.model.envelope.Coverage
@@ -383,7 +389,7 @@ class Artifact:
     dtype: str
     layouts: tuple
     configs: list
-    candidates: pd.DataFrame
+    registers_per_thread: np.ndarray
     envelope: Envelope
     scorer: Scorer
     coverage: Coverage = None
@@ -393,10 +399,20 @@ class Artifact:
     vendor_model: VendorModel = None
     files: Path = None
     _model: CostModel | None = field(default=None, repr=False)
+    _candidates: pd.DataFrame | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.files is None:
             self.files = self.path
+
+    @property
+    def candidates(self) -> pd.DataFrame:
+        """``config_id`` and ``registers_per_thread`` of each candidate, in
+        the scorer's order."""
+        if self._candidates is None:
+            self._candidates = pd.DataFrame({"config_id": [c.config_id for c in self.configs],
+                                             "registers_per_thread": self.registers_per_thread})
+        return self._candidates
 
     @property
     def device(self) -> str:
@@ -491,8 +507,7 @@ class Artifact:
 
     def candidate_features(self) -> CandidateFeatures:
         """The feature matrix builder of the candidates (per-config columns computed)."""
-        table = ConfigTable(self.family, self.configs, self.dtype, self.spec,
-                            self.candidates["registers_per_thread"].to_numpy(np.float64))
+        table = ConfigTable(self.family, self.configs, self.dtype, self.spec, self.registers_per_thread)
         return CandidateFeatures(get_feature_set(self.feature_set), table)
 
 
@@ -590,8 +605,7 @@ def _load(folder: Path, text: bytes) -> Artifact:
         spec = DeviceSpec.from_dict(side["device"])
         rows = side["candidates"]                   # columns, not records: 1 ms against 7 for 329 candidates
         ids = [r["config_id"] for r in rows]
-        cands = pd.DataFrame({"config_id": ids, "registers_per_thread": np.array(
-            [r.get("registers_per_thread", np.nan) for r in rows], np.float64)})
+        registers = np.array([r.get("registers_per_thread", np.nan) for r in rows], np.float64)
         configs = [fam.config_from_id(c) for c in ids]
         if side["dtype"] not in fam.dtypes:
             raise ValueError(f"dtype {side['dtype']!r} is not one of the {fam.name!r} family's {list(fam.dtypes)}")
@@ -625,8 +639,9 @@ def _load(folder: Path, text: bytes) -> Artifact:
         raise ArtifactError(f"{side_path}: its vendor floor decides with the vendor model's estimate, but the "
                             "artifact has no vendor model; retrain with `costlearn train`")
     return Artifact(path=folder, sidecar=side, spec=spec, family=fam, dtype=side["dtype"], layouts=layouts,
-                    configs=configs, candidates=cands, envelope=envelope, scorer=scorer, coverage=coverage,
-                    floor=floor, shortlist=shortlist, epilogues=epilogues, vendor_model=vendor_model, files=files)
+                    configs=configs, registers_per_thread=registers, envelope=envelope, scorer=scorer,
+                    coverage=coverage, floor=floor, shortlist=shortlist, epilogues=epilogues,
+                    vendor_model=vendor_model, files=files)
 
 
 def _payload_folder(folder: Path, side_path: Path, payload) -> Path:
@@ -725,13 +740,33 @@ def _verified(folder: Path, name, side_path: Path, sha256, what: str) -> tuple[P
     if not path.is_file():
         raise ArtifactError(f"{path} is missing (the artifact's {what})")
     try:
-        data = read_file(path)
+        data, ident = read_file_identified(path)
     except OSError as e:
         raise ArtifactError(f"{path} is unreadable (the artifact's {what}: {e})") from e
+    record = f"{sha256}\n{ident}".encode() if settled(ident) else None
+    if record is not None and DIGEST_CHECKED.has(record):
+        return path, data
     if hashlib.sha256(data).hexdigest() != sha256:
         raise ArtifactError(f"{path} does not belong to {side_path} (sha256 differs): a training may be writing "
                             "this folder; retry, or retrain")
+    if record is not None:
+        DIGEST_CHECKED.put(record, b"verified\n")
     return path, data
+
+
+DIGEST_CHECKED = KeyedCache("digest-checked", ".ok")
+"""Records, in the user's private cache, each artifact file whose bytes had
+the sha256 its sidecar records, by that sha256 and the file's identity
+(device, inode, size, modification and change times:
+:func:`costlearn.core.util.read_file_identified`), made only where the file
+had not changed for :data:`~costlearn.core.util.SETTLED_NS`: a later load
+that reads the same identity, unchanged through its read, skips hashing
+those bytes again (10-12 ms of a deep model's 14 MB on this project's VM). A
+file written since (damaged, truncated, replaced) has another change time, so
+another identity, and is hashed, and refused. The cache is trusted as the
+compiled ranker's is (:func:`costlearn.core.util.private_folder`); what it
+cannot see is a change below the file system (a disk's bit rot), which the
+file system's own checks are for."""
 
 
 def _load_vendor(folder: Path, side_path: Path, entry) -> VendorModel | None:

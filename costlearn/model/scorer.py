@@ -21,7 +21,6 @@ scorer's choice on the calibration problems.
 """
 from __future__ import annotations
 
-import io
 import math
 import zipfile
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ import numpy as np
 
 from costlearn.model.forest import FlatForest
 from costlearn.core.errors import CostlearnError
-from costlearn.core.util import npz_arrays, read_file
+from costlearn.core.util import npz_arrays, npz_bytes, read_file
 
 __all__ = ["Scorer", "ScorerError", "SCORER_FORMAT", "MAX_KEEP"]
 
@@ -145,9 +144,7 @@ class Scorer:
             arrays.update(self.forest.arrays())
         if self.offsets is not None:
             arrays["offsets"] = np.asarray(self.offsets, np.float64)
-        buf = io.BytesIO()
-        np.savez(buf, **arrays)
-        return buf.getvalue()
+        return npz_bytes(arrays)
 
     @classmethod
     def from_file(cls, path, n_candidates: int, data: bytearray | None = None, checked: bool = False) -> "Scorer":

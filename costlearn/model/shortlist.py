@@ -33,7 +33,6 @@ in :mod:`costlearn.ranker.shortlist_build`.
 """
 from __future__ import annotations
 
-import io
 import math
 import zipfile
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costlearn.core.errors import CostlearnError
-from costlearn.core.util import npz_arrays, read_file
+from costlearn.core.util import npz_arrays, npz_bytes, read_file
 
 __all__ = ["Shortlist", "ShortlistError", "grid_axes", "grid_shapes", "partial_scores_numpy",
            "worth_a_table", "SHORTLIST_FILE", "STEP_LOG2", "TILES", "TREES", "MIN_TREES"]
@@ -222,9 +221,7 @@ class Shortlist:
                       n_candidates=np.int64(self.n_candidates), layouts=np.array(sorted(self.tables)))
         for lay, (idx, res) in self.tables.items():
             arrays[f"index_{lay}"], arrays[f"resid_{lay}"] = idx, res
-        buf = io.BytesIO()
-        np.savez(buf, **arrays)
-        return buf.getvalue()
+        return npz_bytes(arrays)
 
     @classmethod
     def from_file(cls, path, data: bytearray | None = None) -> "Shortlist":

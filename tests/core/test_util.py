@@ -10,7 +10,8 @@ import zipfile
 import numpy as np
 import pytest
 
-from costlearn.core.util import KeyedCache, atomic_write, check_choice, check_int, check_real, npz_arrays, read_file
+from costlearn.core.util import (KeyedCache, atomic_write, check_choice, check_int, check_real, npz_arrays, npz_bytes,
+                                 read_file)
 
 
 def test_checks_name_the_value_and_what_is_allowed():
@@ -138,6 +139,27 @@ def test_npz_arrays_are_numpys_without_a_second_read_or_copy():
                 assert got[name].flags.f_contiguous == ref[name].flags.f_contiguous
         shared = [n for n, a in got.items() if np.shares_memory(a, np.frombuffer(data, np.uint8))]
         assert (len(shared) > 0) == (save is np.savez)
+
+
+def test_npz_bytes_are_numpys_npz_with_every_array_read_in_place():
+    """Issue 40: numpy.savez starts a member's bytes anywhere in the file, so npz_arrays copied every misaligned
+    array of a deep model (5-7 ms of its load); npz_bytes aligns each member, and numpy still reads the file."""
+    arrays = dict(f8=np.arange(7.0), i2=np.arange(5, dtype=np.int16), f4=np.linspace(0, 1, 9, dtype=np.float32),
+                  scalar=np.float64(3.5), text=np.array(["NN", "TN"]), fortran=np.asfortranarray(np.ones((2, 3))),
+                  odd_name_of_some_length=np.arange(3, dtype=np.int32),
+                  nodes=np.zeros(4, [("value", "<f4"), ("child", "<u2"), ("feature", "u1"), ("flags", "u1")]))
+    data = bytearray(npz_bytes(arrays))
+    base = np.frombuffer(data, np.uint8)
+    got = npz_arrays(data)
+    with np.load(io.BytesIO(bytes(data))) as ref:
+        assert sorted(ref.files) == sorted(got) == sorted(arrays)
+        for name, want in arrays.items():
+            assert ref[name].dtype == got[name].dtype == want.dtype and np.array_equal(ref[name], want)
+            assert np.array_equal(got[name], want) and got[name].flags.f_contiguous == want.flags.f_contiguous
+            assert np.shares_memory(got[name], base), name                # read in place, not copied
+            assert (got[name].ctypes.data - base.ctypes.data) % 64 == 0, name
+    with pytest.raises(ValueError):
+        npz_bytes(dict(objects=np.array([{}, None], dtype=object)))
 
 
 def test_npz_arrays_refuse_truncated_and_object_members():
