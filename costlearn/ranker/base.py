@@ -11,6 +11,7 @@ from typing import NamedTuple
 import numpy as np
 
 from costlearn.collect.space import tile_fits_problem
+from costlearn.core.problem import Problem
 from costlearn.core.util import check_int
 
 __all__ = ["Ranker", "RankResult", "LEVEL_COVERED", "LEVEL_FITTING", "LEVEL_ALL", "DECISION_OUTSIDE",
@@ -257,6 +258,18 @@ class Ranker(abc.ABC):
             mask); None otherwise.
         """
 
+    def rank_served(self, m: int, n: int, k: int, layout: str, epilogue: str, top: int,
+                    cascade: bool = True) -> RankResult:
+        """The ranking a prediction serves for the problem (m, n, k, layout,
+        epilogue) of this ranker's dtype: :meth:`rank` with the candidate
+        rule, the ``cascade`` (and with it the shortlist table), the vendor
+        model's estimate and the floor's decision, from the problem's fields
+        (the native ranker builds no Problem). The caller checked them:
+        extents ints in [1, 2**31 - 1], a layout and epilogue the model
+        serves, ``top`` an int >= 1."""
+        return self.rank(Problem(m, n, k, self.features.table.dtype, layout, epilogue), None, top=top,
+                         cascade=cascade, estimate=True, decide=True)
+
     def rank_many(self, problems, *, top: int = 5, cascade: bool = True, shortlist: bool = True,
                   estimate: bool = False, decide: bool = False) -> list:
         """:meth:`rank` with the candidate rule for each of ``problems`` (a
@@ -264,6 +277,13 @@ class Ranker(abc.ABC):
         ranker makes one C call per layout."""
         return [self.rank(q, None, top=top, cascade=cascade, shortlist=shortlist, estimate=estimate, decide=decide)
                 for q in problems]
+
+    def rank_many_served(self, shapes, top: int, cascade: bool = True) -> list:
+        """:meth:`rank_served` of each of ``shapes`` ((m, n, k, layout,
+        epilogue) tuples, checked by the caller), in order: a list of
+        RankResult. The native ranker makes one C call per (layout,
+        epilogue) among them."""
+        return [self.rank_served(*s, top, cascade) for s in shapes]
 
     def vendor_estimate(self, problem):
         """The vendor model's estimate for ``problem``

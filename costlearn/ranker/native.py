@@ -303,7 +303,10 @@ def _build(target: Path) -> None:
     raise OSError("no C compiler worked: " + ("; ".join(errors) or "none found"))
 
 
-_make_rank_result, _make_estimate = RankResult._make, VendorEstimate._make
+_tuple_new = tuple.__new__
+"""``_tuple_new(RankResult, fields)``: a named tuple from all its fields in
+order, without a Python frame (their own ``__new__`` is a Python function of
+keywords, ``_make`` a Python method)."""
 
 _WALKED = weakref.WeakKeyDictionary()
 """FlatForest -> its nodes as the C walk reads them (:func:`walked_nodes`),
@@ -469,6 +472,9 @@ class NativeRanker(Ranker):
                 self._const.update(zip(("tr_peak", "tr_bw", "tr_l2", "tr_elem"), self.time_limits))
             self._env_bounds = envelope.extent_bounds
         self._decides = fl is not None
+        self._served_estimate = self.vendor_model is not None
+        served = (RANK_ESTIMATE if self._served_estimate else 0) | RANK_DECIDE
+        self._served_modes = (served, 2 | served)            # rank_served's without and with the cascade
         self._embed = [float(v) for v in EMBED.ravel()]
         self._first_layout = next(iter(self._templates))
         self._no_candidate = np.zeros(self.n_candidates, np.uint8)
@@ -526,23 +532,37 @@ class NativeRanker(Ranker):
     def rank(self, problem, mask=None, *, top: int = 5, cascade: bool = True, shortlist: bool = True,
              estimate: bool = False, decide: bool = False) -> RankResult:
         top = top if type(top) is int and 0 < top < 2**31 else self._top(top)
-        key = (problem.layout if problem.layout in self._templates else self._first_layout, problem.epilogue)
-        by_layout = getattr(self._tls, "by_layout", None)
-        ctx = (by_layout.get(key) if by_layout is not None else None) or self._context(*key)
-        _, ref, out_index, out_score, outputs, _ = ctx
         if mask is not None:
             mask = self.check_mask(mask)
         estimate = estimate and self.vendor_model is not None
-        got = self._rank(problem.m, problem.n, problem.k, None if mask is None else mask.ctypes.data, top,
-                         (0 if not cascade else 2 if shortlist else 1)    # _mode's, inlined (a call a ranking)
-                         | (RANK_ESTIMATE if estimate else 0)
-                         | (RANK_DECIDE if decide else 0), ref)
+        return self._ranked(problem.m, problem.n, problem.k, problem.layout, problem.epilogue,
+                            None if mask is None else mask.ctypes.data, top,
+                            (0 if not cascade else 2 if shortlist else 1)    # _mode's, inlined (a call a ranking)
+                            | (RANK_ESTIMATE if estimate else 0) | (RANK_DECIDE if decide else 0), estimate)
+
+    def rank_served(self, m: int, n: int, k: int, layout: str, epilogue: str, top: int,
+                    cascade: bool = True) -> RankResult:
+        """:meth:`Ranker.rank_served` in one C call, without a Problem."""
+        return self._ranked(m, n, k, layout, epilogue, None, top if top < 2**31 else 2**31 - 1,
+                            self._served_modes[cascade], self._served_estimate)
+
+    def _ranked(self, m: int, n: int, k: int, layout: str, epilogue: str, mask_ptr, top: int, mode: int,
+                estimate: bool) -> RankResult:
+        """``costlearn_rank`` of the problem (m, n, k, layout, epilogue) in
+        this thread's context: the candidates of the mask at ``mask_ptr``
+        (None: the candidate rule's), ``top`` and the ``mode`` bits given,
+        ``estimate`` where the mode asks for it; its RankResult."""
+        key = (layout if layout in self._templates else self._first_layout, epilogue)
+        by_layout = getattr(self._tls, "by_layout", None)
+        ctx = (by_layout.get(key) if by_layout is not None else None) or self._context(*key)
+        _, ref, out_index, out_score, outputs, _ = ctx
+        got = self._rank(m, n, k, mask_ptr, top, mode, ref)
         near, d2, fits, level, vnear, mnear, used, v_mean, v_sd, decision, v_score = outputs()
-        # the named tuples through _make (tuple.__new__): their __new__ is a Python function of keywords
-        return _make_rank_result((out_index[:got].tolist(), out_score[:got].tolist(), near, math.sqrt(d2), fits != 0,
-                                  level, math.expm1(vnear), math.expm1(mnear), used != 0,
-                                  _make_estimate((v_mean, v_sd)) if estimate else None,
-                                  (decision, v_score) if decision else None))
+        # the named tuples through tuple.__new__: their own __new__ is a Python function of keywords
+        return _tuple_new(RankResult, (out_index[:got].tolist(), out_score[:got].tolist(), near, math.sqrt(d2),
+                                       fits != 0, level, math.expm1(vnear), math.expm1(mnear), used != 0,
+                                       _tuple_new(VendorEstimate, (v_mean, v_sd)) if estimate else None,
+                                       (decision, v_score) if decision else None))
 
     def vendor_estimate(self, problem):
         """:meth:`Ranker.vendor_estimate` in C: ``costlearn_rank`` with the
@@ -574,15 +594,27 @@ class NativeRanker(Ranker):
         top = self._top(top)
         estimate = estimate and self.vendor_model is not None
         mode = self._mode(cascade, shortlist) | (RANK_ESTIMATE if estimate else 0) | (RANK_DECIDE if decide else 0)
-        out: list = [None] * len(problems)
+        return self._ranked_many([(q.m, q.n, q.k, q.layout, q.epilogue) for q in problems], top, mode, estimate)
+
+    def rank_many_served(self, shapes, top: int, cascade: bool = True) -> list:
+        """:meth:`Ranker.rank_many_served`: one C call per (layout,
+        epilogue) among the shapes, without a Problem."""
+        return self._ranked_many(shapes, top if top < 2**31 else 2**31 - 1, self._served_modes[cascade],
+                                 self._served_estimate)
+
+    def _ranked_many(self, shapes, top: int, mode: int, estimate: bool) -> list:
+        """``costlearn_rank_many`` of ``shapes`` ((m, n, k, layout, epilogue)
+        tuples) with the candidate rule, grouped by (layout, epilogue):
+        their RankResults, in order."""
+        out: list = [None] * len(shapes)
         groups: dict = {}
-        for i, q in enumerate(problems):
-            groups.setdefault((q.layout if q.layout in self._templates else self._first_layout, q.epilogue),
-                              []).append(i)
+        templates, first = self._templates, self._first_layout
+        for i, s in enumerate(shapes):
+            groups.setdefault((s[3] if s[3] in templates else first, s[4]), []).append(i)
         width = self.n_candidates
         for key, idx in groups.items():
             p = len(idx)
-            mnk = np.array([(problems[i].m, problems[i].n, problems[i].k) for i in idx], np.int64)
+            mnk = np.array([shapes[i][:3] for i in idx], np.int64)
             by_layout = getattr(self._tls, "by_layout", None)
             ctx = (by_layout.get(key) if by_layout is not None else None) or self._context(*key)
             count, level, used = np.empty(p, np.int32), np.empty(p, np.int32), np.empty(p, np.int32)
@@ -594,14 +626,19 @@ class NativeRanker(Ranker):
                                           level.ctypes.data, vnear.ctypes.data, mnear.ctypes.data, used.ctypes.data,
                                           v_mean.ctypes.data, v_sd.ctypes.data, decision.ctypes.data,
                                           v_score.ctypes.data)
-            ests = list(map(_make_estimate, zip(v_mean.tolist(), v_sd.tolist()))) if estimate else [None] * p
+            ests = [_tuple_new(VendorEstimate, e) for e in zip(v_mean.tolist(), v_sd.tolist())] if estimate \
+                else [None] * p
             dist = np.sqrt(d2).tolist()                       # IEEE-exact; the exponentials are libm's, as rank's
             vnear, mnear = [math.expm1(v) for v in vnear.tolist()], [math.expm1(v) for v in mnear.tolist()]
             decisions = [(d, v) if d else None for d, v in zip(decision.tolist(), v_score.tolist())]
+            flat_index, flat_score = memoryview(index).cast("B").cast("i"), memoryview(score).cast("B").cast("d")
+            at = 0
             for j, (i, c, lv, u, near) in enumerate(zip(idx, count.tolist(), level.tolist(), used.tolist(),
                                                         nearest.tolist())):
-                out[i] = _make_rank_result((index[j, :c].tolist(), score[j, :c].tolist(), near, dist[j], lv < 2,
-                                            lv, vnear[j], mnear[j], u != 0, ests[j], decisions[j]))
+                out[i] = _tuple_new(RankResult, (flat_index[at:at + c].tolist(), flat_score[at:at + c].tolist(), near,
+                                                 dist[j], lv < 2, lv, vnear[j], mnear[j], u != 0, ests[j],
+                                                 decisions[j]))
+                at += width
         return out
 
     def shortlist_lists(self, layout: str, shapes, tiles: int, trees: int):

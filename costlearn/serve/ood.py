@@ -123,23 +123,23 @@ class OODVerdict:
             fallback = True
         return reasons, fallback, vendor_near
 
-    def decided_reasons(self, problem: Problem, nearest: tuple, model_near: float, outside: bool,
+    def decided_reasons(self, m: int, n: int, k: int, nearest: tuple, model_near: float, outside: bool,
                         unsure: bool) -> list:
-        """:meth:`problem_reasons`' reasons where the native ranker made the
-        decision (:attr:`costlearn.ranker.RankResult.decision`): the words of
-        those it found, ``outside`` the envelope (``nearest``: the nearest
-        training shape's index and distance) and ``unsure`` by the held-out
-        evidence (``model_near``: the model's regret there)."""
-        reasons = self.envelope.reasons(problem.m, problem.n, problem.k, nearest) if outside else []
+        """:meth:`problem_reasons`' reasons for the problem of extents ``m,
+        n, k`` where the native ranker made the decision
+        (:attr:`costlearn.ranker.RankResult.decision`): the words of those it
+        found, ``outside`` the envelope (``nearest``: the nearest training
+        shape's index and distance) and ``unsure`` by the held-out evidence
+        (``model_near``: the model's regret there)."""
+        reasons = self.envelope.reasons(m, n, k, nearest) if outside else []
         if unsure:
             reasons.append(self.floor.unsure_reason(model_near))
         return reasons
 
-    def level_symptom(self, problem: Problem, level: int) -> str | None:
-        """The sentence a prediction carries when the candidate rule chose
-        at ``level`` (:attr:`costlearn.ranker.RankResult.level`); None at
-        level 0."""
-        m, n, k = problem.m, problem.n, problem.k
+    def level_symptom(self, m: int, n: int, k: int, level: int) -> str | None:
+        """The sentence a prediction for the problem of extents ``m, n, k``
+        carries when the candidate rule chose at ``level``
+        (:attr:`costlearn.ranker.RankResult.level`); None at level 0."""
         if level == LEVEL_FITTING:
             return (f"no candidate tile config was measured within {self.coverage.margin_log2:g} doubling(s) "
                     f"of {m}x{n}x{k}; ranked every fitting one")

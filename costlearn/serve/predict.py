@@ -13,12 +13,12 @@ from __future__ import annotations
 import numpy as np
 
 from costlearn.core.device import DeviceSpec
-from costlearn.core.problem import Problem
+from costlearn.core.problem import MAX_EXTENT, Problem
 from costlearn.core.util import check_instance, check_int
 from costlearn.families import get_family
 from costlearn.model.store import default_store, resolve_model
 from costlearn.serve.prediction import Prediction
-from costlearn.serve.predictor import PREDICTORS, Predictor, clear_cache, load_predictor
+from costlearn.serve.predictor import ANSWERS, PREDICTORS, Predictor, clear_cache, load_predictor
 from costlearn.serve.tuning import tune
 
 __all__ = ["Prediction", "Predictor", "predict_best", "predict_many", "clear_cache", "default_store",
@@ -34,6 +34,45 @@ def _loaded(device, family: str, dtype: str, models_dir):
     goes the long way."""
     return PREDICTORS.get(((device, family, dtype), models_dir)) \
         if (device is None or type(device) is str) and (models_dir is None or type(models_dir) is str) else None
+
+
+def _plain_shapes(problems) -> list | None:
+    """``problems`` as (m, n, k, layout, epilogue) tuples where each is a
+    tuple or list of 3 to 5 items, int extents in [1, 2**31 - 1] and str
+    layout and epilogue (defaults ``"NN"``, ``"none"``); None where any is
+    not (:func:`predict_many` then checks each, naming its position)."""
+    out = []
+    for t in problems:
+        if type(t) is not tuple and type(t) is not list:
+            return None
+        size = len(t)
+        if size == 3:
+            s = (t[0], t[1], t[2], "NN", "none")
+        elif size == 4:
+            s = (t[0], t[1], t[2], t[3], "none")
+        elif size == 5:
+            s = tuple(t)
+        else:
+            return None
+        m, n, k, layout, epilogue = s
+        if not (type(m) is int and type(n) is int and type(k) is int and 0 < m <= MAX_EXTENT and 0 < n <= MAX_EXTENT
+                and 0 < k <= MAX_EXTENT and type(layout) is str and type(epilogue) is str):
+            return None
+        out.append(s)
+    return out
+
+
+def _family_runs(fam, dtype: str, kinds) -> bool:
+    """Whether family ``fam`` runs ``dtype`` with each (layout, epilogue)
+    of ``kinds`` (:meth:`~costlearn.families.base.KernelFamily.check_problem`'s
+    checks, without raising)."""
+    try:
+        for layout, epilogue in kinds:
+            fam.check_dtype(dtype, layout)
+            fam.check_epilogue(epilogue)
+    except ValueError:
+        return False
+    return True
 
 
 def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = "gemm", layout: str = "NN",
@@ -113,18 +152,34 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
     >>> p = costlearn.predict_best(1, 4096, 4096, device="h200")  # doctest: +SKIP
     >>> p.config.config_id, p.time_us, p.ood                      # doctest: +SKIP
     """
-    # Hot path: a problem this process has answered, plain ints, no options. The predictor it finds also
-    # answers an unseen problem (no store lookup: 25 us of path parsing a call on this project's VM).
+    # Hot path: a problem this process has answered, plain ints, no options: one lookup by the arguments as
+    # given (a float or bool extent may equal an int key: the types are checked on a hit)
+    key = (M, N, K, dtype, device, family, layout, top_k, models_dir, epilogue)
+    try:
+        hit = ANSWERS.get(key)
+    except TypeError:                           # an unhashable argument: checked below
+        hit = None
+    if hit is not None and type(M) is int and type(N) is int and type(K) is int and type(top_k) is int \
+            and type(measure_top_k) is int and not measure_top_k and running_on is None and backend is None \
+            and tuning_db is None:
+        return hit
     pred = None
     if type(M) is int and type(N) is int and type(K) is int and type(top_k) is int and type(measure_top_k) is int \
             and not measure_top_k and running_on is None and backend is None and tuning_db is None \
             and type(layout) is str and type(epilogue) is str:
-        # _loaded's lookup, inlined: the call would add 0.15 us to a 1.4 us repeated answer (timeit, this VM)
+        # _loaded's lookup, inlined. The predictor it finds answers an unseen problem too (no store lookup: 25 us
+        # of path parsing a call on this project's VM), without building a Problem where the answer needs none.
         pred = PREDICTORS.get(((device, family, dtype), models_dir)) \
             if (device is None or type(device) is str) and (models_dir is None or type(models_dir) is str) else None
         if pred is not None:
             hit = pred.cached((M, N, K, layout, top_k, epilogue))
+            if hit is None and 0 < M <= MAX_EXTENT and 0 < N <= MAX_EXTENT and 0 < K <= MAX_EXTENT and top_k >= 1 \
+                    and dtype == pred.dtype and layout in pred.layouts and epilogue in pred.epilogues:
+                hit = pred.predict_shape(M, N, K, layout, epilogue, top_k)
             if hit is not None:
+                if len(ANSWERS) >= Predictor.RESULT_CACHE_SIZE:
+                    ANSWERS.clear()
+                ANSWERS[key] = hit
                 return hit
     problem = Problem(M, N, K, dtype, layout, epilogue)
     top_k = check_int("top_k", top_k, 1)
@@ -192,6 +247,14 @@ def predict_many(problems, dtype: str = "float32", device=None, *, family: str =
         raise TypeError(f"problems={problems!r}; must be a list of (M, N, K) or (M, N, K, layout) tuples "
                         "(or an integer array of shape (n, 3))")
     fam = get_family(family)
+    shapes = _plain_shapes(problems)
+    if shapes is not None:                      # plain tuples of ints in range: no Problem where none is needed
+        kinds = {s[3:] for s in shapes}
+        if type(dtype) is str and type(top_k) is int and top_k >= 1 and running_on is None \
+                and _family_runs(fam, dtype, kinds):
+            pred = _loaded(device, family, dtype, models_dir) or load_predictor(device, family, dtype, models_dir)
+            if dtype == pred.dtype and all(lay in pred.layouts and epi in pred.epilogues for lay, epi in kinds):
+                return pred.predict_shapes(shapes, top_k)
     built = []
     for i, t in enumerate(problems):
         if isinstance(t, Problem):

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from costlearn.core.device import DeviceSpec
-from costlearn.core.problem import Problem
+from costlearn.core.problem import MAX_EXTENT, Problem
 from costlearn.core.util import check_instance, check_int
 from costlearn.families import family_of
 from costlearn.features import CandidateFeatures, ConfigTable, get_feature_set
@@ -32,11 +32,12 @@ from costlearn.serve.ood import OODVerdict
 from costlearn.serve.prediction import Prediction
 from costlearn.serve.vendor_policy import VendorPolicy
 
-__all__ = ["Predictor", "PREDICTORS", "load_predictor", "clear_cache"]
+__all__ = ["Predictor", "PREDICTORS", "ANSWERS", "load_predictor", "clear_cache"]
 
-_make_prediction = Prediction._make
-"""A Prediction from all its fields in order (``tuple.__new__``; Prediction's
-own ``__new__`` takes keywords and costs a microsecond more a call)."""
+_tuple_new = tuple.__new__
+"""``_tuple_new(Prediction, fields)``: a Prediction from all its fields in
+order, without a Python frame (Prediction's own ``__new__`` takes keywords
+and costs a microsecond more a call)."""
 
 _WORDED = DECISION_OUTSIDE | DECISION_UNSURE
 """The bits of a ranker's decision whose reasons
@@ -118,6 +119,7 @@ class Predictor:
         vid = art.family.vendor_config_id
         ids = [c.config_id for c in self.configs]
         self.vendor_index = ids.index(vid) if vid is not None and vid in ids else None
+        self._ranked_more = int(self.vendor_index is not None)     # ranked beyond the top k: the vendor's place
         self._ranker_args = (ranker, shortlist)
         self.floor = art.floor                      # makes the ranker (see the setter)
         self.identity_reasons = self.ood.identity_reasons
@@ -142,11 +144,13 @@ class Predictor:
                                            shortlist=art.shortlist if shortlist else None,
                                            vendor_model=art.vendor_model, time_limits=ood.time_limits)
         self._says_nothing = not ood.identity_reasons     # a plain decision then makes a Prediction of no reason
+        self._margin_log2 = floor.margin_log2
         self.vendor_policy = VendorPolicy(art, ranker, self.vendor_index, floor)
         # a new dict, not clear(): a copy of this Predictor given another floor must not empty (or fill) the
         # cache of the one it was copied from
         self._results: dict = {}
         self.cached = self._results.get
+        ANSWERS.clear()                                 # some may be this predictor's, under its old floor
 
     def vendor_estimate(self, problem: Problem):
         """The vendor model's estimate for ``problem``
@@ -158,8 +162,10 @@ class Predictor:
 
     def clear_results(self) -> None:
         """Forget the answers cached for repeated problems (the next call of
-        each problem ranks afresh; benchmarks of cold calls use this)."""
+        each problem ranks afresh; benchmarks of cold calls use this), and
+        :data:`ANSWERS` (every predictor's: it is one cache)."""
         self._results.clear()
+        ANSWERS.clear()
 
     # -- public ranking ----------------------------------------------------
 
@@ -227,7 +233,7 @@ class Predictor:
         """The sentence a prediction carries when the candidate rule chose
         at ``level`` (:attr:`costlearn.ranker.RankResult.level`); None at
         level 0 (:meth:`costlearn.serve.ood.OODVerdict.level_symptom`)."""
-        return self.ood.level_symptom(problem, level)
+        return self.ood.level_symptom(problem.m, problem.n, problem.k, level)
 
     def rank(self, problem: Problem, mask: np.ndarray | None = None) -> tuple[list, np.ndarray]:
         """Every candidate of ``mask`` (default: those that fit; all when none
@@ -378,42 +384,89 @@ class Predictor:
         if running_on is not None:
             check_instance("running_on", running_on, DeviceSpec,
                            "a DeviceSpec (e.g. costlearn.preset('h200')) or None")
-        res = self.ranker.rank(problem, None, top=top_k + (self.vendor_index is not None), cascade=self.cascade,
-                               estimate=True, decide=True)
-        pred = self._prediction(problem, top_k, running_on, res)
+        m, n, k, layout, epilogue = problem.m, problem.n, problem.k, problem.layout, problem.epilogue
         if key is not None:
-            if len(self._results) >= self.RESULT_CACHE_SIZE:
-                self._results.clear()
-            self._results[key] = pred
+            return self._fresh(m, n, k, layout, epilogue, top_k, problem)
+        res = self.ranker.rank_served(m, n, k, layout, epilogue, top_k + self._ranked_more, self.cascade)
+        return self._answer(m, n, k, layout, epilogue, top_k, res, running_on, problem)
+
+    def predict_shape(self, m: int, n: int, k: int, layout: str, epilogue: str = "none",
+                      top_k: int = 5) -> Prediction:
+        """:meth:`predict` of the problem (m, n, k, layout, epilogue) of this
+        model's dtype, without building a Problem where the answer needs
+        none (the path of :func:`costlearn.predict_best`: a problem not seen
+        before costs a few microseconds less). A repeated problem is answered
+        from the cache.
+
+        Parameters
+        ----------
+        m, n, k : int
+            Extents.
+        layout, epilogue : str
+            One the model serves (:attr:`layouts`, :attr:`epilogues`).
+        top_k : int
+            Length of :attr:`Prediction.top_k`, >= 1.
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :meth:`predict` of ``Problem(m, n, k, dtype, layout,
+            epilogue)``: the same checks, the same messages.
+        """
+        if type(m) is int and type(n) is int and type(k) is int and type(top_k) is int \
+                and 0 < m <= MAX_EXTENT and 0 < n <= MAX_EXTENT and 0 < k <= MAX_EXTENT and top_k >= 1 \
+                and type(layout) is str and type(epilogue) is str and layout in self.layouts \
+                and epilogue in self.epilogues:
+            return self._results.get((m, n, k, layout, top_k, epilogue)) \
+                or self._fresh(m, n, k, layout, epilogue, top_k)
+        return self.predict(Problem(m, n, k, self.dtype, layout, epilogue), top_k)
+
+    def _fresh(self, m: int, n: int, k: int, layout: str, epilogue: str, top_k: int,
+               problem: Problem | None = None) -> Prediction:
+        """The Prediction of a problem not cached, from its checked fields
+        (and its Problem where the caller has one), cached."""
+        res = self.ranker.rank_served(m, n, k, layout, epilogue, top_k + self._ranked_more, self.cascade)
+        pred = self._answer(m, n, k, layout, epilogue, top_k, res, None, problem)
+        results = self._results
+        if len(results) >= self.RESULT_CACHE_SIZE:
+            results.clear()
+        results[(m, n, k, layout, top_k, epilogue)] = pred
         return pred
 
-    def _prediction(self, problem: Problem, top_k: int, running_on, res) -> Prediction:
-        """The Prediction of ``problem`` from its ranking ``res`` (a
-        :class:`~costlearn.ranker.RankResult` of the candidate rule, with the
-        vendor model's estimate, and the floor's decision where the ranker
-        made it): the reasons (:attr:`ood`), the vendor floor
-        (:attr:`vendor_policy`), the top k."""
+    def _answer(self, m: int, n: int, k: int, layout: str, epilogue: str, top_k: int, res, running_on,
+                problem: Problem | None) -> Prediction:
+        """The Prediction of the problem (m, n, k, layout, epilogue) from its
+        ranking ``res`` (a :class:`~costlearn.ranker.RankResult` of the
+        candidate rule, with the vendor model's estimate, and the floor's
+        decision where the ranker made it): the reasons (:attr:`ood`), the
+        vendor floor (:attr:`vendor_policy`), the top k. ``problem``: its
+        Problem, or None (built here where the policy or a reason needs one)."""
         order, scores, decision = res.order, res.scores, res.decision
         ood = self.ood
         if decision is None:                    # the ranker left the decision to us
+            if problem is None:
+                problem = Problem(m, n, k, self.dtype, layout, epilogue)
             reasons, fallback, vendor_near = ood.problem_reasons(problem, (res.nearest, res.nearest_distance),
                                                                  (res.vendor_near, res.model_near))
             time_may = True
         else:                                   # the ranker decided in its call: only the words are made here
             bits = decision[0]
-            reasons = ood.decided_reasons(problem, (res.nearest, res.nearest_distance), res.model_near,
+            reasons = ood.decided_reasons(m, n, k, (res.nearest, res.nearest_distance), res.model_near,
                                           bits & DECISION_OUTSIDE, bits & DECISION_UNSURE) if bits & _WORDED else []
             time_may = bits & DECISION_TIME
         # symptoms: flagged; they send the problem to the vendor only through the calibration (on the A100's
         # logs the model's own pick lost 7.8 % where they fired, cuBLAS 25 %)
         if res.level:
-            reasons.append(ood.level_symptom(problem, res.level))
+            reasons.append(ood.level_symptom(m, n, k, res.level))
         if decision is not None and bits & ~_WORDED == DECISION_PLAIN and running_on is None and self._says_nothing:
             # the ranking's best tile is the answer and nothing else is flagged: no policy, no other reason
             if self.vendor_index is None:
-                return self._made(problem, top_k, order, scores, tuple(reasons), "predicted", math.nan, None)
-            return self._made(problem, top_k, order, scores, tuple(reasons), "predicted",
+                return self._made(m, n, k, layout, epilogue, top_k, order, scores, tuple(reasons), "predicted",
+                                  math.nan, None)
+            return self._made(m, n, k, layout, epilogue, top_k, order, scores, tuple(reasons), "predicted",
                               2.0 ** (scores[0] - decision[1]), res.estimate)
+        if problem is None:
+            problem = Problem(m, n, k, self.dtype, layout, epilogue)
         if time_may:
             reasons += ood.time_reasons(problem, 2.0 ** scores[0])
         choice = self.vendor_policy.decide(problem, order, scores, fallback, vendor_near, res.estimate) \
@@ -422,29 +475,32 @@ class Predictor:
             reasons.append(choice.doubt)
         if running_on is not None or not self._says_nothing:
             reasons += ood.served_reasons(running_on)
-        return self._made(problem, top_k, choice.order, choice.scores, tuple(reasons), choice.chosen_by,
-                          choice.ratio, choice.estimate)
+        return self._made(m, n, k, layout, epilogue, top_k, choice.order, choice.scores, tuple(reasons),
+                          choice.chosen_by, choice.ratio, choice.estimate)
 
-    def _made(self, problem: Problem, top_k: int, order: list, scores: list, reasons: tuple, chosen_by: str,
-              ratio: float, est) -> Prediction:
-        """The Prediction of ``problem``: the answer ``order``/``scores``
-        (candidates and log2 times, the answer first), its ``reasons``, how
-        it was chosen, the tile/vendor ``ratio`` and the vendor model's
-        estimate ``est`` (None: none)."""
+    def _made(self, m: int, n: int, k: int, layout: str, epilogue: str, top_k: int, order: list, scores: list,
+              reasons: tuple, chosen_by: str, ratio: float, est) -> Prediction:
+        """The Prediction of the problem (m, n, k, layout, epilogue): the
+        answer ``order``/``scores`` (candidates and log2 times, the answer
+        first), its ``reasons``, how it was chosen, the tile/vendor ``ratio``
+        and the vendor model's estimate ``est`` (None: none)."""
         configs = self.configs
         top = tuple([(configs[i], 2.0 ** s_) for i, s_ in zip(order[:top_k], scores[:top_k])])
-        return _make_prediction((
-            top[0][0], top[0][1], top, bool(reasons), reasons, problem.m, problem.n, problem.k, self.dtype,
-            problem.layout, self.family, self.device, chosen_by, ratio, self.floor.margin_log2,
-            (), False, (), "", problem.epilogue,
-            () if est is None else (2.0 ** est.mean_log2, 2.0 ** (est.mean_log2 - 2 * est.sd_log2),
-                                    2.0 ** (est.mean_log2 + 2 * est.sd_log2))))
+        best = top[0]
+        if est is None:
+            band = ()
+        else:
+            mean, sd = est
+            band = (2.0 ** mean, 2.0 ** (mean - 2 * sd), 2.0 ** (mean + 2 * sd))
+        return _tuple_new(Prediction, (
+            best[0], best[1], top, bool(reasons), reasons, m, n, k, self.dtype, layout, self.family, self.device,
+            chosen_by, ratio, self._margin_log2, (), False, (), "", epilogue, band))
 
     def predict_many(self, problems, top_k: int = 5, running_on: DeviceSpec | None = None) -> list:
         """:meth:`predict` of each of ``problems`` (a sequence of Problem of
         this model's dtype and layouts), in order; those not answered before
-        are ranked together (:meth:`costlearn.ranker.Ranker.rank_many`: one
-        C call per layout).
+        are ranked together (:meth:`costlearn.ranker.Ranker.rank_many_served`:
+        one C call per layout).
 
         Raises
         ------
@@ -455,30 +511,79 @@ class Predictor:
         if running_on is not None:
             check_instance("running_on", running_on, DeviceSpec,
                            "a DeviceSpec (e.g. costlearn.preset('h200')) or None")
-        out: list = [None] * len(problems)
-        todo: dict = {}                                 # problem key -> positions; a repeat is ranked once
         for i, q in enumerate(problems):
             if type(q) is not Problem:
                 raise TypeError(f"problems[{i}]={q!r}; must be a costlearn.Problem (Predictor.problem(M, N, K))")
             self.check_served(q, f"problems[{i}]")
-            key = (q.m, q.n, q.k, q.layout, top_k, q.epilogue)
-            hit = self._results.get(key) if running_on is None else None
+        return self._many([(q.m, q.n, q.k, q.layout, q.epilogue) for q in problems], top_k, running_on, problems)
+
+    def predict_shapes(self, shapes, top_k: int = 5) -> list:
+        """:meth:`predict_many` of ``shapes``, each an ``(m, n, k, layout,
+        epilogue)`` tuple of this model's dtype, without building a Problem
+        where an answer needs none (the path of :func:`costlearn.predict_many`).
+
+        Parameters
+        ----------
+        shapes : iterable of (int, int, int, str, str)
+        top_k : int
+            Length of each :attr:`Prediction.top_k`, >= 1.
+
+        Returns
+        -------
+        list of Prediction
+            In the order of ``shapes``.
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :meth:`predict_many` of the Problems of ``shapes``, naming the
+            first bad one's position; TypeError where one is not a 5-tuple.
+        """
+        shapes = list(shapes)
+        layouts, epilogues = self.layouts, self.epilogues
+        if type(top_k) is int and top_k >= 1 and all(
+                type(s) is tuple and len(s) == 5 and type(s[0]) is int and type(s[1]) is int and type(s[2]) is int
+                and 0 < s[0] <= MAX_EXTENT and 0 < s[1] <= MAX_EXTENT and 0 < s[2] <= MAX_EXTENT
+                and type(s[3]) is str and type(s[4]) is str and s[3] in layouts and s[4] in epilogues
+                for s in shapes):
+            return self._many(shapes, top_k, None, None)
+        problems = []
+        for i, s in enumerate(shapes):
+            if not isinstance(s, (tuple, list)) or len(s) != 5:
+                raise TypeError(f"shapes[{i}]={s!r}; must be an (m, n, k, layout, epilogue) tuple")
+            try:
+                problems.append(Problem(s[0], s[1], s[2], self.dtype, s[3], s[4]))
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"shapes[{i}]: {e}") from None
+        return self.predict_many(problems, top_k)
+
+    def _many(self, shapes: list, top_k: int, running_on, problems) -> list:
+        """The Predictions of ``shapes`` (checked (m, n, k, layout, epilogue)
+        tuples; their Problems, or None), cached where ``running_on`` is
+        None; those not cached ranked in one call per layout."""
+        out: list = [None] * len(shapes)
+        todo: dict = {}                                 # problem key -> positions; a repeat is ranked once
+        results = self._results if running_on is None else {}
+        for i, (m, n, k, layout, epilogue) in enumerate(shapes):
+            key = (m, n, k, layout, top_k, epilogue)
+            hit = results.get(key)
             if hit is not None:
                 out[i] = hit
             else:
                 todo.setdefault(key, []).append(i)
         if todo:
-            first = [problems[at[0]] for at in todo.values()]
-            ranked = self.ranker.rank_many(first, top=top_k + (self.vendor_index is not None), cascade=self.cascade,
-                                           estimate=True, decide=True)
-            for (key, at), q, res in zip(todo.items(), first, ranked):
-                pred = self._prediction(q, top_k, running_on, res)
-                for i in at:
-                    out[i] = pred
+            first = [at[0] for at in todo.values()]
+            ranked = self.ranker.rank_many_served([shapes[i] for i in first], top_k + self._ranked_more, self.cascade)
+            for (key, at), i, res in zip(todo.items(), first, ranked):
+                m, n, k, layout, epilogue = shapes[i]
+                pred = self._answer(m, n, k, layout, epilogue, top_k, res, running_on,
+                                    None if problems is None else problems[i])
+                for j in at:
+                    out[j] = pred
                 if running_on is None:
-                    if len(self._results) >= self.RESULT_CACHE_SIZE:
-                        self._results.clear()
-                    self._results[key] = pred
+                    if len(results) >= self.RESULT_CACHE_SIZE:
+                        results.clear()
+                    results[key] = pred
         return out
 
     def predict_best(self, m, n, k, *, layout: str | None = None, top_k: int = 5,
@@ -501,11 +606,24 @@ keyed by (:class:`~costlearn.model.store.ModelKey`, store key)): what
 :func:`costlearn.serve.predict.predict_best` looks up."""
 
 
+ANSWERS: dict = {}
+"""The answers :func:`costlearn.serve.predict.predict_best` gave, by its
+arguments as given ``(M, N, K, dtype, device, family, layout, top_k,
+models_dir, epilogue)``, for calls that found their Predictor in
+:data:`PREDICTORS` (a device and a store named by None or a string): a
+repeated problem is one lookup. Emptied by :func:`clear_cache`, and by a
+Predictor's :meth:`~Predictor.clear_results` or new floor (any one's: it
+holds every predictor's answers); at :attr:`Predictor.RESULT_CACHE_SIZE`
+entries it starts again."""
+
+
 def clear_cache() -> None:
-    """Forget loaded predictors (after retraining in the same process) and
-    the default model store (:func:`costlearn.model.store.default_store`), so
-    ``$COSTLEARN_MODELS`` is read again."""
+    """Forget loaded predictors (after retraining in the same process), their
+    answers (:data:`ANSWERS`) and the default model store
+    (:func:`costlearn.model.store.default_store`), so ``$COSTLEARN_MODELS``
+    is read again."""
     PREDICTORS.clear()
+    ANSWERS.clear()
 
 
 def load_predictor(device=None, family: str = "gemm", dtype: str = "float32", models_dir=None) -> Predictor:

@@ -371,3 +371,18 @@ def test_the_c_walk_sends_every_leaf_to_the_sentinel_column_and_refuses_a_split_
         walked_nodes(lib, _forest_with(f, nodes=nodes), f.n_features - 1)
     assert lib.costlearn_sentinel_leaves(f.nodes.ctypes.data, len(f.nodes), MAX_FEATURES + 1,
                                          walked.copy().ctypes.data) == -1
+
+
+@pytest.mark.parametrize("name", ["native", "numpy"])
+def test_rank_served_is_rank_with_the_served_options_from_the_problems_fields(model_dir, name):
+    """Issue 40: a prediction ranks through Ranker.rank_served (the native ranker's without a Problem); it must be
+    rank's ranking of the Problem with the candidate rule, the estimate and the decision, with and without the
+    cascade, for every epilogue."""
+    ranker = Predictor(model_dir, ranker=name).ranker
+    rng = np.random.default_rng(23)
+    for (m, n, k), epi in zip(np.round(2.0 ** rng.uniform(0, 14, size=(24, 3))).astype(int).tolist(),
+                              list(EPILOGUES) * 6):
+        q = Problem(m, n, k, "float32", "NN", epi)
+        for cascade in (True, False):
+            want = ranker.rank(q, None, top=6, cascade=cascade, estimate=True, decide=True)
+            assert repr(ranker.rank_served(m, n, k, "NN", epi, 6, cascade)) == repr(want), (q, cascade)

@@ -287,3 +287,22 @@ def test_a_ranking_of_a_given_mask_never_uses_the_table(pred, table, problems):
             mask, _ = r.candidate_rule(q)
             res = r.rank(q, mask, top=int(mask.sum()))
             assert not res.shortlist and sorted(res.order) == np.flatnonzero(mask).tolist(), (name, q)
+
+
+def test_predict_many_of_tuples_answers_as_of_problems_and_as_the_numpy_ranker(folder):
+    """Issue 40: costlearn.predict_many answers plain (M, N, K[, layout[, epilogue]]) tuples through
+    Predictor.predict_shapes and the ranker's rank_many_served, without a Problem where an answer needs none: the
+    answers must be predict_many's of the Problems, and the numpy ranker's (which leaves every decision to
+    Python), in order, a repeat the same answer."""
+    fresh, twin = Predictor(folder), Predictor(folder, ranker="numpy")
+    rng = np.random.default_rng(31)
+    shapes = []
+    for i, row in enumerate(np.round(2.0 ** rng.uniform(0, 13, size=(45, 3))).astype(int).tolist()):
+        layout, epilogue = fresh.layouts[i % len(fresh.layouts)], fresh.epilogues[i % len(fresh.epilogues)]
+        shapes.append([tuple(row), (*row, layout), (*row, layout, epilogue), [*row, layout]][i % 4])
+    shapes.append(shapes[5])
+    clear_cache()
+    got = costlearn.predict_many(shapes, "float16", DEVICE, family="triton_mm", models_dir=folder.parents[2], top_k=3)
+    problems = [Problem(*s[:3], "float16", *s[3:]) for s in shapes]
+    assert repr(got) == repr(fresh.predict_many(problems, 3)) == repr(twin.predict_many(problems, 3))
+    assert got[-1] is got[5]

@@ -318,3 +318,70 @@ def test_an_unhashable_epilogue_or_layout_is_a_clear_error_not_a_cache_crash(dev
         predict_best(4, 4, 4, device=dev, layout=bad)
     with pytest.raises(ValueError, match="epilogue="):
         Predictor(costlearn.serve.predictor.load_predictor(dev).artifact.path).predict_best(4, 4, 4, epilogue=bad)
+
+
+def test_predict_shape_answers_and_refuses_as_predict_of_the_problem(model_dir):
+    """Issue 40: predict_best answers an unseen problem through Predictor.predict_shape, which builds no Problem
+    where the answer needs none; its answers (in and out of the envelope, every epilogue, any top k) and its
+    errors must be predict's of the Problem: the answers those of the policy's path (a device to run on given)
+    and of the numpy ranker's (which leaves every decision to Python)."""
+    from costlearn.core.problem import Problem
+    rng = np.random.default_rng(7)
+    fast, ref, twin = Predictor(model_dir), Predictor(model_dir), Predictor(model_dir, ranker="numpy")
+    shapes = [tuple(int(v) for v in row) for row in np.round(2.0 ** rng.uniform(0, 15, size=(40, 3)))]
+    for (m, n, k), epi, top in zip(shapes, ["none", "bias", "bias_relu", "bias_gelu"] * 10, [1, 2, 5, 9] * 10):
+        q = Problem(m, n, k, ref.dtype, "NN", epi)
+        want = repr(ref.predict(q, top, running_on=ref.spec))          # (reprs: a NaN ratio equals no NaN)
+        assert repr(fast.predict_shape(m, n, k, "NN", epi, top)) == want == repr(twin.predict(q, top)), q
+        assert fast.predict_shape(m, n, k, "NN", epi, top) is fast.predict_shape(m, n, k, "NN", epi, top)
+        assert repr(ref.predict(q, top)) == want
+    for args in [(0, 8, 8, "NN", "none", 5), (8, 8, 2**31, "NN", "none", 5), (8.0, 8, 8, "NN", "none", 5),
+                 (True, 8, 8, "NN", "none", 5), (8, 8, 8, "XX", "none", 5), (8, 8, 8, "NN", "silu", 5),
+                 (8, 8, 8, "TT", "none", 5), (8, 8, 8, "NN", "none", 0), (8, 8, 8, "NN", "none", 2.0),
+                 (8, 8, 8, ["NN"], "none", 5)]:
+        with pytest.raises((TypeError, ValueError)) as want:
+            ref.predict(Problem(*args[:3], ref.dtype, *args[3:5]), args[5])
+        with pytest.raises(want.type, match=re.escape(str(want.value))):
+            fast.predict_shape(*args)
+
+
+def test_a_repeated_answer_is_forgotten_with_its_predictors_answers_and_floor(dev):
+    """Issue 40: predict_best answers a repeated problem from one dictionary keyed by its arguments (ANSWERS);
+    what empties a predictor's answers (clear_results, a new floor, clear_cache) must empty it, or a study that
+    sets a floor would read answers of the old one. A float extent equal to a cached int is still refused."""
+    from costlearn.model.vendor_floor import VendorFloor, plain_floor
+    from costlearn.serve.predictor import ANSWERS, clear_cache, load_predictor
+    first = predict_best(24, 640, 4096, device=dev)
+    assert predict_best(24, 640, 4096, device=dev) is first and first in ANSWERS.values()
+    with pytest.raises(TypeError, match="M=24.0"):
+        predict_best(24.0, 640, 4096, device=dev)
+    served = load_predictor(dev, "gemm", "float32")
+    served.clear_results()
+    again = predict_best(24, 640, 4096, device=dev)
+    assert again == first and again is not first
+    old = served.floor
+    floor = plain_floor()
+    floor["margin_log2"] = 10.0
+    try:
+        served.floor = VendorFloor(floor)
+        assert predict_best(24, 640, 4096, device=dev).margin_log2 == 10.0
+    finally:
+        served.floor = old
+    assert predict_best(24, 640, 4096, device=dev).margin_log2 == first.margin_log2 != 10.0
+    clear_cache()
+    assert not ANSWERS and predict_best(24, 640, 4096, device=dev) == first
+
+
+def test_predict_shapes_names_the_bad_shape_as_predict_many_does(model_dir):
+    """Issue 40: Predictor.predict_shapes (costlearn.predict_many's path) refuses what predict_many of the Problems
+    refuses, naming the position; a shape that is not a 5-tuple is named too."""
+    pred = Predictor(model_dir)
+    good = (8, 64, 64, "NN", "none")
+    assert pred.predict_shapes(iter([good, good])) == [pred.predict_shape(*good)] * 2
+    for shapes, exc, says in [([good, (8, 0, 64, "NN", "none")], ValueError, r"shapes\[1\]: N=0"),
+                              ([(8.0, 64, 64, "NN", "none")], TypeError, r"shapes\[0\]: M=8.0"),
+                              ([good, (8, 64, 64, "TT", "none")], ValueError, r"problems\[1\].*layouts \['NN'\]"),
+                              ([(8, 64, 64)], TypeError, r"shapes\[0\]=\(8, 64, 64\); must be an \(m, n, k"),
+                              ([good], ValueError, "top_k=0")]:
+        with pytest.raises(exc, match=says):
+            pred.predict_shapes(shapes, top_k=0 if says == "top_k=0" else 5)
