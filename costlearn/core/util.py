@@ -29,7 +29,7 @@ import numpy as np
 from costlearn.core.errors import CostlearnError
 
 __all__ = ["sigint_deferred", "check_int", "check_real", "check_choice", "check_instance", "check_path", "atomic_write",
-           "fsync_dir", "sha256_file", "read_file", "read_file_identified", "settled", "npz_arrays", "npz_bytes",
+           "fsync_dir", "sha256_file", "read_file", "npz_arrays", "npz_bytes",
            "cache_dir", "KeyedCache", "FolderLock", "FolderBusy", "private_folder"]
 
 
@@ -259,55 +259,14 @@ def read_file(path, max_bytes: int = 1 << 30) -> bytearray:
         If the file cannot be read, is larger than ``max_bytes``, or changes
         size while it is read.
     """
-    return read_file_identified(path, max_bytes)[0]
-
-
-def read_file_identified(path, max_bytes: int = 1 << 30) -> tuple[bytearray, tuple | None]:
-    """:func:`read_file`, with the identity of the file the bytes are:
-    ``(st_dev, st_ino, st_size, st_mtime_ns, st_ctime_ns)`` of the open
-    file, the same before and after the read, else None (it was written or
-    replaced meanwhile). A write through the file system changes the change
-    time (``st_ctime_ns``), which no user call sets back (POSIX ``stat``):
-    equal identities read at least :data:`SETTLED_NS` after the change time
-    are the same bytes.
-
-    Raises
-    ------
-    As :func:`read_file`.
-    """
     with open(path, "rb") as fh:
-        before = os.fstat(fh.fileno())
-        size = before.st_size
+        size = os.fstat(fh.fileno()).st_size
         if size > max_bytes:
             raise OSError(f"{path} holds {size} bytes, more than the {max_bytes} a file read here may")
         buf = bytearray(size)
         if fh.readinto(buf) != size or fh.read(1):
             raise OSError(f"{path} changed size while it was read")
-        after = os.fstat(fh.fileno())
-    ident = _identity(before)
-    return buf, ident if ident == _identity(after) else None
-
-
-def _identity(st: os.stat_result) -> tuple:
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
-
-
-SETTLED_NS = 2_000_000_000
-"""How long after a file's last change (its ``st_ctime_ns``) its identity
-(:func:`read_file_identified`) is trusted to name its bytes, nanoseconds: a
-file system stamps times from a coarse clock (a few milliseconds on Linux),
-so a second write within the same tick as the first may leave them equal; 2 s
-is far beyond any tick (git's "racy" index entries, the same problem)."""
-
-
-def settled(ident: tuple | None, now_ns: int | None = None) -> bool:
-    """Whether the file of identity ``ident`` (:func:`read_file_identified`)
-    last changed at least :data:`SETTLED_NS` before ``now_ns`` (default:
-    ``time.time_ns()``): a later change would give it another identity."""
-    if ident is None:
-        return False
-    now_ns = time.time_ns() if now_ns is None else now_ns
-    return now_ns - max(ident[3], ident[4]) >= SETTLED_NS
+    return buf
 
 
 NPZ_ALIGN = 64
@@ -570,7 +529,7 @@ class KeyedCache:
         try:
             private_folder(path.parent)
             return self._intact(path)
-        except OSError:
+        except (OSError, ValueError):          # missing, another's, or a digest that is not text: no record
             return False
 
     def put(self, key, data: bytes) -> None:

@@ -49,8 +49,7 @@ from costlearn.families import FAMILIES, get_family
 from costlearn.features import FEATURE_SETS, CandidateFeatures, ConfigTable, feature_version, get_feature_set
 from costlearn.model.vendor_floor import VendorFloor
 from costlearn.model.shortlist import SHORTLIST_FILE, Shortlist, ShortlistError
-from costlearn.core.util import (FolderLock, KeyedCache, atomic_write, npz_arrays, npz_bytes, read_file_identified,
-                                 settled, sha256_file)
+from costlearn.core.util import FolderLock, KeyedCache, atomic_write, npz_arrays, npz_bytes, read_file, sha256_file
 from costlearn.core.version import __version__
 from costlearn.model.base import MODELS, CostModel
 from costlearn.model import forest as forest_module
@@ -740,33 +739,13 @@ def _verified(folder: Path, name, side_path: Path, sha256, what: str) -> tuple[P
     if not path.is_file():
         raise ArtifactError(f"{path} is missing (the artifact's {what})")
     try:
-        data, ident = read_file_identified(path)
+        data = read_file(path)
     except OSError as e:
         raise ArtifactError(f"{path} is unreadable (the artifact's {what}: {e})") from e
-    record = f"{sha256}\n{ident}".encode() if settled(ident) else None
-    if record is not None and DIGEST_CHECKED.has(record):
-        return path, data
     if hashlib.sha256(data).hexdigest() != sha256:
         raise ArtifactError(f"{path} does not belong to {side_path} (sha256 differs): a training may be writing "
                             "this folder; retry, or retrain")
-    if record is not None:
-        DIGEST_CHECKED.put(record, b"verified\n")
     return path, data
-
-
-DIGEST_CHECKED = KeyedCache("digest-checked", ".ok")
-"""Records, in the user's private cache, each artifact file whose bytes had
-the sha256 its sidecar records, by that sha256 and the file's identity
-(device, inode, size, modification and change times:
-:func:`costlearn.core.util.read_file_identified`), made only where the file
-had not changed for :data:`~costlearn.core.util.SETTLED_NS`: a later load
-that reads the same identity, unchanged through its read, skips hashing
-those bytes again (10-12 ms of a deep model's 14 MB on this project's VM). A
-file written since (damaged, truncated, replaced) has another change time, so
-another identity, and is hashed, and refused. The cache is trusted as the
-compiled ranker's is (:func:`costlearn.core.util.private_folder`); what it
-cannot see is a change below the file system (a disk's bit rot), which the
-file system's own checks are for."""
 
 
 def _load_vendor(folder: Path, side_path: Path, entry) -> VendorModel | None:

@@ -157,29 +157,28 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
     key = (M, N, K, dtype, device, family, layout, top_k, models_dir, epilogue)
     try:
         hit = ANSWERS.get(key)
-    except TypeError:                           # an unhashable argument: checked below
+    except Exception:                           # an unhashable argument (or a hostile hash): checked below
         hit = None
-    if hit is not None and type(M) is int and type(N) is int and type(K) is int and type(top_k) is int \
-            and type(measure_top_k) is int and not measure_top_k and running_on is None and backend is None \
-            and tuning_db is None:
+    plain = type(M) is int and type(N) is int and type(K) is int and type(top_k) is int \
+        and type(measure_top_k) is int and not measure_top_k and running_on is None and backend is None \
+        and tuning_db is None and type(layout) is str and type(epilogue) is str and type(dtype) is str \
+        and type(family) is str and (device is None or type(device) is str) \
+        and (models_dir is None or type(models_dir) is str)
+    if hit is not None and plain:
         return hit
     pred = None
-    if type(M) is int and type(N) is int and type(K) is int and type(top_k) is int and type(measure_top_k) is int \
-            and not measure_top_k and running_on is None and backend is None and tuning_db is None \
-            and type(layout) is str and type(epilogue) is str:
+    if plain:
+        generation = ANSWERS.generation
         # _loaded's lookup, inlined. The predictor it finds answers an unseen problem too (no store lookup: 25 us
         # of path parsing a call on this project's VM), without building a Problem where the answer needs none.
-        pred = PREDICTORS.get(((device, family, dtype), models_dir)) \
-            if (device is None or type(device) is str) and (models_dir is None or type(models_dir) is str) else None
+        pred = PREDICTORS.get(((device, family, dtype), models_dir))
         if pred is not None:
             hit = pred.cached((M, N, K, layout, top_k, epilogue))
             if hit is None and 0 < M <= MAX_EXTENT and 0 < N <= MAX_EXTENT and 0 < K <= MAX_EXTENT and top_k >= 1 \
                     and dtype == pred.dtype and layout in pred.layouts and epilogue in pred.epilogues:
                 hit = pred.predict_shape(M, N, K, layout, epilogue, top_k)
             if hit is not None:
-                if len(ANSWERS) >= Predictor.RESULT_CACHE_SIZE:
-                    ANSWERS.clear()
-                ANSWERS[key] = hit
+                ANSWERS.keep(key, hit, generation)
                 return hit
     problem = Problem(M, N, K, dtype, layout, epilogue)
     top_k = check_int("top_k", top_k, 1)

@@ -15,6 +15,7 @@ neither the collection loop nor a backend.
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 
@@ -32,7 +33,7 @@ from costlearn.serve.ood import OODVerdict
 from costlearn.serve.prediction import Prediction
 from costlearn.serve.vendor_policy import VendorPolicy
 
-__all__ = ["Predictor", "PREDICTORS", "ANSWERS", "load_predictor", "clear_cache"]
+__all__ = ["Predictor", "PREDICTORS", "ANSWERS", "AnswerCache", "load_predictor", "clear_cache"]
 
 _tuple_new = tuple.__new__
 """``_tuple_new(Prediction, fields)``: a Prediction from all its fields in
@@ -92,8 +93,9 @@ class Predictor:
         The best tile config or the vendor (rebuilt with :attr:`floor`).
     cached : callable
         ``cached((M, N, K, layout, top_k, epilogue))``: the Prediction given
-        earlier for that key, or None; the repeated-problem path of
-        :func:`~costlearn.serve.predict.predict_best`. The answer cache's own
+        earlier for that key, or None (what
+        :func:`~costlearn.serve.predict.predict_best` looks up where
+        :data:`ANSWERS` does not hold its arguments). The answer cache's own
         ``dict.get`` (no Python frame), rebound with a new cache by each
         :attr:`floor`.
 
@@ -150,7 +152,7 @@ class Predictor:
         # cache of the one it was copied from
         self._results: dict = {}
         self.cached = self._results.get
-        ANSWERS.clear()                                 # some may be this predictor's, under its old floor
+        ANSWERS.forget()                                # some may be this predictor's, under its old floor
 
     def vendor_estimate(self, problem: Problem):
         """The vendor model's estimate for ``problem``
@@ -165,7 +167,7 @@ class Predictor:
         each problem ranks afresh; benchmarks of cold calls use this), and
         :data:`ANSWERS` (every predictor's: it is one cache)."""
         self._results.clear()
-        ANSWERS.clear()
+        ANSWERS.forget()
 
     # -- public ranking ----------------------------------------------------
 
@@ -539,6 +541,8 @@ class Predictor:
             As :meth:`predict_many` of the Problems of ``shapes``, naming the
             first bad one's position; TypeError where one is not a 5-tuple.
         """
+        if isinstance(shapes, (str, bytes, dict)) or not hasattr(shapes, "__iter__"):
+            raise TypeError(f"shapes={shapes!r:.100}; must be a sequence of (m, n, k, layout, epilogue) tuples")
         shapes = list(shapes)
         layouts, epilogues = self.layouts, self.epilogues
         if type(top_k) is int and top_k >= 1 and all(
@@ -555,6 +559,7 @@ class Predictor:
                 problems.append(Problem(s[0], s[1], s[2], self.dtype, s[3], s[4]))
             except (TypeError, ValueError) as e:
                 raise type(e)(f"shapes[{i}]: {e}") from None
+            self.check_served(problems[-1], f"shapes[{i}]")
         return self.predict_many(problems, top_k)
 
     def _many(self, shapes: list, top_k: int, running_on, problems) -> list:
@@ -606,15 +611,43 @@ keyed by (:class:`~costlearn.model.store.ModelKey`, store key)): what
 :func:`costlearn.serve.predict.predict_best` looks up."""
 
 
-ANSWERS: dict = {}
-"""The answers :func:`costlearn.serve.predict.predict_best` gave, by its
-arguments as given ``(M, N, K, dtype, device, family, layout, top_k,
-models_dir, epilogue)``, for calls that found their Predictor in
-:data:`PREDICTORS` (a device and a store named by None or a string): a
-repeated problem is one lookup. Emptied by :func:`clear_cache`, and by a
-Predictor's :meth:`~Predictor.clear_results` or new floor (any one's: it
-holds every predictor's answers); at :attr:`Predictor.RESULT_CACHE_SIZE`
-entries it starts again."""
+class AnswerCache(dict):
+    """The answers :func:`costlearn.serve.predict.predict_best` gave, by its
+    arguments as given ``(M, N, K, dtype, device, family, layout, top_k,
+    models_dir, epilogue)``, for calls that found their Predictor in
+    :data:`PREDICTORS` (a device and a store named by None or a string): a
+    repeated problem is one lookup (the dict's own ``get``). :meth:`forget`
+    empties it; an answer computed before that is not kept after it
+    (:meth:`keep` of the :attr:`generation` read before computing), as
+    :class:`~costlearn.model.store.LoadedModels` keeps no predictor loaded
+    before a clear."""
+
+    def __init__(self):
+        super().__init__()
+        self.generation = 0
+        self._lock = threading.Lock()
+
+    def forget(self) -> None:
+        """Empty it, and refuse what a call that began before keeps."""
+        with self._lock:
+            self.generation += 1
+            self.clear()
+
+    def keep(self, key: tuple, answer, generation: int) -> None:
+        """Store ``answer`` under ``key`` unless :meth:`forget` ran since
+        ``generation`` was read; at :attr:`Predictor.RESULT_CACHE_SIZE`
+        entries it starts again."""
+        with self._lock:
+            if generation == self.generation:
+                if len(self) >= Predictor.RESULT_CACHE_SIZE:
+                    self.clear()
+                self[key] = answer
+
+
+ANSWERS = AnswerCache()
+"""The process's :class:`AnswerCache`: emptied by :func:`clear_cache`, and by
+a Predictor's :meth:`~Predictor.clear_results` or new floor (any one's: it
+holds every predictor's answers)."""
 
 
 def clear_cache() -> None:
@@ -623,7 +656,7 @@ def clear_cache() -> None:
     (:func:`costlearn.model.store.default_store`), so ``$COSTLEARN_MODELS``
     is read again."""
     PREDICTORS.clear()
-    ANSWERS.clear()
+    ANSWERS.forget()
 
 
 def load_predictor(device=None, family: str = "gemm", dtype: str = "float32", models_dir=None) -> Predictor:

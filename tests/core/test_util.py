@@ -141,6 +141,20 @@ def test_npz_arrays_are_numpys_without_a_second_read_or_copy():
         assert (len(shared) > 0) == (save is np.savez)
 
 
+def test_a_record_whose_digest_file_is_not_text_is_no_record_and_is_rebuilt(tmp_path):
+    """Regression (an attack on issue 40): KeyedCache.has caught OSError only, so a .sha256 file of bytes that are
+    not UTF-8 (a crash mid-write, junk) raised UnicodeDecodeError from every load of a model whose forest check it
+    records, instead of checking the forest again."""
+    cache = KeyedCache("thing", ".ok", folder=tmp_path / "cache")
+    cache.put(b"key", b"checked\n")
+    assert cache.has(b"key")
+    side = cache.path(b"key").with_name(cache.path(b"key").name + ".sha256")
+    side.write_bytes(b"abc\xff")
+    assert not cache.has(b"key")
+    cache.put(b"key", b"checked\n")
+    assert cache.has(b"key")
+
+
 def test_npz_bytes_are_numpys_npz_with_every_array_read_in_place():
     """Issue 40: numpy.savez starts a member's bytes anywhere in the file, so npz_arrays copied every misaligned
     array of a deep model (5-7 ms of its load); npz_bytes aligns each member, and numpy still reads the file."""

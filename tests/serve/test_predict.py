@@ -380,8 +380,63 @@ def test_predict_shapes_names_the_bad_shape_as_predict_many_does(model_dir):
     assert pred.predict_shapes(iter([good, good])) == [pred.predict_shape(*good)] * 2
     for shapes, exc, says in [([good, (8, 0, 64, "NN", "none")], ValueError, r"shapes\[1\]: N=0"),
                               ([(8.0, 64, 64, "NN", "none")], TypeError, r"shapes\[0\]: M=8.0"),
-                              ([good, (8, 64, 64, "TT", "none")], ValueError, r"problems\[1\].*layouts \['NN'\]"),
+                              ([good, (8, 64, 64, "TT", "none")], ValueError, r"shapes\[1\].*layouts \['NN'\]"),
+                              (None, TypeError, r"shapes=None; must be a sequence"),
                               ([(8, 64, 64)], TypeError, r"shapes\[0\]=\(8, 64, 64\); must be an \(m, n, k"),
                               ([good], ValueError, "top_k=0")]:
         with pytest.raises(exc, match=says):
             pred.predict_shapes(shapes, top_k=0 if says == "top_k=0" else 5)
+
+
+class _EqualToAll:
+    """Hashes as ``value`` and equals anything: an argument a cache lookup matches that is no valid one."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __hash__(self):
+        return hash(self.value)
+
+    def __eq__(self, other):
+        return True
+
+
+def test_an_argument_that_only_equals_a_cached_one_is_refused_as_when_nothing_is_cached(dev, model_dir):
+    """Regression (an attack on issue 40): the answer cache checked only the extents' and top_k's types on a hit,
+    so a layout, epilogue, device or store that merely compared equal to a cached one was answered, and a dtype or
+    family that did was answered for an unseen problem: each must be refused as without the cache."""
+    store = str(model_dir.parents[2].resolve())
+    predict_best(24, 48, 72, device=dev, models_dir=store)
+    for kw in [dict(layout=_EqualToAll("NN")), dict(epilogue=_EqualToAll("none")), dict(device=_EqualToAll(dev)),
+               dict(models_dir=_EqualToAll(store)), dict(dtype=_EqualToAll("float32")),
+               dict(family=_EqualToAll("gemm"))]:
+        args = dict(device=dev, models_dir=store) | kw
+        for shape in [(24, 48, 72), (25, 48, 72)]:               # cached, and unseen
+            with pytest.raises((TypeError, ValueError)):
+                predict_best(*shape, **args)
+
+
+@pytest.mark.parametrize("forget", ["clear_results", "floor", "clear_cache"])
+def test_an_answer_computed_across_a_forget_is_not_kept(dev, forget):
+    """Regression (an attack on issue 40): predict_best stored an unseen problem's answer after another thread had
+    emptied the answer cache meanwhile (clear_cache, a new floor), so an answer of the old floor, or of a model
+    since forgotten, outlived the clear."""
+    from costlearn.serve.predictor import ANSWERS, load_predictor
+    served = load_predictor(dev, "gemm", "float32")
+    real = served.predict_shape
+
+    def racing(*args):
+        got = real(*args)
+        if forget == "floor":
+            served.floor = served.floor                          # a new floor (the same values): forgets
+        elif forget == "clear_results":
+            served.clear_results()
+        else:
+            costlearn.serve.predictor.clear_cache()
+        return got
+    served.predict_shape = racing
+    try:
+        predict_best(31, 37, 41, device=dev)
+    finally:
+        del served.predict_shape
+    assert not any(k[:3] == (31, 37, 41) for k in ANSWERS)
