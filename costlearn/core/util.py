@@ -295,6 +295,11 @@ def npz_bytes(arrays: dict) -> bytes:
     arrays : dict of str to array-like
         Member name (without ``.npy``) -> array (object arrays refused).
 
+    Returns
+    -------
+    bytes
+        The file's bytes.
+
     Raises
     ------
     ValueError

@@ -266,7 +266,12 @@ class Ranker(abc.ABC):
         model's estimate and the floor's decision, from the problem's fields
         (the native ranker builds no Problem). The caller checked them:
         extents ints in [1, 2**31 - 1], a layout and epilogue the model
-        serves, ``top`` an int >= 1."""
+        serves, ``top`` an int >= 1 (larger than 2**31 - 1 means all).
+
+        Returns
+        -------
+        RankResult
+        """
         return self.rank(Problem(m, n, k, self.features.table.dtype, layout, epilogue), None, top=top,
                          cascade=cascade, estimate=True, decide=True)
 

@@ -409,6 +409,10 @@ class Predictor:
         top_k : int
             Length of :attr:`Prediction.top_k`, >= 1.
 
+        Returns
+        -------
+        Prediction
+
         Raises
         ------
         TypeError, ValueError
