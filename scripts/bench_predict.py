@@ -55,6 +55,7 @@ import argparse
 import gc
 import math
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -344,7 +345,10 @@ def main(argv=None) -> int:
             ap.error(f"--model {f}: no model artifact there (need <store>/<device>/<family>/<dtype>/model.json)")
     if args.heldout_data is not None and not args.heldout_data.is_dir():
         ap.error(f"--heldout-data {args.heldout_data}: not a folder")
-    lines, ok = [], True
+    # the interpreter's build moves every Python microsecond above (an unseen problem here: 46 us under a
+    # CPython built with --enable-shared and no PGO, 39 us under Debian's, NVIDIA's C++ the same under both)
+    lines, ok = [f"Python {platform.python_version()} ({sys.executable}; {platform.python_compiler()}), "
+                 f"{platform.machine()}, {os.cpu_count()} CPUs", ""], True
     for f in folders:
         ok = bench_model(f, args.shapes, args.seed, lines) and ok
         if args.heldout_data is not None:

@@ -261,16 +261,17 @@ class Envelope:
             Index of the nearest training shape and its distance, when the
             caller has computed them (the ranker does).
         """
-        if nearest is not None and nearest[1] <= self.threshold_log2:
-            lo, hi = self._lo, self._hi                  # the common case, inside: three pairs of comparisons
-            if lo[0] <= m <= hi[0] and lo[1] <= n <= hi[1] and lo[2] <= k <= hi[2]:
-                return []
+        lo, hi = self._lo, self._hi                      # within the extents: three pairs of comparisons
+        within = lo[0] <= m <= hi[0] and lo[1] <= n <= hi[1] and lo[2] <= k <= hi[2]
+        if within and nearest is not None and nearest[1] <= self.threshold_log2:
+            return []                                    # the common case, inside
         out = []
-        for (name, lo, hi, lo_m, hi_m), v in zip(self._bounds, (m, n, k)):
-            if v < lo_m:
-                out.append(f"{name}={v} below the trained minimum {lo}")
-            elif v > hi_m:
-                out.append(f"{name}={v} above the trained maximum {hi}")
+        if not within:
+            for (name, lo, hi, lo_m, hi_m), v in zip(self._bounds, (m, n, k)):
+                if v < lo_m:
+                    out.append(f"{name}={v} below the trained minimum {lo}")
+                elif v > hi_m:
+                    out.append(f"{name}={v} above the trained maximum {hi}")
         if nearest is None:
             nearest = self.nearest_index(m, n, k)
         if nearest[1] > self.threshold_log2:

@@ -3,7 +3,8 @@
  *   costlearn_forest_predict   a tree ensemble over a small batch of rows
  *   costlearn_sentinel_leaves  a forest's nodes as costlearn_forest_predict walks them
  *   costlearn_shape_features   the 23 shape-dependent features
- *   costlearn_rank             a whole ranking: candidate rule, features, nearest
+ *   costlearn_rank_query       a whole ranking (costlearn_rank of the query in the
+ *                              context): candidate rule, features, nearest
  *                              training shape, held-out evidence, cascaded or
  *                              shortlist-table scoring, sort, and (mode bit
  *                              RANK_ESTIMATE) the vendor model's estimate
@@ -687,8 +688,8 @@ static void floor_decision(int64_t m, int64_t n, int64_t k, int32_t got, int32_t
  * bit RANK_DECIDE, no mask and a floor in the context (dec_on), also the
  * floor's decision (floor_decision: ctx->decision, ctx->v_score; 0
  * otherwise). */
-int32_t costlearn_rank(int64_t m, int64_t n, int64_t k, const uint8_t *mask, int32_t top, int32_t mode,
-                       costlearn_ctx *ctx)
+static int32_t costlearn_rank(int64_t m, int64_t n, int64_t k, const uint8_t *mask, int32_t top, int32_t mode,
+                              costlearn_ctx *ctx)
 {
     const int32_t n_cands = ctx->n_cands, n_features = ctx->n_features, n_trees = ctx->n_trees;
     int32_t *row_cand = ctx->row_cand;
@@ -779,6 +780,14 @@ int32_t costlearn_rank(int64_t m, int64_t n, int64_t k, const uint8_t *mask, int
     if (decide && live > 0)
         floor_decision(m, n, k, live, estimate, ctx);
     return live;
+}
+
+/* costlearn_rank of the query in the context (q_m, q_n, q_k, q_mask, q_top,
+ * q_mode; written by Python in one struct.pack_into: costlearn.ranker.native.QUERY),
+ * so that a ranking from Python converts one argument, not seven. */
+int32_t costlearn_rank_query(costlearn_ctx *ctx)
+{
+    return costlearn_rank(ctx->q_m, ctx->q_n, ctx->q_k, ctx->q_mask, ctx->q_top, ctx->q_mode, ctx);
 }
 
 /* The shortlist table's lists at the grid points shapes[0..n_points) (m, n, k

@@ -17,10 +17,12 @@ sha256 differs is rebuilt, never loaded). Where no compiler works,
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 import os
 import platform
 import shlex
+import struct
 import subprocess
 import sysconfig
 import tempfile
@@ -63,8 +65,9 @@ MAX_STAGES = 4
 
 
 class RankContext(ctypes.Structure):
-    """``costlearn_ctx``: everything ``costlearn_rank`` needs besides the
-    problem. The one definition of the struct; ``c_header`` writes its C
+    """``costlearn_ctx``: everything ``costlearn_rank`` needs (the model's
+    arrays, a thread's scratch), the query it ranks (``costlearn_rank_query``)
+    and its outputs. The one definition of the struct; ``c_header`` writes its C
     declaration. Comments give the C element type of each pointer."""
 
     _fields_ = [
@@ -132,6 +135,10 @@ class RankContext(ctypes.Structure):
         ("ev_work", _P),          # costlearn_scored* [max(n_ev, 1)]
         ("v_row", _P),            # float*  [v_features + 1]: the sentinel last
         ("v_sums", _P),           # double* [v_members]
+        # the query (costlearn_rank_query; set per call with QUERY's pack_into)
+        ("q_m", _I64), ("q_n", _I64), ("q_k", _I64),
+        ("q_mask", _P),           # const uint8_t* [n_cands]: the candidates to rank, or NULL: the candidate rule's
+        ("q_top", _I32), ("q_mode", _I32),
         # outputs
         ("out_index", _P),        # int32_t* [n_cands]
         ("out_score", _P),        # double*  [n_cands]
@@ -153,7 +160,7 @@ _C_POINTER = {  # the C type of each void* field of RankContext
     "tab_resid": "const float *", "v_nodes": "const costlearn_node *", "v_roots": "const int32_t *",
     "v_depths": "const int32_t *", "v_bounds": "const int32_t *", "v_bases": "const double *",
     "v_tail": "const float *", "v_row": "float *", "v_sums": "double *", "mask": "uint8_t *",
-    "seen": "double *", "resid": "double *",
+    "seen": "double *", "resid": "double *", "q_mask": "const uint8_t *",
     "ev_work": "costlearn_scored *",
     "X": "float *", "Xk": "float *", "work": "costlearn_scored *", "part": "double *", "acc": "double *",
     "lin": "double *", "row_cand": "int32_t *", "out_index": "int32_t *", "out_score": "double *"}
@@ -169,23 +176,37 @@ SCORED_DTYPE = np.dtype([("score", "<f8"), ("index", "<i4")], align=True)
 """Layout of ``costlearn_scored`` (the sort's records, 16 bytes)."""
 
 
+_QUERY = ("q_m", "q_n", "q_k", "q_mask", "q_top", "q_mode")
+"""A ranking's inputs in :class:`RankContext`, written in one call (:data:`QUERY`)."""
+
 _OUTPUTS = ("nearest", "nearest_d2", "fits", "level", "vendor_near", "model_near", "used_table", "v_mean", "v_sd",
             "decision", "v_score")
-"""The scalar outputs of a ranking, read in one call (:data:`OUTPUTS_DTYPE`)."""
+"""The scalar outputs of a ranking, read in one call (:data:`OUTPUTS`)."""
 
 
-def _outputs_dtype() -> np.dtype:
-    fields = dict(RankContext._fields_)
-    base = getattr(RankContext, _OUTPUTS[0]).offset
-    last = getattr(RankContext, _OUTPUTS[-1])
-    return np.dtype(dict(names=list(_OUTPUTS), formats=[{_I32: "<i4", _D: "<f8"}[fields[f]] for f in _OUTPUTS],
-                         offsets=[getattr(RankContext, f).offset - base for f in _OUTPUTS],
-                         itemsize=last.offset + last.size - base))
+def _fields_struct(names: tuple) -> struct.Struct:
+    """A :class:`struct.Struct` of :class:`RankContext`'s consecutive fields
+    ``names`` (padding between them skipped), from the first one's offset: its
+    ``pack_into(context, offset, ...)`` writes them, its
+    ``unpack_from(context, offset)`` reads them, in one call each (a tenth of
+    ctypes' per-argument conversions)."""
+    fields, code = dict(RankContext._fields_), {_I32: "i", _I64: "q", _D: "d", _P: "Q"}
+    fmt, at = "<", getattr(RankContext, names[0]).offset
+    for name in names:
+        desc = getattr(RankContext, name)
+        if desc.offset < at:
+            raise ValueError(f"RankContext field {name!r} is out of order")
+        fmt += "x" * (desc.offset - at) + code[fields[name]]
+        at = desc.offset + desc.size
+    return struct.Struct(fmt)
 
 
-OUTPUTS_DTYPE = _outputs_dtype()
-"""A numpy view of :class:`RankContext`'s scalar outputs (nearest ...
-v_score, at their offsets): its ``item()`` reads them all in one call."""
+QUERY = _fields_struct(_QUERY)
+"""m, n, k, the mask's address (0: none), top and mode, at the offset of
+``q_m``: what ``costlearn_rank_query`` ranks."""
+
+OUTPUTS = _fields_struct(_OUTPUTS)
+"""The scalar outputs (nearest ... v_score), at the offset of ``nearest``."""
 
 
 def c_header() -> str:
@@ -257,7 +278,7 @@ def _compilers() -> list[list[str]]:
     return out
 
 
-_SYMBOLS = ("costlearn_forest_predict", "costlearn_sentinel_leaves", "costlearn_shape_features", "costlearn_rank",
+_SYMBOLS = ("costlearn_forest_predict", "costlearn_sentinel_leaves", "costlearn_shape_features", "costlearn_rank_query",
             "costlearn_rank_many", "costlearn_shortlist_build", "costlearn_layout", "costlearn_fsum")
 
 
@@ -276,8 +297,9 @@ def _open(path: Path):
     lib.costlearn_shape_features.restype = None
     lib.costlearn_shape_features.argtypes = [_I64, _I64, _I64, _P, _I32, _I32, _P, _P, _P, _P, _D, _D, _D, _D, _D,
                                              _P, _P, _I32]
-    lib.costlearn_rank.restype = _I32
-    lib.costlearn_rank.argtypes = [_I64, _I64, _I64, _P, _I32, _I32, ctypes.POINTER(RankContext)]
+    lib.costlearn_rank_query.restype = _I32
+    lib.costlearn_rank_query.argtypes = None    # always given a context's byref(), passed as its pointer without
+                                                # argtypes' from_param (0.6 us of a ranking's 1.4 us call)
     lib.costlearn_rank_many.restype = _I32
     lib.costlearn_rank_many.argtypes = [_P, _I32, _I32, _I32, _I32, ctypes.POINTER(RankContext)] + [_P] * 13
     lib.costlearn_fsum.restype = _D
@@ -378,8 +400,8 @@ def library():
 
 
 class NativeRanker(Ranker):
-    """:class:`~costlearn.ranker.base.Ranker` in C: one ``costlearn_rank``
-    call per ranking. Per-thread scratch arrays, so one ranker serves many
+    """:class:`~costlearn.ranker.base.Ranker` in C: one ``costlearn_rank_query``
+    call per ranking (the query written into the thread's context first). Per-thread scratch arrays, so one ranker serves many
     threads.
 
     Raises
@@ -398,7 +420,7 @@ class NativeRanker(Ranker):
                 else "it could not be built (see the warning)"
             raise OSError(f"the C ranker is unavailable here: {why}; use the numpy ranker")
         self._lib = lib
-        self._rank = lib.costlearn_rank
+        self._rank = lib.costlearn_rank_query
         f, sc = features, scorer
         env_order = np.lexsort((np.arange(len(envelope.points)), envelope.points[:, 0]))
         keep_alive = dict(
@@ -484,7 +506,8 @@ class NativeRanker(Ranker):
         """A context for problems of ``layout`` and ``epilogue`` with its own
         scratch and output arrays: (RankContext, its pointer, out_index and
         out_score as memoryviews, a callable reading its scalar outputs as a
-        tuple (:data:`OUTPUTS_DTYPE`), arrays kept alive). The shortlist
+        tuple (:data:`OUTPUTS`), a callable writing a query ``(m, n, k,
+        mask address or 0, top, mode)`` (:data:`QUERY`), arrays kept alive). The shortlist
         table, built for epilogue-free problems, is left out (NULL) for
         another epilogue."""
         c, f = self.n_candidates, len(self.features.names) + 1     # the sentinel column last
@@ -513,9 +536,9 @@ class NativeRanker(Ranker):
         if sl is not None:
             rc.tab_n[:] = list(sl.n)
             rc.tab_step, rc.tab_width, rc.tab_trees = sl.step, sl.width, sl.trees
-        outputs = np.ndarray((), OUTPUTS_DTYPE, buffer=rc, offset=getattr(RankContext, _OUTPUTS[0]).offset)
         return rc, ctypes.byref(rc), memoryview(arrays["out_index"]), memoryview(arrays["out_score"]), \
-            outputs.item, (arrays, lay_arrays)
+            functools.partial(OUTPUTS.unpack_from, rc, getattr(RankContext, _OUTPUTS[0]).offset), \
+            functools.partial(QUERY.pack_into, rc, getattr(RankContext, _QUERY[0]).offset), (arrays, lay_arrays)
 
     def _context(self, layout: str, epilogue: str = "none"):
         """This thread's context for problems of ``layout`` and ``epilogue``."""
@@ -555,8 +578,9 @@ class NativeRanker(Ranker):
         key = (layout if layout in self._templates else self._first_layout, epilogue)
         by_layout = getattr(self._tls, "by_layout", None)
         ctx = (by_layout.get(key) if by_layout is not None else None) or self._context(*key)
-        _, ref, out_index, out_score, outputs, _ = ctx
-        got = self._rank(m, n, k, mask_ptr, top, mode, ref)
+        _, ref, out_index, out_score, outputs, query, _ = ctx
+        query(m, n, k, mask_ptr or 0, top, mode)
+        got = self._rank(ref)
         near, d2, fits, level, vnear, mnear, used, v_mean, v_sd, decision, v_score = outputs()
         # the named tuples through tuple.__new__: their own __new__ is a Python function of keywords
         return _tuple_new(RankResult, (out_index[:got].tolist(), out_score[:got].tolist(), near, math.sqrt(d2),
@@ -571,8 +595,9 @@ class NativeRanker(Ranker):
             return None
         key = (problem.layout if problem.layout in self._templates else self._first_layout, problem.epilogue)
         by_layout = getattr(self._tls, "by_layout", None)
-        rc, ref = ((by_layout.get(key) if by_layout is not None else None) or self._context(*key))[:2]
-        self._rank(problem.m, problem.n, problem.k, self._no_candidate.ctypes.data, 1, RANK_ESTIMATE, ref)
+        rc, ref, _, _, _, query, _ = (by_layout.get(key) if by_layout is not None else None) or self._context(*key)
+        query(problem.m, problem.n, problem.k, self._no_candidate.ctypes.data, 1, RANK_ESTIMATE)
+        self._rank(ref)
         return VendorEstimate(rc.v_mean, rc.v_sd)
 
     def rank_many(self, problems, *, top: int = 5, cascade: bool = True, shortlist: bool = True,
@@ -652,7 +677,7 @@ class NativeRanker(Ranker):
         """
         shapes = np.ascontiguousarray(shapes, np.int64).reshape(-1, 3)
         width = tiles + (self.vendor is not None)
-        rc, ref, _, _, _, keep = self._new_context(layout, table=False)
+        rc, ref, _, _, _, _, keep = self._new_context(layout, table=False)
         rc.tab_trees = trees
         index = np.empty((len(shapes), width), np.int16)
         resid = np.empty((len(shapes), width), np.float32)

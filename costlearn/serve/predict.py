@@ -172,14 +172,11 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
         # _loaded's lookup, inlined. The predictor it finds answers an unseen problem too (no store lookup: 25 us
         # of path parsing a call on this project's VM), without building a Problem where the answer needs none.
         pred = PREDICTORS.get(((device, family, dtype), models_dir))
-        if pred is not None:
-            hit = pred.cached((M, N, K, layout, top_k, epilogue))
-            if hit is None and 0 < M <= MAX_EXTENT and 0 < N <= MAX_EXTENT and 0 < K <= MAX_EXTENT and top_k >= 1 \
-                    and dtype == pred.dtype and layout in pred.layouts and epilogue in pred.epilogues:
-                hit = pred.predict_shape(M, N, K, layout, epilogue, top_k)
-            if hit is not None:
-                ANSWERS.keep(key, hit, generation)
-                return hit
+        if pred is not None and 0 < M <= MAX_EXTENT and 0 < N <= MAX_EXTENT and 0 < K <= MAX_EXTENT \
+                and top_k >= 1 and dtype == pred.dtype and layout in pred.layouts and epilogue in pred.epilogues:
+            hit = pred.predict_shape(M, N, K, layout, epilogue, top_k)          # its own answer cache first
+            ANSWERS.keep(key, hit, generation)
+            return hit
     problem = Problem(M, N, K, dtype, layout, epilogue)
     top_k = check_int("top_k", top_k, 1)
     measure_top_k = check_int("measure_top_k", measure_top_k, 0)

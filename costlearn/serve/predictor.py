@@ -93,10 +93,9 @@ class Predictor:
         The best tile config or the vendor (rebuilt with :attr:`floor`).
     cached : callable
         ``cached((M, N, K, layout, top_k, epilogue))``: the Prediction given
-        earlier for that key, or None (what
-        :func:`~costlearn.serve.predict.predict_best` looks up where
-        :data:`ANSWERS` does not hold its arguments). The answer cache's own
-        ``dict.get`` (no Python frame), rebound with a new cache by each
+        earlier for that key, or None (what :meth:`predict_shape` and
+        :meth:`predict` answer a repeated problem with). The answer cache's
+        own ``dict.get`` (no Python frame), rebound with a new cache by each
         :attr:`floor`.
 
     Raises
@@ -632,20 +631,27 @@ class AnswerCache(dict):
         self._lock = threading.Lock()
 
     def forget(self) -> None:
-        """Empty it, and refuse what a call that began before keeps."""
-        with self._lock:
+        """Empty it, and refuse what a call that began before keeps (the
+        generation raised first, then emptied: :meth:`keep`)."""
+        with self._lock:                        # two forgets at once raise the generation twice
             self.generation += 1
             self.clear()
 
     def keep(self, key: tuple, answer, generation: int) -> None:
         """Store ``answer`` under ``key`` unless :meth:`forget` ran since
         ``generation`` was read; at :attr:`Predictor.RESULT_CACHE_SIZE`
-        entries it starts again."""
-        with self._lock:
-            if generation == self.generation:
-                if len(self) >= Predictor.RESULT_CACHE_SIZE:
-                    self.clear()
-                self[key] = answer
+        entries it starts again.
+
+        Without a lock (it cost a microsecond of an unseen problem's call):
+        stored first, then taken out again if the generation moved. A forget
+        that raised the generation before the check is seen by it; one that
+        raised it after empties the cache after the store.
+        """
+        if len(self) >= Predictor.RESULT_CACHE_SIZE:
+            self.clear()
+        self[key] = answer
+        if self.generation != generation:
+            self.pop(key, None)
 
 
 ANSWERS = AnswerCache()

@@ -177,6 +177,23 @@ def test_the_c_struct_is_generated_from_python_and_its_layout_checked():
         native.check_layout(Shifted())
 
 
+def test_the_query_and_outputs_codecs_write_and_read_the_context_fields_ctypes_names():
+    """QUERY and OUTPUTS (one struct.pack_into / unpack_from a ranking in place
+    of ctypes' conversions) must land on RankContext's fields, padding
+    skipped: a wrong format ranks another problem, or reads a stale field."""
+    from costlearn.ranker import native
+    rc = native.RankContext()
+    native.QUERY.pack_into(rc, native.RankContext.q_m.offset, 2**31 - 1, 3, 2**40, 2**63 + 5, 7, 14)
+    assert (rc.q_m, rc.q_n, rc.q_k, rc.q_mask, rc.q_top, rc.q_mode) == (2**31 - 1, 3, 2**40, 2**63 + 5, 7, 14)
+    values = {}
+    for i, name in enumerate(native._OUTPUTS):
+        values[name] = i + 11 if isinstance(getattr(rc, name), int) else i + 0.5
+        setattr(rc, name, values[name])
+    assert native.OUTPUTS.unpack_from(rc, native.RankContext.nearest.offset) == tuple(values.values())
+    with pytest.raises(ValueError, match="out of order"):
+        native._fields_struct(("v_score", "nearest"))
+
+
 _PREDICT = ("import sys, json, warnings; warnings.simplefilter('always'); "
             "from costlearn.serve.predictor import Predictor; "
             "p = Predictor(sys.argv[1]); print(p.ranker.name); "
