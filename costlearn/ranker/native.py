@@ -401,8 +401,8 @@ def library():
 
 class NativeRanker(Ranker):
     """:class:`~costlearn.ranker.base.Ranker` in C: one ``costlearn_rank_query``
-    call per ranking (the query written into the thread's context first). Per-thread scratch arrays, so one ranker serves many
-    threads.
+    call per ranking (the query written into the thread's context first).
+    Per-thread scratch arrays, so one ranker serves many threads.
 
     Raises
     ------
