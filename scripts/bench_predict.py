@@ -345,8 +345,9 @@ def main(argv=None) -> int:
             ap.error(f"--model {f}: no model artifact there (need <store>/<device>/<family>/<dtype>/model.json)")
     if args.heldout_data is not None and not args.heldout_data.is_dir():
         ap.error(f"--heldout-data {args.heldout_data}: not a folder")
-    # the interpreter's build moves every Python microsecond above (an unseen problem here: 46 us under a
-    # CPython built with --enable-shared and no PGO, 39 us under Debian's, NVIDIA's C++ the same under both)
+    # the interpreter's build moves every Python microsecond above (the deep model's unseen problem on this
+    # project's VM, back to back: 41-44.5 us under a CPython built with --enable-shared and no PGO, 33-38 us
+    # under Debian's; NVIDIA's C++ does not move: docs/results.md, "Speed")
     lines, ok = [f"Python {platform.python_version()} ({sys.executable}; {platform.python_compiler()}), "
                  f"{platform.machine()}, {os.cpu_count()} CPUs", ""], True
     for f in folders:
