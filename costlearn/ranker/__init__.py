@@ -4,6 +4,7 @@ implementations giving the same bits, one chosen once when a model loads
 from __future__ import annotations
 
 import itertools
+import math
 import os
 
 import numpy as np
@@ -18,7 +19,7 @@ from costlearn.ranker.native import MAX_FEATURES, library
 __all__ = ["RANKERS", "make_ranker", "Ranker", "RankResult", "calibrate_cascade", "calibration_problems",
            "CASCADE_TREES", "CASCADE_MIN_TREES", "CASCADE_KEEP", "CASCADE_MARGIN", "CASCADE_LATE_TREES",
            "CASCADE_LATE_KEEP",
-           "CASCADE_LATE_MARGIN"]
+           "CASCADE_LATE_MARGIN", "CascadeSearch"]
 
 RANKERS = Registry("ranker", {"native": "costlearn.ranker.native:NativeRanker",
                               "numpy": "costlearn.ranker.numpy_ranker:NumpyRanker"})
@@ -135,6 +136,7 @@ def calibrate_cascade(scorer, features, min_tile_caps, problems, *, miss_top1: f
     if total < CASCADE_MIN_TREES:
         return (), info
     forest, bm = scorer.forest, features.block
+    ends = sorted({t for t in CASCADE_TREES + CASCADE_LATE_TREES if t < total})
     cases = []
     for p in problems:
         fit = np.asarray(tile_fits_problem(bm[0], bm[1], bm[2], p.m, p.n, p.k, min_tile_caps), bool)
@@ -144,30 +146,17 @@ def calibrate_cascade(scorer, features, min_tile_caps, problems, *, miss_top1: f
         lin = scorer.linear_numpy(X, cand)
         score = scorer.sign * cs + (0.0 if lin is None else lin[:, None])     # (rows, trees): score after t+1 trees
         full = np.lexsort((np.arange(len(cand)), score[:, -1]))
-        cases.append((score, int(full[0]), set(full[:5].tolist())))
-    walks_full = float(sum(total * len(s) for s, _, _ in cases))
+        cases.append((score[:, [t - 1 for t in ends]], int(full[0]), full[:5].tolist()))
+    search = CascadeSearch(cases, ends, total)
+    walks_full = search.walks_full
     allow1, allow5 = int(miss_top1 * len(cases)), int(miss_top5 * len(cases))
 
     def evaluate(stages, budget):
-        """(cost, miss shares), or None as soon as a limit or ``budget`` (walks) is passed."""
-        walks, miss1, miss5 = 0, 0, 0
-        for score, best, top in cases:
-            live, done = np.arange(len(score)), 0
-            for t, keep, margin in stages:
-                if len(live) <= keep:
-                    continue
-                walks += (t - done) * len(live)
-                done = t
-                s = score[live, t - 1]
-                order = np.lexsort((live, s))
-                cut = int(np.searchsorted(s[order], s[order[keep - 1]] + margin, side="right"))
-                live = live[order[:cut]]
-            walks += (total - done) * len(live)
-            kept = set(live.tolist())
-            miss1 += best not in kept
-            miss5 += not top <= kept
-            if miss1 > allow1 or miss5 > allow5 or walks >= budget:
-                return None
+        """(cost, miss shares), or None where a limit or ``budget`` (walks) is reached."""
+        got = search.evaluate(stages, budget)
+        if got is None or got[1] > allow1 or got[2] > allow5:
+            return None
+        walks, miss1, miss5 = got
         return walks / walks_full, miss1 / len(cases), miss5 / len(cases)
 
     best = ((), 1.0, 0.0, 0.0)
@@ -189,3 +178,145 @@ def calibrate_cascade(scorer, features, min_tile_caps, problems, *, miss_top1: f
                         best = (tuple(base) + ((t, k, d),), *got)
     info.update(cost=best[1], miss_top1=best[2], miss_top5=best[3])
     return best[0], info
+
+
+class CascadeSearch:
+    """The calibration problems of :func:`calibrate_cascade`, ready to run any
+    cascade over all of them at once.
+
+    A stage (t, keep, margin) run as the rankers run it keeps, of the live
+    candidates, those whose score after t trees is at most the keep-th
+    smallest plus the margin (the first ones in (score, row) order up to the
+    last within it); a stage with at most ``keep`` live candidates is
+    skipped. The survivors are a set that the scores alone decide, so each
+    stage is a threshold over one (problems x candidates) array instead of a
+    sort per problem, and only the scores at the tree counts a stage may end
+    at are kept (a deep scorer's whole score matrices, rows x trees per
+    problem, are gigabytes).
+
+    Parameters
+    ----------
+    cases : list of (ndarray of float64, shape (rows, len(ends)), int, list of int)
+        Per problem: its candidates' scores after ``ends[j]`` trees (column
+        j), the full scorer's best candidate (a row number) and its best 5.
+    ends : list of int
+        Tree counts a stage may end at, ascending.
+    total : int
+        The scorer's trees.
+
+    Attributes
+    ----------
+    walks_full : float
+        Tree walks of the full scorer over every problem's candidates.
+    """
+
+    def __init__(self, cases, ends, total: int):
+        self.total, self._col = int(total), {int(t): j for j, t in enumerate(ends)}
+        n = len(cases)
+        self._rows = np.array([len(sc) for sc, _, _ in cases], np.int64)
+        width = int(self._rows.max()) if n else 0
+        self.walks_full = float(self.total * self._rows.sum())
+        self._scores = np.full((len(ends), n, width), np.inf)       # padded with +inf: never live, sorted last
+        for i, (sc, _, _) in enumerate(cases):
+            self._scores[:, i, :len(sc)] = np.asarray(sc, np.float64).T
+        # per end: each problem's rows by (score, row), the order a stage keeps them in
+        self._order = np.argsort(self._scores, axis=2, kind="stable")
+        self._sorted = np.take_along_axis(self._scores, self._order, axis=2)
+        self._place = np.argsort(self._order, axis=2, kind="stable")    # each row's place in that order
+        self._best = np.array([b for _, b, _ in cases], np.int64)
+        self._top = np.full((n, 5), -1, np.int64)                     # -1: a problem of fewer than 5 rows
+        for i, (_, _, top) in enumerate(cases):
+            self._top[i, :len(top)] = top
+        self._at = np.arange(n)[:, None]
+        self._after_first = (None, None)          # (the first stage, the state after it) of the last cascade run
+        self._reordered: dict = {}
+
+    def evaluate(self, stages, budget: float = math.inf) -> tuple[int, int, int] | None:
+        """Run the cascade ``stages`` ((t, keep, margin) each, t among
+        ``ends``) over every problem.
+
+        Parameters
+        ----------
+        stages : sequence of (int, int, float)
+        budget : float
+            Tree walks at which to stop: None as soon as the walks are sure
+            to reach it (every tree still to come is walked over at least
+            the fewer of a problem's live candidates and the least ``keep``
+            still to come).
+
+        Returns
+        -------
+        (walks, miss1, miss5) or None
+            Tree walks over all problems (each stage's trees over its live
+            candidates, the remaining trees over the survivors), and the
+            problems whose survivors lack the full scorer's best, or one of
+            its 5 best; None where the walks reach ``budget``.
+        """
+        state = (self._rows, np.zeros(len(self._rows), np.int64), 0, None, None, None)
+        for i, stage in enumerate(stages):
+            if self._least_walks(state, stages[i:]) >= budget:
+                return None
+            if i == 0:                            # consecutive cascades share their first stage: run it once
+                if self._after_first[0] != stage:
+                    self._after_first = (stage, self._stage(state, *stage))
+                state = self._after_first[1]
+            else:
+                state = self._stage(state, *stage)
+        walks = self._least_walks(state, ())      # no stage to come: the walks themselves
+        if walks >= budget:
+            return None
+        _, _, _, live, mask, first = state
+        if live is None:
+            return walks, 0, 0
+        width = live.shape[1]
+
+        def kept(rows):                           # rows (problems x r; -1: none) still live, by their place in live
+            place = self._place[first][self._at, np.maximum(rows, 0)]
+            return (place < width) & mask[self._at, np.minimum(place, width - 1)] | (rows < 0)
+        miss1 = int((~kept(self._best[:, None])[:, 0]).sum())
+        miss5 = int((~kept(self._top).all(axis=1)).sum())
+        return walks, miss1, miss5
+
+    def _least_walks(self, state: tuple, stages) -> int:
+        """The fewest tree walks the cascade can end with from ``state``
+        with ``stages`` to come: each tree still to come walked over the
+        fewer of a problem's live candidates and the least ``keep`` to come
+        (a stage keeps at least that many); with none to come, the walks."""
+        count, done, walks = state[:3]
+        least = min((keep for _, keep, _ in stages), default=None)
+        return walks + int(((self.total - done) * (count if least is None else np.minimum(count, least))).sum())
+
+    def _stage(self, state: tuple, t: int, keep: int, margin: float) -> tuple:
+        """The state (count, done, walks, live, mask, first) after the stage
+        (t, keep, margin), from the state before it (not changed): live
+        candidates per problem, trees they have, walks so far, and (None
+        until a stage has cut) the rows a first cut kept, in the order of
+        its end ``first``, with a mask of those still live."""
+        count, done, walks, live, mask, first = state
+        act = count > keep
+        if not act.any():
+            return state
+        walks += int(((t - done) * count)[act].sum())
+        done = np.where(act, t, done)
+        j = self._col[t]
+        if live is None:                          # the first cut: thresholds on each problem's sorted rows
+            ranked = self._sorted[j]
+            limit = ranked[:, keep - 1] + margin
+            count = np.where(act, np.count_nonzero(ranked <= limit[:, None], axis=1), count)
+            live = self._order[j][:, :int(count.max())]
+            return count, done, walks, live, np.arange(live.shape[1]) < count[:, None], j
+        scores = self._in_order(first, j)[:, :live.shape[1]]  # the live rows' scores at t
+        values = np.where(mask, scores, np.inf)
+        values.partition(keep - 1, axis=1)
+        # a problem of at most keep live rows (the stage skips it) has its largest live score or +inf there,
+        # so it keeps them all
+        mask = mask & (scores <= values[:, keep - 1:keep] + margin)
+        return np.count_nonzero(mask, axis=1), done, walks, live, mask, first
+
+    def _in_order(self, first: int, j: int) -> np.ndarray:
+        """The scores at end ``j`` with each problem's rows in the order of
+        end ``first`` (problems x rows), made once per pair."""
+        got = self._reordered.get((first, j))
+        if got is None:
+            got = self._reordered[(first, j)] = np.take_along_axis(self._scores[j], self._order[first], axis=1)
+        return got
