@@ -238,6 +238,7 @@ def bench_model(folder: Path, n_shapes: int, seed: int, lines: list) -> bool:
             plain(q)
             costlearn.predict_best(m, n, k, dt, dev, family=fam, layout=layout, models_dir=md)
         t_plain, t_cold, t_mixed, t_rep, t_nv, t_batch, agree, used = [], [], [], [], [], [], 0, 0
+        t_rank, t_rank_batch = [], []
         best = {}
         gc.collect()
         gc.disable()                                            # as timeit: a collection's pause is not a call's
@@ -273,6 +274,18 @@ def bench_model(folder: Path, n_shapes: int, seed: int, lines: list) -> bool:
             t0 = time.perf_counter()
             costlearn.predict_many([s + (layout,) for s in shapes[i:i + BATCH]], **kw)
             t_batch.append(time.perf_counter() - t0)
+        # 4b. the ranker alone, what predict_best and predict_many build their answers from: the C call and its
+        # RankResult, no Prediction (the floor of this design's serving on this machine)
+        ranker, top = served.ranker, 5 + (served.vendor_index is not None)     # predict_best's top_k=5, the vendor
+        for m, n, k in shapes:
+            t0 = time.perf_counter()
+            ranker.rank_served(m, n, k, layout, "none", top, served.cascade)
+            t_rank.append(time.perf_counter() - t0)
+        for i in range(0, len(shapes) - BATCH + 1, BATCH):
+            batch = [s + (layout, "none") for s in shapes[i:i + BATCH]]
+            t0 = time.perf_counter()
+            ranker.rank_many_served(batch, top, served.cascade)
+            t_rank_batch.append(time.perf_counter() - t0)
         # 5. repeated problems, module-level call, the arguments written out as a compiler's call site has them
         for m, n, k in shapes:
             costlearn.predict_best(m, n, k, dt, dev, family=fam, layout=layout, models_dir=md)
@@ -295,7 +308,12 @@ def bench_model(folder: Path, n_shapes: int, seed: int, lines: list) -> bool:
                   f"| predict_best, repeated problem | {_us(t_rep, .5):.2f} | {_us(t_rep, .99):.2f} | "
                   f"{cold / np.median(t_rep):.0f}x faster |",
                   f"| predict_many, {BATCH} unseen problems (per call) | {_us(t_batch, .5):.0f} | "
-                  f"{_us(t_batch, .99):.0f} | {np.median(t_batch) / BATCH / cold:.2f}x per problem |"]
+                  f"{_us(t_batch, .99):.0f} | {np.median(t_batch) / BATCH / cold:.2f}x per problem |",
+                  f"| the ranker alone (rank_served: the C call and its RankResult, no Prediction), unseen problem | "
+                  f"{_us(t_rank, .5):.1f} | {_us(t_rank, .99):.1f} | {np.median(t_rank) / cold:.2f}x |",
+                  f"| the ranker alone (rank_many_served: one C call), {BATCH} unseen problems (per call) | "
+                  f"{_us(t_rank_batch, .5):.0f} | {_us(t_rank_batch, .99):.0f} | "
+                  f"{np.median(t_rank_batch) / BATCH / cold:.2f}x per problem |"]
         if t_nv:
             nv50 = float(np.median(t_nv))
             paired = float(np.median(np.array(t_cold) / np.array(t_nv)))

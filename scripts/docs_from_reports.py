@@ -157,7 +157,8 @@ _SETS = {"drawn like the training shapes": "drawn", "log-uniform in [1, 16384]":
 def speed_rows(reports: Path) -> list:
     """One dict per (model section, problem set) of ``bench_predict.md``:
     model, folder, served (table or cascade), set, p50/p99 of predict_best
-    and of NVIDIA's top-1, predict_many of 30, repeated, agreement."""
+    and of NVIDIA's top-1, predict_many of 30 (and the ranker alone for
+    them, None in a report without it), repeated, agreement."""
     text = (reports / "bench_predict.md").read_text()
     out = []
     for sec in re.split(r"^### ", text, flags=re.M)[1:]:
@@ -180,24 +181,29 @@ def speed_rows(reports: Path) -> list:
                             nv_p99=float(nv[2]) if nv else None,
                             paired=float(paired.group(1)) if paired else None,
                             many=float(t["predict_many, 30 unseen problems (per call)"][1]),
+                            many_ranker=next((float(r[1]) for k, r in t.items()
+                                              if k.startswith("the ranker alone (rank_many_served")), None),
                             repeated=float(t["predict_best, repeated problem"][1]),
                             agreement=agree.group(1) if agree else ""))
     return out
 
 
 def speed(reports: Path) -> str:
+    rows = speed_rows(reports)
+    alone = " (the ranker alone)" if any(r["many_ranker"] is not None for r in rows) else ""
     lines = ["| model (folder) | served by | set | predict_best p50 / p99 µs | NVIDIA top-1 p50 / p99 µs | ratio of "
              "p50s (median of per-problem ratios) | "
-             "30 problems in one predict_many µs | repeated µs | argmin agreement |",
+             f"30 problems in one predict_many µs{alone} | repeated µs | argmin agreement |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for r in speed_rows(reports):
+    for r in rows:
         nv = f"{r['nv_p50']:,.0f} / {r['nv_p99']:,.0f}" if r["nv_p50"] else "—"
         ratio = f"{r['p50'] / r['nv_p50']:.2f}x" if r["nv_p50"] else "—"
         if r["paired"] is not None:
             ratio += f" ({r['paired']:.2f}x)"
         lines.append(f"| {r['model']} (`{r['folder']}`, {r['candidates']} candidates, {r['trees']:,} trees) | "
                      f"{r['served']} | {r['set']} | {r['p50']:.0f} / {r['p99']:.0f} | {nv} | {ratio} | "
-                     f"{r['many']:,.0f} | {r['repeated']:.1f} | {r['agreement'].replace('%', ' %')} |")
+                     f"{r['many']:,.0f}" + (f" ({r['many_ranker']:,.0f})" if r["many_ranker"] is not None else "")
+                     + f" | {r['repeated']:.1f} | {r['agreement'].replace('%', ' %')} |")
     return "\n".join(lines)
 
 

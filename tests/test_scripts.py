@@ -9,7 +9,7 @@ pytestmark = needs_opencl
 
 def test_gpu_check_quick_on_opencl(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--device", "opencl", "--quick",
-                          "--configs", "6", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+                          "--configs", "3", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     md = (tmp_path / "gpu_check.md").read_text()
     assert "0 wrong" in md and "best at (384, 384, 384)" in md and (tmp_path / "gpu_check.json").is_file()
@@ -45,6 +45,8 @@ def test_bench_predict_prints_the_table_and_checks_agreement(tmp_path):
                  "| plain: pandas features + the model's predict (the full model) |",
                  "| predict_best, unseen problem |",
                  "| predict_best, repeated problem |", "| predict_many, 30 unseen problems (per call) |",
+                 "| the ranker alone (rank_served: the C call and its RankResult, no Prediction), unseen problem |",
+                 "| the ranker alone (rank_many_served: one C call), 30 unseen problems (per call) |",
                  "the ranking's best equals the full model's argmin on", "| warm cache", "| empty cache",
                  "NVIDIA heuristics:", "shortlist table: 3 tiles + vendor per point, 4 trees at the query",
                  "**held-out problems**: 2 problems", "| every tree (the full model) |"):
