@@ -24,6 +24,9 @@ collection's sampler for the model's device, another seed) and
   same way;
 - batch: ``costlearn.predict_many`` of 30 unseen problems (a graph's fused
   groups), p50 and p99 over the set's batches;
+- the ranker alone: ``Ranker.rank_served`` of each unseen problem and
+  ``Ranker.rank_many_served`` of the same batches (the C call and its
+  ``RankResult``, no ``Prediction``): the floor the Python around it adds to;
 - NVIDIA's analytical ``nvidia-matmul-heuristics`` (when installed; an
   optional benchmark extra, closed licence): its top-1 query (``get``, count
   1) on the same problems, each timed right after ``predict_best`` of the
