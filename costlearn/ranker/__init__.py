@@ -251,6 +251,11 @@ class CascadeSearch:
             candidates, the remaining trees over the survivors), and the
             problems whose survivors lack the full scorer's best, or one of
             its 5 best; None where the walks reach ``budget``.
+
+        Raises
+        ------
+        KeyError
+            If a stage's t is not one of the ``ends`` given.
         """
         state = (self._rows, np.zeros(len(self._rows), np.int64), 0, None, None, None)
         for i, stage in enumerate(stages):
