@@ -97,8 +97,8 @@ LOAD_RUNS = 5
 """Fresh processes a load time is the median of (one load varies by a few ms)."""
 
 
-def _load_times(folder: Path, cache: str | None, pycache: str) -> tuple:
-    """In fresh interpreters, the median of :data:`LOAD_RUNS`: (import ms,
+def _load_times(folder: Path, cache: str | None, pycache: str, runs_n: int = LOAD_RUNS) -> tuple:
+    """In fresh interpreters, the median of ``runs_n`` (:data:`LOAD_RUNS`): (import ms,
     Predictor load ms, load and first prediction ms, a second load of the
     same folder ms), and the ranker. Python's bytecode is cached in
     ``pycache`` (``PYTHONPYCACHEPREFIX``, warmed by a first, untimed run) as
@@ -116,7 +116,7 @@ def _load_times(folder: Path, cache: str | None, pycache: str) -> tuple:
                               capture_output=True, text=True).stdout.split()
     if cache is None:
         run(-1)                                             # bytecode and the C ranker compiled, not timed
-    runs = [run(i) for i in range(LOAD_RUNS)]
+    runs = [run(i) for i in range(runs_n)]
     import numpy as np
     return tuple(float(np.median([float(r[j]) for r in runs])) for j in range(4)) + (runs[0][4],)
 
@@ -189,7 +189,7 @@ def _heldout(folder: Path, data_dir: Path, lines: list) -> None:
               f"predict_best picks the same config as the full model on {same:.1%} of them", ""]
 
 
-def bench_model(folder: Path, n_shapes: int, seed: int, lines: list) -> bool:
+def bench_model(folder: Path, n_shapes: int, seed: int, lines: list, load_runs: int = LOAD_RUNS) -> bool:
     """The latency tables of one model; False when the agreement is below
     99 % on a set of a model without a shortlist table."""
     import numpy as np
@@ -329,10 +329,10 @@ def bench_model(folder: Path, n_shapes: int, seed: int, lines: list) -> bool:
                   f"({agree / len(problems):.1%}); the shortlist table ranked {used}/{len(problems)}", ""]
         ok = ok and (sl is not None or agree >= 0.99 * len(problems))
     with tempfile.TemporaryDirectory() as pycache:
-        warm = _load_times(folder, None, pycache)
+        warm = _load_times(folder, None, pycache, load_runs)
         with tempfile.TemporaryDirectory() as tmp:
-            empty = _load_times(folder, tmp, pycache)
-    lines += [f"| load, a fresh process (median of {LOAD_RUNS}; Python bytecode cached, as installed) | "
+            empty = _load_times(folder, tmp, pycache, load_runs)
+    lines += [f"| load, a fresh process (median of {load_runs}; Python bytecode cached, as installed) | "
               "import costlearn.serve.predictor ms | Predictor(folder) ms | "
               "first prediction after import ms | a second Predictor(folder) in that process ms |",
               "|---|---|---|---|---|",
@@ -354,7 +354,11 @@ def main(argv=None) -> int:
     ap.add_argument("--heldout-data", type=Path, default=None,
                     help="dataset folder: score each model's regret on its problems the model did not see")
     ap.add_argument("--out", default=None, help="also write the tables (Markdown) here")
+    ap.add_argument("--load-runs", type=int, default=LOAD_RUNS,
+                    help=f"fresh processes each load time is the median of (default: {LOAD_RUNS})")
     args = ap.parse_args(argv)
+    if args.load_runs < 1:
+        ap.error(f"--load-runs {args.load_runs}: need at least 1")
     if args.shapes < 2 * BATCH:
         ap.error(f"--shapes {args.shapes}: need at least {2 * BATCH}")
     if hasattr(os, "sched_setaffinity"):
@@ -372,7 +376,7 @@ def main(argv=None) -> int:
     lines, ok = [f"Python {platform.python_version()} ({sys.executable}; {platform.python_compiler()}), "
                  f"{platform.machine()}, {os.cpu_count()} CPUs", ""], True
     for f in folders:
-        ok = bench_model(f, args.shapes, args.seed, lines) and ok
+        ok = bench_model(f, args.shapes, args.seed, lines, args.load_runs) and ok
         if args.heldout_data is not None:
             _heldout(f, args.heldout_data, lines)
     text = "\n".join(lines)

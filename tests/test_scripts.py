@@ -37,7 +37,7 @@ def test_bench_predict_prints_the_table_and_checks_agreement(tmp_path):
     pred = Predictor(tm)
     replace_shortlist(tm, build_shortlist(pred.ranker, pred.layouts, (4096, 4096, 4096), step=1.0, tiles=3, trees=4))
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_predict.py"), "--shapes", "60",
-                          "--model", str(tm),
+                          "--load-runs", "2", "--model", str(tm),
                           "--heldout-data", str(tmp_path / "extra" / DEVICE),
                           "--out", str(tmp_path / "b.md")], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
