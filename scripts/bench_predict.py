@@ -140,6 +140,16 @@ def _nvidia_query(spec_name: str, family: str, dtype: str):
                   "layout NN_ROW_MAJOR"
 
 
+def _served_path(pred) -> str:
+    """How the predictor answers an unseen plain problem: its served path in
+    C, or Python, with why."""
+    from costlearn.ranker.native import served_unavailable
+    if pred.served_in_c:
+        return "C (`_served.c`: costlearn.predict_best a builtin, a plain decision's Prediction built in C)"
+    why = served_unavailable() or f"the {pred.ranker.name} ranker"
+    return f"Python ({why})"
+
+
 def _us(a, q):
     import numpy as np
     return float(np.quantile(a, q)) * 1e6
@@ -230,7 +240,8 @@ def bench_model(folder: Path, n_shapes: int, seed: int, lines: list, load_runs: 
               f"{pred.ranker.name}, cascade: {list(pred.artifact.scorer.cascade) or 'none'}, shortlist table: "
               + (f"{sl.tiles} tiles + vendor per point, {sl.trees} trees at the query, grid step {sl.step} "
                  f"doublings ({'x'.join(map(str, sl.n))} points per layout)" if sl is not None else "none") + ")",
-              f"{n_shapes} unseen problems per set (seed {seed}), layout {layout}; one core, one thread", ""]
+              f"{n_shapes} unseen problems per set (seed {seed}), layout {layout}; one core, one thread; "
+              f"served path: {_served_path(pred)}", ""]
     ok = True
     kw = dict(device=pred.device, family=pred.family, dtype=pred.dtype, models_dir=str(folder.resolve().parents[2]))
     dev, fam, dt, md = kw["device"], kw["family"], kw["dtype"], kw["models_dir"]

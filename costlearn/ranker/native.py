@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib.util
 import math
 import os
 import platform
 import shlex
 import struct
 import subprocess
+import sys
 import sysconfig
 import tempfile
 import threading
@@ -40,7 +42,8 @@ from costlearn.core.util import KeyedCache
 from costlearn.model.vendor import FEATURES as VENDOR_FEATURES, POW2_CAP, VendorEstimate, problem_row
 from costlearn.ranker.base import Ranker, RankResult
 
-__all__ = ["library", "NativeRanker", "RankContext", "c_header", "check_layout", "FLAGS"]
+__all__ = ["library", "served_module", "served_unavailable", "NativeRanker", "RankContext", "c_header", "check_layout",
+           "FLAGS"]
 
 _SOURCE = Path(__file__).with_name("_native.c")
 FLAGS = ("-O2", "-ffp-contract=off", "-shared", "-fPIC")
@@ -309,20 +312,28 @@ def _open(path: Path):
     return lib
 
 
-def _build(target: Path) -> None:
-    """Compile ``_native.c`` with the generated header into ``target``."""
+def _compile(source: Path, target: Path, includes: list, load) -> None:
+    """Compile ``source`` with the generated header (and the folders
+    ``includes``) into the shared library ``target``, with the first of
+    :func:`_compilers` whose build ``load(target)`` accepts."""
     errors = []
     with tempfile.TemporaryDirectory(prefix="costlearn-build-") as inc:
         (Path(inc) / "costlearn_structs.h").write_text(c_header())
         for cc in _compilers():
             try:
-                subprocess.run(cc + list(FLAGS) + ["-I", inc, "-o", str(target), str(_SOURCE), "-lm"], check=True,
-                               capture_output=True, text=True, timeout=120)
-                _open(target)
+                subprocess.run(cc + list(FLAGS) + [a for d in [inc, *includes] for a in ("-I", d)]
+                               + ["-o", str(target), str(source), "-lm"], check=True, capture_output=True, text=True,
+                               timeout=120)
+                load(target)
                 return
             except (OSError, AttributeError, subprocess.SubprocessError) as e:
                 errors.append(f"{' '.join(cc)}: {(getattr(e, 'stderr', '') or str(e)).strip()[:300]}")
     raise OSError("no C compiler worked: " + ("; ".join(errors) or "none found"))
+
+
+def _build(target: Path) -> None:
+    """Compile ``_native.c`` into ``target``."""
+    _compile(_SOURCE, target, [], _open)
 
 
 _tuple_new = tuple.__new__
@@ -397,6 +408,67 @@ def library():
                           "falls back to numpy (the same answers, about 20x slower)", RuntimeWarning, stacklevel=3)
             return None
         return _LIB
+
+
+_SERVED_SOURCE = Path(__file__).with_name("_served.c")
+
+_SERVED = None
+_SERVED_TRIED = False
+_SERVED_WHY = ""
+
+
+def _python_includes() -> list:
+    """The folders of this interpreter's C headers (``Python.h``)."""
+    paths = sysconfig.get_paths()
+    return list(dict.fromkeys(p for p in (paths.get("include"), paths.get("platinclude")) if p))
+
+
+def _open_served(path: Path):
+    """Import the built extension at ``path`` as ``costlearn.ranker._served``
+    (not entered in ``sys.modules``: :func:`served_module` holds it)."""
+    try:
+        spec = importlib.util.spec_from_file_location("costlearn.ranker._served", str(path))
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except ImportError as e:                    # a foreign or damaged file, another interpreter's build
+        raise OSError(f"{path}: {e}") from None
+    getattr(module, "entry")                    # AttributeError if missing
+    return module
+
+
+def served_module():
+    """The served path's CPython extension (``_served.c``: the repeated
+    :func:`costlearn.predict_best` lookup in C), built on first use with
+    this interpreter's headers into the user cache, as :func:`library`;
+    None where it cannot be built or loaded (no ``Python.h``, no compiler,
+    ``COSTLEARN_NO_C`` set): :func:`served_unavailable` says why. No
+    warning: what it serves has a Python twin that gives the same answers,
+    a microsecond slower."""
+    global _SERVED, _SERVED_TRIED, _SERVED_WHY
+    with _LIB_LOCK:
+        if _SERVED_TRIED:
+            return _SERVED
+        _SERVED_TRIED = True
+        if os.environ.get("COSTLEARN_NO_C"):
+            _SERVED_WHY = "COSTLEARN_NO_C is set"
+            return None
+        includes = _python_includes()
+        key = _SERVED_SOURCE.read_bytes() + c_header().encode() + repr((
+            FLAGS, _compilers(), includes, sys.version, sys.implementation.cache_tag,
+            sysconfig.get_config_var("EXT_SUFFIX"))).encode() + f"{platform.system()}-{platform.machine()}".encode()
+        cache = KeyedCache("served", sysconfig.get_config_var("EXT_SUFFIX") or ".so")
+        try:
+            _SERVED = cache.get_or_build(key, lambda t: _compile(_SERVED_SOURCE, t, includes, _open_served),
+                                         _open_served)
+        except OSError as e:
+            _SERVED_WHY = f"could not build {cache.path(key)}: {e}"
+        return _SERVED
+
+
+def served_unavailable() -> str:
+    """Why :func:`served_module` returned None ("" where it did not, or
+    was not asked yet)."""
+    return _SERVED_WHY
 
 
 class NativeRanker(Ranker):
@@ -507,7 +579,8 @@ class NativeRanker(Ranker):
         scratch and output arrays: (RankContext, its pointer, out_index and
         out_score as memoryviews, a callable reading its scalar outputs as a
         tuple (:data:`OUTPUTS`), a callable writing a query ``(m, n, k,
-        mask address or 0, top, mode)`` (:data:`QUERY`), arrays kept alive). The shortlist
+        mask address or 0, top, mode)`` (:data:`QUERY`), arrays kept alive,
+        the RankContext's address). The shortlist
         table, built for epilogue-free problems, is left out (NULL) for
         another epilogue."""
         c, f = self.n_candidates, len(self.features.names) + 1     # the sentinel column last
@@ -538,7 +611,8 @@ class NativeRanker(Ranker):
             rc.tab_step, rc.tab_width, rc.tab_trees = sl.step, sl.width, sl.trees
         return rc, ctypes.byref(rc), memoryview(arrays["out_index"]), memoryview(arrays["out_score"]), \
             functools.partial(OUTPUTS.unpack_from, rc, getattr(RankContext, _OUTPUTS[0]).offset), \
-            functools.partial(QUERY.pack_into, rc, getattr(RankContext, _QUERY[0]).offset), (arrays, lay_arrays)
+            functools.partial(QUERY.pack_into, rc, getattr(RankContext, _QUERY[0]).offset), (arrays, lay_arrays), \
+            ctypes.addressof(rc)
 
     def _context(self, layout: str, epilogue: str = "none"):
         """This thread's context for problems of ``layout`` and ``epilogue``."""
@@ -547,6 +621,42 @@ class NativeRanker(Ranker):
             by_layout = self._tls.by_layout = {}
         ctx = by_layout[layout, epilogue] = self._new_context(layout, epilogue=epilogue)
         return ctx
+
+    @property
+    def thread_contexts(self) -> threading.local:
+        """The calling thread's contexts: its ``by_layout`` (absent before
+        the thread's first ranking) maps (layout, epilogue) to the context
+        :meth:`context` made, whose last item is the
+        :class:`RankContext`'s address (what ``_served.c`` ranks with,
+        calling :attr:`rank_function`)."""
+        return self._tls
+
+    def context(self, layout: str, epilogue: str = "none") -> tuple:
+        """This thread's context for problems of ``layout`` (another
+        layout than the templates': the first one's) and ``epilogue``, made
+        where it has none yet: (RankContext, its pointer, out_index and
+        out_score as memoryviews, the outputs' reader, the query's writer,
+        arrays kept alive, the RankContext's address)."""
+        key = (layout if layout in self._templates else self._first_layout, epilogue)
+        by_layout = getattr(self._tls, "by_layout", None)
+        return (by_layout.get(key) if by_layout is not None else None) or self._context(*key)
+
+    def served_mode(self, cascade: bool = True) -> int:
+        """The mode bits :meth:`rank_served` ranks with (``costlearn_rank``'s
+        ``mode``), with or without the ``cascade``."""
+        return self._served_modes[bool(cascade)]
+
+    @property
+    def served_estimate(self) -> bool:
+        """Whether :meth:`rank_served`'s results carry the vendor model's
+        estimate."""
+        return self._served_estimate
+
+    @property
+    def rank_function(self) -> int:
+        """The address of ``costlearn_rank_query`` (``int32_t (*)(costlearn_ctx *)``)
+        in the compiled ranker."""
+        return ctypes.cast(self._rank, ctypes.c_void_p).value
 
     @staticmethod
     def _mode(cascade: bool, shortlist: bool) -> int:
@@ -578,7 +688,7 @@ class NativeRanker(Ranker):
         key = (layout if layout in self._templates else self._first_layout, epilogue)
         by_layout = getattr(self._tls, "by_layout", None)
         ctx = (by_layout.get(key) if by_layout is not None else None) or self._context(*key)
-        _, ref, out_index, out_score, outputs, query, _ = ctx
+        _, ref, out_index, out_score, outputs, query, _, _ = ctx
         query(m, n, k, mask_ptr or 0, top, mode)
         got = self._rank(ref)
         near, d2, fits, level, vnear, mnear, used, v_mean, v_sd, decision, v_score = outputs()
@@ -595,7 +705,7 @@ class NativeRanker(Ranker):
             return None
         key = (problem.layout if problem.layout in self._templates else self._first_layout, problem.epilogue)
         by_layout = getattr(self._tls, "by_layout", None)
-        rc, ref, _, _, _, query, _ = (by_layout.get(key) if by_layout is not None else None) or self._context(*key)
+        rc, ref, _, _, _, query, _, _ = (by_layout.get(key) if by_layout is not None else None) or self._context(*key)
         query(problem.m, problem.n, problem.k, self._no_candidate.ctypes.data, 1, RANK_ESTIMATE)
         self._rank(ref)
         return VendorEstimate(rc.v_mean, rc.v_sd)
@@ -677,7 +787,7 @@ class NativeRanker(Ranker):
         """
         shapes = np.ascontiguousarray(shapes, np.int64).reshape(-1, 3)
         width = tiles + (self.vendor is not None)
-        rc, ref, _, _, _, _, keep = self._new_context(layout, table=False)
+        rc, ref, _, _, _, _, keep, _ = self._new_context(layout, table=False)
         rc.tab_trees = trees
         index = np.empty((len(shapes), width), np.int16)
         resid = np.empty((len(shapes), width), np.float32)

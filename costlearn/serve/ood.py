@@ -58,6 +58,10 @@ class OODVerdict:
     ----------
     identity_reasons : tuple of str
         :func:`identity_reasons` of the artifact.
+    level_parts : dict
+        The words of :meth:`level_symptom` around the problem's ``MxNxK``,
+        by level: ``{level: (head, tail)}`` (the served path in C,
+        ``_served.c``, formats them too).
     """
 
     def __init__(self, artifact, floor, uses_evidence: bool):
@@ -66,6 +70,13 @@ class OODVerdict:
         self.uses_evidence = bool(uses_evidence)
         self.n_candidates = len(artifact.configs)
         self.identity_reasons = identity_reasons(artifact)
+        # the words of level_symptom around the problem's MxNxK, by level (the served path in C formats them too)
+        self.level_parts = {LEVEL_ALL: ("no candidate's block tile fits ",
+                                        f"; ranked all {self.n_candidates} candidates anyway")}
+        if self.coverage is not None:
+            self.level_parts[LEVEL_FITTING] = (f"no candidate tile config was measured within "
+                                               f"{self.coverage.margin_log2:g} doubling(s) of ",
+                                               "; ranked every fitting one")
         predicts_time = artifact.sidecar.get("predicts_time")
         # Scores in microseconds can be checked against the device's peak (a guess beyond it is flagged).
         self._peak_flop_per_us = self.spec.peak_gflops_for(artifact.dtype) * 1e3 if predicts_time else None
@@ -140,12 +151,8 @@ class OODVerdict:
         """The sentence a prediction for the problem of extents ``m, n, k``
         carries when the candidate rule chose at ``level``
         (:attr:`costlearn.ranker.RankResult.level`); None at level 0."""
-        if level == LEVEL_FITTING:
-            return (f"no candidate tile config was measured within {self.coverage.margin_log2:g} doubling(s) "
-                    f"of {m}x{n}x{k}; ranked every fitting one")
-        if level == LEVEL_ALL:
-            return f"no candidate's block tile fits {m}x{n}x{k}; ranked all {self.n_candidates} candidates anyway"
-        return None
+        parts = self.level_parts.get(level)
+        return None if parts is None else f"{parts[0]}{m}x{n}x{k}{parts[1]}"
 
     def time_reasons(self, problem: Problem, best_us: float) -> list:
         """Why a predicted ``best_us`` (microseconds) for ``problem`` cannot be

@@ -10,6 +10,8 @@ model store are re-exported here for existing callers.
 """
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 
 from costlearn.core.device import DeviceSpec
@@ -17,6 +19,7 @@ from costlearn.core.problem import MAX_EXTENT, Problem
 from costlearn.core.util import check_instance, check_int
 from costlearn.families import get_family
 from costlearn.model.store import default_store, resolve_model
+from costlearn.ranker.native import served_module
 from costlearn.serve.prediction import Prediction
 from costlearn.serve.predictor import ANSWERS, PREDICTORS, Predictor, clear_cache, load_predictor
 from costlearn.serve.tuning import tune
@@ -80,9 +83,11 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
                  backend=None, tuning_db=None, epilogue: str = "none") -> Prediction:
     """Predict the fastest config for C[M,N] = op(A)[M,K] @ op(B)[K,N].
 
-    A problem seen before in the process is answered from a cache (about a
-    microsecond); an unseen one costs tens of microseconds, a deep model's
-    through its shortlist table (:mod:`costlearn.model.shortlist`);
+    A problem seen before in the process is answered from a cache (a third
+    of a microsecond in C where the served path's extension is built,
+    :func:`costlearn.ranker.native.served_module`; a microsecond without);
+    an unseen one costs tens of microseconds, a deep model's through its
+    shortlist table (:mod:`costlearn.model.shortlist`);
     ``scripts/bench_predict.py`` measures both. :func:`predict_many` answers
     many problems in one call.
 
@@ -192,6 +197,31 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
         return tune(pred, problem, top_k=top_k, measure_top_k=measure_top_k, running_on=running_on,
                     backend=backend, tuning_db=tuning_db)
     return pred.predict(problem, top_k, running_on)
+
+
+predict_best_python = predict_best
+"""The Python :func:`predict_best`: what the name is where the served path's
+extension is unavailable (:func:`costlearn.ranker.native.served_module`),
+and what the extension's entry hands every call to that it does not answer
+from :data:`~costlearn.serve.predictor.ANSWERS` itself."""
+
+
+def _entry(function):
+    """``function`` (:func:`predict_best`) behind the extension's entry (a
+    builtin of the same signature and docstring whose repeated plain call is
+    one lookup in C: ``_served.c``), or ``function`` itself where the
+    extension is unavailable."""
+    module = served_module()
+    if module is None:
+        return function
+    sig = inspect.signature(function)                  # the text signature a builtin's doc starts with: no
+    sig = sig.replace(parameters=[p.replace(annotation=p.empty) for p in sig.parameters.values()],
+                      return_annotation=sig.empty)     # annotations (inspect parses it)
+    return module.entry(function, ANSWERS, PREDICTORS.get,
+                        f"{function.__name__}{sig}\n--\n\n{function.__doc__}".encode())
+
+
+predict_best = _entry(predict_best)
 
 
 def predict_many(problems, dtype: str = "float32", device=None, *, family: str = "gemm", top_k: int = 5,

@@ -27,7 +27,9 @@ from costlearn.features import CandidateFeatures, ConfigTable, get_feature_set
 from costlearn.model import artifact as _artifact
 from costlearn.model.store import LoadedModels, ModelKey
 from costlearn.ranker import make_ranker
-from costlearn.ranker.base import DECISION_OUTSIDE, DECISION_PLAIN, DECISION_TIME, DECISION_UNSURE
+from costlearn.ranker.base import DECISION_OUTSIDE, DECISION_PLAIN, DECISION_TIME, DECISION_UNSURE, RankResult
+from costlearn.ranker.native import NativeRanker, served_module
+from costlearn.model.vendor import VendorEstimate
 from costlearn.collect.space import tile_fits_problem
 from costlearn.serve.ood import OODVerdict
 from costlearn.serve.prediction import Prediction
@@ -151,7 +153,34 @@ class Predictor:
         # cache of the one it was copied from
         self._results: dict = {}
         self.cached = self._results.get
+        self._served = self._served_path()
         ANSWERS.forget()                                # some may be this predictor's, under its old floor
+
+    def _served_path(self):
+        """This predictor's served path in C (``Served`` of
+        :func:`costlearn.ranker.native.served_module`: an unseen problem
+        ranked and, where the decision is plain, answered without Python,
+        the reasons' words included; :meth:`_finish` answers the others),
+        or None where the extension or the native ranker is unavailable
+        (:meth:`_fresh` then ranks and answers in Python: the same answers)."""
+        module, ranker = served_module(), self.ranker
+        if module is None or not isinstance(ranker, NativeRanker):
+            return None
+        return module.Served(
+            ranker=ranker, mode=ranker.served_mode(self.cascade), top_more=self._ranked_more,
+            estimate=ranker.served_estimate, vendor=self.vendor_index is not None, says_nothing=self._says_nothing,
+            max_extent=MAX_EXTENT, cache_size=self.RESULT_CACHE_SIZE, configs=self.configs, dtype=self.dtype,
+            family=self.family, device=self.device, layouts=tuple(self.layouts), epilogues=tuple(self.epilogues),
+            margin=float(self._margin_log2), nan=math.nan, results=self._results, finish=self._finish,
+            prediction_type=Prediction, rankresult_type=RankResult, estimate_type=VendorEstimate,
+            envelope_parts=self.envelope.reason_parts, level_parts=self.ood.level_parts,
+            unsure_parts=self._floor.unsure_parts, unsure_regret=self._floor.unsure_regret)
+
+    @property
+    def served_in_c(self) -> bool:
+        """Whether an unseen problem is ranked and (where its decision is
+        plain) answered by the served path in C (:meth:`_served_path`)."""
+        return self._served is not None
 
     def vendor_estimate(self, problem: Problem):
         """The vendor model's estimate for ``problem``
@@ -429,14 +458,37 @@ class Predictor:
     def _fresh(self, m: int, n: int, k: int, layout: str, epilogue: str, top_k: int,
                problem: Problem | None = None) -> Prediction:
         """The Prediction of a problem not cached, from its checked fields
-        (and its Problem where the caller has one), cached."""
+        (and its Problem where the caller has one), cached: by the served
+        path in C where there is one (:meth:`_served_path`)."""
+        if self._served is not None:
+            return self._served.predict(m, n, k, layout, epilogue, top_k)
         res = self.ranker.rank_served(m, n, k, layout, epilogue, top_k + self._ranked_more, self.cascade)
+        return self._finish(m, n, k, layout, epilogue, top_k, res, problem)
+
+    def _finish(self, m: int, n: int, k: int, layout: str, epilogue: str, top_k: int, res,
+                problem: Problem | None = None) -> Prediction:
+        """:meth:`_answer` of the problem's ranking ``res`` (no
+        ``running_on``), cached."""
         pred = self._answer(m, n, k, layout, epilogue, top_k, res, None, problem)
         results = self._results
         if len(results) >= self.RESULT_CACHE_SIZE:
             results.clear()
         results[(m, n, k, layout, top_k, epilogue)] = pred
         return pred
+
+    def _words(self, m: int, n: int, k: int, nearest: int, distance: float, model_near: float, bits: int,
+               level: int) -> tuple:
+        """The reasons of a problem the ranker decided (``bits``: its
+        decision's), in words: outside the envelope (``nearest``,
+        ``distance``: the nearest training shape's index and distance),
+        unsure by the held-out evidence (``model_near``), and the candidate
+        rule's ``level``."""
+        ood = self.ood
+        reasons = ood.decided_reasons(m, n, k, (nearest, distance), model_near, bits & DECISION_OUTSIDE,
+                                      bits & DECISION_UNSURE) if bits & _WORDED else []
+        if level:
+            reasons.append(ood.level_symptom(m, n, k, level))
+        return tuple(reasons)
 
     def _answer(self, m: int, n: int, k: int, layout: str, epilogue: str, top_k: int, res, running_on,
                 problem: Problem | None) -> Prediction:
@@ -454,15 +506,14 @@ class Predictor:
             reasons, fallback, vendor_near = ood.problem_reasons(problem, (res.nearest, res.nearest_distance),
                                                                  (res.vendor_near, res.model_near))
             time_may = True
+            # symptoms: flagged; they send the problem to the vendor only through the calibration (on the A100's
+            # logs the model's own pick lost 7.8 % where they fired, cuBLAS 25 %)
+            if res.level:
+                reasons.append(ood.level_symptom(m, n, k, res.level))
         else:                                   # the ranker decided in its call: only the words are made here
             bits = decision[0]
-            reasons = ood.decided_reasons(m, n, k, (res.nearest, res.nearest_distance), res.model_near,
-                                          bits & DECISION_OUTSIDE, bits & DECISION_UNSURE) if bits & _WORDED else []
+            reasons = list(self._words(m, n, k, res.nearest, res.nearest_distance, res.model_near, bits, res.level))
             time_may = bits & DECISION_TIME
-        # symptoms: flagged; they send the problem to the vendor only through the calibration (on the A100's
-        # logs the model's own pick lost 7.8 % where they fired, cuBLAS 25 %)
-        if res.level:
-            reasons.append(ood.level_symptom(m, n, k, res.level))
         if decision is not None and bits & ~_WORDED == DECISION_PLAIN and running_on is None and self._says_nothing:
             # the ranking's best tile is the answer and nothing else is flagged: no policy, no other reason
             if self.vendor_index is None:

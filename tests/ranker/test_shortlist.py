@@ -6,6 +6,7 @@ with its artifact, checked on load and served; predict_many answers as
 predict_best does."""
 from __future__ import annotations
 
+import copy
 import json
 import math
 
@@ -21,6 +22,7 @@ from costlearn.model.artifact import (SIDECAR_DIGEST, ArtifactError, files_folde
 from costlearn.serve.predictor import Predictor, clear_cache
 from costlearn.core.problem import Problem
 from costlearn.ranker import RANKERS
+from costlearn.ranker.native import served_unavailable
 from costlearn.model.shortlist import Shortlist, ShortlistError, grid_shapes
 from costlearn.ranker.shortlist_build import build_lists_numpy, build_shortlist
 
@@ -30,7 +32,7 @@ STEP, TILES, TREES = 1.0, 3, 4
 """A coarse, cheap table for the fixture model (tens of trees)."""
 
 
-def _evidence_floor(layouts) -> VendorFloor:
+def _evidence_floor(layouts, unsure_regret: float = 0.2) -> VendorFloor:
     """A calibrated floor whose held-out evidence differs from problem to
     problem (so the nearest evidence matters), with NaN vendor regrets."""
     rng = np.random.default_rng(3)
@@ -42,7 +44,7 @@ def _evidence_floor(layouts) -> VendorFloor:
                          vendor_regret=float("nan") if i % 7 == 0 else float(rng.uniform(0, 0.3)),
                          tile_lr=float(rng.uniform(-0.5, 0.1)), tile_regret=float(rng.uniform(0, 0.3))))
     floor = calibrate_floor(pd.DataFrame(recs), True)
-    floor["unsure_regret"] = 0.2
+    floor["unsure_regret"] = unsure_regret
     return VendorFloor(floor)
 
 
@@ -306,3 +308,28 @@ def test_predict_many_of_tuples_answers_as_of_problems_and_as_the_numpy_ranker(f
     problems = [Problem(*s[:3], "float16", *s[3:]) for s in shapes]
     assert repr(got) == repr(fresh.predict_many(problems, 3)) == repr(twin.predict_many(problems, 3))
     assert got[-1] is got[5]
+
+
+def test_the_served_path_in_c_answers_as_python_does(pred, problems):
+    """The served path in C (_served.c: the ranking, the plain decision's Prediction and the reasons' words,
+    outside the envelope, unsure by the held-out evidence, the candidate rule's level) gives the Predictions the
+    Python path gives, field for field, on a model with a vendor, a vendor model, a table and an unsure floor."""
+    pred = copy.copy(pred)
+    pred.floor = _evidence_floor(pred.layouts, 0.1)        # a new ranker, answers and served path, this copy's
+    if pred._served is None:
+        pytest.skip(f"the served path's extension is unavailable here: {served_unavailable()}")
+    python = copy.copy(pred)
+    python._results, python._served = {}, None
+    routes = set()
+    for q in problems:
+        res = pred.ranker.rank_served(q.m, q.n, q.k, q.layout, q.epilogue, 6, pred.cascade)
+        routes.add((res.decision[0] & 6, res.level) if res.decision else None)
+        for top_k in (1, 5, 50):
+            pred.clear_results()
+            got = pred.predict_shape(q.m, q.n, q.k, q.layout, q.epilogue, top_k)
+            want = python.predict_shape(q.m, q.n, q.k, q.layout, q.epilogue, top_k)
+            assert got == want, (q, top_k)
+            assert pred.predict_shape(q.m, q.n, q.k, q.layout, q.epilogue, top_k) is got      # cached
+    flags = [r[0] for r in routes if r]
+    assert 0 in flags and any(f & 2 for f in flags) and any(f & 4 for f in flags), routes  # plain, outside, unsure
+    assert any(r and r[1] for r in routes), routes                                          # a rule level

@@ -5,6 +5,7 @@ import pytest
 
 import costlearn
 from costlearn.core.device import preset
+from costlearn.ranker.native import served_unavailable
 from costlearn.serve.predict import Predictor, predict_best
 from conftest import ROOT
 
@@ -416,14 +417,31 @@ def test_an_argument_that_only_equals_a_cached_one_is_refused_as_when_nothing_is
                 predict_best(*shape, **args)
 
 
+def _not_plain_problem(served):
+    """A problem whose ranker's decision is not plain: the served path in C hands it to Predictor._finish."""
+    from costlearn.ranker.base import DECISION_PLAIN
+    rng = np.random.default_rng(7)
+    for _ in range(5000):
+        m, n, k = (int(v) for v in np.exp(rng.uniform(0, np.log(16384), 3)).astype(int).clip(1))
+        res = served.ranker.rank_served(m, n, k, "NN", "none", 5 + served._ranked_more, served.cascade)
+        if res.decision is None or res.decision[0] & ~6 != DECISION_PLAIN:
+            return m, n, k
+    pytest.skip("no problem of a decision that is not plain found")
+
+
+@pytest.mark.parametrize("path", ["python", "c"])
 @pytest.mark.parametrize("forget", ["clear_results", "floor", "clear_cache"])
-def test_an_answer_computed_across_a_forget_is_not_kept(dev, forget):
+def test_an_answer_computed_across_a_forget_is_not_kept(dev, forget, path):
     """Regression (an attack on issue 40): predict_best stored an unseen problem's answer after another thread had
     emptied the answer cache meanwhile (clear_cache, a new floor), so an answer of the old floor, or of a model
-    since forgotten, outlived the clear."""
+    since forgotten, outlived the clear. Both ways of answering: Python's (Predictor.predict_shape) and the served
+    path in C (_served.c: its Python step, Predictor._finish, forgets here)."""
     from costlearn.serve.predictor import ANSWERS, load_predictor
     served = load_predictor(dev, "gemm", "float32")
-    real = served.predict_shape
+    if path == "c" and served._served is None:
+        pytest.skip(f"the served path's extension is unavailable here: {served_unavailable()}")
+    name = "predict_shape" if path == "python" else "_finish"
+    real = getattr(served, name)
 
     def racing(*args):
         got = real(*args)
@@ -434,9 +452,62 @@ def test_an_answer_computed_across_a_forget_is_not_kept(dev, forget):
         else:
             costlearn.serve.predictor.clear_cache()
         return got
-    served.predict_shape = racing
+    setattr(served, name, racing)
+    shape = (31, 37, 41)
+    if path == "python":
+        served._served = None
+    else:
+        shape = _not_plain_problem(served)
+        served._served = served._served_path()                   # with the racing _finish
     try:
-        predict_best(31, 37, 41, device=dev)
+        predict_best(*shape, device=dev)
     finally:
-        del served.predict_shape
-    assert not any(k[:3] == (31, 37, 41) for k in ANSWERS)
+        delattr(served, name)
+        served._served = served._served_path()
+    assert not any(k[:3] == shape for k in ANSWERS)
+
+
+def test_predict_best_is_the_entry_in_c_and_answers_as_the_python_function(dev):
+    """costlearn.predict_best is the served path's builtin (_served.c) where the extension builds: the Python
+    function's signature and docstring, its answers (unseen and repeated) and its errors, word for word."""
+    import inspect
+    from costlearn.ranker.native import served_module
+    from costlearn.serve.predict import predict_best_python
+    from costlearn.serve.predictor import clear_cache
+    if served_module() is None:
+        pytest.skip(f"the served path's extension is unavailable here: {served_unavailable()}")
+    assert type(predict_best).__name__ == "builtin_function_or_method" and costlearn.predict_best is predict_best
+    want = inspect.signature(predict_best_python)
+    assert [(p.name, p.kind, p.default) for p in inspect.signature(predict_best).parameters.values()] == \
+        [(p.name, p.kind, p.default) for p in want.parameters.values()]
+    assert predict_best.__doc__.strip() == predict_best_python.__doc__.strip()
+    rng = np.random.default_rng(17)
+    shapes = [tuple(int(v) for v in np.exp(rng.uniform(0, np.log(16384), 3)).astype(int).clip(1)) for _ in range(300)]
+    for i, (m, n, k) in enumerate(shapes):
+        kw = dict(device=dev, top_k=1 + i % 7, epilogue=("none", "bias")[i % 2], layout="NN")
+        clear_cache()
+        got = predict_best(m, n, k, **kw)
+        assert predict_best(m, n, k, **kw) is got                          # repeated: the answer kept
+        clear_cache()
+        assert got == predict_best_python(m, n, k, **kw), (m, n, k, kw)
+    for args, kw in [((0, 1, 1), {}), ((1, 1, 2.0), {}), ((True, 1, 1), {}), ((1, 1, 1), dict(top_k=0)),
+                     ((1, 1, 1), dict(layout="XY")), ((1, 1, 1), dict(epilogue="relu")),
+                     ((1, 1, 1), dict(dtype="int8")),
+                     ((1, 1, 1), dict(bogus=1)), ((1, 1), {}), ((1, 1, 1, "float32", dev, 5), {}),
+                     ((1, 1, 1), dict(M=1)), ((1, 1, 1), dict(measure_top_k=-1))]:
+        errors = []
+        for fn in (predict_best, predict_best_python):
+            with pytest.raises(Exception) as e:
+                fn(*args, **({"device": dev} | kw))
+            errors.append((type(e.value), str(e.value)))
+        assert errors[0] == errors[1], (args, kw)
+
+
+def test_without_the_extension_predict_best_is_the_python_function():
+    import subprocess
+    import sys
+    code = ("import costlearn, costlearn.serve.predict as p, costlearn.ranker.native as n; "
+            "print(costlearn.predict_best is p.predict_best_python, n.served_unavailable())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "COSTLEARN_NO_C": "1"}, check=True).stdout
+    assert out.strip() == "True COSTLEARN_NO_C is set"

@@ -2,6 +2,7 @@
 corrupt files are set aside, many processes write at once."""
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import subprocess
 import sys
@@ -401,12 +402,14 @@ def test_damaged_rows_are_misses_not_answers(tmp_path):
 
 
 def test_newer_schema_or_foreign_database_is_left_alone(tmp_path):
+    # each connection closed here: one left to the garbage collector checkpoints the WAL into the file whenever
+    # a collection runs, which may be while the file is compared below
     newer = tmp_path / "newer.sqlite"
     TuningDB(newer, create=True).close()
-    with sqlite3.connect(newer) as c:
+    with contextlib.closing(sqlite3.connect(newer)) as c:
         c.execute("PRAGMA user_version = 99")
     foreign = tmp_path / "app.sqlite"
-    with sqlite3.connect(foreign) as c:
+    with contextlib.closing(sqlite3.connect(foreign)) as c, c:
         c.execute("CREATE TABLE users (id INTEGER)")
     for path, says in ((newer, "newer than"), (foreign, "not a costlearn tuning database")):
         before = path.read_bytes()
