@@ -176,17 +176,9 @@ class VendorFloor:
         """The OOD reason for a problem whose neighbours' held-out model
         regret is ``model_near``, or None."""
         if model_near > self.unsure_regret and math.isfinite(model_near):
-            head, tail = self.unsure_parts
-            return f"{head}{model_near:.1%}{tail}"
+            return (f"the model's held-out top-1 regret on the {self.neighbors} nearest training problems is "
+                    f"{model_near:.1%} (above {self.unsure_regret:.1%}, calibrated on held-out logs)")
         return None
-
-    @property
-    def unsure_parts(self) -> tuple:
-        """The words of :meth:`unsure_reason` around the regret (formatted
-        ``.1%``): ``(head, tail)`` (what the served path in C, ``_served.c``,
-        formats too)."""
-        return (f"the model's held-out top-1 regret on the {self.neighbors} nearest training problems is ",
-                f" (above {self.unsure_regret:.1%}, calibrated on held-out logs)")
 
     def estimate_reason(self, estimate) -> str | None:
         """The OOD reason for a problem whose vendor-model estimate

@@ -83,12 +83,11 @@ typedef struct {
     PyObject *prediction_type, *rankresult_type, *estimate_type;
     PyObject *predicted;       /* "predicted" */
     PyObject *by_layout_name;  /* "by_layout" */
-    /* the reasons' words (Envelope.reason_parts, OODVerdict.level_parts, VendorFloor.unsure_parts) */
-    double env_lo[3], env_hi[3], env_threshold, unsure_regret;
+    /* the reasons' words (Envelope.reason_parts, OODVerdict.level_parts) */
+    double env_lo[3], env_hi[3], env_threshold;
     PyObject *env_min, *env_max;            /* tuples of 3 ints: the trained minimum and maximum */
     PyObject *shape_text, *density_tail;    /* list of str; str */
     PyObject *level_head[3], *level_tail[3];   /* by level (NULL: no words: None) */
-    PyObject *unsure_head, *unsure_tail;
 } Served;
 
 static void served_dealloc(Served *self)
@@ -104,7 +103,6 @@ static void served_dealloc(Served *self)
         Py_CLEAR(self->level_head[i]);
         Py_CLEAR(self->level_tail[i]);
     }
-    Py_CLEAR(self->unsure_head); Py_CLEAR(self->unsure_tail);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -186,19 +184,19 @@ static int append_text(PyObject *list, PyObject *text)
     return r;
 }
 
-/* format(x, spec) of a float as Python writes it ('f' with `digits`; percent: x * 100 then '%'), as a str. */
-static PyObject *float_text(double x, int digits, int percent)
+/* format(x, ".2f") as Python writes it, as a str. */
+static PyObject *text_2f(double x)
 {
-    char *text = PyOS_double_to_string(percent ? x * 100.0 : x, 'f', digits, 0, NULL);
+    char *text = PyOS_double_to_string(x, 'f', 2, 0, NULL);
     if (text == NULL)
         return NULL;
-    PyObject *out = PyUnicode_FromFormat(percent ? "%s%%" : "%s", text);
+    PyObject *out = PyUnicode_FromString(text);
     PyMem_Free(text);
     return out;
 }
 
-/* Predictor._words of the decided ranking in ctx, in C: Envelope.reasons (outside), VendorFloor.unsure_reason
- * (unsure), OODVerdict.level_symptom (the level); the same words (tests hold them equal). A tuple. */
+/* Predictor._words of the decided ranking in ctx, in C, for a decision not flagged unsure: Envelope.reasons
+ * (outside) and OODVerdict.level_symptom (the level); the same words (tests hold them equal). A tuple. */
 static PyObject *served_words(Served *self, costlearn_ctx *ctx, int32_t bits)
 {
     PyObject *list = PyList_New(0);
@@ -223,7 +221,7 @@ static PyObject *served_words(Served *self, costlearn_ctx *ctx, int32_t bits)
                 }
             }
             if (dist > self->env_threshold) {
-                PyObject *d = float_text(dist, 2, 0);
+                PyObject *d = text_2f(dist);
                 if (d == NULL || ctx->nearest < 0 || ctx->nearest >= PyList_GET_SIZE(self->shape_text)) {
                     Py_XDECREF(d);
                     if (!PyErr_Occurred())
@@ -237,20 +235,6 @@ static PyObject *served_words(Served *self, costlearn_ctx *ctx, int32_t bits)
                 if (r < 0)
                     goto fail;
             }
-        }
-    }
-    if (bits & UNSURE) {
-        double regret = expm1(ctx->model_near);
-        if (regret > self->unsure_regret && isfinite(regret)) {
-            PyObject *r = float_text(regret, 1, 1);
-            if (r == NULL || append_text(list, PyUnicode_FromFormat("%U%U%U", self->unsure_head, r,
-                                                                    self->unsure_tail)) < 0) {
-                Py_XDECREF(r);
-                goto fail;
-            }
-            Py_DECREF(r);
-        } else if (PyList_Append(list, Py_None) < 0) {
-            goto fail;
         }
     }
     if (ctx->level) {
@@ -401,7 +385,9 @@ static PyObject *served_answer(Served *self, PyObject *m, PyObject *n, PyObject 
     int32_t got = self->rank(ctx);
     int32_t bits = ctx->decision;
     PyObject *answer = NULL;
-    if (bits != 0 && (bits & ~WORDED) == PLAIN && self->says_nothing) {
+    /* a plain decision, unless flagged unsure (rare: a floor sends such a problem to the vendor where it has
+     * one; Python words it) */
+    if (bits != 0 && (bits & ~WORDED) == PLAIN && !(bits & UNSURE) && self->says_nothing) {
         PyObject *reasons = bits & WORDED || ctx->level ? served_words(self, ctx, bits) : PyTuple_New(0);
         if (reasons == NULL)
             return NULL;
@@ -456,7 +442,7 @@ static PyObject *served_predict(Served *self, PyObject *const *args, Py_ssize_t 
     return out;
 }
 
-static int served_words_init(Served *self, PyObject *envelope, PyObject *levels, PyObject *unsure, double regret)
+static int served_words_init(Served *self, PyObject *envelope, PyObject *levels)
 {
     PyObject *lo, *hi, *mins, *maxs, *texts, *tail;
     double threshold;
@@ -465,20 +451,15 @@ static int served_words_init(Served *self, PyObject *envelope, PyObject *levels,
         || !PyArg_ParseTuple(lo, "ddd:envelope low", &self->env_lo[0], &self->env_lo[1], &self->env_lo[2])
         || !PyArg_ParseTuple(hi, "ddd:envelope high", &self->env_hi[0], &self->env_hi[1], &self->env_hi[2]))
         return -1;
-    if (PyTuple_GET_SIZE(mins) != 3 || PyTuple_GET_SIZE(maxs) != 3 || !PyTuple_Check(unsure)
-        || PyTuple_GET_SIZE(unsure) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(unsure, 0))
-        || !PyUnicode_Check(PyTuple_GET_ITEM(unsure, 1)) || !PyDict_Check(levels)) {
+    if (PyTuple_GET_SIZE(mins) != 3 || PyTuple_GET_SIZE(maxs) != 3 || !PyDict_Check(levels)) {
         PyErr_SetString(PyExc_ValueError, "Served: malformed reason parts");
         return -1;
     }
     self->env_threshold = threshold;
-    self->unsure_regret = regret;
     Py_XSETREF(self->env_min, Py_NewRef(mins));
     Py_XSETREF(self->env_max, Py_NewRef(maxs));
     Py_XSETREF(self->shape_text, Py_NewRef(texts));
     Py_XSETREF(self->density_tail, Py_NewRef(tail));
-    Py_XSETREF(self->unsure_head, Py_NewRef(PyTuple_GET_ITEM(unsure, 0)));
-    Py_XSETREF(self->unsure_tail, Py_NewRef(PyTuple_GET_ITEM(unsure, 1)));
     for (int level = 0; level < 3; level++) {
         PyObject *key = PyLong_FromLong(level), *parts = key ? PyDict_GetItemWithError(levels, key) : NULL;
         Py_XDECREF(key);
@@ -503,20 +484,18 @@ static int served_init(Served *self, PyObject *args, PyObject *kwargs)
     static char *kw[] = {"ranker", "mode", "top_more", "estimate", "vendor", "says_nothing", "max_extent",
                          "cache_size", "configs", "dtype", "family", "device", "layouts", "epilogues", "margin",
                          "nan", "results", "finish", "prediction_type", "rankresult_type", "estimate_type",
-                         "envelope_parts", "level_parts", "unsure_parts", "unsure_regret", NULL};
+                         "envelope_parts", "level_parts", NULL};
     PyObject *ranker, *configs, *dtype, *family, *device, *layouts, *epilogues, *margin, *nan, *results, *finish,
-        *ptype, *rtype, *etype, *envelope, *levels, *unsure;
+        *ptype, *rtype, *etype, *envelope, *levels;
     int mode, top_more, estimate, vendor, says_nothing;
     long long max_extent;
     Py_ssize_t cache_size;
-    double regret;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OiippiLnO!UUUO!O!O!O!O!OO!O!O!O!O!O!d:Served", kw, &ranker,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$OiippiLnO!UUUO!O!O!O!O!OO!O!O!O!O!:Served", kw, &ranker,
                                      &mode, &top_more, &estimate, &vendor, &says_nothing, &max_extent, &cache_size,
                                      &PyTuple_Type, &configs, &dtype, &family, &device, &PyTuple_Type, &layouts,
                                      &PyTuple_Type, &epilogues, &PyFloat_Type, &margin, &PyFloat_Type, &nan,
                                      &PyDict_Type, &results, &finish, &PyType_Type, &ptype, &PyType_Type,
-                                     &rtype, &PyType_Type, &etype, &PyTuple_Type, &envelope, &PyDict_Type, &levels,
-                                     &PyTuple_Type, &unsure, &regret))
+                                     &rtype, &PyType_Type, &etype, &PyTuple_Type, &envelope, &PyDict_Type, &levels))
         return -1;
     if (!PyType_IsSubtype((PyTypeObject *)ptype, &PyTuple_Type) || !PyType_IsSubtype((PyTypeObject *)rtype,
                                                                                         &PyTuple_Type)
@@ -524,7 +503,7 @@ static int served_init(Served *self, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_ValueError, "Served: the answer types must be named tuples, the sizes positive");
         return -1;
     }
-    if (served_words_init(self, envelope, levels, unsure, regret) < 0)
+    if (served_words_init(self, envelope, levels) < 0)
         return -1;
     PyObject *tls = PyObject_GetAttrString(ranker, "thread_contexts");
     PyObject *context = tls ? PyObject_GetAttrString(ranker, "context") : NULL;

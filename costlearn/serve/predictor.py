@@ -173,8 +173,7 @@ class Predictor:
             family=self.family, device=self.device, layouts=tuple(self.layouts), epilogues=tuple(self.epilogues),
             margin=float(self._margin_log2), nan=math.nan, results=self._results, finish=self._finish,
             prediction_type=Prediction, rankresult_type=RankResult, estimate_type=VendorEstimate,
-            envelope_parts=self.envelope.reason_parts, level_parts=self.ood.level_parts,
-            unsure_parts=self._floor.unsure_parts, unsure_regret=self._floor.unsure_regret)
+            envelope_parts=self.envelope.reason_parts, level_parts=self.ood.level_parts)
 
     @property
     def served_in_c(self) -> bool:
