@@ -382,7 +382,10 @@ static PyObject *served_answer(Served *self, PyObject *m, PyObject *n, PyObject 
     ctx->q_mask = NULL;
     ctx->q_top = (int32_t)(top < INT32_MAX ? top : INT32_MAX);
     ctx->q_mode = self->mode;
-    int32_t got = self->rank(ctx);
+    int32_t got;
+    Py_BEGIN_ALLOW_THREADS                                  /* as ctypes' call did: other threads run meanwhile */
+    got = self->rank(ctx);                                  /* (ctx is this thread's, the model's arrays read-only) */
+    Py_END_ALLOW_THREADS
     int32_t bits = ctx->decision;
     PyObject *answer = NULL;
     /* a plain decision, unless flagged unsure (rare: a floor sends such a problem to the vendor where it has
@@ -439,6 +442,39 @@ static PyObject *served_predict(Served *self, PyObject *const *args, Py_ssize_t 
     PyObject *out = PyErr_Occurred() ? NULL : served_answer(self, args[0], args[1], args[2], args[3], args[4],
                                                            args[5], key);
     Py_DECREF(key);
+    return out;
+}
+
+/* Served.predict_many(shapes, top_k): Served.predict of each checked (m, n, k, layout, epilogue) tuple of the list
+ * shapes, in order, as a list (a repeat answered from the cache the first one filled). */
+static PyObject *served_predict_many(Served *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "Served.predict_many takes (a list of (m, n, k, layout, epilogue), top_k)");
+        return NULL;
+    }
+    PyObject *shapes = args[0];
+    Py_ssize_t n = PyList_GET_SIZE(shapes);
+    PyObject *out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *s = PyList_GET_ITEM(shapes, i);
+        if (!PyTuple_Check(s) || PyTuple_GET_SIZE(s) != 5) {
+            PyErr_Format(PyExc_TypeError, "Served.predict_many: shapes[%zd] is not an (m, n, k, layout, epilogue) "
+                         "tuple", i);
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject *a[6] = {PyTuple_GET_ITEM(s, 0), PyTuple_GET_ITEM(s, 1), PyTuple_GET_ITEM(s, 2),
+                          PyTuple_GET_ITEM(s, 3), PyTuple_GET_ITEM(s, 4), args[1]};
+        PyObject *answer = served_predict(self, a, 6);
+        if (answer == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, answer);
+    }
     return out;
 }
 
@@ -559,6 +595,9 @@ static PyMethodDef SERVED_METHODS[] = {
     {"predict", (PyCFunction)(void (*)(void))served_predict, METH_FASTCALL,
      "predict(m, n, k, layout, epilogue, top_k)\n--\n\nThe answer of a checked problem: cached, or ranked and "
      "cached."},
+    {"predict_many", (PyCFunction)(void (*)(void))served_predict_many, METH_FASTCALL,
+     "predict_many(shapes, top_k)\n--\n\npredict of each checked (m, n, k, layout, epilogue) tuple of the list "
+     "shapes, in order."},
     {NULL, NULL, 0, NULL}};
 
 static PyTypeObject ServedType = {

@@ -618,7 +618,10 @@ class Predictor:
     def _many(self, shapes: list, top_k: int, running_on, problems) -> list:
         """The Predictions of ``shapes`` (checked (m, n, k, layout, epilogue)
         tuples; their Problems, or None), cached where ``running_on`` is
-        None; those not cached ranked in one call per layout."""
+        None; those not cached ranked in one call per layout, or each by the
+        served path in C (:meth:`_served_path`: the same answers)."""
+        if running_on is None and self._served is not None:
+            return self._served.predict_many(shapes, top_k)
         out: list = [None] * len(shapes)
         todo: dict = {}                                 # problem key -> positions; a repeat is ranked once
         results = self._results if running_on is None else {}

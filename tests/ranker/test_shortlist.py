@@ -312,8 +312,9 @@ def test_predict_many_of_tuples_answers_as_of_problems_and_as_the_numpy_ranker(f
 
 def test_the_served_path_in_c_answers_as_python_does(pred, problems):
     """The served path in C (_served.c: the ranking, the plain decision's Prediction and the reasons' words,
-    outside the envelope, unsure by the held-out evidence, the candidate rule's level) gives the Predictions the
-    Python path gives, field for field, on a model with a vendor, a vendor model, a table and an unsure floor."""
+    outside the envelope and the candidate rule's level; the rest by Python from its RankResult) gives the
+    Predictions the Python path gives, field for field, one problem at a time and in a batch (predict_many's way),
+    on a model with a vendor, a vendor model, a table and an unsure floor."""
     pred = copy.copy(pred)
     pred.floor = _evidence_floor(pred.layouts, 0.1)        # a new ranker, answers and served path, this copy's
     if pred._served is None:
@@ -330,6 +331,11 @@ def test_the_served_path_in_c_answers_as_python_does(pred, problems):
             want = python.predict_shape(q.m, q.n, q.k, q.layout, q.epilogue, top_k)
             assert got == want, (q, top_k)
             assert pred.predict_shape(q.m, q.n, q.k, q.layout, q.epilogue, top_k) is got      # cached
+    shapes = [(q.m, q.n, q.k, q.layout, q.epilogue) for q in problems]
+    shapes += shapes[:7]                                                                    # repeats in a batch
+    pred.clear_results()
+    python._results = {}
+    assert pred.predict_shapes(shapes, 4) == python.predict_shapes(shapes, 4)            # predict_many's way
     flags = [r[0] for r in routes if r]
     assert 0 in flags and any(f & 2 for f in flags) and any(f & 4 for f in flags), routes  # plain, outside, unsure
     assert any(r and r[1] for r in routes), routes                                          # a rule level

@@ -511,3 +511,32 @@ def test_without_the_extension_predict_best_is_the_python_function():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**__import__("os").environ, "COSTLEARN_NO_C": "1"}, check=True).stdout
     assert out.strip() == "True COSTLEARN_NO_C is set"
+
+
+def test_threads_served_at_once_get_the_answers_of_one(dev):
+    """The served path ranks in each thread's own context with the GIL released (as ctypes' call did): four
+    threads asking the same unseen problems at once, the cache emptied under them, get one thread's answers."""
+    import threading
+    from costlearn.serve.predict import predict_best_python
+    from costlearn.serve.predictor import load_predictor
+    rng = np.random.default_rng(23)
+    shapes = [tuple(int(v) for v in np.exp(rng.uniform(0, np.log(16384), 3)).astype(int).clip(1)) for _ in range(300)]
+    served = load_predictor(dev, "gemm", "float32")
+    served.clear_results()
+    want = [predict_best_python(*s, device=dev) for s in shapes]
+    served.clear_results()
+    wrong = []
+
+    def ask(offset):
+        for i in range(len(shapes)):
+            j = (i + offset) % len(shapes)
+            if predict_best(*shapes[j], device=dev) != want[j]:
+                wrong.append(shapes[j])
+            if i % 100 == 99:
+                served.clear_results()
+    threads = [threading.Thread(target=ask, args=(o * 75,)) for o in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong
