@@ -422,12 +422,41 @@ static long long extent(PyObject *v, long long max)
     return overflow || x < 1 || x > max ? -1 : x;
 }
 
+/* Whether the arguments are a problem this model serves: int extents in [1, max_extent], top_k an int >= 1, a
+ * layout and epilogue of the model's and (where given) its dtype (predict_best's conditions for
+ * Predictor.predict_shape). -1: an error set. */
+static int served_takes(Served *self, PyObject *m, PyObject *n, PyObject *k, PyObject *dtype, PyObject *layout,
+                        PyObject *epilogue, PyObject *top_k)
+{
+    if (!(PyLong_Check(m) && PyLong_Check(n) && PyLong_Check(k) && PyLong_Check(top_k) && PyUnicode_Check(layout)
+          && PyUnicode_Check(epilogue))
+        || extent(m, self->max_extent) < 0 || extent(n, self->max_extent) < 0 || extent(k, self->max_extent) < 0
+        || extent(top_k, LLONG_MAX) < 0)
+        return 0;
+    int r = dtype == NULL || PyUnicode_Compare(dtype, self->dtype) == 0;
+    if (r && (r = PySequence_Contains(self->layouts, layout)) == 1)
+        r = PySequence_Contains(self->epilogues, epilogue);
+    return r;
+}
+
 /* Served.predict(m, n, k, layout, epilogue, top_k): Predictor.predict_shape's answer for checked arguments
  * (ints in range, a layout and epilogue of the model): the cached one, or a new one, cached. */
 static PyObject *served_predict(Served *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 6) {
         PyErr_SetString(PyExc_TypeError, "Served.predict takes (m, n, k, layout, epilogue, top_k)");
+        return NULL;
+    }
+    if (self->rank == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Served is not initialised");
+        return NULL;
+    }
+    int takes = served_takes(self, args[0], args[1], args[2], NULL, args[3], args[4], args[5]);
+    if (takes != 1) {
+        if (takes == 0)
+            PyErr_Format(PyExc_ValueError, "Served.predict(%R, %R, %R, %R, %R, %R): not a checked problem of this "
+                         "model (int extents in [1, %lld], one of its layouts and epilogues, top_k >= 1)", args[0],
+                         args[1], args[2], args[3], args[4], args[5], self->max_extent);
         return NULL;
     }
     PyObject *key = PyTuple_Pack(6, args[0], args[1], args[2], args[3], args[5], args[4]);
@@ -578,19 +607,6 @@ static int served_init(Served *self, PyObject *args, PyObject *kwargs)
     return self->predicted == NULL || self->by_layout_name == NULL ? -1 : 0;
 }
 
-/* Whether the call's checked arguments are this model's: dtype, a layout and epilogue it serves, extents in
- * range, top_k >= 1 (predict_best's conditions for Predictor.predict_shape). -1: an error set. */
-static int served_takes(Served *self, PyObject *const *v)
-{
-    if (extent(v[P_M], self->max_extent) < 0 || extent(v[P_N], self->max_extent) < 0
-        || extent(v[P_K], self->max_extent) < 0 || extent(v[P_TOP_K], LLONG_MAX) < 0)
-        return 0;
-    int r = PyUnicode_Compare(v[P_DTYPE], self->dtype) == 0;
-    if (r && (r = PySequence_Contains(self->layouts, v[P_LAYOUT])) == 1)
-        r = PySequence_Contains(self->epilogues, v[P_EPILOGUE]);
-    return r;
-}
-
 static PyMethodDef SERVED_METHODS[] = {
     {"predict", (PyCFunction)(void (*)(void))served_predict, METH_FASTCALL,
      "predict(m, n, k, layout, epilogue, top_k)\n--\n\nThe answer of a checked problem: cached, or ranked and "
@@ -626,7 +642,8 @@ static PyObject *unseen(entry_state *st, PyObject *const *v, PyObject *key)
     PyObject *answer = NULL;
     Py_XDECREF(names);
     Py_XDECREF(pred);
-    int takes = served != NULL && Py_IS_TYPE(served, &ServedType) ? served_takes((Served *)served, v) : 0;
+    int takes = served != NULL && Py_IS_TYPE(served, &ServedType) ? served_takes((Served *)served, v[P_M], v[P_N], v[P_K], v[P_DTYPE], v[P_LAYOUT], v[P_EPILOGUE],
+                                                  v[P_TOP_K]) : 0;
     if (takes != 1) {
         PyErr_Clear();
         goto none;
@@ -675,7 +692,8 @@ static PyObject *entry_call(PyObject *self, PyObject *const *args, Py_ssize_t na
             int at = -1;
             for (int i = 0; i < N_PARAMS; i++)           /* keyword names are interned: one compare each */
                 if (name == st->names[i]) { at = i; break; }
-            if (at < 0) {
+            if (at < 0 && PyUnicode_CheckExact(name)) {  /* another str object of a name: its text decides (a
+                                                          * str subclass's own __eq__ is the function's to judge) */
                 for (int i = 0; i < N_PARAMS; i++)
                     if (PyUnicode_Compare(name, st->names[i]) == 0) { at = i; break; }
                 if (PyErr_Occurred())
@@ -876,12 +894,17 @@ static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_served",
                                     "costlearn's served path in C (costlearn/ranker/_served.c)", -1, METHODS,
                                     NULL, NULL, NULL, NULL};
 
+#ifndef COSTLEARN_BUILD_KEY
+#error "compile with -DCOSTLEARN_BUILD_KEY=\"...\" (costlearn/ranker/native.py: served_module)"
+#endif
+
 PyMODINIT_FUNC PyInit__served(void)
 {
     if (PyType_Ready(&ServedType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&MODULE);
-    if (module != NULL && PyModule_AddObjectRef(module, "Served", (PyObject *)&ServedType) < 0)
+    if (module != NULL && (PyModule_AddObjectRef(module, "Served", (PyObject *)&ServedType) < 0
+                           || PyModule_AddStringConstant(module, "BUILD_KEY", COSTLEARN_BUILD_KEY) < 0))
         Py_CLEAR(module);
     return module;
 }

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
 import importlib.util
 import math
 import os
@@ -312,18 +313,19 @@ def _open(path: Path):
     return lib
 
 
-def _compile(source: Path, target: Path, includes: list, load) -> None:
+def _compile(source: Path, target: Path, includes: list, load, defines: tuple = ()) -> None:
     """Compile ``source`` with the generated header (and the folders
-    ``includes``) into the shared library ``target``, with the first of
-    :func:`_compilers` whose build ``load(target)`` accepts."""
+    ``includes``, the ``-D`` ``defines``) into the shared library
+    ``target``, with the first of :func:`_compilers` whose build
+    ``load(target)`` accepts."""
     errors = []
     with tempfile.TemporaryDirectory(prefix="costlearn-build-") as inc:
         (Path(inc) / "costlearn_structs.h").write_text(c_header())
         for cc in _compilers():
             try:
                 subprocess.run(cc + list(FLAGS) + [a for d in [inc, *includes] for a in ("-I", d)]
-                               + ["-o", str(target), str(source), "-lm"], check=True, capture_output=True, text=True,
-                               timeout=120)
+                               + [f"-D{d}" for d in defines] + ["-o", str(target), str(source), "-lm"], check=True,
+                               capture_output=True, text=True, timeout=120)
                 load(target)
                 return
             except (OSError, AttributeError, subprocess.SubprocessError) as e:
@@ -423,15 +425,20 @@ def _python_includes() -> list:
     return list(dict.fromkeys(p for p in (paths.get("include"), paths.get("platinclude")) if p))
 
 
-def _open_served(path: Path):
+def _open_served(path: Path, build_key: str):
     """Import the built extension at ``path`` as ``costlearn.ranker._served``
-    (not entered in ``sys.modules``: :func:`served_module` holds it)."""
+    (not entered in ``sys.modules``: :func:`served_module` holds it),
+    refused (OSError) unless it was built for ``build_key`` (its
+    ``BUILD_KEY``: another source's build, its sidecar intact, is not this
+    one)."""
     try:
         spec = importlib.util.spec_from_file_location("costlearn.ranker._served", str(path))
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     except ImportError as e:                    # a foreign or damaged file, another interpreter's build
         raise OSError(f"{path}: {e}") from None
+    if getattr(module, "BUILD_KEY", None) != build_key:
+        raise OSError(f"{path} was built from another source (BUILD_KEY {getattr(module, 'BUILD_KEY', None)!r})")
     getattr(module, "entry")                    # AttributeError if missing
     return module
 
@@ -457,9 +464,11 @@ def served_module():
             FLAGS, _compilers(), includes, sys.version, sys.implementation.cache_tag,
             sysconfig.get_config_var("EXT_SUFFIX"))).encode() + f"{platform.system()}-{platform.machine()}".encode()
         cache = KeyedCache("served", sysconfig.get_config_var("EXT_SUFFIX") or ".so")
+        build_key = hashlib.sha256(key).hexdigest()
+        load = functools.partial(_open_served, build_key=build_key)
         try:
-            _SERVED = cache.get_or_build(key, lambda t: _compile(_SERVED_SOURCE, t, includes, _open_served),
-                                         _open_served)
+            _SERVED = cache.get_or_build(key, lambda t: _compile(_SERVED_SOURCE, t, includes, load,
+                                                                 (f'COSTLEARN_BUILD_KEY="{build_key}"',)), load)
         except OSError as e:
             _SERVED_WHY = f"could not build {cache.path(key)}: {e}"
         return _SERVED

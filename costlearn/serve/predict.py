@@ -203,7 +203,8 @@ predict_best_python = predict_best
 """The Python :func:`predict_best`: what the name is where the served path's
 extension is unavailable (:func:`costlearn.ranker.native.served_module`),
 and what the extension's entry hands every call to that it does not answer
-from :data:`~costlearn.serve.predictor.ANSWERS` itself."""
+itself. Its name stays ``predict_best`` (the one its errors say); beside the
+builtin it does not pickle."""
 
 
 def _entry(function):

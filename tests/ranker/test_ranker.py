@@ -218,6 +218,49 @@ def test_damaged_compiled_library_is_rebuilt_not_loaded(model_dir, tmp_path):
     assert again.stdout == first.stdout and again.stdout.startswith("native")
 
 
+def test_a_served_build_of_another_source_is_rebuilt_not_loaded(model_dir, tmp_path):
+    """Regression (an attack on issue 40's served path): a cached extension built from another source (an older
+    costlearn's), its sha256 sidecar intact, was loaded, and every prediction then failed on its Served's other
+    signature; now its BUILD_KEY refuses it and it is rebuilt."""
+    import hashlib
+    from costlearn.ranker import native
+    if native.served_module() is None:
+        pytest.skip(f"the served path's extension is unavailable here: {native.served_unavailable()}")
+    code = _PREDICT + "; print(p.served_in_c)"
+
+    def run():
+        return subprocess.run([sys.executable, "-c", code, str(model_dir)], capture_output=True, text=True,
+                              env=dict(os.environ, PYTHONPATH=str(ROOT), COSTLEARN_CACHE=str(tmp_path)))
+    first = run()
+    assert first.returncode == 0 and first.stdout.endswith("True\n"), first.stderr
+    (so,) = tmp_path.glob("served-*.so")
+    native._compile(native._SERVED_SOURCE, so, native._python_includes(), lambda path: None,
+                    ('COSTLEARN_BUILD_KEY="another source"',))
+    so.with_name(so.name + ".sha256").write_text(hashlib.sha256(so.read_bytes()).hexdigest())
+    again = run()
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == first.stdout
+
+
+def test_an_uninitialised_or_unchecked_served_call_raises_not_crashes(model_dir):
+    """Regression (an attack on issue 40's served path): Served() made without its arguments crashed the
+    interpreter on predict, and an unchecked extent (2**63) raised SystemError or a top_k < 1 was answered."""
+    from costlearn.ranker import native
+    from costlearn.serve.predictor import Predictor
+    module = native.served_module()
+    if module is None:
+        pytest.skip(f"the served path's extension is unavailable here: {native.served_unavailable()}")
+    with pytest.raises(RuntimeError, match="not initialised"):
+        module.Served.__new__(module.Served).predict(64, 64, 64, "NN", "none", 5)
+    served = Predictor(model_dir)._served
+    for args in [(2**63, 1, 1, "NN", "none", 5), (1, 1, 1, "NN", "none", -3), (1, 1, 1, "XX", "none", 5),
+                 (1, 1.0, 1, "NN", "none", 5), (0, 1, 1, "NN", "none", 5), (1, 1, 1, "NN", "relu", 5)]:
+        with pytest.raises(ValueError, match="not a checked problem"):
+            served.predict(*args)
+    with pytest.raises(ValueError, match="not a checked problem"):
+        served.predict_many([(1, 1, 1, "NN", "none")], 0)
+
+
 def test_compiler_that_writes_nothing_is_not_cached(model_dir, tmp_path):
     """Regression: CC=true 'succeeded' with an empty file, cached for good."""
     out = _run(model_dir, tmp_path, CC="true")

@@ -540,3 +540,32 @@ def test_threads_served_at_once_get_the_answers_of_one(dev):
     for t in threads:
         t.join()
     assert not wrong
+
+
+class _NeverEqual(str):
+    __hash__ = str.__hash__
+
+    def __eq__(self, other):
+        return False
+
+
+class _AlwaysEqual(str):
+    __hash__ = str.__hash__
+
+    def __eq__(self, other):
+        return True
+
+
+def test_a_keyword_name_that_only_equals_one_is_judged_as_python_judges_it(dev):
+    """Regression (an attack on issue 40's served path): the C entry matched a keyword name by its text, so a str
+    subclass whose __eq__ says otherwise was answered where Python refuses it (an unexpected keyword, a value
+    given twice); such a name now goes to the Python function."""
+    from costlearn.serve.predict import predict_best_python
+    predict_best(64, 64, 64, device=dev)                         # loaded, and the problem cached
+    for name in (_NeverEqual("K"), _AlwaysEqual("K"), _NeverEqual("layout")):
+        errors = []
+        for fn in (predict_best, predict_best_python):
+            with pytest.raises(TypeError) as e:
+                fn(64, 64, device=dev, **{name: 64})
+            errors.append(str(e.value))
+        assert errors[0] == errors[1]
