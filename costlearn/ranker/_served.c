@@ -1,21 +1,32 @@
 /* costlearn's served path in C: a CPython extension module, loaded by
  * costlearn/ranker/native.py (served_module), optional: where it cannot be
  * built (no Python headers) everything here has its Python twin, which gives
- * the same answers.
+ * the same answers (tests/serve/test_predict.py, tests/ranker/test_shortlist.py).
  *
- *   entry(function, answers, doc)
- *       a builtin function with `function`'s signature that answers a
- *       repeated costlearn.predict_best call from `answers` (the process's
- *       AnswerCache) and hands every other call, unchanged, to `function`
- *       (the Python predict_best, which computes, checks and stores).
+ *   Served(*, ranker, ...)
+ *       one Predictor's unseen problems (Predictor._served_path): ranked with
+ *       the C ranker's costlearn_rank_query in this thread's context (the GIL
+ *       released), and where the floor's decision is plain (nothing for the
+ *       vendor policy to do) answered here: the Prediction and the words of
+ *       its reasons (Envelope.reasons, OODVerdict.level_symptom), as
+ *       Predictor._answer makes them; any other decision goes to Python
+ *       (Predictor._finish) with the ranking's RankResult. Answers are kept in
+ *       the predictor's cache.
  *
- * The lookup is the Python function's hot path, written in C: the key is the
- * arguments as given (M, N, K, dtype, device, family, layout, top_k,
- * models_dir, epilogue), and a hit is returned only for a "plain" call (int
- * extents and top_k, str names, device and models_dir None or str, no option
- * set), where an equal key means the same answer. A Python function call of
- * 14 parameters, its checks and the key's tuple cost about a microsecond;
- * this costs about a third of one (scripts/bench_predict.py, "repeated"). */
+ *   entry(function, answers, predictors_get, doc)
+ *       a builtin with `function`'s signature (predict_best's, checked) that
+ *       answers a plain call from `answers` (the process's AnswerCache) or,
+ *       unseen, from the loaded predictor's Served (predict_best's own way,
+ *       in C), and hands every other call, unchanged, to `function` (the
+ *       Python predict_best, which computes, checks and stores).
+ *
+ * The entry's key is the arguments as given (M, N, K, dtype, device, family,
+ * layout, top_k, models_dir, epilogue), and a hit is returned only for a
+ * "plain" call (int extents and top_k, str names, device and models_dir None
+ * or str, no option set), where an equal key means the same answer. A Python
+ * function call of 14 parameters, its checks and the key's tuple cost about a
+ * microsecond; this costs about a third of one (scripts/bench_predict.py,
+ * "repeated"). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
