@@ -460,6 +460,9 @@ def served_module():
             _SERVED_WHY = "COSTLEARN_NO_C is set"
             return None
         includes = _python_includes()
+        if not any(os.path.isfile(os.path.join(d, "Python.h")) for d in includes):
+            _SERVED_WHY = f"no Python.h in {includes} (this interpreter's headers are not installed)"
+            return None                         # not a compiler's half-second in every process
         key = _SERVED_SOURCE.read_bytes() + c_header().encode() + repr((
             FLAGS, _compilers(), includes, sys.version, sys.implementation.cache_tag,
             sysconfig.get_config_var("EXT_SUFFIX"))).encode() + f"{platform.system()}-{platform.machine()}".encode()
