@@ -195,6 +195,20 @@ def _open_temp(path: Path, suffix: str = ".tmp") -> tuple[int, str]:
     raise FileExistsError(f"cannot create a temporary file beside {path}")
 
 
+def _process_runs(pid: int) -> bool:
+    """Whether a process of id ``pid`` runs on this machine (any user's);
+    True on Windows, where ``os.kill`` would end it."""
+    if os.name == "nt":
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:                                   # another user's: it runs
+        return True
+    return True
+
+
 def sha256_file(path) -> str:
     """Hex sha256 of a file's bytes."""
     h = hashlib.sha256()
@@ -503,6 +517,7 @@ class KeyedCache:
                 return load(path)
         except (OSError, ValueError, AttributeError):
             pass                                  # missing, damaged, another's or unacceptable: build afresh
+        self._sweep(path)
         fd, tmp = _open_temp(path, self.suffix)
         os.close(fd)
         try:
@@ -518,6 +533,26 @@ class KeyedCache:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+
+    STALE_TEMP_S = 3600.0
+    """Age (seconds) after which a build's temporary file beside an entry,
+    left by a process that no longer runs here (killed mid-build), is
+    removed before the next build of that entry; younger ones may be a
+    build still running on another machine sharing the folder."""
+
+    def _sweep(self, path: Path) -> None:
+        """Remove the temporary files of earlier builds of ``path``
+        (``_open_temp``'s ``.<name>.<pid>.<random><suffix>``) older than
+        :attr:`STALE_TEMP_S` whose process no longer runs here."""
+        now = time.time()
+        for tmp in path.parent.glob(f".{path.name}.*{self.suffix}"):
+            try:
+                pid = int(tmp.name[len(path.name) + 2:].split(".", 1)[0])
+                if now - tmp.lstat().st_mtime < self.STALE_TEMP_S or _process_runs(pid):
+                    continue
+                tmp.unlink()
+            except (ValueError, OSError):
+                continue                              # not one of ours, or gone meanwhile
 
     @staticmethod
     def _intact(path: Path) -> bool:

@@ -38,6 +38,33 @@ def test_atomic_write_leaves_the_old_file_when_the_writer_fails(tmp_path):
     assert path.read_text() == "old" and sorted(os.listdir(tmp_path)) == ["f.txt"]
 
 
+def test_a_killed_builds_temporary_file_is_swept_at_the_next_build(tmp_path):
+    """Regression (an attack on issue 40's served path): a build killed with -9 left its temporary file beside the
+    entry for good. The next build of that entry removes those over an hour old whose process is gone; a young one
+    (a build running on another machine sharing the folder) and one of a running process stay."""
+    import subprocess
+    import sys
+    import time
+    cache = KeyedCache("thing", ".bin", folder=tmp_path / "cache")
+    entry = cache.path("k")
+    entry.parent.mkdir(mode=0o700)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    old = time.time() - 2 * KeyedCache.STALE_TEMP_S
+    stale = entry.with_name(f".{entry.name}.{dead}.abcd1234.bin")           # killed an hour ago: swept
+    young = entry.with_name(f".{entry.name}.{dead}.ef015678.bin")           # a minute old: may be building
+    running = entry.with_name(f".{entry.name}.{os.getpid()}.01234567.bin")  # its process runs
+    for f in (stale, young, running):
+        f.write_bytes(b"half a build")
+    for f in (stale, running):
+        os.utime(f, (old, old))
+    other = entry.with_name(".someone-else.bin")
+    other.write_bytes(b"x")
+    os.utime(other, (old, old))
+    assert cache.get_or_build("k", lambda p: p.write_bytes(b"good"), lambda p: p.read_bytes()) == b"good"
+    assert not stale.exists() and young.exists() and running.exists() and other.exists()
+
+
 def test_keyed_cache_rebuilds_a_damaged_or_unacceptable_entry(tmp_path):
     cache = KeyedCache("thing", ".bin", folder=tmp_path)
     builds = []
