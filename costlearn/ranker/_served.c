@@ -67,8 +67,7 @@ static inline int exact_str_or_none(PyObject *v) { return v == Py_None || PyUnic
 
 /* ---- Served: one predictor's unseen problem, ranked and answered in C ------------------------------------ */
 
-#define DECIDED 1          /* decision bits: costlearn/ranker/base.py (DECISION_*) */
-#define OUTSIDE 2
+#define OUTSIDE 2          /* decision bits: costlearn/ranker/base.py (DECISION_*) */
 #define UNSURE 4
 #define WORDED (OUTSIDE | UNSURE)
 #define PLAIN (1 | 1 << 6) /* DECISION_PLAIN: decided, nothing flagged, the ranking's best tile config first */

@@ -444,8 +444,9 @@ def _open_served(path: Path, build_key: str):
 
 
 def served_module():
-    """The served path's CPython extension (``_served.c``: the repeated
-    :func:`costlearn.predict_best` lookup in C), built on first use with
+    """The served path's CPython extension (``_served.c``: the
+    :func:`costlearn.predict_best` builtin, ``entry``, and a predictor's
+    unseen problems answered in C, ``Served``), built on first use with
     this interpreter's headers into the user cache, as :func:`library`;
     None where it cannot be built or loaded (no ``Python.h``, no compiler,
     ``COSTLEARN_NO_C`` set): :func:`served_unavailable` says why. No
@@ -697,10 +698,7 @@ class NativeRanker(Ranker):
         this thread's context: the candidates of the mask at ``mask_ptr``
         (None: the candidate rule's), ``top`` and the ``mode`` bits given,
         ``estimate`` where the mode asks for it; its RankResult."""
-        key = (layout if layout in self._templates else self._first_layout, epilogue)
-        by_layout = getattr(self._tls, "by_layout", None)
-        ctx = (by_layout.get(key) if by_layout is not None else None) or self._context(*key)
-        _, ref, out_index, out_score, outputs, query, _, _ = ctx
+        _, ref, out_index, out_score, outputs, query, _, _ = self.context(layout, epilogue)
         query(m, n, k, mask_ptr or 0, top, mode)
         got = self._rank(ref)
         near, d2, fits, level, vnear, mnear, used, v_mean, v_sd, decision, v_score = outputs()
@@ -715,9 +713,7 @@ class NativeRanker(Ranker):
         estimate and a mask of no candidate (nothing is scored)."""
         if self.vendor_model is None:
             return None
-        key = (problem.layout if problem.layout in self._templates else self._first_layout, problem.epilogue)
-        by_layout = getattr(self._tls, "by_layout", None)
-        rc, ref, _, _, _, query, _, _ = (by_layout.get(key) if by_layout is not None else None) or self._context(*key)
+        rc, ref, _, _, _, query, _, _ = self.context(problem.layout, problem.epilogue)
         query(problem.m, problem.n, problem.k, self._no_candidate.ctypes.data, 1, RANK_ESTIMATE)
         self._rank(ref)
         return VendorEstimate(rc.v_mean, rc.v_sd)
@@ -762,8 +758,7 @@ class NativeRanker(Ranker):
         for key, idx in groups.items():
             p = len(idx)
             mnk = np.array([shapes[i][:3] for i in idx], np.int64)
-            by_layout = getattr(self._tls, "by_layout", None)
-            ctx = (by_layout.get(key) if by_layout is not None else None) or self._context(*key)
+            ctx = self.context(*key)
             count, level, used = np.empty(p, np.int32), np.empty(p, np.int32), np.empty(p, np.int32)
             index, score = np.empty((p, width), np.int32), np.empty((p, width))
             nearest, d2, vnear, mnear = np.empty(p, np.int32), np.empty(p), np.empty(p), np.empty(p)

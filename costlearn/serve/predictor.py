@@ -171,7 +171,7 @@ class Predictor:
             estimate=ranker.served_estimate, vendor=self.vendor_index is not None, says_nothing=self._says_nothing,
             max_extent=MAX_EXTENT, cache_size=self.RESULT_CACHE_SIZE, configs=self.configs, dtype=self.dtype,
             family=self.family, device=self.device, layouts=tuple(self.layouts), epilogues=tuple(self.epilogues),
-            margin=float(self._margin_log2), nan=math.nan, results=self._results, finish=self._finish,
+            margin=self._margin_log2, nan=math.nan, results=self._results, finish=self._finish,
             prediction_type=Prediction, rankresult_type=RankResult, estimate_type=VendorEstimate,
             envelope_parts=self.envelope.reason_parts, level_parts=self.ood.level_parts)
 
