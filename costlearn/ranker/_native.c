@@ -355,10 +355,30 @@ static int32_t select_candidates(int64_t m, int64_t n, int64_t k, const double x
     return rows;
 }
 
+/* Offer (d, index) to best[0..*have), the `keep` nearest so far sorted by
+ * distance then index: inserted in its place when it is among them. */
+static inline void offer_nearest(costlearn_scored *best, int32_t *have, int32_t keep, double d, int32_t index)
+{
+    const costlearn_scored e = {d, index};
+    if (*have == keep && !before(&e, &best[keep - 1]))
+        return;
+    int32_t j = *have < keep ? (*have)++ : keep - 1;
+    while (j > 0 && before(&e, &best[j - 1])) {
+        best[j] = best[j - 1];
+        --j;
+    }
+    best[j] = e;
+}
+
 /* Held-out evidence near the embedded query q (the floor's, costlearn/learn/holdout.py
  * VendorFloor.near): the ev_k nearest evidence problems, by squared distance
  * then index; the means of their log1p vendor regrets (finite ones only; NaN
- * when none) and log1p model regrets, summed in that order. */
+ * when none) and log1p model regrets, summed in that order. The points are
+ * sorted by their first coordinate (ev_index: each one's place in the
+ * evidence's list), scanned outward from q's position as in nearest(): a side
+ * stops once its first coordinate alone is further than the ev_k-th nearest
+ * so far (a*a <= a*a + b*b + c*c in rounded doubles too, so no point passed
+ * over could have been among them, nor tied with the last). */
 static void evidence_near(const double q[3], costlearn_ctx *ctx)
 {
     const int32_t n = ctx->n_ev;
@@ -366,21 +386,33 @@ static void evidence_near(const double q[3], costlearn_ctx *ctx)
     ctx->model_near = NAN;
     if (n <= 0)
         return;
-    costlearn_scored *w = ctx->ev_work;
-    for (int32_t i = 0; i < n; ++i) {
-        const double a = ctx->ev_points[3 * i] - q[0], b = ctx->ev_points[3 * i + 1] - q[1],
-                     c = ctx->ev_points[3 * i + 2] - q[2];
-        w[i].score = a * a + b * b + c * c;
-        w[i].index = i;
-    }
+    const double *pts = ctx->ev_points;
+    const int32_t *index = ctx->ev_index;
     const int32_t kk = ctx->ev_k < n ? ctx->ev_k : n;
-    select_sorted(w, n, kk);
+    costlearn_scored *best = ctx->ev_work;
+    int32_t have = 0, lo = 0, hi = n;
+    while (lo < hi) {                                   /* first point with p0 >= q0 */
+        const int32_t mid = lo + (hi - lo) / 2;
+        if (pts[3 * mid] < q[0]) lo = mid + 1; else hi = mid;
+    }
+    for (int32_t i = lo; i < n; ++i) {
+        const double a = pts[3 * i] - q[0];
+        if (have == kk && a * a > best[kk - 1].score) break;
+        const double b = pts[3 * i + 1] - q[1], c = pts[3 * i + 2] - q[2];
+        offer_nearest(best, &have, kk, a * a + b * b + c * c, index[i]);
+    }
+    for (int32_t i = lo - 1; i >= 0; --i) {
+        const double a = pts[3 * i] - q[0];
+        if (have == kk && a * a > best[kk - 1].score) break;
+        const double b = pts[3 * i + 1] - q[1], c = pts[3 * i + 2] - q[2];
+        offer_nearest(best, &have, kk, a * a + b * b + c * c, index[i]);
+    }
     double sv = 0.0, sm = 0.0;
     int32_t nv = 0;
     for (int32_t i = 0; i < kk; ++i) {
-        const double v = ctx->ev_vendor[w[i].index];
+        const double v = ctx->ev_vendor[best[i].index];
         if (isfinite(v)) { sv += v; ++nv; }
-        sm += ctx->ev_model[w[i].index];
+        sm += ctx->ev_model[best[i].index];
     }
     ctx->vendor_near = nv > 0 ? sv / nv : NAN;
     ctx->model_near = sm / kk;
@@ -764,13 +796,21 @@ static int32_t costlearn_rank(int64_t m, int64_t n, int64_t k, const uint8_t *ma
             if (lin != NULL) sc = sc + lin[r];
             work[i].score = sc;
         }
-        select_sorted(work, live, live);
-        if (keep < live) {                             /* the keep best, and the rest within the margin */
-            const double limit = work[keep - 1].score + ctx->stage_margin[st];
-            int32_t cut = (int32_t)keep;
-            while (cut < live && work[cut].score <= limit)
-                ++cut;
+        if (keep < live) {
+            /* the keep best, and the rest within the margin: with margins >= 0 (Scorer checks) and finite
+             * scores, every row scoring at most the keep-th best's score + margin, in any order (a stage
+             * sums each row alone, and the last sorts). The keep-th best from a copy, not a sort of all. */
+            costlearn_scored *pick = ctx->pick;
+            memcpy(pick, work, sizeof(costlearn_scored) * (size_t)live);
+            select_sorted(pick, live, (int32_t)keep);
+            const double limit = pick[keep - 1].score + ctx->stage_margin[st];
+            int32_t cut = 0;
+            for (int32_t i = 0; i < live; ++i)
+                if (work[i].score <= limit)
+                    work[cut++] = work[i];
             live = cut;
+        } else {
+            select_sorted(work, live, live);           /* the last stage: best first */
         }
     }
     for (int32_t r = 0; r < live; ++r) {

@@ -104,8 +104,9 @@ class RankContext(ctypes.Structure):
         ("env_points", _P),       # const double*  [n_env x 3]
         ("env_index", _P),        # const int32_t* [n_env]
         ("n_env", _I32), ("embed", _D * 9),
-        # held-out evidence of the vendor floor (this layout's), embedded
+        # held-out evidence of the vendor floor (this layout's), embedded, sorted by first coordinate
         ("ev_points", _P),        # const double* [n_ev x 3]
+        ("ev_index", _P),         # const int32_t* [n_ev]: each point's place in the evidence's list
         ("ev_vendor", _P), ("ev_model", _P),   # const double* [n_ev]: log1p regrets
         ("n_ev", _I32), ("ev_k", _I32),
         # shortlist table (this layout's) or NULL
@@ -132,6 +133,7 @@ class RankContext(ctypes.Structure):
         # scratch, one set per calling thread
         ("X", _P), ("Xk", _P),    # float* [n_cands x n_features]
         ("work", _P),             # costlearn_scored* [n_cands]
+        ("pick", _P),             # costlearn_scored* [n_cands]: a cascade stage's selection
         ("part", _P), ("acc", _P), ("lin", _P),   # double* [n_cands]
         ("row_cand", _P),         # int32_t* [n_cands]
         ("mask", _P),             # uint8_t* [n_cands]
@@ -160,13 +162,15 @@ _C_POINTER = {  # the C type of each void* field of RankContext
     "nodes": "const costlearn_node *", "roots": "const int32_t *", "depths": "const int32_t *",
     "offsets": "const double *", "env_points": "const double *", "env_index": "const int32_t *",
     "cov_lo": "const double *", "cov_hi": "const double *", "ev_points": "const double *",
+    "ev_index": "const int32_t *",
     "ev_vendor": "const double *", "ev_model": "const double *", "tab_index": "const int16_t *",
     "tab_resid": "const float *", "v_nodes": "const costlearn_node *", "v_roots": "const int32_t *",
     "v_depths": "const int32_t *", "v_bounds": "const int32_t *", "v_bases": "const double *",
     "v_tail": "const float *", "v_row": "float *", "v_sums": "double *", "mask": "uint8_t *",
     "seen": "double *", "resid": "double *", "q_mask": "const uint8_t *",
     "ev_work": "costlearn_scored *",
-    "X": "float *", "Xk": "float *", "work": "costlearn_scored *", "part": "double *", "acc": "double *",
+    "X": "float *", "Xk": "float *", "work": "costlearn_scored *", "pick": "costlearn_scored *",
+    "part": "double *", "acc": "double *",
     "lin": "double *", "row_cand": "int32_t *", "out_index": "int32_t *", "out_score": "double *"}
 _C_SCALAR = {_I32: "int32_t", _I64: "int64_t", _D: "double"}
 _C_NUMPY = {"<f4": "float", "<f8": "double", "<u2": "uint16_t", "|u1": "uint8_t", "<i4": "int32_t"}
@@ -538,7 +542,9 @@ class NativeRanker(Ranker):
         self._layout_arrays = {}
         for lay in self._templates:
             pts, lv, lm, kk = self.evidence_arrays(lay)
-            arrays = dict(ev_points=np.ascontiguousarray(pts, np.float64),
+            ev_order = np.lexsort((np.arange(len(pts)), pts[:, 0]))    # as the envelope's: evidence_near's scan
+            arrays = dict(ev_points=np.ascontiguousarray(pts[ev_order], np.float64),
+                          ev_index=np.ascontiguousarray(ev_order, np.int32),
                           ev_vendor=np.ascontiguousarray(lv, np.float64), ev_model=np.ascontiguousarray(lm, np.float64))
             tab = self.shortlist.tables.get(lay) if self.shortlist is not None else None
             if tab is not None:
@@ -599,7 +605,8 @@ class NativeRanker(Ranker):
         c, f = self.n_candidates, len(self.features.names) + 1     # the sentinel column last
         lay_arrays, n_ev, ev_k = self._layout_arrays[layout]
         arrays = dict(X=np.empty((c, f), np.float32), Xk=np.empty((c, f), np.float32),
-                      work=np.empty(c, SCORED_DTYPE), part=np.empty(c, np.float64), acc=np.empty(c, np.float64),
+                      work=np.empty(c, SCORED_DTYPE), pick=np.empty(c, SCORED_DTYPE), part=np.empty(c, np.float64),
+                      acc=np.empty(c, np.float64),
                       lin=np.empty(c, np.float64), row_cand=np.empty(c, np.int32), mask=np.empty(c, np.uint8),
                       seen=np.empty(c, np.float64), resid=np.empty(c, np.float64),
                       ev_work=np.empty(max(n_ev, 1), SCORED_DTYPE),

@@ -153,6 +153,40 @@ def test_evidence_is_the_floors(pred, problems):
         assert (res.vendor_near, res.model_near) == pytest.approx(want, nan_ok=True), q
 
 
+def test_evidence_near_breaks_ties_by_index_and_takes_all_of_too_few_in_c_as_numpy(pred, problems):
+    """The C ranker finds the evidence near a problem by a scan of the points sorted by their first coordinate
+    (as the envelope's nearest shape). Equal distances (the same problem held out twice, with other regrets;
+    a coarse grid) must still go to the lower index, and evidence of fewer problems than ``neighbors`` must
+    be used whole, as numpy's sort of every distance does."""
+    rng = np.random.default_rng(5)
+
+    def floor_of(count):
+        recs = []
+        for i in range(count):
+            m, n, k = (int(v) for v in 2 ** rng.integers(4, 9, 3))            # a coarse grid: many equal distances
+            for _ in range(1 + (i % 3 == 0)):                                   # every third held out twice
+                recs.append(dict(m=m, n=n, k=k, dtype="float16", layout=pred.layouts[i % 2], source=f"log{i % 2}.txt",
+                                 model_regret=float(rng.uniform(0, 0.3)),
+                                 vendor_regret=float("nan") if i % 7 == 0 else float(rng.uniform(0, 0.3)),
+                                 tile_lr=float(rng.uniform(-0.5, 0.1)), tile_regret=float(rng.uniform(0, 0.3))))
+        floor = calibrate_floor(pd.DataFrame(recs), True)
+        floor["neighbors"] = 5
+        return VendorFloor(floor)
+
+    r = pred.ranker
+    grid = [Problem(int(m), int(n), int(k), "float16", lay) for m, n, k in 2 ** rng.integers(3, 10, (60, 3))
+            for lay in pred.layouts[:2]]
+    for ev in (floor_of(60), floor_of(2)):
+        kw = dict(coverage=r.coverage, vendor=r.vendor, evidence=ev, shortlist=None)
+        rk = {name: RANKERS.get(name)(r.features, r.scorer, r.envelope, r.min_tile_caps, **kw)
+              for name in RANKERS.names()}
+        for q in grid + problems:
+            a, b = rk["native"].rank(q, top=6), rk["numpy"].rank(q, top=6)
+            assert _same(a, b), q
+            assert (a.vendor_near, a.model_near) == pytest.approx(ev.near(q.m, q.n, q.k, q.layout), nan_ok=True), q
+    assert len(ev.evidence(pred.layouts[0])[0]) == 3 < ev.neighbors
+
+
 def test_table_lists_have_the_same_bits_in_c_and_numpy(pred):
     shapes = np.ascontiguousarray(grid_shapes((13, 13, 13), STEP)[::23])     # extents 1 .. 4096
     for lay in pred.layouts:
