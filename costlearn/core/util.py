@@ -112,10 +112,19 @@ def check_path(name: str, value, *, optional: bool = False):
     """``value`` as a Path (None allowed with ``optional``); TypeError otherwise."""
     if value is None and optional:
         return None
+    return Path(check_pathlike(name, value))
+
+
+def check_pathlike(name: str, value, *, optional: bool = False):
+    """``value`` itself where :func:`check_path` takes it (a str or an
+    ``os.PathLike``, not empty; None with ``optional``), without making a
+    Path (a few microseconds); TypeError otherwise."""
+    if value is None and optional:
+        return None
     if not isinstance(value, (str, os.PathLike)) or str(value) == "":
         raise TypeError(f"{name}={value!r}; must be a path (str or pathlib.Path)"
                         + (" or None" if optional else ""))
-    return Path(value)
+    return value
 
 
 # -- files ---------------------------------------------------------------------

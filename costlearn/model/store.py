@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import NamedTuple
 
 from costlearn.core.device import DeviceSpec
-from costlearn.core.util import check_path
+from costlearn.core.util import check_path, check_pathlike
 from costlearn.model import artifact as _artifact
 
-__all__ = ["ModelKey", "default_store", "find_model", "resolve_model", "has_model", "store_key", "LoadedModels"]
+__all__ = ["ModelKey", "default_store", "find_model", "resolve_model", "has_model", "store_key", "loaded_key",
+           "LoadedModels"]
 
 _LOCK = threading.Lock()
 _DEFAULT_STORE: Path | None = None
@@ -158,6 +159,25 @@ def store_key(models_dir):
 _POSIX = os.path is posixpath
 
 
+def loaded_key(models_dir):
+    """The store part of :class:`LoadedModels`' key for ``models_dir``, as
+    :meth:`LoadedModels.load` registers it (the path checked, then
+    :func:`store_key`): what a caller that holds ``models_dir`` looks a
+    loaded model, or an answer made with it, up by. A relative path's key
+    names the working folder, so a chdir moves it to another store.
+
+    Raises
+    ------
+    TypeError
+        If ``models_dir`` is not None, a str or an ``os.PathLike`` (or is empty).
+    OSError
+        If the working folder is gone (a relative path then names no store).
+    """
+    if models_dir is None or (type(models_dir) is str and _POSIX and models_dir.startswith("/")):
+        return models_dir                       # store_key's own shortcut
+    return store_key(check_pathlike("models_dir", models_dir, optional=True))
+
+
 def default_store() -> Path:
     """The model store used when no ``models_dir`` is given: ``$COSTLEARN_MODELS``
     if set, else the source tree's ``models/``, else ``./models``, as an
@@ -208,8 +228,7 @@ class LoadedModels:
         ------
         As :func:`resolve_model` and ``loader``.
         """
-        check_path("models_dir", models_dir, optional=True)
-        names = (key, store_key(models_dir))
+        names = (key, loaded_key(models_dir))
         cacheable = isinstance(key.device, (str, type(None)))
         model = self._by_key.get(names) if cacheable else None
         while model is None:

@@ -13,7 +13,7 @@
  *       (Predictor._finish) with the ranking's RankResult. Answers are kept in
  *       the predictor's cache.
  *
- *   entry(function, answers, predictors_get, doc)
+ *   entry(function, answers, predictors_get, store_key, doc)
  *       a builtin with `function`'s signature (predict_best's, checked) that
  *       answers a plain call from `answers` (the process's AnswerCache) or,
  *       unseen, from the loaded predictor's Served (predict_best's own way,
@@ -21,9 +21,12 @@
  *       Python predict_best, which computes, checks and stores).
  *
  * The entry's key is the arguments as given (M, N, K, dtype, device, family,
- * layout, top_k, models_dir, epilogue), and a hit is returned only for a
- * "plain" call (int extents and top_k, str names, device and models_dir None
- * or str, no option set), where an equal key means the same answer. A Python
+ * layout, top_k, models_dir, epilogue), models_dir by its store's key
+ * (store_key: costlearn.model.store.loaded_key; None and an absolute POSIX
+ * str are their own, as there), and a hit is returned only for a "plain"
+ * call (int extents and top_k, str names, device None or str, models_dir
+ * None, a str or another object store_key takes, no option set), where an
+ * equal key means the same answer. A Python
  * function call of 14 parameters, its checks and the key's tuple cost about a
  * microsecond; this costs about a third of one (scripts/bench_predict.py,
  * "repeated"). */
@@ -55,6 +58,7 @@ typedef struct {
     Py_ssize_t n_positional;        /* how many may be given by position */
     PyObject *doc;                  /* bytes: the builtin's ml_doc points into it */
     PyObject *predictors_get;       /* PREDICTORS.get */
+    PyObject *store_key;            /* costlearn.model.store.loaded_key */
     PyObject *generation_name, *served_name;   /* "generation", "_served" */
 } entry_state;
 
@@ -63,6 +67,25 @@ typedef struct {
 static entry_state STATE;
 
 static inline int exact_str_or_none(PyObject *v) { return v == Py_None || PyUnicode_CheckExact(v); }
+
+/* models_dir's store key (a new reference), as st->store_key (loaded_key) gives it: None and an absolute POSIX
+ * str are their own (its shortcut, without a call); any other object is its (a relative path's names the working
+ * folder: a getcwd, a microsecond on this project's VM). NULL with an error set where it has none; a str subclass
+ * is not plain: NULL with no error. */
+static PyObject *store_of(entry_state *st, PyObject *models_dir)
+{
+    if (models_dir == Py_None)
+        return Py_NewRef(models_dir);
+    if (PyUnicode_CheckExact(models_dir)) {
+#ifndef _WIN32
+        if (PyUnicode_GET_LENGTH(models_dir) > 0 && PyUnicode_READ_CHAR(models_dir, 0) == '/')
+            return Py_NewRef(models_dir);
+#endif
+    } else if (PyUnicode_Check(models_dir)) {
+        return NULL;
+    }
+    return PyObject_CallOneArg(st->store_key, models_dir);
+}
 
 
 /* ---- Served: one predictor's unseen problem, ranked and answered in C ------------------------------------ */
@@ -642,11 +665,10 @@ static PyTypeObject ServedType = {
 
 /* An unseen plain call of a loaded predictor with its served path: predict_best's own way (Predictor.predict_shape,
  * then AnswerCache.keep), in C. Py_None (a new reference) where the function must answer. */
-static PyObject *unseen(entry_state *st, PyObject *const *v, PyObject *key)
+static PyObject *unseen(entry_state *st, PyObject *const *v, PyObject *store, PyObject *key)
 {
     PyObject *generation = PyObject_GetAttr(st->answers, st->generation_name);
-    PyObject *names = generation ? Py_BuildValue("((OOO)O)", v[P_DEVICE], v[P_FAMILY], v[P_DTYPE], v[P_MODELS_DIR])
-                                 : NULL;
+    PyObject *names = generation ? Py_BuildValue("((OOO)O)", v[P_DEVICE], v[P_FAMILY], v[P_DTYPE], store) : NULL;
     PyObject *pred = names ? PyObject_CallOneArg(st->predictors_get, names) : NULL;
     PyObject *served = pred && pred != Py_None ? PyObject_GetAttr(pred, st->served_name) : NULL;
     PyObject *answer = NULL;
@@ -723,7 +745,7 @@ static PyObject *entry_call(PyObject *self, PyObject *const *args, Py_ssize_t na
           && v[P_RUNNING_ON] == Py_None && v[P_BACKEND] == Py_None && v[P_TUNING_DB] == Py_None
           && PyUnicode_CheckExact(v[P_LAYOUT]) && PyUnicode_CheckExact(v[P_EPILOGUE])
           && PyUnicode_CheckExact(v[P_DTYPE]) && PyUnicode_CheckExact(v[P_FAMILY])
-          && exact_str_or_none(v[P_DEVICE]) && exact_str_or_none(v[P_MODELS_DIR])))
+          && exact_str_or_none(v[P_DEVICE])))
         goto slow;
     {
         int overflow = 0;
@@ -731,13 +753,19 @@ static PyObject *entry_call(PyObject *self, PyObject *const *args, Py_ssize_t na
             goto slow;                                   /* measure: the function's work */
     }
     {
-        PyObject *key = PyTuple_New(N_KEY);
-        if (key == NULL) {
+        PyObject *store = store_of(st, v[P_MODELS_DIR]);
+        if (store == NULL) {                             /* no key: the function's to judge, and to say */
             PyErr_Clear();
             goto slow;
         }
+        PyObject *key = PyTuple_New(N_KEY);
+        if (key == NULL) {
+            PyErr_Clear();
+            Py_DECREF(store);
+            goto slow;
+        }
         for (Py_ssize_t i = 0; i < N_KEY; i++) {
-            PyObject *x = v[KEY_FIELDS[i]];
+            PyObject *x = KEY_FIELDS[i] == P_MODELS_DIR ? store : v[KEY_FIELDS[i]];
             Py_INCREF(x);
             PyTuple_SET_ITEM(key, i, x);
         }
@@ -745,15 +773,18 @@ static PyObject *entry_call(PyObject *self, PyObject *const *args, Py_ssize_t na
         if (hit != NULL) {
             Py_INCREF(hit);
             Py_DECREF(key);
+            Py_DECREF(store);
             return hit;
         }
         if (PyErr_Occurred()) {                          /* (a hostile hash or compare) the function's turn */
             PyErr_Clear();
             Py_DECREF(key);
+            Py_DECREF(store);
             goto slow;
         }
-        PyObject *answer = unseen(st, v, key);
+        PyObject *answer = unseen(st, v, store, key);
         Py_DECREF(key);
+        Py_DECREF(store);
         if (answer != Py_None)                           /* an answer, or NULL: its error */
             return answer;
         Py_DECREF(answer);
@@ -825,6 +856,7 @@ static void clear_state(entry_state *st)
     Py_CLEAR(st->function);
     Py_CLEAR(st->answers);
     Py_CLEAR(st->predictors_get);
+    Py_CLEAR(st->store_key);
     Py_CLEAR(st->generation_name);
     Py_CLEAR(st->served_name);
     for (int i = 0; i < N_PARAMS; i++) {
@@ -836,9 +868,10 @@ static void clear_state(entry_state *st)
 
 static PyObject *entry(PyObject *module, PyObject *args)
 {
-    PyObject *function, *answers, *predictors_get, *doc;
+    PyObject *function, *answers, *predictors_get, *store_key, *doc;
     (void)module;
-    if (!PyArg_ParseTuple(args, "OO!OS:entry", &function, &PyDict_Type, &answers, &predictors_get, &doc))
+    if (!PyArg_ParseTuple(args, "OO!OOS:entry", &function, &PyDict_Type, &answers, &predictors_get, &store_key,
+                          &doc))
         return NULL;
     if (!PyFunction_Check(function)) {
         PyErr_SetString(PyExc_TypeError, "entry: function must be a Python function");
@@ -876,6 +909,7 @@ static PyObject *entry(PyObject *module, PyObject *args)
     fresh.function = function;
     fresh.answers = answers;
     fresh.predictors_get = Py_NewRef(predictors_get);
+    fresh.store_key = Py_NewRef(store_key);
     fresh.doc = doc;
     clear_state(&STATE);
     STATE = fresh;
@@ -894,10 +928,10 @@ fail:
 
 static PyMethodDef METHODS[] = {
     {"entry", entry, METH_VARARGS,
-     "entry(function, answers, predictors_get, doc)\n--\n\nA builtin with function's signature (predict_best's, "
-     "checked) answering a plain repeated call from the dict answers, a plain unseen one of a loaded predictor "
-     "(predictors_get) with its Served, and handing every other call to function; doc is its __doc__ (bytes, "
-     "with the text signature first)."},
+     "entry(function, answers, predictors_get, store_key, doc)\n--\n\nA builtin with function's signature "
+     "(predict_best's, checked) answering a plain repeated call from the dict answers, a plain unseen one of a "
+     "loaded predictor (predictors_get, by models_dir's store_key) with its Served, and handing every other call "
+     "to function; doc is its __doc__ (bytes, with the text signature first)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_served",

@@ -18,7 +18,7 @@ from costlearn.core.device import DeviceSpec
 from costlearn.core.problem import MAX_EXTENT, Problem
 from costlearn.core.util import check_instance, check_int
 from costlearn.families import get_family
-from costlearn.model.store import default_store, resolve_model
+from costlearn.model.store import default_store, loaded_key, resolve_model
 from costlearn.ranker.native import served_module
 from costlearn.serve.prediction import Prediction
 from costlearn.serve.predictor import ANSWERS, PREDICTORS, Predictor, clear_cache, load_predictor
@@ -28,15 +28,31 @@ __all__ = ["Prediction", "Predictor", "predict_best", "predict_many", "clear_cac
            "resolve_model", "load_predictor"]
 
 
+_UNKEYED = object()
+"""The store key of a ``models_dir`` that has none (a str subclass, a wrong type): such a call is not plain."""
+
+
+def _store(models_dir):
+    """``models_dir``'s store key (:func:`costlearn.model.store.loaded_key`:
+    a relative path's names the working folder) where it is None, a str (not
+    a subclass, whose ``__eq__`` is its own) or a path; else :data:`_UNKEYED`
+    (the long way then says what is wrong, in the order its checks run)."""
+    if isinstance(models_dir, str) and type(models_dir) is not str:
+        return _UNKEYED
+    try:
+        return loaded_key(models_dir)
+    except Exception:                           # (a path's own __fspath__ may raise anything)
+        return _UNKEYED
+
+
 def _loaded(device, family: str, dtype: str, models_dir):
-    """The Predictor this process loaded for these arguments as given, or
-    None (then :func:`load_predictor` finds it). The store's key is
-    ``models_dir`` as given where it is None or absolute
-    (:func:`costlearn.model.store.store_key`); a relative path's key is a
-    (working folder, path) pair, which a string never equals: it misses and
-    goes the long way."""
-    return PREDICTORS.get(((device, family, dtype), models_dir)) \
-        if (device is None or type(device) is str) and (models_dir is None or type(models_dir) is str) else None
+    """The Predictor this process loaded for these arguments, or None (then
+    :func:`load_predictor` finds it): looked up by the store's key
+    (:func:`_store`) where ``device`` is None or a str."""
+    if device is not None and type(device) is not str:
+        return None
+    store = _store(models_dir)
+    return None if store is _UNKEYED else PREDICTORS.get(((device, family, dtype), store))
 
 
 def _plain_shapes(problems) -> list | None:
@@ -158,8 +174,9 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
     >>> p.config.config_id, p.time_us, p.ood                      # doctest: +SKIP
     """
     # Hot path: a problem this process has answered, plain ints, no options: one lookup by the arguments as
-    # given (a float or bool extent may equal an int key: the types are checked on a hit)
-    key = (M, N, K, dtype, device, family, layout, top_k, models_dir, epilogue)
+    # given, the store by its key (a float or bool extent may equal an int key: the types are checked on a hit)
+    store = _store(models_dir)
+    key = (M, N, K, dtype, device, family, layout, top_k, store, epilogue)
     try:
         hit = ANSWERS.get(key)
     except Exception:                           # an unhashable argument (or a hostile hash): checked below
@@ -167,8 +184,7 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
     plain = type(M) is int and type(N) is int and type(K) is int and type(top_k) is int \
         and type(measure_top_k) is int and not measure_top_k and running_on is None and backend is None \
         and tuning_db is None and type(layout) is str and type(epilogue) is str and type(dtype) is str \
-        and type(family) is str and (device is None or type(device) is str) \
-        and (models_dir is None or type(models_dir) is str)
+        and type(family) is str and (device is None or type(device) is str) and store is not _UNKEYED
     if hit is not None and plain:
         return hit
     pred = None
@@ -176,7 +192,7 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
         generation = ANSWERS.generation
         # _loaded's lookup, inlined. The predictor it finds answers an unseen problem too (no store lookup: 25 us
         # of path parsing a call on this project's VM), without building a Problem where the answer needs none.
-        pred = PREDICTORS.get(((device, family, dtype), models_dir))
+        pred = PREDICTORS.get(((device, family, dtype), store))
         if pred is not None and 0 < M <= MAX_EXTENT and 0 < N <= MAX_EXTENT and 0 < K <= MAX_EXTENT \
                 and top_k >= 1 and dtype == pred.dtype and layout in pred.layouts and epilogue in pred.epilogues:
             hit = pred.predict_shape(M, N, K, layout, epilogue, top_k)          # its own answer cache first
@@ -218,7 +234,7 @@ def _entry(function):
     sig = inspect.signature(function)                  # the text signature a builtin's doc starts with: no
     sig = sig.replace(parameters=[p.replace(annotation=p.empty) for p in sig.parameters.values()],
                       return_annotation=sig.empty)     # annotations (inspect parses it)
-    return module.entry(function, ANSWERS, PREDICTORS.get,
+    return module.entry(function, ANSWERS, PREDICTORS.get, loaded_key,
                         f"{function.__name__}{sig}\n--\n\n{function.__doc__}".encode())
 
 

@@ -670,8 +670,10 @@ keyed by (:class:`~costlearn.model.store.ModelKey`, store key)): what
 class AnswerCache(dict):
     """The answers :func:`costlearn.serve.predict.predict_best` gave, by its
     arguments as given ``(M, N, K, dtype, device, family, layout, top_k,
-    models_dir, epilogue)``, for calls that found their Predictor in
-    :data:`PREDICTORS` (a device and a store named by None or a string): a
+    store, epilogue)``, the store by its key
+    (:func:`costlearn.model.store.loaded_key` of ``models_dir``: a relative
+    path's names the working folder), for calls that found their Predictor in
+    :data:`PREDICTORS` (a device named by None or a string): a
     repeated problem is one lookup (the dict's own ``get``). :meth:`forget`
     empties it; an answer computed before that is not kept after it
     (:meth:`keep` of the :attr:`generation` read before computing), as
