@@ -147,12 +147,24 @@ def store_key(models_dir):
     """How a model store is keyed in the process cache: None for the default
     store (:func:`default_store`); else an absolute path as given, or
     (working folder, relative path), so a relative path names another store
-    after a chdir. No file system call but getcwd."""
+    after a chdir; a str always (a str subclass's text). No file system call
+    but getcwd.
+
+    Raises
+    ------
+    TypeError
+        If ``models_dir`` is not None, a str or an ``os.PathLike``, or its
+        ``__fspath__`` gives bytes.
+    """
     if models_dir is None:
         return None
     if type(models_dir) is str and _POSIX and models_dir.startswith("/"):
         return models_dir                       # posixpath.isabs, without its os.fspath: the hot path
     path = os.fspath(models_dir)
+    if not isinstance(path, str):
+        raise TypeError(f"models_dir={models_dir!r} names a path of bytes; must be a str path (or a pathlib.Path)")
+    if type(path) is not str:
+        path = str.__str__(path)                # a str subclass's own __eq__ and __hash__ must not key a store
     return path if os.path.isabs(path) else (os.getcwd(), path)
 
 
@@ -228,12 +240,14 @@ class LoadedModels:
         ------
         As :func:`resolve_model` and ``loader``.
         """
-        names = (key, loaded_key(models_dir))
+        store = loaded_key(models_dir)          # the path read once: the folder below is the one the key names,
+        names = (key, store)                    # whatever another thread's chdir (or a path object) does next
+        where = os.path.join(*store) if isinstance(store, tuple) else store
         cacheable = isinstance(key.device, (str, type(None)))
         model = self._by_key.get(names) if cacheable else None
         while model is None:
             generation = self._generation
-            folder = resolve_model(*key, default_store() if models_dir is None else models_dir)
+            folder = resolve_model(*key, default_store() if models_dir is None else where)
             folder_key = ("folder", os.path.abspath(folder))
             with _LOCK:
                 if generation != self._generation:

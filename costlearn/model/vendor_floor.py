@@ -16,14 +16,18 @@ import math
 
 import numpy as np
 
+from costlearn.core.problem import MAX_EXTENT
 from costlearn.model.envelope import embed, embed_query, nearest_evidence
 
-__all__ = ["FLOOR_VERSION", "NEIGHBORS", "ESTIMATE_RULE", "ESTIMATE_UNSURE_QUANTILE", "estimate_wins",
+__all__ = ["FLOOR_VERSION", "NEIGHBORS", "MAX_NEIGHBORS", "ESTIMATE_RULE", "ESTIMATE_UNSURE_QUANTILE", "estimate_wins",
            "estimate_doubt", "plain_floor", "VendorFloor"]
 
 FLOOR_VERSION = 1
 NEIGHBORS = 5
 """Held-out problems a decision looks at (the nearest of the same layout)."""
+MAX_NEIGHBORS = 10_000
+"""Most held-out problems a floor may look at (a file asking more is damaged:
+issue 40's attack, 2**31 of them crashed the C ranker's int32 count)."""
 ESTIMATE_UNSURE_QUANTILE = 0.95
 """A problem is flagged (an OOD reason, not a decision) where the vendor
 model's deviation over its distance from a tie, ``sd / |mean|``, is above this
@@ -118,16 +122,17 @@ class VendorFloor:
             p = np.array([[np.nan if v is None else v for v in row] for row in floor["problems"]], np.float64)
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"malformed vendor floor ({type(e).__name__}: {e})") from None
-        if p.size and (p.ndim != 2 or p.shape[1] != 6 or not (p[:, :3] >= 1).all()
+        if p.size and (p.ndim != 2 or p.shape[1] != 6 or not ((p[:, :3] >= 1) & (p[:, :3] <= MAX_EXTENT)).all()
+                       or not (p[:, :3] == np.floor(p[:, :3])).all()
                        or not np.isin(p[:, 3], np.arange(len(self.layouts))).all()):
             raise ValueError(f"malformed vendor floor: problems of shape {p.shape}; need rows of [m, n, k, layout "
-                             "index, vendor_regret, model_regret] with extents >= 1")
+                             f"index, vendor_regret, model_regret] with integer extents in [1, {MAX_EXTENT}]")
         if not (self.margin_log2 >= 0 and (self.vendor_near_min >= 0 or self.vendor_near_min == -math.inf)
                 and self.unsure_regret >= 0
-                and self.neighbors >= 1):
+                and 1 <= self.neighbors <= MAX_NEIGHBORS):
             raise ValueError(f"malformed vendor floor: margin_log2={self.margin_log2}, vendor_near_min="
                              f"{self.vendor_near_min}, unsure_regret={self.unsure_regret}, neighbors="
-                             f"{self.neighbors}; need each >= 0 (neighbors >= 1)")
+                             f"{self.neighbors}; need each >= 0 (neighbors in [1, {MAX_NEIGHBORS}])")
         p = p.reshape(-1, 6)
         self.floor = floor
         self.points = embed(p[:, :3].astype(np.int64)) if len(p) else np.zeros((0, 3))

@@ -389,6 +389,8 @@ static void evidence_near(const double q[3], costlearn_ctx *ctx)
     const double *pts = ctx->ev_points;
     const int32_t *index = ctx->ev_index;
     const int32_t kk = ctx->ev_k < n ? ctx->ev_k : n;
+    if (kk < 1)                                         /* (VendorFloor refuses such a count) */
+        return;
     costlearn_scored *best = ctx->ev_work;
     int32_t have = 0, lo = 0, hi = n;
     while (lo < hi) {                                   /* first point with p0 >= q0 */

@@ -549,7 +549,7 @@ class NativeRanker(Ranker):
             tab = self.shortlist.tables.get(lay) if self.shortlist is not None else None
             if tab is not None:
                 arrays.update(tab_index=tab[0], tab_resid=tab[1])
-            self._layout_arrays[lay] = (arrays, len(pts), int(kk))
+            self._layout_arrays[lay] = (arrays, len(pts), int(min(kk, max(len(pts), 1))))   # an int32 in C
         self._keep_alive = keep_alive
         ptr = {k: a.ctypes.data for k, a in keep_alive.items()}
         self._const = dict(

@@ -132,7 +132,10 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
         Length of :attr:`Prediction.top_k`.
     models_dir : path, optional
         Model store; default :func:`default_store` (``$COSTLEARN_MODELS``,
-        read at the first call, or the source tree's ``models/``).
+        read at the first call, or the source tree's ``models/``). A
+        relative path is the working folder's at each call (a ``getcwd``);
+        a path object's ``__fspath__`` may be read more than once and must
+        give the same path each time.
     running_on : DeviceSpec, optional
         The device the kernel will run on; a different device name than the
         model's is an OOD reason.

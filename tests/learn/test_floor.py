@@ -80,7 +80,11 @@ def test_uncalibrated_floor_is_the_plain_argmin():
 @pytest.mark.parametrize("change, says", [
     (dict(version=9), "version 9"),
     (dict(margin_log2=-1.0), "margin_log2=-1.0"),
-    (dict(problems=[[0, 1, 1, 0, 0.0, 0.0]]), "extents >= 1"),
+    (dict(problems=[[0, 1, 1, 0, 0.0, 0.0]]), "integer extents in"),
+    (dict(problems=[[1e19, 64, 64, 0, 0.0, 0.0]]), "integer extents in"),
+    (dict(problems=[[2.5, 64, 64, 0, 0.0, 0.0]]), "integer extents in"),
+    (dict(neighbors=0), "neighbors in"),
+    (dict(neighbors=2**31), "neighbors in"),
     (dict(problems=[[1, 1, 1, 3, 0.0, 0.0]]), "layout"),
     (dict(neighbors="five"), "malformed vendor floor"),
     (dict(ood_fallback="yes"), "ood_fallback='yes'"),
@@ -90,6 +94,37 @@ def test_a_malformed_floor_is_refused_naming_the_field(change, says):
     floor.update(change)
     with pytest.raises(ValueError, match=says):
         VendorFloor(floor)
+
+
+@pytest.mark.parametrize("change", [dict(neighbors=2**31), dict(neighbors=2**32 + 1), dict(extent=1e19)])
+def test_a_model_whose_floor_counts_past_int32_is_refused_not_a_crash(tmp_path, change):
+    """Regression (an attack on issue 40): a model.json whose floor asked for 2**31 neighbours crashed the C ranker
+    (its int32 count wrapped negative; the evidence scan wrote out of bounds), 2**32 + 1 wrapped to 1 (a wrong
+    answer), and a held-out extent of 1e19 (int64 overflow: a NaN point) made C and numpy disagree. The floor
+    refuses them when the model loads: a clear error, in a process of its own so that a crash fails this test."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+    from conftest import ROOT
+    src = ROOT / "models" / "ocl-pthread-amd-epyc-1w" / "gemm" / "float32"
+    dst = tmp_path / "models" / "ocl-pthread-amd-epyc-1w" / "gemm" / "float32"
+    shutil.copytree(src, dst)
+    meta = json.loads((dst / "model.json").read_text())
+    assert meta["floor"]["problems"], "the committed model's floor has held-out evidence"
+    if "neighbors" in change:
+        meta["floor"]["neighbors"] = change["neighbors"]
+    else:
+        meta["floor"]["problems"][0][0] = change["extent"]
+    (dst / "model.json").write_text(json.dumps(meta))
+    code = ("import costlearn\n"
+            "try:\n"
+            f"    costlearn.predict_best(100, 200, 300, models_dir={str(tmp_path / 'models')!r})\n"
+            "except ValueError as e:\n"
+            "    print('refused:', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "refused:" in out.stdout and ("neighbors in" in out.stdout or "integer extents in" in out.stdout), out.stdout
 
 
 def test_heldout_folds_leave_one_log_out_where_there_are_several_logs():

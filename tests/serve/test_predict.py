@@ -272,6 +272,55 @@ def test_a_repeated_problem_is_answered_without_the_store_relative_paths_and_pat
             ask(48, 72, 96, device=dev, models_dir=bad)
 
 
+@pytest.mark.parametrize("way", ["c", "python"])
+def test_a_chdir_while_a_relative_store_loads_does_not_register_another_stores_model(
+        dev, model_dir, tmp_path, monkeypatch, way):
+    """Regression (an attack on issue 40): LoadedModels.load keyed a relative models_dir by the working folder,
+    then resolved the relative path again; another thread's chdir between the two registered store A's model
+    under store B's key, and B answered with A's model from then on. The folder is now the key's."""
+    import os
+    import costlearn.model.store as st
+    import costlearn.serve.predict as api
+    ask = predict_best if way == "c" else api.predict_best_python
+    api.clear_cache()
+    relative = model_dir.parents[2].name
+    (tmp_path / relative).mkdir()                            # store B: the same relative name, no model
+    real = st.resolve_model
+
+    def chdir_then_resolve(*args, **kw):
+        os.chdir(model_dir.parents[3])                       # another thread's chdir, landing mid-load
+        return real(*args, **kw)
+    monkeypatch.setattr(st, "resolve_model", chdir_then_resolve)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="no model"):
+        ask(48, 72, 96, device=dev, models_dir=relative)
+    monkeypatch.setattr(st, "resolve_model", real)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="no model"):
+        ask(48, 72, 96, device=dev, models_dir=relative)
+
+
+@pytest.mark.parametrize("way", ["c", "python"])
+def test_a_str_subclass_equal_to_every_path_does_not_name_another_store(dev, model_dir, tmp_path, way):
+    """Regression (an attack on issue 40): the loaded models were keyed by models_dir itself, so a str subclass
+    whose __eq__ is always true and whose hash is another store's found that store's model. Keys are str now."""
+    import costlearn.serve.predict as api
+    ask = predict_best if way == "c" else api.predict_best_python
+    api.clear_cache()
+    loaded = str(model_dir.parents[2].resolve())
+    ask(48, 72, 96, device=dev, models_dir=loaded)
+
+    class Liar(str):
+        def __eq__(self, other):
+            return True
+
+        def __hash__(self):
+            return hash(loaded)
+    (tmp_path / "models").mkdir()
+    with pytest.raises(ValueError, match="no model"):
+        ask(48, 72, 96, device=dev, models_dir=Liar(str(tmp_path / "models")))
+
+
 def test_a_copied_predictor_given_another_floor_leaves_the_served_answers_alone(dev):
     """Regression (an attack on issue 40's cache change): the floor setter
     emptied the answer cache in place, so a shallow copy of the served
