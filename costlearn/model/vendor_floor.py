@@ -107,32 +107,35 @@ class VendorFloor:
             self.vendor_near_min = -math.inf if v is None else float(v)
             u = floor["unsure_regret"]
             self.unsure_regret = math.inf if u is None else float(u)
-            self.neighbors = int(floor["neighbors"])
+            self.neighbors = floor["neighbors"]
+            if type(self.neighbors) is not int or not 1 <= self.neighbors <= MAX_NEIGHBORS:
+                raise ValueError(f"neighbors={str(self.neighbors)[:40]!s}; need an integer in [1, {MAX_NEIGHBORS}]")
             self.ood_fallback = floor.get("ood_fallback", False)
             if not isinstance(self.ood_fallback, bool):
                 raise ValueError(f"ood_fallback={self.ood_fallback!r} is not a bool")
             est = floor.get("estimate")
-            self.estimate = None if est is None else (float(est[0]), float(est[1]))
+            self.estimate = None if est is None else tuple(float(x) for x in est)
             u = floor.get("estimate_unsure")
             self.estimate_unsure = math.inf if u is None else float(u)
-            if self.estimate is not None and (len(est) != 2 or not all(map(math.isfinite, self.estimate))
+            if self.estimate is not None and (len(self.estimate) != 2 or not all(map(math.isfinite, self.estimate))
                                               or self.estimate[1] < 0):
                 raise ValueError(f"estimate={est!r}; need [margin log2, z >= 0] or null")
             self.layouts = [str(x) for x in floor["layouts"]]
             p = np.array([[np.nan if v is None else v for v in row] for row in floor["problems"]], np.float64)
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, IndexError, OverflowError) as e:   # (10**400 overflows a float)
             raise ValueError(f"malformed vendor floor ({type(e).__name__}: {e})") from None
         if p.size and (p.ndim != 2 or p.shape[1] != 6 or not ((p[:, :3] >= 1) & (p[:, :3] <= MAX_EXTENT)).all()
-                       or not (p[:, :3] == np.floor(p[:, :3])).all()
-                       or not np.isin(p[:, 3], np.arange(len(self.layouts))).all()):
+                       or not (p[:, :3] == np.floor(p[:, :3])).all()):
             raise ValueError(f"malformed vendor floor: problems of shape {p.shape}; need rows of [m, n, k, layout "
                              f"index, vendor_regret, model_regret] with integer extents in [1, {MAX_EXTENT}]")
+        if p.size and not np.isin(p[:, 3], np.arange(len(self.layouts))).all():
+            raise ValueError(f"malformed vendor floor: a problem's layout index is not one of the "
+                             f"{len(self.layouts)} layouts {self.layouts}")
         if not (self.margin_log2 >= 0 and (self.vendor_near_min >= 0 or self.vendor_near_min == -math.inf)
-                and self.unsure_regret >= 0
-                and 1 <= self.neighbors <= MAX_NEIGHBORS):
+                and self.unsure_regret >= 0 and self.estimate_unsure >= 0):
             raise ValueError(f"malformed vendor floor: margin_log2={self.margin_log2}, vendor_near_min="
-                             f"{self.vendor_near_min}, unsure_regret={self.unsure_regret}, neighbors="
-                             f"{self.neighbors}; need each >= 0 (neighbors in [1, {MAX_NEIGHBORS}])")
+                             f"{self.vendor_near_min}, unsure_regret={self.unsure_regret}, estimate_unsure="
+                             f"{self.estimate_unsure}; need each >= 0")
         p = p.reshape(-1, 6)
         self.floor = floor
         self.points = embed(p[:, :3].astype(np.int64)) if len(p) else np.zeros((0, 3))

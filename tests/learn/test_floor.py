@@ -83,8 +83,15 @@ def test_uncalibrated_floor_is_the_plain_argmin():
     (dict(problems=[[0, 1, 1, 0, 0.0, 0.0]]), "integer extents in"),
     (dict(problems=[[1e19, 64, 64, 0, 0.0, 0.0]]), "integer extents in"),
     (dict(problems=[[2.5, 64, 64, 0, 0.0, 0.0]]), "integer extents in"),
-    (dict(neighbors=0), "neighbors in"),
-    (dict(neighbors=2**31), "neighbors in"),
+    (dict(neighbors=0), "neighbors=0; need an integer in"),
+    (dict(neighbors=2**31), "neighbors=2147483648; need an integer in"),
+    (dict(neighbors=5.9), "neighbors=5.9"),
+    (dict(neighbors=float("inf")), "neighbors=inf"),
+    (dict(neighbors=10**400), "need an integer in"),
+    (dict(margin_log2=10**400), "malformed vendor floor"),
+    (dict(estimate=[1]), "estimate=\\[1\\]"),
+    (dict(estimate_unsure=float("nan")), "estimate_unsure=nan"),
+    (dict(problems=[[64, 64, 64, 7, 0.0, 0.0]]), "layout index"),
     (dict(problems=[[1, 1, 1, 3, 0.0, 0.0]]), "layout"),
     (dict(neighbors="five"), "malformed vendor floor"),
     (dict(ood_fallback="yes"), "ood_fallback='yes'"),
@@ -124,7 +131,8 @@ def test_a_model_whose_floor_counts_past_int32_is_refused_not_a_crash(tmp_path, 
             "    print('refused:', e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "refused:" in out.stdout and ("neighbors in" in out.stdout or "integer extents in" in out.stdout), out.stdout
+    assert "refused:" in out.stdout and ("need an integer in" in out.stdout or "integer extents in" in out.stdout), \
+        out.stdout
 
 
 def test_heldout_folds_leave_one_log_out_where_there_are_several_logs():
