@@ -181,7 +181,8 @@ def loaded_key(models_dir):
     Raises
     ------
     TypeError
-        If ``models_dir`` is not None, a str or an ``os.PathLike`` (or is empty).
+        If ``models_dir`` is not None, a str or an ``os.PathLike`` (or is
+        empty, or its ``__fspath__`` gives bytes).
     OSError
         If the working folder is gone (a relative path then names no store).
     """
