@@ -14,6 +14,7 @@ neither the collection loop nor a backend.
 """
 from __future__ import annotations
 
+import functools
 import math
 import threading
 
@@ -171,7 +172,8 @@ class Predictor:
             estimate=ranker.served_estimate, vendor=self.vendor_index is not None, says_nothing=self._says_nothing,
             max_extent=MAX_EXTENT, cache_size=self.RESULT_CACHE_SIZE, configs=self.configs, dtype=self.dtype,
             family=self.family, device=self.device, layouts=tuple(self.layouts), epilogues=tuple(self.epilogues),
-            margin=self._margin_log2, nan=math.nan, results=self._results, finish=self._finish,
+            margin=self._margin_log2, nan=math.nan, results=self._results,
+            finish=functools.partial(self._finish, results=self._results),
             prediction_type=Prediction, rankresult_type=RankResult, estimate_type=VendorEstimate,
             envelope_parts=self.envelope.reason_parts, level_parts=self.ood.level_parts)
 
@@ -459,17 +461,22 @@ class Predictor:
         """The Prediction of a problem not cached, from its checked fields
         (and its Problem where the caller has one), cached: by the served
         path in C where there is one (:meth:`_served_path`)."""
-        if self._served is not None:
-            return self._served.predict(m, n, k, layout, epilogue, top_k)
+        served = self._served
+        if served is not None:
+            return served.predict(m, n, k, layout, epilogue, top_k)
+        results = self._results                 # before the ranker: see _finish
         res = self.ranker.rank_served(m, n, k, layout, epilogue, top_k + self._ranked_more, self.cascade)
-        return self._finish(m, n, k, layout, epilogue, top_k, res, problem)
+        return self._finish(m, n, k, layout, epilogue, top_k, res, problem, results=results)
 
     def _finish(self, m: int, n: int, k: int, layout: str, epilogue: str, top_k: int, res,
-                problem: Problem | None = None) -> Prediction:
+                problem: Problem | None = None, *, results: dict) -> Prediction:
         """:meth:`_answer` of the problem's ranking ``res`` (no
-        ``running_on``), cached."""
+        ``running_on``), cached in ``results``: the dict of the floor it was
+        ranked under, read before its ranker (the floor setter replaces the
+        ranker, then the dict), so that an answer a new floor's setting
+        overtook (ranked under one floor, worded under the other) is kept
+        only by the dict the setter dropped."""
         pred = self._answer(m, n, k, layout, epilogue, top_k, res, None, problem)
-        results = self._results
         if len(results) >= self.RESULT_CACHE_SIZE:
             results.clear()
         results[(m, n, k, layout, top_k, epilogue)] = pred
