@@ -25,8 +25,7 @@ from costlearn.core.device import DeviceSpec
 from costlearn.core.util import check_path, check_pathlike
 from costlearn.model import artifact as _artifact
 
-__all__ = ["ModelKey", "default_store", "find_model", "resolve_model", "has_model", "store_key", "loaded_key",
-           "LoadedModels"]
+__all__ = ["ModelKey", "default_store", "find_model", "resolve_model", "has_model", "store_key", "LoadedModels"]
 
 _LOCK = threading.Lock()
 _DEFAULT_STORE: Path | None = None
@@ -147,36 +146,10 @@ def store_key(models_dir):
     """How a model store is keyed in the process cache: None for the default
     store (:func:`default_store`); else an absolute path as given, or
     (working folder, relative path), so a relative path names another store
-    after a chdir; a str always (a str subclass's text). No file system call
-    but getcwd.
-
-    Raises
-    ------
-    TypeError
-        If ``models_dir`` is not None, a str or an ``os.PathLike``, or its
-        ``__fspath__`` gives bytes.
-    """
-    if models_dir is None:
-        return None
-    if type(models_dir) is str and _POSIX and models_dir.startswith("/"):
-        return models_dir                       # posixpath.isabs, without its os.fspath: the hot path
-    path = os.fspath(models_dir)
-    if not isinstance(path, str):
-        raise TypeError(f"models_dir={models_dir!r} names a path of bytes; must be a str path (or a pathlib.Path)")
-    if type(path) is not str:
-        path = str.__str__(path)                # a str subclass's own __eq__ and __hash__ must not key a store
-    return path if os.path.isabs(path) else (os.getcwd(), path)
-
-
-_POSIX = os.path is posixpath
-
-
-def loaded_key(models_dir):
-    """The store part of :class:`LoadedModels`' key for ``models_dir``, as
-    :meth:`LoadedModels.load` registers it (the path checked, then
-    :func:`store_key`): what a caller that holds ``models_dir`` looks a
-    loaded model, or an answer made with it, up by. A relative path's key
-    names the working folder, so a chdir moves it to another store.
+    after a chdir; a str always (a str subclass's text). What
+    :meth:`LoadedModels.load` registers a loaded model under, and what a
+    caller that holds ``models_dir`` looks it (or an answer made with it)
+    up by. No file system call but getcwd.
 
     Raises
     ------
@@ -186,9 +159,19 @@ def loaded_key(models_dir):
     OSError
         If the working folder is gone (a relative path then names no store).
     """
-    if models_dir is None or (type(models_dir) is str and _POSIX and models_dir.startswith("/")):
-        return models_dir                       # store_key's own shortcut
-    return store_key(check_pathlike("models_dir", models_dir, optional=True))
+    if models_dir is None:
+        return None
+    if type(models_dir) is str and _POSIX and models_dir.startswith("/"):
+        return models_dir                       # posixpath.isabs, without its os.fspath: the hot path
+    path = os.fspath(check_pathlike("models_dir", models_dir))
+    if not isinstance(path, str):
+        raise TypeError(f"models_dir={models_dir!r} names a path of bytes; must be a str path (or a pathlib.Path)")
+    if type(path) is not str:
+        path = str.__str__(path)                # a str subclass's own __eq__ and __hash__ must not key a store
+    return path if os.path.isabs(path) else (os.getcwd(), path)
+
+
+_POSIX = os.path is posixpath
 
 
 def default_store() -> Path:
@@ -241,7 +224,7 @@ class LoadedModels:
         ------
         As :func:`resolve_model` and ``loader``.
         """
-        store = loaded_key(models_dir)          # the path read once: the folder below is the one the key names,
+        store = store_key(models_dir)           # the path read once: the folder below is the one the key names,
         names = (key, store)                    # whatever another thread's chdir (or a path object) does next
         where = os.path.join(*store) if isinstance(store, tuple) else store
         cacheable = isinstance(key.device, (str, type(None)))

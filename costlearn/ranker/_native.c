@@ -259,22 +259,27 @@ static inline int before(const costlearn_scored *x, const costlearn_scored *y)
     return x->score < y->score || (x->score == y->score && x->index < y->index);   /* ties: lower row first */
 }
 
+/* Offer e to best[0..*have), the `keep` best so far (by score, ties by row)
+ * sorted: inserted in its place when it is among them. */
+static inline void offer(costlearn_scored *best, int32_t *have, int32_t keep, costlearn_scored e)
+{
+    if (*have == keep && !before(&e, &best[keep - 1]))
+        return;
+    int32_t j = *have < keep ? (*have)++ : keep - 1;
+    while (j > 0 && before(&e, &best[j - 1])) {
+        best[j] = best[j - 1];
+        --j;
+    }
+    best[j] = e;
+}
+
 /* The `keep` best of work[0..n) (by score, ties by row), sorted, into
  * work[0..keep): an insertion into a sorted prefix (n <= a few hundred). */
 static void select_sorted(costlearn_scored *work, int32_t n, int32_t keep)
 {
     int32_t have = 0;
-    for (int32_t i = 0; i < n; ++i) {
-        const costlearn_scored e = work[i];
-        if (have == keep && !before(&e, &work[have - 1]))
-            continue;
-        int32_t j = have < keep ? have++ : have - 1;
-        while (j > 0 && before(&e, &work[j - 1])) {
-            work[j] = work[j - 1];
-            --j;
-        }
-        work[j] = e;
-    }
+    for (int32_t i = 0; i < n; ++i)
+        offer(work, &have, keep, work[i]);             /* (writes at or below i: read already) */
 }
 
 static inline int64_t next_pow2(int64_t x)
@@ -355,21 +360,6 @@ static int32_t select_candidates(int64_t m, int64_t n, int64_t k, const double x
     return rows;
 }
 
-/* Offer (d, index) to best[0..*have), the `keep` nearest so far sorted by
- * distance then index: inserted in its place when it is among them. */
-static inline void offer_nearest(costlearn_scored *best, int32_t *have, int32_t keep, double d, int32_t index)
-{
-    const costlearn_scored e = {d, index};
-    if (*have == keep && !before(&e, &best[keep - 1]))
-        return;
-    int32_t j = *have < keep ? (*have)++ : keep - 1;
-    while (j > 0 && before(&e, &best[j - 1])) {
-        best[j] = best[j - 1];
-        --j;
-    }
-    best[j] = e;
-}
-
 /* Held-out evidence near the embedded query q (the floor's, costlearn/learn/holdout.py
  * VendorFloor.near): the ev_k nearest evidence problems, by squared distance
  * then index; the means of their log1p vendor regrets (finite ones only; NaN
@@ -401,13 +391,13 @@ static void evidence_near(const double q[3], costlearn_ctx *ctx)
         const double a = pts[3 * i] - q[0];
         if (have == kk && a * a > best[kk - 1].score) break;
         const double b = pts[3 * i + 1] - q[1], c = pts[3 * i + 2] - q[2];
-        offer_nearest(best, &have, kk, a * a + b * b + c * c, index[i]);
+        offer(best, &have, kk, (costlearn_scored){a * a + b * b + c * c, index[i]});
     }
     for (int32_t i = lo - 1; i >= 0; --i) {
         const double a = pts[3 * i] - q[0];
         if (have == kk && a * a > best[kk - 1].score) break;
         const double b = pts[3 * i + 1] - q[1], c = pts[3 * i + 2] - q[2];
-        offer_nearest(best, &have, kk, a * a + b * b + c * c, index[i]);
+        offer(best, &have, kk, (costlearn_scored){a * a + b * b + c * c, index[i]});
     }
     double sv = 0.0, sm = 0.0;
     int32_t nv = 0;

@@ -22,7 +22,7 @@
  *
  * The entry's key is the arguments as given (M, N, K, dtype, device, family,
  * layout, top_k, models_dir, epilogue), models_dir by its store's key
- * (store_key: costlearn.model.store.loaded_key; None and an absolute POSIX
+ * (store_key: costlearn.model.store.store_key; None and an absolute POSIX
  * str are their own, as there), and a hit is returned only for a "plain"
  * call (int extents and top_k, str names, device None or str, models_dir
  * None, a str or another object store_key takes, no option set), where an
@@ -58,7 +58,7 @@ typedef struct {
     Py_ssize_t n_positional;        /* how many may be given by position */
     PyObject *doc;                  /* bytes: the builtin's ml_doc points into it */
     PyObject *predictors_get;       /* PREDICTORS.get */
-    PyObject *store_key;            /* costlearn.model.store.loaded_key */
+    PyObject *store_key;            /* costlearn.model.store.store_key */
     PyObject *generation_name, *served_name;   /* "generation", "_served" */
 } entry_state;
 
@@ -68,7 +68,7 @@ static entry_state STATE;
 
 static inline int exact_str_or_none(PyObject *v) { return v == Py_None || PyUnicode_CheckExact(v); }
 
-/* models_dir's store key (a new reference), as st->store_key (loaded_key) gives it: None and an absolute POSIX
+/* models_dir's store key (a new reference), as st->store_key gives it: None and an absolute POSIX
  * str are their own (its shortcut, without a call); any other object is its (a relative path's names the working
  * folder: a getcwd, a microsecond on this project's VM). NULL with an error set where it has none; a str subclass
  * is not plain: NULL with no error. */

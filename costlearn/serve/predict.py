@@ -18,7 +18,7 @@ from costlearn.core.device import DeviceSpec
 from costlearn.core.problem import MAX_EXTENT, Problem
 from costlearn.core.util import check_instance, check_int
 from costlearn.families import get_family
-from costlearn.model.store import default_store, loaded_key, resolve_model
+from costlearn.model.store import default_store, resolve_model, store_key
 from costlearn.ranker.native import served_module
 from costlearn.serve.prediction import Prediction
 from costlearn.serve.predictor import ANSWERS, PREDICTORS, Predictor, clear_cache, load_predictor
@@ -33,14 +33,14 @@ _UNKEYED = object()
 
 
 def _store(models_dir):
-    """``models_dir``'s store key (:func:`costlearn.model.store.loaded_key`:
+    """``models_dir``'s store key (:func:`costlearn.model.store.store_key`:
     a relative path's names the working folder) where it is None, a str (not
     a subclass, whose ``__eq__`` is its own) or a path; else :data:`_UNKEYED`
     (the long way then says what is wrong, in the order its checks run)."""
     if isinstance(models_dir, str) and type(models_dir) is not str:
         return _UNKEYED
     try:
-        return loaded_key(models_dir)
+        return store_key(models_dir)
     except Exception:                           # (a path's own __fspath__ may raise anything)
         return _UNKEYED
 
@@ -178,7 +178,7 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
     """
     # Hot path: a problem this process has answered, plain ints, no options: one lookup by the arguments as
     # given, the store by its key (a float or bool extent may equal an int key: the types are checked on a hit)
-    store = _store(models_dir)
+    store = models_dir if models_dir is None else _store(models_dir)
     key = (M, N, K, dtype, device, family, layout, top_k, store, epilogue)
     try:
         hit = ANSWERS.get(key)
@@ -237,7 +237,7 @@ def _entry(function):
     sig = inspect.signature(function)                  # the text signature a builtin's doc starts with: no
     sig = sig.replace(parameters=[p.replace(annotation=p.empty) for p in sig.parameters.values()],
                       return_annotation=sig.empty)     # annotations (inspect parses it)
-    return module.entry(function, ANSWERS, PREDICTORS.get, loaded_key,
+    return module.entry(function, ANSWERS, PREDICTORS.get, store_key,
                         f"{function.__name__}{sig}\n--\n\n{function.__doc__}".encode())
 
 

@@ -678,7 +678,7 @@ class AnswerCache(dict):
     """The answers :func:`costlearn.serve.predict.predict_best` gave, by its
     arguments as given ``(M, N, K, dtype, device, family, layout, top_k,
     store, epilogue)``, the store by its key
-    (:func:`costlearn.model.store.loaded_key` of ``models_dir``: a relative
+    (:func:`costlearn.model.store.store_key` of ``models_dir``: a relative
     path's names the working folder), for calls that found their Predictor in
     :data:`PREDICTORS` (a device named by None or a string): a
     repeated problem is one lookup (the dict's own ``get``). :meth:`forget`
