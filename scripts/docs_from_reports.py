@@ -10,7 +10,8 @@ Usage::
 
 The scripts that measure call :func:`update` after writing their report
 (``a100_study.py``, ``transfer_study.py``, ``bench_predict.py``, ``sampling_study.py``,
-``bench_noise.py``, ``model_study.py``, ``ood_study.py``, ``lut_study.py``, ``epilogue_study.py``); ``costlearn
+``bench_noise.py``, ``model_study.py``, ``ood_study.py``, ``lut_study.py``, ``epilogue_study.py``,
+``thin_data_study.py``); ``costlearn
 evaluate --report reports/pocl_eval.md`` and ``costlearn dispatch --out
 reports/dispatch`` write theirs, then run this script.
 """
@@ -136,6 +137,10 @@ def epilogue(reports: Path) -> str:
 
 def decision(reports: Path) -> str:
     return _demote(_drop_title((reports / "decision_study.md").read_text()), 1)
+
+
+def thin_data(reports: Path) -> str:
+    return _demote(_drop_title((reports / "thin_data_study.md").read_text()), 1)
 
 
 def sampling(reports: Path) -> str:
@@ -295,7 +300,8 @@ BLOCKS = (Block("lolo", "docs/results.md", lolo), Block("transfer", "docs/result
           Block("noise", "docs/results.md", noise), Block("eval", "docs/results.md", evaluation),
           Block("model-study", "docs/results.md", model_study), Block("speed", "docs/results.md", speed),
           Block("lut", "docs/results.md", lut), Block("epilogue", "docs/results.md", epilogue),
-          Block("decision", "docs/results.md", decision), Block("sampling", "docs/results.md", sampling),
+          Block("decision", "docs/results.md", decision), Block("thin-data", "docs/results.md", thin_data),
+          Block("sampling", "docs/results.md", sampling),
           Block("ood", "docs/guide.md", ood), Block("dispatch", "docs/guide.md", dispatch),
           Block("headline", "README.md", headline))
 """Every generated block, in the order written."""

@@ -38,16 +38,28 @@ def add_collect_args(p, budget_s: float, epilogues: tuple = EPILOGUES):
                    + SHAPE_SYNTAX + ", or a shapes file ('M N K dtype [layout]' a line, as `export inductor-lut "
                    "--shapes` reads); with --strategy prior, the shapes the prior starts from; with active, the "
                    "only shapes it chooses among")
-    p.add_argument("--strategy", choices=STRATEGIES, default="random",
-                   help="which shapes to measure: random (log-uniform, batch-1 and skinny mixed in), prior (real "
-                   "models' linear layers, forward and backward, your --shapes and their other token counts, a "
-                   "quarter log-uniform), active (rounds: refit a small ensemble on what is measured, measure where "
-                   "its pick is least sure per second of measuring) (default: random)")
+    p.add_argument("--strategy", choices=STRATEGIES, default=None,
+                   help="which shapes to measure: prior (real models' linear layers, forward and backward, your "
+                   "--shapes and their other token counts, a quarter log-uniform: where compilers ask), random "
+                   "(log-uniform, batch-1 and skinny mixed in), active (rounds: refit a small ensemble on what is "
+                   "measured, measure where its pick is least sure per second of measuring) (default: prior; with "
+                   "--shapes, those shapes as given)")
     p.add_argument("--max-flops", type=positive_float, default=None,
                    help="largest 2*M*N*K drawn (default: 2**26 on a CPU, none on a GPU)")
     p.add_argument("--recheck", type=nonneg_int, default=6, metavar="SHAPES",
                    help="afterwards, re-time configs of this many shapes in a new process (the across-session "
                    "noise floor, `costlearn recheck`); 0: do not (default: 6)")
+
+
+def resolve_strategy(strategy: str | None, shapes) -> str:
+    """The strategy a command collects with: ``strategy`` where given; by
+    default ``prior`` (real models' shapes mixed with log-uniform ones:
+    the shapes compilers ask, which a random-shape log teaches little about),
+    or ``random`` where the user gave ``shapes`` (the library's reading of
+    given shapes with it: those shapes, as given)."""
+    if strategy is not None:
+        return strategy
+    return "random" if shapes else "prior"
 
 
 def _collection_defaults(spec, data_root, family: str, dtype: str, pool, configs_per_shape, max_extent, max_flops):
@@ -190,18 +202,19 @@ def cmd_collect(args) -> int:
     if not epilogues or (args.epilogues and len(epilogues) < len(asked)):
         raise ValueError(f"--epilogues {' '.join(asked)}: the {args.family!r} family fuses {list(fam.epilogues)}")
     shapes = parse_shapes(args.shapes, files=True) if args.shapes else None
+    strategy = resolve_strategy(args.strategy, shapes)
     if args.ray is not None:
         fleet_collect_stage(args.ray or None, args.workers, args.device, args.data, family=args.family,
                             dtype=args.dtype, budget_s=args.budget, pool=args.pool,
                             configs_per_shape=args.configs_per_shape, max_extent=args.max_extent,
                             max_flops=args.max_flops, shapes=shapes, protocol=protocol_of(args), seed=args.seed,
-                            progress=not args.no_progress, epilogues=epilogues, strategy=args.strategy)
+                            progress=not args.no_progress, epilogues=epilogues, strategy=strategy)
         return 0
     collect_stage(device_backend(args.device, args.family), args.data, family=args.family, dtype=args.dtype,
                   budget_s=args.budget, pool=args.pool, configs_per_shape=args.configs_per_shape,
                   max_extent=args.max_extent, max_flops=args.max_flops, shapes=shapes, protocol=protocol_of(args),
                   seed=args.seed, progress=not args.no_progress, recheck=args.recheck, epilogues=epilogues,
-                  strategy=args.strategy)
+                  strategy=strategy)
     return 0
 
 
@@ -251,8 +264,8 @@ def cmd_compact(args) -> int:
 
 def add_collect(sub) -> None:
     p = sub.add_parser("collect", help="measure shapes x tile configs into a dataset",
-                       description="Measure random feasible tile configs on shapes chosen by --strategy (random "
-                       "ones by default, batch-1 and skinny ones included) under a time budget; resumable.")
+                       description="Measure random feasible tile configs on shapes chosen by --strategy (real "
+                       "models' layers mixed with log-uniform shapes by default) under a time budget; resumable.")
     add_measure_args(p)
     add_problem_args(p)
     add_collect_args(p, 240.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from costlearn.cli.collect import add_collect_args, collect_stage
+from costlearn.cli.collect import add_collect_args, collect_stage, resolve_strategy
 from costlearn.cli.common import (add_measure_args, add_problem_args, check_family_dtype, device_backend, is_cpu,
                                   nonneg_int, old_spelling, parse_shapes, positive_seconds, protocol_of)
 from costlearn.cli.evaluate import evaluate_stage
@@ -21,13 +21,13 @@ def cmd_run(args) -> int:
     be = device_backend(args.device)
     print(f"== costlearn run on {be.spec.name} ({be.name})", flush=True)
     protocol = protocol_of(args)
+    shapes = parse_shapes(args.shapes, files=True) if args.shapes else None
     data, _ = collect_stage(be, args.data, family=args.family, dtype=args.dtype, budget_s=args.budget,
                             pool=args.pool, configs_per_shape=args.configs_per_shape, max_extent=args.max_extent,
-                            max_flops=args.max_flops,
-                            shapes=parse_shapes(args.shapes, files=True) if args.shapes else None,
+                            max_flops=args.max_flops, shapes=shapes,
                             protocol=protocol, seed=args.seed, progress=not args.no_progress,
                             recheck=args.recheck, epilogues=args.epilogues or args.default_epilogues,
-                            strategy=args.strategy)
+                            strategy=resolve_strategy(args.strategy, shapes))
     print(f"== train  [t={time.perf_counter() - t0:.0f}s]", flush=True)
     trained = train_stage(data, args.models, family=args.family, dtypes=[args.dtype], learner="xgboost",
                           feature_set="analytic")[-1]

@@ -74,7 +74,7 @@ def train_stage(data, models_dir, *, family: str | None, dtypes, learner: str, f
 
 def _print_trained(res) -> None:
     """What :func:`train_stage` prints of one trained model: its shortlist
-    table, held-out table and vendor floor."""
+    table, held-out table, vendor floor and what its data covers."""
     sl = json.loads((res.path).read_text()).get("shortlist")
     if sl:
         print(f"shortlist table: the {sl['tiles']} best tile configs at {'x'.join(map(str, sl['grid']))} points "
@@ -98,9 +98,21 @@ def _print_trained(res) -> None:
         flagged = (f"flagged (vendor kept) where the model's held-out top-1 regret there is above {rho:.0%}"
                    if rho is not None else "no problem is flagged for the model's held-out regret")
         outside = "; outside the extent envelope the vendor is kept" if f.get("ood_fallback") else ""
-        print(f"vendor floor: a tile config is chosen where {' and '.join(rule)}; {flagged}{outside}. On the "
+        tr = f.get("transfer")
+        far = (f"; farther than {tr['near_log2']:g} doublings from every training shape, where the estimate "
+               f"extrapolates, a tile config only where {tr['intercept']:+.2f} + {tr['slope']:.2f} x the estimate "
+               f"(the line the estimates held to on the {tr['problems']} held-out problems) is below 0"
+               if tr else "")
+        print(f"vendor floor: a tile config is chosen where {' and '.join(rule)}{far}; {flagged}{outside}. On the "
               f"held-out problems, top-1 vs best of all (geomean): {cal['rule_geomean']:.2%} with the floor, "
               f"{cal['argmin_geomean']:.2%} plain argmin, {cal['vendor_geomean']:.2%} vendor only")
+    if res.data_coverage:
+        from costlearn.learn.coverage import coverage_lines
+        tr = (res.floor or {}).get("transfer")
+        print("what the data covers, per layout (training problems; answers to real models' layer shapes: BERT, "
+              "GPT-2, LLaMA-7B, ViT-B/16, ResNet-50):")
+        for line in coverage_lines(res.data_coverage, res.dtype, None if tr is None else (tr["near_log2"],)):
+            print(line)
 
 
 def cmd_train(args) -> int:

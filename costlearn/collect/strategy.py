@@ -46,7 +46,7 @@ from costlearn.collect.sampler import STRATEGIES, ShapeBounds, distinct_shapes, 
 from costlearn.core.util import check_int, check_real
 
 __all__ = ["STRATEGIES", "ACTIVE_COSTS", "PriorShapes", "RandomShapes", "ActiveShapes", "ActiveSettings",
-           "check_active", "nearest_unused", "shape_stream", "spread_top", "choose_problems"]
+           "check_active", "nearest_unused", "shape_stream", "spread_top", "choose_problems", "REFERENCE_LAYERS"]
 
 
 # Real models' dimensions (the prior). Sources: the model cards and configs of
@@ -72,6 +72,40 @@ CHANNELS = (16, 24, 32, 40, 48, 64, 80, 96, 112, 128, 160, 192, 256, 320, 384, 5
 """Convolution channel counts (1x1 convolutions and heads are matmuls)."""
 FEATURE_MAP = (7, 14, 28, 56, 112)
 """Side of a convnet's square feature map, pixels."""
+
+REFERENCE_LAYERS = (
+    # BERT-base, 8 sequences of 128 tokens (1024 tokens), hidden 768, FFN 3072: forward, and the MLP's backward
+    ("BERT-base qkv", 1024, 2304, 768), ("BERT-base attention out", 1024, 768, 768),
+    ("BERT-base mlp up", 1024, 3072, 768), ("BERT-base mlp down", 1024, 768, 3072),
+    ("BERT-base mlp up, data grad", 1024, 768, 3072), ("BERT-base mlp up, weight grad", 768, 3072, 1024),
+    # BERT-large, 1024 tokens, hidden 1024, FFN 4096
+    ("BERT-large qkv", 1024, 3072, 1024), ("BERT-large mlp up", 1024, 4096, 1024),
+    ("BERT-large mlp down", 1024, 1024, 4096),
+    # GPT-2 small decoding one token, hidden 768, vocabulary 50257
+    ("GPT-2 decode qkv", 1, 2304, 768), ("GPT-2 decode mlp up", 1, 3072, 768), ("GPT-2 decode mlp down", 1, 768, 3072),
+    ("GPT-2 decode lm head", 1, 50257, 768),
+    # LLaMA-2-7B: a 2048-token prefill and a batch of 16 decoding, hidden 4096, FFN 11008, vocabulary 32000
+    ("LLaMA-7B prefill qkv", 2048, 12288, 4096), ("LLaMA-7B prefill attention out", 2048, 4096, 4096),
+    ("LLaMA-7B prefill gate/up", 2048, 11008, 4096), ("LLaMA-7B prefill down", 2048, 4096, 11008),
+    ("LLaMA-7B decode qkv", 16, 12288, 4096), ("LLaMA-7B decode down", 16, 4096, 11008),
+    ("LLaMA-7B decode lm head", 16, 32000, 4096),
+    # ViT-B/16, a batch of 32 images (197 tokens each), hidden 768, FFN 3072, 1000 classes
+    ("ViT-B/16 qkv", 6304, 2304, 768), ("ViT-B/16 mlp up", 6304, 3072, 768), ("ViT-B/16 mlp down", 6304, 768, 3072),
+    ("ViT-B/16 head", 32, 1000, 768),
+    # ResNet-50's 1x1 convolutions at a batch of 32 (feature maps 56, 28, 14, 7), and its classifier
+    ("ResNet-50 56x56 1x1 reduce", 100352, 64, 256), ("ResNet-50 56x56 1x1 expand", 100352, 256, 64),
+    ("ResNet-50 28x28 1x1 reduce", 25088, 128, 512), ("ResNet-50 28x28 1x1 expand", 25088, 512, 128),
+    ("ResNet-50 14x14 1x1 reduce", 6272, 256, 1024), ("ResNet-50 14x14 1x1 expand", 6272, 1024, 256),
+    ("ResNet-50 7x7 1x1 reduce", 1568, 512, 2048), ("ResNet-50 7x7 1x1 expand", 1568, 2048, 512),
+    ("ResNet-50 classifier", 32, 1000, 2048),
+)
+"""A fixed set of real models' layer shapes, (name, M, N, K): what ``train``
+answers to say how much its data covers (:mod:`costlearn.learn.coverage`).
+Forward Y = X W with M tokens, N outputs, K inputs; a data gradient swaps N
+and K, a weight gradient reduces over the tokens. Sources: the model cards
+and configs named in :data:`TRANSFORMER_HIDDEN`'s comment; the ResNet-50
+bottleneck widths of He et al., "Deep Residual Learning for Image
+Recognition", CVPR 2016, table 1."""
 
 ACTIVE_COSTS = ("auto", "problem", "second")
 """What the ``active`` strategy chooses per (:class:`ActiveSettings`)."""

@@ -4,7 +4,7 @@
 A model is trusted for a problem only as far as its held-out record near that
 problem allows. At training, every training problem gets a prediction from a
 model that did not see it (leave one log out where the training folder holds
-several logs, else a problem-grouped hold-out: :func:`heldout_folds`); from
+several logs, else regions of shapes left out in turn: :func:`heldout_folds`); from
 those predictions :func:`heldout_problems` records, per problem, the measured
 regret of the vendor library, the regret of the model's own top-1 and the
 predicted log2 ratio of its best tile config to the vendor.
@@ -38,7 +38,13 @@ held-out problems; the uncertainty is per problem). The neighbours'
 evidence then neither decides nor flags (``vendor_near_min`` and
 ``unsure_regret`` off): the vendor model's doubt flags
 (:meth:`VendorFloor.estimate_reason`); docs/results.md has the measured
-effect.
+effect. That rule holds near the data only: beyond
+:data:`~costlearn.model.vendor_floor.NEAR_LOG2` of every training shape the
+members extrapolate, and their agreement there says nothing. The held-out
+problems, left out by region or log, measure what an estimate was worth on
+shapes the members had not seen (:func:`fit_transfer`: the measured tile /
+vendor ratio regressed on the estimate), and a problem that far is decided
+by that line (:meth:`VendorFloor.keeps_vendor`).
 
 The thresholds are calibrated together (:func:`calibrate_floor`) on the
 held-out problems, each scored with its *other* neighbours: among the grid
@@ -63,11 +69,12 @@ from costlearn.model.envelope import embed
 from costlearn.families import VENDOR_CONFIG_ID
 from costlearn.learn.metrics import PROBLEM_COLUMNS, geomean_regret
 from costlearn.model.base import shape_groups
-from costlearn.model.vendor_floor import (ESTIMATE_RULE, ESTIMATE_UNSURE_QUANTILE, NEIGHBORS,
-                                          estimate_doubt, estimate_wins, plain_floor)
+from costlearn.model.vendor_floor import (ESTIMATE_RULE, ESTIMATE_UNSURE_QUANTILE, MIN_TRANSFER_PROBLEMS, NEAR_LOG2,
+                                          NEIGHBORS, estimate_doubt, estimate_wins, plain_floor)
 
-__all__ = ["MARGIN_GRID", "VENDOR_NEAR_GRID", "UNSURE_GRID", "OOD_FALLBACK_GRID", "TOLERANCE", "heldout_folds",
-           "heldout_problems", "calibrate_floor", "neighbour_stats", "rule_regrets"]
+__all__ = ["MARGIN_GRID", "VENDOR_NEAR_GRID", "UNSURE_GRID", "OOD_FALLBACK_GRID", "TOLERANCE", "REGIONS",
+           "heldout_folds", "region_folds", "fit_transfer", "heldout_problems", "calibrate_floor", "neighbour_stats",
+           "rule_regrets"]
 
 MARGIN_GRID = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0)
 """Candidate margins, log2 of (vendor time / tile time) a tile must be predicted to win by."""
@@ -89,9 +96,8 @@ about: on an A100, a float16 model of the random-shape log scored 8.1 %
 calibration, 4.0 % with this one (timm: 11.5 % and 10.4 %, cuBLAS 10.8 %);
 0.5 and 1 point were not enough. Where the hold-out leaves whole logs out,
 it sees the shift itself and no tolerance is given."""
-MIN_SPLIT_PROBLEMS = 500
-"""Below this many problems in one log, the hold-out is 5-fold (every problem
-held out once) instead of one 20 % split."""
+REGIONS = 5
+"""Regions of shapes a hold-out within one log leaves out in turn."""
 
 
 def heldout_folds(rows: pd.DataFrame, seed: int = 0, min_train_problems: int = 2) -> tuple[list, str]:
@@ -101,15 +107,17 @@ def heldout_folds(rows: pd.DataFrame, seed: int = 0, min_train_problems: int = 2
     (``source_file``: imported files, or collected rows as ``""``) and at
     least two of those folds keep ``min_train_problems`` problems to train
     on (a log's fold whose other logs hold fewer is not made: its log is
-    not held out); else a problem-grouped split: 5 folds below
-    :data:`MIN_SPLIT_PROBLEMS` problems, one 80/20 split above.
+    not held out); else leave regions out (:func:`region_folds`): the
+    shapes a model is asked about at compile time are not drawn like its
+    training shapes, and a random split of problems holds out shapes whose
+    neighbours, often the same shape in another layout, stay in training.
 
     Parameters
     ----------
     rows : DataFrame
         Valid rows of one (family, dtype), with the problem columns.
     seed : int
-        Of the problem-grouped split.
+        Of the region split.
     min_train_problems : int
         Fewest problems a leave-one-log-out fold trains on (a model fits on
         2 at least).
@@ -120,11 +128,8 @@ def heldout_folds(rows: pd.DataFrame, seed: int = 0, min_train_problems: int = 2
         Positional (train, test) indices; a problem is in one test set at most.
     kind : str
         ``"leave-one-log-out (N logs)"`` (``"(N logs, H held out)"`` where
-        some were not), ``"5-fold by problem"`` or
-        ``"20 % of problems"``.
+        some were not) or ``"K regions of shapes"``.
     """
-    from sklearn.model_selection import GroupKFold, GroupShuffleSplit
-
     src = rows["source_file"].astype(object).fillna("").to_numpy() if "source_file" in rows else \
         np.full(len(rows), "", object)
     logs = sorted(set(src))
@@ -140,13 +145,82 @@ def heldout_folds(rows: pd.DataFrame, seed: int = 0, min_train_problems: int = 2
         if len(out) >= 2:
             held = "" if len(out) == len(logs) else f", {len(out)} held out"
             return out, f"leave-one-log-out ({len(logs)} logs{held})"
-    groups = shape_groups(rows)
-    n = int(groups.max()) + 1 if len(groups) else 0
-    if n < MIN_SPLIT_PROBLEMS:
-        k = max(2, min(5, n))
-        return list(GroupKFold(n_splits=k).split(rows, groups=groups)), f"{k}-fold by problem"
-    tr, te = next(GroupShuffleSplit(n_splits=1, test_size=0.2, random_state=seed).split(rows, groups=groups))
-    return [(tr, te)], "20 % of problems"
+    return region_folds(rows, REGIONS, seed)
+
+
+def region_folds(rows: pd.DataFrame, regions: int = 5, seed: int = 0) -> tuple[list, str]:
+    """Leave regions of shapes out: the distinct (M, N, K) of ``rows`` are
+    clustered by k-means on (log2 M, log2 N, log2 K) into
+    ``min(regions, shapes)`` regions (at least 2; scikit-learn's ``KMeans``,
+    ``n_init=10``, ``random_state=seed``), and each region is one fold's test
+    set, every layout of a shape with it.
+
+    Returns
+    -------
+    folds : list of (ndarray of int, ndarray of int)
+        Positional (train, test) indices of ``rows``; every row is in one
+        test set.
+    kind : str
+        ``"K regions of shapes"``.
+
+    Raises
+    ------
+    ValueError
+        If ``rows`` holds fewer than 2 distinct shapes.
+    """
+    from sklearn.cluster import KMeans
+
+    mnk = rows[["m", "n", "k"]].to_numpy(np.int64)
+    shapes, inverse = np.unique(mnk, axis=0, return_inverse=True)
+    if len(shapes) < 2:
+        raise ValueError(f"a hold-out needs rows of 2 shapes at least; got {len(shapes)}")
+    k = max(2, min(int(regions), len(shapes)))
+    label = KMeans(n_clusters=k, n_init=10, random_state=seed).fit_predict(np.log2(shapes.astype(np.float64)))
+    row_label = label[np.asarray(inverse).reshape(-1)]
+    folds = [(np.flatnonzero(row_label != r), np.flatnonzero(row_label == r)) for r in range(k)]
+    return [f for f in folds if len(f[1]) and len(f[0])], f"{k} regions of shapes"
+
+
+def fit_transfer(held: pd.DataFrame) -> dict:
+    """How far the vendor model's estimate carried to held-out problems:
+    the least-squares line of each problem's measured ``log2(chosen tile
+    time / vendor time)`` (the cost model's pick among tiles, from
+    ``tile_regret`` and ``vendor_regret``) on its cross-fitted
+    ``estimate_log2``, over the problems with all three.
+
+    Where the hold-out left regions (or logs) out, the line measures what an
+    estimate is worth on shapes unlike the training ones: a slope near 1
+    and a small intercept where it transfers, a slope near 0 where the
+    members extrapolate a constant. A negative slope is no evidence that
+    the estimate ranks problems: the line is then flat at the mean. With
+    fewer than :data:`~costlearn.model.vendor_floor.MIN_TRANSFER_PROBLEMS`
+    problems, intercept and slope are 0: beyond the data no tile is
+    expected to win.
+
+    Returns
+    -------
+    dict
+        JSON-ready: ``near_log2`` (:data:`~costlearn.model.vendor_floor.NEAR_LOG2`),
+        ``intercept``, ``slope`` (>= 0), ``spread_log2`` (the residuals'
+        standard deviation, n - 2 degrees of freedom; 0 with fewer than 3
+        problems), ``problems``.
+    """
+    est = held["estimate_log2"].to_numpy(np.float64) if "estimate_log2" in held else np.zeros(0)
+    y = np.log2((1.0 + held["tile_regret"].to_numpy(np.float64)) / (1.0 + held["vendor_regret"].to_numpy(np.float64))) \
+        if len(est) else np.zeros(0)
+    ok = np.isfinite(est) & np.isfinite(y)
+    x, y = est[ok], y[ok]
+    out = dict(near_log2=NEAR_LOG2, intercept=0.0, slope=0.0, spread_log2=0.0, problems=int(len(x)))
+    if len(x) < MIN_TRANSFER_PROBLEMS:
+        return out
+    xm, ym = float(np.mean(x)), float(np.mean(y))
+    sxx = float(np.sum((x - xm) ** 2))
+    slope = float(np.sum((x - xm) * (y - ym)) / sxx) if sxx > 0 else 0.0
+    slope = max(slope, 0.0)
+    intercept = ym - slope * xm
+    resid = y - (intercept + slope * x)
+    out.update(intercept=intercept, slope=slope, spread_log2=float(np.sqrt(np.sum(resid ** 2) / (len(x) - 2))))
+    return out
 
 
 def heldout_problems(rows: pd.DataFrame, pred: np.ndarray, envelope_ood: np.ndarray | None = None) -> pd.DataFrame:
@@ -310,7 +384,9 @@ def calibrate_floor(held: pd.DataFrame, has_vendor: bool, kind: str = "", tolera
         log2, z]`` of :func:`estimate_wins`: :data:`ESTIMATE_RULE` where
         ``held`` has the vendor model's cross-fitted ``estimate_log2`` and
         ``estimate_sd_log2``, the decision then; the rules of the evidence
-        are calibrated only without it), ``estimate_unsure`` (the doubt above
+        are calibrated only without it), ``transfer`` (with the estimate:
+        :func:`fit_transfer` of the held-out problems; else None),
+        ``estimate_unsure`` (the doubt above
         which a problem is flagged, :data:`ESTIMATE_UNSURE_QUANTILE` of the
         held-out problems'), ``neighbors``, ``layouts``, ``problems`` (rows of
         ``[m, n, k, layout index, vendor_regret, model_regret]``, NaN as
@@ -365,6 +441,7 @@ def calibrate_floor(held: pd.DataFrame, has_vendor: bool, kind: str = "", tolera
         u = estimate_doubt(held["estimate_log2"].to_numpy(np.float64), held["estimate_sd_log2"].to_numpy(np.float64))
         u = u[np.isfinite(u)]
         out["estimate_unsure"] = float(np.quantile(u, ESTIMATE_UNSURE_QUANTILE)) if len(u) else None
+        out["transfer"] = fit_transfer(held)
     out["calibration"].update(
         tolerance=tol, rule_geomean=geomean_regret(r), vendor_geomean=geomean_regret(vr),
         argmin_geomean=geomean_regret(plain),

@@ -106,7 +106,7 @@ def decision_scores(predictor, rows: pd.DataFrame, best_fixed=None) -> pd.DataFr
         without one),
         ``envelope_ood`` (outside the extent envelope),
         ``vendor_regret`` (NaN without a vendor row), ``best_fixed_regret``,
-        ``ood`` and ``ood_reasons``.
+        ``ood``, ``sure`` (:attr:`~costlearn.serve.prediction.Prediction.sure`) and ``ood_reasons``.
 
     Raises
     ------
@@ -138,7 +138,7 @@ def decision_scores(predictor, rows: pd.DataFrame, best_fixed=None) -> pd.DataFr
         pick = p.config.config_id
         rec = dict(m=int(m), n=int(n), k=int(k), dtype=str(dtype), layout=str(layout), epilogue=str(epilogue),
                    source=str(g["source"].iloc[0]), candidates=len(times), pick=pick, chosen_by=p.chosen_by,
-                   pick_measured=pick in times, ood=p.ood, ood_reasons="; ".join(p.ood_reasons))
+                   pick_measured=pick in times, ood=p.ood, sure=p.sure, ood_reasons="; ".join(p.ood_reasons))
         rec["top1_regret"] = times[pick] / best - 1.0 if pick in times else math.nan
         rec["top1_regret_tile"] = times[pick] / best_tile - 1.0 if pick in times and pick != VENDOR_CONFIG_ID \
             and tiles else math.nan

@@ -21,6 +21,7 @@ from costlearn.model.envelope import (COVERAGE_MARGIN_LOG2, Coverage, Envelope, 
                                       measured_ranges, outside_rows)
 from costlearn.families import KernelFamily, get_family
 from costlearn.features import CandidateFeatures, ConfigTable, feature_version, get_feature_set
+from costlearn.learn.coverage import data_coverage
 from costlearn.learn.holdout import calibrate_floor, heldout_folds, heldout_problems
 from costlearn.learn.metrics import evaluate_rows, random_scores, summarize
 from costlearn.model import BASELINES, artifact, get_model
@@ -60,6 +61,9 @@ class TrainResult:
     replaced: bool = False
     holdout_kind: str = ""
     floor: dict = None
+    data_coverage: dict = None
+    """:func:`costlearn.learn.coverage.data_coverage` of the model: per layout,
+    its problems and how it answers real models' layer shapes."""
 
 
 def _across(data_dir, rows) -> float:
@@ -97,7 +101,7 @@ def holdout_report(rows: pd.DataFrame, spec: DeviceSpec, model: CostModel,
     """Fit ``model`` (a fresh, unfitted one) and every baseline on the
     training side of each fold of :func:`costlearn.learn.holdout.heldout_folds`
     (leave one log out where the rows hold several logs, else a
-    problem-grouped hold-out) and score them, and a random ranking, on the
+    regions of shapes left out) and score them, and a random ranking, on the
     held-out problems' measured candidates.
 
     Returns
@@ -232,7 +236,7 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
     holdout : bool
         Also fit on the training side of each hold-out fold
         (:func:`costlearn.learn.holdout.heldout_folds`: leave one log out where the
-        folder holds several logs, else problem-grouped), store the
+        folder holds several logs, else regions of shapes), store the
         held-out metrics of the model and the baselines in the sidecar and
         calibrate the vendor floor on them (:mod:`costlearn.learn.holdout`).
     exclude_sources : sequence of str
@@ -329,7 +333,8 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
                            vendor_model=vendor_model)
     return TrainResult(path=path, holdout=summary, rows=len(rows), shapes=int(n_shapes),
                        dropped=dict(report.quarantined, stale_template_or_protocol=stale), family=fam.name,
-                       dtype=dtype, device=spec.slug, replaced=replaced, holdout_kind=kind, floor=floor)
+                       dtype=dtype, device=spec.slug, replaced=replaced, holdout_kind=kind, floor=floor,
+                       data_coverage=data_coverage(Predictor(folder), rows))
 
 
 def candidate_pool(family: KernelFamily, rows: pd.DataFrame, spec: DeviceSpec, dtype: str, *,

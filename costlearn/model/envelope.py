@@ -236,6 +236,10 @@ class Envelope:
         i = int(d2.argmin())
         return i, float(np.sqrt(d2[i]))
 
+    def shape_text(self, index: int) -> str:
+        """Training shape ``index`` as the reasons write it: ``(M, N, K)``."""
+        return self._shape_text[index]
+
     def nearest(self, m: int, n: int, k: int) -> tuple[tuple, float]:
         """The nearest training shape (M, N, K) and its distance, doublings
         (see :meth:`nearest_index`)."""

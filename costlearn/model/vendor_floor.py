@@ -20,7 +20,7 @@ from costlearn.core.problem import MAX_EXTENT
 from costlearn.model.envelope import embed, embed_query, nearest_evidence
 
 __all__ = ["FLOOR_VERSION", "NEIGHBORS", "MAX_NEIGHBORS", "ESTIMATE_RULE", "ESTIMATE_UNSURE_QUANTILE", "estimate_wins",
-           "estimate_doubt", "plain_floor", "VendorFloor"]
+           "estimate_doubt", "plain_floor", "VendorFloor", "NEAR_LOG2", "MIN_TRANSFER_PROBLEMS"]
 
 FLOOR_VERSION = 1
 NEIGHBORS = 5
@@ -44,6 +44,22 @@ expected to win under the members' spread. Fixed, not calibrated: choosing
 on the A100's float16 logs left out, this rule 4.98 % (prune path 4.80 % and
 4.33 %), with 0.97 % on the H100 80/20 split and 5.88 % from the A100's random
 log to HuggingFace + timm (scripts/a100_study.py, scripts/decision_study.py)."""
+NEAR_LOG2 = 0.5
+"""Distance (doublings in the envelope's log-shape and aspect space,
+:func:`costlearn.model.envelope.embed`) from the nearest training shape within
+which the vendor model's estimate is taken as it is (:data:`ESTIMATE_RULE`);
+beyond it the estimate is the members' extrapolation, and the decision uses
+it only as far as such estimates held when whole regions of the training
+shapes were left out (the floor's ``transfer``). Half a doubling: the
+envelope's least density threshold
+(:data:`costlearn.model.envelope.MIN_THRESHOLD`), the spacing below which a
+shape lies between measured ones rather than beyond them."""
+MIN_TRANSFER_PROBLEMS = 20
+"""Fewest held-out problems (with an estimate, a tile and a vendor
+measurement) a transfer is fitted on; with fewer, a problem beyond
+:data:`NEAR_LOG2` keeps the vendor (no evidence that the estimate reaches it)."""
+
+
 def estimate_doubt(mean_log2, sd_log2):
     """How unsure the vendor model is of the decision: its members' deviation
     over the estimate's distance from a tie, ``sd / max(|mean|, 0.001)``
@@ -67,7 +83,7 @@ def plain_floor() -> dict:
     flagged: the plain argmin (:func:`costlearn.learn.holdout.calibrate_floor`
     of no held-out problems)."""
     return dict(version=FLOOR_VERSION, margin_log2=0.0, vendor_near_min=0.0, unsure_regret=None,
-                ood_fallback=False, estimate=None, neighbors=NEIGHBORS, layouts=[], problems=[],
+                ood_fallback=False, estimate=None, transfer=None, neighbors=NEIGHBORS, layouts=[], problems=[],
                 calibration=dict(heldout="", problems=0))
 
 
@@ -88,6 +104,13 @@ class VendorFloor:
         A problem outside the extent envelope falls back to the vendor.
     calibrated : bool
         Held-out evidence exists (else every decision is the plain argmin).
+    transfer : tuple of float or None
+        ``(near_log2, intercept, slope, spread_log2)``: beyond ``near_log2``
+        of every training shape the vendor model's estimate ``e`` becomes
+        ``intercept + slope * e`` with deviation ``spread_log2`` (the
+        held-out-by-region fit, :func:`costlearn.learn.holdout.fit_transfer`);
+        None: the estimate is used as it is everywhere (a floor without a
+        vendor model, or written before the transfer existed).
 
     Raises
     ------
@@ -115,6 +138,17 @@ class VendorFloor:
                 raise ValueError(f"ood_fallback={self.ood_fallback!r} is not a bool")
             est = floor.get("estimate")
             self.estimate = None if est is None else tuple(float(x) for x in est)
+            tr = floor.get("transfer")
+            try:
+                self.transfer = None if tr is None else tuple(
+                    float(tr[key]) for key in ("near_log2", "intercept", "slope", "spread_log2"))
+                ok = self.transfer is None or (all(map(math.isfinite, self.transfer)) and self.transfer[0] >= 0
+                                               and self.transfer[2] >= 0 and self.transfer[3] >= 0)
+            except (KeyError, TypeError, ValueError, IndexError, OverflowError):
+                ok = False
+            if not ok:
+                raise ValueError(f"transfer={tr!r:.200}; need an object of finite near_log2, slope, spread_log2 "
+                                 ">= 0 and a finite intercept, or null")
             u = floor.get("estimate_unsure")
             self.estimate_unsure = math.inf if u is None else float(u)
             if self.estimate is not None and (len(self.estimate) != 2 or not all(map(math.isfinite, self.estimate))
@@ -151,6 +185,7 @@ class VendorFloor:
             self._by_layout[lay] = (self.points[idx], np.log1p(self.vendor_regret[idx]),
                                     np.log1p(self.model_regret[idx]))
         self._all = (self.points, np.log1p(self.vendor_regret), np.log1p(self.model_regret))
+        self._layout_count = {lay: int(np.sum(self.layout_of == lay)) for lay in self.layouts}
 
     def near(self, m: int, n: int, k: int, layout: str) -> tuple[float, float]:
         """Geometric-mean (vendor, model) held-out regret over the
@@ -198,21 +233,69 @@ class VendorFloor:
                 f"{2 ** estimate.mean_log2:.2f}, its members spread {estimate.sd_log2:.2f} doublings (more doubt "
                 f"than {ESTIMATE_UNSURE_QUANTILE:.0%} of the held-out problems)")
 
-    def keeps_vendor(self, tile_lr: float, vendor_near: float, estimate=None) -> bool:
+    def is_far(self, distance: float) -> bool:
+        """Whether a problem whose nearest training shape is ``distance``
+        doublings away (:attr:`costlearn.ranker.RankResult.nearest_distance`)
+        is decided by the transfer: the floor has one and the distance is
+        not within its ``near_log2`` (NaN and inf are far)."""
+        return self.transfer is not None and not distance <= self.transfer[0]
+
+    def transferred(self, estimate, distance: float):
+        """The estimate the decision uses for a problem ``distance``
+        doublings from its nearest training shape: ``estimate`` (a
+        :class:`~costlearn.model.vendor.VendorEstimate`, or None) as it is
+        near the data, and beyond it (:meth:`is_far`) ``intercept + slope *
+        mean`` with the transfer's spread as its deviation."""
+        if estimate is None or not self.is_far(distance):
+            return estimate
+        _, a, b, s = self.transfer
+        return type(estimate)(a + b * estimate.mean_log2, s)
+
+    def keeps_vendor(self, tile_lr: float, vendor_near: float, estimate=None, distance: float = 0.0) -> bool:
         """True when the vendor stays: the best tile's predicted log2 time
         ratio to the vendor, ``tile_lr``, is not below ``-margin_log2``, the
         vendor was within ``vendor_near_min`` of the best on the neighbours,
         or (where the floor uses the vendor model's estimate) ``estimate``, a
         :class:`~costlearn.model.vendor.VendorEstimate`, does not expect a
-        tile to win (:func:`estimate_wins`; a missing estimate keeps it)."""
+        tile to win (a missing estimate keeps it). Near the data
+        (``distance``, doublings to the nearest training shape, within the
+        transfer's ``near_log2``) a tile must win one deviation up
+        (:func:`estimate_wins` with :data:`ESTIMATE_RULE`); beyond it the
+        transferred estimate (:meth:`transferred`) must expect a tile to win:
+        its expected log2 ratio below ``-margin`` (the regression's mean
+        already carries what the hold-out measured, its spread is the
+        residuals', not the estimate's uncertainty)."""
         if not tile_lr < -self.margin_log2:
             return True
         if math.isfinite(vendor_near) and vendor_near <= self.vendor_near_min:
             return True
         if self.estimate is not None:                   # estimate_wins, on floats (NaN keeps the vendor)
             margin, z = self.estimate
-            return estimate is None or not estimate.mean_log2 + z * estimate.sd_log2 < -margin
+            if estimate is None:
+                return True
+            if self.is_far(distance):
+                _, a, b, _ = self.transfer
+                return not a + b * estimate.mean_log2 < -margin
+            return not estimate.mean_log2 + z * estimate.sd_log2 < -margin
         return False
+
+    def transfer_reason(self, estimate, distance: float, layout: str, nearest: str, keeps: bool) -> str | None:
+        """Why a problem beyond the transfer's reach (:meth:`is_far`) was
+        decided as it was, in words (None near the data or without an
+        estimate): how far its nearest training shape (``nearest``, its
+        text) lies, how many problems of ``layout`` the hold-out had, the
+        transferred estimate and the answer (``keeps``: the vendor)."""
+        if estimate is None or self.estimate is None or not self.is_far(distance):
+            return None
+        near, a, b, s = self.transfer
+        t = a + b * estimate.mean_log2
+        count = self._layout_count.get(layout, 0)
+        answer = "the vendor library is kept" if keeps else "a tile config is chosen"
+        return (f"no training problem within {near:g} doublings (nearest {nearest}, {distance:.2f} doublings away "
+                f"in log-shape and aspect space; {count} {layout} problems measured): as held out by region, the "
+                f"vendor model's estimates here held as {a:+.2f} + {b:.2f} x estimate, spread {s:.2f} doublings, "
+                f"so best tile / vendor is expected at {2.0 ** t:.2f} ({2.0 ** (t - 2 * s):.2f}-"
+                f"{2.0 ** (t + 2 * s):.2f}): {answer}")
 
     @staticmethod
     def plain() -> "VendorFloor":

@@ -47,6 +47,7 @@
 #define UNSURE 4           /* the held-out evidence flags the problem: VendorFloor.unsure_reason */
 #define DOUBT 8            /* the vendor model doubts the decision: VendorFloor.estimate_reason */
 #define TIME 256           /* the best time may beat the device's limits: OODVerdict.time_reasons may say so */
+#define FAR 512            /* beyond the floor's transfer reach, decided by the transfer: VendorFloor.transfer_reason */
 #define NEAR_LIMIT (1.0 + 0x1p-40)   /* TIME's slack: far above the roundings of 2*m*n*k in doubles */
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -616,10 +617,11 @@ static void vendor_estimate(int64_t m, int64_t n, int64_t k, const double x[3], 
 /* The floor's decision for problem (m, n, k) ranked into out_index/out_score[0..got): the twin of
  * costlearn.serve.ood.OODVerdict.problem_reasons (whether the envelope, the held-out evidence flag the
  * problem and whether that sends it to the vendor) and costlearn.serve.vendor_policy.VendorPolicy.decide
- * (the tile or the vendor; the vendor model's doubt), the same comparisons in the same order, and
+ * (the tile or the vendor; the vendor model's doubt; beyond fl_near of every training shape, the
+ * transfer: FAR), the same comparisons in the same order, and
  * whether the ranking's best time may beat the device's limits (TIME, set within NEAR_LIMIT of them:
  * Python's test compares against the exact integer 2*m*n*k). Writes
- * ctx->decision (DECIDED | OUTSIDE | UNSURE | DOUBT | TIME, chosen << 4 with 0 "predicted", 1 "vendor_floor",
+ * ctx->decision (DECIDED | OUTSIDE | UNSURE | DOUBT | TIME | FAR, chosen << 4 with 0 "predicted", 1 "vendor_floor",
  * 2 "ood_fallback", and (tile + 1) << 6: the place of the best tile config in the ranking, -1 where
  * the vendor is the only candidate ranked) and ctx->v_score, the vendor's score (its full score, every
  * tree, where the ranking left it out, as Ranker.rank of it alone). The words of each reason, and the
@@ -668,7 +670,11 @@ static void floor_decision(int64_t m, int64_t n, int64_t k, int32_t got, int32_t
         if (tile < 0) {
             chosen = fallback ? 2 : 1;
         } else {
-            if (estimate) {                            /* estimate_doubt: sd / max(|mean|, 0.001) */
+            /* VendorFloor.is_far: the transfer decides (NaN, inf: far) */
+            const int32_t far = estimate && ctx->fl_est_on && ctx->fl_far_on && !(sqrt(ctx->nearest_d2) <= ctx->fl_near);
+            if (far)
+                flags |= FAR;
+            else if (estimate) {                       /* estimate_doubt: sd / max(|mean|, 0.001) */
                 const double a = fabs(ctx->v_mean);
                 if (ctx->v_sd / (1e-3 > a ? 1e-3 : a) > ctx->fl_est_unsure)
                     flags |= DOUBT;
@@ -680,7 +686,8 @@ static void floor_decision(int64_t m, int64_t n, int64_t k, int32_t got, int32_t
             else if (isfinite(vendor_near) && vendor_near <= ctx->fl_vendor_near_min)
                 keeps = 1;
             else if (ctx->fl_est_on)
-                keeps = !estimate || !(ctx->v_mean + ctx->fl_est_z * ctx->v_sd < -ctx->fl_est_margin);
+                keeps = !estimate || (far ? !(ctx->fl_far_a + ctx->fl_far_b * ctx->v_mean < -ctx->fl_est_margin)
+                                          : !(ctx->v_mean + ctx->fl_est_z * ctx->v_sd < -ctx->fl_est_margin));
             else
                 keeps = 0;
             chosen = fallback ? 2 : (keeps ? 1 : 0);

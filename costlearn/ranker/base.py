@@ -15,7 +15,7 @@ from costlearn.core.problem import Problem
 from costlearn.core.util import check_int
 
 __all__ = ["Ranker", "RankResult", "LEVEL_COVERED", "LEVEL_FITTING", "LEVEL_ALL", "DECISION_OUTSIDE",
-           "DECISION_UNSURE", "DECISION_DOUBT", "DECISION_TIME", "DECISION_PLAIN", "CHOSEN_BY"]
+           "DECISION_UNSURE", "DECISION_DOUBT", "DECISION_TIME", "DECISION_FAR", "DECISION_PLAIN", "CHOSEN_BY"]
 
 LEVEL_COVERED = 0
 """Candidate rule level: the tile configs that fit the problem and were
@@ -40,6 +40,10 @@ DECISION_TIME = 256
 memory bandwidth allows (:meth:`costlearn.serve.ood.OODVerdict.time_reasons`
 says whether it is; the bit is set within a relative 2**-40 of either limit,
 so where it is clear, neither holds)."""
+DECISION_FAR = 512
+"""Bit: the problem lies beyond the floor's transfer reach of every training
+shape, and the transferred estimate decided
+(:meth:`costlearn.model.vendor_floor.VendorFloor.transfer_reason` says how)."""
 DECISION_PLAIN = 1 | 1 << 6
 """The whole decision of a problem with nothing to say: decided, no bit
 flagged, the ranking's best tile config first (chosen ``predicted``, tile

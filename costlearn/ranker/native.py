@@ -128,6 +128,8 @@ class RankContext(ctypes.Structure):
         ("fl_uses_evidence", _I32), ("fl_ood_fallback", _I32),
         ("fl_unsure_regret", _D), ("fl_margin", _D), ("fl_vendor_near_min", _D),
         ("fl_est_on", _I32), ("fl_est_margin", _D), ("fl_est_z", _D), ("fl_est_unsure", _D),
+        # the transfer beyond fl_near doublings of every training shape: fl_far_a + fl_far_b * the estimate
+        ("fl_far_on", _I32), ("fl_near", _D), ("fl_far_a", _D), ("fl_far_b", _D),
         ("tr_peak", _D), ("tr_bw", _D),   # flop and DRAM bytes per us a time is checked against, 0: not checked
         ("tr_l2", _D), ("tr_elem", _D),   # L2 bytes, element bytes (OODVerdict.time_limits)
         # scratch, one set per calling thread
@@ -581,6 +583,8 @@ class NativeRanker(Ranker):
                 fl_unsure_regret=fl.unsure_regret, fl_margin=fl.margin_log2, fl_vendor_near_min=fl.vendor_near_min,
                 fl_est_on=int(fl.estimate is not None), fl_est_margin=est_margin, fl_est_z=est_z,
                 fl_est_unsure=fl.estimate_unsure)
+            if fl.transfer is not None:
+                self._const.update(zip(("fl_far_on", "fl_near", "fl_far_a", "fl_far_b"), (1, *fl.transfer[:3])))
             if self.time_limits is not None:
                 self._const.update(zip(("tr_peak", "tr_bw", "tr_l2", "tr_elem"), self.time_limits))
             self._env_bounds = envelope.extent_bounds

@@ -74,8 +74,12 @@ class Prediction(NamedTuple):
         The vendor model's estimate (:mod:`costlearn.model.vendor`) of the
         best tile config's time / the vendor library's on this problem, and
         the interval its members span at two deviations: ``(ratio, low,
-        high)``; below 1 a tile config wins. Empty where the model has no
-        vendor model or the vendor is the only candidate.
+        high)``; below 1 a tile config wins. Beyond the vendor floor's reach
+        of every training shape, the estimate as the hold-out by region
+        found it to carry, and that fit's residual spread
+        (:meth:`costlearn.model.vendor_floor.VendorFloor.transferred`).
+        Empty where the model has no vendor model or the vendor is the only
+        candidate.
     """
 
     config: object

@@ -531,8 +531,9 @@ class Predictor:
             problem = Problem(m, n, k, self.dtype, layout, epilogue)
         if time_may:
             reasons += ood.time_reasons(problem, 2.0 ** scores[0])
-        choice = self.vendor_policy.decide(problem, order, scores, fallback, vendor_near, res.estimate) \
-            if decision is None else self.vendor_policy.decided(order, scores, decision, res.estimate)
+        nearest = (res.nearest, res.nearest_distance)
+        choice = self.vendor_policy.decide(problem, order, scores, fallback, vendor_near, res.estimate, nearest) \
+            if decision is None else self.vendor_policy.decided(problem, order, scores, decision, res.estimate, nearest)
         if choice.doubt:
             reasons.append(choice.doubt)
         if running_on is not None or not self._says_nothing:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from costlearn.core.problem import Problem
-from costlearn.ranker.base import CHOSEN_BY, DECISION_DOUBT
+from costlearn.ranker.base import CHOSEN_BY, DECISION_DOUBT, DECISION_FAR
 
 __all__ = ["VendorPolicy", "VendorChoice"]
 
@@ -34,9 +34,12 @@ class VendorChoice:
         Predicted time of the best tile config over the vendor's (NaN
         without a vendor candidate or without a tile config).
     estimate : VendorEstimate or None
-        The vendor model's estimate, where one was needed.
+        The vendor model's estimate the decision used, where one was
+        needed: beyond the floor's reach, the transferred one
+        (:meth:`~costlearn.model.vendor_floor.VendorFloor.transferred`).
     doubt : str or None
-        The vendor model's doubt about the decision (an OOD reason).
+        The vendor model's doubt about the decision, or why a problem far
+        from the training shapes was decided as it was (an OOD reason).
     """
 
     __slots__ = ("order", "scores", "chosen_by", "ratio", "estimate", "doubt")
@@ -79,13 +82,15 @@ class VendorPolicy:
         return self.ranker.vendor_estimate(problem)
 
     def decide(self, problem: Problem, order: list, scores: list, fallback: bool, vendor_near: float,
-               estimate) -> VendorChoice:
+               estimate, nearest: tuple = (-1, 0.0)) -> VendorChoice:
         """The ranking ``order``/``scores`` (candidate indices and log2
         times, fastest first) with the answer first: the best tile config,
         or the vendor where the problem is sent to it (``fallback``) or the
         floor keeps it (:meth:`~costlearn.model.vendor_floor.VendorFloor.keeps_vendor`).
         ``estimate``: the problem's :meth:`vendor_estimate` (None without a
-        vendor model), as the ranking gave it (:attr:`costlearn.ranker.RankResult.estimate`).
+        vendor model), as the ranking gave it (:attr:`costlearn.ranker.RankResult.estimate`);
+        ``nearest``: the ranking's nearest training shape and its distance
+        (:attr:`~costlearn.ranker.RankResult.nearest`, ``nearest_distance``).
         The twin of ``floor_decision`` in ``_native.c``, whose decision
         :meth:`decided` reads."""
         vi = self.vendor_index
@@ -103,16 +108,20 @@ class VendorPolicy:
         chosen_by = "predicted"
         if fallback:
             chosen_by = "ood_fallback"
-        elif self.floor.keeps_vendor(scores[tile] - v_score, vendor_near, estimate):
+        elif self.floor.keeps_vendor(scores[tile] - v_score, vendor_near, estimate, nearest[1]):
             chosen_by = "vendor_floor"
-        return self._choice(order, scores, tile, chosen_by, v_score, estimate, self.floor.estimate_reason(estimate))
+        far = estimate is not None and self.floor.estimate is not None and self.floor.is_far(nearest[1])
+        return self._choice(order, scores, tile, chosen_by, v_score, estimate, problem, nearest, far,
+                            not far and self.floor.estimate_reason(estimate) is not None)
 
-    def decided(self, order: list, scores: list, decision: tuple, estimate) -> VendorChoice:
+    def decided(self, problem: Problem, order: list, scores: list, decision: tuple, estimate,
+                nearest: tuple) -> VendorChoice:
         """:meth:`decide`'s answer from the decision the native ranker made
         in its call (:attr:`costlearn.ranker.RankResult.decision`: the bits,
-        the vendor's score), for the same ranking ``order``/``scores`` and
-        ``estimate``; only the words of the vendor model's doubt are made
-        here, where its bit is set."""
+        the vendor's score), for the same ranking ``order``/``scores``,
+        ``estimate`` and ``nearest``; only the words (the vendor model's
+        doubt, a far problem's transfer) are made here, where their bits are
+        set."""
         vi = self.vendor_index
         if vi is None:
             return VendorChoice(order, scores)
@@ -120,16 +129,26 @@ class VendorPolicy:
         chosen_by, tile = CHOSEN_BY[bits >> 4 & 3], (bits >> 6 & 3) - 1
         if tile < 0:
             return VendorChoice(order, scores, chosen_by)
-        return self._choice(order, scores, tile, chosen_by, v_score, estimate,
-                            self.floor.estimate_reason(estimate) if bits & DECISION_DOUBT else None)
+        return self._choice(order, scores, tile, chosen_by, v_score, estimate, problem, nearest,
+                            bool(bits & DECISION_FAR), bool(bits & DECISION_DOUBT))
 
     def _choice(self, order: list, scores: list, tile: int, chosen_by: str, v_score: float, estimate,
-                doubt) -> VendorChoice:
+                problem: Problem, nearest: tuple, far: bool, doubt: bool) -> VendorChoice:
         """The VendorChoice of a decision: the ranking with the answer first
         (the best tile config, at ``tile`` in it, or the vendor, whose score
-        is ``v_score``) and the ratio of the two."""
+        is ``v_score``), the ratio of the two, the estimate the decision
+        used (transferred where ``far``) and the words of ``far`` or
+        ``doubt``."""
         vi = self.vendor_index
         ratio = 2.0 ** (scores[tile] - v_score)
+        words = None
+        if far:
+            i, distance = nearest
+            text = self.ranker.envelope.shape_text(i) if i >= 0 else "none"
+            words = self.floor.transfer_reason(estimate, distance, problem.layout, text, chosen_by != "predicted")
+            estimate = self.floor.transferred(estimate, distance)
+        elif doubt:
+            words = self.floor.estimate_reason(estimate)
         if chosen_by == "predicted":            # the best tile first, the rest in order
             if tile:
                 order = [order[1], order[0]] + order[2:]
@@ -141,7 +160,13 @@ class VendorPolicy:
             else:
                 order = [vi] + order[:j] + order[j + 1:]
                 scores = [v_score] + scores[:j] + scores[j + 1:]
-        return VendorChoice(order, scores, chosen_by, ratio, estimate, doubt)
+        return VendorChoice(order, scores, chosen_by, ratio, estimate, words)
+
+    def _distance(self, problem: Problem) -> float:
+        """Doublings from ``problem`` to the nearest training shape (inf
+        without one): :meth:`costlearn.model.envelope.Envelope.nearest_index`."""
+        env = self.ranker.envelope
+        return env.nearest_index(problem.m, problem.n, problem.k)[1] if len(env.shapes) else float("inf")
 
     def choose_among(self, problem: Problem, configs: list, times_us: np.ndarray, reasons: list, fallback: bool,
                      vendor_near: float) -> tuple[int, str, tuple]:
@@ -171,7 +196,8 @@ class VendorPolicy:
             t = min(tiles, key=lambda i: (lt[i], i))
             if fallback:
                 return v, "ood_fallback", tuple(reasons)
-            if self.floor.keeps_vendor(float(lt[t] - lt[v]), vendor_near, self.vendor_estimate(problem)):
+            if self.floor.keeps_vendor(float(lt[t] - lt[v]), vendor_near, self.vendor_estimate(problem),
+                                       self._distance(problem)):
                 return v, "vendor_floor", tuple(reasons)
             return t, "predicted", ()
         if best != 0 and np.isfinite(lt[0]) and (fallback or not lt[best] - lt[0] < -self.floor.margin_log2):

@@ -427,11 +427,22 @@ def test_the_vendor_floor_line_reads_as_a_sentence_when_nothing_is_flagged(tmp_p
     (tmp_path / "model.json").write_text(json.dumps({}))
     floor = dict(unsure_regret=None, margin_log2=0.0, vendor_near_min=0.1,
                  calibration=dict(rule_geomean=0.0135, argmin_geomean=0.0375, vendor_geomean=0.0136))
-    _print_trained(SimpleNamespace(path=tmp_path / "model.json", holdout={}, floor=floor))
+    _print_trained(SimpleNamespace(path=tmp_path / "model.json", holdout={}, floor=floor, data_coverage=None))
     out = capsys.readouterr().out
     assert "regret is never" not in out and "no problem is flagged for the model's held-out regret. On" in out
-    _print_trained(SimpleNamespace(path=tmp_path / "model.json", holdout={}, floor=dict(floor, unsure_regret=0.2)))
+    _print_trained(SimpleNamespace(path=tmp_path / "model.json", holdout={}, floor=dict(floor, unsure_regret=0.2),
+                                   data_coverage=None))
     assert "held-out top-1 regret there is above 20%. On" in capsys.readouterr().out
+    transfer = dict(near_log2=0.5, intercept=0.12, slope=0.1, spread_log2=0.3, problems=82)
+    coverage = {"TN": dict(problems=27, m=[8, 115072], n=[8, 76672], k=[2, 92800], reference=33, tile=0, vendor=33,
+                           far=33, sure=0, chosen_by={"vendor_floor": 33})}
+    _print_trained(SimpleNamespace(path=tmp_path / "model.json", holdout={}, dtype="float16",
+                                   floor=dict(floor, estimate=[0.0, 1.0], transfer=transfer), data_coverage=coverage))
+    out = capsys.readouterr().out
+    assert "farther than 0.5 doublings from every training shape, where the estimate extrapolates, a tile config " \
+           "only where +0.12 + 0.10 x the estimate" in out
+    assert "float16 TN: 27 problems (M 8-115072, N 8-76672, K 2-92800); of 33 real-model layer shapes: 0 tile " \
+           "configs, 33 vendor, 33 farther than 0.5 doublings from every measured shape" in out
 
 
 def test_data_names_a_root_or_a_device_folder_in_every_command(tmp_path):
@@ -512,3 +523,16 @@ def test_collect_shapes_take_a_shapes_file(tmp_path):
     f.write_text("128 768\n")
     with pytest.raises(InteropError, match=r"mine.txt:1: '128 768'; each line is 'M N K dtype \[layout\]'"):
         parse_shapes([str(f)], files=True)
+
+
+def test_collect_and_run_measure_real_models_shapes_by_default():
+    """A random-shape log taught a model little about the shapes compilers ask (a median N of 256-768): collect
+    and run default to the prior (real models' layers with a quarter log-uniform); given shapes are measured as
+    given; a strategy named is kept."""
+    from costlearn.cli.collect import resolve_strategy
+    from costlearn.cli import build_parser
+    for command in ("collect", "run"):
+        assert build_parser().parse_args([command]).strategy is None
+    assert resolve_strategy(None, None) == "prior"
+    assert resolve_strategy(None, [(64, 64, 64)]) == "random"
+    assert resolve_strategy("active", None) == "active" and resolve_strategy("prior", [(1, 2, 3)]) == "prior"

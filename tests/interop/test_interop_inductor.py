@@ -276,7 +276,7 @@ def test_train_with_a_log_of_one_problem_trains_every_pair(tmp_path, capsys):
     assert main(["train", "--data", str(tmp_path / "data"), "--models", str(tmp_path / "models")]) == 0
     cap = capsys.readouterr()
     assert f"over {len(SHAPES) + 1} shapes" in cap.out and "skipping" not in cap.err
-    assert "held-out problems (5-fold by problem)" in cap.out          # the one-problem log trains no fold
+    assert "held-out problems (5 regions of shapes)" in cap.out        # the one-problem log trains no fold
 
 
 def test_train_names_a_pair_it_could_not_train_and_trains_the_others(tmp_path, capsys, monkeypatch):

@@ -16,7 +16,7 @@ import pytest
 
 from costlearn.model.envelope import Coverage, fit_coverage
 from costlearn.learn.holdout import (MARGIN_GRID, VENDOR_NEAR_GRID, calibrate_floor, heldout_folds, heldout_problems,
-                                     neighbour_stats, rule_regrets)
+                                     neighbour_stats, region_folds, rule_regrets)
 from costlearn.model.vendor_floor import VendorFloor
 from costlearn.learn.metrics import geomean_regret
 
@@ -145,7 +145,7 @@ def test_heldout_folds_leave_one_log_out_where_there_are_several_logs():
         assert not set(rows.iloc[te]["source_file"]) & set(rows.iloc[tr]["source_file"])
     one = rows.assign(source_file="a.txt")
     folds, kind = heldout_folds(one)
-    assert kind.endswith("-fold by problem")
+    assert kind == "5 regions of shapes"
     held_out = np.concatenate([te for _, te in folds])
     assert sorted(held_out.tolist()) == list(range(len(one)))          # every problem held out once
 
@@ -156,7 +156,7 @@ def test_heldout_folds_never_train_a_fold_on_a_log_of_one_problem():
     rows = pd.DataFrame(dict(m=list(range(1, 42)), n=8, k=8, dtype="tfloat32", layout="NN",
                              source_file=["big.txt"] * 40 + ["one.txt"]))
     folds, kind = heldout_folds(rows, min_train_problems=5)
-    assert kind.endswith("-fold by problem") or kind == "20 % of problems", kind
+    assert kind.endswith("regions of shapes"), kind
     for tr, _ in folds:
         assert rows.iloc[tr][["m"]].drop_duplicates().shape[0] >= 5
     three = pd.concat([rows, rows.iloc[:3].assign(m=range(100, 103), source_file="mid.txt")], ignore_index=True)
@@ -164,6 +164,26 @@ def test_heldout_folds_never_train_a_fold_on_a_log_of_one_problem():
     assert kind == "leave-one-log-out (3 logs, 2 held out)" and len(folds) == 2
     held = {three.iloc[te]["source_file"].iloc[0] for _, te in folds}
     assert held == {"one.txt", "mid.txt"}                   # big.txt's fold would train on 4 problems: not made
+
+
+def test_one_log_is_held_out_by_region_every_layout_of_a_shape_together():
+    """Within one log the hold-out leaves regions of shapes out, not random problems: two clusters of shapes far
+    apart are never split across a fold's training and test sides, and a shape's layouts are held out together
+    (a random split held out NN while TN of the same shape stayed in training)."""
+    small = [(2 ** a, 2 ** b, 2 ** c) for a in (6, 7) for b in (6, 7) for c in (6, 7)]
+    large = [(2 ** a, 2 ** b, 2 ** c) for a in (13, 14) for b in (13, 14) for c in (13, 14)]
+    shapes = small + large
+    rows = pd.DataFrame([dict(m=m, n=n, k=k, layout=lay, dtype="float16") for m, n, k in shapes
+                         for lay in ("NN", "TN")])
+    folds, kind = region_folds(rows, regions=2)
+    assert kind == "2 regions of shapes" and len(folds) == 2
+    for tr, te in folds:
+        test = {tuple(r) for r in rows.iloc[te][["m", "n", "k"]].to_numpy()}
+        assert test in (set(small), set(large))
+        assert not test & {tuple(r) for r in rows.iloc[tr][["m", "n", "k"]].to_numpy()}
+    assert sorted(np.concatenate([te for _, te in folds]).tolist()) == list(range(len(rows)))
+    with pytest.raises(ValueError, match="2 shapes"):
+        region_folds(rows.iloc[:2])
 
 
 def test_heldout_problems_record_vendor_model_and_tile():
@@ -464,7 +484,8 @@ def test_the_native_rankers_decision_is_the_floors_on_every_branch(predictor):
     vendor rule, the vendor model's rule and doubt, and the vendor pruned by a cascade (scored alone)."""
     from collections import Counter
     from costlearn.ranker import make_ranker
-    from costlearn.ranker.base import DECISION_DOUBT, DECISION_OUTSIDE, DECISION_PLAIN, DECISION_TIME, DECISION_UNSURE
+    from costlearn.ranker.base import (DECISION_DOUBT, DECISION_FAR, DECISION_OUTSIDE, DECISION_PLAIN, DECISION_TIME,
+                                       DECISION_UNSURE)
     from costlearn.serve.ood import OODVerdict
     from costlearn.serve.vendor_policy import VendorPolicy
     art, vi = predictor.artifact, predictor.vendor_index
@@ -475,6 +496,9 @@ def test_the_native_rankers_decision_is_the_floors_on_every_branch(predictor):
     floors = [VendorFloor.plain(), VendorFloor(calibrate_floor(_held(), True)), VendorFloor(flagged),
               VendorFloor(dict(calibrate_floor(_held(), True), vendor_near_min=0.2)), VendorFloor(wide),
               VendorFloor(dict(calibrate_floor(pd.DataFrame(), True), margin_log2=5.0))]
+    for a, b in ((-0.3, 0.8), (0.2, 0.1)):                  # a transfer that lets tiles win far away, one that does not
+        floors.append(VendorFloor(dict(calibrate_floor(_held(), True), estimate=[0.0, 1.0], transfer=dict(
+            near_log2=1.0, intercept=a, slope=b, spread_log2=0.4, problems=30))))
     rng = np.random.default_rng(0)
     problems = [predictor.problem(*(int(v) for v in np.round(2 ** rng.uniform(0, 15, 3))), layout)
                 for layout in predictor.layouts for _ in range(25)]
@@ -492,9 +516,10 @@ def test_the_native_rankers_decision_is_the_floors_on_every_branch(predictor):
                     order, scores = res.order, res.scores
                     reasons, fallback, vendor_near = ood.problem_reasons(q, (res.nearest, res.nearest_distance),
                                                                          (res.vendor_near, res.model_near))
-                    want = policy.decide(q, order, scores, fallback, vendor_near, res.estimate)
+                    near = (res.nearest, res.nearest_distance)
+                    want = policy.decide(q, order, scores, fallback, vendor_near, res.estimate, near)
                     bits = res.decision[0]
-                    got = policy.decided(order, scores, res.decision, res.estimate)
+                    got = policy.decided(q, order, scores, res.decision, res.estimate, near)
                     assert (got.order, got.scores, got.chosen_by, got.doubt, got.estimate) == \
                         (want.order, want.scores, want.chosen_by, want.doubt, want.estimate), (q, floor.floor)
                     assert got.ratio == want.ratio or (math.isnan(got.ratio) and math.isnan(want.ratio))
@@ -504,10 +529,11 @@ def test_the_native_rankers_decision_is_the_floors_on_every_branch(predictor):
                     assert bits & DECISION_TIME or not timed, q             # clear: no time reason, for sure
                     seen.update([want.chosen_by] + ["pruned"] * (vi not in order)
                                 + [name for name, bit in (("outside", DECISION_OUTSIDE), ("unsure", DECISION_UNSURE),
-                                                          ("doubt", DECISION_DOUBT)) if bits & bit]
+                                                          ("doubt", DECISION_DOUBT), ("far", DECISION_FAR))
+                                   if bits & bit]
                                 + ["timed"] * bool(timed) + ["plain"] * (bits == DECISION_PLAIN))
     assert set(seen) == {"predicted", "vendor_floor", "ood_fallback", "pruned", "outside", "unsure", "doubt", "timed",
-                         "plain"}, seen
+                         "plain", "far"}, seen
     # and whole predictions: the native ranker's decision against the numpy ranker's (left to VendorPolicy.decide)
     twin = type(predictor)(art.path, ranker="numpy")
     for floor in floors:

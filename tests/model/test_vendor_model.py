@@ -343,3 +343,100 @@ def test_a_vendor_file_whose_bounds_are_not_one_row_is_refused_not_walked_out_of
         with pytest.raises(artifact.ArtifactError, match="do not split"):
             artifact.load(dst)
 
+
+
+def _with_transfer(pred, intercept, slope, near_log2=0.5):
+    """``pred`` with its floor's estimate rule and the given transfer (the rest of its floor kept)."""
+    floor = dict(pred.floor.floor, estimate=[0.0, 1.0],
+                 transfer=dict(near_log2=near_log2, intercept=intercept, slope=slope, spread_log2=0.3, problems=40))
+    pred.floor = VendorFloor(floor)
+    return pred
+
+
+@pytest.mark.parametrize("ranker", RANKERS)
+def test_a_tile_far_from_every_training_shape_is_not_chosen_on_the_members_agreement(tmp_path, ranker):
+    """Regression: an A100 float16 model answered 50176x570x95 NT with sure=True and a tile the timm log measured
+    48x slower than the best: beyond the data the members' trees each predict a constant, so they agreed most
+    where the model knew least. Far from every training shape the decision now rests on the transfer the
+    hold-out by region measured; where that found the estimate worth nothing (slope 0), the vendor is kept, in
+    words, and the answer is not sure."""
+    if ranker == "native" and library() is None:
+        pytest.skip("no C compiler")
+    folder = artifact.model_folder(build_models(tmp_path), DEVICE, "triton_mm", "float16")
+    pred = _with_transfer(Predictor(folder, ranker=ranker), intercept=0.0, slope=0.0)
+    far = pred.problem(50176, 570, 95, "NT")
+    p = pred.predict(far)
+    assert p.chosen_by == "vendor_floor" and p.ood and not p.sure
+    words = [r for r in p.ood_reasons if r.startswith("no training problem within 0.5 doublings")]
+    assert len(words) == 1 and "the vendor library is kept" in words[0] and "nearest (" in words[0]
+    assert "+0.00 + 0.00 x estimate" in words[0]
+    assert p.tile_vendor_estimate == pytest.approx((1.0, 2 ** -0.6, 2 ** 0.6))      # the transfer's, not the members'
+    # a transfer that measured tiles winning far away lets the cost model's tile through, said as such
+    pred = _with_transfer(Predictor(folder, ranker=ranker), intercept=-1.0, slope=0.0)
+    p = pred.predict(far)
+    assert p.chosen_by == "predicted" and not p.sure
+    assert any("a tile config is chosen" in r for r in p.ood_reasons)
+    # near a training shape the members' estimate decides as before, with no words about distance
+    near = pred.problem(*SHAPES[1], "NN")
+    assert not any(r.startswith("no training problem within") for r in pred.predict(near).ood_reasons)
+    other = _with_transfer(Predictor(folder, ranker=ranker), intercept=0.0, slope=0.0)
+    assert pred.predict(near) == other.predict(near)
+
+
+def test_the_transfer_is_the_held_out_line_of_measured_ratio_on_estimate():
+    from costlearn.learn.holdout import fit_transfer
+    rng = np.random.default_rng(0)
+    est = rng.uniform(-1, 1, 200)
+    y = 0.1 + 0.5 * est + 0.05 * rng.standard_normal(200)              # log2(chosen tile / vendor)
+    vendor_regret = np.where(y > 0, 0.0, 2.0 ** -y - 1.0)
+    tile_regret = (1.0 + vendor_regret) * 2.0 ** y - 1.0
+    held = pd.DataFrame(dict(estimate_log2=est, tile_regret=tile_regret, vendor_regret=vendor_regret))
+    t = fit_transfer(held)
+    assert t["slope"] == pytest.approx(0.5, abs=0.02) and t["intercept"] == pytest.approx(0.1, abs=0.02)
+    assert t["spread_log2"] == pytest.approx(0.05, abs=0.01) and t["problems"] == 200 and t["near_log2"] == 0.5
+    # an estimate that ranks problems backwards carries nothing: the line is flat at the mean
+    flat = fit_transfer(held.assign(estimate_log2=-est))
+    assert flat["slope"] == 0.0 and flat["intercept"] == pytest.approx(np.mean(y))
+    # too few problems: nothing is expected to win far away
+    few = fit_transfer(held.iloc[:10])
+    assert (few["intercept"], few["slope"], few["problems"]) == (0.0, 0.0, 10)
+    tr = dict(near_log2=0.5, intercept=0.1, slope=0.5, spread_log2=0.2, problems=50)
+    floor = VendorFloor(dict(calibrate_floor(pd.DataFrame(), True), estimate=[0.0, 1.0], transfer=tr))
+    assert floor.is_far(0.51) and not floor.is_far(0.5) and floor.is_far(math.nan) and floor.is_far(math.inf)
+    e = VendorEstimate(-0.1, 0.01)
+    assert not floor.keeps_vendor(-1.0, math.nan, e, 0.1)          # near: -0.1 + 0.01 < 0: a tile
+    assert floor.keeps_vendor(-1.0, math.nan, e, 2.0)              # far: 0.1 + 0.5 * -0.1 = 0.05: the vendor
+    assert not floor.keeps_vendor(-1.0, math.nan, VendorEstimate(-0.5, 0.9), 2.0)   # far: the spread plays no part
+    assert floor.transferred(e, 2.0) == (0.1 + 0.5 * -0.1, 0.2) and floor.transferred(e, 0.1) is e
+    assert floor.transfer_reason(e, 0.1, "NN", "1x1x1", True) is None
+    # a floor written before the transfer decides as it did
+    old = VendorFloor(dict(calibrate_floor(pd.DataFrame(), True), estimate=[0.0, 1.0]))
+    assert old.transfer is None and not old.is_far(math.inf) and not old.keeps_vendor(-1.0, math.nan, e, 9.0)
+
+
+@pytest.mark.parametrize("transfer", [dict(near_log2=-1.0, intercept=0.0, slope=0.5, spread_log2=0.1),
+                                      dict(near_log2=0.5, intercept=math.nan, slope=0.5, spread_log2=0.1),
+                                      dict(near_log2=0.5, intercept=0.0, slope=-0.5, spread_log2=0.1),
+                                      dict(near_log2=0.5, intercept=0.0, slope=0.5), [0.5, 0.0, 0.5, 0.1], "far"])
+def test_a_malformed_transfer_is_refused_by_name(transfer):
+    with pytest.raises(ValueError, match="transfer"):
+        VendorFloor(dict(calibrate_floor(pd.DataFrame(), True), estimate=[0.0, 1.0], transfer=transfer))
+
+
+def test_train_says_how_the_model_answers_real_models_layers_per_layout(tmp_path):
+    from costlearn.collect.strategy import REFERENCE_LAYERS
+    from costlearn.learn.coverage import coverage_lines, data_coverage
+    from costlearn.collect.dataset import load, valid_rows
+    models = build_models(tmp_path)
+    pred = Predictor(artifact.model_folder(models, DEVICE, "triton_mm", "float16"))
+    rows = valid_rows(load(tmp_path / "data" / DEVICE)[0])
+    rows = rows[rows["dtype"].astype(str) == "float16"]
+    cov = data_coverage(pred, rows)
+    assert set(cov) == set(pred.layouts)
+    for layout, c in cov.items():
+        trained = rows[rows["layout"].astype(str) == layout][["m", "n", "k"]].drop_duplicates()
+        assert c["problems"] == len(trained) and c["m"] == [int(trained.m.min()), int(trained.m.max())]
+        assert c["reference"] == len(REFERENCE_LAYERS) == c["tile"] + c["vendor"] == sum(c["chosen_by"].values())
+        assert 0 <= c["sure"] <= c["reference"] and c["far"] >= len(REFERENCE_LAYERS) - 1   # 12 small fixture shapes
+    line = coverage_lines(cov, "float16", (0.5,))[0]
+    assert f"of {len(REFERENCE_LAYERS)} real-model layer shapes" in line and "farther than 0.5 doublings" in line
