@@ -103,8 +103,9 @@ def _print_trained(res) -> None:
                f"extrapolates, a tile config only where {tr['intercept']:+.2f} + {tr['slope']:.2f} x the estimate "
                f"(the line the estimates held to on the {tr['problems']} held-out problems) is below 0"
                if tr else "")
+        which = "the near-data rule on every one (the line was fitted on them)" if tr else "the floor"
         print(f"vendor floor: a tile config is chosen where {' and '.join(rule)}{far}; {flagged}{outside}. On the "
-              f"held-out problems, top-1 vs best of all (geomean): {cal['rule_geomean']:.2%} with the floor, "
+              f"held-out problems, top-1 vs best of all (geomean): {cal['rule_geomean']:.2%} with {which}, "
               f"{cal['argmin_geomean']:.2%} plain argmin, {cal['vendor_geomean']:.2%} vendor only")
     if res.data_coverage:
         from costlearn.learn.coverage import coverage_lines
