@@ -24,8 +24,6 @@ out/decision-study/). Writes --report (default reports/decision_study.md).
 from __future__ import annotations
 
 import argparse
-import hashlib
-import io
 import sys
 import zipfile
 from pathlib import Path
@@ -35,6 +33,7 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
 from costlearn.collect.dataset import current_rows, load, valid_rows  # noqa: E402
 from costlearn.interop import import_file  # noqa: E402
@@ -43,22 +42,17 @@ from costlearn.model import artifact  # noqa: E402
 from costlearn.serve.predictor import Predictor  # noqa: E402
 from costlearn.learn.study import decision_scores  # noqa: E402
 from costlearn.learn.train import train  # noqa: E402
+from thin_data_study import hashed, subset  # noqa: E402
 
 DEFAULT_H100 = ROOT.parent / "shared" / "data" / "inductor-autoheuristic-h100-random" / "h100_mm.zip"
-KEY_COLUMNS = "m k n mat1_dtype mat2_dtype mat1_stride_0 mat1_stride_1 mat2_stride_0 mat2_stride_1 using_tf32".split()
 LOSES = 0.05
 """An answer 'loses' when its top-1 regret is above this."""
 
 
 def split_log(text: str) -> tuple[str, str]:
-    """(training log, held-out log) of an AutoHeuristic log's text: the issue's 20 % rule."""
-    lines = text.splitlines()
-    df = pd.read_csv(io.StringIO("\n".join(lines[1:])))
-    key = df[KEY_COLUMNS].astype(str).agg("|".join, axis=1)
-    held = key.map(lambda s: int(hashlib.sha256(s.encode()).hexdigest(), 16) % 5 == 0).to_numpy()
-    body = lines[2:]
-    return ("\n".join(lines[:2] + [ln for ln, h in zip(body, held) if not h]) + "\n",
-            "\n".join(lines[:2] + [ln for ln, h in zip(body, held) if h]) + "\n")
+    """(training log, held-out log) of an AutoHeuristic log's text: the issue's 20 % rule
+    (:func:`thin_data_study.hashed` of 5 is 0)."""
+    return subset(text, lambda d: hashed(d, 5) != 0), subset(text, lambda d: hashed(d, 5) == 0)
 
 
 def h100_split(source: Path, work: Path) -> pd.DataFrame:

@@ -78,6 +78,8 @@ def subset(text: str, keep) -> str:
 
 
 def hashed(df: pd.DataFrame, modulus: int) -> np.ndarray:
+    """Per row of an AutoHeuristic log's frame: ``int(sha256(key), 16) % modulus``, the key
+    :data:`KEY_COLUMNS` as pandas reads them, joined with ``|``."""
     key = df[KEY_COLUMNS].astype(str).agg("|".join, axis=1)
     return key.map(lambda s: int(hashlib.sha256(s.encode()).hexdigest(), 16) % modulus).to_numpy()
 

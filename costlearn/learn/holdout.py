@@ -178,7 +178,7 @@ def region_folds(rows: pd.DataFrame, regions: int = 5, seed: int = 0) -> tuple[l
     label = KMeans(n_clusters=k, n_init=10, random_state=seed).fit_predict(np.log2(shapes.astype(np.float64)))
     row_label = label[np.asarray(inverse).reshape(-1)]
     folds = [(np.flatnonzero(row_label != r), np.flatnonzero(row_label == r)) for r in range(k)]
-    return [f for f in folds if len(f[1]) and len(f[0])], f"{k} regions of shapes"
+    return folds, f"{k} regions of shapes"
 
 
 def fit_transfer(held: pd.DataFrame) -> dict:
@@ -202,8 +202,8 @@ def fit_transfer(held: pd.DataFrame) -> dict:
     dict
         JSON-ready: ``near_log2`` (:data:`~costlearn.model.vendor_floor.NEAR_LOG2`),
         ``intercept``, ``slope`` (>= 0), ``spread_log2`` (the residuals'
-        standard deviation, n - 2 degrees of freedom; 0 with fewer than 3
-        problems), ``problems``.
+        standard deviation, n - 2 degrees of freedom; 0 where too few
+        problems gave no line), ``problems``.
     """
     est = held["estimate_log2"].to_numpy(np.float64) if "estimate_log2" in held else np.zeros(0)
     y = np.log2((1.0 + held["tile_regret"].to_numpy(np.float64)) / (1.0 + held["vendor_regret"].to_numpy(np.float64))) \

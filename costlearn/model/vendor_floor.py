@@ -274,8 +274,7 @@ class VendorFloor:
             if estimate is None:
                 return True
             if self.is_far(distance):
-                _, a, b, _ = self.transfer
-                return not a + b * estimate.mean_log2 < -margin
+                return not self.transferred(estimate, distance).mean_log2 < -margin
             return not estimate.mean_log2 + z * estimate.sd_log2 < -margin
         return False
 
@@ -288,7 +287,7 @@ class VendorFloor:
         if estimate is None or self.estimate is None or not self.is_far(distance):
             return None
         near, a, b, s = self.transfer
-        t = a + b * estimate.mean_log2
+        t = self.transferred(estimate, distance).mean_log2
         count = self._layout_count.get(layout, 0)
         answer = "the vendor library is kept" if keeps else "a tile config is chosen"
         return (f"no training problem within {near:g} doublings (nearest {nearest}, {distance:.2f} doublings away "
