@@ -97,7 +97,46 @@ __kernel void copy(__global const float4* restrict a, __global float4* restrict 
 """
 
 
+def _compiler_error(e: Exception) -> str:
+    """The compiler's own ``error:`` lines of a failed build, else its first line."""
+    lines = [ln.strip() for ln in str(e).splitlines()]
+    errors = [ln for ln in lines if ln.startswith("error:")]
+    return "; ".join(dict.fromkeys(errors)) or next((ln for ln in lines if ln), type(e).__name__)
+
+
+def _open(device):
+    """Context and probe program on ``device``; raises ``cl.Error`` when its
+    compiler cannot build the probe."""
+    ctx = cl.Context([device])
+    return ctx, cl.Program(ctx, _PROBE_SRC).build()
+
+
+_NO_COMPILER_HINT = (
+    "A PoCL whose LLVM predates this CPU asks for target CPU 'generic' and builds nothing (the PoCL "
+    "wheel's LLVM 14 on AMD Zen 5, for one); install your distribution's PoCL (Debian/Ubuntu: "
+    "apt install pocl-opencl-icd), which PyOpenCL finds beside the wheel's")
+
+
 def _pick_device(device_index: int | None):
+    """The OpenCL device to measure on, with its context and probe program.
+
+    Without ``device_index``: the first GPU, else the first device, whose
+    compiler builds the probe kernel. A device whose compiler fails is passed
+    over: two PoCLs can be installed side by side and only one may know the
+    CPU.
+
+    Returns
+    -------
+    (device, context, program)
+
+    Raises
+    ------
+    BackendUnavailable
+        No OpenCL platform or device, or no device whose compiler builds a
+        kernel (each device's compiler error is named).
+    ValueError
+        ``device_index`` out of range.
+    """
     devices = []
     try:
         platforms = cl.get_platforms()
@@ -114,9 +153,18 @@ def _pick_device(device_index: int | None):
         if not 0 <= device_index < len(devices):
             raise ValueError(f"device_index={device_index}; this machine has OpenCL devices "
                              f"0..{len(devices) - 1}: {[d.name for d in devices]}")
-        return devices[device_index]
-    gpus = [d for d in devices if d.type & cl.device_type.GPU]
-    return (gpus or devices)[0]
+        candidates = [devices[device_index]]
+    else:
+        gpus = [d for d in devices if d.type & cl.device_type.GPU]
+        candidates = gpus + [d for d in devices if d not in gpus]
+    failures = []
+    for d in candidates:
+        try:
+            return (d, *_open(d))
+        except cl.Error as e:
+            failures.append(f"{d.name.strip()!r} ({d.platform.version.strip()}): {_compiler_error(e)}")
+    raise BackendUnavailable("no OpenCL device here compiles a kernel: " + " | ".join(failures)
+                             + f". {_NO_COMPILER_HINT}")
 
 
 class OpenCLBackend(Backend):
@@ -127,7 +175,14 @@ class OpenCLBackend(Backend):
     device_index : int, optional
         Index into all OpenCL devices of all platforms; default: the first
         GPU, else the first device (PoCL's CPU device on a machine without
-        GPU). ``COSTLEARN_OPENCL_DEVICE`` sets it from the environment.
+        GPU), whose compiler builds a kernel. ``COSTLEARN_OPENCL_DEVICE``
+        sets it from the environment.
+
+    Raises
+    ------
+    BackendUnavailable
+        No device, or none whose compiler builds a kernel (the message names
+        each compiler's error and how to get a working PoCL).
     """
 
     name = "opencl"
@@ -144,10 +199,8 @@ class OpenCLBackend(Backend):
         if device_index is None and env not in (None, ""):
             device_index = int(env)
         self._device_index = device_index
-        self.device = _pick_device(device_index)
-        self.ctx = cl.Context([self.device])
+        self.device, self.ctx, probe = _pick_device(device_index)
         self.queue = cl.CommandQueue(self.ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
-        probe = cl.Program(self.ctx, _PROBE_SRC).build()
         self._probe = probe.probe
         self._copy = probe.copy
         self._warp = int(self._probe.get_work_group_info(
