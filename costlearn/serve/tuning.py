@@ -166,7 +166,11 @@ SEPARATE_MAX_ROUNDS = 40
 """Cap on the rounds filter-then-measure spends separating its winner (each
 round times every candidate still overlapping it once)."""
 
-_TUNERS: dict = {}
+_TUNERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""Each live predictor's tuners, by (database, backend). A tuner reaches its
+predictor through a weak proxy, so a predictor nothing else holds (after
+:func:`costlearn.serve.predictor.clear_cache`) frees its tuners and their
+compiled kernels."""
 
 
 def tune(predictor, problem: Problem, *, top_k: int = 5, measure_top_k: int = 0, running_on=None,
@@ -186,11 +190,12 @@ def tune(predictor, problem: Problem, *, top_k: int = 5, measure_top_k: int = 0,
     db = open_tuning_db(tuning_db)
     if measure_top_k and backend is None:
         backend = local_backend(predictor.artifact.family.name)
-    key = (id(predictor), id(db), id(backend))
+    key = (id(db), id(backend))                  # unique while the tuner holds both
     with _LOCK:
-        tuner = _TUNERS.get(key)
-        if tuner is None or tuner.predictor is not predictor or tuner.db is not db or tuner.backend is not backend:
-            tuner = _TUNERS[key] = Tuner(predictor, db, backend)
+        tuners = _TUNERS.setdefault(predictor, {})
+        tuner = tuners.get(key)
+        if tuner is None:
+            tuner = tuners[key] = Tuner(weakref.proxy(predictor), db, backend)
     return tuner.tune(problem, top_k=top_k, measure_top_k=measure_top_k, running_on=running_on)
 
 

@@ -10,7 +10,9 @@ overwritten by a predicted one.
 - **Opening.** Reading a file that does not exist is an error; a database
   is created only when asked (``create=True``: recording a prediction or a
   measurement). A file that is not an SQLite database at all (it lacks the
-  SQLite header: a user's CSV, say) is refused and left alone. A schema-1
+  SQLite header: a user's CSV, say) is refused and left alone, as is an
+  SQLite file holding anything but costlearn's own schema (another table, a
+  trigger, a view, an index, a column of its own). A schema-1
   file (before kernel families) or schema-2 file (before epilogues) is
   upgraded in place when opened for writing, its entries becoming ``gemm``
   / ``NN`` entries (schema 1) and epilogue ``none`` entries;
@@ -93,6 +95,10 @@ def _upgrade(version: int) -> list:
 
 _V1_COLUMNS = ["m", "n", "k", "dtype", "device", "template_hash", "costlearn_version", "config_id", "how", "time_us",
                "times_json", "source", "updated"]
+_COLUMNS = {1: _V1_COLUMNS,
+            2: _V1_COLUMNS[:4] + ["layout", "family"] + _V1_COLUMNS[4:],
+            3: _V1_COLUMNS[:4] + ["layout", "epilogue", "family"] + _V1_COLUMNS[4:]}
+"""The columns of table ``tuned`` in each schema, in order (:data:`_CREATE` for 3)."""
 
 
 class TuningDBError(CostlearnError, OSError):
@@ -238,16 +244,16 @@ class TuningDB:
             if check != [("ok",)]:
                 raise sqlite3.DatabaseError("quick_check: " + "; ".join(str(r[0]) for r in check[:3]))
             version = conn.execute("PRAGMA user_version").fetchone()[0]
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            objects = conn.execute("SELECT type, name FROM sqlite_master").fetchall()
+            tables = {name for kind, name in objects if kind == "table"}
             if version > SCHEMA:
                 raise TuningDBError(f"{self.path} has tuning-database schema {version}, newer than this "
                                     f"costlearn's {SCHEMA}: upgrade costlearn or use another file")
             if tables - {"tuned"} or (version == 0 and tables):
                 raise TuningDBError(f"{self.path} is an SQLite database but not a costlearn tuning database "
                                     f"(tables {sorted(tables)}); use another file")
+            self._check_schema(conn, objects, version)
             if self.read_only:
-                if version == 1:
-                    self._check_v1_columns(conn)
                 self._version = version or SCHEMA
                 return conn
             conn.execute("PRAGMA journal_mode = WAL")
@@ -261,10 +267,25 @@ class TuningDB:
             raise
         return conn
 
-    def _check_v1_columns(self, conn: sqlite3.Connection) -> None:
-        cols = [r[1] for r in conn.execute("PRAGMA table_info(tuned)")]
-        if cols != _V1_COLUMNS:
-            raise TuningDBError(f"{self.path} claims tuning-database schema 1 but has columns {cols}; use another file")
+    def _check_schema(self, conn: sqlite3.Connection, objects: list, version: int) -> None:
+        """Refuse (:class:`TuningDBError`) a file holding anything but
+        costlearn's own schema: the table ``tuned`` with the columns of its
+        ``version`` and the index SQLite makes for its key. A trigger, view
+        or extra index in a valid file would run inside every query or
+        write: one trigger could rewrite each recorded prediction into a
+        "measured" entry of its choosing."""
+        foreign = sorted(f"{kind} {name!r}" for kind, name in objects
+                         if (kind, name) != ("table", "tuned")
+                         and not (kind == "index" and name.startswith("sqlite_autoindex_tuned_")))
+        if foreign:
+            raise TuningDBError(f"{self.path} holds {', '.join(foreign[:5])} beside costlearn's table: only "
+                                "costlearn's own schema is accepted (a trigger or view would act on every "
+                                "entry); left alone: use another file")
+        if version in _COLUMNS:
+            cols = [r[1] for r in conn.execute("PRAGMA table_info(tuned)")]
+            if cols != _COLUMNS[version]:
+                raise TuningDBError(f"{self.path} claims tuning-database schema {version} but its table has "
+                                    f"columns {cols}; left alone: use another file")
 
     def _upgrade_from(self, conn: sqlite3.Connection, version: int) -> None:
         """Schema 1 or 2 -> :data:`SCHEMA` in one transaction: every entry
@@ -275,8 +296,8 @@ class TuningDB:
         conn.execute("BEGIN IMMEDIATE")
         try:
             if conn.execute("PRAGMA user_version").fetchone()[0] == version:     # not upgraded by another process
-                if version == 1:
-                    self._check_v1_columns(conn)
+                objects = conn.execute("SELECT type, name FROM sqlite_master").fetchall()
+                self._check_schema(conn, objects, version)
                 for stmt in _upgrade(version):
                     conn.execute(stmt)
             conn.execute("COMMIT")

@@ -244,6 +244,26 @@ def test_predict_best_records_and_reuses(model_dir, device_name, tmp_path):
     assert q.tuning_db_source == "test"          # who measured it (a new user's report: it was not said)
 
 
+def test_tuners_of_predictors_that_clear_cache_dropped_are_freed(model_dir, device_name, tmp_path):
+    """tuning._TUNERS kept every Predictor that ever used a tuning database: 61 clear_cache() + predict
+    loops held 61 tuners (RSS 111 -> 158 MiB)."""
+    import gc
+    import weakref
+    from costlearn.serve import tuning
+    from costlearn.serve.predict import clear_cache, predict_best
+    from costlearn.serve.predictor import Predictor
+    db = TuningDB(tmp_path / "t.sqlite", create=True)
+    dropped = []
+    for i in range(6):
+        clear_cache()
+        p = predict_best(300 + i, 200, 100, device=device_name, tuning_db=db)
+        assert p.chosen_by == "predicted"
+        dropped += [weakref.ref(pred) for pred in tuning._TUNERS.keys()]
+    clear_cache()
+    gc.collect()
+    assert [r for r in dropped if r() is not None and isinstance(r(), Predictor)] == []
+
+
 def test_an_answer_measured_under_another_model_says_which(model_dir, device_name, tmp_path, capsys):
     """Regression (found by a new user): `measure_top_k` answered from an entry another model's top k had
     measured, without saying so."""
@@ -416,6 +436,29 @@ def test_newer_schema_or_foreign_database_is_left_alone(tmp_path):
         with pytest.raises(TuningDBError, match=says):
             TuningDB(path)
         assert path.read_bytes() == before and not list(tmp_path.glob("*.corrupt-*"))
+
+
+@pytest.mark.parametrize("extra", [
+    "CREATE TRIGGER fake AFTER INSERT ON tuned BEGIN UPDATE tuned SET how = 'measured', time_us = 0.001, "
+    "config_id = 'hostile' WHERE rowid = new.rowid; END",
+    "CREATE VIEW v AS SELECT * FROM tuned",
+    "CREATE INDEX by_time ON tuned (time_us)",
+    "ALTER TABLE tuned ADD COLUMN note TEXT",
+])
+def test_a_valid_database_carrying_a_trigger_or_other_foreign_schema_is_refused_and_left_alone(tmp_path, extra):
+    """A trigger in a valid file passed the open checks and rewrote every recorded prediction into a
+    'measured' entry of its own."""
+    path = tmp_path / "t.sqlite"
+    db = TuningDB(path, create=True)
+    db.put(entry())
+    db.close()
+    with contextlib.closing(sqlite3.connect(path)) as c, c:
+        c.execute(extra)
+    before = path.read_bytes()
+    for kw in (dict(create=True), dict(read_only=True)):
+        with pytest.raises(TuningDBError, match="only costlearn's own schema|claims tuning-database schema"):
+            TuningDB(path, **kw)
+    assert path.read_bytes() == before and not list(tmp_path.glob("*.corrupt-*"))
 
 
 def test_after_a_set_aside_every_thread_writes_to_the_fresh_file(tmp_path):
