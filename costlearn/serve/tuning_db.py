@@ -249,19 +249,21 @@ class TuningDB:
             if version > SCHEMA:
                 raise TuningDBError(f"{self.path} has tuning-database schema {version}, newer than this "
                                     f"costlearn's {SCHEMA}: upgrade costlearn or use another file")
-            if tables - {"tuned"} or (version == 0 and tables):
+            # Schema 3's table at user_version 0 is what a process killed between the two statements of
+            # an older costlearn's creation left: costlearn's own, half made.
+            half_made = version == 0 and tables == {"tuned"} and _columns(conn) == _COLUMNS[SCHEMA]
+            if tables - {"tuned"} or (version == 0 and tables and not half_made):
                 raise TuningDBError(f"{self.path} is an SQLite database but not a costlearn tuning database "
                                     f"(tables {sorted(tables)}); use another file")
-            self._check_schema(conn, objects, version)
+            self._check_schema(conn, objects, SCHEMA if half_made else version)
             if self.read_only:
                 self._version = version or SCHEMA
                 return conn
             conn.execute("PRAGMA journal_mode = WAL")
             if version in (1, 2):
                 self._upgrade_from(conn, version)
-            conn.execute(_CREATE)
-            if version == 0:
-                conn.execute(f"PRAGMA user_version = {SCHEMA}")
+            elif version == 0:
+                self._create(conn)
         except (sqlite3.DatabaseError, TuningDBError):
             conn.close()
             raise
@@ -282,10 +284,24 @@ class TuningDB:
                                 "costlearn's own schema is accepted (a trigger or view would act on every "
                                 "entry); left alone: use another file")
         if version in _COLUMNS:
-            cols = [r[1] for r in conn.execute("PRAGMA table_info(tuned)")]
+            cols = _columns(conn)
             if cols != _COLUMNS[version]:
                 raise TuningDBError(f"{self.path} claims tuning-database schema {version} but its table has "
                                     f"columns {cols}; left alone: use another file")
+
+    @staticmethod
+    def _create(conn: sqlite3.Connection) -> None:
+        """The table and the schema version in one transaction, so no kill
+        leaves one without the other (another process creating it meanwhile
+        makes this a no-op)."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(_CREATE)
+            conn.execute(f"PRAGMA user_version = {SCHEMA}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
 
     def _upgrade_from(self, conn: sqlite3.Connection, version: int) -> None:
         """Schema 1 or 2 -> :data:`SCHEMA` in one transaction: every entry
@@ -494,6 +510,11 @@ class TuningDB:
                 continue
         return out
 
+
+
+def _columns(conn: sqlite3.Connection) -> list:
+    """The column names of table ``tuned``, in order (empty without it)."""
+    return [r[1] for r in conn.execute("PRAGMA table_info(tuned)")]
 
 
 def _positive(v) -> float:

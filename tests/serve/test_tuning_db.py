@@ -461,6 +461,27 @@ def test_a_valid_database_carrying_a_trigger_or_other_foreign_schema_is_refused_
     assert path.read_bytes() == before and not list(tmp_path.glob("*.corrupt-*"))
 
 
+def test_a_table_left_without_its_schema_version_by_a_kill_is_taken_as_costlearn_s_own(tmp_path):
+    """Creation ran CREATE TABLE and PRAGMA user_version as two commits: a process killed between them left a
+    file every later open refused as "not a costlearn tuning database"."""
+    from costlearn.serve.tuning_db import _CREATE
+    path = tmp_path / "t.sqlite"
+    with contextlib.closing(sqlite3.connect(path)) as c, c:
+        c.execute(_CREATE)                                  # user_version still 0
+    assert TuningDB(path, read_only=True).entries() == []
+    db = TuningDB(path, create=True)
+    assert db.put(entry())
+    db.close()
+    with contextlib.closing(sqlite3.connect(path)) as c:
+        assert c.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert get(TuningDB(path)).config == CFG
+    other = tmp_path / "other.sqlite"                       # a table of that name but not ours stays refused
+    with contextlib.closing(sqlite3.connect(other)) as c, c:
+        c.execute("CREATE TABLE tuned (m INTEGER)")
+    with pytest.raises(TuningDBError, match="not a costlearn tuning database"):
+        TuningDB(other, create=True)
+
+
 def test_after_a_set_aside_every_thread_writes_to_the_fresh_file(tmp_path):
     """A thread's old connection kept writing into the set-aside copy."""
     path = tmp_path / "t.sqlite"
