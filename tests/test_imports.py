@@ -151,7 +151,8 @@ def test_no_private_name_crosses_a_module_or_a_class():
 
 OPTIONAL = {"triton": "an extra (costlearn[triton])", "torch": "an extra (costlearn[triton])",
             "cupy": "an extra (costlearn[cuda])", "pyopencl": "an extra (PoCL)", "pynvml": "optional (nvidia-ml-py)",
-            "ray": "an extra (costlearn[fleet])", "kernel_tuner": "an extra (costlearn[interop])",
+            "ray": "an extra (costlearn[fleet])", "psycopg": "an extra (costlearn[server])",
+            "kernel_tuner": "an extra (costlearn[interop])",
             "xgboost": "importing costlearn never needs it (package docstring)",
             "matplotlib": "plots only", "sklearn": "start-up (about 1 s)", "scipy": "start-up",
             "joblib": "start-up", "tqdm": "start-up", "pandas": "start-up (about 0.4 s)"}

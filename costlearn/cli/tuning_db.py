@@ -2,15 +2,16 @@
 from __future__ import annotations
 
 from costlearn.cli.common import old_spelling, positive_int
-from costlearn.serve.tuning_db import TuningDB, default_path
+from costlearn.serve.tuning_db import default_path, default_target, is_server_url
+from costlearn.serve.tuning_db_server import open_store
 
 
 def cmd_tuning_db(args) -> int:
-    if args.tuning_db is None and not default_path().exists():
+    if args.tuning_db is None and not is_server_url(default_target()) and not default_path().exists():
         print(f"{default_path()}: no tuning database yet (`costlearn predict ... --measure-top-k K` or "
               "`--tuning-db PATH` records one)")
         return 0
-    db = TuningDB(args.tuning_db, read_only=True)     # listing changes no file: nothing created, upgraded or set aside
+    db = open_store(args.tuning_db, read_only=True)   # listing changes nothing: nothing created, upgraded or set aside
     entries = db.entries()
     print(f"{db.path}: {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}")
     for e in entries[-args.last:]:
@@ -23,8 +24,9 @@ def add_tuning_db(sub) -> None:
     p = sub.add_parser("tuning-db", help="list the tuning database",
                        description="List the tuning database's entries (shape, device, config, how chosen, "
                        "time). Read-only: a corrupt file is reported and left as it is.")
-    p.add_argument("--tuning-db", default=None, metavar="PATH",
-                   help="tuning database file to read; it must exist and is opened read-only (default: "
+    p.add_argument("--tuning-db", default=None, metavar="PATH|URL",
+                   help="tuning database to read, a file or a postgresql:// URL; it must exist and is opened "
+                   "read-only (default: "
                    "$COSTLEARN_TUNING_DB, else tuning.sqlite in the user cache: $COSTLEARN_CACHE, "
                    "$XDG_CACHE_HOME/costlearn or ~/.cache/costlearn)")
     old_spelling(p, "--path", "--tuning-db")

@@ -30,7 +30,8 @@ from costlearn.collect.loop import measure_rows
 from costlearn.collect.measure import Protocol
 from costlearn.serve.prediction import Prediction
 from costlearn.core.problem import Problem
-from costlearn.serve.tuning_db import TuningDB, TuningEntry, default_path
+from costlearn.serve.tuning_db import TuningDB, TuningEntry, default_target, is_server_url
+from costlearn.serve.tuning_db_server import ServerTuningDB, open_store
 from costlearn.core.version import __version__
 
 __all__ = ["tune", "Tuner", "local_backend", "open_tuning_db"]
@@ -58,22 +59,26 @@ def local_backend(family: str = "gemm"):
 
 
 def open_tuning_db(db):
-    """A TuningDB as given, or the one for a path (None: the default path),
-    opened once per process.
+    """A tuning database as given, or the one a path or ``postgresql://``
+    URL names (None: ``$COSTLEARN_TUNING_DB``, else the default path),
+    opened once per process (:func:`costlearn.serve.tuning_db.open_store`).
 
     Raises
     ------
     TypeError
-        If ``db`` is neither a path, a TuningDB nor None.
+        If ``db`` is neither a path, a URL, a tuning database nor None.
     """
-    if isinstance(db, TuningDB):
+    if isinstance(db, (TuningDB, ServerTuningDB)):
         return db
     if db is not None and not isinstance(db, (str, os.PathLike)):
-        raise TypeError(f"tuning_db={db!r}; must be a path, a costlearn.serve.tuning_db.TuningDB or None")
-    key = str(Path(db).resolve() if db is not None else default_path().resolve())
+        raise TypeError(f"tuning_db={db!r}; must be a path, a postgresql:// URL, a "
+                        "costlearn.serve.tuning_db.TuningDB or None")
+    if db is None:
+        db = default_target()
+    key = db if is_server_url(db) else str(Path(db).resolve())
     with _LOCK:
         if key not in _DBS:
-            _DBS[key] = TuningDB(key, create=True)
+            _DBS[key] = open_store(key, create=True)
         return _DBS[key]
 
 
@@ -112,7 +117,7 @@ class Tuner:
         where = backend.spec if backend is not None else (running_on or pred.spec)
         p = pred.predict(problem, max(top_k, measure_top_k + (pred.vendor_index is not None)), running_on)
         fam = pred.artifact.family
-        hit = db.get(problem, fam.name, where.slug, fam.template_hash, spec=where)
+        hit = _get(db, problem, fam.name, where.slug, fam.template_hash, spec=where)
         if hit is not None and hit.chosen_by == "predicted" and not hit.source.startswith(pred.source):
             hit = None                  # another model's prediction: this model answers for itself
         if hit is not None and (hit.chosen_by == "measured" or not measure_top_k):
@@ -197,6 +202,18 @@ def tune(predictor, problem: Problem, *, top_k: int = 5, measure_top_k: int = 0,
         if tuner is None:
             tuner = tuners[key] = Tuner(weakref.proxy(predictor), db, backend)
     return tuner.tune(problem, top_k=top_k, measure_top_k=measure_top_k, running_on=running_on)
+
+
+def _get(db, *args, **kwargs):
+    """Look up in the tuning database; a database that cannot be read (a
+    server down or unreachable, a file locked) costs the lookup, not the
+    answer: warn, and answer as on a miss."""
+    try:
+        return db.get(*args, **kwargs)
+    except OSError as e:
+        warnings.warn(f"costlearn: the tuning database was not read, answering from the model: {e}",
+                      RuntimeWarning, stacklevel=4)
+        return None
 
 
 def _put(db, entry) -> None:

@@ -50,7 +50,9 @@ from costlearn.collect.space import check_config
 from costlearn.core.util import cache_dir, check_instance
 from costlearn.core.errors import CostlearnError
 
-__all__ = ["TuningDB", "TuningEntry", "TuningDBError", "default_path", "CHOSEN_BY"]
+__all__ = ["TuningDB", "TuningEntry", "TuningDBError", "default_path", "default_target", "is_server_url",
+           "entry_values", "decode_row", "key_values", "key_args", "select_entry", "entries_from_rows", "CHOSEN_BY",
+           "COLUMNS", "KEY_COLUMNS", "CREATE_TABLE", "UPSERT"]
 
 SCHEMA = 3
 """3 added ``epilogue``, 2 ``layout`` and ``family`` to the key (older files are upgraded on open)."""
@@ -61,9 +63,10 @@ _KEYS = {1: "m, n, k, dtype, 'NN', 'none', 'gemm', device, template_hash, costle
          3: "m, n, k, dtype, layout, epilogue, family, device, template_hash, costlearn_version"}
 """The key columns as read from a file of each schema (older ones with the
 values their entries had)."""
-_KEY = _KEYS[SCHEMA]
+KEY_COLUMNS = _KEYS[SCHEMA]
+"""The key's columns, comma-separated (every store's primary key)."""
 
-_CREATE = f"""
+CREATE_TABLE = f"""
 CREATE TABLE IF NOT EXISTS tuned (
     m INTEGER NOT NULL, n INTEGER NOT NULL, k INTEGER NOT NULL,
     dtype TEXT NOT NULL, layout TEXT NOT NULL, epilogue TEXT NOT NULL, family TEXT NOT NULL,
@@ -75,30 +78,34 @@ CREATE TABLE IF NOT EXISTS tuned (
     times_json TEXT NOT NULL,
     source TEXT NOT NULL,
     updated TEXT NOT NULL,
-    PRIMARY KEY ({_KEY})
+    PRIMARY KEY ({KEY_COLUMNS})
 )"""
+"""The table, in SQLite's types (the server store maps them to PostgreSQL's)."""
 
-_UPSERT = f"""
+UPSERT = f"""
 INSERT INTO tuned VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT ({_KEY}) DO UPDATE SET
+ON CONFLICT ({KEY_COLUMNS}) DO UPDATE SET
     config_id = excluded.config_id, how = excluded.how, time_us = excluded.time_us,
     times_json = excluded.times_json, source = excluded.source, updated = excluded.updated
 WHERE excluded.how = 'measured' OR tuned.how = 'predicted'
 """
+"""Store one entry: a measured entry is never replaced by a predicted one
+(SQLite's placeholders; the same statement in PostgreSQL)."""
+
 
 def _upgrade(version: int) -> list:
     """The statements that bring a schema-``version`` table to :data:`SCHEMA`."""
-    return ["ALTER TABLE tuned RENAME TO tuned_old", _CREATE,
+    return ["ALTER TABLE tuned RENAME TO tuned_old", CREATE_TABLE,
             f"INSERT INTO tuned SELECT {_KEYS[version]}, config_id, how, time_us, times_json, source, updated "
             "FROM tuned_old", "DROP TABLE tuned_old", f"PRAGMA user_version = {SCHEMA}"]
 
 
 _V1_COLUMNS = ["m", "n", "k", "dtype", "device", "template_hash", "costlearn_version", "config_id", "how", "time_us",
                "times_json", "source", "updated"]
-_COLUMNS = {1: _V1_COLUMNS,
+COLUMNS = {1: _V1_COLUMNS,
             2: _V1_COLUMNS[:4] + ["layout", "family"] + _V1_COLUMNS[4:],
             3: _V1_COLUMNS[:4] + ["layout", "epilogue", "family"] + _V1_COLUMNS[4:]}
-"""The columns of table ``tuned`` in each schema, in order (:data:`_CREATE` for 3)."""
+"""The columns of table ``tuned`` in each schema, in order (:data:`CREATE_TABLE` for 3)."""
 
 
 class TuningDBError(CostlearnError, OSError):
@@ -111,6 +118,19 @@ def default_path() -> Path:
     (:func:`costlearn.core.util.cache_dir`)."""
     env = os.environ.get("COSTLEARN_TUNING_DB")
     return Path(env) if env else cache_dir() / "tuning.sqlite"
+
+
+def default_target():
+    """The tuning database used where none is named: ``$COSTLEARN_TUNING_DB``
+    when it is a ``postgresql://`` URL (a str), else :func:`default_path`."""
+    env = os.environ.get("COSTLEARN_TUNING_DB")
+    return env if is_server_url(env) else default_path()
+
+
+def is_server_url(target) -> bool:
+    """True for a ``postgresql://`` (or ``postgres://``) URL: a tuning
+    database on a server, not a file."""
+    return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
 
 
 @dataclass(frozen=True)
@@ -251,7 +271,7 @@ class TuningDB:
                                     f"costlearn's {SCHEMA}: upgrade costlearn or use another file")
             # Schema 3's table at user_version 0 is what a process killed between the two statements of
             # an older costlearn's creation left: costlearn's own, half made.
-            half_made = version == 0 and tables == {"tuned"} and _columns(conn) == _COLUMNS[SCHEMA]
+            half_made = version == 0 and tables == {"tuned"} and _columns(conn) == COLUMNS[SCHEMA]
             if tables - {"tuned"} or (version == 0 and tables and not half_made):
                 raise TuningDBError(f"{self.path} is an SQLite database but not a costlearn tuning database "
                                     f"(tables {sorted(tables)}); use another file")
@@ -283,9 +303,9 @@ class TuningDB:
             raise TuningDBError(f"{self.path} holds {', '.join(foreign[:5])} beside costlearn's table: only "
                                 "costlearn's own schema is accepted (a trigger or view would act on every "
                                 "entry); left alone: use another file")
-        if version in _COLUMNS:
+        if version in COLUMNS:
             cols = _columns(conn)
-            if cols != _COLUMNS[version]:
+            if cols != COLUMNS[version]:
                 raise TuningDBError(f"{self.path} claims tuning-database schema {version} but its table has "
                                     f"columns {cols}; left alone: use another file")
 
@@ -296,7 +316,7 @@ class TuningDB:
         makes this a no-op)."""
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.execute(_CREATE)
+            conn.execute(CREATE_TABLE)
             conn.execute(f"PRAGMA user_version = {SCHEMA}")
             conn.execute("COMMIT")
         except BaseException:
@@ -432,26 +452,9 @@ class TuningDB:
         TypeError
             If ``problem`` is not a Problem.
         """
-        check_instance("problem", problem, Problem, "a costlearn.Problem")
-        p = problem
-        where = " AND ".join(f"{expr}=?" for expr in _KEYS[self._version].split(", "))
-        row = self._run(lambda c: c.execute(
-            f"SELECT config_id, how, time_us, times_json, source, updated FROM tuned WHERE {where}",
-            (p.m, p.n, p.k, p.dtype, p.layout, p.epilogue, str(family), str(device), str(template_hash),
-             str(costlearn_version))).fetchone())
-        if row is None:
-            return None
-        config_id, how, time_us, times_json, source, updated = row
-        try:
-            config = get_family(family).config_from_id(config_id)
-            times = _times(json.loads(times_json))
-            time_us = _positive(time_us)
-        except (ValueError, TypeError):
-            return None                          # a damaged row is a miss
-        if spec is not None and check_config(config, spec, problem=p) is not None:
-            return None
-        return TuningEntry(p, str(family), str(device), str(template_hash), str(costlearn_version), config,
-                           how, float(time_us), times, source, updated)
+        key = key_values(problem, family, device, template_hash, costlearn_version)
+        sql = select_entry(_KEYS[self._version], "?")
+        return decode_row(self._run(lambda c: c.execute(sql, key).fetchone()), *key_args(key), spec)
 
     def put(self, entry: TuningEntry) -> bool:
         """Store an entry; a measured entry is never replaced by a predicted
@@ -470,46 +473,122 @@ class TuningDB:
         """
         if self.read_only:
             raise OSError(f"the tuning database {self.path} was opened read-only")
-        if not isinstance(entry, TuningEntry):
-            raise TypeError(f"entry={entry!r}; must be a TuningEntry")
-        check_instance("problem", entry.problem, Problem, "a costlearn.Problem")
-        if entry.family not in FAMILIES:
-            raise ValueError(f"family={entry.family!r}; known: {list(FAMILIES.names())}")
-        if entry.chosen_by not in CHOSEN_BY:
-            raise ValueError(f"chosen_by={entry.chosen_by!r}; allowed: {CHOSEN_BY}")
-        for name in ("device", "template_hash", "costlearn_version", "source"):
-            v = getattr(entry, name)
-            if not isinstance(v, str) or (not v and name != "source"):
-                raise TypeError(f"{name}={v!r}; must be a non-empty str")
-        if not isinstance(entry.config, get_family(entry.family).config_type):
-            raise TypeError(f"config={entry.config!r}; must be a config of the {entry.family!r} family")
-        try:
-            _positive(entry.time_us)
-            _times(entry.times_us)
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"{e} (time_us={entry.time_us!r}, times_us={entry.times_us!r})") from None
-        stamp = entry.updated if isinstance(entry.updated, str) and entry.updated else \
-            datetime.now(timezone.utc).isoformat(timespec="seconds")
-        p = entry.problem
-        values = (p.m, p.n, p.k, p.dtype, p.layout, p.epilogue, entry.family, entry.device, entry.template_hash,
-                  entry.costlearn_version, entry.config.config_id, entry.chosen_by, float(entry.time_us),
-                  json.dumps(_times(entry.times_us), sort_keys=True), entry.source, stamp)
-        return bool(self._run(lambda c: c.execute(_UPSERT, values).rowcount))
+        values = entry_values(entry)
+        return bool(self._run(lambda c: c.execute(UPSERT, values).rowcount))
 
     def entries(self) -> list[TuningEntry]:
-        """Every stored entry (all versions), oldest first."""
-        rows = self._run(lambda c: c.execute(                       # an older file only when opened read-only
+        """Every stored entry (all versions), oldest first; a row that does
+        not decode (:func:`decode_row`) is left out."""
+        return entries_from_rows(self._run(lambda c: c.execute(     # an older file only when opened read-only
             f"SELECT {_KEYS[self._version]}, config_id, how, time_us, times_json, source, updated FROM tuned "
-            "ORDER BY updated").fetchall())
-        out = []
-        for r in rows:
-            try:
-                out.append(TuningEntry(Problem(*r[:6]), r[6], *r[7:10], get_family(r[6]).config_from_id(r[10]),
-                                       r[11], float(r[12]), json.loads(r[13]), r[14], r[15]))
-            except (ValueError, TypeError):
-                continue
-        return out
+            "ORDER BY updated").fetchall()))
 
+
+
+def entry_values(entry: TuningEntry) -> tuple:
+    """``entry`` checked and as the 16 values of a row of ``tuned``, in
+    :data:`COLUMNS` order (``updated``: now, UTC, where the entry has none).
+
+    Raises
+    ------
+    TypeError, ValueError
+        An entry no store may hold: not a TuningEntry, an unknown family,
+        ``chosen_by`` not in :data:`CHOSEN_BY`, an empty name, a config of
+        another family, or a time that is not finite and > 0.
+    """
+    if not isinstance(entry, TuningEntry):
+        raise TypeError(f"entry={entry!r}; must be a TuningEntry")
+    check_instance("problem", entry.problem, Problem, "a costlearn.Problem")
+    if entry.family not in FAMILIES:
+        raise ValueError(f"family={entry.family!r}; known: {list(FAMILIES.names())}")
+    if entry.chosen_by not in CHOSEN_BY:
+        raise ValueError(f"chosen_by={entry.chosen_by!r}; allowed: {CHOSEN_BY}")
+    for name in ("device", "template_hash", "costlearn_version", "source"):
+        v = getattr(entry, name)
+        if not isinstance(v, str) or (not v and name != "source"):
+            raise TypeError(f"{name}={v!r}; must be a non-empty str")
+    if not isinstance(entry.config, get_family(entry.family).config_type):
+        raise TypeError(f"config={entry.config!r}; must be a config of the {entry.family!r} family")
+    try:
+        _positive(entry.time_us)
+        times = _times(entry.times_us)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{e} (time_us={entry.time_us!r}, times_us={entry.times_us!r})") from None
+    stamp = entry.updated if isinstance(entry.updated, str) and entry.updated else \
+        datetime.now(timezone.utc).isoformat(timespec="seconds")
+    p = entry.problem
+    return (p.m, p.n, p.k, p.dtype, p.layout, p.epilogue, entry.family, entry.device, entry.template_hash,
+            entry.costlearn_version, entry.config.config_id, entry.chosen_by, float(entry.time_us),
+            json.dumps(times, sort_keys=True), entry.source, stamp)
+
+
+def key_values(problem: Problem, family: str, device: str, template_hash: str, costlearn_version: str) -> tuple:
+    """The key's 10 values, in :data:`KEY_COLUMNS` order.
+
+    Raises
+    ------
+    TypeError
+        If ``problem`` is not a Problem.
+    """
+    check_instance("problem", problem, Problem, "a costlearn.Problem")
+    p = problem
+    return (p.m, p.n, p.k, p.dtype, p.layout, p.epilogue, str(family), str(device), str(template_hash),
+            str(costlearn_version))
+
+
+def key_args(key: tuple) -> tuple:
+    """``(problem, family, device, template_hash, costlearn_version)`` of a
+    key's values (:func:`key_values`), as :func:`decode_row` takes them."""
+    return (Problem(*key[:6]), *key[6:])
+
+
+def select_entry(key_columns: str, placeholder: str) -> str:
+    """The query of one key's stored row, ``(config_id, how, time_us,
+    times_json, source, updated)``: ``key_columns`` comma-separated (or the
+    expressions an older schema reads them by), each bound to
+    ``placeholder`` (``?`` for SQLite, ``%s`` for psycopg)."""
+    where = " AND ".join(f"{expr} = {placeholder}" for expr in key_columns.split(", "))
+    return f"SELECT config_id, how, time_us, times_json, source, updated FROM tuned WHERE {where}"
+
+
+def entries_from_rows(rows) -> list[TuningEntry]:
+    """The entries of full rows (the 10 key values, then the 6 of
+    :func:`select_entry`), those that decode (:func:`decode_row`)."""
+    out = []
+    for r in rows:
+        try:
+            args = key_args(tuple(r[:10]))
+        except (TypeError, ValueError):
+            continue
+        e = decode_row(r[10:], *args)
+        if e is not None:
+            out.append(e)
+    return out
+
+
+def decode_row(row, problem: Problem, family: str, device: str, template_hash: str, costlearn_version: str,
+               spec=None) -> TuningEntry | None:
+    """The entry a stored row ``(config_id, how, time_us, times_json,
+    source, updated)`` of that key holds, or None (a miss): a row that does
+    not decode to a config of ``family`` with finite positive times, or
+    whose config is infeasible on ``spec`` for ``problem``
+    (:func:`costlearn.collect.space.check_config`), is never returned for
+    launch."""
+    if row is None:
+        return None
+    config_id, how, time_us, times_json, source, updated = row
+    try:
+        if how not in CHOSEN_BY or not isinstance(source, str):
+            raise ValueError(f"how={how!r}")
+        config = get_family(family).config_from_id(config_id)
+        times = _times(json.loads(times_json))
+        time_us = _positive(time_us)
+    except (ValueError, TypeError):
+        return None                          # a damaged row is a miss
+    if spec is not None and check_config(config, spec, problem=problem) is not None:
+        return None
+    return TuningEntry(problem, str(family), str(device), str(template_hash), str(costlearn_version), config,
+                       how, float(time_us), times, source, str(updated))
 
 
 def _columns(conn: sqlite3.Connection) -> list:

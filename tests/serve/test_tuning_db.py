@@ -464,10 +464,10 @@ def test_a_valid_database_carrying_a_trigger_or_other_foreign_schema_is_refused_
 def test_a_table_left_without_its_schema_version_by_a_kill_is_taken_as_costlearn_s_own(tmp_path):
     """Creation ran CREATE TABLE and PRAGMA user_version as two commits: a process killed between them left a
     file every later open refused as "not a costlearn tuning database"."""
-    from costlearn.serve.tuning_db import _CREATE
+    from costlearn.serve.tuning_db import CREATE_TABLE
     path = tmp_path / "t.sqlite"
     with contextlib.closing(sqlite3.connect(path)) as c, c:
-        c.execute(_CREATE)                                  # user_version still 0
+        c.execute(CREATE_TABLE)                                  # user_version still 0
     assert TuningDB(path, read_only=True).entries() == []
     db = TuningDB(path, create=True)
     assert db.put(entry())

@@ -1,0 +1,187 @@
+"""The tuning database on a real PostgreSQL server (the pg_server fixture starts one): the rules of the
+SQLite store, hostile rows, a foreign table, a read-only role, and a server that dies."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from costlearn import __version__
+from costlearn.core.device import preset
+from costlearn.core.problem import Problem
+from costlearn.families.gemm import TEMPLATE_HASH
+from costlearn.families.gemm import GemmConfig as TileConfig
+from costlearn.serve.tuning_db import TuningDBError, TuningEntry
+from costlearn.serve.tuning_db_server import open_store
+
+CFG = TileConfig(16, 32, 8, 2, 4)
+P = Problem(64, 64, 64)
+
+
+def entry(chosen_by="predicted", t=10.0, config=CFG, m=64, **kw):
+    base = dict(problem=Problem(m, 64, 64), family="gemm", device="dev", template_hash=TEMPLATE_HASH,
+                costlearn_version=__version__, config=config, chosen_by=chosen_by, time_us=t,
+                times_us={config.config_id: t}, source="test")
+    base.update(kw)
+    return TuningEntry(**base)
+
+
+def _database(url: str) -> str:
+    """The database name of a fixture's URL, postgresql://user@/NAME?host=..."""
+    return url.split("@/", 1)[1].split("?", 1)[0]
+
+
+def get(db, problem=P, **kw):
+    return db.get(problem, "gemm", "dev", TEMPLATE_HASH, **kw)
+
+
+def test_round_trip_and_a_measured_entry_is_never_replaced_by_a_predicted_one(pg_url):
+    db = open_store(pg_url, create=True)
+    assert type(db).__name__ == "ServerTuningDB" and get(db) is None
+    assert db.put(entry("measured", 5.0))
+    assert not db.put(entry("predicted", 1.0))
+    hit = get(db)
+    assert (hit.config, hit.chosen_by, hit.time_us) == (CFG, "measured", 5.0)
+    assert get(db, costlearn_version="0.0.0") is None         # the version is in the key
+    other = open_store(pg_url)                                 # another host of the fleet reads it
+    assert get(other).time_us == 5.0 and [e.time_us for e in other.entries()] == [5.0]
+
+
+def test_a_config_no_longer_feasible_is_a_miss_never_launched(pg_url):
+    db = open_store(pg_url)
+    huge = TileConfig(256, 256, 64, 16, 16)
+    db.put(entry("measured", 3.0, config=huge, m=8, times_us={huge.config_id: 3.0}))
+    assert get(db, Problem(8, 64, 64)) is not None
+    assert get(db, Problem(8, 64, 64), spec=preset("a100")) is None
+
+
+@pytest.mark.parametrize("column, value", [("config_id", "not-a-config"), ("time_us", -5.0),
+                                           ("times_json", "[1, 2]"), ("times_json", '{"a": "NaN"}')])
+def test_hostile_rows_are_misses_and_left_out_of_the_listing(pg_server, pg_url, column, value):
+    db = open_store(pg_url)
+    db.put(entry("measured", 5.0))
+    db.put(entry("measured", 6.0, m=128))
+    pg_server.execute(f"UPDATE tuned SET {column} = %s WHERE m = 64", _database(pg_url), (value,))
+    assert get(db) is None
+    assert [e.problem.m for e in db.entries()] == [128]
+
+
+def test_a_table_tuned_that_is_not_costlearn_s_is_refused(pg_server, pg_url):
+    pg_server.execute("CREATE TABLE tuned (m INTEGER, note TEXT)", _database(pg_url))
+    db = open_store(pg_url)                                    # nothing asked of the server yet
+    with pytest.raises(TuningDBError, match="not costlearn's"):
+        get(db)
+    with pytest.raises(TuningDBError, match="not costlearn's"):
+        db.put(entry("measured", 5.0))
+
+
+def test_a_read_only_role_reads_and_its_write_is_a_clear_error_that_names_no_password(pg_server, pg_url):
+    database = _database(pg_url)
+    open_store(pg_url).put(entry("measured", 5.0))
+    pg_server.execute("DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'reader') THEN "
+                      "CREATE ROLE reader LOGIN; END IF; END $$")
+    pg_server.execute("GRANT SELECT ON tuned TO reader", database)
+    url = pg_server.url(database, user="reader", password="s3cret-pw")
+    reader = open_store(url, read_only=True)
+    assert get(reader).time_us == 5.0 and "s3cret-pw" not in reader.path
+    with pytest.raises(OSError, match="read-only"):
+        reader.put(entry("measured", 1.0))
+    writer_by_mistake = open_store(url)                        # a serving host's role, opened for writing
+    with pytest.raises(OSError) as err:
+        writer_by_mistake.put(entry("measured", 1.0, m=128))
+    assert "permission denied" in str(err.value) and "s3cret-pw" not in str(err.value)
+
+
+def test_a_server_that_dies_is_an_oserror_in_bounded_time_and_what_it_committed_survives(pg_server, pg_url):
+    import time
+    from costlearn.serve.tuning_db_server import ServerTuningDB
+    db = ServerTuningDB(pg_url, timeout_s=2.0)
+    db.put(entry("measured", 5.0))
+    pg_server.stop("immediate")                                # as in a crash
+    try:
+        t0 = time.perf_counter()
+        with pytest.raises(OSError, match="cannot use the tuning database"):
+            db.put(entry("measured", 4.0, m=128))
+        first_s = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        with pytest.raises(OSError, match="not retried"):      # remembered away: no second wait
+            get(db)
+        assert first_s < 10.0 and time.perf_counter() - t1 < 1.0
+    finally:
+        pg_server.start()
+    assert get(ServerTuningDB(pg_url)).time_us == 5.0
+    db._away = None                                            # (as AWAY_S later)
+    assert get(db).time_us == 5.0                              # the pool reconnects
+
+
+def test_predict_best_records_to_the_server_and_answers_from_the_model_while_it_is_down(
+        pg_server, pg_url, model_dir, device_name):
+    from costlearn.serve.predict import Predictor, predict_best
+    slug = Predictor(model_dir).spec.slug
+    p = predict_best(300, 200, 100, device=device_name, tuning_db=pg_url)
+    hit = open_store(pg_url).get(Problem(300, 200, 100), "gemm", slug, TEMPLATE_HASH)
+    assert hit.config == p.config and hit.chosen_by == "predicted"
+    pg_server.stop("immediate")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            q = predict_best(301, 200, 100, device=device_name, tuning_db=pg_url)
+        assert q.chosen_by == "predicted" and not q.from_tuning_db
+        assert any("tuning database" in str(w.message) for w in caught)
+    finally:
+        pg_server.start()
+
+
+def test_a_server_restarted_between_calls_is_reconnected_without_an_error(pg_server, pg_url):
+    db = open_store(pg_url)
+    db.put(entry("measured", 5.0))
+    pg_server.stop("immediate")
+    pg_server.start()                                          # the connection this thread held is dead
+    assert get(db).time_us == 5.0 and db.put(entry("measured", 4.0, m=128))
+
+
+def test_a_compile_starting_while_the_server_is_away_answers_from_the_model(model_dir, device_name, tmp_path):
+    pytest.importorskip("psycopg", reason="the server store needs psycopg 3: pip install 'costlearn[server]'")
+    from costlearn.serve.predict import predict_best
+    url = f"postgresql://costlearn:pw-not-shown@/db?host={tmp_path}"   # no server on that socket
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        p = predict_best(302, 200, 100, device=device_name, tuning_db=url)
+    assert p.chosen_by == "predicted" and not p.from_tuning_db
+    said = [str(w.message) for w in caught if "tuning database" in str(w.message)]
+    assert said and not any("pw-not-shown" in m for m in said)
+
+
+def test_a_client_killed_mid_write_leaves_only_whole_entries(pg_server, pg_url, tmp_path):
+    """kill -9 of a host while it writes: each entry is one statement, committed whole or not at all."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    script = tmp_path / "writer.py"
+    script.write_text(
+        "import sys\n"
+        "from costlearn import __version__\n"
+        "from costlearn.core.problem import Problem\n"
+        "from costlearn.families.gemm import TEMPLATE_HASH, GemmConfig\n"
+        "from costlearn.serve.tuning_db import TuningEntry\n"
+        "from costlearn.serve.tuning_db_server import open_store\n"
+        "db = open_store(sys.argv[1])\n"
+        "cfg = GemmConfig(16, 32, 8, 2, 4)\n"
+        "for m in range(1, 100000):\n"
+        "    db.put(TuningEntry(Problem(m, 64, 64), 'gemm', 'dev', TEMPLATE_HASH, __version__, cfg, 'measured',\n"
+        "                       float(m), {cfg.config_id: float(m)}, 'writer'))\n"
+        "    if m == 20:\n"
+        "        print('writing', flush=True)\n")
+    proc = subprocess.Popen([sys.executable, str(script), pg_url], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "writing"
+        time.sleep(0.2)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    rows = pg_server.execute("SELECT count(*) FROM tuned", _database(pg_url))[0][0]
+    entries = open_store(pg_url).entries()
+    assert rows >= 20 and len(entries) == rows
+    assert all(e.time_us == e.problem.m and e.chosen_by == "measured" for e in entries)
