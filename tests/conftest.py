@@ -117,91 +117,23 @@ def dataset_row(**kw) -> dict:
 
 # -- a throwaway PostgreSQL server ------------------------------------------------------------------
 
-def _pg_bindir() -> Path | None:
-    """The folder of Debian's (or the PATH's) PostgreSQL server programs, or None."""
-    import glob
-    found = shutil.which("initdb")
-    if found:
-        return Path(found).parent
-    dirs = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda d: int(Path(d).parent.name))
-    return Path(dirs[-1]) if dirs and (Path(dirs[-1]) / "initdb").exists() else None
-
-
-class PostgresServer:
-    """A PostgreSQL server in a temporary folder, reached by a unix socket there; started as the user
-    ``postgres`` where the tests run as root (the server refuses to run as root)."""
-
-    def __init__(self, bindir: Path, root: Path, run_as: list):
-        self.bindir, self.root, self.run_as = bindir, root, run_as
-        self.data, self.socket = root / "data", root
-
-    def _cmd(self, *args, check=True):
-        import subprocess
-        return subprocess.run([*self.run_as, *map(str, args)], check=check, capture_output=True, text=True,
-                              timeout=120)
-
-    def init(self) -> None:
-        self._cmd(self.bindir / "initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "-E", "UTF8",
-                  "--no-sync")
-
-    def start(self) -> None:
-        self._cmd(self.bindir / "pg_ctl", "-D", self.data, "-l", self.root / "log", "-w", "-t", "60", "-o",
-                  f"-k {self.socket} -c listen_addresses='' -c fsync=off", "start")
-
-    def ensure_running(self) -> None:
-        if self._cmd(self.bindir / "pg_ctl", "-D", self.data, "status", check=False).returncode != 0:
-            self.start()
-
-    def stop(self, mode: str = "immediate") -> None:
-        """``pg_ctl stop -m immediate``: the server dies as in a crash, mid-transaction."""
-        self._cmd(self.bindir / "pg_ctl", "-D", self.data, "-m", mode, "-w", "stop", check=False)
-
-    def url(self, database: str = "postgres", user: str = "postgres", password: str | None = None) -> str:
-        auth = user + (f":{password}" if password else "")
-        return f"postgresql://{auth}@/{database}?host={self.socket}"
-
-    def execute(self, sql: str, database: str = "postgres", params=None):
-        import psycopg
-        with psycopg.connect(self.url(database), autocommit=True) as conn:
-            cur = conn.execute(sql, params)
-            return cur.fetchall() if cur.description else None
-
-    def new_database(self) -> str:
-        import uuid
-        name = "t" + uuid.uuid4().hex[:12]
-        self.execute(f"CREATE DATABASE {name}")
-        return name
-
-
 @pytest.fixture(scope="session")
 def pg_server():
-    """A throwaway PostgreSQL server for the session's server tests; skipped, saying why, only where no
-    PostgreSQL server programs or no psycopg can be had (.ci/run installs both)."""
+    """A throwaway PostgreSQL server for the session's server tests (scripts/throwaway_postgres.py); skipped,
+    saying why, only where no PostgreSQL server programs or no psycopg can be had (.ci/run installs both)."""
     try:
         import psycopg  # noqa: F401
     except ImportError as e:
         pytest.skip(f"no psycopg 3 ({e}): pip install 'costlearn[server]'")
-    bindir = _pg_bindir()
-    if bindir is None:
-        pytest.skip("no PostgreSQL server programs (initdb, pg_ctl): apt install postgresql")
-    root = Path(tempfile.mkdtemp(prefix="costlearn-pg-"))
-    run_as = []
-    if os.geteuid() == 0:
-        import pwd
-        try:
-            pw = pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.skip("running as root and no user 'postgres' to run the server as (PostgreSQL refuses root)")
-        os.chown(root, pw.pw_uid, pw.pw_gid)
-        run_as = ["runuser", "-u", "postgres", "--"]
-    server = PostgresServer(bindir, root, run_as)
-    server.init()
-    server.start()
+    throwaway = import_script("throwaway_postgres")
+    try:
+        server = throwaway.PostgresServer.make()
+    except throwaway.Unavailable as e:
+        pytest.skip(str(e))
     try:
         yield server
     finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
+        server.remove()
 
 
 @pytest.fixture

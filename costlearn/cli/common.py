@@ -14,6 +14,8 @@ from costlearn.core.device import DeviceSpec
 from costlearn.core.dtypes import dtype_names
 from costlearn.core.problem import EPILOGUES, LAYOUTS, Problem
 from costlearn.families import FAMILIES, get_family
+from costlearn.serve.tuning_db_server import has_password
+from costlearn.serve.tuning_rows import is_server_url
 
 
 class _OldSpelling(argparse.Action):
@@ -305,3 +307,14 @@ def check_report_path(report) -> None:
     """Refuse a ``--report`` path that cannot be written as a file, before any work."""
     if report and Path(report).is_dir():
         raise ValueError(f"--report {report} is a folder; give a file name (e.g. {Path(report) / 'report.md'})")
+
+
+def tuning_db_target(text: str) -> str:
+    """argparse type of a tuning database on the command line: a path, or a
+    ``postgresql://`` URL without a password (one there would be visible to
+    every user of the machine in ``ps``)."""
+    if is_server_url(text) and has_password(text):
+        raise argparse.ArgumentTypeError(
+            "the URL carries a password, which every user of this machine could read in `ps`: leave it out and "
+            "give it in ~/.pgpass (or $PGPASSFILE), $PGPASSWORD, or the whole URL in $COSTLEARN_TUNING_DB")
+    return text

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 import time
 
-from costlearn.cli.common import DATA_HELP, add_dtypes_arg, dataset_folder, old_spelling, positive_int, typed_flag
+from costlearn.cli.common import (DATA_HELP, add_dtypes_arg, dataset_folder, old_spelling, positive_int,
+                                  tuning_db_target, typed_flag)
 from costlearn.core.device import PRESETS
 from costlearn.core.dtypes import dtype_names
 
@@ -32,7 +33,8 @@ def cmd_export(args) -> int:
     lut_only = [typed_flag(args, flag) for flag, v in (
         ("--models", args.models), ("--model", args.model), ("--dtype", args.dtype),
         ("--shapes-file", args.shapes_file),
-        ("--from-log", args.from_log), ("--from-table", args.from_table), ("--top-k", args.top_k),
+        ("--from-log", args.from_log), ("--from-table", args.from_table), ("--from-db", args.from_db),
+        ("--top-k", args.top_k),
         ("--device-name", args.device_name), ("--portable", args.portable or None)) if v is not None]
     if lut_only:
         raise ValueError(f"{' '.join(lut_only)}: {'is' if len(lut_only) == 1 else 'are'} {LUT_FORMAT}'s; export "
@@ -44,17 +46,17 @@ def cmd_export(args) -> int:
 
 
 def _export_lut(args) -> int:
-    from costlearn.interop.inductor.lut import (check_lut_out, export_lut, problems_from_log, read_shapes_file,
-                                                read_table)
+    from costlearn.interop.inductor.lut import (LutProblem, check_lut_out, export_lut, measured_from_db,
+                                                problems_from_log, read_shapes_file, read_table)
     from costlearn.model.store import has_model, resolve_model
     check_lut_out(args.out)                      # before a log of 10^5 lines is read
     sources = {"--shapes-file": ("shapes file", args.shapes_file), "--from-log": ("log", args.from_log),
                "--from-table": ("table", args.from_table)}
     given = [k for k, (_, v) in sources.items() if v]
-    if len(given) != 1:
+    if len(given) != 1 and not (args.from_db and not given):
         raise ValueError(f"export {LUT_FORMAT} takes one source of shapes: --shapes-file FILE ('M N K dtype layout' "
-                         f"per line), --from-log LOG (an Inductor AutoHeuristic mm log) or --from-table JSON (a lookup "
-                         f"table Inductor recorded); got {given or 'none'}")
+                         f"per line), --from-log LOG (an Inductor AutoHeuristic mm log), --from-table JSON (a lookup "
+                         f"table Inductor recorded) or --from-db alone (the tuning database's); got {given or 'none'}")
     family = "triton_mm"
     device = args.model or resolve_model(None, family, (args.dtype or ["float16"])[0], args.models,
                                          cli=True).parents[1].name
@@ -63,8 +65,17 @@ def _export_lut(args) -> int:
         resolve_model(device, family, (args.dtype or ["float16"])[0], args.models, cli=True)  # names what there is
     t0 = time.perf_counter()
     device_name = args.device_name
-    what, source = sources[given[0]]
-    if args.shapes_file:
+    what, source = sources[given[0]] if given else ("tuning database", args.from_db)
+    winners = {}
+    if args.from_db:
+        in_db, winners = measured_from_db(args.from_db, device, family, args.models)
+        print(f"the tuning database {args.from_db} holds {len(in_db)} {family} problems of {device}'s device class, "
+              f"{len(winners)} measured", file=sys.stderr)
+    if not given:
+        problems = in_db
+        if not problems:
+            raise ValueError(f"--from-db {args.from_db}: no current {family} entry of {device}'s device class")
+    elif args.shapes_file:
         problems = read_shapes_file(args.shapes_file)
     elif args.from_log:
         problems = problems_from_log(args.from_log, device)
@@ -79,6 +90,7 @@ def _export_lut(args) -> int:
             device_name = got.devices[0]          # keep the table's own device name: its GPU's torch reports it
         if not problems:
             raise ValueError(f"{args.from_table}: no mm key costlearn reads ({len(got.skipped)} left out, above)")
+    problems = [p if isinstance(p, LutProblem) else LutProblem.contiguous(p) for p in problems]
     have = sorted({lp.problem.dtype for lp in problems})
     problems = [lp for lp in problems if lp.problem.dtype in (args.dtype or have)]
     if not problems:
@@ -94,7 +106,7 @@ def _export_lut(args) -> int:
     print(f"read {len(problems)} problems from the {what} {source} in {time.perf_counter() - t0:.1f} s",
           file=sys.stderr)
     rep = export_lut(problems, args.out, device=device, top_k=args.top_k or 3, family=family, models_dir=args.models,
-                     device_name=device_name, portable=args.portable)
+                     device_name=device_name, portable=args.portable, measured=winners)
     print(rep.summary())
     print("use it: torch._inductor.config.lookup_table.table = json.load(open(...)); "
           "torch._inductor.config.inductor_choices_class = torch._inductor.lookup_table.LookupTableChoices; "
@@ -149,6 +161,10 @@ def add_export(sub) -> None:
     lut.add_argument("--from-log", default=None, help="an Inductor AutoHeuristic mm log: its shapes and strides")
     lut.add_argument("--from-table", default=None, help="a lookup table Inductor recorded (inductor_lut_*.json): "
                      "its mm shapes")
+    lut.add_argument("--from-db", default=None, type=tuning_db_target, metavar="PATH|URL",
+                     help="a tuning database (a file or a postgresql:// URL shared by a fleet): its measured winners "
+                     "are listed alone (no autotuning); alone, its problems of the model's device class are the "
+                     "shapes (those not measured get the model's top k and the vendor call)")
     lut.add_argument("--top-k", type=positive_int, default=None, help="tile configs per shape, with the vendor call "
                      "added; with 1, a shape the model is sure of lists that config alone (no autotuning) and "
                      "another lists it and the vendor call (default: 3)")

@@ -6,7 +6,7 @@ import json
 import sys
 
 from costlearn.cli.common import (SHAPE_SYNTAX, add_device_arg, add_problem_args, check_family_dtype, device_backend,
-                                  model_device, nonneg_int, parse_shapes, positive_int)
+                                  model_device, nonneg_int, parse_shapes, positive_int, tuning_db_target)
 from costlearn.core.problem import Problem
 from costlearn.families import get_family
 
@@ -111,8 +111,9 @@ def add_predict(sub) -> None:
                    "the tuning database; the vendor library (cuBLAS) is timed beside them where the family has "
                    "one (default: 0, predict only)")
     add_device_arg(p, "for --measure-top-k")
-    p.add_argument("--tuning-db", default=None, metavar="PATH",
-                   help="tuning database to consult and record in, created if missing (default with "
+    p.add_argument("--tuning-db", default=None, metavar="PATH|URL", type=tuning_db_target,
+                   help="tuning database to consult and record in, a file (created if missing) or a "
+                   "postgresql:// URL shared by a fleet (its password in ~/.pgpass or $PGPASSWORD) (default with "
                    "--measure-top-k: $COSTLEARN_TUNING_DB, else tuning.sqlite in the user cache: $COSTLEARN_CACHE, "
                    "$XDG_CACHE_HOME/costlearn or ~/.cache/costlearn)")
     p.set_defaults(func=cmd_predict)

@@ -42,6 +42,7 @@ import numpy as np
 from costlearn.core.device import DeviceSpec
 from costlearn.core.dtypes import TORCH_DTYPES
 from costlearn.serve.predictor import load_predictor
+from costlearn.serve.tuning import open_tuning_db, read_entry
 from costlearn.core.problem import LAYOUTS, layout_letter
 from costlearn.core.util import check_int
 from costlearn.families import VENDOR_CONFIG_ID, get_family
@@ -319,7 +320,7 @@ def _to_mm_config(config, index: int, names: dict):
 # -- public API --------------------------------------------------------------
 
 def prune_configs(top_k: int = 4, *, device, dtype: str | None = None, layout: str | None = None, models_dir=None,
-                  shape_args=("M", "N", "K"), param_names=None, tensor_args=None):
+                  shape_args=("M", "N", "K"), param_names=None, tensor_args=None, tuning_db=None):
     """An ``early_config_prune`` function for ``@triton.autotune`` that keeps
     the ``top_k`` configs a ``triton_mm`` model predicts fastest.
 
@@ -353,6 +354,13 @@ def prune_configs(top_k: int = 4, *, device, dtype: str | None = None, layout: s
     tensor_args : pair of str, optional
         Names of the A and B arguments. Default: the first two tensor
         arguments (objects with ``dtype`` and ``stride()``) in call order.
+    tuning_db : path, str or tuning database, optional
+        A tuning database (a file, or a ``postgresql://`` URL a fleet
+        shares; :func:`costlearn.serve.tuning.open_tuning_db`): where it
+        holds a measured winner for the problem on the model's device class
+        and that config is among the kernel's, it is returned alone (Triton
+        then launches it without timing the others). A database that cannot
+        be read costs the lookup, with a warning, never the call.
 
     Returns
     -------
@@ -441,6 +449,12 @@ def prune_configs(top_k: int = 4, *, device, dtype: str | None = None, layout: s
                 warnings.warn(f"layout {found} (from the strides of A and B): the {pred.source} was trained on "
                               f"layouts {list(pred.layouts)}; ranking as {lay}", RuntimeWarning, stacklevel=2)
         problem = pred.problem(m, n, k, lay)
+        if tuning_db is not None:
+            hit, _ = read_entry(open_tuning_db(tuning_db), problem, FAMILY, pred.spec.slug,
+                                pred.artifact.family.template_hash, spec=pred.spec)
+            ids = [c.config_id for c in mapped]
+            if hit is not None and hit.chosen_by == "measured" and hit.config.config_id in ids:
+                return [configs[ids.index(hit.config.config_id)]]
         times = pred.score_configs(problem, mapped)
         first, _, _ = pred.choose_among(problem, mapped, times)     # unsure: the user's first config stays
         order = [first] + [i for i in np.argsort(times, kind="stable").tolist() if i != first]

@@ -94,7 +94,7 @@ static PyObject *store_of(entry_state *st, PyObject *models_dir)
 #define UNSURE 4
 #define WORDED (OUTSIDE | UNSURE)
 #define PLAIN (1 | 1 << 6) /* DECISION_PLAIN: decided, nothing flagged, the ranking's best tile config first */
-#define N_PREDICTION 21    /* Prediction's fields */
+#define N_PREDICTION 22    /* Prediction's fields */
 #define N_RANKRESULT 11    /* RankResult's fields */
 
 typedef int32_t (*rank_query_fn)(costlearn_ctx *);
@@ -378,7 +378,8 @@ static PyObject *plain_prediction(Served *self, costlearn_ctx *ctx, int32_t got,
     PyObject *items[N_PREDICTION] = {
         PyTuple_GET_ITEM(best, 0), PyTuple_GET_ITEM(best, 1), top, PyBool_FromLong(PyTuple_GET_SIZE(reasons) > 0),
         reasons, m, n, k, self->dtype, layout, self->family, self->device, self->predicted, ratio_obj, self->margin,
-        PyTuple_New(0), PyBool_FromLong(0), PyTuple_New(0), PyUnicode_New(0, 0), epilogue, band_obj};
+        PyTuple_New(0), PyBool_FromLong(0), PyTuple_New(0), PyUnicode_New(0, 0), epilogue, band_obj,
+        PyUnicode_New(0, 0)};
     /* borrowed ones made owned */
     Py_INCREF(items[0]); Py_INCREF(items[1]); Py_INCREF(m); Py_INCREF(n); Py_INCREF(k); Py_INCREF(self->dtype);
     Py_INCREF(layout); Py_INCREF(self->family); Py_INCREF(self->device); Py_INCREF(self->predicted);

@@ -58,11 +58,10 @@ class Prediction(NamedTuple):
     from_tuning_db : bool
         The answer came from the tuning database.
     tied_with : tuple of str
-        Config ids whose measured 95 % interval still overlapped the chosen
-        config's when measuring stopped at its cap (filter-then-measure,
-        :func:`costlearn.collect.measure.measure_shape` ``until="separated"``): a
-        tie, the chosen one has the lowest median only. Empty when the
-        winner was separated, or not measured in this call.
+        Config ids within the measurement noise of the fastest by the
+        measurements of every host (:func:`costlearn.serve.fleet.decide`:
+        a tie, decided the same way on every host). Empty when the winner
+        was separated, or not measured in this call.
     tuning_db_source : str
         With ``from_tuning_db``: what chose the database's answer (the model
         folder and its sha256 prefix, and for a measured answer the top k it
@@ -80,6 +79,12 @@ class Prediction(NamedTuple):
         (:meth:`costlearn.model.vendor_floor.VendorFloor.transferred`).
         Empty where the model has no vendor model or the vendor is the only
         candidate.
+    tuning_db_note : str
+        Why a call given a tuning database answered from the model: the
+        database could not be read (a server away: the answer then comes
+        within the store's bounded wait), another host is measuring the
+        problem (its lease), or the measurements were spooled on this host
+        for delivery later. Empty otherwise.
     """
 
     config: object
@@ -103,6 +108,7 @@ class Prediction(NamedTuple):
     tuning_db_source: str = ""
     epilogue: str = "none"
     tile_vendor_estimate: tuple = ()
+    tuning_db_note: str = ""
 
     @property
     def sure(self) -> bool:

@@ -557,7 +557,7 @@ class Predictor:
             band = (2.0 ** mean, 2.0 ** (mean - 2 * sd), 2.0 ** (mean + 2 * sd))
         return _tuple_new(Prediction, (
             best[0], best[1], top, bool(reasons), reasons, m, n, k, self.dtype, layout, self.family, self.device,
-            chosen_by, ratio, self._margin_log2, (), False, (), "", epilogue, band))
+            chosen_by, ratio, self._margin_log2, (), False, (), "", epilogue, band, ""))
 
     def predict_many(self, problems, top_k: int = 5, running_on: DeviceSpec | None = None) -> list:
         """:meth:`predict` of each of ``problems`` (a sequence of Problem of

@@ -1,6 +1,9 @@
 """Tuning database: the config chosen for each problem, how it was chosen
-(predicted by the model, or measured on the device) and its times, in one
-SQLite file shared by every process of a machine (design.md, "Predictor").
+(predicted by the model, or measured on the device) and its times, with
+every measurement behind it and the leases of hosts measuring
+(:mod:`costlearn.serve.fleet`), in one SQLite file shared by every process
+of a machine (design.md, "Predictor"); the schema and rows are
+:mod:`costlearn.serve.tuning_rows`', shared with the server store.
 
 Key: (M, N, K, dtype, layout, epilogue, kernel family, device slug,
 kernel-template hash, costlearn version). A change of template or version starts afresh: old
@@ -15,12 +18,15 @@ overwritten by a predicted one.
   trigger, a view, an index, a column of its own). A schema-1
   file (before kernel families) or schema-2 file (before epilogues) is
   upgraded in place when opened for writing, its entries becoming ``gemm``
-  / ``NN`` entries (schema 1) and epilogue ``none`` entries;
+  / ``NN`` entries (schema 1) and epilogue ``none`` entries (a schema-3
+  file gains the measurements and leases);
   ``read_only=True`` (listing) reads it as it is and changes nothing in any
-  file.
+  file; a file in a folder this user cannot write is read as immutable.
 
 - **Concurrency.** SQLite in write-ahead-log mode: readers never block,
   writers queue (``busy_timeout``); each thread gets its own connection.
+  Each write moves its log into the file; a process whose path now names
+  another file (set aside, deleted, another renamed over it) reopens it.
 - **Corruption.** An SQLite file that fails ``PRAGMA quick_check`` when
   opened for writing, or raises a corruption error later, is renamed to
   ``<name>.corrupt-<UTC time>-<pid>`` (with its ``-wal``/``-shm``), a warning
@@ -33,71 +39,48 @@ overwritten by a predicted one.
 """
 from __future__ import annotations
 
-import json
-import math
+import ctypes
 import os
 import sqlite3
+import sys
 import threading
 import warnings
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from costlearn.core.version import __version__
-from costlearn.families import FAMILIES, get_family
 from costlearn.core.problem import Problem
-from costlearn.collect.space import check_config
-from costlearn.core.util import cache_dir, check_instance
-from costlearn.core.errors import CostlearnError
+from costlearn.core.version import __version__
+from costlearn.serve.fleet import (CREATE_LEASES, CREATE_MEASUREMENTS, FREE_LEASE, SELECT_ALL_MEASUREMENTS,
+                                   TAKE_LEASE, Verdict)
+from costlearn.serve.tuning_rows import (  # noqa: F401  (re-exported: the schema and rows' old home)
+    CHOSEN_BY, CREATE_BLOBS, CREATE_TABLE, KEY_COLUMNS, LEASE_COLUMNS, PUT_BLOB, SCHEMA, TABLES, TUNED_COLUMNS, UPSERT,
+    TuningDBError, TuningEntry, blob_values, decode_many, decode_row, default_path, default_target, entries_from_rows,
+    entry_values, is_server_url, key_args, key_values, measurement_rows, measurements_by_key, record_in, select_blobs,
+    select_entry, select_many)
 
-__all__ = ["TuningDB", "TuningEntry", "TuningDBError", "default_path", "default_target", "is_server_url",
-           "entry_values", "decode_row", "key_values", "key_args", "select_entry", "entries_from_rows", "CHOSEN_BY",
-           "COLUMNS", "KEY_COLUMNS", "CREATE_TABLE", "UPSERT"]
-
-SCHEMA = 3
-"""3 added ``epilogue``, 2 ``layout`` and ``family`` to the key (older files are upgraded on open)."""
-CHOSEN_BY = ("predicted", "measured")
+__all__ = ["TuningDB", "COLUMNS",
+           # the schema and rows of both stores (costlearn.serve.tuning_rows), where callers have found them
+           "TuningEntry", "TuningDBError", "default_path", "default_target", "is_server_url", "entry_values",
+           "decode_row", "key_values", "key_args", "select_entry", "entries_from_rows", "CHOSEN_BY", "KEY_COLUMNS",
+           "CREATE_TABLE", "UPSERT", "TABLES", "SCHEMA"]
 
 _KEYS = {1: "m, n, k, dtype, 'NN', 'none', 'gemm', device, template_hash, costlearn_version",
          2: "m, n, k, dtype, layout, 'none', family, device, template_hash, costlearn_version",
          3: "m, n, k, dtype, layout, epilogue, family, device, template_hash, costlearn_version"}
+_KEYS[4] = KEY_COLUMNS
 """The key columns as read from a file of each schema (older ones with the
 values their entries had)."""
-KEY_COLUMNS = _KEYS[SCHEMA]
-"""The key's columns, comma-separated (every store's primary key)."""
-
-CREATE_TABLE = f"""
-CREATE TABLE IF NOT EXISTS tuned (
-    m INTEGER NOT NULL, n INTEGER NOT NULL, k INTEGER NOT NULL,
-    dtype TEXT NOT NULL, layout TEXT NOT NULL, epilogue TEXT NOT NULL, family TEXT NOT NULL,
-    device TEXT NOT NULL, template_hash TEXT NOT NULL,
-    costlearn_version TEXT NOT NULL,
-    config_id TEXT NOT NULL,
-    how TEXT NOT NULL CHECK (how IN ('predicted', 'measured')),
-    time_us REAL NOT NULL,
-    times_json TEXT NOT NULL,
-    source TEXT NOT NULL,
-    updated TEXT NOT NULL,
-    PRIMARY KEY ({KEY_COLUMNS})
-)"""
-"""The table, in SQLite's types (the server store maps them to PostgreSQL's)."""
-
-UPSERT = f"""
-INSERT INTO tuned VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT ({KEY_COLUMNS}) DO UPDATE SET
-    config_id = excluded.config_id, how = excluded.how, time_us = excluded.time_us,
-    times_json = excluded.times_json, source = excluded.source, updated = excluded.updated
-WHERE excluded.how = 'measured' OR tuned.how = 'predicted'
-"""
-"""Store one entry: a measured entry is never replaced by a predicted one
-(SQLite's placeholders; the same statement in PostgreSQL)."""
 
 
 def _upgrade(version: int) -> list:
-    """The statements that bring a schema-``version`` table to :data:`SCHEMA`."""
-    return ["ALTER TABLE tuned RENAME TO tuned_old", CREATE_TABLE,
-            f"INSERT INTO tuned SELECT {_KEYS[version]}, config_id, how, time_us, times_json, source, updated "
-            "FROM tuned_old", "DROP TABLE tuned_old", f"PRAGMA user_version = {SCHEMA}"]
+    """The statements that bring a schema-``version`` file to :data:`SCHEMA`
+    (0: a new file)."""
+    rebuild = [] if version in (0, 3) else [
+        "ALTER TABLE tuned RENAME TO tuned_old", CREATE_TABLE,
+        f"INSERT INTO tuned SELECT {_KEYS[version]}, config_id, how, time_us, times_json, source, updated "
+        "FROM tuned_old", "DROP TABLE tuned_old"]
+    return [*rebuild, CREATE_TABLE, CREATE_MEASUREMENTS, CREATE_LEASES, CREATE_BLOBS,
+            f"PRAGMA user_version = {SCHEMA}"]
 
 
 _V1_COLUMNS = ["m", "n", "k", "dtype", "device", "template_hash", "costlearn_version", "config_id", "how", "time_us",
@@ -105,75 +88,8 @@ _V1_COLUMNS = ["m", "n", "k", "dtype", "device", "template_hash", "costlearn_ver
 COLUMNS = {1: _V1_COLUMNS,
             2: _V1_COLUMNS[:4] + ["layout", "family"] + _V1_COLUMNS[4:],
             3: _V1_COLUMNS[:4] + ["layout", "epilogue", "family"] + _V1_COLUMNS[4:]}
-"""The columns of table ``tuned`` in each schema, in order (:data:`CREATE_TABLE` for 3)."""
-
-
-class TuningDBError(CostlearnError, OSError):
-    """The file is a database costlearn must not write: a newer schema, or
-    another application's. Left untouched."""
-
-
-def default_path() -> Path:
-    """``$COSTLEARN_TUNING_DB``, else ``tuning.sqlite`` in the user cache
-    (:func:`costlearn.core.util.cache_dir`)."""
-    env = os.environ.get("COSTLEARN_TUNING_DB")
-    return Path(env) if env else cache_dir() / "tuning.sqlite"
-
-
-def default_target():
-    """The tuning database used where none is named: ``$COSTLEARN_TUNING_DB``
-    when it is a ``postgresql://`` URL (a str), else :func:`default_path`."""
-    env = os.environ.get("COSTLEARN_TUNING_DB")
-    return env if is_server_url(env) else default_path()
-
-
-def is_server_url(target) -> bool:
-    """True for a ``postgresql://`` (or ``postgres://``) URL: a tuning
-    database on a server, not a file."""
-    return isinstance(target, str) and target.startswith(("postgresql://", "postgres://"))
-
-
-@dataclass(frozen=True)
-class TuningEntry:
-    """One tuned problem.
-
-    Attributes
-    ----------
-    problem : Problem
-    family : str
-        Kernel family of the config.
-    device : str
-        Device slug the entry belongs to (where it was measured or which
-        model predicted it).
-    template_hash, costlearn_version : str
-    config : a config of ``family``
-        The chosen config.
-    chosen_by : {"predicted", "measured"}
-        How it was chosen (:attr:`costlearn.serve.prediction.Prediction.chosen_by`;
-        the column ``how`` of the database file).
-    time_us : float
-        The chosen config's time, microseconds: measured median, or the
-        model's prediction.
-    times_us : dict of str to float
-        Every time behind the choice, by config id (the measured top-k, or
-        the predicted top-k), microseconds.
-    source : str
-        What chose it (the model folder and its sha256, prefix).
-    updated : str
-        UTC time of the write, ISO 8601.
-    """
-
-    problem: Problem
-    family: str
-    device: str
-    template_hash: str
-    costlearn_version: str
-    config: object
-    chosen_by: str
-    time_us: float
-    times_us: dict = field(default_factory=dict)
-    source: str = ""
-    updated: str = ""
+COLUMNS[4] = TUNED_COLUMNS
+"""The columns of table ``tuned`` in each schema, in order (:data:`CREATE_TABLE` for 3 and 4)."""
 
 
 class TuningDB:
@@ -253,8 +169,7 @@ class TuningDB:
         ``sqlite3.OperationalError``."""
         self._check_header()
         if self.read_only:
-            conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=self.timeout_s,
-                                   isolation_level=None, check_same_thread=True)
+            conn = self._open_read_only()
         else:
             conn = sqlite3.connect(str(self.path), timeout=self.timeout_s, isolation_level=None,
                                    check_same_thread=True)
@@ -271,84 +186,111 @@ class TuningDB:
                                     f"costlearn's {SCHEMA}: upgrade costlearn or use another file")
             # Schema 3's table at user_version 0 is what a process killed between the two statements of
             # an older costlearn's creation left: costlearn's own, half made.
-            half_made = version == 0 and tables == {"tuned"} and _columns(conn) == COLUMNS[SCHEMA]
-            if tables - {"tuned"} or (version == 0 and tables and not half_made):
+            half_made = version == 0 and tables == {"tuned"} and _columns(conn) == COLUMNS[3]
+            allowed = set(TABLES) if version == SCHEMA else {"tuned"}
+            if tables - allowed or (version == 0 and tables and not half_made):
                 raise TuningDBError(f"{self.path} is an SQLite database but not a costlearn tuning database "
                                     f"(tables {sorted(tables)}); use another file")
-            self._check_schema(conn, objects, SCHEMA if half_made else version)
+            self._check_schema(conn, objects, 3 if half_made else version)
             if self.read_only:
-                self._version = version or SCHEMA
+                self._version = 3 if half_made else (version or SCHEMA)
                 return conn
             conn.execute("PRAGMA journal_mode = WAL")
-            if version in (1, 2):
-                self._upgrade_from(conn, version)
-            elif version == 0:
-                self._create(conn)
+            if version < SCHEMA:
+                self._upgrade_from(conn, 3 if half_made else version, version)
         except (sqlite3.DatabaseError, TuningDBError):
             conn.close()
             raise
         return conn
 
+    def _open_read_only(self) -> sqlite3.Connection:
+        """A read-only connection. A WAL file whose ``-shm`` is absent in a
+        folder this user cannot write (a shared, read-only copy) cannot be
+        read that way; it is then read as immutable: nobody can be writing
+        it through this folder either."""
+        uri = self.path.resolve().as_uri()
+        conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=self.timeout_s, isolation_level=None,
+                               check_same_thread=True)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            return conn
+        except sqlite3.OperationalError:
+            conn.close()
+            if os.access(self.path.parent, os.W_OK):
+                raise
+        return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, timeout=self.timeout_s, isolation_level=None,
+                               check_same_thread=True)
+
     def _check_schema(self, conn: sqlite3.Connection, objects: list, version: int) -> None:
         """Refuse (:class:`TuningDBError`) a file holding anything but
-        costlearn's own schema: the table ``tuned`` with the columns of its
-        ``version`` and the index SQLite makes for its key. A trigger, view
+        costlearn's own schema: the tables of its ``version`` with their
+        columns and the indexes SQLite makes for their keys. A trigger, view
         or extra index in a valid file would run inside every query or
         write: one trigger could rewrite each recorded prediction into a
         "measured" entry of its choosing."""
+        tables = TABLES if version == SCHEMA else {"tuned": COLUMNS.get(version)}
         foreign = sorted(f"{kind} {name!r}" for kind, name in objects
-                         if (kind, name) != ("table", "tuned")
-                         and not (kind == "index" and name.startswith("sqlite_autoindex_tuned_")))
+                         if not (kind == "table" and name in tables)
+                         and not (kind == "index" and any(name.startswith(f"sqlite_autoindex_{t}_") for t in tables)))
         if foreign:
-            raise TuningDBError(f"{self.path} holds {', '.join(foreign[:5])} beside costlearn's table: only "
+            raise TuningDBError(f"{self.path} holds {', '.join(foreign[:5])} beside costlearn's tables: only "
                                 "costlearn's own schema is accepted (a trigger or view would act on every "
                                 "entry); left alone: use another file")
-        if version in COLUMNS:
-            cols = _columns(conn)
-            if cols != COLUMNS[version]:
-                raise TuningDBError(f"{self.path} claims tuning-database schema {version} but its table has "
-                                    f"columns {cols}; left alone: use another file")
+        if version == 0:
+            return
+        for table, expected in tables.items():
+            cols = _columns(conn, table)
+            if cols != expected:
+                raise TuningDBError(f"{self.path} claims tuning-database schema {version} but its table {table} "
+                                    f"has columns {cols}; left alone: use another file")
 
-    @staticmethod
-    def _create(conn: sqlite3.Connection) -> None:
-        """The table and the schema version in one transaction, so no kill
-        leaves one without the other (another process creating it meanwhile
-        makes this a no-op)."""
+    def _upgrade_from(self, conn: sqlite3.Connection, version: int, found: int) -> None:
+        """Create the tables of a new file (``version`` 0), or bring a schema
+        1, 2 or 3 file to :data:`SCHEMA`, in one transaction, so no kill
+        leaves a file half made: every entry of schema 1 becomes a ``gemm``
+        ``NN`` entry (the only ones it could hold), every older entry an
+        epilogue ``none`` one. ``found`` is the user_version read when
+        opening (0 for a schema-3 table an older costlearn was killed
+        creating); a file another process changed meanwhile is left as that
+        process made it. A file whose rows cannot be copied is left
+        untouched (TuningDBError)."""
         conn.execute("BEGIN IMMEDIATE")
         try:
-            conn.execute(CREATE_TABLE)
-            conn.execute(f"PRAGMA user_version = {SCHEMA}")
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-
-    def _upgrade_from(self, conn: sqlite3.Connection, version: int) -> None:
-        """Schema 1 or 2 -> :data:`SCHEMA` in one transaction: every entry
-        of schema 1 becomes a ``gemm`` ``NN`` entry (the only ones it could
-        hold), every older entry an epilogue ``none`` one. A file another
-        process upgraded meanwhile is left as it is; one whose rows cannot be
-        copied is left untouched (TuningDBError)."""
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            if conn.execute("PRAGMA user_version").fetchone()[0] == version:     # not upgraded by another process
+            if conn.execute("PRAGMA user_version").fetchone()[0] == found:     # not changed by another process
                 objects = conn.execute("SELECT type, name FROM sqlite_master").fetchall()
-                self._check_schema(conn, objects, version)
+                if version:
+                    self._check_schema(conn, objects, version)
+                elif objects:
+                    raise TuningDBError(f"{self.path}: another program created {objects[:3]} meanwhile; left alone")
                 for stmt in _upgrade(version):
                     conn.execute(stmt)
             conn.execute("COMMIT")
         except sqlite3.IntegrityError as e:
             conn.execute("ROLLBACK")
-            raise TuningDBError(f"{self.path}: its schema-1 entries cannot be upgraded ({e}); left untouched") from None
+            raise TuningDBError(f"{self.path}: its schema-{version} entries cannot be upgraded ({e}); "
+                                "left untouched") from None
         except BaseException:
             conn.execute("ROLLBACK")
             raise
 
     def _conn(self) -> sqlite3.Connection:
+        """This thread's connection, opened anew where another thread set
+        the file aside or the path no longer names the file it opened
+        (deleted, set aside by another process, another file renamed over
+        it): writing on would go to a file nobody reads, so it reopens,
+        warning, and the stale connection is closed without touching the
+        WAL that now belongs to the path's new file (:func:`_close_stale`)."""
         conn = getattr(self._local, "conn", None)
-        if conn is not None and getattr(self._local, "generation", None) != self._generation:
-            conn.close()                        # another thread set the file aside: reopen
-            conn = self._local.conn = None
+        if conn is not None:
+            set_aside = self._local.generation != self._generation      # by another thread of this object
+            moved = _identity(self.path) != self._local.inode
+            if moved or set_aside:
+                _close_stale(conn)
+                conn = self._local.conn = None
+                if moved and not set_aside:
+                    warnings.warn(f"costlearn: the tuning database {self.path} is no longer the file this process "
+                                  "opened (removed, set aside or replaced by another program); reopening it",
+                                  RuntimeWarning, stacklevel=5)
         if conn is None:
             try:
                 try:
@@ -367,10 +309,7 @@ class TuningDB:
                 raise OSError(f"cannot use the tuning database {self.path}: {e}") from None
             self._local.conn = conn
             self._local.generation = self._generation
-            try:
-                self._local.inode = os.stat(self.path).st_ino
-            except OSError:
-                self._local.inode = None
+            self._local.inode = _identity(self.path)
         return conn
 
     def _set_aside(self, reason: str, inode) -> None:
@@ -383,10 +322,7 @@ class TuningDB:
                 conn.close()
                 self._local.conn = None
             self._generation += 1
-            try:
-                if inode is not None and os.stat(self.path).st_ino != inode:
-                    return
-            except OSError:
+            if inode is not None and _identity(self.path) != inode:
                 return
             stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
             target = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{os.getpid()}")
@@ -420,6 +356,18 @@ class TuningDB:
                                     "so it is left as it is (a write sets it aside)") from None
             self._set_aside(str(e), getattr(self._local, "inode", None))
             return fn(self._conn())
+
+    def _write(self, fn):
+        """:meth:`_run` a write, then move the log into the file
+        (``wal_checkpoint(TRUNCATE)``; skipped while others read): a write
+        leaves no log behind under ``<path>-wal``, where another database
+        renamed over the path would take it for its own and replay it."""
+        out = self._run(fn)
+        try:
+            self._conn().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except sqlite3.Error:
+            pass                                    # busy or failed: the next write checkpoints
+        return out
 
     def close(self) -> None:
         """Close this thread's connection."""
@@ -456,6 +404,25 @@ class TuningDB:
         sql = select_entry(_KEYS[self._version], "?")
         return decode_row(self._run(lambda c: c.execute(sql, key).fetchone()), *key_args(key), spec)
 
+    def get_many(self, problems, family: str, device: str, template_hash: str, *, spec=None,
+                 costlearn_version: str = __version__) -> list:
+        """The entries of many problems of one family and device in one
+        query (a graph's GEMMs at compile time): a list, an entry or None
+        per problem, in order; each as :meth:`get` would answer it.
+
+        Raises
+        ------
+        TypeError
+            If a problem is not a Problem.
+        """
+        sql, params, keys = select_many(problems, family, device, template_hash, costlearn_version, "?")
+        if not keys:
+            return []
+        if self._version < 3:                       # an old file opened read-only: one by one
+            return [self.get(Problem(*k[:6]), family, device, template_hash, spec=spec,
+                             costlearn_version=costlearn_version) for k in keys]
+        return decode_many(self._run(lambda c: c.execute(sql, params).fetchall()), keys, spec)
+
     def put(self, entry: TuningEntry) -> bool:
         """Store an entry; a measured entry is never replaced by a predicted
         one.
@@ -472,9 +439,118 @@ class TuningDB:
             positive, or the shape or dtype is invalid.
         """
         if self.read_only:
-            raise OSError(f"the tuning database {self.path} was opened read-only")
+            raise PermissionError(f"the tuning database {self.path} was opened read-only")
         values = entry_values(entry)
-        return bool(self._run(lambda c: c.execute(UPSERT, values).rowcount))
+        return bool(self._write(lambda c: c.execute(UPSERT, values).rowcount))
+
+    def record(self, problem: Problem, family: str, device: str, template_hash: str, measurements, *,
+               source: str, costlearn_version: str = __version__) -> tuple[TuningEntry, Verdict]:
+        """Store a tuning's measurements of a problem and make the key's
+        entry the answer all its measurements decide
+        (:func:`costlearn.serve.fleet.decide`), in one transaction: a kill
+        leaves both or neither, and measurements already stored (the same
+        tuning delivered again) add nothing.
+
+        Parameters
+        ----------
+        problem, family, device, template_hash, costlearn_version
+            The key (as :meth:`get`).
+        measurements : sequence of Measurement
+            Non-empty; configs of ``family``.
+        source : str
+            What measured (the model folder and its sha256 prefix).
+
+        Returns
+        -------
+        (TuningEntry, Verdict)
+            The key's entry now, and the verdict behind it.
+
+        Raises
+        ------
+        TypeError, ValueError
+            A bad key, measurement or an empty list.
+        OSError
+            Opened read-only, or the file cannot be written.
+        """
+        if self.read_only:
+            raise PermissionError(f"the tuning database {self.path} was opened read-only")
+        key, rows = measurement_rows(problem, family, device, template_hash, costlearn_version, measurements)
+
+        def write(c):
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                out = record_in(lambda sql, params: c.execute(sql, params), key, rows, source)
+                c.execute("COMMIT")
+                return out
+            except BaseException:
+                c.execute("ROLLBACK")
+                raise
+        return self._write(write)
+
+    def measurements(self) -> dict:
+        """Every stored measurement, by key (the 10 values of
+        :func:`key_values`): a dict of tuple to list of Measurement; rows that
+        do not decode are left out. Empty for a file of a schema before
+        measurements (read-only)."""
+        if self._version < 4:
+            return {}
+        return measurements_by_key(self._run(lambda c: c.execute(SELECT_ALL_MEASUREMENTS).fetchall()))
+
+    def get_blobs(self, cache_key: str, filenames) -> dict:
+        """The stored files of ``filenames`` under ``cache_key``, ``{name:
+        bytes}`` (those not stored are absent): a compiler's remote cache
+        (:mod:`costlearn.interop.triton_cache`). A file of a schema before
+        blobs (read-only) holds none.
+
+        Raises
+        ------
+        TypeError, ValueError
+            A key or name that is not a str of 1-1024 characters.
+        """
+        sql, params = select_blobs(cache_key, filenames, "?")
+        if not sql or self._version < SCHEMA:
+            return {}
+        return {name: bytes(data) for name, data in self._run(lambda c: c.execute(sql, params).fetchall())
+                if isinstance(name, str) and isinstance(data, bytes)}
+
+    def put_blob(self, cache_key: str, filename: str, data) -> None:
+        """Store a file under ``cache_key`` (replacing one of that name).
+
+        Raises
+        ------
+        TypeError, ValueError
+            As :func:`costlearn.serve.tuning_rows.blob_values`.
+        OSError
+            Opened read-only, or the file cannot be written.
+        """
+        if self.read_only:
+            raise PermissionError(f"the tuning database {self.path} was opened read-only")
+        values = blob_values(cache_key, filename, data)
+        self._write(lambda c: c.execute(PUT_BLOB, values))
+
+    def take_lease(self, problem: Problem, family: str, device: str, template_hash: str, holder: str, *,
+                   seconds: float, costlearn_version: str = __version__) -> bool:
+        """Take the key's lease for ``seconds`` (see
+        :mod:`costlearn.serve.fleet`): True if ``holder`` holds it now (free,
+        expired, or already its own), False if another holder does.
+
+        Raises
+        ------
+        OSError
+            Opened read-only, or the file cannot be written.
+        """
+        if self.read_only:
+            raise PermissionError(f"the tuning database {self.path} was opened read-only")
+        params = (*key_values(problem, family, device, template_hash, costlearn_version), str(holder), float(seconds))
+        return bool(self._write(lambda c: c.execute(_SQLITE_TAKE_LEASE, params).rowcount))
+
+    def free_lease(self, problem: Problem, family: str, device: str, template_hash: str, holder: str, *,
+                   costlearn_version: str = __version__) -> None:
+        """Free the key's lease if ``holder`` holds it."""
+        if self.read_only:
+            return
+        params = (*key_values(problem, family, device, template_hash, costlearn_version), str(holder))
+        self._write(lambda c: c.execute(FREE_LEASE, params))
 
     def entries(self) -> list[TuningEntry]:
         """Every stored entry (all versions), oldest first; a row that does
@@ -484,130 +560,60 @@ class TuningDB:
             "ORDER BY updated").fetchall()))
 
 
-
-def entry_values(entry: TuningEntry) -> tuple:
-    """``entry`` checked and as the 16 values of a row of ``tuned``, in
-    :data:`COLUMNS` order (``updated``: now, UTC, where the entry has none).
-
-    Raises
-    ------
-    TypeError, ValueError
-        An entry no store may hold: not a TuningEntry, an unknown family,
-        ``chosen_by`` not in :data:`CHOSEN_BY`, an empty name, a config of
-        another family, or a time that is not finite and > 0.
-    """
-    if not isinstance(entry, TuningEntry):
-        raise TypeError(f"entry={entry!r}; must be a TuningEntry")
-    check_instance("problem", entry.problem, Problem, "a costlearn.Problem")
-    if entry.family not in FAMILIES:
-        raise ValueError(f"family={entry.family!r}; known: {list(FAMILIES.names())}")
-    if entry.chosen_by not in CHOSEN_BY:
-        raise ValueError(f"chosen_by={entry.chosen_by!r}; allowed: {CHOSEN_BY}")
-    for name in ("device", "template_hash", "costlearn_version", "source"):
-        v = getattr(entry, name)
-        if not isinstance(v, str) or (not v and name != "source"):
-            raise TypeError(f"{name}={v!r}; must be a non-empty str")
-    if not isinstance(entry.config, get_family(entry.family).config_type):
-        raise TypeError(f"config={entry.config!r}; must be a config of the {entry.family!r} family")
+def _identity(path: Path):
+    """(device, inode) of the file at ``path``, or None where there is none."""
     try:
-        _positive(entry.time_us)
-        times = _times(entry.times_us)
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"{e} (time_us={entry.time_us!r}, times_us={entry.times_us!r})") from None
-    stamp = entry.updated if isinstance(entry.updated, str) and entry.updated else \
-        datetime.now(timezone.utc).isoformat(timespec="seconds")
-    p = entry.problem
-    return (p.m, p.n, p.k, p.dtype, p.layout, p.epilogue, entry.family, entry.device, entry.template_hash,
-            entry.costlearn_version, entry.config.config_id, entry.chosen_by, float(entry.time_us),
-            json.dumps(times, sort_keys=True), entry.source, stamp)
-
-
-def key_values(problem: Problem, family: str, device: str, template_hash: str, costlearn_version: str) -> tuple:
-    """The key's 10 values, in :data:`KEY_COLUMNS` order.
-
-    Raises
-    ------
-    TypeError
-        If ``problem`` is not a Problem.
-    """
-    check_instance("problem", problem, Problem, "a costlearn.Problem")
-    p = problem
-    return (p.m, p.n, p.k, p.dtype, p.layout, p.epilogue, str(family), str(device), str(template_hash),
-            str(costlearn_version))
-
-
-def key_args(key: tuple) -> tuple:
-    """``(problem, family, device, template_hash, costlearn_version)`` of a
-    key's values (:func:`key_values`), as :func:`decode_row` takes them."""
-    return (Problem(*key[:6]), *key[6:])
-
-
-def select_entry(key_columns: str, placeholder: str) -> str:
-    """The query of one key's stored row, ``(config_id, how, time_us,
-    times_json, source, updated)``: ``key_columns`` comma-separated (or the
-    expressions an older schema reads them by), each bound to
-    ``placeholder`` (``?`` for SQLite, ``%s`` for psycopg)."""
-    where = " AND ".join(f"{expr} = {placeholder}" for expr in key_columns.split(", "))
-    return f"SELECT config_id, how, time_us, times_json, source, updated FROM tuned WHERE {where}"
-
-
-def entries_from_rows(rows) -> list[TuningEntry]:
-    """The entries of full rows (the 10 key values, then the 6 of
-    :func:`select_entry`), those that decode (:func:`decode_row`)."""
-    out = []
-    for r in rows:
-        try:
-            args = key_args(tuple(r[:10]))
-        except (TypeError, ValueError):
-            continue
-        e = decode_row(r[10:], *args)
-        if e is not None:
-            out.append(e)
-    return out
-
-
-def decode_row(row, problem: Problem, family: str, device: str, template_hash: str, costlearn_version: str,
-               spec=None) -> TuningEntry | None:
-    """The entry a stored row ``(config_id, how, time_us, times_json,
-    source, updated)`` of that key holds, or None (a miss): a row that does
-    not decode to a config of ``family`` with finite positive times, or
-    whose config is infeasible on ``spec`` for ``problem``
-    (:func:`costlearn.collect.space.check_config`), is never returned for
-    launch."""
-    if row is None:
+        st = os.stat(path)
+    except OSError:
         return None
-    config_id, how, time_us, times_json, source, updated = row
+    return st.st_dev, st.st_ino
+
+
+def _close_stale(conn: sqlite3.Connection) -> None:
+    """Close a connection whose path may now name another database file.
+    Closing the last connection to a WAL database checkpoints it and deletes
+    ``<path>-wal`` by name, which may now be the new file's log (its
+    committed rows lost); so the connection is first told to keep its log
+    (``SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE`` on Python >= 3.12, else
+    ``SQLITE_FCNTL_PERSIST_WAL`` through the SQLite library), and where
+    neither can be said it is kept open, never closed, for the process's
+    life."""
     try:
-        if how not in CHOSEN_BY or not isinstance(source, str):
-            raise ValueError(f"how={how!r}")
-        config = get_family(family).config_from_id(config_id)
-        times = _times(json.loads(times_json))
-        time_us = _positive(time_us)
-    except (ValueError, TypeError):
-        return None                          # a damaged row is a miss
-    if spec is not None and check_config(config, spec, problem=problem) is not None:
-        return None
-    return TuningEntry(problem, str(family), str(device), str(template_hash), str(costlearn_version), config,
-                       how, float(time_us), times, source, str(updated))
+        if hasattr(conn, "setconfig"):
+            conn.setconfig(sqlite3.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, True)
+        elif not _persist_wal(conn):
+            _KEPT_OPEN.append(conn)
+            return
+        conn.close()
+    except sqlite3.Error:
+        _KEPT_OPEN.append(conn)
 
 
-def _columns(conn: sqlite3.Connection) -> list:
-    """The column names of table ``tuned``, in order (empty without it)."""
-    return [r[1] for r in conn.execute("PRAGMA table_info(tuned)")]
+_KEPT_OPEN: list = []
+"""Stale connections that could not be closed safely (:func:`_close_stale`)."""
 
 
-def _positive(v) -> float:
-    """A finite time > 0 as float, else ValueError/TypeError."""
-    if isinstance(v, bool):
-        raise TypeError(f"time {v!r} is not a number")
-    f = float(v)
-    if not math.isfinite(f) or f <= 0:
-        raise ValueError(f"time {v!r} must be finite and > 0")
-    return f
+def _persist_wal(conn: sqlite3.Connection) -> bool:
+    """Set ``SQLITE_FCNTL_PERSIST_WAL`` on ``conn``'s main database through
+    the SQLite library (``sqlite3_file_control``; CPython's connection
+    object holds its ``sqlite3 *`` right after the object header); False
+    where that cannot be done."""
+    try:
+        lib = ctypes.CDLL(sys.modules["_sqlite3"].__file__)
+        fcntl = lib.sqlite3_file_control
+        fcntl.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p]
+        fcntl.restype = ctypes.c_int
+        handle = ctypes.c_void_p.from_address(id(conn) + object.__basicsize__).value
+        flag = ctypes.c_int(1)
+        return bool(handle) and fcntl(handle, b"main", 10, ctypes.byref(flag)) == 0     # 10: PERSIST_WAL
+    except (OSError, AttributeError, KeyError, ValueError):
+        return False
 
 
-def _times(d) -> dict:
-    """A {config_id: time_us} dict with finite positive times, else error."""
-    if not isinstance(d, dict):
-        raise TypeError(f"times {d!r} must be a dict of config id to microseconds")
-    return {str(a): _positive(b) for a, b in d.items()}
+_SQLITE_TAKE_LEASE = TAKE_LEASE.format(now="((julianday('now') - 2440587.5) * 86400.0)")
+"""The lease statement on this machine's clock (one machine shares an SQLite file)."""
+
+
+def _columns(conn: sqlite3.Connection, table: str = "tuned") -> list:
+    """The column names of ``table`` (one of :data:`TABLES`), in order (empty without it)."""
+    return [r[1] for r in conn.execute(f"PRAGMA table_info({table})")]

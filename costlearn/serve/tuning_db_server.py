@@ -5,31 +5,57 @@ infeasible row a miss), through psycopg 3, one connection per thread (as
 the SQLite store: a pool's background reconnects would hide why a server is
 away and make every caller wait its full timeout).
 
-Only the entries (winners) for now; the per-host measurement records,
-leases, spooling and roles of the fleet design are not here yet.
+Beside the entries (the winners), every host's measurements and the
+leases of :mod:`costlearn.serve.fleet`, on the server's clock.
 
 Needs the ``server`` extra (``pip install 'costlearn[server]'``); importing
 costlearn never does.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 import threading
 import time
+from urllib.parse import parse_qs, urlsplit
 
 from costlearn.core.problem import Problem
 from costlearn.core.version import __version__
-from costlearn.serve.tuning_db import (COLUMNS, CREATE_TABLE, KEY_COLUMNS, SCHEMA, UPSERT, TuningDB, TuningDBError,
-                                      TuningEntry, decode_row, default_target, entries_from_rows, entry_values,
-                                      is_server_url, key_args, key_values, select_entry)
+from costlearn.serve.fleet import (CREATE_LEASES, CREATE_MEASUREMENTS, FREE_LEASE, SELECT_ALL_MEASUREMENTS, TAKE_LEASE,
+                                   Verdict)
+from costlearn.serve.tuning_db import TuningDB
+from costlearn.serve.tuning_rows import (
+    CREATE_BLOBS, CREATE_TABLE, KEY_COLUMNS, PUT_BLOB, TABLES, UPSERT, TuningDBError, TuningEntry, blob_values,
+    decode_many, decode_row, default_target, entries_from_rows, entry_values, is_server_url, key_args, key_values,
+    measurement_rows, measurements_by_key, record_in, select_blobs, select_entry, select_many)
 
-__all__ = ["ServerTuningDB", "open_store", "redacted"]
+__all__ = ["ServerTuningDB", "open_store", "redacted", "has_password", "initialize", "WRITER_ROLE", "READER_ROLE"]
 
-_CREATE = CREATE_TABLE.replace("INTEGER", "BIGINT").replace("REAL", "DOUBLE PRECISION")
-"""The SQLite store's table in PostgreSQL's types (64-bit extents, double times)."""
-_UPSERT = UPSERT.replace("?", "%s")
-_SELECT = select_entry(KEY_COLUMNS, "%s")
-"""The SQLite store's upsert (a measured entry never replaced by a predicted one), psycopg's placeholders."""
+WRITER_ROLE = "costlearn_writer"
+"""The group role of tuning hosts (:func:`initialize`): reads and writes entries, measurements and leases."""
+READER_ROLE = "costlearn_reader"
+"""The group role of serving hosts (:func:`initialize`): reads entries and measurements, writes nothing."""
+
+
+
+def _pg(sql: str) -> str:
+    """A statement of the SQLite store in PostgreSQL's dialect: psycopg's
+    placeholders, 64-bit extents, double times, the server's clock."""
+    return (sql.replace("?", "%s").replace("INTEGER", "BIGINT").replace("REAL", "DOUBLE PRECISION")
+            .replace("BLOB", "BYTEA")
+            .replace("{now}", "extract(epoch FROM clock_timestamp())::double precision"))
+
+
+_CREATE = [_pg(CREATE_TABLE), _pg(CREATE_MEASUREMENTS), _pg(CREATE_LEASES), _pg(CREATE_BLOBS)]
+_UPSERT = _pg(UPSERT)
+"""The SQLite store's upsert (a measured entry never replaced by a predicted one)."""
+_SELECT = _pg(select_entry(KEY_COLUMNS, "?"))
+_TAKE_LEASE = _pg(TAKE_LEASE)
+_FREE_LEASE = _pg(FREE_LEASE)
+_PUT_BLOB = _pg(PUT_BLOB)
+_SELECT_ALL_MEASUREMENTS = _pg(SELECT_ALL_MEASUREMENTS)
+_STATEMENTS: dict = {}
+"""Each SQLite statement's translation (:func:`_pg`), once."""
 
 AWAY_S = 10.0
 """Seconds a server found down or unreachable is not asked again."""
@@ -67,6 +93,57 @@ def redacted(url: str) -> str:
         return url
     params["password"] = "***"
     return make_conninfo(**params)
+
+
+def has_password(url: str) -> bool:
+    """Whether a libpq URL carries a password (``user:pw@`` or
+    ``?password=``): such a URL on a command line is visible to every user
+    of the machine (``ps``), so the command line refuses it."""
+    try:
+        parts = urlsplit(url)
+        return parts.password is not None or "password" in parse_qs(parts.query)
+    except ValueError:
+        return True                         # unparseable: assume the worst
+
+
+def initialize(url: str, *, writer: str = WRITER_ROLE, reader: str = READER_ROLE) -> list[str]:
+    """Create the tuning database's tables on a server, and two group roles
+    (``NOLOGIN``): ``writer`` for tuning hosts (SELECT, INSERT, UPDATE,
+    DELETE on every table), ``reader`` for serving hosts (SELECT on the
+    entries and measurements; a write through it is refused by the server,
+    and raises PermissionError here). A host's login role is then made a
+    member of one (``CREATE ROLE host LOGIN IN ROLE costlearn_writer``; its
+    password set in psql, never on a command line).
+    Idempotent: an existing role or table is kept.
+
+    Parameters
+    ----------
+    url : str
+        A role that may create tables and roles (the database's owner with
+        CREATEROLE, or a superuser).
+    writer, reader : str
+        The group roles' names.
+
+    Returns
+    -------
+    list of str
+        What was done, one line each.
+
+    Raises
+    ------
+    ValueError
+        Two roles of one name, or an empty name.
+    OSError
+        The server cannot be used or refuses (PermissionError: this role
+        may not create tables or roles).
+    """
+    if not writer or not reader or writer == reader or not all(isinstance(r, str) for r in (writer, reader)):
+        raise ValueError(f"writer={writer!r}, reader={reader!r}: two different, non-empty role names")
+    db = ServerTuningDB(url)
+    try:
+        return db.init_roles(writer, reader)
+    finally:
+        db.close()
 
 
 class ServerTuningDB:
@@ -120,35 +197,55 @@ class ServerTuningDB:
         self.set_aside: list = []               # the interface of TuningDB: a server never sets a file aside
         self._local = threading.local()         # each thread's connection
         self._away = None                       # (monotonic time to retry after, why), once the server was away
+        self._tables: set = set()               # the tables found on the server
         self._prepared = False                  # the table checked (or created): at the first call that reaches it
 
     def _connect(self):
-        """A new connection: autocommit, at most ``timeout_s`` to connect,
-        and each statement cancelled by the server after ``timeout_s``
-        (a server that hangs is a server away)."""
+        """A new connection: autocommit, at most ``timeout_s`` to connect
+        (or the URL's own ``connect_timeout``: a fleet whose server is
+        reached within a second may set 1, so an unreachable host costs a
+        compile one second, once per :data:`AWAY_S`), and each statement
+        cancelled by the server after ``timeout_s`` (a server that hangs is
+        a server away)."""
         ms = max(1, int(self.timeout_s * 1000))
-        return self._psycopg.connect(self._url, autocommit=True, connect_timeout=max(1, math.ceil(self.timeout_s)),
-                                     options=f"-c statement_timeout={ms}")
+        given = "connect_timeout" in parse_qs(urlsplit(self._url).query)
+        wait = {} if given else {"connect_timeout": max(1, math.ceil(self.timeout_s))}
+        return self._psycopg.connect(self._url, autocommit=True, options=f"-c statement_timeout={ms}", **wait)
 
     def _prepare(self, conn) -> None:
-        """Check that an existing table has costlearn's columns; create a
-        missing one (unless read-only) under an advisory lock, so two hosts
-        never race. A role that may only read uses an existing table."""
+        """Check that the tables present have costlearn's columns; create
+        the missing ones (unless read-only) in one transaction under an
+        advisory lock, so two hosts never race. A role that may only read
+        uses the tables there are (a server made by an older costlearn has
+        no measurements: none are listed)."""
         def columns():
-            return [r[0] for r in conn.execute(
-                "SELECT column_name FROM information_schema.columns WHERE table_name = 'tuned' "
-                "AND table_schema = current_schema() ORDER BY ordinal_position").fetchall()]
+            rows = conn.execute(            # the catalog, not information_schema: it shows tables a role may not read
+                "SELECT c.relname, a.attname FROM pg_attribute a JOIN pg_class c ON a.attrelid = c.oid "
+                "WHERE c.relnamespace = current_schema()::regnamespace AND c.relname = ANY(%s) "
+                "AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped ORDER BY c.relname, a.attnum",
+                (list(TABLES),)).fetchall()
+            out: dict = {}
+            for table, column in rows:
+                out.setdefault(table, []).append(column)
+            return out
         cols = columns()
-        if not cols and not self.read_only:
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_ID,))
-                conn.execute(_CREATE)
+        if len(cols) < len(TABLES) and not self.read_only:
+            try:
+                with conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_ID,))
+                    for stmt in _CREATE:
+                        conn.execute(stmt)
+            except self._psycopg.errors.InsufficientPrivilege:
+                pass                        # a role that may not create: it uses the tables there are
             cols = columns()
-        if cols and cols != COLUMNS[SCHEMA]:
-            raise TuningDBError(f"{self.path} has a table tuned with columns {cols}, not costlearn's "
-                                f"{COLUMNS[SCHEMA]}: use another database or schema")
-        if not cols and self.read_only:
-            raise FileNotFoundError(f"no tuning database at {self.path} (no table tuned there yet)")
+        for table, found in cols.items():
+            if found != TABLES[table]:
+                raise TuningDBError(f"{self.path} has a table {table} with columns {found}, not costlearn's "
+                                    f"{TABLES[table]}: use another database or schema")
+        if "tuned" not in cols:
+            raise FileNotFoundError(f"no tuning database at {self.path} (no table tuned there yet: "
+                                    "`costlearn tuning-db init URL` makes it, as a role that may)")
+        self._tables = set(cols)
 
     def _run(self, fn):
         """fn(connection) on this thread's connection; a connection the
@@ -180,12 +277,42 @@ class ServerTuningDB:
                     if fresh:
                         raise
         except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction) as e:
-            raise OSError(f"cannot use the tuning database {self.path}: {_first_line(e)}") from None
+            raise PermissionError(f"cannot write the tuning database {self.path}: {_first_line(e)} (a serving "
+                                  "host's role may only read; tuning hosts use the writer role of `costlearn "
+                                  "tuning-db init`)") from None
         except psycopg.OperationalError as e:
             self.close()
             reason = _first_line(e)
             self._away = (time.monotonic() + AWAY_S, reason)
             raise OSError(f"cannot use the tuning database {self.path}: {reason}") from None
+
+    def init_roles(self, writer: str, reader: str) -> list[str]:
+        """:func:`initialize` on this server (the tables, the two roles, their grants)."""
+        from psycopg import sql
+        done = []
+
+        def setup(conn):
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_ID,))
+                for role in (writer, reader):
+                    if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
+                        conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(role)))
+                        done.append(f"created role {role}")
+                    else:
+                        done.append(f"role {role} exists: kept")
+                schema = conn.execute("SELECT current_schema()").fetchone()[0]
+                ident = sql.Identifier
+                conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}, {}").format(ident(schema), ident(writer),
+                                                                                 ident(reader)))
+                tables = sql.SQL(", ").join(ident(t) for t in TABLES)
+                conn.execute(sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {}").format(tables, ident(writer)))
+                conn.execute(sql.SQL("GRANT SELECT ON tuned, measurements, blobs TO {}").format(ident(reader)))
+                conn.execute(sql.SQL("REVOKE INSERT, UPDATE, DELETE, TRUNCATE ON {} FROM {}").format(tables,
+                                                                                                     ident(reader)))
+            done.append(f"tables {', '.join(TABLES)} in schema {schema}: {writer} reads and writes them, {reader} "
+                        "reads tuned, measurements and blobs")
+        self._run(setup)
+        return done
 
     def close(self) -> None:
         """Close this thread's connection."""
@@ -212,6 +339,15 @@ class ServerTuningDB:
         key = key_values(problem, family, device, template_hash, costlearn_version)
         return decode_row(self._run(lambda c: c.execute(_SELECT, key).fetchone()), *key_args(key), spec)
 
+    def get_many(self, problems, family: str, device: str, template_hash: str, *, spec=None,
+                 costlearn_version: str = __version__) -> list:
+        """Many problems' entries in one round trip: as
+        :meth:`costlearn.serve.tuning_db.TuningDB.get_many`."""
+        sql, params, keys = select_many(problems, family, device, template_hash, costlearn_version, "%s")
+        if not keys:
+            return []
+        return decode_many(self._run(lambda c: c.execute(sql, params).fetchall()), keys, spec)
+
     def put(self, entry: TuningEntry) -> bool:
         """Store an entry (a measured one is never replaced by a predicted
         one): as :meth:`costlearn.serve.tuning_db.TuningDB.put`.
@@ -230,9 +366,81 @@ class ServerTuningDB:
             write (a read-only role).
         """
         if self.read_only:
-            raise OSError(f"the tuning database {self.path} was opened read-only")
+            raise PermissionError(f"the tuning database {self.path} was opened read-only")
         values = entry_values(entry)
         return bool(self._run(lambda c: c.execute(_UPSERT, values).rowcount))
+
+    def record(self, problem: Problem, family: str, device: str, template_hash: str, measurements, *,
+               source: str, costlearn_version: str = __version__) -> tuple[TuningEntry, Verdict]:
+        """Store a tuning's measurements and make the key's entry the answer
+        all hosts' measurements decide, in one transaction that holds the
+        key's advisory lock (so writers of one key are serialised and the
+        last leaves the answer of all): as
+        :meth:`costlearn.serve.tuning_db.TuningDB.record`. A tuning
+        delivered twice (a retry after a lost reply, a spool sent again)
+        adds nothing.
+
+        Raises
+        ------
+        TypeError, ValueError
+            A bad key or measurement.
+        OSError
+            Opened read-only; the server cannot be used or refuses (a
+            read-only role).
+        """
+        if self.read_only:
+            raise PermissionError(f"the tuning database {self.path} was opened read-only")
+        key, rows = measurement_rows(problem, family, device, template_hash, costlearn_version, measurements)
+        lock = int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=8).digest(), "big", signed=True)
+
+        def write(conn):
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock,))
+                return record_in(lambda sql, params: conn.execute(_translated(sql), params), key, rows, source)
+        return self._run(write)
+
+    def measurements(self) -> dict:
+        """Every stored measurement, by key: as
+        :meth:`costlearn.serve.tuning_db.TuningDB.measurements`."""
+        def read(conn):
+            return conn.execute(_SELECT_ALL_MEASUREMENTS).fetchall() if "measurements" in self._tables else []
+        return measurements_by_key(self._run(read))
+
+    def get_blobs(self, cache_key: str, filenames) -> dict:
+        """Stored files under ``cache_key`` in one round trip: as
+        :meth:`costlearn.serve.tuning_db.TuningDB.get_blobs`."""
+        sql, params = select_blobs(cache_key, filenames, "%s")
+        if not sql:
+            return {}
+
+        def read(conn):
+            return conn.execute(sql, params).fetchall() if "blobs" in self._tables else []
+        return {name: bytes(data) for name, data in self._run(read)
+                if isinstance(name, str) and isinstance(data, (bytes, memoryview))}
+
+    def put_blob(self, cache_key: str, filename: str, data) -> None:
+        """Store a file under ``cache_key``: as
+        :meth:`costlearn.serve.tuning_db.TuningDB.put_blob`."""
+        if self.read_only:
+            raise PermissionError(f"the tuning database {self.path} was opened read-only")
+        values = blob_values(cache_key, filename, data)
+        self._run(lambda c: c.execute(_PUT_BLOB, values))
+
+    def take_lease(self, problem: Problem, family: str, device: str, template_hash: str, holder: str, *,
+                   seconds: float, costlearn_version: str = __version__) -> bool:
+        """Take the key's lease for ``seconds`` on the server's clock: as
+        :meth:`costlearn.serve.tuning_db.TuningDB.take_lease`."""
+        if self.read_only:
+            raise PermissionError(f"the tuning database {self.path} was opened read-only")
+        params = (*key_values(problem, family, device, template_hash, costlearn_version), str(holder), float(seconds))
+        return bool(self._run(lambda c: c.execute(_TAKE_LEASE, params).rowcount))
+
+    def free_lease(self, problem: Problem, family: str, device: str, template_hash: str, holder: str, *,
+                   costlearn_version: str = __version__) -> None:
+        """Free the key's lease if ``holder`` holds it."""
+        if not self.read_only:
+            params = (*key_values(problem, family, device, template_hash, costlearn_version), str(holder))
+            self._run(lambda c: c.execute(_FREE_LEASE, params))
 
     def entries(self) -> list[TuningEntry]:
         """Every stored entry (all versions), oldest first; a row that does
@@ -240,6 +448,14 @@ class ServerTuningDB:
         return entries_from_rows(self._run(lambda c: c.execute(
             f"SELECT {KEY_COLUMNS}, config_id, how, time_us, times_json, source, updated FROM tuned "
             "ORDER BY updated").fetchall()))
+
+
+def _translated(sql: str) -> str:
+    """:func:`_pg` of ``sql``, translated once."""
+    out = _STATEMENTS.get(sql)
+    if out is None:
+        out = _STATEMENTS[sql] = _pg(sql)
+    return out
 
 
 def _first_line(e: Exception) -> str:

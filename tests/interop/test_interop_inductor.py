@@ -411,3 +411,40 @@ def test_a_byte_that_is_not_utf8_or_a_stray_quote_costs_its_own_line_only(tmp_pa
     _log(tmp_path / "good.txt", lines)
     again = import_file("inductor", tmp_path / "good.txt", device="a100", data_root=tmp_path / "data")
     assert again.rows_added == 2 and len(load(tmp_path / "data" / "a100")[0]) == 40
+
+
+def test_export_from_the_tuning_database_lists_measured_winners_alone_and_the_model_s_choices_for_the_rest(
+        tmp_path, capsys):
+    """export inductor-lut --from-db: a problem the fleet measured lists its winner alone (the measurement timed
+    the vendor beside it); one only predicted lists the model's top k and the vendor call; another device class's
+    entries are not read."""
+    from costlearn import __version__
+    from costlearn.cli import main
+    from costlearn.core.problem import Problem
+    from costlearn.families import get_family
+    from costlearn.serve.fleet import Measurement
+    from costlearn.serve.predict import load_predictor
+    from costlearn.serve.tuning_db import TuningDB, TuningEntry
+    from inductor_fixture import DEVICE
+    models = build_models(tmp_path)
+    pred = load_predictor(DEVICE, "triton_mm", "float16", models)
+    fam = get_family("triton_mm")
+    db = TuningDB(tmp_path / "t.sqlite", create=True)
+    measured, asked = Problem(512, 512, 512, "float16"), Problem(640, 384, 1024, "float16")
+    best = next(c for c, _ in pred.predict(measured, 5).top_k if c.config_id != "vendor")
+    db.record(measured, "triton_mm", pred.spec.slug, fam.template_hash,
+              [Measurement(best.config_id, 9.9, 10.0, 10.1, 5, "h1", "0123456789"),
+               Measurement("vendor", 11.9, 12.0, 12.1, 5, "h1", "0123456789")], source="fleet")
+    db.put(TuningEntry(asked, "triton_mm", pred.spec.slug, fam.template_hash, __version__, best, "predicted", 3.0,
+                       {}, "model"))
+    db.put(TuningEntry(Problem(96, 96, 96, "float16"), "triton_mm", "another-gpu", fam.template_hash, __version__,
+                       best, "measured", 1.0, {}, "other"))
+    out = tmp_path / "lut.json"
+    assert main(["export", "inductor-lut", "--models", str(models), "--model", DEVICE, "--from-db", str(db.path),
+                 "--out", str(out), "--top-k", "2"]) == 0
+    assert "1 measured winners from the tuning database" in capsys.readouterr().out
+    table = json.loads(out.read_text())
+    sizes = sorted(len(v) for v in table.values())
+    assert len(table) == 2 and sizes == [1, 3]
+    one = next(v for v in table.values() if len(v) == 1)[0]
+    assert one == fam.to_tool("inductor", best, measured)

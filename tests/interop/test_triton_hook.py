@@ -385,3 +385,21 @@ def test_a_negative_extent_is_refused_not_returned_unranked(models):
     with pytest.raises(ValueError, match="negative"):
         hook(cfgs, dict(M=-5, N=64, K=64))
     assert len(hook(cfgs, dict(M=0, N=64, K=64))) == 2
+
+
+def test_hook_launches_the_fleet_s_measured_winner_alone(models, predictor, tmp_path):
+    """prune_configs(tuning_db=...): a measured winner for the problem on the model's device class, among the
+    kernel's configs, is returned alone; a problem not measured is ranked as without a database."""
+    from costlearn.core.problem import Problem
+    from costlearn.serve.fleet import Measurement
+    from costlearn.serve.tuning_db import TuningDB
+    configs = stand_in_configs()
+    db = TuningDB(tmp_path / "t.sqlite", create=True)
+    winner = configs[-1]
+    db.record(Problem(512, 512, 512, "float16"), "triton_mm", predictor.spec.slug,
+              predictor.artifact.family.template_hash,
+              [Measurement(as_mm(winner).config_id, 0.9, 1.0, 1.1, 5, "h1", "0123456789")], source="fleet")
+    hook = prune_configs(3, device=DEVICE, models_dir=models, tuning_db=db)
+    assert hook(configs, call_args(512, 512, 512)) == [winner]
+    plain = prune_configs(3, device=DEVICE, models_dir=models)
+    assert hook(configs, call_args(1024, 512, 512)) == plain(configs, call_args(1024, 512, 512))

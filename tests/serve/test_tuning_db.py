@@ -15,7 +15,8 @@ from costlearn.core.device import preset
 from costlearn.families.gemm import TEMPLATE_HASH
 from costlearn.families.gemm import GemmConfig as TileConfig
 from costlearn.core.problem import Problem
-from costlearn.serve.tuning_db import TuningDB, TuningDBError, TuningEntry
+from costlearn.serve.tuning_db import SCHEMA, TuningDB, TuningDBError, TuningEntry
+from costlearn.serve.fleet import Measurement
 
 from conftest import ROOT, needs_opencl
 import threading
@@ -79,7 +80,8 @@ def test_a_schema_1_file_is_upgraded_to_gemm_nn_epilogue_none_entries(tmp_path):
     _schema_1_file(path)
     got = get(TuningDB(path))
     assert got.chosen_by == "measured" and got.time_us == 7.5 and got.problem.layout == "NN"
-    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 3 and got.problem.epilogue == "none"
+    assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == SCHEMA
+    assert got.problem.epilogue == "none"
 
 
 def test_measured_entry_is_never_replaced_by_a_predicted_one(tmp_path):
@@ -191,17 +193,17 @@ def test_the_schema_1_upgrade_tolerates_another_process_finishing_it_first(tmp_p
     _schema_1_file(path)
     real = TuningDB._upgrade_from
 
-    def racing(self, conn, version):
+    def racing(self, conn, version, found):
         monkeypatch.setattr(TuningDB, "_upgrade_from", real)
         TuningDB(path).close()                                    # the other process upgrades first
-        real(self, conn, version)
+        real(self, conn, version, found)
     monkeypatch.setattr(TuningDB, "_upgrade_from", racing)
     assert get(TuningDB(path)).time_us == 7.5
 
 
 _WRITER = """
 import sys
-from costlearn.serve.tuning_db import TuningDB, TuningDBError, TuningEntry
+from costlearn.serve.tuning_db import SCHEMA, TuningDB, TuningDBError, TuningEntry
 from costlearn.families.gemm import GemmConfig, TEMPLATE_HASH
 from costlearn.core.problem import Problem
 from costlearn import __version__
@@ -339,8 +341,8 @@ def _stood_in_tuner(tmp_path):
     backend = type("Backend", (), {"spec": pred.spec})()
     tuner = Tuner(pred, TuningDB(tmp_path / "t.sqlite", create=True), backend=backend)
     asked = []
-    tuner._measure = lambda q, configs: (asked.extend(configs), ({c.config_id: 1.0 + i for i, c in
-                                                                  enumerate(configs)}, []))[1]
+    tuner._measure = lambda q, configs: (asked.extend(configs), [
+        Measurement(c.config_id, 0.99 + i, 1.0 + i, 1.01 + i, 5, "host", "0" * 12) for i, c in enumerate(configs)])[1]
     return pred, tuner, asked
 
 
@@ -418,7 +420,8 @@ def test_damaged_rows_are_misses_not_answers(tmp_path):
         c.execute("UPDATE tuned SET time_us = -5 WHERE m = 1")
         c.execute("UPDATE tuned SET times_json = '[1, 2]' WHERE m = 2")
     for m in (1, 2):
-        assert _get(db, m) is None
+        with pytest.warns(RuntimeWarning, match="damaged or not costlearn's"):
+            assert _get(db, m) is None
 
 
 def test_newer_schema_or_foreign_database_is_left_alone(tmp_path):
@@ -473,7 +476,7 @@ def test_a_table_left_without_its_schema_version_by_a_kill_is_taken_as_costlearn
     assert db.put(entry())
     db.close()
     with contextlib.closing(sqlite3.connect(path)) as c:
-        assert c.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert c.execute("PRAGMA user_version").fetchone()[0] == SCHEMA
     assert get(TuningDB(path)).config == CFG
     other = tmp_path / "other.sqlite"                       # a table of that name but not ours stays refused
     with contextlib.closing(sqlite3.connect(other)) as c, c:

@@ -62,8 +62,10 @@ def test_hostile_rows_are_misses_and_left_out_of_the_listing(pg_server, pg_url, 
     db.put(entry("measured", 5.0))
     db.put(entry("measured", 6.0, m=128))
     pg_server.execute(f"UPDATE tuned SET {column} = %s WHERE m = 64", _database(pg_url), (value,))
-    assert get(db) is None
-    assert [e.problem.m for e in db.entries()] == [128]
+    with pytest.warns(RuntimeWarning, match="damaged or not costlearn's"):
+        assert get(db) is None
+    with pytest.warns(RuntimeWarning, match="never launched"):
+        assert [e.problem.m for e in db.entries()] == [128]
 
 
 def test_a_table_tuned_that_is_not_costlearn_s_is_refused(pg_server, pg_url):
@@ -185,3 +187,94 @@ def test_a_client_killed_mid_write_leaves_only_whole_entries(pg_server, pg_url, 
     entries = open_store(pg_url).entries()
     assert rows >= 20 and len(entries) == rows
     assert all(e.time_us == e.problem.m and e.chosen_by == "measured" for e in entries)
+
+
+def _tuning(host, tid, times):
+    from costlearn.serve.fleet import Measurement
+    return [Measurement(c, t * 0.99, t, t * 1.01, 5, host, tid) for c, t in times.items()]
+
+
+def test_init_makes_a_writer_role_that_tunes_and_a_reader_role_every_write_of_which_is_refused(pg_server, pg_url):
+    from costlearn.serve.tuning_db_server import ServerTuningDB, initialize
+    database = _database(pg_url)
+    assert any("created role" in line or "exists" in line for line in initialize(pg_url))
+    assert initialize(pg_url)                                          # again: idempotent
+    for login, group in (("tuner_host", "costlearn_writer"), ("serving_host", "costlearn_reader")):
+        pg_server.execute(f"DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = '{login}') THEN "
+                          f"CREATE ROLE {login} LOGIN IN ROLE {group}; END IF; END $$")
+    writer = ServerTuningDB(pg_server.url(database, user="tuner_host"))
+    writer.record(P, "gemm", "dev", TEMPLATE_HASH, _tuning("h1", "a1b2c3d4e5", {CFG.config_id: 5.0}), source="s")
+    assert writer.take_lease(P, "gemm", "dev", TEMPLATE_HASH, "h1", seconds=60) and writer.put(entry("predicted",
+                                                                                                      m=128))
+    reader = ServerTuningDB(pg_server.url(database, user="serving_host", password="pw-never-shown"))
+    assert get(reader).time_us == 5.0 and len(reader.measurements()) == 1
+    refused = 0
+    for write in (lambda: reader.put(entry("measured", 1.0, m=256)),
+                  lambda: reader.record(Problem(256, 64, 64), "gemm", "dev", TEMPLATE_HASH,
+                                        _tuning("h2", "a1b2c3d4e6", {CFG.config_id: 1.0}), source="s"),
+                  lambda: reader.take_lease(P, "gemm", "dev", TEMPLATE_HASH, "h2", seconds=60)):
+        with pytest.raises(PermissionError, match="may only read") as err:
+            write()
+        refused += "pw-never-shown" not in str(err.value)
+    assert refused == 3 and len(writer.entries()) == 2
+
+
+_FLAKY_HOST = """
+import sys, time
+from costlearn.core.problem import Problem
+from costlearn.families.gemm import TEMPLATE_HASH, GemmConfig
+from costlearn.serve.fleet import Measurement
+from costlearn.serve.spool import Spool
+from costlearn.serve.tuning_db import key_values
+from costlearn.serve.tuning_db_server import ServerTuningDB
+url, host, n, spool_dir = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+db = ServerTuningDB(url, timeout_s=2.0)
+spool = Spool(db.path, folder=spool_dir)
+ids = [GemmConfig(16, 32, 8, 2, 4).config_id, GemmConfig(32, 32, 8, 4, 4).config_id]
+spooled = 0
+for i in range(n):
+    tid = f"{int(host[1:]):02x}{i:08x}"
+    ms = [Measurement(c, 0.99 * (j + 1), j + 1.0, 1.01 * (j + 1), 5, host, tid) for j, c in enumerate(ids)]
+    args = (Problem(64 + i, 64, 64), "gemm", "dev", TEMPLATE_HASH)
+    spool.deliver(db)
+    try:
+        db.record(*args, ms, source=host)
+    except OSError:
+        spool.add(key_values(*args, "0.1.0"), ms, host)
+        spooled += 1
+    time.sleep(0.01)
+    if i == 5:
+        print("running", flush=True)
+deadline = time.time() + 120
+while spool.pending() and time.time() < deadline:
+    db._away = None
+    spool.deliver(db)
+    time.sleep(0.2)
+print(spooled, len(spool.pending()), flush=True)
+"""
+
+
+def test_a_server_killed_mid_run_loses_and_doubles_no_measurement(pg_server, pg_url, tmp_path):
+    """Two hosts record while the server is killed (pg_ctl stop -m immediate) and restarted, twice: what could not
+    be written is spooled and delivered when the server is back; every tuning lands exactly once."""
+    import subprocess
+    import sys
+    import time
+    from costlearn.serve.tuning_db_server import open_store
+    open_store(pg_url).entries()                                       # the tables exist
+    script = tmp_path / "host.py"
+    script.write_text(_FLAKY_HOST.replace('"0.1.0"', repr(__version__)))
+    hosts = [subprocess.Popen([sys.executable, str(script), pg_url, f"h{h}", "60", str(tmp_path / f"spool{h}")],
+                              stdout=subprocess.PIPE, text=True) for h in range(2)]
+    for proc in hosts:
+        assert proc.stdout.readline().strip() == "running"
+    for _ in range(2):
+        pg_server.stop("immediate")
+        time.sleep(0.5)
+        pg_server.start()
+        time.sleep(0.3)
+    spooled, left = zip(*(map(int, proc.communicate(timeout=300)[0].split()) for proc in hosts))
+    assert sum(spooled) > 0 and left == (0, 0)
+    rows = pg_server.execute("SELECT tuning_id, count(*) FROM measurements GROUP BY tuning_id", _database(pg_url))
+    assert len(rows) == 120 and all(count == 2 for _, count in rows)
+    assert len(open_store(pg_url).entries()) == 60

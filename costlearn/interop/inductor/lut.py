@@ -34,7 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from costlearn.collect.space import check_config
 from costlearn.core.device import device_slug
+from costlearn.core.version import __version__
+from costlearn.model.store import has_model
+from costlearn.serve.tuning_db_server import open_store
 from costlearn.core.dtypes import DTYPES, TORCH_DTYPES
 from costlearn.families import VENDOR_CONFIG_ID, get_family
 from costlearn.serve.predict import load_predictor, predict_many
@@ -43,7 +47,8 @@ from costlearn.core.util import atomic_write, check_int
 from costlearn.interop.common import Importer, InteropError, Measurement, resolve_device
 from costlearn.interop.inductor.autoheuristic import parse as parse_log
 
-__all__ = ["LutProblem", "check_lut_out", "lookup_key", "inputs_key", "read_shapes_file", "problems_from_log",
+__all__ = ["LutProblem", "check_lut_out", "measured_from_db", "lookup_key", "inputs_key", "read_shapes_file",
+           "problems_from_log",
            "read_table", "RecordedTable", "dense_layout",
            "choices_for", "confident", "export_lut", "LutReport", "InductorLutImporter", "OP_NAME", "TIME_KEYS",
            "OP_EPILOGUES", "addmm_bias_problem"]
@@ -458,6 +463,8 @@ class LutReport:
         shapes the model knows few configs for).
     seconds : float
         Wall time of the predictions and the table, not the file write.
+    measured : int
+        Problems listed with the tuning database's measured winner alone.
     """
 
     path: Path
@@ -467,13 +474,56 @@ class LutReport:
     confident: int = 0
     short: int = 0
     seconds: float = 0.0
+    measured: int = 0
 
     def summary(self) -> str:
         """One line: keys, problems, choices per problem, time."""
         counts = ", ".join(f"{n} choice{'s' if n > 1 else ''}: {c}" for n, c in sorted(self.candidates.items()))
         short = f"; {self.short} with fewer candidate configs than asked" if self.short else ""
+        measured = f"; {self.measured} measured winners from the tuning database" if self.measured else ""
         return (f"wrote {self.keys} keys for {self.problems} problems into {self.path} ({counts}; the model was "
-                f"sure of {self.confident}{short}); answers and table in {self.seconds * 1e3:.0f} ms")
+                f"sure of {self.confident}{short}{measured}); answers and table in {self.seconds * 1e3:.0f} ms")
+
+
+def measured_from_db(target, device: str, family: str = "triton_mm", models_dir=None) -> tuple:
+    """What a tuning database holds for the device class of the model store's
+    ``device``: ``(problems, winners)``, the problems of every current entry
+    (this family's template and costlearn's version) in the order recorded,
+    and ``{problem: config}`` of the measured ones. A stored config that is
+    infeasible on the device for its problem is left out, as a lookup
+    would.
+
+    Parameters
+    ----------
+    target : path or str
+        A file or a ``postgresql://`` URL (opened read-only).
+    device : str
+        The model store's device folder: its models' device slug is the
+        class whose entries are read.
+
+    Raises
+    ------
+    OSError, FileNotFoundError
+        As :func:`costlearn.serve.tuning_db_server.open_store`.
+    ValueError
+        If the store has no ``family`` model of ``device``.
+    """
+    served = [d for d in DTYPES if has_model(device, family, d, models_dir)]
+    if not served:
+        raise ValueError(f"the model store has no {family} model of {device!r}")
+    spec = load_predictor(device, family, served[0], models_dir).spec
+    fam = get_family(family)
+    problems, winners = {}, {}
+    for e in open_store(target, read_only=True).entries():
+        if (e.family, e.device, e.template_hash, e.costlearn_version) != (family, spec.slug, fam.template_hash,
+                                                                          __version__):
+            continue
+        if check_config(e.config, spec, problem=e.problem) is not None:
+            continue
+        problems[e.problem] = None
+        if e.chosen_by == "measured":
+            winners[e.problem] = e.config
+    return list(problems), winners
 
 
 def check_lut_out(out) -> Path:
@@ -495,7 +545,7 @@ def check_lut_out(out) -> Path:
 
 
 def export_lut(problems, out, *, device, top_k: int = 3, family: str = "triton_mm", models_dir=None,
-               device_name: str | None = None, portable: bool = False) -> LutReport:
+               device_name: str | None = None, portable: bool = False, measured: dict | None = None) -> LutReport:
     """Write an Inductor lookup table of the model's choices for ``problems``.
 
     Parameters
@@ -518,6 +568,11 @@ def export_lut(problems, out, *, device, top_k: int = 3, family: str = "triton_m
         model's device preset name (e.g. ``"NVIDIA A100-SXM4-80GB"``).
     portable : bool
         Also write each entry under its device-agnostic key.
+    measured : dict of Problem to config, optional
+        Measured winners (:func:`measured_from_db`): such a problem lists
+        its winner alone, which Inductor runs without autotuning (the
+        measurement timed the vendor beside it); the others list the
+        model's choices.
 
     Returns
     -------
@@ -556,10 +611,13 @@ def export_lut(problems, out, *, device, top_k: int = 3, family: str = "triton_m
             preds[i] = a
         names[dtype] = device_name or load_predictor(device, family, dtype, models_dir).spec.name
     table, seen, report = {}, {}, LutReport(Path(out), len(lps), 0)
+    measured = measured or {}
     for lp, pred in zip(lps, preds):
-        configs = choices_for(pred, top_k, vendor)
+        winner = measured.get(lp.problem)
+        configs = [winner] if winner is not None else choices_for(pred, top_k, vendor)
         tiles = sum(c.config_id != VENDOR_CONFIG_ID for c in configs)
-        report.short += tiles < top_k and not (top_k == 1 and confident(pred))
+        report.measured += winner is not None
+        report.short += tiles < top_k and winner is None and not (top_k == 1 and confident(pred))
         entries = [fam.to_tool("inductor", c, lp.problem) for c in configs]
         if any(e is None for e in entries):
             raise ValueError(f"family={family!r} has no Inductor lookup-table entries; the triton_mm family has")

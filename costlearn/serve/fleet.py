@@ -1,0 +1,264 @@
+"""What the hosts of a fleet share beyond winners (design.md, "Predictor"):
+
+- **Measurements.** Every timed candidate of a tuning is kept, one row per
+  config per tuning: its p20/p50/p80, sample count, clocks, the host, when,
+  and an environment fingerprint (:class:`Measurement`).
+- **One answer per key.** :func:`decide` picks a key's config from all
+  hosts' measurements of it, so every host of a device class launches the
+  same config, and configs within the measurement noise of each other are a
+  tie decided the same way everywhere.
+- **Leases.** A host about to measure a key takes its lease (with an
+  expiry), so hosts asking the same unmeasured problem at once measure it
+  once; a host that dies holding one frees it when it expires.
+
+The tables and statements here are in SQLite's dialect, with ``{now}``
+standing for the store's clock in seconds since the epoch; both stores
+(:mod:`costlearn.serve.tuning_db`, :mod:`costlearn.serve.tuning_db_server`)
+run them, the server with its own clock, so hosts' clocks never decide a
+lease.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from costlearn.core.version import __version__
+from costlearn.families import get_family
+from costlearn.families.base import VENDOR_CONFIG_ID
+
+__all__ = ["Measurement", "Verdict", "decide", "host_name", "environment", "measurements_from_rows",
+           "NOISE_FLOOR", "LEASE_S", "MEASUREMENT_COLUMNS", "CREATE_MEASUREMENTS", "CREATE_LEASES",
+           "INSERT_MEASUREMENT", "SELECT_MEASUREMENTS", "SELECT_ALL_MEASUREMENTS", "TAKE_LEASE", "FREE_LEASE"]
+
+NOISE_FLOOR = 0.002
+"""Relative difference under which two configs' times are always a tie:
+re-timing the same configs on one device moves the best by about this much
+(docs/results.md, "Measurement noise")."""
+
+LEASE_S = 300.0
+"""Seconds a lease on a key lasts unless freed: longer than a tuning of a
+few configs takes, short enough that a host that died holding it delays its
+siblings little."""
+
+_KEY = ("m INTEGER NOT NULL, n INTEGER NOT NULL, k INTEGER NOT NULL, dtype TEXT NOT NULL, layout TEXT NOT NULL, "
+        "epilogue TEXT NOT NULL, family TEXT NOT NULL, device TEXT NOT NULL, template_hash TEXT NOT NULL, "
+        "costlearn_version TEXT NOT NULL")
+_KEY_NAMES = "m, n, k, dtype, layout, epilogue, family, device, template_hash, costlearn_version"
+_WHERE = " AND ".join(f"{c} = ?" for c in _KEY_NAMES.split(", "))
+
+MEASUREMENT_COLUMNS = [*_KEY_NAMES.split(", "), "config_id", "host", "tuning_id", "p20_us", "p50_us", "p80_us",
+                       "samples", "clocks_json", "env_json", "measured"]
+"""The columns of table ``measurements``, in order."""
+
+CREATE_MEASUREMENTS = f"""
+CREATE TABLE IF NOT EXISTS measurements (
+    {_KEY},
+    config_id TEXT NOT NULL, host TEXT NOT NULL, tuning_id TEXT NOT NULL,
+    p20_us REAL NOT NULL, p50_us REAL NOT NULL, p80_us REAL NOT NULL, samples INTEGER NOT NULL,
+    clocks_json TEXT NOT NULL, env_json TEXT NOT NULL, measured TEXT NOT NULL,
+    PRIMARY KEY ({_KEY_NAMES}, tuning_id, config_id)
+)"""
+"""One row per timed config per tuning; ``tuning_id`` names the tuning
+(unique), so delivering a tuning twice adds nothing."""
+
+CREATE_LEASES = f"""
+CREATE TABLE IF NOT EXISTS leases (
+    {_KEY},
+    holder TEXT NOT NULL, expires REAL NOT NULL,
+    PRIMARY KEY ({_KEY_NAMES})
+)"""
+"""Who is measuring a key, and until when (the store's clock, seconds since the epoch)."""
+
+INSERT_MEASUREMENT = (f"INSERT INTO measurements VALUES ({', '.join('?' * len(MEASUREMENT_COLUMNS))}) "
+                      "ON CONFLICT DO NOTHING")
+_VALUES = ", ".join(MEASUREMENT_COLUMNS[10:])
+SELECT_MEASUREMENTS = f"SELECT {_VALUES} FROM measurements WHERE {_WHERE}"
+"""One key's measurements (the columns after the key)."""
+SELECT_ALL_MEASUREMENTS = f"SELECT {_KEY_NAMES}, {_VALUES} FROM measurements ORDER BY measured"
+"""Every measurement, key columns first."""
+TAKE_LEASE = f"""
+INSERT INTO leases VALUES ({', '.join('?' * 11)}, {{now}} + ?)
+ON CONFLICT ({_KEY_NAMES}) DO UPDATE SET holder = excluded.holder, expires = excluded.expires
+WHERE leases.expires < {{now}} OR leases.holder = excluded.holder
+"""
+"""Take a key's lease: (key values, holder, seconds); one row changed means taken."""
+FREE_LEASE = f"DELETE FROM leases WHERE {_WHERE} AND holder = ?"
+
+
+def host_name() -> str:
+    """This host's name in the fleet: ``$COSTLEARN_HOST``, else the
+    network name (:func:`socket.gethostname`)."""
+    return os.environ.get("COSTLEARN_HOST") or socket.gethostname()
+
+
+def environment(provenance: dict) -> dict:
+    """The environment fingerprint of a measurement: the backend's
+    provenance fields that can change a kernel's time (driver, runtime,
+    library, device name) and costlearn's version, with PyTorch's and
+    Triton's where imported (never imported here)."""
+    env = {k: str(provenance[k]) for k in ("device_name", "driver_version", "runtime_version", "library_version",
+                                            "compute_capability") if provenance.get(k) not in (None, "")}
+    env["costlearn"] = __version__
+    for name in ("torch", "triton"):
+        mod = sys.modules.get(name)
+        if mod is not None and isinstance(getattr(mod, "__version__", None), str):
+            env[name] = mod.__version__
+    return env
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One config timed in one tuning on one host.
+
+    Attributes
+    ----------
+    config_id : str
+    p20_us, p50_us, p80_us : float
+        Quantiles of its samples, microseconds (finite, 0 < p20 <= p50 <= p80).
+    samples : int
+        How many samples (>= 1).
+    host : str
+        The host that measured (:func:`host_name`).
+    tuning_id : str
+        The tuning it belongs to (unique per tuning).
+    clocks : dict
+        Device clocks and throttling while it ran (``sm_clock_mhz``, ...).
+    env : dict of str to str
+        Environment fingerprint (:func:`environment`).
+    measured : str
+        UTC time, ISO 8601.
+    """
+
+    config_id: str
+    p20_us: float
+    p50_us: float
+    p80_us: float
+    samples: int
+    host: str
+    tuning_id: str
+    clocks: dict = field(default_factory=dict)
+    env: dict = field(default_factory=dict)
+    measured: str = ""
+
+    def values(self) -> tuple:
+        """The 10 values after the key in :data:`MEASUREMENT_COLUMNS` order,
+        checked (ValueError naming the field otherwise)."""
+        check(self)
+        stamp = self.measured or datetime.now(timezone.utc).isoformat(timespec="seconds")
+        return (self.config_id, self.host, self.tuning_id, float(self.p20_us), float(self.p50_us),
+                float(self.p80_us), int(self.samples), json.dumps(self.clocks, sort_keys=True, default=str),
+                json.dumps(self.env, sort_keys=True, default=str), stamp)
+
+
+def check(m: Measurement) -> None:
+    """Raise ValueError/TypeError unless ``m`` is a measurement a store may
+    hold: non-empty names, finite times with 0 < p20 <= p50 <= p80, samples
+    >= 1, dict clocks and env."""
+    if not isinstance(m, Measurement):
+        raise TypeError(f"measurement={m!r}; must be a Measurement")
+    for name in ("config_id", "host", "tuning_id"):
+        v = getattr(m, name)
+        if not isinstance(v, str) or not v or len(v) > 200:
+            raise ValueError(f"measurement {name}={v!r}; must be a non-empty str of at most 200 characters")
+    q = []
+    for name in ("p20_us", "p50_us", "p80_us"):
+        v = getattr(m, name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < float(v) < float("inf"):
+            raise ValueError(f"measurement {name}={v!r}; must be a finite time > 0 (microseconds)")
+        q.append(float(v))
+    if not q[0] <= q[1] <= q[2]:
+        raise ValueError(f"measurement quantiles p20={q[0]}, p50={q[1]}, p80={q[2]}; must be p20 <= p50 <= p80")
+    if isinstance(m.samples, bool) or not isinstance(m.samples, int) or m.samples < 1:
+        raise ValueError(f"measurement samples={m.samples!r}; must be an int >= 1")
+    if not isinstance(m.clocks, dict) or not isinstance(m.env, dict):
+        raise TypeError("measurement clocks and env must be dicts")
+
+
+def measurements_from_rows(rows, family: str) -> list[Measurement]:
+    """The measurements of stored rows (the columns of
+    :data:`SELECT_MEASUREMENTS`) whose config is one of ``family``'s and
+    whose values pass :func:`check`; a damaged or hostile row is left out
+    (it never decides an answer)."""
+    fam = get_family(family)
+    out = []
+    for r in rows:
+        try:
+            config_id, host, tuning_id, p20, p50, p80, samples, clocks, env, measured = r
+            fam.config_from_id(config_id)
+            m = Measurement(config_id, p20, p50, p80, samples, host, tuning_id, json.loads(clocks), json.loads(env),
+                            str(measured))
+            check(m)
+        except (TypeError, ValueError):
+            continue
+        out.append(m)
+    return out
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A key's answer from its measurements (:func:`decide`).
+
+    Attributes
+    ----------
+    config_id : str
+        The config every host launches.
+    times_us : dict of str to float
+        Each config's time: the median over its measurements of their p50,
+        microseconds.
+    tied : tuple of str
+        The other configs within the noise of the fastest.
+    hosts : tuple of str
+        The hosts whose measurements decided it, sorted.
+    """
+
+    config_id: str
+    times_us: dict
+    tied: tuple
+    hosts: tuple
+
+
+def decide(measurements, vendor_id: str | None = VENDOR_CONFIG_ID) -> Verdict:
+    """The one answer for a key from all hosts' measurements of it.
+
+    Each config's interval is the median over its measurements (all hosts,
+    all tunings) of their p20, p50 and p80. The fastest has the smallest
+    median p50; a config ties with it when its p20 is at most the fastest's
+    p80, or its p50 within :data:`NOISE_FLOOR` of the fastest's: their
+    intervals overlap, so the samples do not say which is faster. A tie is
+    decided without the times: the vendor library where tied (the floor: no
+    evidence a tile beats it), else the smallest config id. The answer is
+    thus a function of the set of measurements alone, the same on every host
+    and in every order, and noise that reorders tied configs does not change
+    it.
+
+    Parameters
+    ----------
+    measurements : iterable of Measurement
+        Non-empty.
+    vendor_id : str or None
+        The vendor library's config id (None: the family has none).
+
+    Raises
+    ------
+    ValueError
+        If there are no measurements.
+    """
+    by_config: dict = {}
+    for m in measurements:
+        by_config.setdefault(m.config_id, []).append(m)
+    if not by_config:
+        raise ValueError("no measurements to decide from")
+    stats = {c: tuple(statistics.median(getattr(m, q) for m in ms) for q in ("p20_us", "p50_us", "p80_us"))
+             for c, ms in by_config.items()}
+    fastest = min(stats, key=lambda c: (stats[c][1], c))
+    _, best_p50, best_p80 = stats[fastest]
+    tied = sorted(c for c, (p20, p50, _) in stats.items()
+                  if p20 <= best_p80 or p50 <= best_p50 * (1 + NOISE_FLOOR))
+    winner = vendor_id if vendor_id in tied else tied[0]
+    hosts = tuple(sorted({m.host for ms in by_config.values() for m in ms}))
+    return Verdict(winner, {c: s[1] for c, s in sorted(stats.items())}, tuple(c for c in tied if c != winner), hosts)

@@ -1,0 +1,114 @@
+"""A throwaway PostgreSQL server in a temporary folder, reached by a unix socket there, for the server tests
+(tests/conftest.py's ``pg_server``) and scripts/bench_tuning_db.py. PostgreSQL refuses to run as root: as root the
+server runs as the user ``postgres`` (Debian's package makes it).
+
+    python scripts/throwaway_postgres.py      # starts one, prints its URL, stops it on Enter
+"""
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+
+
+class Unavailable(RuntimeError):
+    """No server can be started here (the reason says why)."""
+
+
+def bindir() -> Path | None:
+    """The folder of the PATH's (or Debian's newest) PostgreSQL server programs, or None."""
+    found = shutil.which("initdb")
+    if found:
+        return Path(found).parent
+    dirs = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda d: int(Path(d).parent.name))
+    return Path(dirs[-1]) if dirs and (Path(dirs[-1]) / "initdb").exists() else None
+
+
+class PostgresServer:
+    """A PostgreSQL server in ``root`` (data in ``root/data``, the socket in ``root``), trust authentication."""
+
+    def __init__(self, bindir: Path, root: Path, run_as: list):
+        self.bindir, self.root, self.run_as = bindir, root, run_as
+        self.data, self.socket = root / "data", root
+
+    @classmethod
+    def make(cls) -> "PostgresServer":
+        """A new server, initialised and started.
+
+        Raises
+        ------
+        Unavailable
+            No server programs, or root with no user ``postgres`` to run as.
+        """
+        programs = bindir()
+        if programs is None:
+            raise Unavailable("no PostgreSQL server programs (initdb, pg_ctl): apt install postgresql")
+        root = Path(tempfile.mkdtemp(prefix="costlearn-pg-"))
+        run_as = []
+        if os.geteuid() == 0:
+            import pwd
+            try:
+                pw = pwd.getpwnam("postgres")
+            except KeyError:
+                shutil.rmtree(root, ignore_errors=True)
+                raise Unavailable("running as root and no user 'postgres' to run the server as "
+                                  "(PostgreSQL refuses root)") from None
+            os.chown(root, pw.pw_uid, pw.pw_gid)
+            run_as = ["runuser", "-u", "postgres", "--"]
+        server = cls(programs, root, run_as)
+        server.init()
+        server.start()
+        return server
+
+    def _cmd(self, *args, check=True):
+        return subprocess.run([*self.run_as, *map(str, args)], check=check, capture_output=True, text=True,
+                              timeout=120)
+
+    def init(self) -> None:
+        self._cmd(self.bindir / "initdb", "-D", self.data, "-A", "trust", "-U", "postgres", "-E", "UTF8",
+                  "--no-sync")
+
+    def start(self) -> None:
+        self._cmd(self.bindir / "pg_ctl", "-D", self.data, "-l", self.root / "log", "-w", "-t", "60", "-o",
+                  f"-k {self.socket} -c listen_addresses='' -c fsync=off -c max_connections=200", "start")
+
+    def ensure_running(self) -> None:
+        if self._cmd(self.bindir / "pg_ctl", "-D", self.data, "status", check=False).returncode != 0:
+            self.start()
+
+    def stop(self, mode: str = "immediate") -> None:
+        """``pg_ctl stop -m immediate``: the server dies as in a crash, mid-transaction."""
+        self._cmd(self.bindir / "pg_ctl", "-D", self.data, "-m", mode, "-w", "stop", check=False)
+
+    def remove(self) -> None:
+        """Stop the server and delete its folder."""
+        self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def url(self, database: str = "postgres", user: str = "postgres", password: str | None = None) -> str:
+        auth = user + (f":{password}" if password else "")
+        return f"postgresql://{auth}@/{database}?host={self.socket}"
+
+    def execute(self, sql: str, database: str = "postgres", params=None):
+        import psycopg
+        with psycopg.connect(self.url(database), autocommit=True) as conn:
+            cur = conn.execute(sql, params)
+            return cur.fetchall() if cur.description else None
+
+    def new_database(self) -> str:
+        name = "t" + uuid.uuid4().hex[:12]
+        self.execute(f"CREATE DATABASE {name}")
+        return name
+
+
+if __name__ == "__main__":
+    server = PostgresServer.make()
+    try:
+        print(server.url(server.new_database()), flush=True)
+        input("running; Enter stops it and deletes its folder\n")
+    finally:
+        server.remove()

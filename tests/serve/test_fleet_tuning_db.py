@@ -1,0 +1,421 @@
+"""What a fleet shares (costlearn.serve.fleet, costlearn.serve.spool): the rule that decides a key's answer from
+every host's measurements, measurements kept per tuning and host, leases, and the spool of measurements taken while
+the database was away. Every store test runs on an SQLite file and on the throwaway PostgreSQL server."""
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+
+import pytest
+
+from costlearn import __version__
+from costlearn.core.problem import Problem
+from costlearn.families.gemm import TEMPLATE_HASH, GemmConfig
+from costlearn.serve.fleet import NOISE_FLOOR, Measurement, decide
+from costlearn.serve.spool import Spool
+from costlearn.serve.tuning_db import TuningDB, key_values
+
+A, B, C = (GemmConfig(16, 32, 8, 2, 4).config_id, GemmConfig(32, 32, 8, 4, 4).config_id,
+           GemmConfig(64, 64, 16, 4, 4).config_id)
+P = Problem(64, 64, 64)
+KEY = (P, "gemm", "dev", TEMPLATE_HASH)
+
+
+def tuning(host: str, tid: str, times: dict, spread: float = 0.01) -> list:
+    """One tuning's measurements: each config's p50 as given, p20/p80 ``spread`` either side."""
+    return [Measurement(c, t * (1 - spread), t, t * (1 + spread), 10, host, tid, {"sm_clock_mhz": 1410.0},
+                        {"costlearn": __version__}) for c, t in times.items()]
+
+
+@pytest.fixture(params=["sqlite", "server"])
+def store(request, tmp_path):
+    """An empty tuning database: an SQLite file, or a fresh database on the throwaway server."""
+    if request.param == "sqlite":
+        return TuningDB(tmp_path / "t.sqlite", create=True)
+    from costlearn.serve.tuning_db_server import ServerTuningDB
+    return ServerTuningDB(request.getfixturevalue("pg_url"))
+
+
+# -- the rule ------------------------------------------------------------------------------------------------------
+
+def test_the_fastest_wins_when_its_interval_overlaps_no_other():
+    v = decide(tuning("h", "t1", {A: 10.0, B: 12.0, C: 15.0}))
+    assert v.config_id == A and v.tied == () and v.times_us == {A: 10.0, B: 12.0, C: 15.0}
+
+
+def test_configs_within_the_noise_are_a_tie_decided_by_the_config_id_not_the_times():
+    first = decide(tuning("h", "t1", {A: 10.05, B: 10.0}))       # B faster by 0.5 %, intervals overlap
+    second = decide(tuning("h", "t2", {A: 10.0, B: 10.05}))      # the noise reorders them
+    assert first.config_id == second.config_id == min(A, B)
+    assert set(first.tied) == {max(A, B)}
+
+
+def test_a_tie_with_the_vendor_goes_to_the_vendor():
+    v = decide(tuning("h", "t1", {A: 10.0, "vendor": 10.04}), vendor_id="vendor")
+    assert v.config_id == "vendor" and v.tied == (A,)
+    assert decide(tuning("h", "t1", {A: 10.0, "vendor": 11.0}), vendor_id="vendor").config_id == A
+
+
+def test_the_noise_floor_ties_configs_measured_without_spread():
+    exact = tuning("h", "t1", {A: 10.0, B: 10.0 * (1 + NOISE_FLOOR / 2)}, spread=0.0)
+    assert decide(exact).tied != ()
+    apart = tuning("h", "t1", {A: 10.0, B: 10.0 * (1 + 3 * NOISE_FLOOR)}, spread=0.0)
+    assert decide(apart).tied == ()
+
+
+def test_the_answer_is_the_same_in_every_order_on_every_host():
+    rng = random.Random(3)
+    ms = [m for h in range(4) for m in tuning(f"h{h}", f"t{h}", {A: rng.uniform(9, 11), B: rng.uniform(9, 11),
+                                                                  C: rng.uniform(9, 11)})]
+    verdicts = set()
+    for _ in range(20):
+        rng.shuffle(ms)
+        verdicts.add(repr(decide(ms)))
+    assert len(verdicts) == 1
+
+
+def test_no_measurements_is_an_error():
+    with pytest.raises(ValueError, match="no measurements"):
+        decide([])
+
+
+# -- stores ---------------------------------------------------------------------------------------------------------
+
+def test_every_host_s_measurements_decide_one_answer_and_a_tuning_recorded_twice_adds_nothing(store):
+    entry, verdict = store.record(*KEY, tuning("h1", "aaaaaaaa01", {A: 10.0, B: 14.0}), source="s")
+    assert entry.config.config_id == A and entry.chosen_by == "measured" and verdict.hosts == ("h1",)
+    store.record(*KEY, tuning("h1", "aaaaaaaa01", {A: 10.0, B: 14.0}), source="s")       # delivered again
+    entry, verdict = store.record(*KEY, tuning("h2", "aaaaaaaa02", {A: 20.0, B: 12.0}), source="s")
+    assert verdict.hosts == ("h1", "h2") and verdict.times_us == {A: 15.0, B: 13.0}
+    got = store.get(*KEY)
+    assert got.config.config_id == B and got.time_us == 13.0 and got.times_us == {A: 15.0, B: 13.0}
+    measured = store.measurements()
+    assert [len(v) for v in measured.values()] == [4]
+    m = next(iter(measured.values()))[0]
+    assert m.clocks == {"sm_clock_mhz": 1410.0} and m.env == {"costlearn": __version__} and m.measured
+
+
+def test_a_prediction_never_replaces_what_the_fleet_measured(store):
+    from costlearn.serve.tuning_db import TuningEntry
+    store.record(*KEY, tuning("h1", "aaaaaaaa01", {A: 10.0}), source="s")
+    predicted = TuningEntry(P, "gemm", "dev", TEMPLATE_HASH, __version__, GemmConfig.from_id(B), "predicted", 1.0,
+                            {}, "model")
+    assert not store.put(predicted) and store.get(*KEY).config.config_id == A
+
+
+@pytest.mark.parametrize("bad", [dict(config_id="m1n1"), dict(p20_us=float("nan")), dict(p20_us=30.0),
+                                 dict(samples=0), dict(host=""), dict(clocks=[1])])
+def test_a_measurement_no_store_may_hold_is_refused_naming_it(store, bad):
+    m = tuning("h1", "aaaaaaaa01", {A: 10.0})[0]
+    with pytest.raises((TypeError, ValueError)):
+        store.record(*KEY, [Measurement(**{**m.__dict__, **bad})], source="s")
+    assert store.measurements() == {}
+
+
+def test_hostile_measurement_rows_decide_nothing(store, tmp_path, request):
+    store.record(*KEY, tuning("h1", "aaaaaaaa01", {A: 10.0, B: 14.0}), source="s")
+    sql = "UPDATE measurements SET p50_us = -1 WHERE config_id = '%s'" % A
+    if isinstance(store, TuningDB):
+        import sqlite3
+        with sqlite3.connect(store.path) as c:
+            c.execute(sql)
+    else:
+        server = request.getfixturevalue("pg_server")
+        server.execute(sql, store.path.split("@/", 1)[1].split("?")[0])
+    entry, verdict = store.record(*KEY, tuning("h2", "aaaaaaaa02", {B: 14.0}), source="s")
+    assert entry.config.config_id == B and A not in verdict.times_us
+
+
+def test_a_lease_is_held_by_one_holder_until_freed_or_expired(store):
+    import time
+    assert store.take_lease(*KEY, "host-a", seconds=60)
+    assert not store.take_lease(*KEY, "host-b", seconds=60)
+    assert store.take_lease(*KEY, "host-a", seconds=60)              # its own: renewed
+    store.free_lease(*KEY, "host-b")                                  # not its to free
+    assert not store.take_lease(*KEY, "host-b", seconds=60)
+    store.free_lease(*KEY, "host-a")
+    assert store.take_lease(*KEY, "host-b", seconds=0.05)
+    time.sleep(0.2)                                                   # a host that died holding it
+    assert store.take_lease(*KEY, "host-c", seconds=60)
+    other = Problem(128, 64, 64)
+    assert store.take_lease(other, *KEY[1:], "host-a", seconds=60)    # leases are per key
+
+
+_HOST = """
+import random, sys
+from costlearn.core.problem import Problem
+from costlearn.families.gemm import TEMPLATE_HASH, GemmConfig
+from costlearn.serve.fleet import Measurement
+from costlearn.serve.tuning_db_server import open_store
+target, host, keys = sys.argv[1], sys.argv[2], int(sys.argv[3])
+db = open_store(target, create=True)
+ids = [GemmConfig(16, 32, 8, 2, 4).config_id, GemmConfig(32, 32, 8, 4, 4).config_id]
+rng = random.Random(host)
+for i in range(keys):
+    tid = f"{abs(hash(host)) % 10**8:08d}{i:04d}"
+    ms = [Measurement(c, t * 0.99, t, t * 1.01, 5, host, tid) for c in ids for t in [rng.uniform(9, 11)]]
+    db.record(Problem(64 + i, 64, 64), "gemm", "dev", TEMPLATE_HASH, ms, source=host)
+"""
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "server"])
+def test_four_hosts_at_once_leave_every_key_the_answer_of_all_their_measurements(kind, tmp_path, request):
+    """Concurrency across processes: each key's entry is decided from every host's measurements, none lost or
+    doubled, whatever order the hosts' transactions ran in."""
+    target = str(tmp_path / "t.sqlite") if kind == "sqlite" else request.getfixturevalue("pg_url")
+    script = tmp_path / "host.py"
+    script.write_text(_HOST)
+    procs = [subprocess.Popen([sys.executable, str(script), target, f"host{h}", "15"]) for h in range(4)]
+    assert [p.wait(timeout=300) for p in procs] == [0] * 4
+    from costlearn.serve.tuning_db_server import open_store
+    db = open_store(target)
+    measured = db.measurements()
+    assert len(measured) == 15 and all(len(ms) == 8 for ms in measured.values())
+    for key, ms in measured.items():
+        entry = db.get(Problem(*key[:6]), *key[6:9])
+        verdict = decide(ms, None)
+        assert entry.config.config_id == verdict.config_id and entry.times_us == verdict.times_us
+
+
+# -- the spool -------------------------------------------------------------------------------------------------------
+
+class _Away:
+    """A store that cannot be reached."""
+    path = "away"
+
+    def record(self, *a, **kw):
+        raise OSError("server away")
+
+
+def test_a_spooled_tuning_is_delivered_once_even_when_delivered_twice(store, tmp_path):
+    spool = Spool("t", folder=tmp_path / "spool")
+    ms = tuning("h1", "bbbbbbbb01", {A: 10.0, B: 12.0})
+    path = spool.add(key_values(*KEY, __version__), ms, "s")
+    saved = path.read_bytes()
+    assert spool.deliver(_Away()) == 0 and spool.pending() == [path]      # still away: kept
+    assert spool.deliver(store) == 1 and spool.pending() == []
+    path.write_bytes(saved)                          # as if killed between the record and the removal
+    spool._maybe_pending = True
+    assert spool.deliver(store) == 1
+    assert [len(v) for v in store.measurements().values()] == [2]         # exactly once in effect
+    assert store.get(*KEY).config.config_id == A
+
+
+@pytest.mark.parametrize("content", [b"{", b"[]", b'{"format": "other"}', b"\x00" * 10,
+                                     json.dumps({"format": "costlearn-tuning-spool", "version": 1, "key": [1] * 10,
+                                                 "source": "s", "measurements": []}).encode()])
+def test_a_damaged_or_hand_made_spool_file_is_kept_aside_and_the_rest_delivered(tmp_path, content):
+    db = TuningDB(tmp_path / "t.sqlite", create=True)
+    spool = Spool("t", folder=tmp_path / "spool")
+    good = spool.add(key_values(*KEY, __version__), tuning("h1", "cccccccc01", {A: 10.0}), "s")
+    bad = tmp_path / "spool" / "dddddddd01.json"
+    bad.write_bytes(content)
+    with pytest.warns(RuntimeWarning, match="cannot be delivered"):
+        assert spool.deliver(db) == 1
+    assert not good.exists() and not bad.exists() and (tmp_path / "spool" / "dddddddd01.json.bad").exists()
+
+
+def test_measuring_while_the_database_is_away_spools_and_the_next_call_delivers(tmp_path, monkeypatch):
+    """Tuner: measurements taken while the store refuses are spooled (said in the answer) and delivered by the
+    first call that reaches the store again; nothing measured twice, nothing lost."""
+    from costlearn.serve.tuning import Tuner
+    pred, db = _model(tmp_path)
+    backend = type("Backend", (), {"spec": pred.spec})()
+    tuner = Tuner(pred, db, backend)
+    tuner.spool = Spool("t", folder=tmp_path / "spool")
+    tuner._measure = lambda q, configs: tuning("h1", "eeeeeeee" + str(q.m), {c.config_id: 10.0 + i
+                                                                           for i, c in enumerate(configs)})
+    real = db.record
+    monkeypatch.setattr(db, "record", _Away().record)
+    with pytest.warns(RuntimeWarning, match="spooled"):
+        p = tuner.tune(pred.problem(48, 64, 96), measure_top_k=2)
+    assert p.chosen_by == "measured" and "spooled" in p.tuning_db_note and len(tuner.spool.pending()) == 1
+    monkeypatch.setattr(db, "record", real)
+    tuner.tune(pred.problem(50, 64, 96), measure_top_k=2)
+    assert tuner.spool.pending() == []
+    got = db.get(pred.problem(48, 64, 96), "gemm", pred.spec.slug, pred.artifact.family.template_hash)
+    assert got.chosen_by == "measured" and got.config == p.config
+
+
+def test_another_host_holding_the_lease_means_answering_from_the_model_without_measuring(tmp_path):
+    from costlearn.serve.tuning import Tuner
+    pred, db = _model(tmp_path)
+    tuner = Tuner(pred, db, type("Backend", (), {"spec": pred.spec})())
+    tuner._measure = lambda q, configs: pytest.fail("measured under another host's lease")
+    problem = pred.problem(48, 64, 96)
+    assert db.take_lease(problem, "gemm", pred.spec.slug, pred.artifact.family.template_hash, "other", seconds=60)
+    p = tuner.tune(problem, measure_top_k=2)
+    assert p.chosen_by != "measured" and "another host is measuring" in p.tuning_db_note
+
+
+def _model(tmp_path):
+    from costlearn.serve.predictor import Predictor
+    from conftest import committed_model
+    return Predictor(committed_model()), TuningDB(tmp_path / "t.sqlite", create=True)
+
+
+# -- the SQLite file's holes ----------------------------------------------------------------------------------------
+
+def test_a_store_whose_file_was_replaced_writes_to_the_new_file_and_spares_its_log(tmp_path):
+    """Regression: a process kept writing into a file set aside, deleted or renamed over (10 of 10 puts said True,
+    the live database held none), and closing that stale connection deleted ``<path>-wal``, the new file's log."""
+    import os
+    import sqlite3
+    from costlearn.serve.tuning_db import TuningEntry
+    path = tmp_path / "t.sqlite"
+    db = TuningDB(path, create=True)
+    cfg = GemmConfig(16, 32, 8, 2, 4)
+
+    def entry(m):
+        return TuningEntry(Problem(m, 64, 64), "gemm", "dev", TEMPLATE_HASH, __version__, cfg, "measured", 1.0, {},
+                           "s")
+    assert db.put(entry(1))
+    other = TuningDB(tmp_path / "other.sqlite", create=True)
+    other.put(entry(2))
+    other.close()
+    os.replace(tmp_path / "other.sqlite", path)              # another database renamed over it
+    keeper = sqlite3.connect(path, isolation_level=None)     # the new file's own writer, its rows in the WAL
+    keeper.execute("PRAGMA journal_mode = WAL")
+    keeper.execute("PRAGMA wal_autocheckpoint = 0")
+    keeper.execute("INSERT INTO tuned SELECT 3, n, k, dtype, layout, epilogue, family, device, template_hash, "
+                   "costlearn_version, config_id, how, time_us, times_json, source, updated FROM tuned WHERE m = 2")
+    with pytest.warns(RuntimeWarning, match="no longer the file"):
+        assert db.put(entry(4))
+    fresh = TuningDB(path, read_only=True)
+    assert sorted(e.problem.m for e in fresh.entries()) == [2, 3, 4]
+    keeper.close()
+
+
+def test_a_tuning_database_that_may_only_be_read_answers_and_lists(tmp_path):
+    """Regression: on a read-only file predict_best(..., tuning_db=P) raised OSError instead of answering, and
+    `costlearn tuning-db` could not list it (its WAL's -shm could not be made in a read-only folder)."""
+    import os
+    import pwd
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    path = folder / "t.sqlite"
+    db = TuningDB(path, create=True)
+    db.record(*KEY, tuning("h1", "ffffffff01", {A: 10.0}), source="s")
+    db.close()
+    folder.chmod(0o555)
+    path.chmod(0o444)
+    run_as = []
+    if os.geteuid() == 0:                                   # root reads and writes anything: ask another user
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root with no user 'postgres' to read as")
+        run_as = ["runuser", "-u", "postgres", "--"]
+        for parent in [tmp_path, *tmp_path.parents]:
+            parent.chmod(parent.stat().st_mode | 0o005)
+    script = ("import warnings, sys\n"
+              "from costlearn.serve.tuning import open_tuning_db\n"
+              "from costlearn.core.problem import Problem\n"
+              "from costlearn.families.gemm import TEMPLATE_HASH\n"
+              "warnings.simplefilter('ignore')\n"
+              "db = open_tuning_db(sys.argv[1])\n"
+              "print(db.read_only, db.get(Problem(64, 64, 64), 'gemm', 'dev', TEMPLATE_HASH).time_us)\n")
+    env = {**os.environ, "HOME": str(tmp_path), "COSTLEARN_CACHE": str(tmp_path / "cache")}
+    out = subprocess.run([*run_as, sys.executable, "-c", script, str(path)], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.stdout.split() == ["True", "10.0"], out.stderr
+    listing = subprocess.run([*run_as, sys.executable, "-m", "costlearn", "tuning-db", "--tuning-db", str(path)],
+                             capture_output=True, text=True, env=env, timeout=120)
+    assert listing.returncode == 0 and "1 entry" in listing.stdout and "measured on 1 host" in listing.stdout, \
+        listing.stderr
+    folder.chmod(0o755)
+
+
+def test_a_schema_3_file_is_upgraded_with_its_entries_and_gains_measurements(tmp_path):
+    import sqlite3
+    from costlearn.serve.tuning_db import COLUMNS, CREATE_TABLE
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as c:
+        c.execute(CREATE_TABLE)
+        c.execute("PRAGMA user_version = 3")
+        c.execute(f"INSERT INTO tuned VALUES ({', '.join('?' * len(COLUMNS[3]))})",
+                  (64, 64, 64, "float32", "NN", "none", "gemm", "dev", TEMPLATE_HASH, __version__, A, "measured", 7.5,
+                   "{}", "old", "2026-01-01"))
+    assert TuningDB(path, read_only=True).measurements() == {}       # read as it is
+    db = TuningDB(path)
+    assert db.get(*KEY).time_us == 7.5
+    db.record(Problem(8, 8, 8), *KEY[1:], tuning("h1", "abababab01", {A: 3.0}), source="s")
+    assert len(db.measurements()) == 1
+
+
+# -- the command line ------------------------------------------------------------------------------------------------
+
+def test_the_listing_names_each_entry_s_hosts_and_spread(tmp_path, capsys):
+    from costlearn.cli import main
+    db = TuningDB(tmp_path / "t.sqlite", create=True)
+    db.record(*KEY, tuning("h1", "abcdabcd01", {A: 10.0}), source="s")
+    db.record(*KEY, tuning("h2", "abcdabcd02", {A: 11.0}), source="s")
+    assert main(["tuning-db", "--tuning-db", str(db.path), "--measurements"]) == 0
+    out = capsys.readouterr().out
+    assert "2 measurements by 2 hosts" in out and "measured on 2 hosts (h1, h2)" in out and "spread 10.0 %" in out
+    assert f"{A} on h2: p20/p50/p80" in out
+
+
+def test_a_password_on_the_command_line_is_refused_without_echoing_it(capsys):
+    from costlearn.cli import main
+    with pytest.raises(SystemExit):
+        main(["tuning-db", "--tuning-db", "postgresql://u:hunter2@db.example/x"])
+    err = capsys.readouterr().err
+    assert "password" in err and "~/.pgpass" in err
+    with pytest.raises(SystemExit):
+        main(["predict", "64", "64", "64", "--tuning-db", "postgresql://u@db.example/x?password=hunter2"])
+
+
+def test_get_many_answers_each_problem_as_get_does_in_one_query(store):
+    from costlearn.core.device import preset
+    from costlearn.serve.tuning_db import TuningEntry
+    huge = GemmConfig(256, 256, 64, 16, 16)
+    for m, cfg in ((64, GemmConfig.from_id(A)), (8, huge)):
+        store.put(TuningEntry(Problem(m, 64, 64), "gemm", "dev", TEMPLATE_HASH, __version__, cfg, "measured", 2.0,
+                              {}, "s"))
+    problems = [Problem(m, 64, 64) for m in (64, 65, 8)] + [Problem(64, 64, 64, epilogue="bias")]
+    for spec in (None, preset("a100")):
+        want = [store.get(p, "gemm", "dev", TEMPLATE_HASH, spec=spec) for p in problems]
+        assert store.get_many(problems, "gemm", "dev", TEMPLATE_HASH, spec=spec) == want
+    assert [e is not None for e in want] == [True, False, False, False]
+    assert store.get_many([], "gemm", "dev", TEMPLATE_HASH) == []
+
+
+# -- Triton's remote cache -------------------------------------------------------------------------------------------
+
+def test_triton_s_remote_cache_round_trips_files_and_a_store_away_is_a_miss(store):
+    from costlearn.interop.triton_cache import TuningDBCacheBackend
+    backend = TuningDBCacheBackend("KEY1", tuning_db=store)
+    assert backend.get(["mm.autotune.json"]) == {}
+    backend.put("mm.autotune.json", b'{"configs_timings": []}')
+    backend.put("mm.cubin", bytes(range(256)) * 4)
+    backend.put("mm.cubin", b"\x00newer")                                    # replaced
+    assert backend.get(["mm.autotune.json", "mm.cubin", "absent"]) == {"mm.autotune.json": b'{"configs_timings": []}',
+                                                                         "mm.cubin": b"\x00newer"}
+    assert TuningDBCacheBackend("KEY2", tuning_db=store).get(["mm.cubin"]) == {}   # another kernel or target
+    with pytest.warns(RuntimeWarning, match="not shared"):
+        backend.put("x" * 2000, b"1")
+    away = TuningDBCacheBackend("KEY1", tuning_db=store)
+    away._db = type("Away", (), {"get_blobs": _Away.record, "put_blob": _Away.record})()
+    with pytest.warns(RuntimeWarning, match="not read"):
+        assert away.get(["mm.cubin"]) == {}
+
+
+def test_triton_s_own_remote_cache_manager_runs_on_the_tuning_database(tmp_path, monkeypatch):
+    """With Triton installed: TRITON_REMOTE_CACHE_BACKEND names the class, and Triton's RemoteCacheManager stores
+    an autotune result and a group through it that a second manager (another host) reads back."""
+    triton_cache = pytest.importorskip("triton.runtime.cache", reason="Triton is not installed")
+    monkeypatch.setenv("COSTLEARN_TUNING_DB", str(tmp_path / "fleet.sqlite"))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "local"))
+    monkeypatch.setenv("TRITON_REMOTE_CACHE_BACKEND", "costlearn.interop.triton_cache:TuningDBCacheBackend")
+    first = triton_cache.RemoteCacheManager("k" * 20)
+    first.put('{"key": [1], "configs_timings": []}', "mm.autotune.json", binary=False)
+    first.put_group("mm.json", {"mm.cubin": "path"})
+    first.put(b"\x7fELF", "mm.cubin")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "other-host"))
+    second = triton_cache.RemoteCacheManager("k" * 20)
+    with open(second.get_file("mm.autotune.json")) as fh:
+        assert fh.read() == '{"key": [1], "configs_timings": []}'
+    assert list(second.get_group("mm.json")) == ["mm.cubin"]
