@@ -20,6 +20,7 @@ lease.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import statistics
@@ -27,6 +28,7 @@ import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from costlearn.collect.measure import t_quantile_95
 from costlearn.core.version import __version__
 from costlearn.families import get_family
 from costlearn.families.base import VENDOR_CONFIG_ID
@@ -52,14 +54,14 @@ _KEY_NAMES = "m, n, k, dtype, layout, epilogue, family, device, template_hash, c
 _WHERE = " AND ".join(f"{c} = ?" for c in _KEY_NAMES.split(", "))
 
 MEASUREMENT_COLUMNS = [*_KEY_NAMES.split(", "), "config_id", "host", "tuning_id", "p20_us", "p50_us", "p80_us",
-                       "samples", "clocks_json", "env_json", "measured"]
+                       "samples", "rse", "clocks_json", "env_json", "measured"]
 """The columns of table ``measurements``, in order."""
 
 CREATE_MEASUREMENTS = f"""
 CREATE TABLE IF NOT EXISTS measurements (
     {_KEY},
     config_id TEXT NOT NULL, host TEXT NOT NULL, tuning_id TEXT NOT NULL,
-    p20_us REAL NOT NULL, p50_us REAL NOT NULL, p80_us REAL NOT NULL, samples INTEGER NOT NULL,
+    p20_us REAL NOT NULL, p50_us REAL NOT NULL, p80_us REAL NOT NULL, samples INTEGER NOT NULL, rse REAL NOT NULL,
     clocks_json TEXT NOT NULL, env_json TEXT NOT NULL, measured TEXT NOT NULL,
     PRIMARY KEY ({_KEY_NAMES}, tuning_id, config_id)
 )"""
@@ -132,6 +134,10 @@ class Measurement:
         Environment fingerprint (:func:`environment`).
     measured : str
         UTC time, ISO 8601.
+    rse : float
+        Relative standard error of the median (the protocol's
+        :func:`costlearn.collect.measure.median_rse`; ``inf``: too few
+        samples to judge), >= 0.
     """
 
     config_id: str
@@ -144,15 +150,17 @@ class Measurement:
     clocks: dict = field(default_factory=dict)
     env: dict = field(default_factory=dict)
     measured: str = ""
+    rse: float = math.inf
 
     def values(self) -> tuple:
-        """The 10 values after the key in :data:`MEASUREMENT_COLUMNS` order,
+        """The 11 values after the key in :data:`MEASUREMENT_COLUMNS` order,
         checked (ValueError naming the field otherwise)."""
         check(self)
         stamp = self.measured or datetime.now(timezone.utc).isoformat(timespec="seconds")
         return (self.config_id, self.host, self.tuning_id, float(self.p20_us), float(self.p50_us),
-                float(self.p80_us), int(self.samples), json.dumps(self.clocks, sort_keys=True, default=str),
-                json.dumps(self.env, sort_keys=True, default=str), stamp)
+                float(self.p80_us), int(self.samples), float(self.rse),
+                json.dumps(self.clocks, sort_keys=True, default=str), json.dumps(self.env, sort_keys=True, default=str),
+                stamp)
 
 
 def check(m: Measurement) -> None:
@@ -175,6 +183,8 @@ def check(m: Measurement) -> None:
         raise ValueError(f"measurement quantiles p20={q[0]}, p50={q[1]}, p80={q[2]}; must be p20 <= p50 <= p80")
     if isinstance(m.samples, bool) or not isinstance(m.samples, int) or m.samples < 1:
         raise ValueError(f"measurement samples={m.samples!r}; must be an int >= 1")
+    if isinstance(m.rse, bool) or not isinstance(m.rse, (int, float)) or not float(m.rse) >= 0:
+        raise ValueError(f"measurement rse={m.rse!r}; must be a relative standard error >= 0 (inf: unknown)")
     if not isinstance(m.clocks, dict) or not isinstance(m.env, dict):
         raise TypeError("measurement clocks and env must be dicts")
 
@@ -188,10 +198,10 @@ def measurements_from_rows(rows, family: str) -> list[Measurement]:
     out = []
     for r in rows:
         try:
-            config_id, host, tuning_id, p20, p50, p80, samples, clocks, env, measured = r
+            config_id, host, tuning_id, p20, p50, p80, samples, rse, clocks, env, measured = r
             fam.config_from_id(config_id)
             m = Measurement(config_id, p20, p50, p80, samples, host, tuning_id, json.loads(clocks), json.loads(env),
-                            str(measured))
+                            str(measured), rse)
             check(m)
         except (TypeError, ValueError):
             continue
@@ -225,16 +235,19 @@ class Verdict:
 def decide(measurements, vendor_id: str | None = VENDOR_CONFIG_ID) -> Verdict:
     """The one answer for a key from all hosts' measurements of it.
 
-    Each config's interval is the median over its measurements (all hosts,
-    all tunings) of their p20, p50 and p80. The fastest has the smallest
-    median p50; a config ties with it when its p20 is at most the fastest's
-    p80, or its p50 within :data:`NOISE_FLOOR` of the fastest's: their
-    intervals overlap, so the samples do not say which is faster. A tie is
-    decided without the times: the vendor library where tied (the floor: no
-    evidence a tile beats it), else the smallest config id. The answer is
-    thus a function of the set of measurements alone, the same on every host
-    and in every order, and noise that reorders tied configs does not change
-    it.
+    Each config's time is the median over its measurements (all hosts, all
+    tunings) of their medians, and its 95 % interval half-width that of
+    the measurement protocol (:func:`costlearn.collect.measure.t_quantile_95`
+    of the samples times the median's relative standard error, times the
+    median; the median over its measurements) divided by the square root of
+    how many there are (independent estimates of one median). The fastest
+    has the smallest time; a config ties with it when their intervals
+    overlap or the times differ by at most :data:`NOISE_FLOOR`: the
+    measurements do not say which is faster, as the protocol's own tie
+    (``tied_best``). A tie is decided without the times: the vendor library
+    where tied (the floor: no evidence a tile beats it), else the smallest
+    config id. The answer is thus a function of the set of measurements
+    alone, the same on every host and in every order.
 
     Parameters
     ----------
@@ -253,12 +266,15 @@ def decide(measurements, vendor_id: str | None = VENDOR_CONFIG_ID) -> Verdict:
         by_config.setdefault(m.config_id, []).append(m)
     if not by_config:
         raise ValueError("no measurements to decide from")
-    stats = {c: tuple(statistics.median(getattr(m, q) for m in ms) for q in ("p20_us", "p50_us", "p80_us"))
-             for c, ms in by_config.items()}
-    fastest = min(stats, key=lambda c: (stats[c][1], c))
-    _, best_p50, best_p80 = stats[fastest]
-    tied = sorted(c for c, (p20, p50, _) in stats.items()
-                  if p20 <= best_p80 or p50 <= best_p50 * (1 + NOISE_FLOOR))
+    time_us, half_us = {}, {}
+    for c, ms in by_config.items():
+        time_us[c] = statistics.median(m.p50_us for m in ms)
+        half = statistics.median(t_quantile_95(m.samples) * m.rse * m.p50_us if m.rse > 0 else 0.0 for m in ms)
+        half_us[c] = half / math.sqrt(len(ms)) if math.isfinite(half) else math.inf
+    fastest = min(time_us, key=lambda c: (time_us[c], c))
+    best, best_hi = time_us[fastest], time_us[fastest] + half_us[fastest]
+    tied = sorted(c for c in time_us
+                  if time_us[c] - half_us[c] <= best_hi or time_us[c] <= best * (1 + NOISE_FLOOR))
     winner = vendor_id if vendor_id in tied else tied[0]
     hosts = tuple(sorted({m.host for ms in by_config.values() for m in ms}))
-    return Verdict(winner, {c: s[1] for c, s in sorted(stats.items())}, tuple(c for c in tied if c != winner), hosts)
+    return Verdict(winner, dict(sorted(time_us.items())), tuple(c for c in tied if c != winner), hosts)

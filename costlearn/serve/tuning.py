@@ -16,6 +16,7 @@
 """
 from __future__ import annotations
 
+import math
 import os
 import threading
 import uuid
@@ -259,7 +260,9 @@ class Tuner:
                 continue
             clocks = {c: (bool(r[c]) if c == "throttled" else float(r[c])) for c in _CLOCKS
                       if c in r and (c == "throttled" or np.isfinite(r[c]))}
-            out.append(Measurement(r["config_id"], *map(float, q), int(r["n_samples"]), host, tuning_id, clocks, env))
+            rse = float(r["rse"]) if np.isfinite(r["rse"]) and r["rse"] >= 0 else math.inf
+            out.append(Measurement(r["config_id"], *map(float, q), int(r["n_samples"]), host, tuning_id, clocks, env,
+                                   rse=rse))
         return out
 
 

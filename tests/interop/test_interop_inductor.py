@@ -433,8 +433,8 @@ def test_export_from_the_tuning_database_lists_measured_winners_alone_and_the_mo
     measured, asked = Problem(512, 512, 512, "float16"), Problem(640, 384, 1024, "float16")
     best = next(c for c, _ in pred.predict(measured, 5).top_k if c.config_id != "vendor")
     db.record(measured, "triton_mm", pred.spec.slug, fam.template_hash,
-              [Measurement(best.config_id, 9.9, 10.0, 10.1, 5, "h1", "0123456789"),
-               Measurement("vendor", 11.9, 12.0, 12.1, 5, "h1", "0123456789")], source="fleet")
+              [Measurement(best.config_id, 9.9, 10.0, 10.1, 5, "h1", "0123456789", rse=0.001),
+               Measurement("vendor", 11.9, 12.0, 12.1, 5, "h1", "0123456789", rse=0.001)], source="fleet")
     db.put(TuningEntry(asked, "triton_mm", pred.spec.slug, fam.template_hash, __version__, best, "predicted", 3.0,
                        {}, "model"))
     db.put(TuningEntry(Problem(96, 96, 96, "float16"), "triton_mm", "another-gpu", fam.template_hash, __version__,

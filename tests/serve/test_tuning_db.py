@@ -342,7 +342,8 @@ def _stood_in_tuner(tmp_path):
     tuner = Tuner(pred, TuningDB(tmp_path / "t.sqlite", create=True), backend=backend)
     asked = []
     tuner._measure = lambda q, configs: (asked.extend(configs), [
-        Measurement(c.config_id, 0.99 + i, 1.0 + i, 1.01 + i, 5, "host", "0" * 12) for i, c in enumerate(configs)])[1]
+        Measurement(c.config_id, 0.99 + i, 1.0 + i, 1.01 + i, 5, "host", "0" * 12, rse=0.001)
+        for i, c in enumerate(configs)])[1]
     return pred, tuner, asked
 
 
