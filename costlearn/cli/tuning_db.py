@@ -6,12 +6,19 @@ import statistics
 
 from costlearn.cli.common import old_spelling, positive_int, tuning_db_target
 from costlearn.serve.tuning_db import default_path, default_target, is_server_url, key_values
-from costlearn.serve.tuning_db_server import READER_ROLE, WRITER_ROLE, initialize, open_store
+from costlearn.serve.tuning_db_server import READER_ROLE, WRITER_ROLE, copy_store, initialize, open_store
 
 
 def cmd_tuning_db(args) -> int:
     if args.action == "init":
         return _init(args)
+    if args.action == "copy":
+        if args.target is None or args.to is None:
+            raise ValueError("`costlearn tuning-db copy SOURCE --to TARGET`: both a source and --to are needed")
+        entries, tunings = copy_store(args.target, args.to)
+        print(f"copied {tunings} tunings' measurements and {entries} entries without measurements into "
+              f"{open_store(args.to, create=True).path}")
+        return 0
     target = args.target if args.target is not None else args.tuning_db
     if target is None and not is_server_url(default_target()) and not default_path().exists():
         print(f"{default_path()}: no tuning database yet (`costlearn predict ... --measure-top-k K` or "
@@ -71,8 +78,9 @@ def add_tuning_db(sub) -> None:
                        "chosen, time), the hosts that measured each and the spread of their times. Read-only: a "
                        "corrupt file is reported and left as it is. init URL: create the tables on a PostgreSQL "
                        "server and two group roles, one for tuning hosts (read and write) and one for serving "
-                       "hosts (read only).")
-    p.add_argument("action", nargs="?", choices=("list", "init"), default="list")
+                       "hosts (read only). copy SOURCE --to TARGET: every entry and measurement of one tuning "
+                       "database into another (a host's file into a fleet's server; twice adds nothing).")
+    p.add_argument("action", nargs="?", choices=("list", "init", "copy"), default="list")
     p.add_argument("target", nargs="?", type=tuning_db_target, default=None, metavar="PATH|URL",
                    help="the tuning database (as --tuning-db)")
     p.add_argument("--tuning-db", default=None, type=tuning_db_target, metavar="PATH|URL",
@@ -83,6 +91,8 @@ def add_tuning_db(sub) -> None:
     old_spelling(p, "--path", "--tuning-db")
     p.add_argument("--last", type=positive_int, default=50, help="entries to print, newest (default: 50)")
     p.add_argument("--measurements", action="store_true", help="print every measurement of each entry listed")
+    p.add_argument("--to", default=None, type=tuning_db_target, metavar="PATH|URL",
+                   help="copy: the tuning database to copy into (created where it is a file)")
     p.add_argument("--writer-role", default=WRITER_ROLE, help="init: the tuning hosts' group role")
     p.add_argument("--reader-role", default=READER_ROLE, help="init: the serving hosts' group role")
     p.set_defaults(func=cmd_tuning_db)

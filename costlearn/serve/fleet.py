@@ -40,7 +40,7 @@ __all__ = ["Measurement", "Verdict", "decide", "host_name", "environment", "meas
 NOISE_FLOOR = 0.002
 """Relative difference under which two configs' times are always a tie:
 re-timing the same configs on one device moves the best by about this much
-(docs/results.md, "Measurement noise")."""
+(docs/results.md, "A fleet's tuning database")."""
 
 LEASE_S = 300.0
 """Seconds a lease on a key lasts unless freed: longer than a tuning of a

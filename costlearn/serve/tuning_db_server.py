@@ -29,7 +29,8 @@ from costlearn.serve.tuning_rows import (
     decode_many, decode_row, default_target, entries_from_rows, entry_values, is_server_url, key_args, key_values,
     measurement_rows, measurements_by_key, record_in, select_blobs, select_entry, select_many)
 
-__all__ = ["ServerTuningDB", "open_store", "redacted", "has_password", "initialize", "WRITER_ROLE", "READER_ROLE"]
+__all__ = ["ServerTuningDB", "open_store", "copy_store", "redacted", "has_password", "initialize", "WRITER_ROLE",
+           "READER_ROLE"]
 
 WRITER_ROLE = "costlearn_writer"
 """The group role of tuning hosts (:func:`initialize`): reads and writes entries, measurements and leases."""
@@ -79,6 +80,46 @@ def open_store(target=None, *, create: bool = False, read_only: bool = False):
     if is_server_url(target):
         return ServerTuningDB(target, read_only=read_only)
     return TuningDB(target, create=create, read_only=read_only)
+
+
+def copy_store(source, target) -> tuple[int, int]:
+    """Copy every entry and measurement of the tuning database ``source``
+    into ``target`` (a host's SQLite file into a fleet's server, say; a file
+    of an older schema is read as it is, unchanged): measurements by their
+    tuning (:meth:`ServerTuningDB.record`: a tuning already there adds
+    nothing, and the key's answer is decided again from all), entries with
+    none behind them as they are (a measured entry is never replaced by a
+    predicted one). Running it twice adds nothing.
+
+    Parameters
+    ----------
+    source, target : path, str or tuning database
+        As :func:`open_store` takes them; ``source`` is opened read-only.
+
+    Returns
+    -------
+    (int, int)
+        Entries written without measurements, tunings recorded.
+
+    Raises
+    ------
+    OSError, FileNotFoundError, TuningDBError
+        As :func:`open_store`, or the target refusing a write.
+    """
+    src = source if hasattr(source, "entries") else open_store(source, read_only=True)
+    dst = target if hasattr(target, "record") else open_store(target, create=True)
+    tunings: dict = {}
+    for key, ms in src.measurements().items():
+        for m in ms:
+            tunings.setdefault((key, m.tuning_id), []).append(m)
+    for (key, _), ms in tunings.items():
+        dst.record(*key_args(key)[:4], ms, source=f"copied from {src.path}", costlearn_version=key[9])
+    measured_keys = {key for key, _ in tunings}
+    written = 0
+    for e in src.entries():
+        if key_values(e.problem, e.family, e.device, e.template_hash, e.costlearn_version) not in measured_keys:
+            written += bool(dst.put(e))
+    return written, len(tunings)
 
 
 def redacted(url: str) -> str:

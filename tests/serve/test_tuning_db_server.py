@@ -278,3 +278,27 @@ def test_a_server_killed_mid_run_loses_and_doubles_no_measurement(pg_server, pg_
     rows = pg_server.execute("SELECT tuning_id, count(*) FROM measurements GROUP BY tuning_id", _database(pg_url))
     assert len(rows) == 120 and all(count == 2 for _, count in rows)
     assert len(open_store(pg_url).entries()) == 60
+
+
+def test_an_old_sqlite_file_is_copied_into_the_server_once(pg_url, tmp_path, capsys):
+    """A host's schema-1 file (winners only) and a schema-4 file (with measurements) go into the fleet's server;
+    the copy run twice adds nothing, and the source file is not changed."""
+    import hashlib
+    from costlearn.cli import main
+    from costlearn.serve.tuning_db import TuningDB
+    from test_tuning_db import _schema_1_file
+    old = tmp_path / "old.sqlite"
+    _schema_1_file(old)
+    before = hashlib.sha256(old.read_bytes()).hexdigest()
+    new = TuningDB(tmp_path / "new.sqlite", create=True)
+    new.record(Problem(128, 64, 64), "gemm", "dev", TEMPLATE_HASH, _tuning("h1", "a1b2c3d4e5", {CFG.config_id: 5.0}),
+               source="s")
+    for _ in range(2):
+        assert main(["tuning-db", "copy", str(old), "--to", pg_url]) == 0
+        assert main(["tuning-db", "copy", str(new.path), "--to", pg_url]) == 0
+    assert hashlib.sha256(old.read_bytes()).hexdigest() == before
+    server = open_store(pg_url)
+    assert sorted(e.problem.m for e in server.entries()) == sorted(
+        [e.problem.m for e in TuningDB(old, read_only=True).entries()] + [128])
+    assert [len(v) for v in server.measurements().values()] == [1]
+    assert "copied 1 tunings' measurements" in capsys.readouterr().out
