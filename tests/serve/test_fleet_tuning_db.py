@@ -429,3 +429,93 @@ def test_triton_s_own_remote_cache_manager_runs_on_the_tuning_database(tmp_path,
     with open(second.get_file("mm.autotune.json")) as fh:
         assert fh.read() == '{"key": [1], "configs_timings": []}'
     assert list(second.get_group("mm.json")) == ["mm.cubin"]
+
+
+_ASKER = """
+import json, os, sys, time, warnings
+warnings.simplefilter("ignore")
+from costlearn import predict_best
+from costlearn.serve.tuning import open_tuning_db
+target, ready, go = sys.argv[1], sys.argv[2], sys.argv[3]
+open_tuning_db(target)
+predict_best(8, 8, 8)                                   # the model loaded before the race
+open(ready, "w").close()
+while not os.path.exists(go):
+    time.sleep(0.001)
+p = predict_best(192, 160, 224, measure_top_k=2, tuning_db=target)
+print(json.dumps([p.chosen_by, p.from_tuning_db, p.tuning_db_note]))
+"""
+
+
+@pytest.mark.opencl
+@pytest.mark.parametrize("kind", ["sqlite", "server"])
+def test_two_hosts_asking_one_unmeasured_problem_at_once_measure_it_once(kind, tmp_path, request):
+    """Leases, on the local OpenCL device: two host processes ask the same unmeasured problem at the same moment;
+    one measures, the other answers from the model (saying so) or reads the measurement: one tuning is stored."""
+    import os
+    import time
+    from conftest import HAS_OPENCL
+    if not HAS_OPENCL:
+        pytest.skip("no OpenCL device (pip install 'pyopencl[pocl]')")
+    from costlearn.serve.tuning_db_server import open_store
+    target = str(tmp_path / "fleet.sqlite") if kind == "sqlite" else request.getfixturevalue("pg_url")
+    script, go = tmp_path / "asker.py", tmp_path / "go"
+    script.write_text(_ASKER)
+    procs = [subprocess.Popen([sys.executable, str(script), target, str(tmp_path / f"ready{h}"), str(go)],
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, "COSTLEARN_HOST": f"host{h}"})
+             for h in range(2)]
+    deadline = time.time() + 120
+    while not all((tmp_path / f"ready{h}").exists() for h in range(2)) and time.time() < deadline:
+        time.sleep(0.01)
+    go.write_text("")
+    answers = [json.loads(p.communicate(timeout=300)[0].strip().splitlines()[-1]) for p in procs]
+    measured_here = [a for a in answers if a[0] == "measured" and not a[1]]
+    assert len(measured_here) == 1, answers
+    other = next(a for a in answers if a is not measured_here[0])
+    assert (other[0] == "measured" and other[1]) or "another host is measuring" in other[2], answers
+    tunings = {m.tuning_id for ms in open_store(target).measurements().values() for m in ms}
+    assert len(tunings) == 1
+
+
+_RECORDER = """
+import os, sys
+from costlearn.core.problem import Problem
+from costlearn.families.gemm import TEMPLATE_HASH, GemmConfig
+from costlearn.serve.fleet import Measurement
+from costlearn.serve.tuning_db_server import open_store
+db = open_store(sys.argv[1], create=True)
+ids = [GemmConfig(16, 32, 8, 2, 4).config_id, GemmConfig(32, 32, 8, 4, 4).config_id]
+for i in range(100000):
+    tid = os.urandom(6).hex()
+    ms = [Measurement(c, 0.9 * t, t, 1.1 * t, 5, "h", tid, rse=0.01) for c, t in zip(ids, (10 + i % 3, 11 - i % 3))]
+    db.record(Problem(64 + i % 7, 64, 64), "gemm", "dev", TEMPLATE_HASH, ms, source="h")
+    if i == 30:
+        print("recording", flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "server"])
+def test_a_host_killed_mid_record_leaves_whole_tunings_and_answers_they_decide(kind, tmp_path, request):
+    """kill -9 while recording: a tuning's measurements and its key's answer are one transaction."""
+    import os
+    import signal
+    import time
+    from costlearn.serve.tuning_db_server import open_store
+    target = str(tmp_path / "t.sqlite") if kind == "sqlite" else request.getfixturevalue("pg_url")
+    script = tmp_path / "recorder.py"
+    script.write_text(_RECORDER)
+    for _ in range(3):
+        proc = subprocess.Popen([sys.executable, str(script), target], stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().strip() == "recording"
+        time.sleep(random.uniform(0.05, 0.3))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    db = open_store(target)
+    measured = db.measurements()
+    per_tuning: dict = {}
+    for ms in measured.values():
+        for m in ms:
+            per_tuning[m.tuning_id] = per_tuning.get(m.tuning_id, 0) + 1
+    assert len(per_tuning) > 90 and set(per_tuning.values()) == {2}
+    for key, ms in measured.items():
+        assert db.get(Problem(*key[:6]), *key[6:9]).config.config_id == decide(ms, None).config_id
