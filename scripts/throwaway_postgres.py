@@ -31,13 +31,16 @@ def bindir() -> Path | None:
 class PostgresServer:
     """A PostgreSQL server in ``root`` (data in ``root/data``, the socket in ``root``), trust authentication."""
 
-    def __init__(self, bindir: Path, root: Path, run_as: list):
+    def __init__(self, bindir: Path, root: Path, run_as: list, tls_port: int | None = None):
         self.bindir, self.root, self.run_as = bindir, root, run_as
         self.data, self.socket = root / "data", root
+        self.tls_port = tls_port                 # also on 127.0.0.1:tls_port with TLS (a self-signed certificate)
 
     @classmethod
-    def make(cls) -> "PostgresServer":
-        """A new server, initialised and started.
+    def make(cls, tls: bool = False) -> "PostgresServer":
+        """A new server, initialised and started; with ``tls``, also listening
+        on a free loopback port with TLS (``cert.pem``, self-signed for
+        ``localhost``, in its folder: the root certificate a client verifies).
 
         Raises
         ------
@@ -59,7 +62,7 @@ class PostgresServer:
                                   "(PostgreSQL refuses root)") from None
             os.chown(root, pw.pw_uid, pw.pw_gid)
             run_as = ["runuser", "-u", "postgres", "--"]
-        server = cls(programs, root, run_as)
+        server = cls(programs, root, run_as, _free_port() if tls else None)
         server.init()
         server.start()
         return server
@@ -73,8 +76,18 @@ class PostgresServer:
                   "--no-sync")
 
     def start(self) -> None:
-        self._cmd(self.bindir / "pg_ctl", "-D", self.data, "-l", self.root / "log", "-w", "-t", "60", "-o",
-                  f"-k {self.socket} -c listen_addresses='' -c fsync=off -c max_connections=200", "start")
+        opts = f"-k {self.socket} -c fsync=off -c max_connections=200"
+        if self.tls_port is None:
+            opts += " -c listen_addresses=''"
+        else:
+            if not (self.data / "server.key").exists():
+                self._cmd("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+                          "/CN=localhost", "-keyout", self.data / "server.key", "-out", self.data / "server.crt")
+                self._cmd("chmod", "600", self.data / "server.key")
+                shutil.copy(self.data / "server.crt", self.root / "cert.pem")
+            opts += f" -c listen_addresses=127.0.0.1 -p {self.tls_port} -c ssl=on"
+        self._cmd(self.bindir / "pg_ctl", "-D", self.data, "-l", self.root / "log", "-w", "-t", "60", "-o", opts,
+                  "start")
 
     def ensure_running(self) -> None:
         if self._cmd(self.bindir / "pg_ctl", "-D", self.data, "status", check=False).returncode != 0:
@@ -91,7 +104,14 @@ class PostgresServer:
 
     def url(self, database: str = "postgres", user: str = "postgres", password: str | None = None) -> str:
         auth = user + (f":{password}" if password else "")
+        if self.tls_port is not None:
+            return f"postgresql://{auth}@/{database}?host={self.socket}&port={self.tls_port}"
         return f"postgresql://{auth}@/{database}?host={self.socket}"
+
+    def tls_url(self, database: str = "postgres", user: str = "postgres", sslmode: str = "verify-full") -> str:
+        """A URL over loopback TCP with TLS, the certificate verified against ``cert.pem``."""
+        return (f"postgresql://{user}@localhost:{self.tls_port}/{database}?sslmode={sslmode}"
+                f"&sslrootcert={self.root / 'cert.pem'}")
 
     def execute(self, sql: str, database: str = "postgres", params=None):
         import psycopg
@@ -103,6 +123,13 @@ class PostgresServer:
         name = "t" + uuid.uuid4().hex[:12]
         self.execute(f"CREATE DATABASE {name}")
         return name
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 if __name__ == "__main__":

@@ -302,3 +302,30 @@ def test_an_old_sqlite_file_is_copied_into_the_server_once(pg_url, tmp_path, cap
         [e.problem.m for e in TuningDB(old, read_only=True).entries()] + [128])
     assert [len(v) for v in server.measurements().values()] == [1]
     assert "copied 1 tunings' measurements" in capsys.readouterr().out
+
+
+def test_tls_through_libpq_s_sslmode_verifies_the_server_and_carries_the_fleet(pg_server, tmp_path):
+    # pg_server: the session's server, for its skip where no server can be had
+    """A server on loopback TCP with TLS (a self-signed certificate for localhost): the store connects with
+    sslmode=verify-full against that certificate, the connection is encrypted (pg_stat_ssl), and a certificate the
+    client does not trust is refused with a clear OSError, not a hang."""
+    import subprocess
+    from conftest import import_script
+    from costlearn.serve.tuning_db_server import ServerTuningDB
+    server = import_script("throwaway_postgres").PostgresServer.make(tls=True)
+    try:
+        url = server.tls_url()
+        db = ServerTuningDB(url)
+        db.record(P, "gemm", "dev", TEMPLATE_HASH, _tuning("h1", "a1b2c3d4e5", {CFG.config_id: 5.0}), source="s")
+        assert get(db).time_us == 5.0
+        import psycopg
+        with psycopg.connect(url) as conn:
+            assert conn.execute("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").fetchone()[0]
+        other = tmp_path / "other.pem"                          # a certificate of another server
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                        "/CN=localhost", "-keyout", str(tmp_path / "other.key"), "-out", str(other)], check=True,
+                       capture_output=True)
+        with pytest.raises(OSError, match="cannot use the tuning database"):
+            get(ServerTuningDB(url.replace(str(server.root / "cert.pem"), str(other))))
+    finally:
+        server.remove()
