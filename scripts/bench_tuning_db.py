@@ -183,11 +183,9 @@ def main(argv=None) -> int:
     text = "\n".join(lines)
     print(text)
     if args.out:
-        Path(args.out).write_text(text + "\n")
-        if Path(args.out).resolve() == Path(__file__).resolve().parents[1] / "reports" / "bench_tuning_db.md":
-            sys.path.insert(0, str(Path(__file__).parent))
-            import docs_from_reports
-            docs_from_reports.update(["fleet-bench"])     # docs/results.md's table from the report
+        sys.path.insert(0, str(Path(__file__).parent))
+        import docs_from_reports
+        docs_from_reports.write_report(text, args.out, "fleet-bench")
     return 0
 
 

@@ -27,7 +27,7 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parent.parent
 REPORTS = ROOT / "reports"
 
-__all__ = ["BLOCKS", "update", "stale", "md_tables", "replace_block"]
+__all__ = ["BLOCKS", "update", "stale", "md_tables", "replace_block", "write_report"]
 
 
 def md_tables(text: str) -> list:
@@ -357,6 +357,14 @@ def update(names=None, root: Path = ROOT) -> list:
             path.write_text(new)
             changed.append(path)
     return changed
+
+
+def write_report(text: str, out, block: str) -> None:
+    """Write a script's report to ``out``; where that is the block's own
+    report under ``reports/``, rewrite the block from it (:func:`update`)."""
+    Path(out).write_text(text + "\n")
+    if Path(out).resolve().parent == REPORTS.resolve():
+        update([block])
 
 
 def stale(root: Path = ROOT) -> list:

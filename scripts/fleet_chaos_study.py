@@ -150,11 +150,9 @@ def main(argv=None) -> int:
     text = "\n".join(lines)
     print(text)
     if args.out:
-        Path(args.out).write_text(text + "\n")
-        if Path(args.out).resolve() == Path(__file__).resolve().parents[1] / "reports" / "fleet_chaos.md":
-            sys.path.insert(0, str(Path(__file__).parent))
-            import docs_from_reports
-            docs_from_reports.update(["fleet-chaos"])     # docs/results.md's table from the report
+        sys.path.insert(0, str(Path(__file__).parent))
+        import docs_from_reports
+        docs_from_reports.write_report(text, args.out, "fleet-chaos")
     return 0 if not lost and not doubled and launched == 1 else 1
 
 

@@ -107,11 +107,9 @@ def main(argv=None) -> int:
     text = study(args)
     print(text)
     if args.out:
-        Path(args.out).write_text(text + "\n")
-        if Path(args.out).resolve() == Path(__file__).resolve().parents[1] / "reports" / "fleet_hosts_pocl.md":
-            sys.path.insert(0, str(Path(__file__).parent))
-            import docs_from_reports
-            docs_from_reports.update(["fleet-hosts"])     # docs/results.md's table from the report
+        sys.path.insert(0, str(Path(__file__).parent))
+        import docs_from_reports
+        docs_from_reports.write_report(text, args.out, "fleet-hosts")
     return 0
 
 

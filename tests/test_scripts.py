@@ -101,3 +101,13 @@ def test_the_pocl_strategy_study_runs_both_strategies_and_reports_a_run(tmp_path
     assert "| run | random: problems |" in report and "runs (mean top-1 geomean: random" in report
     points = (tmp_path / "points.csv").read_text().splitlines()
     assert len(points) == 3 and points[1].startswith("0,random,") and points[2].startswith("0,active,")
+
+
+def test_bench_tuning_db_prints_both_stores_and_the_server_away(tmp_path, pg_server):
+    """A small run (2 clients x 300 operations) against a throwaway server of its own and an SQLite file."""
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_tuning_db.py"), "--clients", "2", "--ops",
+                          "300", "--out", str(tmp_path / "bench.md")], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    md = (tmp_path / "bench.md").read_text()
+    for line in ("| PostgreSQL |", "| SQLite |", "| predict_best |", "the tuning database was not read"):
+        assert line in md
