@@ -31,16 +31,22 @@ def cmd_tuning_db(args) -> int:
     print(f"{db.path}: {len(entries)} entr{'y' if len(entries) == 1 else 'ies'}, "
           f"{sum(map(len, measured.values()))} measurements by {len(hosts)} host{'' if len(hosts) == 1 else 's'}")
     for e in entries[-args.last:]:
-        print(f"  {e.problem} {e.family} {e.device} {e.config.config_id} {e.chosen_by} {e.time_us:.1f} us "
-              f"(template {e.template_hash}, costlearn {e.costlearn_version}, {e.updated})")
+        print(_shown(f"  {e.problem} {e.family} {e.device} {e.config.config_id} {e.chosen_by} {e.time_us:.1f} us "
+                     f"(template {e.template_hash}, costlearn {e.costlearn_version}, {e.updated})"))
         ms = measured.get(key_values(e.problem, e.family, e.device, e.template_hash, e.costlearn_version), [])
         if ms:
-            print("    " + _spread(ms, e.config.config_id))
+            print("    " + _shown(_spread(ms, e.config.config_id)))
         if args.measurements:
             for m in sorted(ms, key=lambda m: (m.config_id, m.host, m.measured)):
-                print(f"    {m.config_id} on {m.host}: p20/p50/p80 {m.p20_us:.2f}/{m.p50_us:.2f}/{m.p80_us:.2f} us, "
-                      f"{m.samples} samples, {m.measured}, {_env(m.env)}")
+                print(_shown(f"    {m.config_id} on {m.host}: p20/p50/p80 {m.p20_us:.2f}/{m.p50_us:.2f}/"
+                             f"{m.p80_us:.2f} us, {m.samples} samples, {m.measured}, {_env(m.env)}"))
     return 0
+
+
+def _shown(text: str) -> str:
+    """``text`` with control characters escaped: a stored name can neither
+    forge a line of the listing nor drive the terminal."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in text)
 
 
 def _spread(ms: list, winner: str) -> str:

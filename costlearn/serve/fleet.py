@@ -33,9 +33,10 @@ from costlearn.core.version import __version__
 from costlearn.families import get_family
 from costlearn.families.base import VENDOR_CONFIG_ID
 
-__all__ = ["Measurement", "Verdict", "decide", "host_name", "environment", "measurements_from_rows",
-           "NOISE_FLOOR", "LEASE_S", "MEASUREMENT_COLUMNS", "CREATE_MEASUREMENTS", "CREATE_LEASES",
-           "INSERT_MEASUREMENT", "SELECT_MEASUREMENTS", "SELECT_ALL_MEASUREMENTS", "TAKE_LEASE", "FREE_LEASE"]
+__all__ = ["DAMAGED", "parse_json", "check_name", "Measurement", "Verdict", "decide", "host_name", "environment",
+           "measurements_from_rows", "NOISE_FLOOR", "LEASE_S", "MAX_LEASE_S", "lease_seconds", "MEASUREMENT_COLUMNS",
+           "CREATE_MEASUREMENTS", "CREATE_LEASES", "INSERT_MEASUREMENT", "SELECT_MEASUREMENTS",
+           "SELECT_ALL_MEASUREMENTS", "TAKE_LEASE", "FREE_LEASE"]
 
 NOISE_FLOOR = 0.002
 """Relative difference under which two configs' times are always a tie:
@@ -83,13 +84,66 @@ SELECT_MEASUREMENTS = f"SELECT {_VALUES} FROM measurements WHERE {_WHERE}"
 """One key's measurements (the columns after the key)."""
 SELECT_ALL_MEASUREMENTS = f"SELECT {_KEY_NAMES}, {_VALUES} FROM measurements ORDER BY measured"
 """Every measurement, key columns first."""
+MAX_LEASE_S = 3600.0
+"""The longest lease: one that claims to run longer (a hostile or damaged
+row: a date far ahead, text, infinity, NaN) is taken over as expired."""
+
 TAKE_LEASE = f"""
 INSERT INTO leases VALUES ({', '.join('?' * 11)}, {{now}} + ?)
 ON CONFLICT ({_KEY_NAMES}) DO UPDATE SET holder = excluded.holder, expires = excluded.expires
-WHERE leases.expires < {{now}} OR leases.holder = excluded.holder
+WHERE NOT (leases.expires >= {{now}} AND leases.expires <= {{now}} + {MAX_LEASE_S})
+   OR leases.holder = excluded.holder
 """
-"""Take a key's lease: (key values, holder, seconds); one row changed means taken."""
+"""Take a key's lease: (key values, holder, seconds); one row changed means
+taken. A lease is held while its expiry is a time from now to
+:data:`MAX_LEASE_S` ahead; anything else (past, too far, not a number) is
+free."""
 FREE_LEASE = f"DELETE FROM leases WHERE {_WHERE} AND holder = ?"
+
+
+DAMAGED = (ValueError, TypeError, OverflowError, RecursionError)
+"""What decoding a stored row may raise where the row is damaged or hostile
+(deep or huge JSON, numbers beyond a float): the row is a miss."""
+
+MAX_JSON_CHARS = 1 << 20
+"""The longest JSON text a stored row may hold (a row holds a few configs' times)."""
+
+
+def parse_json(text):
+    """A stored row's JSON field, parsed; ValueError for one that is not a
+    str of at most :data:`MAX_JSON_CHARS` characters (RecursionError may
+    still come from nesting: callers catch :data:`DAMAGED`)."""
+    if not isinstance(text, str) or len(text) > MAX_JSON_CHARS:
+        raise ValueError(f"a JSON field of {type(text).__name__} of {len(text) if hasattr(text, '__len__') else '?'} "
+                         f"characters; at most {MAX_JSON_CHARS} of text")
+    return json.loads(text)
+
+
+def check_name(name: str, value, *, empty: bool = False) -> str:
+    """``value`` as a stored name (device, host, config id, source ...): a
+    str of at most 1024 characters without control characters (a NUL is
+    refused by PostgreSQL; a newline would forge lines of a listing).
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming ``name`` and what is allowed.
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{name}={value!r}; must be a str")
+    if (not value and not empty) or len(value) > 1024 or any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise ValueError(f"{name}={value[:80]!r}; must be a{'' if empty else ' non-empty'} str of at most 1024 "
+                         "characters without control characters")
+    return value
+
+
+def lease_seconds(seconds) -> float:
+    """``seconds`` checked as a lease's length: a finite number in (0,
+    :data:`MAX_LEASE_S`]; ValueError naming it otherwise."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or \
+            not 0 < _float(seconds) <= MAX_LEASE_S:
+        raise ValueError(f"seconds={str(seconds)[:40]}; a lease lasts a finite time in (0, {MAX_LEASE_S:g}] s")
+    return float(seconds)
 
 
 def host_name() -> str:
@@ -168,25 +222,32 @@ def check(m: Measurement) -> None:
     hold: non-empty names, finite times with 0 < p20 <= p50 <= p80, samples
     >= 1, dict clocks and env."""
     if not isinstance(m, Measurement):
-        raise TypeError(f"measurement={m!r}; must be a Measurement")
+        raise TypeError(f"measurement={str(m)[:80]}; must be a Measurement")
     for name in ("config_id", "host", "tuning_id"):
-        v = getattr(m, name)
-        if not isinstance(v, str) or not v or len(v) > 200:
-            raise ValueError(f"measurement {name}={v!r}; must be a non-empty str of at most 200 characters")
+        check_name(f"measurement {name}", getattr(m, name))
     q = []
-    for name in ("p20_us", "p50_us", "p80_us"):
+    for name in ("p20_us", "p50_us", "p80_us", "rse"):
         v = getattr(m, name)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < float(v) < float("inf"):
-            raise ValueError(f"measurement {name}={v!r}; must be a finite time > 0 (microseconds)")
-        q.append(float(v))
-    if not q[0] <= q[1] <= q[2]:
-        raise ValueError(f"measurement quantiles p20={q[0]}, p50={q[1]}, p80={q[2]}; must be p20 <= p50 <= p80")
-    if isinstance(m.samples, bool) or not isinstance(m.samples, int) or m.samples < 1:
-        raise ValueError(f"measurement samples={m.samples!r}; must be an int >= 1")
-    if isinstance(m.rse, bool) or not isinstance(m.rse, (int, float)) or not float(m.rse) >= 0:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TypeError(f"measurement {name}={str(v)[:40]!r}; must be a number")
+        q.append(_float(v))
+    if not 0 < q[0] <= q[1] <= q[2] < math.inf:
+        raise ValueError(f"measurement quantiles p20={q[0]}, p50={q[1]}, p80={q[2]}; must be finite, "
+                         "0 < p20 <= p50 <= p80 (microseconds)")
+    if not q[3] >= 0:
         raise ValueError(f"measurement rse={m.rse!r}; must be a relative standard error >= 0 (inf: unknown)")
+    if isinstance(m.samples, bool) or not isinstance(m.samples, int) or not 1 <= m.samples <= 1 << 31:
+        raise ValueError(f"measurement samples={str(m.samples)[:40]}; must be an int in [1, 2**31]")
     if not isinstance(m.clocks, dict) or not isinstance(m.env, dict):
         raise TypeError("measurement clocks and env must be dicts")
+
+
+def _float(v) -> float:
+    """``float(v)``, NaN for an int beyond a float (so it fails the range checks)."""
+    try:
+        return float(v)
+    except OverflowError:
+        return math.nan
 
 
 def measurements_from_rows(rows, family: str) -> list[Measurement]:
@@ -200,10 +261,10 @@ def measurements_from_rows(rows, family: str) -> list[Measurement]:
         try:
             config_id, host, tuning_id, p20, p50, p80, samples, rse, clocks, env, measured = r
             fam.config_from_id(config_id)
-            m = Measurement(config_id, p20, p50, p80, samples, host, tuning_id, json.loads(clocks), json.loads(env),
+            m = Measurement(config_id, p20, p50, p80, samples, host, tuning_id, parse_json(clocks), parse_json(env),
                             str(measured), rse)
             check(m)
-        except (TypeError, ValueError):
+        except DAMAGED:
             continue
         out.append(m)
     return out

@@ -11,8 +11,8 @@ tuning is thus delivered at least once, and exactly once in effect: its
 measurements carry the tuning's id in their key, so a second delivery (a
 kill between the record and the removal, two processes delivering at once)
 adds nothing. A file that does not parse as a spooled tuning (damaged,
-hand-made) is renamed ``<name>.bad`` with a warning, never delivered and
-never deleted.
+hand-made, not a regular file) is renamed ``<name>.bad-<random>`` with a
+warning, never delivered and never deleted.
 """
 from __future__ import annotations
 
@@ -20,13 +20,15 @@ import hashlib
 import json
 import os
 import re
+import stat
 import threading
+import uuid
 import warnings
 from pathlib import Path
 
 from costlearn.core.problem import Problem
 from costlearn.core.util import atomic_write, cache_dir
-from costlearn.serve.fleet import Measurement
+from costlearn.serve.fleet import DAMAGED, Measurement
 
 __all__ = ["Spool", "FORMAT"]
 
@@ -57,6 +59,7 @@ class Spool:
         self.folder = Path(folder) if folder is not None else cache_dir() / "tuning-spool" / digest
         self._maybe_pending = True          # until a delivery finds the folder empty
         self._lock = threading.Lock()
+        self._stuck: set = set()            # files that could be neither delivered nor set aside
 
     def add(self, key: tuple, measurements, source: str) -> Path:
         """Spool one tuning: ``key`` (the 10 values of
@@ -105,16 +108,18 @@ class Spool:
         with self._lock:
             self._maybe_pending = False                      # before listing: a tuning added meanwhile sets it again
             for path in self.pending():
+                if path in self._stuck:
+                    continue
                 try:
                     key, measurements, source = self._read(path)
-                except (OSError, ValueError, TypeError, KeyError) as e:
-                    if path.exists():
+                except (OSError, KeyError, *DAMAGED) as e:
+                    if os.path.lexists(path):
                         self._set_aside(path, e)
                     continue
                 try:
                     db.record(Problem(*key[:6]), key[6], key[7], key[8], measurements, source=source,
                               costlearn_version=key[9])
-                except (TypeError, ValueError) as e:       # a key or measurement no store may hold
+                except DAMAGED as e:                         # a key or measurement no store may hold
                     self._set_aside(path, e)
                     continue
                 except OSError:
@@ -129,8 +134,13 @@ class Spool:
 
     def _read(self, path: Path) -> tuple:
         """(key, measurements, source) of a spooled file; ValueError etc. if
-        it is not one."""
-        with open(path, "rb") as fh:
+        it is not one. Opened without following a link and without blocking
+        (a FIFO there would hang the compile), and only a regular file is
+        read."""
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ValueError("not a regular file")
             data = fh.read(_MAX_BYTES + 1)
         if len(data) > _MAX_BYTES:
             raise ValueError(f"larger than {_MAX_BYTES} bytes")
@@ -146,12 +156,19 @@ class Spool:
         return key, measurements, source
 
     def _set_aside(self, path: Path, reason) -> None:
-        bad = path.with_name(path.name + ".bad")
+        """Rename a spooled file that cannot be delivered to a new
+        ``<name>.bad-<random>`` beside it (never over an earlier one), with a
+        warning; one that cannot be renamed is skipped for the rest of the
+        process."""
+        bad = path.with_name(f"{path.name}.bad-{uuid.uuid4().hex[:8]}")
         try:
-            os.replace(path, bad)
-        except OSError:
+            os.rename(path, bad)
+        except OSError as e:
+            self._stuck.add(path)
+            warnings.warn(f"costlearn: spooled tuning {path} cannot be delivered ({str(reason)[:200]}) nor set aside "
+                          f"({e}); skipped", RuntimeWarning, stacklevel=3)
             return
-        warnings.warn(f"costlearn: spooled tuning {path} cannot be delivered ({reason}); kept as {bad}",
+        warnings.warn(f"costlearn: spooled tuning {path} cannot be delivered ({str(reason)[:200]}); kept as {bad}",
                       RuntimeWarning, stacklevel=3)
 
 

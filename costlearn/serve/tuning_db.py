@@ -42,6 +42,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sqlite3
+import stat
 import sys
 import threading
 import warnings
@@ -51,12 +52,12 @@ from pathlib import Path
 from costlearn.core.problem import Problem
 from costlearn.core.version import __version__
 from costlearn.serve.fleet import (CREATE_LEASES, CREATE_MEASUREMENTS, FREE_LEASE, SELECT_ALL_MEASUREMENTS,
-                                   TAKE_LEASE, Verdict)
+                                   TAKE_LEASE, Verdict, check_name, lease_seconds)
 from costlearn.serve.tuning_rows import (  # noqa: F401  (re-exported: the schema and rows' old home)
     CHOSEN_BY, CREATE_BLOBS, CREATE_TABLE, KEY_COLUMNS, LEASE_COLUMNS, PUT_BLOB, SCHEMA, TABLES, TUNED_COLUMNS, UPSERT,
     TuningDBError, TuningEntry, blob_values, decode_many, decode_row, default_path, default_target, entries_from_rows,
     entry_values, is_server_url, key_args, key_values, measurement_rows, measurements_by_key, record_in, select_blobs,
-    select_entry, select_many)
+    select_entry, select_many, MANY)
 
 __all__ = ["TuningDB", "COLUMNS",
            # the schema and rows of both stores (costlearn.serve.tuning_rows), where callers have found them
@@ -151,12 +152,18 @@ class TuningDB:
         damaged tuning database): an empty file or one with the SQLite header
         passes."""
         try:
+            mode = os.stat(self.path).st_mode
+        except FileNotFoundError:
+            return
+        if stat.S_ISDIR(mode):
+            raise OSError(f"cannot use the tuning database {self.path}: it is a folder")
+        if not stat.S_ISREG(mode):                   # a FIFO or a device would hang or be read forever
+            raise OSError(f"cannot use the tuning database {self.path}: not a regular file")
+        try:
             with open(self.path, "rb") as fh:
                 head = fh.read(16)
         except FileNotFoundError:
             return
-        except IsADirectoryError:
-            raise OSError(f"cannot use the tuning database {self.path}: it is a folder") from None
         if head and head != b"SQLite format 3\x00":
             raise TuningDBError(f"{self.path} is not an SQLite database (it starts with {head[:8]!r}); costlearn "
                                 "leaves it alone: choose another path for the tuning database")
@@ -415,13 +422,16 @@ class TuningDB:
         TypeError
             If a problem is not a Problem.
         """
-        sql, params, keys = select_many(problems, family, device, template_hash, costlearn_version, "?")
-        if not keys:
-            return []
+        problems = list(problems)
         if self._version < 3:                       # an old file opened read-only: one by one
-            return [self.get(Problem(*k[:6]), family, device, template_hash, spec=spec,
-                             costlearn_version=costlearn_version) for k in keys]
-        return decode_many(self._run(lambda c: c.execute(sql, params).fetchall()), keys, spec)
+            return [self.get(p, family, device, template_hash, spec=spec, costlearn_version=costlearn_version)
+                    for p in problems]
+        out = []
+        for i in range(0, len(problems), MANY):     # a statement takes a bounded number of parameters
+            sql, params, keys = select_many(problems[i:i + MANY], family, device, template_hash, costlearn_version,
+                                            "?")
+            out += decode_many(self._run(lambda c: c.execute(sql, params).fetchall()), keys, spec)
+        return out
 
     def put(self, entry: TuningEntry) -> bool:
         """Store an entry; a measured entry is never replaced by a predicted
@@ -541,7 +551,8 @@ class TuningDB:
         """
         if self.read_only:
             raise PermissionError(f"the tuning database {self.path} was opened read-only")
-        params = (*key_values(problem, family, device, template_hash, costlearn_version), str(holder), float(seconds))
+        params = (*key_values(problem, family, device, template_hash, costlearn_version), check_name("holder", holder),
+                  lease_seconds(seconds))
         return bool(self._write(lambda c: c.execute(_SQLITE_TAKE_LEASE, params).rowcount))
 
     def free_lease(self, problem: Problem, family: str, device: str, template_hash: str, holder: str, *,

@@ -13,21 +13,22 @@ costlearn never does.
 """
 from __future__ import annotations
 
-import hashlib
 import math
+import random
+import re
 import threading
 import time
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from costlearn.core.problem import Problem
 from costlearn.core.version import __version__
-from costlearn.serve.fleet import (CREATE_LEASES, CREATE_MEASUREMENTS, FREE_LEASE, SELECT_ALL_MEASUREMENTS, TAKE_LEASE,
-                                   Verdict)
+from costlearn.serve.fleet import (CREATE_LEASES, CREATE_MEASUREMENTS, FREE_LEASE, SELECT_ALL_MEASUREMENTS,
+                                   TAKE_LEASE, Verdict, check_name, lease_seconds)
 from costlearn.serve.tuning_db import TuningDB
 from costlearn.serve.tuning_rows import (
     CREATE_BLOBS, CREATE_TABLE, KEY_COLUMNS, PUT_BLOB, TABLES, UPSERT, TuningDBError, TuningEntry, blob_values,
     decode_many, decode_row, default_target, entries_from_rows, entry_values, is_server_url, key_args, key_values,
-    measurement_rows, measurements_by_key, record_in, select_blobs, select_entry, select_many)
+    measurement_rows, measurements_by_key, record_in, select_blobs, select_entry, select_many, MANY)
 
 __all__ = ["ServerTuningDB", "open_store", "copy_store", "redacted", "has_password", "initialize", "WRITER_ROLE",
            "READER_ROLE"]
@@ -48,6 +49,10 @@ def _pg(sql: str) -> str:
 
 
 _CREATE = [_pg(CREATE_TABLE), _pg(CREATE_MEASUREMENTS), _pg(CREATE_LEASES), _pg(CREATE_BLOBS)]
+_COLUMN_TYPES = {table: re.findall(r"(\w+) (BIGINT|DOUBLE PRECISION|TEXT|BYTEA) NOT NULL", stmt)
+                 for table, stmt in zip(TABLES, _CREATE)}
+"""Each table's (column, type) pairs as PostgreSQL names them (``format_type``)."""
+_COLUMN_TYPES = {t: [(c, k.lower()) for c, k in cols] for t, cols in _COLUMN_TYPES.items()}
 _UPSERT = _pg(UPSERT)
 """The SQLite store's upsert (a measured entry never replaced by a predicted one)."""
 _SELECT = _pg(select_entry(KEY_COLUMNS, "?"))
@@ -57,6 +62,9 @@ _PUT_BLOB = _pg(PUT_BLOB)
 _SELECT_ALL_MEASUREMENTS = _pg(SELECT_ALL_MEASUREMENTS)
 _STATEMENTS: dict = {}
 """Each SQLite statement's translation (:func:`_pg`), once."""
+
+_SERIAL_RETRIES = 8
+"""Tries of a record that another host's record of the same key made the server roll back."""
 
 AWAY_S = 10.0
 """Seconds a server found down or unreachable is not asked again."""
@@ -233,6 +241,15 @@ class ServerTuningDB:
         self._psycopg = psycopg
         self._url = url
         self.path = redacted(url)
+        from psycopg.conninfo import conninfo_to_dict
+        try:
+            conninfo_to_dict(url)
+        except psycopg.Error:
+            raise ValueError(f"{self.path}: libpq cannot read this URL (check its percent-escapes and parameters; "
+                             "the URL is not repeated here, it may hold a password)") from None
+        parts = urlsplit(url)
+        self._secrets = {s for s in (parts.password, unquote(parts.password or ""),
+                                     *parse_qs(parts.query).get("password", [])) if s}
         self.read_only = bool(read_only)
         self.timeout_s = float(timeout_s)
         self.set_aside: list = []               # the interface of TuningDB: a server never sets a file aside
@@ -261,13 +278,13 @@ class ServerTuningDB:
         no measurements: none are listed)."""
         def columns():
             rows = conn.execute(            # the catalog, not information_schema: it shows tables a role may not read
-                "SELECT c.relname, a.attname FROM pg_attribute a JOIN pg_class c ON a.attrelid = c.oid "
-                "WHERE c.relnamespace = current_schema()::regnamespace AND c.relname = ANY(%s) "
-                "AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped ORDER BY c.relname, a.attnum",
-                (list(TABLES),)).fetchall()
+                "SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a "
+                "JOIN pg_class c ON a.attrelid = c.oid WHERE c.relnamespace = current_schema()::regnamespace "
+                "AND c.relname = ANY(%s) AND c.relkind IN ('r', 'p') AND a.attnum > 0 AND NOT a.attisdropped "
+                "ORDER BY c.relname, a.attnum", (list(TABLES),)).fetchall()
             out: dict = {}
-            for table, column in rows:
-                out.setdefault(table, []).append(column)
+            for table, column, kind in rows:
+                out.setdefault(table, []).append((column, kind))
             return out
         cols = columns()
         if len(cols) < len(TABLES) and not self.read_only:
@@ -280,9 +297,20 @@ class ServerTuningDB:
                 pass                        # a role that may not create: it uses the tables there are
             cols = columns()
         for table, found in cols.items():
-            if found != TABLES[table]:
+            if found != _COLUMN_TYPES[table]:
                 raise TuningDBError(f"{self.path} has a table {table} with columns {found}, not costlearn's "
-                                    f"{TABLES[table]}: use another database or schema")
+                                    f"{_COLUMN_TYPES[table]}: use another database or schema")
+        foreign = conn.execute(         # as the SQLite store: a trigger or rule would act on every entry
+            "SELECT c.relname || ' trigger ' || t.tgname FROM pg_trigger t JOIN pg_class c ON t.tgrelid = c.oid "
+            "WHERE c.relnamespace = current_schema()::regnamespace AND c.relname = ANY(%s) AND NOT t.tgisinternal "
+            "UNION ALL SELECT tablename || ' rule ' || rulename FROM pg_rules WHERE schemaname = current_schema() "
+            "AND tablename = ANY(%s) UNION ALL SELECT relname || ' row security' FROM pg_class WHERE relnamespace = "
+            "current_schema()::regnamespace AND relname = ANY(%s) AND relrowsecurity",
+            (list(TABLES),) * 3).fetchall()
+        if foreign:
+            raise TuningDBError(f"{self.path}: {', '.join(r[0] for r in foreign[:5])} on costlearn's tables: only "
+                                "costlearn's own schema is accepted (a trigger or rule acts on every entry); "
+                                "use another database or schema")
         if "tuned" not in cols:
             raise FileNotFoundError(f"no tuning database at {self.path} (no table tuned there yet: "
                                     "`costlearn tuning-db init URL` makes it, as a role that may)")
@@ -318,14 +346,24 @@ class ServerTuningDB:
                     if fresh:
                         raise
         except (psycopg.errors.InsufficientPrivilege, psycopg.errors.ReadOnlySqlTransaction) as e:
-            raise PermissionError(f"cannot write the tuning database {self.path}: {_first_line(e)} (a serving "
+            raise PermissionError(f"cannot write the tuning database {self.path}: {self._said(e)} (a serving "
                                   "host's role may only read; tuning hosts use the writer role of `costlearn "
                                   "tuning-db init`)") from None
-        except psycopg.OperationalError as e:
+        except psycopg.DataError as e:              # a value the server refuses: the caller's, not the server's
+            raise ValueError(f"the tuning database {self.path} refused a value: {self._said(e)}") from None
+        except psycopg.Error as e:                  # away, hung, or a URL libpq refuses to connect with
             self.close()
-            reason = _first_line(e)
+            reason = self._said(e)
             self._away = (time.monotonic() + AWAY_S, reason)
             raise OSError(f"cannot use the tuning database {self.path}: {reason}") from None
+
+    def _said(self, e: Exception) -> str:
+        """The error's first line, without the URL's password in any spelling
+        (libpq's own messages never hold it; a message quoting the URL might)."""
+        text = _first_line(e)
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
 
     def init_roles(self, writer: str, reader: str) -> list[str]:
         """:func:`initialize` on this server (the tables, the two roles, their grants)."""
@@ -382,12 +420,15 @@ class ServerTuningDB:
 
     def get_many(self, problems, family: str, device: str, template_hash: str, *, spec=None,
                  costlearn_version: str = __version__) -> list:
-        """Many problems' entries in one round trip: as
+        """Many problems' entries in one round trip (one per
+        :data:`~costlearn.serve.tuning_rows.MANY` problems): as
         :meth:`costlearn.serve.tuning_db.TuningDB.get_many`."""
-        sql, params, keys = select_many(problems, family, device, template_hash, costlearn_version, "%s")
-        if not keys:
-            return []
-        return decode_many(self._run(lambda c: c.execute(sql, params).fetchall()), keys, spec)
+        problems, out = list(problems), []
+        for i in range(0, len(problems), MANY):
+            sql, params, keys = select_many(problems[i:i + MANY], family, device, template_hash, costlearn_version,
+                                            "%s")
+            out += decode_many(self._run(lambda c: c.execute(sql, params).fetchall()), keys, spec)
+        return out
 
     def put(self, entry: TuningEntry) -> bool:
         """Store an entry (a measured one is never replaced by a predicted
@@ -414,9 +455,9 @@ class ServerTuningDB:
     def record(self, problem: Problem, family: str, device: str, template_hash: str, measurements, *,
                source: str, costlearn_version: str = __version__) -> tuple[TuningEntry, Verdict]:
         """Store a tuning's measurements and make the key's entry the answer
-        all hosts' measurements decide, in one transaction that holds the
-        key's advisory lock (so writers of one key are serialised and the
-        last leaves the answer of all): as
+        all hosts' measurements decide, in one serializable transaction (two
+        hosts recording one key at once: one is retried, so the last leaves
+        the answer of all; no lock a read-only role could hold): as
         :meth:`costlearn.serve.tuning_db.TuningDB.record`. A tuning
         delivered twice (a retry after a lost reply, a spool sent again)
         adds nothing.
@@ -432,12 +473,19 @@ class ServerTuningDB:
         if self.read_only:
             raise PermissionError(f"the tuning database {self.path} was opened read-only")
         key, rows = measurement_rows(problem, family, device, template_hash, costlearn_version, measurements)
-        lock = int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=8).digest(), "big", signed=True)
+        failure = self._psycopg.errors.SerializationFailure
 
         def write(conn):
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock,))
-                return record_in(lambda sql, params: conn.execute(_translated(sql), params), key, rows, source)
+            for attempt in range(_SERIAL_RETRIES):
+                try:
+                    with conn.transaction():
+                        conn.execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+                        return record_in(lambda sql, params: conn.execute(_translated(sql), params), key, rows,
+                                         source)
+                except failure:
+                    if attempt == _SERIAL_RETRIES - 1:
+                        raise
+                    time.sleep(0.001 * (1 + random.random()) * 2 ** attempt)
         return self._run(write)
 
     def measurements(self) -> dict:
@@ -473,7 +521,8 @@ class ServerTuningDB:
         :meth:`costlearn.serve.tuning_db.TuningDB.take_lease`."""
         if self.read_only:
             raise PermissionError(f"the tuning database {self.path} was opened read-only")
-        params = (*key_values(problem, family, device, template_hash, costlearn_version), str(holder), float(seconds))
+        params = (*key_values(problem, family, device, template_hash, costlearn_version), check_name("holder", holder),
+                  lease_seconds(seconds))
         return bool(self._run(lambda c: c.execute(_TAKE_LEASE, params).rowcount))
 
     def free_lease(self, problem: Problem, family: str, device: str, template_hash: str, holder: str, *,

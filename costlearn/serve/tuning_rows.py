@@ -20,14 +20,14 @@ from costlearn.core.errors import CostlearnError
 from costlearn.core.problem import Problem
 from costlearn.core.util import cache_dir, check_instance
 from costlearn.families import FAMILIES, get_family
-from costlearn.serve.fleet import (INSERT_MEASUREMENT, MEASUREMENT_COLUMNS, SELECT_MEASUREMENTS, Measurement, Verdict,
-                                   decide, measurements_from_rows)
+from costlearn.serve.fleet import (DAMAGED, INSERT_MEASUREMENT, MEASUREMENT_COLUMNS, SELECT_MEASUREMENTS, Measurement,
+                                   Verdict, check_name, decide, measurements_from_rows, parse_json)
 
 __all__ = ["TuningEntry", "TuningDBError", "default_path", "default_target", "is_server_url", "entry_values",
            "decode_row", "key_values", "key_args", "select_entry", "entries_from_rows", "CHOSEN_BY", "TUNED_COLUMNS",
            "LEASE_COLUMNS", "KEY_COLUMNS", "CREATE_TABLE", "UPSERT", "TABLES", "measurement_rows", "record_in",
            "measurements_by_key", "select_many", "decode_many", "SCHEMA", "CREATE_BLOBS", "PUT_BLOB", "blob_values",
-           "select_blobs", "MAX_BLOB_BYTES"]
+           "select_blobs", "MAX_BLOB_BYTES", "MANY"]
 
 SCHEMA = 4
 """4 added the tables ``measurements`` and ``leases`` (:mod:`costlearn.serve.fleet`), 3 ``epilogue``, 2
@@ -170,9 +170,7 @@ def entry_values(entry: TuningEntry) -> tuple:
     if entry.chosen_by not in CHOSEN_BY:
         raise ValueError(f"chosen_by={entry.chosen_by!r}; allowed: {CHOSEN_BY}")
     for name in ("device", "template_hash", "costlearn_version", "source"):
-        v = getattr(entry, name)
-        if not isinstance(v, str) or (not v and name != "source"):
-            raise TypeError(f"{name}={v!r}; must be a non-empty str")
+        check_name(name, getattr(entry, name), empty=name == "source")
     if not isinstance(entry.config, get_family(entry.family).config_type):
         raise TypeError(f"config={entry.config!r}; must be a config of the {entry.family!r} family")
     try:
@@ -239,8 +237,10 @@ def measurements_by_key(rows) -> dict:
     for r in rows:
         key = tuple(r[:10])
         try:
+            key_args(key)                   # a key no Problem has is no key
+            check_name("device", key[7])
             found = measurements_from_rows([r[10:]], str(key[6]))
-        except (TypeError, ValueError):     # an unknown family
+        except DAMAGED:                     # a hostile key, an unknown family
             continue
         out.setdefault(key, []).extend(found)
     return out
@@ -273,6 +273,11 @@ def select_entry(key_columns: str, placeholder: str) -> str:
     ``placeholder`` (``?`` for SQLite, ``%s`` for psycopg)."""
     where = " AND ".join(f"{expr} = {placeholder}" for expr in key_columns.split(", "))
     return f"SELECT config_id, how, time_us, times_json, source, updated FROM tuned WHERE {where}"
+
+
+MANY = 1000
+"""Problems per query of ``get_many`` (6 parameters each: far below
+PostgreSQL's 65,535 and SQLite's 32,766)."""
 
 
 def select_many(problems, family: str, device: str, template_hash: str, costlearn_version: str,
@@ -316,7 +321,8 @@ def entries_from_rows(rows) -> list[TuningEntry]:
     for r in rows:
         try:
             args = key_args(tuple(r[:10]))
-        except (TypeError, ValueError):
+            check_name("device", args[2])
+        except DAMAGED:
             continue
         e = decode_row(r[10:], *args)
         if e is not None:
@@ -339,9 +345,9 @@ def decode_row(row, problem: Problem, family: str, device: str, template_hash: s
         if how not in CHOSEN_BY or not isinstance(source, str):
             raise ValueError(f"how={how!r}")
         config = get_family(family).config_from_id(config_id)
-        times = _times(json.loads(times_json))
+        times = _times(parse_json(times_json))
         time_us = _positive(time_us)
-    except (ValueError, TypeError) as e:
+    except DAMAGED as e:
         warnings.warn(f"costlearn: the tuning database's entry for {problem} ({family}, {device}) is damaged or "
                       f"not costlearn's ({str(e)[:120]}): a miss, never launched", RuntimeWarning, stacklevel=3)
         return None
@@ -352,10 +358,14 @@ def decode_row(row, problem: Problem, family: str, device: str, template_hash: s
 
 
 def _positive(v) -> float:
-    """A finite time > 0 as float, else ValueError/TypeError."""
-    if isinstance(v, bool):
-        raise TypeError(f"time {v!r} is not a number")
-    f = float(v)
+    """A finite time > 0 as float, else ValueError/TypeError (a number, not
+    text or bytes that would parse as one)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"time {str(v)[:40]!r} is not a number")
+    try:
+        f = float(v)
+    except OverflowError:
+        raise ValueError(f"time {str(v)[:40]}... is too large") from None
     if not math.isfinite(f) or f <= 0:
         raise ValueError(f"time {v!r} must be finite and > 0")
     return f
@@ -365,7 +375,7 @@ def _times(d) -> dict:
     """A {config_id: time_us} dict with finite positive times, else error."""
     if not isinstance(d, dict):
         raise TypeError(f"times {d!r} must be a dict of config id to microseconds")
-    return {str(a): _positive(b) for a, b in d.items()}
+    return {check_name("config id", a): _positive(b) for a, b in d.items()}
 
 
 def blob_values(cache_key: str, filename: str, data) -> tuple:

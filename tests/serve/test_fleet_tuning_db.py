@@ -224,7 +224,8 @@ def test_a_damaged_or_hand_made_spool_file_is_kept_aside_and_the_rest_delivered(
     bad.write_bytes(content)
     with pytest.warns(RuntimeWarning, match="cannot be delivered"):
         assert spool.deliver(db) == 1
-    assert not good.exists() and not bad.exists() and (tmp_path / "spool" / "dddddddd01.json.bad").exists()
+    assert not good.exists() and not bad.exists()
+    assert [p.read_bytes() for p in (tmp_path / "spool").glob("dddddddd01.json.bad-*")] == [content]
 
 
 def test_measuring_while_the_database_is_away_spools_and_the_next_call_delivers(tmp_path, monkeypatch):
@@ -519,3 +520,130 @@ def test_a_host_killed_mid_record_leaves_whole_tunings_and_answers_they_decide(k
     assert len(per_tuning) > 90 and set(per_tuning.values()) == {2}
     for key, ms in measured.items():
         assert db.get(Problem(*key[:6]), *key[6:9]).config.config_id == decide(ms, None).config_id
+
+
+# -- found by attacking it (regressions) -------------------------------------------------------------------------------
+
+def _sql(store, request, sql, params=()):
+    """Run ``sql`` on the store's database behind its back (as a hostile writer would)."""
+    if isinstance(store, TuningDB):
+        import sqlite3
+        with sqlite3.connect(store.path) as c:
+            c.execute(sql, params)
+    else:
+        request.getfixturevalue("pg_server").execute(sql.replace("?", "%s"), store.path.split("dbname=")[-1]
+                                                     .split()[0] if "dbname=" in store.path else
+                                                     store.path.split("@/", 1)[1].split("?")[0], params or None)
+
+
+@pytest.mark.parametrize("times_json", ["[" * 100000 + "]" * 100000, '{"a": 1' + "0" * 400 + "}", "x" * (2 << 20)])
+def test_deep_huge_or_overflowing_json_in_an_entry_is_a_miss_not_a_traceback(store, request, times_json):
+    """Regression: a times_json nested 100,000 deep, or a time of 401 digits, raised RecursionError or
+    OverflowError out of get, get_many, entries and predict_best."""
+    from costlearn.serve.tuning_db import TuningEntry
+    store.put(TuningEntry(P, "gemm", "dev", TEMPLATE_HASH, __version__, GemmConfig.from_id(A), "measured", 2.0, {},
+                          "s"))
+    _sql(store, request, "UPDATE tuned SET times_json = ?", (times_json,))
+    with pytest.warns(RuntimeWarning, match="damaged"):
+        assert store.get(*KEY) is None
+        assert store.get_many([P], *KEY[1:]) == [None] and store.entries() == []
+
+
+def test_a_time_stored_as_bytes_is_a_miss(tmp_path, request):
+    """Regression: a time_us stored as the bytes b'10' (SQLite keeps any type in any column) decoded as 10.0 and
+    was returned for launch."""
+    from costlearn.serve.tuning_db import TuningEntry
+    store = TuningDB(tmp_path / "t.sqlite", create=True)
+    store.put(TuningEntry(P, "gemm", "dev", TEMPLATE_HASH, __version__, GemmConfig.from_id(A), "measured", 2.0, {},
+                          "s"))
+    _sql(store, request, "UPDATE tuned SET time_us = x'3130'")
+    with pytest.warns(RuntimeWarning, match="damaged"):
+        assert store.get(*KEY) is None
+
+
+def test_a_hostile_measurement_row_never_stops_its_key(store, request):
+    """Regression: one measurements row with clocks nested 100,000 deep made every later record of its key, and
+    the listing, raise RecursionError."""
+    store.record(*KEY, tuning("h1", "aaaaaaaa01", {A: 10.0, B: 12.0}), source="s")
+    _sql(store, request, "UPDATE measurements SET clocks_json = ? WHERE config_id = ?",
+         ("[" * 100000 + "]" * 100000, A))
+    entry, verdict = store.record(*KEY, tuning("h2", "aaaaaaaa02", {A: 10.0, B: 12.0}), source="s")
+    assert sum(map(len, store.measurements().values())) == 3 and verdict.hosts == ("h1", "h2")
+
+
+@pytest.mark.parametrize("expires", ["'never'", "1e300"])
+def test_a_lease_that_claims_to_last_for_ever_is_free(store, request, expires):
+    """Regression: a lease row expiring 'never' (text) or in 10^300 s held its key for good: no host measured it."""
+    assert store.take_lease(*KEY, "dead-host", seconds=60)
+    _sql(store, request, f"UPDATE leases SET expires = {expires}" if isinstance(store, TuningDB) or
+         expires != "'never'" else "UPDATE leases SET expires = 'Infinity'")
+    assert store.take_lease(*KEY, "live-host", seconds=60)
+
+
+@pytest.mark.parametrize("seconds", [float("nan"), float("inf"), 0, -5, 1e9, True, "60"])
+def test_a_lease_of_no_finite_length_is_refused(store, seconds):
+    """Regression: take_lease(seconds=nan) stored NaN on the server, which blocked every other host for good."""
+    with pytest.raises(ValueError, match="lease lasts"):
+        store.take_lease(*KEY, "h", seconds=seconds)
+
+
+@pytest.mark.parametrize("host", ["a\x00b", "line\nforged", "x" * 2000])
+def test_a_name_with_control_characters_is_refused_before_the_store(store, host):
+    """Regression: a host name holding NUL raised psycopg.DataError out of record."""
+    with pytest.raises(ValueError, match="control characters|at most 1024"):
+        store.record(*KEY, tuning(host, "aaaaaaaa01", {A: 10.0}), source="s")
+
+
+def test_get_many_of_thousands_of_problems_answers(store):
+    """Regression: 10,900 problems in one get_many exceeded PostgreSQL's 65,535 parameters and marked the server
+    away for 10 s."""
+    problems = [Problem(m, 64, 64) for m in range(1, 2602)]
+    assert store.get_many(problems, *KEY[1:]) == [None] * len(problems)
+
+
+@pytest.mark.parametrize("make", ["fifo", "deep", "huge-number", "nul-host"])
+def test_a_hostile_spool_file_is_set_aside_without_hanging_or_a_traceback(tmp_path, make):
+    """Regression: a FIFO named like a spooled tuning hung every predict_best; deep JSON, a 401-digit time or a host
+    with a NUL raised out of the delivery, and the file stayed first in line."""
+    import os
+    db = TuningDB(tmp_path / "t.sqlite", create=True)
+    spool = Spool("t", folder=tmp_path / "spool")
+    good = spool.add(key_values(*KEY, __version__), tuning("h1", "cccccccc01", {A: 10.0}), "s")
+    bad = tmp_path / "spool" / "00000000aa.json"
+    doc = json.loads(good.read_text())
+    if make == "fifo":
+        os.mkfifo(bad)
+    elif make == "deep":
+        bad.write_text("[" * 100000 + "]" * 100000)
+    else:
+        m = doc["measurements"][0]
+        if make == "huge-number":
+            m["p80_us"] = 10 ** 400
+        else:
+            m["host"] = "a\x00b"
+        m["tuning_id"] = "00000000aa"
+        bad.write_text(json.dumps(doc))
+    with pytest.warns(RuntimeWarning, match="cannot be delivered"):
+        assert spool.deliver(db) == 1
+    assert not good.exists() and not os.path.lexists(bad) and len(list((tmp_path / "spool").glob("*.bad-*"))) == 1
+
+
+def test_a_fifo_at_the_database_path_is_refused_not_waited_on(tmp_path):
+    """Regression: `costlearn tuning-db` and predict_best(tuning_db=P) hung on a FIFO at P."""
+    import os
+    os.mkfifo(tmp_path / "t.sqlite")
+    with pytest.raises(OSError, match="not a regular file"):
+        TuningDB(tmp_path / "t.sqlite", create=True)
+
+
+def test_the_listing_escapes_control_characters(tmp_path, capsys):
+    """Regression: a newline in a stored name forged a line of `costlearn tuning-db`'s listing."""
+    import sqlite3
+    from costlearn.cli import main
+    db = TuningDB(tmp_path / "t.sqlite", create=True)
+    db.record(*KEY, tuning("h1", "abcdabcd01", {A: 10.0}), source="s")
+    with sqlite3.connect(db.path) as c:
+        c.execute("UPDATE measurements SET env_json = ?", (json.dumps({"driver": "1\n  FORGED 1x1x1 measured"}),))
+    assert main(["tuning-db", "--tuning-db", str(db.path), "--measurements"]) == 0
+    out = capsys.readouterr().out
+    assert "\n  FORGED" not in out and "\\n  FORGED" in out

@@ -332,3 +332,37 @@ def test_tls_through_libpq_s_sslmode_verifies_the_server_and_carries_the_fleet(p
             get(ServerTuningDB(url.replace(str(server.root / "cert.pem"), str(other))))
     finally:
         server.remove()
+
+
+@pytest.mark.parametrize("url", ["postgresql://r:Sec%zzret@/db?host=/tmp/none",
+                                 "postgresql://r@/db?host=/tmp/none&bogus=Sec%zzret"])
+def test_a_url_libpq_cannot_read_is_a_valueerror_that_repeats_no_password(url):
+    """Regression: a bad percent-escape in the password raised psycopg.ProgrammingError quoting the password."""
+    pytest.importorskip("psycopg")
+    from costlearn.serve.tuning_db_server import ServerTuningDB
+    with pytest.raises(ValueError) as err:
+        ServerTuningDB(url)
+    assert "Sec" not in str(err.value) and "zzret" not in str(err.value)
+
+
+def test_a_connect_parameter_libpq_refuses_is_an_oserror(pg_server, pg_url):
+    """Regression: connect_timeout=x raised a raw psycopg.ProgrammingError out of predict_best's lookup."""
+    from costlearn.serve.tuning_db_server import ServerTuningDB
+    with pytest.raises(OSError, match="cannot use the tuning database"):
+        get(ServerTuningDB(pg_url + "&connect_timeout=x"))
+
+
+def test_a_trigger_on_the_server_s_tables_is_refused(pg_server, pg_url):
+    """Regression: the server store checked column names only; a BEFORE INSERT trigger setting how = 'measured'
+    served every recorded prediction as measured (the SQLite store refuses such a file)."""
+    database = _database(pg_url)
+    open_store(pg_url).entries()                               # the tables
+    pg_server.execute("CREATE FUNCTION f() RETURNS trigger AS $$ BEGIN NEW.how := 'measured'; RETURN NEW; END $$ "
+                      "LANGUAGE plpgsql", database)
+    pg_server.execute("CREATE TRIGGER t BEFORE INSERT ON tuned FOR EACH ROW EXECUTE FUNCTION f()", database)
+    with pytest.raises(TuningDBError, match="trigger"):
+        open_store(pg_url).put(entry("predicted"))
+    pg_server.execute("DROP TRIGGER t ON tuned", database)
+    pg_server.execute("ALTER TABLE tuned ALTER COLUMN time_us TYPE TEXT", database)
+    with pytest.raises(TuningDBError, match="columns"):
+        get(open_store(pg_url))
