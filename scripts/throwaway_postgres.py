@@ -2,7 +2,11 @@
 (tests/conftest.py's ``pg_server``) and scripts/bench_tuning_db.py. PostgreSQL refuses to run as root: as root the
 server runs as the user ``postgres`` (Debian's package makes it).
 
-    python scripts/throwaway_postgres.py      # starts one, prints its URL, stops it on Enter
+    python scripts/throwaway_postgres.py [--tls]    # starts one, prints its URL; Enter, Ctrl-C or SIGTERM stops it
+
+Run it in the background with ``python scripts/throwaway_postgres.py > url.txt &``
+and stop it with ``kill %1``; it stops the server and deletes its folder
+either way. Needs PostgreSQL's server programs (``apt install postgresql``).
 """
 from __future__ import annotations
 
@@ -132,10 +136,32 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-if __name__ == "__main__":
-    server = PostgresServer.make()
+def main(argv=None) -> int:
+    import argparse
+    import signal
+    import sys
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tls", action="store_true", help="also listen on loopback with TLS; print that URL too")
+    args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))     # kill: stop the server and delete its folder
+    server = PostgresServer.make(tls=args.tls)
     try:
-        print(server.url(server.new_database()), flush=True)
-        input("running; Enter stops it and deletes its folder\n")
+        name = server.new_database()
+        print(server.url(name), flush=True)
+        if args.tls:
+            print(server.tls_url(name), flush=True)
+        print("running; Enter, Ctrl-C or SIGTERM stops it and deletes its folder", file=sys.stderr, flush=True)
+        try:
+            if not sys.stdin.isatty() and not sys.stdin.readline():
+                signal.pause()                      # stdin closed (run in the background): wait for a signal
+            elif sys.stdin.isatty():
+                input()
+        except (KeyboardInterrupt, EOFError):
+            pass
     finally:
         server.remove()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -21,6 +21,7 @@ import argparse
 import os
 import re
 import sys
+import warnings
 
 from costlearn.cli import collect, dispatch, evaluate, interop, predict, run, space, train, tuning_db
 from costlearn.cli.common import renamed_notes
@@ -76,6 +77,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     for note in renamed_notes(args):
         print(note, file=sys.stderr)
+    shown = warnings.formatwarning
+    warnings.formatwarning = _one_line            # a warning is a line of words, not a source location
     try:
         return args.func(args)
     except (CostlearnError, ValueError) as e:      # costlearn's own errors and a bad argument: one line
@@ -97,6 +100,14 @@ def main(argv=None) -> int:
         else:
             print("interrupted; everything measured so far is saved", file=sys.stderr)
         return 130
+    finally:
+        warnings.formatwarning = shown
+
+
+def _one_line(message, category, filename, lineno, line=None) -> str:
+    """A warning as the command line prints it: its words, no source line."""
+    text = str(message)
+    return (text if text.startswith("costlearn") else f"costlearn: {category.__name__}: {text}") + "\n"
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_
                           (backend.spec if backend is not None else None))
     from costlearn.model.store import resolve_model
     print(f"model: {resolve_model(device, family, dtype, models_dir, cli=True)}", file=sys.stderr)
-    from_db = recorded = 0
+    from_db = recorded = unrecorded = 0
     if not measure_top_k and tuning_db is None:         # predictions only: every shape in one call
         from costlearn.serve.predict import predict_many
         preds = iter(predict_many([(m, n, k, layout, epilogue) for m, n, k in triples], dtype, device,
@@ -50,12 +50,13 @@ def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_
                                   device=p.device, config=p.config.to_dict(), config_id=p.config.config_id,
                                   time_us=p.time_us, chosen_by=p.chosen_by, from_tuning_db=p.from_tuning_db,
                                   measured_us=dict(p.measured_us), tied_with=list(p.tied_with),
-                                  tuning_db_source=p.tuning_db_source, ood=p.ood,
+                                  tuning_db_source=p.tuning_db_source, tuning_db_note=p.tuning_db_note, ood=p.ood,
                                   ood_reasons=list(p.ood_reasons),
                                   top_k=[dict(config_id=c.config_id, time_us=t) for c, t in p.top_k])))
         if tuning_db is not None:
             from_db += p.from_tuning_db
-            recorded += not p.from_tuning_db
+            recorded += not p.from_tuning_db and not p.tuning_db_note
+            unrecorded += bool(p.tuning_db_note)
         if as_json:
             continue
         earlier = ", an earlier answer" + ((" measured then" + (f" by {p.tuning_db_source}" if p.tuning_db_source
@@ -71,11 +72,15 @@ def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_
         if p.measured_us:
             print("  measured: " + ", ".join(f"{cid} {t:.1f} us" for cid, t in p.measured_us))
         if p.tied_with:
-            print(f"  tie: {', '.join(p.tied_with)} could not be separated from {p.config.config_id} within the "
-                  "measuring cap (95 % intervals overlap); any of them is as good as the noise lets one tell")
+            print(f"  tie: {', '.join(p.tied_with)} and {p.config.config_id} are within the measurement noise of "
+                  "each other (their medians' 95 % intervals overlap); a tie goes to the vendor library, else to "
+                  "the first config id in text order, so every host launches the same one")
+        if p.tuning_db_note:
+            print(f"  note: {p.tuning_db_note}")
     if tuning_db is not None:
-        print(f"tuning database {tuning_db.path}: {recorded} answers recorded, {from_db} read from it "
-              "(`costlearn tuning-db` lists it)", file=sys.stderr)
+        said = f", {unrecorded} not (see the notes)" if unrecorded else ""
+        print(f"tuning database {tuning_db.path}: {recorded} answer{'' if recorded == 1 else 's'} recorded, "
+              f"{from_db} read from it{said} (`costlearn tuning-db` lists it)", file=sys.stderr)
 
 
 def cmd_predict(args) -> int:

@@ -54,8 +54,9 @@ def _spread(ms: list, winner: str) -> str:
     medians across them (max/min - 1)."""
     mine = [m for m in ms if m.config_id == winner]
     hosts = sorted({m.host for m in ms})
+    tunings = len({m.tuning_id for m in ms})
     line = f"measured on {len(hosts)} host{'' if len(hosts) == 1 else 's'} ({', '.join(hosts[:5])}" \
-           f"{', ...' if len(hosts) > 5 else ''}), {len({m.tuning_id for m in ms})} tunings"
+           f"{', ...' if len(hosts) > 5 else ''}), {tunings} tuning{'' if tunings == 1 else 's'}"
     if mine:
         p50 = [m.p50_us for m in mine]
         line += (f"; the winner's p50 across them {min(p50):.2f}-{max(p50):.2f} us "

@@ -306,8 +306,9 @@ def decide(measurements, vendor_id: str | None = VENDOR_CONFIG_ID) -> Verdict:
     overlap or the times differ by at most :data:`NOISE_FLOOR`: the
     measurements do not say which is faster, as the protocol's own tie
     (``tied_best``). A tie is decided without the times: the vendor library
-    where tied (the floor: no evidence a tile beats it), else the smallest
-    config id. The answer is thus a function of the set of measurements
+    where tied (the floor: no evidence a tile beats it), else the first
+    config id in text order (which may have the slower median, within the
+    noise). The answer is thus a function of the set of measurements
     alone, the same on every host and in every order.
 
     Parameters

@@ -167,8 +167,8 @@ class Tuner:
         fam = pred.artifact.family
         key = (problem, fam.name, where.slug, fam.template_hash)
         hit, away = read_entry(db, *key, spec=where)
-        if away is None:
-            self.spool.deliver(db)
+        if away is None and self.spool.deliver(db):      # what was just delivered may answer this very problem
+            hit, away = read_entry(db, *key, spec=where)
         if hit is not None and hit.chosen_by == "predicted" and not hit.source.startswith(pred.source):
             hit = None                  # another model's prediction: this model answers for itself
         if hit is not None and (hit.chosen_by == "measured" or not measure_top_k):
