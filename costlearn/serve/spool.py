@@ -122,6 +122,8 @@ class Spool:
                 except DAMAGED as e:                         # a key or measurement no store may hold
                     self._set_aside(path, e)
                     continue
+                except PermissionError:
+                    return done                              # a store that may only read never takes them
                 except OSError:
                     self._maybe_pending = True
                     return done                              # still away: the rest waits

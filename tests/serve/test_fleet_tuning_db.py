@@ -463,13 +463,17 @@ def test_two_hosts_asking_one_unmeasured_problem_at_once_measure_it_once(kind, t
     script, go = tmp_path / "asker.py", tmp_path / "go"
     script.write_text(_ASKER)
     procs = [subprocess.Popen([sys.executable, str(script), target, str(tmp_path / f"ready{h}"), str(go)],
-                              stdout=subprocess.PIPE, text=True, env={**os.environ, "COSTLEARN_HOST": f"host{h}"})
-             for h in range(2)]
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "COSTLEARN_HOST": f"host{h}"}) for h in range(2)]
     deadline = time.time() + 120
     while not all((tmp_path / f"ready{h}").exists() for h in range(2)) and time.time() < deadline:
+        if any(p.poll() is not None for p in procs):
+            break                                             # one ended before the race: say why below
         time.sleep(0.01)
     go.write_text("")
-    answers = [json.loads(p.communicate(timeout=300)[0].strip().splitlines()[-1]) for p in procs]
+    ends = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-3000:] for _, err in ends]
+    answers = [json.loads(out.strip().splitlines()[-1]) for out, _ in ends]
     measured_here = [a for a in answers if a[0] == "measured" and not a[1]]
     assert len(measured_here) == 1, answers
     other = next(a for a in answers if a is not measured_here[0])
