@@ -22,6 +22,7 @@ import os
 import re
 import stat
 import threading
+import time
 import uuid
 import warnings
 from pathlib import Path
@@ -85,11 +86,21 @@ class Spool:
         return path
 
     def pending(self) -> list[Path]:
-        """The spooled tunings not yet delivered, oldest first."""
+        """The spooled tunings not yet delivered, oldest first. A temporary
+        file an interrupted :meth:`add` left (``.<name>.<pid>.<random>.tmp``)
+        over an hour ago is removed: it holds no tuning that was spooled."""
         try:
-            paths = [p for p in self.folder.iterdir() if p.suffix == ".json" and not p.name.startswith(".")]
+            entries = list(self.folder.iterdir())
         except FileNotFoundError:
             return []
+        stale = time.time() - 3600
+        for p in entries:
+            if p.name.startswith(".") and p.name.endswith(".tmp") and _mtime(p) < stale:
+                try:
+                    p.unlink()
+                except OSError:
+                    pass
+        paths = [p for p in entries if p.suffix == ".json" and not p.name.startswith(".")]
         return sorted(paths, key=lambda p: (_mtime(p), p.name))
 
     def deliver(self, db) -> int:

@@ -632,6 +632,19 @@ def test_a_hostile_spool_file_is_set_aside_without_hanging_or_a_traceback(tmp_pa
     assert not good.exists() and not os.path.lexists(bad) and len(list((tmp_path / "spool").glob("*.bad-*"))) == 1
 
 
+def test_a_temporary_file_a_killed_spooler_left_is_removed_after_an_hour(tmp_path):
+    """Regression: kill -9 inside Spool.add left .<id>.json.<pid>.<random>.tmp files that nothing removed."""
+    import os
+    import time
+    spool = Spool("t", folder=tmp_path / "spool")
+    path = spool.add(key_values(*KEY, __version__), tuning("h1", "cccccccc01", {A: 10.0}), "s")
+    old, new = tmp_path / "spool" / ".x.json.1.ab.tmp", tmp_path / "spool" / ".y.json.1.cd.tmp"
+    old.write_text("{")
+    new.write_text("{")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    assert spool.pending() == [path] and not old.exists() and new.exists()
+
+
 def test_a_fifo_at_the_database_path_is_refused_not_waited_on(tmp_path):
     """Regression: `costlearn tuning-db` and predict_best(tuning_db=P) hung on a FIFO at P."""
     import os
