@@ -187,12 +187,12 @@ class Tuner:
                 "another host is measuring this problem (it holds the tuning database's lease on it); answered "
                 "from the model"))
         try:
-            return self._measured(p, key, measure_top_k, top_k, note)
+            return self._measured(p, key, measure_top_k, top_k)
         finally:
             if away is None:
                 _free(db, *key, self.holder)
 
-    def _measured(self, p: Prediction, key: tuple, measure_top_k: int, top_k: int, note: str) -> Prediction:
+    def _measured(self, p: Prediction, key: tuple, measure_top_k: int, top_k: int) -> Prediction:
         """Measure the model's top ``measure_top_k`` (and the vendor) for
         ``p``'s problem, record the measurements (spool them where the
         database cannot take them) and answer what they decide."""
@@ -207,7 +207,7 @@ class Tuner:
         if not measurements:
             raise RuntimeError(f"none of the model's top {measure_top_k} configs for {problem} measured "
                                f"correctly on {backend.spec.name}; nothing written to {db.path}")
-        source = pred.source + f", measured top {measure_top_k}"
+        source, note = pred.source + f", measured top {measure_top_k}", ""
         try:
             _, verdict = db.record(*key, measurements, source=source)
         except OSError as e:

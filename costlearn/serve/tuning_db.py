@@ -41,10 +41,12 @@ from __future__ import annotations
 
 import ctypes
 import os
+import random
 import sqlite3
 import stat
 import sys
 import threading
+import time
 import warnings
 from datetime import datetime, timezone
 from pathlib import Path
@@ -182,33 +184,61 @@ class TuningDB:
                                    check_same_thread=True)
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.timeout_s * 1000)}")
-            check = conn.execute("PRAGMA quick_check").fetchall()
-            if check != [("ok",)]:
-                raise sqlite3.DatabaseError("quick_check: " + "; ".join(str(r[0]) for r in check[:3]))
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            objects = conn.execute("SELECT type, name FROM sqlite_master").fetchall()
-            tables = {name for kind, name in objects if kind == "table"}
-            if version > SCHEMA:
-                raise TuningDBError(f"{self.path} has tuning-database schema {version}, newer than this "
-                                    f"costlearn's {SCHEMA}: upgrade costlearn or use another file")
-            # Schema 3's table at user_version 0 is what a process killed between the two statements of
-            # an older costlearn's creation left: costlearn's own, half made.
-            half_made = version == 0 and tables == {"tuned"} and _columns(conn) == COLUMNS[3]
-            allowed = set(TABLES) if version == SCHEMA else {"tuned"}
-            if tables - allowed or (version == 0 and tables and not half_made):
-                raise TuningDBError(f"{self.path} is an SQLite database but not a costlearn tuning database "
-                                    f"(tables {sorted(tables)}); use another file")
-            self._check_schema(conn, objects, 3 if half_made else version)
+            conn.execute("BEGIN")           # one snapshot: another process may be creating the file right now
+            try:
+                version, half_made = self._check_file(conn)
+            finally:
+                conn.execute("COMMIT")
             if self.read_only:
                 self._version = 3 if half_made else (version or SCHEMA)
                 return conn
-            conn.execute("PRAGMA journal_mode = WAL")
+            self._wal(conn)
             if version < SCHEMA:
                 self._upgrade_from(conn, 3 if half_made else version, version)
         except (sqlite3.DatabaseError, TuningDBError):
             conn.close()
             raise
         return conn
+
+    def _wal(self, conn: sqlite3.Connection) -> None:
+        """Switch the file to write-ahead logging. The switch needs the
+        file alone, and SQLite answers "locked" at once, without waiting,
+        where waiting could deadlock (another process creating the file at
+        the same moment): retried until ``timeout_s``."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode = WAL").fetchall()
+                return
+            except sqlite3.OperationalError as e:
+                if "locked" not in str(e) and "busy" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.005 + 0.02 * random.random())
+
+    def _check_file(self, conn: sqlite3.Connection) -> tuple:
+        """``(user_version, half_made)`` of the file, checked (inside one
+        read transaction: the version and the tables of one moment, or a
+        file another process was creating reads as foreign). Corruption
+        raises ``sqlite3.DatabaseError``; a file costlearn must not touch
+        :class:`TuningDBError`."""
+        check = conn.execute("PRAGMA quick_check").fetchall()
+        if check != [("ok",)]:
+            raise sqlite3.DatabaseError("quick_check: " + "; ".join(str(r[0]) for r in check[:3]))
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        objects = conn.execute("SELECT type, name FROM sqlite_master").fetchall()
+        tables = {name for kind, name in objects if kind == "table"}
+        if version > SCHEMA:
+            raise TuningDBError(f"{self.path} has tuning-database schema {version}, newer than this "
+                                f"costlearn's {SCHEMA}: upgrade costlearn or use another file")
+        # Schema 3's table at user_version 0 is what a process killed between the two statements of
+        # an older costlearn's creation left: costlearn's own, half made.
+        half_made = version == 0 and tables == {"tuned"} and _columns(conn) == COLUMNS[3]
+        allowed = set(TABLES) if version == SCHEMA else {"tuned"}
+        if tables - allowed or (version == 0 and tables and not half_made):
+            raise TuningDBError(f"{self.path} is an SQLite database but not a costlearn tuning database "
+                                f"(tables {sorted(tables)}); use another file")
+        self._check_schema(conn, objects, 3 if half_made else version)
+        return version, half_made
 
     def _open_read_only(self) -> sqlite3.Connection:
         """A read-only connection. A WAL file whose ``-shm`` is absent in a

@@ -664,3 +664,30 @@ def test_the_listing_escapes_control_characters(tmp_path, capsys):
     assert main(["tuning-db", "--tuning-db", str(db.path), "--measurements"]) == 0
     out = capsys.readouterr().out
     assert "\n  FORGED" not in out and "\\n  FORGED" in out
+
+
+_CREATOR = """
+import sys, time
+from costlearn.serve.tuning_db import TuningDB
+go = float(sys.argv[2])
+while time.time() < go:
+    pass
+TuningDB(sys.argv[1], create=True)
+print("ok")
+"""
+
+
+def test_processes_creating_one_new_file_at_once_all_open_it(tmp_path):
+    """Regression: a process read the file's version before another created it and its tables after, and refused
+    costlearn's own new file as "not a costlearn tuning database"; another got "database is locked" switching it to
+    write-ahead logging while a third created it (about 1 in 30 opens of six processes at once)."""
+    import time
+    script = tmp_path / "creator.py"
+    script.write_text(_CREATOR)
+    for round_ in range(3):
+        path = tmp_path / f"t{round_}.sqlite"
+        go = repr(time.time() + 3.0)
+        procs = [subprocess.Popen([sys.executable, str(script), str(path), go], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(6)]
+        ends = [p.communicate(timeout=120) for p in procs]
+        assert [out.strip() for out, _ in ends] == ["ok"] * 6, [err[-500:] for _, err in ends]
