@@ -250,11 +250,11 @@ def test_imports_inside_functions_are_for_optional_libraries_or_start_up_only():
 def test_a_late_import_without_a_reason_is_found(tmp_path):
     """The check itself, on a made-up module beside the real ones."""
     fake = tmp_path / "fake.py"
-    fake.write_text("def f():\n    import json\n    from costlearn.core.util import check_int\n"
+    fake.write_text("def f():\n    import json\n    from costlearn.core.checks import check_int\n"
                     "    from .collect.dataset import load\n"
                     "    import torch\n    from costlearn.families.triton_mm.kernel import launch\n")
     assert late_imports({"costlearn.fake": fake}) == ["costlearn.fake:2: import json",
-                                                     "costlearn.fake:3: from costlearn.core.util import check_int",
+                                                     "costlearn.fake:3: from costlearn.core.checks import check_int",
                                                      "costlearn.fake:4: from costlearn.collect.dataset import load"]
 
 
@@ -297,7 +297,7 @@ def test_imports_go_only_down_the_layers():
 def test_an_upward_import_is_found():
     """The check itself, on a made-up graph: a model module that imports the
     serving layer is found; the front and a downward import are not."""
-    made_up = {"costlearn.model.artifact": {"costlearn.serve.predict", "costlearn.core.util"},
+    made_up = {"costlearn.model.artifact": {"costlearn.serve.predict", "costlearn.core.checks"},
                "costlearn": {"costlearn.cli"}, "costlearn.serve.tuning": {"costlearn.collect.loop"}}
     assert upward_imports(made_up) == ["costlearn.model.artifact imports costlearn.serve.predict"]
 

@@ -27,7 +27,8 @@ from costlearn.core.dtypes import DTYPES
 from costlearn.families import FAMILIES, get_family
 from costlearn.collect.measure import PROTOCOL_VERSION
 from costlearn.core.problem import EPILOGUES, LAYOUTS
-from costlearn.core.util import FolderLock, atomic_write, fsync_dir
+from costlearn.core.files import atomic_write, fsync_dir
+from costlearn.core.locks import FolderLock
 from costlearn.core.errors import CostlearnError
 
 __all__ = ["SCHEMA_VERSION", "COLUMNS", "ADDED_COLUMNS", "NOT_IMPORTED", "IMPORTED_PROTOCOL", "write_part", "load",
@@ -202,7 +203,7 @@ def write_part(rows: list[dict] | pd.DataFrame, folder: str | os.PathLike) -> Pa
 
     The part is written to a temporary name, flushed and fsynced, then
     renamed to ``part-<UTC time>-<host>-<pid>-<random>-<digest>.parquet``
-    (:func:`costlearn.core.util.atomic_write`); the folder is fsynced after the
+    (:func:`costlearn.core.files.atomic_write`); the folder is fsynced after the
     rename. ``<digest>`` is the first 16 hex digits of the file's sha256,
     checked by every read (:func:`_read_part`); its pages carry Parquet's
     CRC-32 checksums too, for other readers of the folder.
@@ -459,7 +460,7 @@ def compact(folder: str | os.PathLike) -> tuple[int, int]:
     ------
     DatasetError
         If ``folder`` does not exist.
-    costlearn.core.util.FolderBusy
+    costlearn.core.locks.FolderBusy
         If another compaction of ``folder`` is running (:data:`COMPACT_LOCK`).
     """
     folder = _check_folder(folder)

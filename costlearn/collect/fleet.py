@@ -39,7 +39,7 @@ from costlearn.collect.loop import CollectResult, Executor, run_collection
 from costlearn.collect.measure import DeviceLost
 from costlearn.collect.plan import problems_limit
 from costlearn.core.registry import Unavailable
-from costlearn.core.util import check_instance, check_int, check_real
+from costlearn.core.checks import check_instance, check_int, check_real
 from costlearn.core.version import __version__
 
 __all__ = ["Fleet", "FleetResult", "FleetUnavailable", "FleetWorker", "RAY_HINT", "GPU_BACKENDS", "start_fleet",

@@ -46,7 +46,8 @@ from costlearn.collect.plan import (
 from costlearn.collect.sampler import ShapeBounds
 from costlearn.collect.strategy import STRATEGIES, ActiveSettings, check_active
 from costlearn.core.problem import EPILOGUES, Problem
-from costlearn.core.util import FolderLock, check_int, check_real, sigint_deferred
+from costlearn.core.checks import check_int, check_real
+from costlearn.core.locks import FolderLock, sigint_deferred
 from costlearn.core.version import __version__
 from costlearn.families import family_of, get_family
 
@@ -337,7 +338,7 @@ def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str,
     ------
     ValueError, TypeError
         As :func:`collect`.
-    costlearn.core.util.FolderBusy
+    costlearn.core.locks.FolderBusy
         If another collection is writing ``out_dir`` (one collector per
         folder: two at once measured every config twice).
     CollectionInterrupted

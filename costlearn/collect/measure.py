@@ -46,7 +46,7 @@ import numpy as np
 
 from costlearn.core.dtypes import get_dtype
 from costlearn.core.problem import check_epilogue
-from costlearn.core.util import check_int, check_real
+from costlearn.core.checks import check_int, check_real
 from costlearn.core.errors import CostlearnError
 
 __all__ = ["Protocol", "PROTOCOL_VERSION", "DeviceLost", "STATUSES", "measure_shape", "make_inputs", "apply_epilogue",

@@ -33,7 +33,7 @@ from costlearn.collect.dataset import current_rows, load, noise_floor, rows_wher
 from costlearn.families import get_family
 from costlearn.collect.measure import Protocol
 from costlearn.core.problem import Problem
-from costlearn.core.util import check_int
+from costlearn.core.checks import check_int
 
 __all__ = ["RECHECK_FOLDER", "recheck", "across_session_pairs", "noise_floors",
            "RecheckResult", "NoiseFloors"]

@@ -25,7 +25,7 @@ from costlearn.collect.sampler import select_pool
 from costlearn.collect.strategy import shape_stream
 from costlearn.collect.space import check_config, enumerate_space
 from costlearn.core.problem import EPILOGUES, Problem, check_epilogue
-from costlearn.core.util import atomic_write
+from costlearn.core.files import atomic_write
 
 __all__ = ["LOCK_FILE", "POOLS_FILE", "EPILOGUE_COMPILE_SHARE", "problems_limit", "record_pool", "candidate_pool",
            "shape_configs", "strategy_shapes", "measuring_seconds", "plan_problems", "check_epilogues",
@@ -33,7 +33,7 @@ __all__ = ["LOCK_FILE", "POOLS_FILE", "EPILOGUE_COMPILE_SHARE", "problems_limit"
 
 LOCK_FILE = ".collect.lock"
 """Beside a dataset's parts: the lock a collection holds while it writes the
-folder (:class:`costlearn.core.util.FolderLock`; one collector per folder)."""
+folder (:class:`costlearn.core.locks.FolderLock`; one collector per folder)."""
 
 POOLS_FILE = "pools.json"
 """Beside a dataset's parts: the candidate pools collections drew, by family
@@ -351,7 +351,7 @@ def open_collection(out_dir, spec, family, dtype: str, seed: int, pool, pool_siz
 def write_device_json(spec, folder) -> Path:
     """Store the DeviceSpec beside the dataset (``device.json``) so training
     needs no device; an existing file is kept (the first description wins).
-    Written atomically (:func:`costlearn.core.util.atomic_write`)."""
+    Written atomically (:func:`costlearn.core.files.atomic_write`)."""
     path = Path(folder) / "device.json"
     if not path.exists():
         atomic_write(path, json.dumps(spec.to_dict(), indent=1, sort_keys=True))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from costlearn.families import family_of
-from costlearn.core.util import check_int
+from costlearn.core.checks import check_int
 
 __all__ = ["ShapeBounds", "sample_shapes", "iter_shapes", "distinct_shapes", "select_pool", "shape_class",
            "SHAPE_CLASSES", "STRATEGIES"]

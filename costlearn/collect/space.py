@@ -17,7 +17,7 @@ import numpy as np
 from costlearn.core.device import DeviceSpec
 from costlearn.families import family_of, get_family
 from costlearn.core.problem import Problem
-from costlearn.core.util import check_instance
+from costlearn.core.checks import check_instance
 
 __all__ = ["SpaceResult", "enumerate_space", "check_config", "tile_fits_problem", "next_pow2", "PROBLEM_RULE",
            "rules_of"]

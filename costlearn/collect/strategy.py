@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from costlearn.collect.sampler import STRATEGIES, ShapeBounds, distinct_shapes, iter_shapes
-from costlearn.core.util import check_int, check_real
+from costlearn.core.checks import check_int, check_real
 
 __all__ = ["STRATEGIES", "ACTIVE_COSTS", "PriorShapes", "RandomShapes", "ActiveShapes", "ActiveSettings",
            "check_active", "nearest_unused", "shape_stream", "spread_top", "choose_problems", "REFERENCE_LAYERS"]

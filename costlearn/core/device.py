@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from costlearn.core.dtypes import get_dtype
 from costlearn.core.registry import Registry
-from costlearn.core.util import check_instance, check_int, check_real
+from costlearn.core.checks import check_instance, check_int, check_real
 
 __all__ = ["DeviceSpec", "PRESETS", "PRESET_SOURCES", "IDENTITY_FIELDS", "preset", "device_slug"]
 

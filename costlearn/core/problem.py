@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from costlearn.core.dtypes import DTYPES, get_dtype
-from costlearn.core.util import check_int
+from costlearn.core.checks import check_int
 
 __all__ = ["Problem", "LAYOUTS", "MAX_EXTENT", "layout_letter", "EPILOGUES", "EPILOGUE_FLOPS", "check_epilogue"]
 

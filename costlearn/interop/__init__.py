@@ -18,7 +18,7 @@ from pathlib import Path
 from costlearn.collect.dataset import load, valid_rows
 from costlearn.families import VENDOR_CONFIG_ID
 from costlearn.core.registry import Registry
-from costlearn.core.util import sha256_file
+from costlearn.core.files import sha256_file
 from costlearn.interop.common import (Importer, ImportReport, InteropError, Measurement, import_measurements,
                                       resolve_device)
 

@@ -19,7 +19,8 @@ from costlearn.collect.loop import write_device_json
 from costlearn.collect.dataset import IMPORTED_PROTOCOL, SCHEMA_VERSION, device_dataset_folder, part_columns, write_part
 from costlearn.core.device import DeviceSpec, preset
 from costlearn.families import get_family
-from costlearn.core.util import FolderLock, sha256_file
+from costlearn.core.files import sha256_file
+from costlearn.core.locks import FolderLock
 from costlearn.core.version import __version__
 from costlearn.core.errors import CostlearnError
 
@@ -314,7 +315,7 @@ def import_measurements(fmt: str, path, measurements, skipped, spec: DeviceSpec,
     InteropError
         If no line held a measurement (the first skipped lines are named;
         nothing is written then), or the folder is another device's.
-    costlearn.core.util.FolderBusy
+    costlearn.core.locks.FolderBusy
         If another import into the folder is running.
     """
     path = Path(path)

@@ -44,7 +44,7 @@ from costlearn.core.dtypes import TORCH_DTYPES
 from costlearn.serve.predictor import load_predictor
 from costlearn.serve.tuning import open_tuning_db, read_entry
 from costlearn.core.problem import LAYOUTS, layout_letter
-from costlearn.core.util import check_int
+from costlearn.core.checks import check_int
 from costlearn.families import VENDOR_CONFIG_ID, get_family
 
 __all__ = ["prune_configs", "top_configs", "ConfigStandIn", "DEFAULT_PARAM_NAMES", "DEFAULT_GROUP_M",

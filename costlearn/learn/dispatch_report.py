@@ -12,7 +12,7 @@ import pandas as pd
 from costlearn.collect.dataset import current_rows, load, rows_where, valid_rows
 from costlearn.collect.loop import CollectResult, collect
 from costlearn.collect.noise import noise_floors
-from costlearn.core.util import atomic_write
+from costlearn.core.files import atomic_write
 from costlearn.learn.metrics import geomean_regret
 from costlearn.serve.dispatch import Dispatch, evaluate_dispatch, range_shapes
 

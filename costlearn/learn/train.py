@@ -37,7 +37,7 @@ from costlearn.ranker import calibrate_cascade, calibration_problems, make_ranke
 from costlearn.model.shortlist import MIN_TREES, worth_a_table
 from costlearn.ranker.shortlist_build import build_shortlist
 from costlearn.collect.sampler import ShapeBounds
-from costlearn.core.util import atomic_write, sha256_file
+from costlearn.core.files import atomic_write, sha256_file
 
 __all__ = ["MIN_ROWS", "MIN_PROBLEMS", "pair_counts", "train", "TrainResult", "spec_from_rows", "holdout_report",
            "candidate_pool",

@@ -49,7 +49,10 @@ from costlearn.families import FAMILIES, get_family
 from costlearn.features import FEATURE_SETS, CandidateFeatures, ConfigTable, feature_version, get_feature_set
 from costlearn.model.vendor_floor import VendorFloor
 from costlearn.model.shortlist import SHORTLIST_FILE, Shortlist, ShortlistError
-from costlearn.core.util import FolderLock, KeyedCache, atomic_write, npz_arrays, npz_bytes, read_file, sha256_file
+from costlearn.core.files import atomic_write, read_file, sha256_file
+from costlearn.core.keyed_cache import KeyedCache
+from costlearn.core.locks import FolderLock
+from costlearn.core.npz import npz_arrays, npz_bytes
 from costlearn.core.version import __version__
 from costlearn.model.base import MODELS, CostModel
 from costlearn.model import forest as forest_module
@@ -698,7 +701,7 @@ forest passed :meth:`~costlearn.model.forest.FlatForest.validate` (keyed with
 the source of :mod:`costlearn.model.forest`, so a changed check checks
 again): a later process loading the same bytes skips the check, 20-30 ms of
 a deep model's load. The cache is trusted as the compiled ranker's is
-(:func:`costlearn.core.util.private_folder`); a damaged file has another
+(:func:`costlearn.core.keyed_cache.private_folder`); a damaged file has another
 sha256 and is checked, and refused."""
 
 

@@ -30,7 +30,7 @@ import pandas as pd
 from costlearn.features import get_feature_set
 from costlearn.features.base import rows_family
 from costlearn.core.registry import Registry
-from costlearn.core.util import atomic_write, sha256_file
+from costlearn.core.files import atomic_write, sha256_file
 from costlearn.core.errors import CostlearnError
 
 __all__ = ["CostModel", "BoostedTreesModel", "NotFittedError", "MODELS", "BASELINES", "get_model",
@@ -133,7 +133,7 @@ class CostModel(abc.ABC):
     @staticmethod
     def _write(folder, name: str, data) -> dict:
         """Write one file of the model atomically; returns ``{name: sha256}``
-        for the state (``data`` as for :func:`costlearn.core.util.atomic_write`)."""
+        for the state (``data`` as for :func:`costlearn.core.files.atomic_write`)."""
         path = atomic_write(Path(folder) / name, data)
         return {name: sha256_file(path)}
 

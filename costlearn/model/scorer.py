@@ -29,7 +29,8 @@ import numpy as np
 
 from costlearn.model.forest import FlatForest
 from costlearn.core.errors import CostlearnError
-from costlearn.core.util import npz_arrays, npz_bytes, read_file
+from costlearn.core.files import read_file
+from costlearn.core.npz import npz_arrays, npz_bytes
 
 __all__ = ["Scorer", "ScorerError", "SCORER_FORMAT", "MAX_KEEP"]
 

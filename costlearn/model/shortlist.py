@@ -40,7 +40,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from costlearn.core.errors import CostlearnError
-from costlearn.core.util import npz_arrays, npz_bytes, read_file
+from costlearn.core.files import read_file
+from costlearn.core.npz import npz_arrays, npz_bytes
 
 __all__ = ["Shortlist", "ShortlistError", "grid_axes", "grid_shapes", "partial_scores_numpy",
            "worth_a_table", "SHORTLIST_FILE", "STEP_LOG2", "TILES", "TREES", "MIN_TREES"]

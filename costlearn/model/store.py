@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from costlearn.core.device import DeviceSpec
-from costlearn.core.util import check_path, check_pathlike
+from costlearn.core.checks import check_path, check_pathlike
 from costlearn.model import artifact as _artifact
 
 __all__ = ["ModelKey", "default_store", "find_model", "resolve_model", "has_model", "store_key", "LoadedModels"]

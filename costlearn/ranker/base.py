@@ -12,7 +12,7 @@ import numpy as np
 
 from costlearn.collect.space import tile_fits_problem
 from costlearn.core.problem import Problem
-from costlearn.core.util import check_int
+from costlearn.core.checks import check_int
 
 __all__ = ["Ranker", "RankResult", "LEVEL_COVERED", "LEVEL_FITTING", "LEVEL_ALL", "DECISION_OUTSIDE",
            "DECISION_UNSURE", "DECISION_DOUBT", "DECISION_TIME", "DECISION_FAR", "DECISION_PLAIN", "CHOSEN_BY"]

@@ -9,7 +9,7 @@ offsets (``costlearn_layout``), which must equal ctypes' (:func:`check_layout`).
 
 The source is compiled with ``$CC``, else the C compiler Python was built
 with (``sysconfig`` ``CC``), else ``cc`` (``-O2 -ffp-contract=off``), into the
-user cache (:class:`costlearn.core.util.KeyedCache`, keyed by the source, the
+user cache (:class:`costlearn.core.keyed_cache.KeyedCache`, keyed by the source, the
 generated header, the flags, the compilers and the platform; an entry whose
 sha256 differs is rebuilt, never loaded). Where no compiler works,
 :func:`library` warns once and returns None, and the numpy ranker is used.
@@ -39,7 +39,7 @@ import numpy as np
 from costlearn.model.envelope import EMBED
 from costlearn.features.base import epilogue_values
 from costlearn.model.forest import NODE_DTYPE
-from costlearn.core.util import KeyedCache
+from costlearn.core.keyed_cache import KeyedCache
 from costlearn.model.vendor import FEATURES as VENDOR_FEATURES, POW2_CAP, VendorEstimate, problem_row
 from costlearn.ranker.base import Ranker, RankResult
 

@@ -42,7 +42,7 @@ import pandas as pd
 
 from costlearn.families import family_of
 from costlearn.collect.space import tile_fits_problem
-from costlearn.core.util import check_int
+from costlearn.core.checks import check_int
 
 __all__ = ["Dispatch", "fit_dispatch", "evaluate_dispatch", "parse_range", "range_shapes", "check_name",
            "MAX_CONFIGS"]

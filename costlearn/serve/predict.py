@@ -16,7 +16,7 @@ import numpy as np
 
 from costlearn.core.device import DeviceSpec
 from costlearn.core.problem import MAX_EXTENT, Problem
-from costlearn.core.util import check_instance, check_int
+from costlearn.core.checks import check_instance, check_int
 from costlearn.families import get_family
 from costlearn.model.store import default_store, resolve_model, store_key
 from costlearn.ranker.native import served_module

@@ -22,7 +22,7 @@ import numpy as np
 
 from costlearn.core.device import DeviceSpec
 from costlearn.core.problem import MAX_EXTENT, Problem
-from costlearn.core.util import check_instance, check_int
+from costlearn.core.checks import check_instance, check_int
 from costlearn.families import family_of
 from costlearn.features import CandidateFeatures, ConfigTable, get_feature_set
 from costlearn.model import artifact as _artifact

@@ -4,7 +4,7 @@ can be delivered (design.md, "Predictor").
 
 One file per tuning, ``<tuning id>.json`` in a folder of the user cache
 named after the database, written atomically and durably
-(:func:`costlearn.core.util.atomic_write`): a kill leaves the whole file or
+(:func:`costlearn.core.files.atomic_write`): a kill leaves the whole file or
 none. Delivery records the file's measurements
 (:meth:`~costlearn.serve.tuning_db.TuningDB.record`), then removes it. Each
 tuning is thus delivered at least once, and exactly once in effect: its
@@ -28,7 +28,8 @@ import warnings
 from pathlib import Path
 
 from costlearn.core.problem import Problem
-from costlearn.core.util import atomic_write, cache_dir
+from costlearn.core.files import atomic_write
+from costlearn.core.keyed_cache import cache_dir
 from costlearn.serve.fleet import DAMAGED, Measurement
 
 __all__ = ["Spool", "FORMAT"]

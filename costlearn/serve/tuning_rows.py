@@ -18,7 +18,8 @@ from pathlib import Path
 from costlearn.collect.space import check_config
 from costlearn.core.errors import CostlearnError
 from costlearn.core.problem import Problem
-from costlearn.core.util import cache_dir, check_instance
+from costlearn.core.checks import check_instance
+from costlearn.core.keyed_cache import cache_dir
 from costlearn.families import FAMILIES, get_family
 from costlearn.serve.fleet import (DAMAGED, INSERT_MEASUREMENT, MEASUREMENT_COLUMNS, SELECT_MEASUREMENTS, Measurement,
                                    Verdict, check_name, decide, measurements_from_rows, parse_json)
@@ -90,7 +91,7 @@ class TuningDBError(CostlearnError, OSError):
 
 def default_path() -> Path:
     """``$COSTLEARN_TUNING_DB``, else ``tuning.sqlite`` in the user cache
-    (:func:`costlearn.core.util.cache_dir`)."""
+    (:func:`costlearn.core.keyed_cache.cache_dir`)."""
     env = os.environ.get("COSTLEARN_TUNING_DB")
     return Path(env) if env else cache_dir() / "tuning.sqlite"
 

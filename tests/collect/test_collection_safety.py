@@ -173,7 +173,7 @@ def test_two_collectors_on_one_folder_do_not_both_measure_and_a_killed_one_leave
     from costlearn.collect.backends.replay import ReplayBackend
     from costlearn.collect.loop import collect
     from costlearn.collect.plan import LOCK_FILE
-    from costlearn.core.util import FolderBusy
+    from costlearn.core.locks import FolderBusy
     shapes, pool = _replay_setup(dataset_dir, dataset_rows, 2)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
     holder = subprocess.Popen([sys.executable, "-c", _HOLDER.format(root=str(ROOT)), str(dataset_dir), str(tmp_path),

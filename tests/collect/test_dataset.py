@@ -271,7 +271,7 @@ def test_two_compactions_of_one_folder_do_not_run_at_once(tmp_path):
     """Issue 37 (attack): two `costlearn compact` on one folder at once: the loser failed on a part the winner had
     removed (No such file or directory) and two merged copies were left. The second now stops at once."""
     from costlearn.collect.dataset import COMPACT_LOCK, compact
-    from costlearn.core.util import FolderBusy, FolderLock
+    from costlearn.core.locks import FolderBusy, FolderLock
     for m in (1, 2):
         write_part([_row(m=m)], tmp_path)
     with FolderLock(tmp_path, "a compaction", COMPACT_LOCK):

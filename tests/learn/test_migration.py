@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from costlearn.model import artifact
-from costlearn.core.util import sha256_file
+from costlearn.core.files import sha256_file
 
 
 def _old_layout(model_dir, root):

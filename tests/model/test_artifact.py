@@ -179,14 +179,14 @@ def test_the_store_root_is_worked_out_in_one_place(monkeypatch, tmp_path):
 
 _RESAVE = """
 import os, signal, sys
-import costlearn.core.util as util
+import costlearn.core.files as files
 import costlearn.model.artifact as A
 import costlearn.model.base as B
 folder, kill_at, tag = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 art = A.load(folder)
 side = art.sidecar
 writes = [0]
-real = util.atomic_write
+real = files.atomic_write
 def counted(path, data, **kw):
     out = real(path, data, **kw)
     writes[0] += 1

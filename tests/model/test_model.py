@@ -181,7 +181,7 @@ def test_unknown_objective_lists_the_known_ones():
 def test_committed_booster_is_served_byte_identical_and_its_scorer_matches_it(model_dir):
     """The committed model's model.ubj is the file the sidecar names, and the
     exported scorer's margins equal XGBoost's to float32 rounding."""
-    from costlearn.core.util import sha256_file
+    from costlearn.core.files import sha256_file
     art = artifact.load(model_dir)
     side = art.sidecar
     assert side["model_state"]["files"]["model.ubj"] == sha256_file(model_dir / "model.ubj")

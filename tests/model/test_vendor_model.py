@@ -226,7 +226,7 @@ def test_estimate_doubt_of_floats_is_the_array_path_value():
 def test_a_vendor_model_rewritten_with_its_sha256_updated_is_still_refused(tmp_path, damage, match):
     """Regression: a vendor.npz whose recorded sha256 was rewritten loaded NaN or 5000 base scores (the vendor kept
     with no reason, or OverflowError at predict), and an empty or truncated one raised EOFError/BadZipFile."""
-    from costlearn.core.util import sha256_file
+    from costlearn.core.files import sha256_file
     folder = artifact.model_folder(build_models(tmp_path), DEVICE, "triton_mm", "float16")
     path = artifact.files_folder(folder) / "vendor.npz"
     with np.load(path) as z:

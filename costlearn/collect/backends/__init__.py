@@ -7,7 +7,8 @@ import json
 
 from costlearn.families import FAMILIES, get_family
 from costlearn.core.registry import Registry, Unavailable
-from costlearn.core.util import atomic_write, cache_dir
+from costlearn.core.files import atomic_write
+from costlearn.core.keyed_cache import cache_dir
 from costlearn.collect.backends.base import Backend, CompiledKernel, Workspace
 
 __all__ = ["Backend", "CompiledKernel", "Workspace", "BACKENDS", "BackendUnavailable", "get_backend", "available",
@@ -109,7 +110,7 @@ def get_backend(name: str = "auto", family: str = "gemm", **kwargs) -> Backend:
 
 
 LOCAL_DEVICE_FILE = "local_device.json"
-"""In the user cache (:func:`costlearn.core.util.cache_dir`): the device ``auto``
+"""In the user cache (:func:`costlearn.core.keyed_cache.cache_dir`): the device ``auto``
 found last, so commands that only read models (``predict``, ``dispatch``)
 know this machine's device without opening it."""
 

@@ -12,7 +12,7 @@ from costlearn.core.device import DeviceSpec
 from costlearn.families import family_of, get_family, measured_by
 from costlearn.collect.measure import apply_epilogue, check_result, make_inputs, rotation_sets, tolerance
 from costlearn.core.problem import Problem
-from costlearn.core.util import check_instance
+from costlearn.core.checks import check_instance
 
 __all__ = ["Backend", "CompiledKernel", "Workspace", "DeviceWorkspace", "HostProblem", "check_epilogue_match"]
 

@@ -23,7 +23,7 @@ from costlearn.core.dtypes import get_dtype
 from costlearn.families import get_family
 from costlearn.collect.measure import rotation_sets
 from costlearn.core.problem import Problem
-from costlearn.core.util import check_instance
+from costlearn.core.checks import check_instance
 from costlearn.collect.backends import BackendUnavailable
 from costlearn.collect.backends.base import Backend, CompiledKernel, Workspace, check_epilogue_match
 from costlearn.collect.backends.nvml import ClockReader

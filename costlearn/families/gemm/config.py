@@ -6,7 +6,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-from costlearn.core.util import check_int
+from costlearn.core.checks import check_int
 
 __all__ = ["GemmConfig", "LOOP_ORDERS", "RASTERS", "VALUES"]
 

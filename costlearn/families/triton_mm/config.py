@@ -6,7 +6,7 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
-from costlearn.core.util import check_int
+from costlearn.core.checks import check_int
 from costlearn.families.base import VENDOR_CONFIG_ID
 
 __all__ = ["TritonMMConfig", "VendorCall", "VENDOR", "VALUES"]

@@ -43,7 +43,8 @@ from costlearn.core.dtypes import DTYPES, TORCH_DTYPES
 from costlearn.families import VENDOR_CONFIG_ID, get_family
 from costlearn.serve.predict import load_predictor, predict_many
 from costlearn.core.problem import LAYOUTS, Problem
-from costlearn.core.util import atomic_write, check_int
+from costlearn.core.checks import check_int
+from costlearn.core.files import atomic_write
 from costlearn.interop.common import Importer, InteropError, Measurement, resolve_device
 from costlearn.interop.inductor.autoheuristic import parse as parse_log
 

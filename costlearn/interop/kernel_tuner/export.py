@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from costlearn.core.util import atomic_write
+from costlearn.core.files import atomic_write
 from costlearn.core.version import __version__
 from costlearn.families import VENDOR_CONFIG_ID, get_family
 

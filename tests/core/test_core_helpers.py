@@ -1,4 +1,5 @@
-"""The shared utilities: argument checks, the atomic write, the keyed cache."""
+"""The core helpers: argument checks (core.checks), atomic writes (core.files), the npz codec (core.npz), the
+keyed cache (core.keyed_cache) and the folder lock (core.locks)."""
 from __future__ import annotations
 
 import io
@@ -10,8 +11,10 @@ import zipfile
 import numpy as np
 import pytest
 
-from costlearn.core.util import (KeyedCache, atomic_write, check_choice, check_int, check_real, npz_arrays, npz_bytes,
-                                 read_file)
+from costlearn.core.checks import check_choice, check_int, check_real
+from costlearn.core.files import atomic_write, read_file
+from costlearn.core.keyed_cache import KeyedCache
+from costlearn.core.npz import npz_arrays, npz_bytes
 
 
 def test_checks_name_the_value_and_what_is_allowed():
@@ -133,7 +136,7 @@ def test_a_ctrl_c_during_a_write_waits_for_the_write_and_its_count():
 
     import pytest
 
-    from costlearn.core.util import sigint_deferred
+    from costlearn.core.locks import sigint_deferred
     steps = []
     with pytest.raises(KeyboardInterrupt):
         with sigint_deferred():

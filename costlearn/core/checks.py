@@ -1,0 +1,102 @@
+"""Argument checks: each names the value it refuses and what is allowed."""
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from pathlib import Path
+
+__all__ = ["check_int", "check_real", "check_choice", "check_instance", "check_path", "check_pathlike"]
+
+
+
+def check_int(name: str, value, lo: int | None = None, hi: int | None = None) -> int:
+    """``value`` as a Python int, refusing bool, float and out-of-range values.
+
+    Parameters
+    ----------
+    name : str
+        How the value is called in the message (``"M"``, ``"top_k"``).
+    value : int-like
+        Python or numpy integer.
+    lo, hi : int, optional
+        Inclusive bounds.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    TypeError
+        If ``value`` is not an integer (bool and float included).
+    ValueError
+        If it lies outside [lo, hi].
+    """
+    if type(value) is int and (lo is None or value >= lo) and (hi is None or value <= hi):
+        return value
+    want = "an int" + (f" >= {lo}" if lo is not None and hi is None else "") + \
+        (f" in [{lo}, {hi}]" if lo is not None and hi is not None else "") + \
+        (f" <= {hi}" if lo is None and hi is not None else "")
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}={value!r} ({type(value).__name__}); must be {want}")
+    v = int(value)
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        raise ValueError(f"{name}={value!r}; must be {want}")
+    return v
+
+
+def check_real(name: str, value, lo: float | None = None, *, strict: bool = False,
+               hi: float | None = None) -> float:
+    """``value`` as a finite Python float >= lo (> lo if ``strict``) and <= hi.
+
+    Raises
+    ------
+    TypeError
+        If ``value`` is not a real number (bool included).
+    ValueError
+        If it is not finite or out of range.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name}={value!r} ({type(value).__name__}); must be a finite number")
+    v = float(value)
+    bad = not math.isfinite(v) or (lo is not None and (v < lo or (strict and v == lo))) \
+        or (hi is not None and v > hi)
+    if bad:
+        rng = "" if lo is None else f" {'>' if strict else '>='} {lo:g}"
+        rng += "" if hi is None else f" and <= {hi:g}"
+        raise ValueError(f"{name}={value!r}; must be a finite number{rng}")
+    return v
+
+
+def check_choice(name: str, value, choices) -> str:
+    """``value`` if it is one of ``choices`` (strings), else ValueError listing them."""
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"{name}={value!r}; allowed: {', '.join(repr(c) for c in choices)}")
+    return value
+
+
+def check_instance(name: str, value, kinds, what: str):
+    """``value`` if it is an instance of ``kinds``, else TypeError saying ``what`` is expected."""
+    if not isinstance(value, kinds):
+        raise TypeError(f"{name}={value!r}; must be {what}")
+    return value
+
+
+def check_path(name: str, value, *, optional: bool = False):
+    """``value`` as a Path (None allowed with ``optional``); TypeError otherwise."""
+    if value is None and optional:
+        return None
+    return Path(check_pathlike(name, value))
+
+
+def check_pathlike(name: str, value, *, optional: bool = False):
+    """``value`` itself where :func:`check_path` takes it (a str or an
+    ``os.PathLike``, not empty; None with ``optional``), without making a
+    Path (a few microseconds); TypeError otherwise."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, (str, os.PathLike)) or str(value) == "":
+        raise TypeError(f"{name}={value!r}; must be a path (str or pathlib.Path)"
+                        + (" or None" if optional else ""))
+    return value
