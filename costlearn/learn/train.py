@@ -33,7 +33,8 @@ from costlearn.model.xgb import XGBCostModel
 from costlearn.collect.noise import noise_floors
 from costlearn.serve.predictor import Predictor
 from costlearn.core.problem import EPILOGUES, Problem
-from costlearn.ranker import calibrate_cascade, calibration_problems, make_ranker
+from costlearn.ranker import make_ranker
+from costlearn.ranker.cascade import calibrate_cascade, calibration_problems
 from costlearn.model.shortlist import MIN_TREES, worth_a_table
 from costlearn.ranker.shortlist_build import build_shortlist
 from costlearn.collect.sampler import ShapeBounds
@@ -424,7 +425,7 @@ def export_artifact(model: CostModel, folder, *, family: KernelFamily | str, dty
                     candidates: pd.DataFrame, envelope: dict, metrics: dict, training: dict, baselines: dict,
                     extra: dict | None = None, epilogues=("none",), vendor_model=None) -> Path:
     """Export ``model``'s scorer for ``candidates``, calibrate its cascade
-    (:func:`costlearn.ranker.calibrate_cascade`), check the scorer against
+    (:func:`costlearn.ranker.cascade.calibrate_cascade`), check the scorer against
     ``model.predict``, build its shortlist table where the scorer is deep
     (:func:`costlearn.model.shortlist.worth_a_table`) and save the artifact
     (:func:`costlearn.model.artifact.save`). ``family``: the KernelFamily

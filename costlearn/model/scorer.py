@@ -16,7 +16,7 @@ k decreasing; the first t1 trees score every candidate and the k1 best go
 on, with every other candidate whose score is within d1 of the k1-th (a
 near tie is not decided by a partial sum); those get the trees up to t2,
 and so on; the last survivors get the rest of the trees. It is chosen when the artifact is saved
-(:func:`costlearn.ranker.calibrate_cascade`), so that it keeps the full
+(:func:`costlearn.ranker.cascade.calibrate_cascade`), so that it keeps the full
 scorer's choice on the calibration problems.
 """
 from __future__ import annotations

@@ -476,7 +476,7 @@ def test_the_cascade_search_over_all_problems_at_once_walks_and_misses_as_one_pr
     CascadeSearch runs a cascade over all problems at once on the scores at the stage ends only: the same
     walks and misses for every cascade (ties, problems of fewer rows than a keep, stages skipped), and None
     exactly where the walks reach the budget."""
-    from costlearn.ranker import CascadeSearch
+    from costlearn.ranker.cascade import CascadeSearch
     rng = np.random.default_rng(5)
     ends, total = [4, 8, 16, 32], 40
     cases = []
