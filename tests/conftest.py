@@ -115,6 +115,31 @@ def dataset_row(**kw) -> dict:
     return r
 
 
+# -- the quick inner loop ---------------------------------------------------------------------------
+
+SLOW_MODULES = {"test_scripts", "test_sampling_study", "test_fleet"}
+"""Modules whose every test runs a study or a benchmark script end to end, or a Ray cluster (collect's fleet)."""
+SLOW_WORDS = ("subprocess", "SIGKILL", "os.kill", "pg_server", "pg_url", "Popen")
+"""What a test's source holding marks it slow: it starts processes (kill -9, another host) or a server."""
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark ``slow`` the tests that run a study or a benchmark, start a process or a server: ``pytest -m "not slow"``
+    is a developer's quick loop, the whole suite (the README's command, CI) runs them all. Decided from each test's
+    own source, so a new test of that kind is marked without anyone remembering to."""
+    import inspect
+    for item in items:
+        fn = getattr(item, "function", None)
+        try:
+            src = inspect.getsource(fn) if fn is not None else ""
+        except (OSError, TypeError):
+            src = ""
+        names = getattr(item, "fixturenames", ())
+        if item.module.__name__.rsplit(".", 1)[-1] in SLOW_MODULES or any(w in src for w in SLOW_WORDS) \
+                or "pg_server" in names or "pg_url" in names:
+            item.add_marker(pytest.mark.slow)
+
+
 # -- a throwaway PostgreSQL server ------------------------------------------------------------------
 
 @pytest.fixture(scope="session")

@@ -107,6 +107,7 @@ def test_collect_shapes_option_rejects_bad_shapes(capsys, bad, says):
 
 
 @pytest.mark.opencl
+@pytest.mark.slow
 def test_costlearn_run_end_to_end(tmp_path, capsys):
     """Regression: `costlearn run` (scripts/run_main.sh) crashed at its predict
     step once predict gained --measure-top-k and --tuning-db, which `run` did
