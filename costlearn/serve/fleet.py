@@ -72,7 +72,7 @@ CREATE TABLE IF NOT EXISTS measurements (
 CREATE_LEASES = f"""
 CREATE TABLE IF NOT EXISTS leases (
     {_KEY},
-    holder TEXT NOT NULL, expires REAL NOT NULL,
+    holder TEXT NOT NULL, expires_s REAL NOT NULL,
     PRIMARY KEY ({_KEY_NAMES})
 )"""
 """Who is measuring a key, and until when (the store's clock, seconds since the epoch)."""
@@ -90,8 +90,8 @@ row: a date far ahead, text, infinity, NaN) is taken over as expired."""
 
 TAKE_LEASE = f"""
 INSERT INTO leases VALUES ({', '.join('?' * 11)}, {{now}} + ?)
-ON CONFLICT ({_KEY_NAMES}) DO UPDATE SET holder = excluded.holder, expires = excluded.expires
-WHERE NOT (leases.expires >= {{now}} AND leases.expires <= {{now}} + {MAX_LEASE_S})
+ON CONFLICT ({_KEY_NAMES}) DO UPDATE SET holder = excluded.holder, expires_s = excluded.expires_s
+WHERE NOT (leases.expires_s >= {{now}} AND leases.expires_s <= {{now}} + {MAX_LEASE_S})
    OR leases.holder = excluded.holder
 """
 """Take a key's lease: (key values, holder, seconds); one row changed means

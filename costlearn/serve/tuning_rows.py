@@ -77,7 +77,7 @@ PUT_BLOB = ("INSERT INTO blobs VALUES (?, ?, ?, ?) ON CONFLICT (cache_key, filen
 BLOB_COLUMNS = ["cache_key", "filename", "data", "updated"]
 MAX_BLOB_BYTES = 256 << 20
 """The largest file the blob table takes (a compiled kernel is well under it)."""
-LEASE_COLUMNS = [*KEY_COLUMNS.split(", "), "holder", "expires"]
+LEASE_COLUMNS = [*KEY_COLUMNS.split(", "), "holder", "expires_s"]
 TUNED_COLUMNS = [*KEY_COLUMNS.split(", "), "config_id", "how", "time_us", "times_json", "source", "updated"]
 """The columns of table ``tuned``, in order (:data:`CREATE_TABLE`)."""
 TABLES = {"tuned": TUNED_COLUMNS, "measurements": MEASUREMENT_COLUMNS, "leases": LEASE_COLUMNS, "blobs": BLOB_COLUMNS}

@@ -535,9 +535,8 @@ def _sql(store, request, sql, params=()):
         with sqlite3.connect(store.path) as c:
             c.execute(sql, params)
     else:
-        request.getfixturevalue("pg_server").execute(sql.replace("?", "%s"), store.path.split("dbname=")[-1]
-                                                     .split()[0] if "dbname=" in store.path else
-                                                     store.path.split("@/", 1)[1].split("?")[0], params or None)
+        database = store.path.split("@/", 1)[1].split("?")[0]        # the fixture's URL holds no password
+        request.getfixturevalue("pg_server").execute(sql.replace("?", "%s"), database, params or None)
 
 
 @pytest.mark.parametrize("times_json", ["[" * 100000 + "]" * 100000, '{"a": 1' + "0" * 400 + "}", "x" * (2 << 20)])
@@ -579,8 +578,8 @@ def test_a_hostile_measurement_row_never_stops_its_key(store, request):
 def test_a_lease_that_claims_to_last_for_ever_is_free(store, request, expires):
     """Regression: a lease row expiring 'never' (text) or in 10^300 s held its key for good: no host measured it."""
     assert store.take_lease(*KEY, "dead-host", seconds=60)
-    _sql(store, request, f"UPDATE leases SET expires = {expires}" if isinstance(store, TuningDB) or
-         expires != "'never'" else "UPDATE leases SET expires = 'Infinity'")
+    _sql(store, request, f"UPDATE leases SET expires_s = {expires}" if isinstance(store, TuningDB) or
+         expires != "'never'" else "UPDATE leases SET expires_s = 'Infinity'")
     assert store.take_lease(*KEY, "live-host", seconds=60)
 
 
