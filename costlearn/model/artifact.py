@@ -699,8 +699,8 @@ FOREST_CHECKED = KeyedCache("forest-checked", ".ok")
 """Records, in the user's private cache, the sha256 of each scorer file whose
 forest passed :meth:`~costlearn.model.forest.FlatForest.validate` (keyed with
 the source of :mod:`costlearn.model.forest`, so a changed check checks
-again): a later process loading the same bytes skips the check, 20-30 ms of
-a deep model's load. The cache is trusted as the compiled ranker's is
+again): a later process loading the same bytes skips the check (a large
+share of a deep model's load). A record counts only in a private folder
 (:func:`costlearn.core.keyed_cache.private_folder`); a damaged file has another
 sha256 and is checked, and refused."""
 
@@ -716,7 +716,7 @@ def _checked_scorer(path: Path, n_candidates: int, data: bytearray, sha256: str)
     checked = FOREST_CHECKED.has(key)
     scorer = Scorer.from_file(path, n_candidates, data, checked)
     if not checked:
-        FOREST_CHECKED.put(key, b"checked\n")
+        FOREST_CHECKED.put(key)
     return scorer
 
 

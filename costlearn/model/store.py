@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import posixpath
 import threading
+import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -195,11 +196,38 @@ def default_store() -> Path:
     return store
 
 
+def _sidecar_identity(folder) -> tuple | None:
+    """What tells one sidecar file of ``folder`` from the next: a save
+    renames a new file over the old one (:func:`costlearn.model.artifact.save`),
+    so its device, inode, size and modification time change. None where
+    there is none."""
+    try:
+        st = os.stat(os.path.join(folder, _artifact.SIDECAR))
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
 class LoadedModels:
     """The process's loaded models: each artifact folder loaded once, found
     again by the names a caller used ((:class:`ModelKey`, :func:`store_key`)) or
-    by its folder. Thread-safe; :meth:`clear` forgets them and the default
-    store (a load that began before it does not cache).
+    by its folder, and dropped once its folder holds another model.
+    Thread-safe; :meth:`clear` forgets them and the default store (a load
+    that began before it does not cache).
+
+    The staleness rule: each model's sidecar is looked at (one ``stat``) by
+    :meth:`watch`, which its callers run at most every :attr:`WATCH_EVERY_S`
+    seconds (:meth:`watch_due`); a model whose sidecar is another file than
+    when it was loaded (a retrain replaced it, or it was removed) is dropped,
+    and ``on_drop`` is called, so the next call loads the model the folder
+    holds now. A model is one loaded object: an answer made with it is made
+    with it alone.
+
+    Parameters
+    ----------
+    on_drop : callable, optional
+        Called without arguments after :meth:`watch` dropped a model (the
+        answers made with it are then to be forgotten).
 
     Attributes
     ----------
@@ -209,21 +237,31 @@ class LoadedModels:
         same key), or None. The hot path of a repeated prediction: the
         lookup dict's own ``get``, without a Python frame (:meth:`clear`
         empties that dict in place, so it stays the one looked in).
+    next_watch : float
+        The :func:`time.monotonic` after which :meth:`watch_due` looks again.
     """
 
-    def __init__(self):
+    WATCH_EVERY_S = 1.0
+    """Seconds between two looks at the loaded models' sidecars."""
+
+    def __init__(self, on_drop=None):
         self._by_key: dict = {}
+        self._sidecars: dict = {}               # folder key -> (folder, its sidecar's identity before the load)
         self._generation = 0
+        self._on_drop = on_drop
         self.get = self._by_key.get
+        self.next_watch = 0.0
 
     def load(self, key: ModelKey, models_dir, loader):
         """The model of ``key`` in ``models_dir`` (default: :func:`default_store`),
-        loaded with ``loader(folder)`` the first time.
+        loaded with ``loader(folder)`` the first time (and again once the
+        folder holds another model: :meth:`watch_due` runs first).
 
         Raises
         ------
         As :func:`resolve_model` and ``loader``.
         """
+        self.watch_due()
         store = store_key(models_dir)           # the path read once: the folder below is the one the key names,
         names = (key, store)                    # whatever another thread's chdir (or a path object) does next
         where = os.path.join(*store) if isinstance(store, tuple) else store
@@ -238,10 +276,36 @@ class LoadedModels:
                     continue                # cleared meanwhile: resolve again in the store it names
                 model = self._by_key.get(key) or self._by_key.get(folder_key)
                 if model is None:
+                    identity = _sidecar_identity(folder)     # before the load: a replace during it is seen later
                     model = self._by_key[folder_key] = loader(folder)
+                    self._sidecars[folder_key] = (folder, identity)
                 if cacheable:
                     self._by_key[names] = model
         return model
+
+    def watch_due(self) -> None:
+        """:meth:`watch`, where :attr:`next_watch` has passed."""
+        if time.monotonic() >= self.next_watch:
+            self.watch()
+
+    def watch(self) -> None:
+        """Drop every model whose folder's sidecar is another file than when
+        it was loaded (one ``stat`` per loaded model), then call ``on_drop``
+        if any was dropped."""
+        self.next_watch = time.monotonic() + self.WATCH_EVERY_S
+        changed = [key for key, (folder, identity) in list(self._sidecars.items())
+                   if _sidecar_identity(folder) != identity]
+        if not changed:
+            return
+        with _LOCK:
+            for key in changed:
+                model = self._by_key.pop(key, None)
+                self._sidecars.pop(key, None)
+                for names in [n for n, m in self._by_key.items() if m is model]:
+                    del self._by_key[names]
+            self._generation += 1
+        if self._on_drop is not None:
+            self._on_drop()
 
     def clear(self) -> None:
         """Forget every loaded model and the default store (read
@@ -249,6 +313,7 @@ class LoadedModels:
         global _DEFAULT_STORE
         with _LOCK:
             self._by_key.clear()
+            self._sidecars.clear()
             _DEFAULT_STORE = None
             self._generation += 1
 

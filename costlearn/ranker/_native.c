@@ -12,7 +12,9 @@
  *   costlearn_rank_many        costlearn_rank for many problems in one call
  *   costlearn_shortlist_build  the shortlist table's lists at grid points
  *   costlearn_layout           sizes and field offsets of the structs, checked at load
+ *   costlearn_source_sha256    what this build was compiled from, checked at load
  *
+ * Built by the package build (setup.py; costlearn/ranker/_build.py), not at run time.
  * The structs costlearn_node and costlearn_ctx are not written here: they are
  * generated from their one definition in Python (costlearn/ranker/native.py:
  * NODE_DTYPE of costlearn.model.forest, RankContext) into costlearn_structs.h.
@@ -928,4 +930,14 @@ int32_t costlearn_layout(int64_t *out, int32_t n)
     for (int32_t i = 0; i < count && i < n; ++i)
         out[i] = values[i];
     return count;
+}
+
+#ifndef COSTLEARN_SOURCE_SHA256
+#error "compile with -DCOSTLEARN_SOURCE_SHA256=\"...\" (setup.py; costlearn/ranker/_build.py: source_sha256)"
+#endif
+
+/* The sha256 of this source and the header it was built with (costlearn/ranker/_build.py: source_sha256). */
+const char *costlearn_source_sha256(void)
+{
+    return COSTLEARN_SOURCE_SHA256;
 }

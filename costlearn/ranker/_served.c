@@ -1,6 +1,7 @@
-/* costlearn's served path in C: a CPython extension module, loaded by
- * costlearn/ranker/native.py (served_module), optional: where it cannot be
- * built (no Python headers) everything here has its Python twin, which gives
+/* costlearn's served path in C: a CPython extension module built by the
+ * package build (setup.py), loaded by costlearn/ranker/native.py
+ * (served_module), optional: where it was not built (no compiler or Python
+ * headers at install) everything here has its Python twin, which gives
  * the same answers (tests/serve/test_predict.py, tests/ranker/test_shortlist.py).
  *
  *   Served(*, ranker, ...)
@@ -13,7 +14,7 @@
  *       (Predictor._finish) with the ranking's RankResult. Answers are kept in
  *       the predictor's cache.
  *
- *   entry(function, answers, predictors_get, store_key, doc)
+ *   entry(function, answers, predictors_get, store_key, doc, watch, watch_every_s)
  *       a builtin with `function`'s signature (predict_best's, checked) that
  *       answers a plain call from `answers` (the process's AnswerCache) or,
  *       unseen, from the loaded predictor's Served (predict_best's own way,
@@ -34,6 +35,11 @@
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
+#ifdef _WIN32
+#include <windows.h>
+#else
+#include <time.h>
+#endif
 
 #include "costlearn_structs.h"
 
@@ -60,6 +66,9 @@ typedef struct {
     PyObject *predictors_get;       /* PREDICTORS.get */
     PyObject *store_key;            /* costlearn.model.store.store_key */
     PyObject *generation_name, *served_name;   /* "generation", "_served" */
+    PyObject *watch;                /* PREDICTORS.watch: the staleness rule (LoadedModels.watch) */
+    double watch_every_s;           /* how often a call runs it */
+    double next_watch;              /* the monotonic clock's second after which the next call does */
 } entry_state;
 
 /* One per process: entry() replaces it (a reloaded module); the builtin it made before then answers with the
@@ -67,6 +76,18 @@ typedef struct {
 static entry_state STATE;
 
 static inline int exact_str_or_none(PyObject *v) { return v == Py_None || PyUnicode_CheckExact(v); }
+
+/* Seconds of a monotonic clock (the one time.monotonic reads on Linux). */
+static double monotonic_s(void)
+{
+#ifdef _WIN32
+    return (double)GetTickCount64() / 1000.0;
+#else
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+#endif
+}
 
 /* models_dir's store key (a new reference), as st->store_key gives it: None and an absolute POSIX
  * str are their own (its shortcut, without a call); any other object is its (a relative path's names the working
@@ -740,6 +761,16 @@ static PyObject *entry_call(PyObject *self, PyObject *const *args, Py_ssize_t na
     for (int i = 0; i < N_PARAMS; i++)
         if (v[i] == NULL && (v[i] = st->defaults[i]) == NULL)
             goto slow;                                   /* a required argument missing */
+    {
+        double now = monotonic_s();
+        if (now >= st->next_watch) {                     /* the staleness rule, as predict_best runs it */
+            st->next_watch = now + st->watch_every_s;
+            PyObject *done = PyObject_CallNoArgs(st->watch);
+            if (done == NULL)
+                return NULL;
+            Py_DECREF(done);
+        }
+    }
     /* predict_best's `plain`: only such a call is answered here */
     if (!(PyLong_CheckExact(v[P_M]) && PyLong_CheckExact(v[P_N]) && PyLong_CheckExact(v[P_K])
           && PyLong_CheckExact(v[P_TOP_K]) && PyLong_CheckExact(v[P_MEASURE_TOP_K])
@@ -860,6 +891,7 @@ static void clear_state(entry_state *st)
     Py_CLEAR(st->store_key);
     Py_CLEAR(st->generation_name);
     Py_CLEAR(st->served_name);
+    Py_CLEAR(st->watch);
     for (int i = 0; i < N_PARAMS; i++) {
         Py_CLEAR(st->names[i]);
         Py_CLEAR(st->defaults[i]);
@@ -869,10 +901,11 @@ static void clear_state(entry_state *st)
 
 static PyObject *entry(PyObject *module, PyObject *args)
 {
-    PyObject *function, *answers, *predictors_get, *store_key, *doc;
+    PyObject *function, *answers, *predictors_get, *store_key, *doc, *watch;
+    double watch_every_s;
     (void)module;
-    if (!PyArg_ParseTuple(args, "OO!OOS:entry", &function, &PyDict_Type, &answers, &predictors_get, &store_key,
-                          &doc))
+    if (!PyArg_ParseTuple(args, "OO!OOSOd:entry", &function, &PyDict_Type, &answers, &predictors_get, &store_key,
+                          &doc, &watch, &watch_every_s))
         return NULL;
     if (!PyFunction_Check(function)) {
         PyErr_SetString(PyExc_TypeError, "entry: function must be a Python function");
@@ -911,6 +944,8 @@ static PyObject *entry(PyObject *module, PyObject *args)
     fresh.answers = answers;
     fresh.predictors_get = Py_NewRef(predictors_get);
     fresh.store_key = Py_NewRef(store_key);
+    fresh.watch = Py_NewRef(watch);
+    fresh.watch_every_s = watch_every_s;
     fresh.doc = doc;
     clear_state(&STATE);
     STATE = fresh;
@@ -929,18 +964,19 @@ fail:
 
 static PyMethodDef METHODS[] = {
     {"entry", entry, METH_VARARGS,
-     "entry(function, answers, predictors_get, store_key, doc)\n--\n\nA builtin with function's signature "
-     "(predict_best's, checked) answering a plain repeated call from the dict answers, a plain unseen one of a "
-     "loaded predictor (predictors_get, by models_dir's store_key) with its Served, and handing every other call "
-     "to function; doc is its __doc__ (bytes, with the text signature first)."},
+     "entry(function, answers, predictors_get, store_key, doc, watch, watch_every_s)\n--\n\nA builtin with "
+     "function's signature (predict_best's, checked) answering a plain repeated call from the dict answers, a "
+     "plain unseen one of a loaded predictor (predictors_get, by models_dir's store_key) with its Served, and "
+     "handing every other call to function; doc is its __doc__ (bytes, with the text signature first); every "
+     "watch_every_s seconds a call first calls watch() (the staleness rule)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef MODULE = {PyModuleDef_HEAD_INIT, "_served",
                                     "costlearn's served path in C (costlearn/ranker/_served.c)", -1, METHODS,
                                     NULL, NULL, NULL, NULL};
 
-#ifndef COSTLEARN_BUILD_KEY
-#error "compile with -DCOSTLEARN_BUILD_KEY=\"...\" (costlearn/ranker/native.py: served_module)"
+#ifndef COSTLEARN_SOURCE_SHA256
+#error "compile with -DCOSTLEARN_SOURCE_SHA256=\"...\" (setup.py; costlearn/ranker/_build.py: source_sha256)"
 #endif
 
 PyMODINIT_FUNC PyInit__served(void)
@@ -949,7 +985,7 @@ PyMODINIT_FUNC PyInit__served(void)
         return NULL;
     PyObject *module = PyModule_Create(&MODULE);
     if (module != NULL && (PyModule_AddObjectRef(module, "Served", (PyObject *)&ServedType) < 0
-                           || PyModule_AddStringConstant(module, "BUILD_KEY", COSTLEARN_BUILD_KEY) < 0))
+                           || PyModule_AddStringConstant(module, "SOURCE_SHA256", COSTLEARN_SOURCE_SHA256) < 0))
         Py_CLEAR(module);
     return module;
 }

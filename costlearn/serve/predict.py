@@ -11,6 +11,7 @@ model store are re-exported here for existing callers.
 from __future__ import annotations
 
 import inspect
+import time
 
 import numpy as np
 
@@ -27,6 +28,8 @@ from costlearn.serve.tuning import tune
 __all__ = ["Prediction", "Predictor", "predict_best", "predict_many", "clear_cache", "default_store",
            "resolve_model", "load_predictor"]
 
+
+_monotonic = time.monotonic
 
 _UNKEYED = object()
 """The store key of a ``models_dir`` that has none (a str subclass, a wrong type): such a call is not plain."""
@@ -176,6 +179,8 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
     >>> p = costlearn.predict_best(1, 4096, 4096, device="h200")  # doctest: +SKIP
     >>> p.config.config_id, p.time_us, p.ood                      # doctest: +SKIP
     """
+    if _monotonic() >= PREDICTORS.next_watch:  # the staleness rule: a model a retrain replaced is dropped
+        PREDICTORS.watch()
     # Hot path: a problem this process has answered, plain ints, no options: one lookup by the arguments as
     # given, the store by its key (a float or bool extent may equal an int key: the types are checked on a hit)
     store = models_dir if models_dir is None else _store(models_dir)
@@ -238,7 +243,8 @@ def _entry(function):
     sig = sig.replace(parameters=[p.replace(annotation=p.empty) for p in sig.parameters.values()],
                       return_annotation=sig.empty)     # annotations (inspect parses it)
     return module.entry(function, ANSWERS, PREDICTORS.get, store_key,
-                        f"{function.__name__}{sig}\n--\n\n{function.__doc__}".encode())
+                        f"{function.__name__}{sig}\n--\n\n{function.__doc__}".encode(), PREDICTORS.watch,
+                        PREDICTORS.WATCH_EVERY_S)
 
 
 predict_best = _entry(predict_best)
@@ -292,6 +298,7 @@ def predict_many(problems, dtype: str = "float32", device=None, *, family: str =
             or not hasattr(problems, "__getitem__"):
         raise TypeError(f"problems={problems!r}; must be a list of (M, N, K) or (M, N, K, layout) tuples "
                         "(or an integer array of shape (n, 3))")
+    PREDICTORS.watch_due()
     fam = get_family(family)
     shapes = _plain_shapes(problems)
     if shapes is not None:                      # plain tuples of ints in range: no Problem where none is needed

@@ -668,13 +668,6 @@ class Predictor:
 
 
 
-PREDICTORS = LoadedModels()
-"""The process's Predictors (:class:`costlearn.model.store.LoadedModels`,
-keyed by (:class:`~costlearn.model.store.ModelKey`, store key)): what
-:func:`load_predictor` loads, and the hot path of a repeated
-:func:`costlearn.serve.predict.predict_best` looks up."""
-
-
 class AnswerCache(dict):
     """The answers :func:`costlearn.serve.predict.predict_best` gave, by its
     arguments as given ``(M, N, K, dtype, device, family, layout, top_k,
@@ -721,6 +714,15 @@ ANSWERS = AnswerCache()
 """The process's :class:`AnswerCache`: emptied by :func:`clear_cache`, and by
 a Predictor's :meth:`~Predictor.clear_results` or new floor (any one's: it
 holds every predictor's answers)."""
+
+
+PREDICTORS = LoadedModels(on_drop=ANSWERS.forget)
+"""The process's Predictors (:class:`costlearn.model.store.LoadedModels`,
+keyed by (:class:`~costlearn.model.store.ModelKey`, store key)): what
+:func:`load_predictor` loads, and the hot path of a repeated
+:func:`costlearn.serve.predict.predict_best` looks up. A predictor whose
+model a retrain replaced is dropped with every answer (:data:`ANSWERS`) by
+its staleness rule (:meth:`~costlearn.model.store.LoadedModels.watch`)."""
 
 
 def clear_cache() -> None:

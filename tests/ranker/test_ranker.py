@@ -195,51 +195,94 @@ def test_the_query_and_outputs_codecs_write_and_read_the_context_fields_ctypes_n
 
 
 _PREDICT = ("import sys, json, warnings; warnings.simplefilter('always'); "
-            "from costlearn.serve.predictor import Predictor; "
-            "p = Predictor(sys.argv[1]); print(p.ranker.name); "
+            "from costlearn.serve.predictor import Predictor; from costlearn.ranker import native; "
+            "p = Predictor(sys.argv[1]); print(p.ranker.name, p.served_in_c); "
             "print(json.dumps([p.predict_best(*s).config.config_id for s in [(1,64,64),(300,200,500),(7,9,11),"
-            "(48,64,96),(9000,3,12000)]]))")
+            "(48,64,96),(9000,3,12000)]])); print(native.served_unavailable())")
 
 
-def _run(model_dir, cache, **env):
-    e = dict(os.environ, PYTHONPATH=str(ROOT), COSTLEARN_CACHE=str(cache), **env)
+def _installed_copy(folder):
+    """A copy of the installed package (its built extensions included) in ``folder``, to change without touching
+    the one the other tests use."""
+    import shutil
+    shutil.copytree(ROOT / "costlearn", folder / "costlearn", ignore=shutil.ignore_patterns("__pycache__"))
+    return folder / "costlearn" / "ranker"
+
+
+def _run(model_dir, path, **env):
+    e = dict(os.environ, PYTHONPATH=str(path), **env)
     e.pop("COSTLEARN_NO_C", None)
-    return subprocess.run([sys.executable, "-c", _PREDICT, str(model_dir)], env=e, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-c", _PREDICT, str(model_dir)], env=e, capture_output=True, text=True,
+                          cwd=path)                     # (-c puts the working folder first on the path)
 
 
-def test_damaged_compiled_library_is_rebuilt_not_loaded(model_dir, tmp_path):
-    """Regression: a truncated .so in the cache crashed the process (SIGBUS) on load."""
-    first = _run(model_dir, tmp_path)
-    assert first.returncode == 0, first.stderr
-    (so,) = tmp_path.glob("native-*.so")
-    so.write_bytes(so.read_bytes()[:4000])
-    again = _run(model_dir, tmp_path)
-    assert again.returncode == 0, again.stderr
-    assert again.stdout == first.stdout and again.stdout.startswith("native")
-
-
-def test_a_served_build_of_another_source_is_rebuilt_not_loaded(model_dir, tmp_path):
-    """Regression (an attack on issue 40's served path): a cached extension built from another source (an older
-    costlearn's), its sha256 sidecar intact, was loaded, and every prediction then failed on its Served's other
-    signature; now its BUILD_KEY refuses it and it is rebuilt."""
-    import hashlib
+def test_the_committed_c_header_is_the_one_python_generates():
+    """costlearn_structs.h is built into the C code at install; a struct changed in Python and not in the header
+    would build a library whose layout check refuses it (native.write_header() writes it)."""
     from costlearn.ranker import native
-    if native.served_module() is None:
-        pytest.skip(f"the served path's extension is unavailable here: {native.served_unavailable()}")
-    code = _PREDICT + "; print(p.served_in_c)"
+    assert (ROOT / "costlearn" / "ranker" / "costlearn_structs.h").read_text() == native.c_header()
 
-    def run():
-        return subprocess.run([sys.executable, "-c", code, str(model_dir)], capture_output=True, text=True,
-                              env=dict(os.environ, PYTHONPATH=str(ROOT), COSTLEARN_CACHE=str(tmp_path)))
-    first = run()
-    assert first.returncode == 0 and first.stdout.endswith("True\n"), first.stderr
-    (so,) = tmp_path.glob("served-*.so")
-    native._compile(native._SERVED_SOURCE, so, native._python_includes(), lambda path: None,
-                    ('COSTLEARN_BUILD_KEY="another source"',))
-    so.with_name(so.name + ".sha256").write_text(hashlib.sha256(so.read_bytes()).hexdigest())
-    again = run()
-    assert again.returncode == 0, again.stderr
-    assert again.stdout == first.stdout
+
+def _needs_built_c():
+    from costlearn.ranker import native
+    if native.library() is None or native.served_module() is None:
+        pytest.skip(f"the install built no C code here: {native.served_unavailable()}")
+
+
+def test_without_built_c_code_numpy_answers_the_same_and_no_compiler_runs(model_dir, tmp_path):
+    """An install where no compiler worked has no extension: one warning naming why, the numpy ranker and the
+    Python served path, the same configs; nothing is compiled (no compiler on PATH, nothing new in the cache)."""
+    _needs_built_c()
+    ok = _run(model_dir, ROOT).stdout.splitlines()
+    ranker = _installed_copy(tmp_path)
+    for built in ranker.glob("_*.so"):
+        built.unlink()
+    out = _run(model_dir, tmp_path, PATH=str(tmp_path / "no-bin"), COSTLEARN_CACHE=str(tmp_path / "cache"))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert ok[0] == "native True" and lines[0] == "numpy False"
+    assert "the install built no C ranker" in out.stderr and "built none" in lines[2]
+    assert json.loads(lines[1]) == json.loads(ok[1])
+    assert not [p for p in (tmp_path / "cache").glob("*") if not p.name.startswith("forest-checked")]
+
+
+def test_a_build_older_than_the_c_source_beside_it_is_refused_not_run(model_dir, tmp_path):
+    """An editable install whose C changed since pip install: the build reports the sha256 of what it was compiled
+    from, which no longer matches, so it is not loaded (numpy answers) and the warning says how to rebuild."""
+    _needs_built_c()
+    ranker = _installed_copy(tmp_path)
+    for source in ("_native.c", "_served.c"):
+        with open(ranker / source, "a") as fh:
+            fh.write("/* changed after the build */\n")
+    out = _run(model_dir, tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "numpy False" and "compiled from another source" in out.stderr and "pip install -e ." in lines[2]
+    assert json.loads(lines[1]) == json.loads(_run(model_dir, ROOT).stdout.splitlines()[1])
+
+
+def test_fast_math_in_cflags_is_taken_out_of_the_build(model_dir, tmp_path):
+    """Regression: CC='cc -ffast-math' built a library that, loaded, set flush-to-zero for the whole process (gcc
+    links crtfastmath) and gave other bits than numpy; the package build removes the unsafe flags."""
+    import shutil
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    _needs_built_c()
+    ranker = _installed_copy(tmp_path)
+    for built in ranker.glob("_*.so"):
+        built.unlink()
+    shutil.copy(ROOT / "setup.py", tmp_path)
+    env = dict(os.environ, CFLAGS="-ffast-math -Ofast", LDFLAGS="-ffast-math")
+    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tmp_path, env=env, check=True,
+                   capture_output=True)
+    script = _PREDICT + "; import sys as s; print(s.float_info.min / 2**10 > 0)"
+    out = subprocess.run([sys.executable, "-c", script, str(model_dir)], capture_output=True, text=True, cwd=tmp_path,
+                         env={k: v for k, v in dict(os.environ, PYTHONPATH=str(tmp_path)).items()
+                              if k != "COSTLEARN_NO_C"})
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "native True" and lines[-1] == "True"
+    assert lines[1] == _run(model_dir, ROOT).stdout.splitlines()[1]
 
 
 def test_an_uninitialised_or_unchecked_served_call_raises_not_crashes(model_dir):
@@ -259,44 +302,6 @@ def test_an_uninitialised_or_unchecked_served_call_raises_not_crashes(model_dir)
             served.predict(*args)
     with pytest.raises(ValueError, match="not a checked problem"):
         served.predict_many([(1, 1, 1, "NN", "none")], 0)
-
-
-def test_compiler_that_writes_nothing_is_not_cached(model_dir, tmp_path):
-    """Regression: CC=true 'succeeded' with an empty file, cached for good."""
-    out = _run(model_dir, tmp_path, CC="true")
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("native")             # the next compiler (sysconfig CC or cc) built it
-    (so,) = tmp_path.glob("native-*.so")
-    assert so.stat().st_size > 1000
-
-
-def test_without_a_c_compiler_the_numpy_ranker_gives_the_same_answers(model_dir, tmp_path):
-    """No compiler on PATH and an empty cache: one warning naming the problem,
-    the numpy ranker, the same configs as the C ranker."""
-    ok = _run(model_dir, tmp_path / "ok").stdout.splitlines()
-    env = {k: v for k, v in os.environ.items() if k not in ("CC", "COSTLEARN_NO_C")}
-    env.update(PYTHONPATH=str(ROOT), COSTLEARN_CACHE=str(tmp_path / "cache"), PATH=str(tmp_path))
-    out = subprocess.run([sys.executable, "-c", _PREDICT, str(model_dir)], env=env, capture_output=True, text=True,
-                         check=True)
-    lines = out.stdout.splitlines()
-    if lines[0] == "native":
-        pytest.skip("the compiler Python was built with is an absolute path; it cannot be hidden here")
-    assert ok[0] == "native" and lines[0] == "numpy"
-    assert "could not build its C ranker" in out.stderr and "no C compiler worked" in out.stderr
-    assert json.loads(lines[1]) == json.loads(ok[1])
-
-
-def test_fast_math_in_cc_does_not_flush_subnormals_for_the_process(model_dir, tmp_path):
-    """Regression: CC='cc -ffast-math' built a library that, loaded, set
-    flush-to-zero for the whole process (gcc links crtfastmath)."""
-    script = _PREDICT + "; import sys as s; print(s.float_info.min / 2**10 > 0)"
-    e = dict(os.environ, PYTHONPATH=str(ROOT), COSTLEARN_CACHE=str(tmp_path), CC="cc -ffast-math -O3")
-    e.pop("COSTLEARN_NO_C", None)
-    out = subprocess.run([sys.executable, "-c", script, str(model_dir)], env=e, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
-    assert lines[0] == "native" and lines[-1] == "True"
-    assert lines[1] == _run(model_dir, tmp_path / "plain").stdout.splitlines()[1]
 
 
 @pytest.mark.parametrize("keep", [10**12, 2**40 + 16])

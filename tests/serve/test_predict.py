@@ -663,21 +663,3 @@ def test_a_keyword_name_that_only_equals_one_is_judged_as_python_judges_it(dev):
                 fn(64, 64, device=dev, **{name: 64})
             errors.append(str(e.value))
         assert errors[0] == errors[1]
-
-
-def test_without_python_headers_predict_best_is_the_python_function_at_no_compile(tmp_path):
-    """Where this interpreter's headers are missing, the served path is skipped at once (no compiler run in every
-    process), says why, and predict_best answers as the extension's does."""
-    import subprocess
-    import sys
-    code = ("import costlearn.ranker.native as n; n._python_includes = lambda: ['/nonexistent']; "
-            "import costlearn, costlearn.serve.predict as p; print(costlearn.predict_best is p.predict_best_python); "
-            "print(n.served_unavailable()); print(costlearn.predict_best(7, 300, 9).config.config_id)")
-    env = {**__import__("os").environ, "COSTLEARN_CACHE": str(tmp_path)}
-    env.pop("COSTLEARN_NO_C", None)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env,
-                         check=True)
-    same, why, config_id = out.stdout.strip().splitlines()
-    assert same == "True" and why.startswith("no Python.h in ['/nonexistent']") and not out.stderr
-    assert not list(tmp_path.glob("served-*"))
-    assert config_id == predict_best(7, 300, 9).config.config_id

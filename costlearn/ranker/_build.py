@@ -1,0 +1,59 @@
+"""How costlearn's C code is built: at install, never in a user's process.
+
+The package build (``setup.py``, run by ``pip install``) compiles it.
+
+Two extensions, each optional (where no C compiler works the install goes
+on without it, and :mod:`costlearn.ranker.native` falls back to numpy):
+
+- ``costlearn.ranker._native``: the ranker (``_native.c``), a plain shared
+  library called through :mod:`ctypes`;
+- ``costlearn.ranker._served``: the served path (``_served.c``), a CPython
+  extension.
+
+Both include ``costlearn_structs.h``, generated from the Python definition of
+the structs (:func:`costlearn.ranker.native.c_header`) and kept in the
+source tree; a test holds the two equal. Each build carries the sha256 of
+what it was compiled from (:func:`source_sha256`), so a build older than
+the source beside it (an editable install whose C changed since) is refused
+at load, not run.
+
+This module uses the standard library only: ``setup.py`` loads it by path,
+before costlearn or its dependencies are installed.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+HEADER = "costlearn_structs.h"
+
+EXTENSIONS = {"_native": "_native.c", "_served": "_served.c"}
+"""Extension name (in :mod:`costlearn.ranker`) -> its one C source file."""
+
+FLAGS = ("-O2", "-ffp-contract=off")
+"""Added after the interpreter's own compiler flags. No contraction into
+fused multiply-adds: the numpy twin rounds every product, and the two must
+give the same bits."""
+
+UNSAFE_FLAGS = ("-ffast-math", "-Ofast", "-funsafe-math-optimizations")
+"""Removed from the compiler command: they change the results, and with gcc
+they link crtfastmath, which flushes subnormals to zero for the whole process
+when the library loads."""
+
+
+def source_sha256(name: str, folder: Path = HERE) -> str:
+    """sha256 (hex) of extension ``name``'s C source followed by the header,
+    as found in ``folder``: what a build of it was compiled from.
+
+    Raises
+    ------
+    KeyError
+        If ``name`` is not one of :data:`EXTENSIONS`.
+    OSError
+        If a file is missing or unreadable.
+    """
+    digest = hashlib.sha256((folder / EXTENSIONS[name]).read_bytes())
+    digest.update((folder / HEADER).read_bytes())
+    return digest.hexdigest()
