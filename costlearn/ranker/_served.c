@@ -14,23 +14,20 @@
  *       (Predictor._finish) with the ranking's RankResult. Answers are kept in
  *       the predictor's cache.
  *
- *   entry(function, answers, predictors_get, store_key, doc, watch, watch_every_s)
+ *   entry(function, predictors_get, store_key, doc, watch, watch_every_s)
  *       a builtin with `function`'s signature (predict_best's, checked) that
- *       answers a plain call from `answers` (the process's AnswerCache) or,
- *       unseen, from the loaded predictor's Served (predict_best's own way,
- *       in C), and hands every other call, unchanged, to `function` (the
- *       Python predict_best, which computes, checks and stores).
+ *       answers a plain call of a loaded predictor with its Served (its
+ *       answer cache, else a ranking: predict_best's own way, in C), and
+ *       hands every other call, unchanged, to `function` (the Python
+ *       predict_best, which computes, checks and stores).
  *
- * The entry's key is the arguments as given (M, N, K, dtype, device, family,
- * layout, top_k, models_dir, epilogue), models_dir by its store's key
- * (store_key: costlearn.model.store.store_key; None and an absolute POSIX
- * str are their own, as there), and a hit is returned only for a "plain"
+ * The entry finds the predictor by the names as given ((device, family,
+ * dtype), models_dir by its store's key: costlearn.model.store.store_key;
+ * None and an absolute POSIX str are their own, as there), only for a "plain"
  * call (int extents and top_k, str names, device None or str, models_dir
- * None, a str or another object store_key takes, no option set), where an
- * equal key means the same answer. A Python
- * function call of 14 parameters, its checks and the key's tuple cost about a
- * microsecond; this costs about a third of one (scripts/bench_predict.py,
- * "repeated"). */
+ * None, a str or another object store_key takes, no option set). It saves a
+ * Python function call of 14 parameters and its checks
+ * (scripts/bench_predict.py, "repeated"). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>
@@ -51,21 +48,15 @@ static const char *const PARAM_NAMES[N_PARAMS] = {
     "M", "N", "K", "dtype", "device", "family", "layout", "top_k", "models_dir", "running_on", "measure_top_k",
     "backend", "tuning_db", "epilogue"};
 
-/* the key's fields, in the order of the Python key tuple */
-static const int KEY_FIELDS[] = {P_M, P_N, P_K, P_DTYPE, P_DEVICE, P_FAMILY, P_LAYOUT, P_TOP_K, P_MODELS_DIR,
-                                 P_EPILOGUE};
-#define N_KEY ((Py_ssize_t)(sizeof(KEY_FIELDS) / sizeof(KEY_FIELDS[0])))
-
 typedef struct {
     PyObject *function;             /* the Python predict_best */
-    PyObject *answers;              /* a dict (AnswerCache) */
     PyObject *names[N_PARAMS];      /* interned parameter names */
     PyObject *defaults[N_PARAMS];   /* NULL: none (required) */
     Py_ssize_t n_positional;        /* how many may be given by position */
     PyObject *doc;                  /* bytes: the builtin's ml_doc points into it */
     PyObject *predictors_get;       /* PREDICTORS.get */
     PyObject *store_key;            /* costlearn.model.store.store_key */
-    PyObject *generation_name, *served_name;   /* "generation", "_served" */
+    PyObject *served_name;          /* "_served" */
     PyObject *watch;                /* PREDICTORS.watch: the staleness rule (LoadedModels.watch) */
     double watch_every_s;           /* how often a call runs it */
     double next_watch;              /* the monotonic clock's second after which the next call does */
@@ -685,48 +676,27 @@ static PyTypeObject ServedType = {
     .tp_methods = SERVED_METHODS,
 };
 
-/* An unseen plain call of a loaded predictor with its served path: predict_best's own way (Predictor.predict_shape,
- * then AnswerCache.keep), in C. Py_None (a new reference) where the function must answer. */
-static PyObject *unseen(entry_state *st, PyObject *const *v, PyObject *store, PyObject *key)
+/* A plain call of a loaded predictor with its served path: predict_best's own way (the predictor's answer cache,
+ * else Predictor.fresh), in C. Py_None (a new reference) where the function must answer. */
+static PyObject *plain_call(entry_state *st, PyObject *const *v, PyObject *store)
 {
-    PyObject *generation = PyObject_GetAttr(st->answers, st->generation_name);
-    PyObject *names = generation ? Py_BuildValue("((OOO)O)", v[P_DEVICE], v[P_FAMILY], v[P_DTYPE], store) : NULL;
+    PyObject *names = Py_BuildValue("((OOO)O)", v[P_DEVICE], v[P_FAMILY], v[P_DTYPE], store);
     PyObject *pred = names ? PyObject_CallOneArg(st->predictors_get, names) : NULL;
     PyObject *served = pred && pred != Py_None ? PyObject_GetAttr(pred, st->served_name) : NULL;
     PyObject *answer = NULL;
     Py_XDECREF(names);
     Py_XDECREF(pred);
-    int takes = served != NULL && Py_IS_TYPE(served, &ServedType) ? served_takes((Served *)served, v[P_M], v[P_N], v[P_K], v[P_DTYPE], v[P_LAYOUT], v[P_EPILOGUE],
-                                                  v[P_TOP_K]) : 0;
-    if (takes != 1) {
+    int takes = served != NULL && Py_IS_TYPE(served, &ServedType) ? served_takes((Served *)served, v[P_M], v[P_N],
+                                                                                 v[P_K], v[P_DTYPE], v[P_LAYOUT],
+                                                                                 v[P_EPILOGUE], v[P_TOP_K]) : 0;
+    if (takes == 1) {
+        PyObject *args[6] = {v[P_M], v[P_N], v[P_K], v[P_LAYOUT], v[P_EPILOGUE], v[P_TOP_K]};
+        answer = served_predict((Served *)served, args, 6);
+    } else {
         PyErr_Clear();
-        goto none;
+        answer = Py_NewRef(Py_None);
     }
-    PyObject *args[6] = {v[P_M], v[P_N], v[P_K], v[P_LAYOUT], v[P_EPILOGUE], v[P_TOP_K]};
-    answer = served_predict((Served *)served, args, 6);
-    if (answer == NULL)
-        goto done;
-    /* AnswerCache.keep: stored, then taken out again if a forget raised the generation meanwhile */
-    if (PyDict_GET_SIZE(st->answers) >= ((Served *)served)->cache_size)
-        PyDict_Clear(st->answers);
-    if (PyDict_SetItem(st->answers, key, answer) != 0) {
-        Py_CLEAR(answer);
-        goto done;
-    }
-    PyObject *now = PyObject_GetAttr(st->answers, st->generation_name);
-    int same = now ? PyObject_RichCompareBool(now, generation, Py_EQ) : -1;
-    Py_XDECREF(now);
-    if (same != 1) {
-        PyErr_Clear();
-        if (PyDict_DelItem(st->answers, key) != 0)
-            PyErr_Clear();
-    }
-    goto done;
-none:
-    answer = Py_NewRef(Py_None);
-done:
     Py_XDECREF(served);
-    Py_XDECREF(generation);
     return answer;
 }
 
@@ -790,32 +760,7 @@ static PyObject *entry_call(PyObject *self, PyObject *const *args, Py_ssize_t na
             PyErr_Clear();
             goto slow;
         }
-        PyObject *key = PyTuple_New(N_KEY);
-        if (key == NULL) {
-            PyErr_Clear();
-            Py_DECREF(store);
-            goto slow;
-        }
-        for (Py_ssize_t i = 0; i < N_KEY; i++) {
-            PyObject *x = KEY_FIELDS[i] == P_MODELS_DIR ? store : v[KEY_FIELDS[i]];
-            Py_INCREF(x);
-            PyTuple_SET_ITEM(key, i, x);
-        }
-        PyObject *hit = PyDict_GetItemWithError(st->answers, key);   /* borrowed */
-        if (hit != NULL) {
-            Py_INCREF(hit);
-            Py_DECREF(key);
-            Py_DECREF(store);
-            return hit;
-        }
-        if (PyErr_Occurred()) {                          /* (a hostile hash or compare) the function's turn */
-            PyErr_Clear();
-            Py_DECREF(key);
-            Py_DECREF(store);
-            goto slow;
-        }
-        PyObject *answer = unseen(st, v, store, key);
-        Py_DECREF(key);
+        PyObject *answer = plain_call(st, v, store);
         Py_DECREF(store);
         if (answer != Py_None)                           /* an answer, or NULL: its error */
             return answer;
@@ -886,10 +831,8 @@ done:
 static void clear_state(entry_state *st)
 {
     Py_CLEAR(st->function);
-    Py_CLEAR(st->answers);
     Py_CLEAR(st->predictors_get);
     Py_CLEAR(st->store_key);
-    Py_CLEAR(st->generation_name);
     Py_CLEAR(st->served_name);
     Py_CLEAR(st->watch);
     for (int i = 0; i < N_PARAMS; i++) {
@@ -901,11 +844,11 @@ static void clear_state(entry_state *st)
 
 static PyObject *entry(PyObject *module, PyObject *args)
 {
-    PyObject *function, *answers, *predictors_get, *store_key, *doc, *watch;
+    PyObject *function, *predictors_get, *store_key, *doc, *watch;
     double watch_every_s;
     (void)module;
-    if (!PyArg_ParseTuple(args, "OO!OOSOd:entry", &function, &PyDict_Type, &answers, &predictors_get, &store_key,
-                          &doc, &watch, &watch_every_s))
+    if (!PyArg_ParseTuple(args, "OOOSOd:entry", &function, &predictors_get, &store_key, &doc, &watch,
+                          &watch_every_s))
         return NULL;
     if (!PyFunction_Check(function)) {
         PyErr_SetString(PyExc_TypeError, "entry: function must be a Python function");
@@ -921,10 +864,8 @@ static PyObject *entry(PyObject *module, PyObject *args)
     module_name = PyObject_GetAttrString(function, "__module__");
     def = PyMem_Calloc(1, sizeof(PyMethodDef));      /* lives as long as the process, as name_bytes and doc: a
                                                       * builtin points at its def */
-    fresh.generation_name = PyUnicode_InternFromString("generation");
     fresh.served_name = PyUnicode_InternFromString("_served");
-    if (name_bytes == NULL || module_name == NULL || def == NULL || fresh.generation_name == NULL
-        || fresh.served_name == NULL) {
+    if (name_bytes == NULL || module_name == NULL || def == NULL || fresh.served_name == NULL) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "entry: the function has no usable __name__ or __module__");
         goto fail;
@@ -939,9 +880,7 @@ static PyObject *entry(PyObject *module, PyObject *args)
     Py_INCREF(doc);                                  /* kept for good, as name_bytes' reference */
     name_bytes = NULL;
     Py_INCREF(function);
-    Py_INCREF(answers);
     fresh.function = function;
-    fresh.answers = answers;
     fresh.predictors_get = Py_NewRef(predictors_get);
     fresh.store_key = Py_NewRef(store_key);
     fresh.watch = Py_NewRef(watch);
@@ -964,9 +903,9 @@ fail:
 
 static PyMethodDef METHODS[] = {
     {"entry", entry, METH_VARARGS,
-     "entry(function, answers, predictors_get, store_key, doc, watch, watch_every_s)\n--\n\nA builtin with "
-     "function's signature (predict_best's, checked) answering a plain repeated call from the dict answers, a "
-     "plain unseen one of a loaded predictor (predictors_get, by models_dir's store_key) with its Served, and "
+     "entry(function, predictors_get, store_key, doc, watch, watch_every_s)\n--\n\nA builtin with "
+     "function's signature (predict_best's, checked) answering a plain call of a loaded predictor "
+     "(predictors_get, by models_dir's store_key) with its Served, and "
      "handing every other call to function; doc is its __doc__ (bytes, with the text signature first); every "
      "watch_every_s seconds a call first calls watch() (the staleness rule)."},
     {NULL, NULL, 0, NULL}};

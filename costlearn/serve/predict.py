@@ -22,7 +22,7 @@ from costlearn.families import get_family
 from costlearn.model.store import default_store, resolve_model, store_key
 from costlearn.ranker.native import served_module
 from costlearn.serve.prediction import Prediction
-from costlearn.serve.predictor import ANSWERS, PREDICTORS, Predictor, clear_cache, load_predictor
+from costlearn.serve.predictor import PREDICTORS, Predictor, clear_cache, load_predictor
 from costlearn.serve.tuning import tune
 
 __all__ = ["Prediction", "Predictor", "predict_best", "predict_many", "clear_cache", "default_store",
@@ -102,12 +102,13 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
                  backend=None, tuning_db=None, epilogue: str = "none") -> Prediction:
     """Predict the fastest config for C[M,N] = op(A)[M,K] @ op(B)[K,N].
 
-    A problem seen before in the process is answered from a cache (a third
-    of a microsecond in C where the served path's extension is built,
-    :func:`costlearn.ranker.native.served_module`; a microsecond without);
-    an unseen one costs tens of microseconds, a deep model's through its
-    shortlist table (:mod:`costlearn.model.shortlist`);
-    ``scripts/bench_predict.py`` measures both. :func:`predict_many` answers
+    A problem seen before in the process is answered from its predictor's
+    answer cache (in C where the served path's extension is built,
+    :func:`costlearn.ranker.native.served_module`); an unseen one is one
+    ranking, a deep model's through its shortlist table
+    (:mod:`costlearn.model.shortlist`); ``scripts/bench_predict.py`` measures
+    both. A model a retrain replaced is served within a second or so
+    (:meth:`costlearn.model.store.LoadedModels.watch`). :func:`predict_many` answers
     many problems in one call.
 
     Parameters
@@ -181,31 +182,19 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
     """
     if _monotonic() >= PREDICTORS.next_watch:  # the staleness rule: a model a retrain replaced is dropped
         PREDICTORS.watch()
-    # Hot path: a problem this process has answered, plain ints, no options: one lookup by the arguments as
-    # given, the store by its key (a float or bool extent may equal an int key: the types are checked on a hit)
+    # Hot path: plain ints and strs, no options: the loaded predictor by the names as given (the store by its key),
+    # then its answer cache (a problem this process has answered is one more lookup)
     store = models_dir if models_dir is None else _store(models_dir)
-    key = (M, N, K, dtype, device, family, layout, top_k, store, epilogue)
-    try:
-        hit = ANSWERS.get(key)
-    except Exception:                           # an unhashable argument (or a hostile hash): checked below
-        hit = None
-    plain = type(M) is int and type(N) is int and type(K) is int and type(top_k) is int \
-        and type(measure_top_k) is int and not measure_top_k and running_on is None and backend is None \
-        and tuning_db is None and type(layout) is str and type(epilogue) is str and type(dtype) is str \
-        and type(family) is str and (device is None or type(device) is str) and store is not _UNKEYED
-    if hit is not None and plain:
-        return hit
     pred = None
-    if plain:
-        generation = ANSWERS.generation
-        # _loaded's lookup, inlined. The predictor it finds answers an unseen problem too (no store lookup: 25 us
-        # of path parsing a call on this project's VM), without building a Problem where the answer needs none.
+    if type(M) is int and type(N) is int and type(K) is int and type(top_k) is int \
+            and type(measure_top_k) is int and not measure_top_k and running_on is None and backend is None \
+            and tuning_db is None and type(layout) is str and type(epilogue) is str and type(dtype) is str \
+            and type(family) is str and (device is None or type(device) is str) and store is not _UNKEYED:
+        # (an unseen problem of a loaded predictor needs no store lookup either: path parsing is slow)
         pred = PREDICTORS.get(((device, family, dtype), store))
         if pred is not None and 0 < M <= MAX_EXTENT and 0 < N <= MAX_EXTENT and 0 < K <= MAX_EXTENT \
                 and top_k >= 1 and dtype == pred.dtype and layout in pred.layouts and epilogue in pred.epilogues:
-            hit = pred.predict_shape(M, N, K, layout, epilogue, top_k)          # its own answer cache first
-            ANSWERS.keep(key, hit, generation)
-            return hit
+            return pred.cached((M, N, K, layout, top_k, epilogue)) or pred.fresh(M, N, K, layout, epilogue, top_k)
     problem = Problem(M, N, K, dtype, layout, epilogue)
     top_k = check_int("top_k", top_k, 1)
     measure_top_k = check_int("measure_top_k", measure_top_k, 0)
@@ -242,7 +231,7 @@ def _entry(function):
     sig = inspect.signature(function)                  # the text signature a builtin's doc starts with: no
     sig = sig.replace(parameters=[p.replace(annotation=p.empty) for p in sig.parameters.values()],
                       return_annotation=sig.empty)     # annotations (inspect parses it)
-    return module.entry(function, ANSWERS, PREDICTORS.get, store_key,
+    return module.entry(function, PREDICTORS.get, store_key,
                         f"{function.__name__}{sig}\n--\n\n{function.__doc__}".encode(), PREDICTORS.watch,
                         PREDICTORS.WATCH_EVERY_S)
 

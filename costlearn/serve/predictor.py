@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
 
 import numpy as np
 
@@ -36,7 +35,7 @@ from costlearn.serve.ood import OODVerdict
 from costlearn.serve.prediction import Prediction
 from costlearn.serve.vendor_policy import VendorPolicy
 
-__all__ = ["Predictor", "PREDICTORS", "ANSWERS", "AnswerCache", "load_predictor", "clear_cache"]
+__all__ = ["Predictor", "PREDICTORS", "load_predictor", "clear_cache"]
 
 _tuple_new = tuple.__new__
 """``_tuple_new(Prediction, fields)``: a Prediction from all its fields in
@@ -155,7 +154,6 @@ class Predictor:
         self._results: dict = {}
         self.cached = self._results.get
         self._served = self._served_path()
-        ANSWERS.forget()                                # some may be this predictor's, under its old floor
 
     def _served_path(self):
         """This predictor's served path in C (``Served`` of
@@ -163,7 +161,7 @@ class Predictor:
         ranked and, where the decision is plain, answered without Python,
         the reasons' words included; :meth:`_finish` answers the others),
         or None where the extension or the native ranker is unavailable
-        (:meth:`_fresh` then ranks and answers in Python: the same answers)."""
+        (:meth:`fresh` then ranks and answers in Python: the same answers)."""
         module, ranker = served_module(), self.ranker
         if module is None or not isinstance(ranker, NativeRanker):
             return None
@@ -193,10 +191,8 @@ class Predictor:
 
     def clear_results(self) -> None:
         """Forget the answers cached for repeated problems (the next call of
-        each problem ranks afresh; benchmarks of cold calls use this), and
-        :data:`ANSWERS` (every predictor's: it is one cache)."""
+        each problem ranks afresh; benchmarks of cold calls use this)."""
         self._results.clear()
-        ANSWERS.forget()
 
     # -- public ranking ----------------------------------------------------
 
@@ -417,7 +413,7 @@ class Predictor:
                            "a DeviceSpec (e.g. costlearn.preset('h200')) or None")
         m, n, k, layout, epilogue = problem.m, problem.n, problem.k, problem.layout, problem.epilogue
         if key is not None:
-            return self._fresh(m, n, k, layout, epilogue, top_k, problem)
+            return self.fresh(m, n, k, layout, epilogue, top_k, problem)
         res = self.ranker.rank_served(m, n, k, layout, epilogue, top_k + self._ranked_more, self.cascade)
         return self._answer(m, n, k, layout, epilogue, top_k, res, running_on, problem)
 
@@ -453,14 +449,16 @@ class Predictor:
                 and type(layout) is str and type(epilogue) is str and layout in self.layouts \
                 and epilogue in self.epilogues:
             return self._results.get((m, n, k, layout, top_k, epilogue)) \
-                or self._fresh(m, n, k, layout, epilogue, top_k)
+                or self.fresh(m, n, k, layout, epilogue, top_k)
         return self.predict(Problem(m, n, k, self.dtype, layout, epilogue), top_k)
 
-    def _fresh(self, m: int, n: int, k: int, layout: str, epilogue: str, top_k: int,
-               problem: Problem | None = None) -> Prediction:
-        """The Prediction of a problem not cached, from its checked fields
-        (and its Problem where the caller has one), cached: by the served
-        path in C where there is one (:meth:`_served_path`)."""
+    def fresh(self, m: int, n: int, k: int, layout: str, epilogue: str, top_k: int,
+              problem: Problem | None = None) -> Prediction:
+        """The Prediction of a problem not cached, from fields the caller
+        checked as :meth:`predict_shape` does (ints in range, a layout and
+        epilogue of this model, ``top_k`` >= 1; and its Problem where the
+        caller has one), then cached: by the served path in C where there is
+        one (:meth:`_served_path`)."""
         served = self._served
         if served is not None:
             return served.predict(m, n, k, layout, epilogue, top_k)
@@ -668,70 +666,21 @@ class Predictor:
 
 
 
-class AnswerCache(dict):
-    """The answers :func:`costlearn.serve.predict.predict_best` gave, by its
-    arguments as given ``(M, N, K, dtype, device, family, layout, top_k,
-    store, epilogue)``, the store by its key
-    (:func:`costlearn.model.store.store_key` of ``models_dir``: a relative
-    path's names the working folder), for calls that found their Predictor in
-    :data:`PREDICTORS` (a device named by None or a string): a
-    repeated problem is one lookup (the dict's own ``get``). :meth:`forget`
-    empties it; an answer computed before that is not kept after it
-    (:meth:`keep` of the :attr:`generation` read before computing), as
-    :class:`~costlearn.model.store.LoadedModels` keeps no predictor loaded
-    before a clear."""
-
-    def __init__(self):
-        super().__init__()
-        self.generation = 0
-        self._lock = threading.Lock()
-
-    def forget(self) -> None:
-        """Empty it, and refuse what a call that began before keeps (the
-        generation raised first, then emptied: :meth:`keep`)."""
-        with self._lock:                        # two forgets at once raise the generation twice
-            self.generation += 1
-            self.clear()
-
-    def keep(self, key: tuple, answer, generation: int) -> None:
-        """Store ``answer`` under ``key`` unless :meth:`forget` ran since
-        ``generation`` was read; at :attr:`Predictor.RESULT_CACHE_SIZE`
-        entries it starts again.
-
-        Without a lock (it cost a microsecond of an unseen problem's call):
-        stored first, then taken out again if the generation moved. A forget
-        that raised the generation before the check is seen by it; one that
-        raised it after empties the cache after the store.
-        """
-        if len(self) >= Predictor.RESULT_CACHE_SIZE:
-            self.clear()
-        self[key] = answer
-        if self.generation != generation:
-            self.pop(key, None)
-
-
-ANSWERS = AnswerCache()
-"""The process's :class:`AnswerCache`: emptied by :func:`clear_cache`, and by
-a Predictor's :meth:`~Predictor.clear_results` or new floor (any one's: it
-holds every predictor's answers)."""
-
-
-PREDICTORS = LoadedModels(on_drop=ANSWERS.forget)
+PREDICTORS = LoadedModels()
 """The process's Predictors (:class:`costlearn.model.store.LoadedModels`,
 keyed by (:class:`~costlearn.model.store.ModelKey`, store key)): what
 :func:`load_predictor` loads, and the hot path of a repeated
 :func:`costlearn.serve.predict.predict_best` looks up. A predictor whose
-model a retrain replaced is dropped with every answer (:data:`ANSWERS`) by
-its staleness rule (:meth:`~costlearn.model.store.LoadedModels.watch`)."""
+model a retrain replaced is dropped by
+its staleness rule (:meth:`~costlearn.model.store.LoadedModels.watch`): its
+answers (the one answer cache, :attr:`Predictor.cached`) go with it."""
 
 
 def clear_cache() -> None:
-    """Forget loaded predictors (after retraining in the same process), their
-    answers (:data:`ANSWERS`) and the default model store
+    """Forget loaded predictors (and so their answers) and the default model store
     (:func:`costlearn.model.store.default_store`), so ``$COSTLEARN_MODELS``
     is read again."""
     PREDICTORS.clear()
-    ANSWERS.forget()
 
 
 def load_predictor(device=None, family: str = "gemm", dtype: str = "float32", models_dir=None) -> Predictor:

@@ -412,13 +412,14 @@ def test_predict_shape_answers_and_refuses_as_predict_of_the_problem(model_dir):
 
 
 def test_a_repeated_answer_is_forgotten_with_its_predictors_answers_and_floor(dev):
-    """Issue 40: predict_best answers a repeated problem from one dictionary keyed by its arguments (ANSWERS);
-    what empties a predictor's answers (clear_results, a new floor, clear_cache) must empty it, or a study that
-    sets a floor would read answers of the old one. A float extent equal to a cached int is still refused."""
+    """predict_best answers a repeated problem from its predictor's answer cache; what empties it (clear_results,
+    a new floor, clear_cache) must, or a study that sets a floor would read answers of the old one. A float extent
+    equal to a cached int is still refused."""
     from costlearn.model.vendor_floor import VendorFloor, plain_floor
-    from costlearn.serve.predictor import ANSWERS, clear_cache, load_predictor
+    from costlearn.serve.predictor import clear_cache, load_predictor
     first = predict_best(24, 640, 4096, device=dev)
-    assert predict_best(24, 640, 4096, device=dev) is first and first in ANSWERS.values()
+    assert predict_best(24, 640, 4096, device=dev) is first
+    assert load_predictor(dev, "gemm", "float32").cached((24, 640, 4096, "NN", 5, "none")) is first
     with pytest.raises(TypeError, match="M=24.0"):
         predict_best(24.0, 640, 4096, device=dev)
     served = load_predictor(dev, "gemm", "float32")
@@ -435,7 +436,8 @@ def test_a_repeated_answer_is_forgotten_with_its_predictors_answers_and_floor(de
         served.floor = old
     assert predict_best(24, 640, 4096, device=dev).margin_log2 == first.margin_log2 != 10.0
     clear_cache()
-    assert not ANSWERS and predict_best(24, 640, 4096, device=dev) == first
+    again = predict_best(24, 640, 4096, device=dev)
+    assert again == first and again is not first
 
 
 def test_predict_shapes_names_the_bad_shape_as_predict_many_does(model_dir):
@@ -495,41 +497,47 @@ def _not_plain_problem(served):
 
 
 @pytest.mark.parametrize("path", ["python", "c"])
-@pytest.mark.parametrize("forget", ["clear_results", "floor", "clear_cache"])
+@pytest.mark.parametrize("forget", ["floor", "clear_cache"])
 def test_an_answer_computed_across_a_forget_is_not_kept(dev, forget, path):
-    """Regression (an attack on issue 40): predict_best stored an unseen problem's answer after another thread had
-    emptied the answer cache meanwhile (clear_cache, a new floor), so an answer of the old floor, or of a model
-    since forgotten, outlived the clear. Both ways of answering: Python's (Predictor.predict_shape) and the served
-    path in C (_served.c: its Python step, Predictor._finish, forgets here)."""
-    from costlearn.serve.predictor import ANSWERS, load_predictor
+    """Regression (an attack on the served path): an unseen problem's answer was stored after another thread had
+    forgotten the answers meanwhile (a new floor, clear_cache), so an answer of the old floor, or of a model since
+    forgotten, outlived the forget. The forget lands between the ranking and the store, both ways of answering:
+    Python's (Predictor.fresh) and the served path in C (whose Python step, Predictor._finish, stores here)."""
+    from costlearn.serve.predictor import load_predictor
     served = load_predictor(dev, "gemm", "float32")
     if path == "c" and served._served is None:
         pytest.skip(f"the served path's extension is unavailable here: {served_unavailable()}")
-    name = "predict_shape" if path == "python" else "_finish"
-    real = getattr(served, name)
 
-    def racing(*args, **kw):
-        got = real(*args, **kw)
+    def do_forget():
         if forget == "floor":
             served.floor = served.floor                          # a new floor (the same values): forgets
-        elif forget == "clear_results":
-            served.clear_results()
         else:
             costlearn.serve.predictor.clear_cache()
-        return got
-    setattr(served, name, racing)
-    shape = (31, 37, 41)
     if path == "python":
+        shape, owner, name = (31, 37, 41), served.ranker, "rank_served"
         served._served = None
     else:
-        shape = _not_plain_problem(served)
+        shape, owner, name = _not_plain_problem(served), served, "_finish"
+    real = getattr(owner, name)
+
+    def racing(*args, **kw):
+        if path == "python":
+            got = real(*args, **kw)                              # ranked, then forgotten, then stored
+            do_forget()
+            return got
+        do_forget()                                              # ranked in C, forgotten, then worded and stored
+        return real(*args, **kw)
+    setattr(owner, name, racing)
+    if path == "c":
         served._served = served._served_path()                   # with the racing _finish
     try:
         predict_best(*shape, device=dev)
     finally:
-        delattr(served, name)
+        delattr(owner, name)
         served._served = served._served_path()
-    assert not any(k[:3] == shape for k in ANSWERS)
+    now = load_predictor(dev, "gemm", "float32")
+    assert now.cached(shape + ("NN", 5, "none")) is None
+    assert predict_best(*shape, device=dev) == served.predict_shape(*shape, "NN")
 
 
 @pytest.mark.parametrize("path", ["python", "c"])
