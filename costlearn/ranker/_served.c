@@ -680,12 +680,29 @@ static PyTypeObject ServedType = {
  * else Predictor.fresh), in C. Py_None (a new reference) where the function must answer. */
 static PyObject *plain_call(entry_state *st, PyObject *const *v, PyObject *store)
 {
-    PyObject *names = Py_BuildValue("((OOO)O)", v[P_DEVICE], v[P_FAMILY], v[P_DTYPE], store);
+    PyObject *model = PyTuple_Pack(3, v[P_DEVICE], v[P_FAMILY], v[P_DTYPE]);
+    PyObject *names = model ? PyTuple_Pack(2, model, store) : NULL;
     PyObject *pred = names ? PyObject_CallOneArg(st->predictors_get, names) : NULL;
     PyObject *served = pred && pred != Py_None ? PyObject_GetAttr(pred, st->served_name) : NULL;
     PyObject *answer = NULL;
+    Py_XDECREF(model);
     Py_XDECREF(names);
     Py_XDECREF(pred);
+    if (served != NULL && Py_IS_TYPE(served, &ServedType)) {
+        /* a repeated problem: a key of these exact ints and strs was stored only from arguments checked as these
+         * would be (the predictor found by these names is of this dtype), so a hit needs no check */
+        PyObject *key = PyTuple_Pack(6, v[P_M], v[P_N], v[P_K], v[P_LAYOUT], v[P_TOP_K], v[P_EPILOGUE]);
+        PyObject *hit = key ? PyDict_GetItemWithError(((Served *)served)->results, key) : NULL;
+        Py_XDECREF(key);
+        if (hit != NULL) {
+            Py_DECREF(served);
+            return Py_NewRef(hit);
+        }
+        if (PyErr_Occurred()) {
+            Py_DECREF(served);
+            return NULL;
+        }
+    }
     int takes = served != NULL && Py_IS_TYPE(served, &ServedType) ? served_takes((Served *)served, v[P_M], v[P_N],
                                                                                  v[P_K], v[P_DTYPE], v[P_LAYOUT],
                                                                                  v[P_EPILOGUE], v[P_TOP_K]) : 0;

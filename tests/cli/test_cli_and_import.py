@@ -153,7 +153,7 @@ def test_a_setting_the_model_does_not_take_names_what_it_takes(capsys, tmp_path,
 
 
 def test_every_command_takes_one_shape_syntax(capsys, model_dir):
-    """Issue 13: predict took M N K, space --shape M N K, features --shape
+    """Shape arguments differed: predict took M N K, space --shape M N K, features --shape
     M,N,K, collect --shapes M,N,K; each now takes all three forms."""
     from costlearn.cli.common import parse_shapes
     want = [(1, 1024, 1024), (5, 6, 7)]
@@ -179,7 +179,7 @@ def test_every_command_takes_one_shape_syntax(capsys, model_dir):
 
 
 def test_space_shows_the_presets_numbers_and_their_sources(capsys):
-    """Issue 13: `space --preset` promised the preset's numbers and sources."""
+    """`space --preset` promised the preset's numbers and sources."""
     assert main(["space", "--preset", "h200"]) == 0
     out = capsys.readouterr().out
     assert "132 multiprocessors" in out and "227 KiB opt-in" in out and "bfloat16 989.4" in out
@@ -187,7 +187,7 @@ def test_space_shows_the_presets_numbers_and_their_sources(capsys):
 
 
 def test_an_ambiguous_model_is_named_in_cli_words(tmp_path, capsys, model_dir):
-    """Issue 13: `predict` with two devices' models said `device=None is
+    """`predict` with two devices' models said `device=None is
     ambiguous` (the Python argument), not which --model to pass."""
     import shutil
     store = tmp_path / "models"
@@ -209,7 +209,7 @@ def _record_local(monkeypatch, tmp_path, slug):
 
 def test_commands_that_read_a_model_default_to_this_machines_and_say_when_it_is_another(
         tmp_path, capsys, model_dir, monkeypatch):
-    """Issue 13: one defaults rule: the local device's model if the store has
+    """One defaults rule: the local device's model if the store has
     one, else the only one; a model of another device is named as such."""
     import shutil
     store = tmp_path / "models"
@@ -241,7 +241,7 @@ def test_a_data_root_of_several_devices_defaults_to_this_machines(tmp_path, caps
 
 
 def test_out_of_distribution_predictions_print_as_guesses(capsys, model_dir):
-    """Issue 13: 4096^3 was printed with the confidence of an in-envelope shape."""
+    """4096^3 was printed with the confidence of an in-envelope shape."""
     dev = model_dir.parents[1].name
     assert main(["predict", "4096x4096x4096", "64x64x64", "--model", dev]) == 0
     first, *rest = capsys.readouterr().out.split("M=64")
@@ -250,7 +250,7 @@ def test_out_of_distribution_predictions_print_as_guesses(capsys, model_dir):
 
 
 def test_train_says_what_it_read_and_when_it_replaces_a_model(tmp_path, capsys):
-    """Issue 13 trial: `train` silently rewrote the committed model and did
+    """`train` silently rewrote the committed model and did
     not name the data folder or device."""
     from inductor_fixture import DEVICE, build_models
     build_models(tmp_path)                                      # a first model in tmp/models
@@ -270,7 +270,7 @@ def test_predict_refuses_an_unsupported_dtype_and_an_unknown_model_without_a_fal
 
 
 def test_predict_says_where_the_tuning_database_is_and_what_came_from_it(tmp_path, capsys, model_dir):
-    """Issue 13 trial: --measure-top-k / --tuning-db never said where the entry
+    """--measure-top-k / --tuning-db never said where the entry
     went, and an answer read back from the database looked like a fresh one."""
     dev = model_dir.parents[1].name
     db = tmp_path / "tuning.sqlite"
@@ -286,7 +286,7 @@ def test_predict_says_where_the_tuning_database_is_and_what_came_from_it(tmp_pat
 
 
 def test_a_model_of_this_machines_class_but_another_device_is_named(tmp_path, capsys, model_dir, monkeypatch):
-    """Issue 13: the other-device note compared class names only, so a model
+    """The other-device note compared class names only, so a model
     from a CPU with other core and cache counts (same PoCL name, one slug)
     passed for this machine's own."""
     import json
@@ -512,7 +512,7 @@ def test_an_error_names_the_flag_as_the_user_typed_it(dataset_dir, tmp_path, cap
 
 
 def test_collect_shapes_take_a_shapes_file(tmp_path):
-    """Issue 38: `collect --shapes FILE` reads a shapes file (export inductor-lut's format), in file order, repeats
+    """`collect --shapes FILE` reads a shapes file (export inductor-lut's format), in file order, repeats
     dropped, mixed with shapes; a bad line is named; other commands still take shapes only."""
     from costlearn.cli.common import parse_shapes
     from costlearn.interop.common import InteropError

@@ -62,7 +62,7 @@ def test_kill_9_mid_collection_leaves_a_loadable_dataset_and_a_rerun_measures_no
 
 @needs_opencl
 def test_ctrl_c_says_how_many_rows_it_saved(tmp_path):
-    """Issue 13: Ctrl-C said "everything measured so far is saved" but not
+    """Ctrl-C said "everything measured so far is saved" but not
     how much, nor that the same command resumes."""
     data = tmp_path / "data"
     cmd = [sys.executable, "-m", "costlearn", "collect", "--device", "opencl", "--data", str(data),
@@ -104,7 +104,7 @@ def _replay_setup(dataset_dir, dataset_rows, n_shapes):
 
 
 def test_an_interrupted_resumed_collection_counts_what_it_skipped(dataset_dir, dataset_rows, tmp_path):
-    """Issue 13: Ctrl-C in a resumed run named the new rows only, so a user
+    """Ctrl-C in a resumed run named the new rows only, so a user
     could not tell the earlier run's rows were still there."""
     import pytest
     from costlearn.collect.backends.replay import ReplayBackend
@@ -125,7 +125,7 @@ def test_an_interrupted_resumed_collection_counts_what_it_skipped(dataset_dir, d
 
 
 def test_a_collection_past_its_budget_says_why(dataset_dir, dataset_rows, tmp_path, capsys):
-    """Issue 13: a shape started inside --budget (the first compiles the whole
+    """A shape started inside --budget (the first compiles the whole
     pool) ran past it without a word."""
     from costlearn.collect.backends.replay import ReplayBackend
     from costlearn.cli.collect import print_collect_result
@@ -166,7 +166,7 @@ collect(Slow(sys.argv[1]), sys.argv[2], shapes=shapes, pool=pool, configs_per_sh
 
 def test_two_collectors_on_one_folder_do_not_both_measure_and_a_killed_one_leaves_no_lock(dataset_dir, dataset_rows,
                                                                                          tmp_path):
-    """Issue 37: two `costlearn collect` on one folder at once measured every
+    """Two `costlearn collect` on one folder at once measured every
     config twice (66 rows, 33 duplicates). The second now stops with
     FolderBusy naming the first; kill -9 of the first leaves nothing stuck,
     and the next run measures every config once."""
@@ -261,7 +261,7 @@ def test_a_short_budget_measures_its_first_epilogue_instead_of_compiling_the_oth
 
 def test_a_large_pool_compiles_while_the_budget_lasts_not_to_its_end(dataset_dir, dataset_rows, tmp_path,
                                                                       monkeypatch):
-    """Issue 37: `collect --pool 100000000 --budget 10` was still compiling after 150 s: the first problem
+    """`collect --pool 100000000 --budget 10` was still compiling after 150 s: the first problem
     compiled the whole pool before anything was measured. Past the first problem's configs the pool now compiles
     in batches while the budget lasts (here a batch is 2 configs, each config 1 s). The budget counts from the
     call, setup included: it was 0.15 s here, and a loaded 2-core machine once spent that before the first
@@ -291,7 +291,7 @@ def test_a_large_pool_compiles_while_the_budget_lasts_not_to_its_end(dataset_dir
 
 
 def test_collect_says_the_real_pool_size_and_spreads_a_large_pool_over_shapes(capsys):
-    """Issue 37: `collect --pool 100000000` printed "pool 100000000 configs" (22,760 were recorded), and measured
+    """`collect --pool 100000000` printed "pool 100000000 configs" (22,760 were recorded), and measured
     every config of that pool on each shape (configs per shape defaulted to the pool)."""
     from costlearn.cli.collect import _collection_defaults
     from costlearn.collect.space import enumerate_space
@@ -306,7 +306,7 @@ def test_collect_says_the_real_pool_size_and_spreads_a_large_pool_over_shapes(ca
 
 
 def test_the_collect_summary_counts_problems_by_that_name_and_the_old_one_still_reads():
-    """Issue 36: CollectResult.shapes_done counted problems (a shape with one epilogue); it is problems_done now."""
+    """CollectResult.shapes_done counted problems (a shape with one epilogue); it is problems_done now."""
     from costlearn.collect.loop import CollectResult
     res = CollectResult(problems_done=3)
     assert res.problems_done == res.shapes_done == 3

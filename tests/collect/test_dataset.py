@@ -89,7 +89,7 @@ def test_compaction_merges_parts_and_a_killed_compaction_loses_and_duplicates_no
 
 @pytest.mark.parametrize("after_reads", [0, 1, 3])
 def test_a_load_during_compact_reads_every_row_once(tmp_path, monkeypatch, after_reads):
-    """Issue 37: load() in a loop during compact returned 15,295 of 39,900 rows, another read 37,506 with 18
+    """load() in a loop during compact returned 15,295 of 39,900 rows, another read 37,506 with 18
     parts "corrupt": parts removed between the listing and the read were called corrupt and their rows dropped.
     Here compact runs (to its end) after ``after_reads`` parts of a load's listing were read."""
     import costlearn.collect.dataset as ds
@@ -111,7 +111,7 @@ def test_a_load_during_compact_reads_every_row_once(tmp_path, monkeypatch, after
 
 
 def test_a_single_bit_flip_anywhere_in_a_part_is_reported_not_used(tmp_path):
-    """Issue 37: of 1,000 single-bit flips in one part, 32 changed values silently (m, n, k and time_us_p80
+    """Of 1,000 single-bit flips in one part, 32 changed values silently (m, n, k and time_us_p80
     among them). Every byte of a part is now checked (the sha256 digest in its name)."""
     import random
     import warnings
@@ -252,7 +252,7 @@ def test_a_row_with_an_unknown_epilogue_is_quarantined(tmp_path):
 
 
 def test_a_column_renamed_in_a_part_without_a_digest_is_reported_not_filled_with_its_default(tmp_path):
-    """Issue 37 (attack): in a part whose name carries no digest (renamed, or written before digests), one flipped
+    """Regression (an attack): in a part whose name carries no digest (renamed, or written before digests), one flipped
     byte in the footer renamed ``layout``; the column was filled with its schema-2 default and every row read as
     NN. A column is filled only where the part's own schema_version predates it."""
     from costlearn.collect.dataset import ADDED_COLUMNS, ADDED_IN
@@ -268,7 +268,7 @@ def test_a_column_renamed_in_a_part_without_a_digest_is_reported_not_filled_with
 
 
 def test_two_compactions_of_one_folder_do_not_run_at_once(tmp_path):
-    """Issue 37 (attack): two `costlearn compact` on one folder at once: the loser failed on a part the winner had
+    """Regression (an attack): two `costlearn compact` on one folder at once: the loser failed on a part the winner had
     removed (No such file or directory) and two merged copies were left. The second now stops at once."""
     from costlearn.collect.dataset import COMPACT_LOCK, compact
     from costlearn.core.locks import FolderBusy, FolderLock

@@ -130,7 +130,7 @@ def test_two_workers_measure_one_plan_once_as_a_local_collection_does(ray_cluste
 
 @needs_opencl
 def test_a_fleet_collection_measures_the_epilogues_asked_for(ray_cluster, tmp_path):
-    """Issue 36: a fleet built its problems without an epilogue, so `collect --ray --epilogues bias` was refused;
+    """A fleet built its problems without an epilogue, so `collect --ray --epilogues bias` was refused;
     now the fleet runs the local loop's plan: each given shape with every epilogue, its rows recording it as a
     local collection's do, and a second run resumes it."""
     from costlearn.collect.backends import get_backend
@@ -284,7 +284,7 @@ def test_a_fleets_closing_note_says_the_workers_compiled(tmp_path, capsys):
 
 @needs_opencl
 def test_a_fleet_runs_the_active_strategy_and_resumes_it(ray_cluster, tmp_path):
-    """Issue 38: the fleet runs the collection strategies; active chooses
+    """The fleet runs the collection strategies; active chooses
     among the given shapes in rounds refit on what the workers returned, and a
     second run measures the rest, nothing twice."""
     from costlearn.collect.dataset import KEY_COLUMNS, load

@@ -296,7 +296,7 @@ class AlternatingWorkspace(DriftingWorkspace):
 
 
 def test_launch_us_is_the_device_time_measure_shape_spends():
-    """Issue 38: the active strategy's cost per second predicts a candidate's
+    """The active strategy's cost per second predicts a candidate's
     device time with Protocol.launch_us; it must count the launches
     measure_shape makes (warm-up, launches per sample, rounds, the cap)."""
     cases = ((100.0, Protocol(rounds=3, target_rse=0, min_sample_us=1000.0), None),    # 10 launches a sample

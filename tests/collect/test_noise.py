@@ -1,4 +1,4 @@
-"""Issue 14: noise measured the way a user meets it (across sessions), the
+"""Noise measured the way a user meets it (across sessions), the
 recorded CPU-device settings, and filter-then-measure's tie set. Timing is
 mocked (replay, fake times) where a real one would be flaky."""
 import json

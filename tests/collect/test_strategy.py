@@ -1,4 +1,4 @@
-"""Collection strategies (issue 38): random, prior and active shapes; replay
+"""Collection strategies: random, prior and active shapes; replay
 collections choose among the recorded problems only; active rounds resume."""
 import functools
 import os
@@ -139,7 +139,7 @@ class _SizeEnsemble:
 
 
 def test_active_per_second_chooses_the_unsure_problems_it_can_afford(dataset_rows):
-    """Issue 38, PoCL run 0: active per problem spent its 180 s on three of the
+    """On a PoCL run, active per problem spent its 180 s on three of the
     largest, least known problems (19 problems against random's 62). Per
     second it weighs a problem's score against its measuring seconds."""
     from costlearn.collect.measure import Protocol
@@ -183,7 +183,7 @@ def test_active_chooses_per_second_under_a_time_budget_and_per_problem_under_max
 
 
 def test_a_replay_collection_asks_only_for_recorded_problems_and_configs(dataset_dir, dataset_rows, tmp_path):
-    """Issue 38: a replay measures only what its log holds, so a strategy can
+    """A replay measures only what its log holds, so a strategy can
     be scored on real logs; log-uniform shapes it never recorded came back as
     error rows."""
     from costlearn.collect.backends.replay import ReplayBackend

@@ -90,7 +90,7 @@ def test_a_ctrl_c_during_a_write_waits_for_the_write_and_its_count():
 
 
 def test_npz_arrays_are_numpys_without_a_second_read_or_copy():
-    """Issue 40: a model's .npz files are read once (the bytes whose sha256 was checked) and parsed from memory;
+    """A model's .npz files are read once (the bytes whose sha256 was checked) and parsed from memory;
     every array must equal numpy.load's, read-only, and aligned ones share the buffer rather than copy it."""
     arrays = dict(f8=np.arange(7.0), i2=np.arange(5, dtype=np.int16), f4=np.linspace(0, 1, 9, dtype=np.float32),
                   scalar=np.float64(3.5), text=np.array(["NN", "TN"]), fortran=np.asfortranarray(np.ones((2, 3))),
@@ -111,7 +111,7 @@ def test_npz_arrays_are_numpys_without_a_second_read_or_copy():
 
 
 def test_a_record_whose_digest_file_is_not_text_is_no_record_and_is_rebuilt(tmp_path):
-    """Regression (an attack on issue 40): KeyedCache.has caught OSError only, so a .sha256 file of bytes that are
+    """Regression (an attack): KeyedCache.has caught OSError only, so a .sha256 file of bytes that are
     not UTF-8 (a crash mid-write, junk) raised UnicodeDecodeError from every load of a model whose forest check it
     records, instead of checking the forest again."""
     cache = KeyedCache("thing", ".ok", folder=tmp_path / "cache")
@@ -124,7 +124,7 @@ def test_a_record_whose_digest_file_is_not_text_is_no_record_and_is_rebuilt(tmp_
 
 
 def test_npz_bytes_are_numpys_npz_with_every_array_read_in_place():
-    """Issue 40: numpy.savez starts a member's bytes anywhere in the file, so npz_arrays copied every misaligned
+    """numpy.savez starts a member's bytes anywhere in the file, so npz_arrays copied every misaligned
     array of a deep model (5-7 ms of its load); npz_bytes aligns each member, and numpy still reads the file."""
     arrays = dict(f8=np.arange(7.0), i2=np.arange(5, dtype=np.int16), f4=np.linspace(0, 1, 9, dtype=np.float32),
                   scalar=np.float64(3.5), text=np.array(["NN", "TN"]), fortran=np.asfortranarray(np.ones((2, 3))),
@@ -170,7 +170,7 @@ def _npy(header: str, body: bytes) -> bytes:
     return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text.encode() + body
 
 
-def test_npz_arrays_refuse_what_an_attack_on_issue_40_found():
+def test_npz_arrays_refuse_a_trailing_signature_a_bad_shape_encryption_and_twin_members():
     """Regressions: a local-header signature in the file's last bytes made npz_arrays raise a bare
     struct.error; a header shape of (True,) a bare TypeError; an encrypted member and two members of one name
     were accepted (numpy.load refuses the first)."""
@@ -202,7 +202,7 @@ def test_npz_arrays_refuse_what_an_attack_on_issue_40_found():
 
 
 def test_read_file_refuses_a_file_larger_than_allowed_before_taking_memory(tmp_path):
-    """Regression (an attack on issue 40): a sparse 1 TB payload file made the load allocate it all
+    """Regression (an attack): a sparse 1 TB payload file made the load allocate it all
     (MemoryError) where hashing it in blocks had refused it."""
     big = tmp_path / "scorer.npz"
     with open(big, "wb") as fh:

@@ -1,5 +1,5 @@
 """costlearn/core/errors.py: every exception class the library defines derives from CostlearnError (beside the builtin
-it always was), and the command line prints those as one line while a bug shows its traceback (issue 36)."""
+it always was), and the command line prints those as one line while a bug shows its traceback."""
 from __future__ import annotations
 
 import ast
@@ -59,7 +59,7 @@ def test_the_cli_prints_costlearn_errors_and_bad_arguments_as_one_line(monkeypat
 
 
 def test_a_bug_in_a_command_shows_its_traceback_not_an_error_line(monkeypatch, capsys):
-    """Regression (issue 36): cli.main caught every TypeError, so a real bug became exit 2 and one line."""
+    """Regression: cli.main caught every TypeError, so a real bug became exit 2 and one line."""
     def cmd(args):
         return len(None)                                           # a bug: TypeError
     monkeypatch.setattr(cli_space, "cmd_space", cmd)

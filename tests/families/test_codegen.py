@@ -98,7 +98,7 @@ def test_kernel_source_is_pinned_so_a_change_cannot_reuse_old_timings():
     assert hashlib.sha256(src.encode()).hexdigest()[:12] == "bb205c4775d5"
 
 
-# -- epilogues (issue 26): bias, then ReLU or GELU (tanh form), in the store --------------------------------------
+# -- epilogues: bias, then ReLU or GELU (tanh form), in the store -------------------------------------------------
 
 EPILOGUE_CONFIGS = [CONFIGS[0], CONFIGS[1], CONFIGS[4], CONFIGS[5]]       # both loop orders and rasters, BM = 1
 EPILOGUE_SHAPES = [(1, 1, 1), (10, 500, 64), (130, 293, 237), (257, 31, 1000)]

@@ -100,7 +100,7 @@ def test_a_malformed_line_is_reported_with_its_number_and_skipped(tmp_path):
 
 
 def test_an_extent_past_int64_or_past_what_train_takes_skips_its_line_not_the_import(tmp_path):
-    """Issue 37: m = 10**30 killed the import (OverflowError, nothing
+    """m = 10**30 killed the import (OverflowError, nothing
     imported); m = 2**62 was imported and then train refused the folder."""
     row = ",256,512,torch.float16,torch.float16,256,1,512,1,True,True,not_float_32,extern_mm,0.01"
     bad = [str(10**30) + row, str(2**62) + row, str(2**31) + row,
@@ -372,7 +372,7 @@ import_file("inductor", sys.argv[1], device="a100", data_root=sys.argv[2])
 
 @pytest.mark.parametrize("kill_after_parts", [1, 2])
 def test_an_import_killed_part_way_resumes_and_holds_every_row_once(tmp_path, kill_after_parts):
-    """Issue 37: an import held the whole log in memory (10^7 lines: MemoryError). It now writes a part per chunk
+    """An import held the whole log in memory (10^7 lines: MemoryError). It now writes a part per chunk
     of lines; killed (kill -9) after a part, a rerun adds the rest and no row twice."""
     import signal
     import subprocess
@@ -392,7 +392,7 @@ def test_an_import_killed_part_way_resumes_and_holds_every_row_once(tmp_path, ki
 
 
 def test_a_byte_that_is_not_utf8_or_a_stray_quote_costs_its_own_line_only(tmp_path):
-    """Issue 37 (attack): one invalid UTF-8 byte on line 1001 of a 45,002-line log lost 55 measurements, reported
+    """Regression (an attack): one invalid UTF-8 byte on line 1001 of a 45,002-line log lost 55 measurements, reported
     2 skipped lines at the wrong numbers and shifted 43,966 source lines (the text decoder dropped a chunk), so the
     corrected log then imported 44,017 rows again; a stray quote swallowed the lines after it."""
     lines = [LINES[0].replace("128,256,512", f"{64 + i},256,512", 1) for i in range(40)]

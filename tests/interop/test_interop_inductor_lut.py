@@ -182,7 +182,7 @@ def test_a_recorded_table_imports_the_entries_that_carry_a_time(tmp_path):
 
 
 def test_skipped_keys_name_their_own_lines_in_one_pass(tmp_path):
-    """Issue 37: each key's line was found by searching the whole text from
+    """Each key's line was found by searching the whole text from
     its start (quadratic: 16k keys took 49 s); the lines must stay right,
     the same key text inside an earlier value included."""
     other = "((torch.float16, [9999, 8], [8, 1]), (torch.float16, [8, 8], [8, 1]))+bmm"
@@ -199,7 +199,7 @@ def test_skipped_keys_name_their_own_lines_in_one_pass(tmp_path):
 
 
 def test_a_table_nested_too_deep_is_refused_by_name(tmp_path):
-    """Issue 37: a table nested 200,000 deep raised a RecursionError traceback."""
+    """A table nested 200,000 deep raised a RecursionError traceback."""
     f = tmp_path / "inductor_lut_1.json"
     f.write_text('{"k": ' + "[" * 200_000 + "]" * 200_000 + "}")
     with pytest.raises(InteropError, match="nested too deep"):

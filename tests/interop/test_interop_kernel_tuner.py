@@ -389,7 +389,7 @@ def test_export_refuses_an_unknown_format_and_an_empty_dataset(tmp_path):
 
 @pytest.mark.parametrize("device_name", [["NVIDIA A100-SXM4-80GB"], 80, {"name": "NVIDIA A100-SXM4-80GB"}])
 def test_a_cache_whose_device_name_is_not_a_string_is_refused(tmp_path, triton_files, device_name):
-    """Issue 37: a device_name that was a list or a number skipped the device
+    """A device_name that was a list or a number skipped the device
     check and the cache was imported into another device's folder."""
     cache, mapping, data = triton_files
     doc = json.loads(cache.read_text())

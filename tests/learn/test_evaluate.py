@@ -165,7 +165,7 @@ def test_vendor_regret_is_reported_against_the_best_tile_config_and_the_best_of_
 
 
 def test_a_report_opens_with_the_model_the_data_and_a_noise_warning(tmp_path, model_dir):
-    """Issue 13: out/report.md had no header, and a 14 % noise floor turned
+    """out/report.md had no header, and a 14 % noise floor turned
     every smaller regret into 0.0 % without a word."""
     from costlearn.collect.dataset import load
     from costlearn.learn.evaluate import score, write_report

@@ -105,7 +105,7 @@ def test_a_malformed_floor_is_refused_naming_the_field(change, says):
 
 @pytest.mark.parametrize("change", [dict(neighbors=2**31), dict(neighbors=2**32 + 1), dict(extent=1e19)])
 def test_a_model_whose_floor_counts_past_int32_is_refused_not_a_crash(tmp_path, change):
-    """Regression (an attack on issue 40): a model.json whose floor asked for 2**31 neighbours crashed the C ranker
+    """Regression (an attack): a model.json whose floor asked for 2**31 neighbours crashed the C ranker
     (its int32 count wrapped negative; the evidence scan wrote out of bounds), 2**32 + 1 wrapped to 1 (a wrong
     answer), and a held-out extent of 1e19 (int64 overflow: a NaN point) made C and numpy disagree. The floor
     refuses them when the model loads: a clear error, in a process of its own so that a crash fails this test."""

@@ -175,7 +175,7 @@ def test_transfer_names_the_destination_rows_it_does_not_use(source, tmp_path):
 
 @pytest.mark.parametrize("strategy", ["random", "prior", "active"])
 def test_transfer_chooses_its_destination_problems_from_a_pool(source, tmp_path, strategy):
-    """Issue 38: `transfer --data POOL --problems K --strategy S` learns from
+    """`transfer --data POOL --problems K --strategy S` learns from
     K problems of a destination log chosen by S, and says which."""
     import shutil
     from costlearn.collect.strategy import ActiveSettings

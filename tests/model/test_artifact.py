@@ -29,7 +29,7 @@ def test_model_file_from_another_training_is_refused(model_dir, tmp_path):
 
 @pytest.mark.parametrize("name", ["../scorer.npz", "/tmp/scorer.npz", "sub/scorer.npz", "..", "", "link.npz"])
 def test_a_sidecar_naming_a_scorer_outside_its_folder_is_refused(model_dir, tmp_path, name):
-    """Issue 37: model.json could name a scorer file outside its folder, and
+    """model.json could name a scorer file outside its folder, and
     it was loaded and served."""
     from costlearn.model import artifact
     dst = tmp_path / "dev" / "gemm" / "float32"
@@ -49,7 +49,7 @@ def test_a_sidecar_naming_a_scorer_outside_its_folder_is_refused(model_dir, tmp_
 
 
 def test_leaf_values_that_overflow_a_time_are_refused_even_with_the_sha256_updated(model_dir, tmp_path):
-    """Issue 37: leaf values of 1e30 in scorer.npz, its sha256 updated in
+    """Leaf values of 1e30 in scorer.npz, its sha256 updated in
     model.json, made predict_best raise a bare OverflowError (2.0 ** score)."""
     from costlearn.model import artifact
     from costlearn.model.forest import ForestError
@@ -170,7 +170,7 @@ def test_a_scorer_of_another_training_is_refused(model_dir, tmp_path):
 
 
 def test_the_store_root_is_worked_out_in_one_place(monkeypatch, tmp_path):
-    """Issue 36: the default model folder was worked out in five places; models_root is the one."""
+    """The default model folder was worked out in five places; models_root is the one."""
     from costlearn.model.artifact import default_models_dir, models_root
     monkeypatch.setenv("COSTLEARN_MODELS", str(tmp_path / "store"))
     assert models_root() == models_root(None) == default_models_dir() == tmp_path / "store"
@@ -211,7 +211,7 @@ def _resave(folder, kill_at: int, tag: str):
 
 
 def test_a_training_killed_at_any_write_leaves_the_old_model_or_the_new_one_served(model_dir, tmp_path):
-    """Issue 37: a retrain killed (kill -9) right after scorer.npz was replaced left no servable model
+    """A retrain killed (kill -9) right after scorer.npz was replaced left no servable model
     ("scorer.npz does not belong to model.json") until a retrain: the files were written in place. Now the new
     model's files go into a folder of their own and the sidecar is renamed over the old one last."""
     import signal
@@ -244,7 +244,7 @@ def test_a_training_killed_at_any_write_leaves_the_old_model_or_the_new_one_serv
 
 
 def test_a_reader_whose_model_is_replaced_twice_while_it_reads_gets_the_new_one(model_dir, tmp_path, monkeypatch):
-    """Issue 37: a predict_best reloading during a retrain saw an ArtifactError ("retry") once in 2,653 loads.
+    """A predict_best reloading during a retrain saw an ArtifactError ("retry") once in 2,653 loads.
     Here two saves complete between the reader's read of the sidecar and of the files it names (the first
     model's files are then gone): the reader reads the new sidecar and loads the newest model."""
     from costlearn.model import artifact
@@ -267,7 +267,7 @@ def test_a_reader_whose_model_is_replaced_twice_while_it_reads_gets_the_new_one(
 
 
 def test_a_sidecar_key_renamed_by_one_flipped_bit_is_refused(model_dir, tmp_path):
-    """Issue 37 (attack): of 1,000 single-bit flips in model.json, one renamed the key ``shortlist`` and the model
+    """Regression (an attack): of 1,000 single-bit flips in model.json, one renamed the key ``shortlist`` and the model
     was served without its table, with other answers (renaming ``coverage`` likewise). A sidecar written with a
     payload folder records the sha256 of the rest of itself."""
     from costlearn.model import artifact
@@ -285,7 +285,7 @@ def test_a_sidecar_key_renamed_by_one_flipped_bit_is_refused(model_dir, tmp_path
 
 
 def test_a_scorer_checked_once_is_not_checked_again_and_one_with_other_bytes_is(model_dir, tmp_path, monkeypatch):
-    """Issue 40: a forest that passed its check is recorded by its file's sha256, so a later load of the same
+    """A forest that passed its check is recorded by its file's sha256, so a later load of the same
     bytes skips the 20-30 ms check; any other bytes (a damaged forest with its sha256 updated) are checked and
     refused, and a cache that is not private records nothing and is not believed."""
     import collections

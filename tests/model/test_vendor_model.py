@@ -258,7 +258,7 @@ def test_a_vendor_model_rewritten_with_its_sha256_updated_is_still_refused(tmp_p
 
 
 def test_the_rankings_estimate_is_the_vendor_models_in_c_and_numpy_to_the_bit(tmp_path):
-    """Issue 40: the estimate moved into the ranker's one C call (the row, the members' sums, math.fsum's
+    """The estimate moved into the ranker's one C call (the row, the members' sums, math.fsum's
     mean and deviation in C); both rankers must still give VendorModel.estimate_problem's bits."""
     models = build_models(tmp_path)
     folder = artifact.model_folder(models, DEVICE, "triton_mm", "float16")
@@ -325,7 +325,7 @@ def _resave_vendor(dst, arrays):
 
 
 def test_a_vendor_file_whose_bounds_are_not_one_row_is_refused_not_walked_out_of_its_trees(tmp_path):
-    """Regression (an attack on issue 40): bounds of shape (6, 1) passed the partition check (element-wise
+    """Regression (an attack): bounds of shape (6, 1) passed the partition check (element-wise
     comparisons of one-element rows, an empty diff), and the C estimate then walked tree ranges never checked:
     a segfault, or a wrong estimate where the ranges stayed inside the forest."""
     models = build_models(tmp_path)

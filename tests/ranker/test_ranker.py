@@ -286,7 +286,7 @@ def test_fast_math_in_cflags_is_taken_out_of_the_build(model_dir, tmp_path):
 
 
 def test_an_uninitialised_or_unchecked_served_call_raises_not_crashes(model_dir):
-    """Regression (an attack on issue 40's served path): Served() made without its arguments crashed the
+    """Regression (an attack on the served path): Served() made without its arguments crashed the
     interpreter on predict, and an unchecked extent (2**63) raised SystemError or a top_k < 1 was answered."""
     from costlearn.ranker import native
     from costlearn.serve.predictor import Predictor
@@ -440,7 +440,7 @@ def test_the_c_walk_sends_every_leaf_to_the_sentinel_column_and_refuses_a_split_
 
 @pytest.mark.parametrize("name", ["native", "numpy"])
 def test_rank_served_is_rank_with_the_served_options_from_the_problems_fields(model_dir, name):
-    """Issue 40: a prediction ranks through Ranker.rank_served (the native ranker's without a Problem); it must be
+    """A prediction ranks through Ranker.rank_served (the native ranker's without a Problem); it must be
     rank's ranking of the Problem with the candidate rule, the estimate and the decision, with and without the
     cascade, for every epilogue."""
     ranker = Predictor(model_dir, ranker=name).ranker

@@ -326,7 +326,7 @@ def test_a_ranking_of_a_given_mask_never_uses_the_table(pred, table, problems):
 
 
 def test_predict_many_of_tuples_answers_as_of_problems_and_as_the_numpy_ranker(folder):
-    """Issue 40: costlearn.predict_many answers plain (M, N, K[, layout[, epilogue]]) tuples through
+    """costlearn.predict_many answers plain (M, N, K[, layout[, epilogue]]) tuples through
     Predictor.predict_shapes and the ranker's rank_many_served, without a Problem where an answer needs none: the
     answers must be predict_many's of the Problems, and the numpy ranker's (which leaves every decision to
     Python), in order, a repeat the same answer."""

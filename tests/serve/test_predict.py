@@ -236,7 +236,7 @@ def test_relative_models_dir_is_not_cached_across_chdir(device_name, tmp_path, m
 @pytest.mark.parametrize("way", ["c", "python"])
 def test_a_repeated_problem_is_answered_without_the_store_relative_paths_and_path_objects_too(
         dev, model_dir, monkeypatch, way):
-    """The repeated-problem path looks the predictor up by the store's key (issue 40): an absolute path, the
+    """The repeated-problem path looks the predictor up by the store's key: an absolute path, the
     default store, and (regression) a relative path or a pathlib.Path once loaded under those names. A relative
     path went through load_predictor on every call (its key names the working folder, which a string never
     equalled): with models_dir="out/models" as the README writes it, a repeated problem took 7 us against 0.4
@@ -275,7 +275,7 @@ def test_a_repeated_problem_is_answered_without_the_store_relative_paths_and_pat
 @pytest.mark.parametrize("way", ["c", "python"])
 def test_a_chdir_while_a_relative_store_loads_does_not_register_another_stores_model(
         dev, model_dir, tmp_path, monkeypatch, way):
-    """Regression (an attack on issue 40): LoadedModels.load keyed a relative models_dir by the working folder,
+    """Regression (an attack): LoadedModels.load keyed a relative models_dir by the working folder,
     then resolved the relative path again; another thread's chdir between the two registered store A's model
     under store B's key, and B answered with A's model from then on. The folder is now the key's."""
     import os
@@ -302,7 +302,7 @@ def test_a_chdir_while_a_relative_store_loads_does_not_register_another_stores_m
 
 @pytest.mark.parametrize("way", ["c", "python"])
 def test_a_str_subclass_equal_to_every_path_does_not_name_another_store(dev, model_dir, tmp_path, way):
-    """Regression (an attack on issue 40): the loaded models were keyed by models_dir itself, so a str subclass
+    """Regression (an attack): the loaded models were keyed by models_dir itself, so a str subclass
     whose __eq__ is always true and whose hash is another store's found that store's model. Keys are str now."""
     import costlearn.serve.predict as api
     ask = predict_best if way == "c" else api.predict_best_python
@@ -322,7 +322,7 @@ def test_a_str_subclass_equal_to_every_path_does_not_name_another_store(dev, mod
 
 
 def test_a_copied_predictor_given_another_floor_leaves_the_served_answers_alone(dev):
-    """Regression (an attack on issue 40's cache change): the floor setter
+    """Regression (an attack on the answer cache): the floor setter
     emptied the answer cache in place, so a shallow copy of the served
     Predictor given another floor filled the served one's cache with
     answers of that floor."""
@@ -387,7 +387,7 @@ def test_an_unhashable_epilogue_or_layout_is_a_clear_error_not_a_cache_crash(dev
 
 
 def test_predict_shape_answers_and_refuses_as_predict_of_the_problem(model_dir):
-    """Issue 40: predict_best answers an unseen problem through Predictor.predict_shape, which builds no Problem
+    """predict_best answers an unseen problem through Predictor.predict_shape, which builds no Problem
     where the answer needs none; its answers (in and out of the envelope, every epilogue, any top k) and its
     errors must be predict's of the Problem: the answers those of the policy's path (a device to run on given)
     and of the numpy ranker's (which leaves every decision to Python)."""
@@ -441,7 +441,7 @@ def test_a_repeated_answer_is_forgotten_with_its_predictors_answers_and_floor(de
 
 
 def test_predict_shapes_names_the_bad_shape_as_predict_many_does(model_dir):
-    """Issue 40: Predictor.predict_shapes (costlearn.predict_many's path) refuses what predict_many of the Problems
+    """Predictor.predict_shapes (costlearn.predict_many's path) refuses what predict_many of the Problems
     refuses, naming the position; a shape that is not a 5-tuple is named too."""
     pred = Predictor(model_dir)
     good = (8, 64, 64, "NN", "none")
@@ -470,7 +470,7 @@ class _EqualToAll:
 
 
 def test_an_argument_that_only_equals_a_cached_one_is_refused_as_when_nothing_is_cached(dev, model_dir):
-    """Regression (an attack on issue 40): the answer cache checked only the extents' and top_k's types on a hit,
+    """Regression (an attack): the answer cache checked only the extents' and top_k's types on a hit,
     so a layout, epilogue, device or store that merely compared equal to a cached one was answered, and a dtype or
     family that did was answered for an unseen problem: each must be refused as without the cache."""
     store = str(model_dir.parents[2].resolve())
@@ -542,7 +542,7 @@ def test_an_answer_computed_across_a_forget_is_not_kept(dev, forget, path):
 
 @pytest.mark.parametrize("path", ["python", "c"])
 def test_an_answer_a_new_floor_overtook_is_not_kept_in_the_new_floors_results(dev, path):
-    """Regression (noticed in issue 40's sixth step): a floor set while another thread answered a problem (ranked
+    """Regression: a floor set while another thread answered a problem (ranked
     under the old floor, worded and decided under the new) left that answer in the new floor's results, to be
     served from then on. It is kept only in the results of the floor it was ranked under. Both ways of answering:
     Python's and the served path in C (whose Python step, _finish, words such a problem)."""
@@ -659,7 +659,7 @@ class _AlwaysEqual(str):
 
 
 def test_a_keyword_name_that_only_equals_one_is_judged_as_python_judges_it(dev):
-    """Regression (an attack on issue 40's served path): the C entry matched a keyword name by its text, so a str
+    """Regression (an attack on the served path): the C entry matched a keyword name by its text, so a str
     subclass whose __eq__ says otherwise was answered where Python refuses it (an unexpected keyword, a value
     given twice); such a name now goes to the Python function."""
     from costlearn.serve.predict import predict_best_python

@@ -349,7 +349,7 @@ def _stood_in_tuner(tmp_path):
 
 @pytest.mark.parametrize("estimate", [(0.5, 0.4, 0.6), (0.9, 0.7, 1.2)])
 def test_measure_top_k_measures_the_top_k_tiles_and_the_vendor_sure_or_not(tmp_path, estimate):
-    """Issue 35: measuring only the best tile and the vendor where the answer is sure lost 0.8-2.7 % on the A100's
+    """Measuring only the best tile and the vendor where the answer is sure lost 0.8-2.7 % on the A100's
     logs left out (top 3 tiles and the vendor 0.2-0.8 %): sure or not, the top k tile configs are timed."""
     pred, tuner, asked = _stood_in_tuner(tmp_path)
     problem = pred.problem(512, 512, 512, "NN")

@@ -63,7 +63,7 @@ def test_input_distribution_is_recorded_per_row(tmp_path):
     assert (df["status"] == "ok").all() and (df["rotation_sets"] > 1).all()
 
 
-# -- epilogues (issue 26) ---------------------------------------------------------------------------------------
+# -- epilogues --------------------------------------------------------------------------------------------------
 
 
 def test_collect_measures_each_given_shape_with_every_epilogue_verified_and_resumes(tmp_path):

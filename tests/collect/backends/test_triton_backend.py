@@ -1,4 +1,4 @@
-"""Issue 15, CPU side: costlearn's own Triton matmul kernel, the ``triton``
+"""CPU-side tests of costlearn's own Triton matmul kernel, the ``triton``
 backend seam and ahead-of-time compilation for sm_90. Tests needing Triton
 (and PyTorch, for the interpreter) skip cleanly where they are absent."""
 import hashlib
@@ -107,7 +107,7 @@ print(json.dumps(out))
 
 @needs_torch_triton
 def test_the_kernels_epilogues_are_correct_in_the_interpreter():
-    """Issue 26: bias, bias + ReLU and bias + GELU (tanh form) in costlearn's
+    """Bias, bias + ReLU and bias + GELU (tanh form) in costlearn's
     Triton kernel, launched as the triton backend does (the family's
     ``torch_launcher`` with the bias last), against a float64 reference, on
     ragged shapes, C poisoned; and the vendor call with the same epilogue
