@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("CUPY_TF32", "0")    # cuBLAS float32 without TF32 (CuPy's default, made explicit)
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 

@@ -23,7 +23,6 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 CONFIGS = [
     # (block_m, block_n, block_k, num_warps, num_stages): the block sizes, warp

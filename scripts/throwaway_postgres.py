@@ -1,5 +1,5 @@
 """A throwaway PostgreSQL server in a temporary folder, reached by a unix socket there, for the server tests
-(tests/conftest.py's ``pg_server``) and scripts/bench_tuning_db.py. PostgreSQL refuses to run as root: as root the
+(tests/conftest.py's ``pg_server``) and benchmarks/tuning_db.py. PostgreSQL refuses to run as root: as root the
 server runs as the user ``postgres`` (Debian's package makes it).
 
     python scripts/throwaway_postgres.py [--tls]    # starts one, prints its URL; Enter, Ctrl-C or SIGTERM stops it

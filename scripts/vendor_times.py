@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 os.environ.setdefault("CUPY_TF32", "0")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv=None) -> int:

@@ -37,14 +37,10 @@ def _has_cuda() -> bool:
 
 
 def import_script(name: str):
-    """The module of ``scripts/<name>.py`` (the scripts folder is on ``sys.path`` only while it is imported)."""
+    """The module of a source-tree tool, benchmark or study by its dotted name (``"scripts.throwaway_postgres"``,
+    ``"studies.sampling"``): the source tree is on the path (pyproject.toml's pytest ``pythonpath``)."""
     import importlib
-    import sys
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    return importlib.import_module(name)
 
 
 HAS_OPENCL = _has_opencl()
@@ -150,7 +146,7 @@ def pg_server():
         import psycopg  # noqa: F401
     except ImportError as e:
         pytest.skip(f"no psycopg 3 ({e}): pip install 'costlearn[server]'")
-    throwaway = import_script("throwaway_postgres")
+    throwaway = import_script("scripts.throwaway_postgres")
     try:
         server = throwaway.PostgresServer.make()
     except throwaway.Unavailable as e:

@@ -32,15 +32,15 @@ def test_the_results_and_guide_the_readme_links_exist():
 
 
 def _docs_from_reports():
-    return import_script("docs_from_reports")
+    return import_script("studies.docs_from_reports")
 
 
 def test_every_result_table_is_generated_from_the_reports():
     """docs/results.md and the README's headline table hold no hand-copied
-    figure: each table sits in a block ``scripts/docs_from_reports.py``
+    figure: each table sits in a block ``studies/docs_from_reports.py``
     writes from reports/, and every block is what the reports give now."""
     gen = _docs_from_reports()
-    assert gen.stale() == [], "run python scripts/docs_from_reports.py"
+    assert gen.stale() == [], "run python -m studies.docs_from_reports"
     for doc in ("docs/results.md", "README.md"):
         text = (ROOT / doc).read_text()
         outside = re.sub(r"<!-- ([\w-]+):begin -->.*?<!-- \1:end -->", "", text, flags=re.S)

@@ -1,4 +1,4 @@
-"""scripts/sampling_study.py's bookkeeping: the committed per-point scores and the folders it grows."""
+"""studies/sampling.py's bookkeeping: the committed per-point scores and the folders it grows."""
 import numpy as np
 import pandas as pd
 import pytest
@@ -8,7 +8,7 @@ from conftest import import_script
 
 @pytest.fixture(scope="module")
 def study():
-    return import_script("sampling_study")
+    return import_script("studies.sampling")
 
 
 RECOVERED = "recovered from an earlier report"

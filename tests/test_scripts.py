@@ -1,23 +1,25 @@
-"""The benchmark and GPU-check scripts run end to end (on PoCL here)."""
+"""The benchmarks, studies and the GPU check run end to end (on PoCL here), as a user runs them."""
+import importlib
 import subprocess
 import sys
 
-from conftest import ROOT, import_script, needs_opencl
+from conftest import ROOT, needs_opencl
 
 pytestmark = needs_opencl
 
 
 def test_gpu_check_quick_on_opencl(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_check.py"), "--device", "opencl", "--quick",
-                          "--configs", "3", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600)
+                          "--configs", "3", "--out", str(tmp_path)], capture_output=True, text=True, timeout=600,
+                         cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     md = (tmp_path / "gpu_check.md").read_text()
     assert "0 wrong" in md and "best at (384, 384, 384)" in md and (tmp_path / "gpu_check.json").is_file()
 
 
 def test_bench_collect_prints_the_table():
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_collect.py"), "--device", "opencl",
-                          "--budget", "8", "--pool", "4"], capture_output=True, text=True, timeout=600)
+    out = subprocess.run([sys.executable, "-m", "benchmarks.collect", "--device", "opencl",
+                          "--budget", "8", "--pool", "4"], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     for line in ("measurements per second (wall)", "| compile |", "| measure |", "| write |", "noise floor"):
         assert line in out.stdout
@@ -36,10 +38,10 @@ def test_bench_predict_prints_the_table_and_checks_agreement(tmp_path):
     import_file("inductor", tmp_path / "extra.txt", device=DEVICE, data_root=tmp_path / "extra")
     pred = Predictor(tm)
     replace_shortlist(tm, build_shortlist(pred.ranker, pred.layouts, (4096, 4096, 4096), step=1.0, tiles=3, trees=4))
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_predict.py"), "--shapes", "60",
+    out = subprocess.run([sys.executable, "-m", "benchmarks.predict", "--shapes", "60",
                           "--load-runs", "2", "--model", str(tm),
                           "--heldout-data", str(tmp_path / "extra" / DEVICE),
-                          "--out", str(tmp_path / "b.md")], capture_output=True, text=True, timeout=600)
+                          "--out", str(tmp_path / "b.md")], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     for line in ("**drawn like the training shapes**", "**log-uniform in [1, 16384]**",
                  "| plain: pandas features + the model's predict (the full model) |",
@@ -56,9 +58,9 @@ def test_bench_predict_prints_the_table_and_checks_agreement(tmp_path):
 
 
 def test_ood_study_flag_rates_without_measuring(tmp_path):
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "ood_study.py"), "--shapes", "300", "--no-measure",
+    out = subprocess.run([sys.executable, "-m", "studies.ood", "--shapes", "300", "--no-measure",
                           "--measure-dir", str(tmp_path / "none"), "--eval-dir", str(tmp_path / "none")],
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=600, cwd=ROOT)
     # Exit status 1 says a flag-rate bar was missed (the table shows which);
     # anything else is a crash.
     assert out.returncode in (0, 1), out.stdout[-2000:] + out.stderr[-2000:]
@@ -76,7 +78,7 @@ def test_the_epilogue_study_counts_a_changed_best_config_only_beyond_the_noise()
     it changes by 1 %, within a 3 % noise floor (counted as no change);
     shape C has no epilogue-free rows and is not scored."""
     import pandas as pd
-    best_config_change = import_script("epilogue_study").best_config_change
+    best_config_change = importlib.import_module("studies.epilogue").best_config_change
     rows = []
     for (m, e), times in {(1, "none"): [10, 12], (1, "bias"): [15, 12.5],
                           (2, "none"): [10, 20], (2, "bias"): [10.1, 10.0], (3, "bias"): [5, 6]}.items():
@@ -92,10 +94,10 @@ def test_the_pocl_strategy_study_runs_both_strategies_and_reports_a_run(tmp_path
     to learn/, and nothing ran it before its hour-long run. Problems, not
     seconds, bound the collections: a busy machine measured too few in 12 s
     for train's 50 rows."""
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "strategy_pocl_study.py"), "--work", str(tmp_path),
+    out = subprocess.run([sys.executable, "-m", "studies.strategy_pocl", "--work", str(tmp_path),
                           "--report", str(tmp_path / "r.md"), "--runs", "1", "--budget", "600", "--max-problems",
                           "24", "--pool", "6", "--first-round", "3", "--eval-random", "1", "--eval-budget", "120"],
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     report = (tmp_path / "r.md").read_text()
     assert "| run | random: problems |" in report and "runs (mean top-1 geomean: random" in report
@@ -105,8 +107,8 @@ def test_the_pocl_strategy_study_runs_both_strategies_and_reports_a_run(tmp_path
 
 def test_bench_tuning_db_prints_both_stores_and_the_server_away(tmp_path, pg_server):
     """A small run (2 clients x 300 operations) against a throwaway server of its own and an SQLite file."""
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_tuning_db.py"), "--clients", "2", "--ops",
-                          "300", "--out", str(tmp_path / "bench.md")], capture_output=True, text=True, timeout=600)
+    out = subprocess.run([sys.executable, "-m", "benchmarks.tuning_db", "--clients", "2", "--ops", "300",
+                          "--out", str(tmp_path / "bench.md")], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     md = (tmp_path / "bench.md").read_text()
     for line in ("| PostgreSQL |", "| SQLite |", "| predict_best |", "the tuning database was not read"):

@@ -79,7 +79,7 @@ def _print_trained(res) -> None:
     if sl:
         print(f"shortlist table: the {sl['tiles']} best tile configs at {'x'.join(map(str, sl['grid']))} points "
               f"per layout, {sl['trees']} trees at the query (built in {sl['build_s']:.0f}s): a deep model "
-              "answers unseen problems in microseconds (scripts/bench_predict.py measures it)")
+              "answers unseen problems in microseconds (python -m benchmarks.predict measures it)")
     if res.holdout:
         print(f"held-out problems ({res.holdout_kind}): top-1 regret mean / geomean, top-5 mean, Kendall tau")
         for name, sm in res.holdout.items():

@@ -314,8 +314,8 @@ class ActiveSettings:
         where the collection has ``max_problems``, else ``"second"``.
     problem_overhead_s : float
         Seconds a problem costs beyond its compiles and launches (planning,
-        buffers, writing its part): 1 s, what a 2-config problem took on
-        PoCL's CPU device here (``scripts/strategy_pocl_study.py``, run 0).
+        buffers, writing its part; the default is what a small problem took
+        on PoCL's CPU device: docs/results.md, "Which problems to measure").
     ensemble : callable (spec, ActiveSettings, seed) -> ensemble, optional
         Makes the model a round refits: an object with ``fit(rows)``
         (returning itself), ``score(candidates)`` (a Series of expected

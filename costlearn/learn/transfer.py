@@ -69,12 +69,10 @@ ZERO_SHOT_MARGIN_LOG2 = 0.5
 """Without destination evidence, a tile config replaces the vendor library
 only where it is predicted faster by this many doublings (2**0.5 = 1.41x).
 It is the smallest margin of the floor's grid at which no dtype's zero-shot
-answer was worse than cuBLAS's from A100 to H100 (``scripts/transfer_study.py``,
-reports/transfer_a100_h100.md: TF32 needs it; float16 and bfloat16 are
-below cuBLAS from 0.05, float32 from 0.1): chosen on the H100 random log, so
-that log's zero-shot figures are in-sample for this one constant. The other
-direction, from the H100's 108 float16 problems to the A100's logs, is worse
-than cuBLAS at every margin: a small source does not carry."""
+answer was worse than cuBLAS's from A100 to H100, chosen on the H100 random
+log (so that log's zero-shot figures are in-sample for this one constant);
+a small source does not carry at any margin (docs/results.md, "A new GPU:
+carry a model across devices")."""
 
 
 @dataclass

@@ -16,8 +16,8 @@ Two checks on the shape, both in log2 space, where GEMM cost scales:
   ``CALIBRATION_QUANTILE`` quantile of those distances (at least
   ``MIN_THRESHOLD``, half a doubling). A new shape drawn like the training
   shapes is then flagged with probability about 1 - quantile (a held-out
-  shape sees 80 % of the training set, so slightly less); ``scripts/
-  ood_study.py`` measures the actual rates.
+  shape sees only the other folds, so slightly less); ``python -m
+  studies.ood`` measures the actual rates.
 
 The aspect coordinates are linear in the log-shape ones, so the six-D
 distance is a Euclidean distance in three dimensions after a fixed linear map
@@ -304,15 +304,10 @@ COVERAGE_MARGIN_LOG2 = 1.5
 """How far (doublings, per extent) beyond the extents a config was measured at
 it is still a candidate: a config measured on N <= 16 is not ranked for
 N = 3584, while the grid of a shape sweep (every config on every problem)
-covers its whole range. One and a half doublings (was one): on the A100's
-float16 logs left out one at a time (``scripts/a100_study.py``, scored on
-the 1,843 problems whose answer the logs measured both times), 4.99 % ->
-4.68 % (timm 6.34 -> 5.81 %, random 3.25 -> 3.09 %, HuggingFace 5.18 ->
-5.21 %), with 5 more answers the logs never measured (20 of 1,864); from
-the random log alone to the real models' logs, 5.82 -> 5.81 %. Two
-doublings, tried on the earlier fold models, gained a little more on timm
-with 34 more answers never measured. Recorded with each artifact, so a
-model keeps the margin it was trained with."""
+covers its whole range. Chosen by leaving one A100 log out at a time
+(docs/results.md, "Triton's matmul on real A100 measurements"): a wider
+margin answers more problems no log measured. Recorded with each artifact,
+so a model keeps the margin it was trained with."""
 
 
 def outside_rows(train_rows, test_rows) -> np.ndarray:

@@ -22,7 +22,7 @@ The table answers where some candidate fits the query (the candidate rule
 at level 0 or 1) and the query lies inside the grid; elsewhere (and with
 fewer listed candidates than needed) the cascade ranks, as without a table. So its answers are the
 full model's up to the residual's change across half a doubling:
-``scripts/bench_predict.py`` measures the agreement with the full model's
+``python -m benchmarks.predict`` measures the agreement with the full model's
 argmin and the held-out regret of both. Scores are estimates of the full
 scorer's (the top-k's times likewise).
 
@@ -57,17 +57,12 @@ trees)."""
 TILES = 8
 """Tile configs listed per grid point (the vendor candidate besides)."""
 TREES = 64
-"""Trees scored at the query. 32 lost 0.5 % of model-predicted time on the
-same problems, 64 lost 0.09 %."""
+"""Trees scored at the query (fewer lose model-predicted time: docs/results.md,
+"Speed")."""
 MIN_TREES = 4 * TREES
-"""Scorers of fewer trees are ranked by the cascade alone (the table would
-save little and cost its build). Measured on the committed ``gemm`` model
-(143 trees of depth 8, 64 candidates; ``scripts/bench_predict.py``, 1,000
-problems per set, one core, one run): a table cut the median per-problem
-time against NVIDIA's heuristics from 0.58x to 0.51x on shapes drawn like
-the training ones and from 0.68x to 0.62x on log-uniform ones (it answered
-35 % of those; the rest lie outside its grid), and changed the argmin on
-12 % and 4 % of them."""
+"""Scorers of fewer trees are ranked by the cascade alone: the table would
+save little, cost its build and change the argmin of more problems
+(docs/results.md, "Speed")."""
 
 
 class ShortlistError(CostlearnError, ValueError):

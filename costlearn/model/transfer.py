@@ -2,21 +2,20 @@
 carry a model from one GPU to another.
 
 Two choices make rows of different devices one regression problem (both
-measured in ``scripts/transfer_study.py``, reports/transfer_a100_h100.md):
+measured by ``python -m studies.transfer``: docs/results.md, "A new GPU:
+carry a model across devices"):
 
 - **Each row's features are its own device's**: the analytic set computed
   with the spec of the device that measured the row (waves on its SM count,
   occupancy on its shared memory, roofline times on its peak and
   bandwidth), plus the device descriptors of
   :mod:`costlearn.features.device`, so trees can split on the device where
-  its behaviour differs (without them, A100 -> H100 with 32 H100 problems:
-  float16 4.6 % instead of 2.0 %, bfloat16 2.5 % instead of 0.9 %, float32
-  1.1 % instead of 0.0 %; reports/transfer_a100_h100.md).
+  its behaviour differs (without them a transfer loses more on the
+  destination).
 - **The target is the time over the roofline time**,
   log2(time_us) - ``log2_roofline_time_us`` (the roofline of the padded
   tile grid [ROOF] on the row's device; design.md "Features"): an
-  efficiency, which carries across devices where a time does not (zero-shot
-  A100 -> H100 TF32 regret 107 % on log2 time, 18 % on this target). The
+  efficiency, which carries across devices where a time does not. The
   time is the prediction plus that column, so the served scorer is the
   forest plus one column with weight 1 (:class:`~costlearn.model.scorer.Scorer`).
 

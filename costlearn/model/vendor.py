@@ -64,14 +64,10 @@ sums at most this many; a file with more is damaged)."""
 MEMBER_PARAMS = dict(n_estimators=75, max_depth=4, learning_rate=0.2, subsample=0.8, colsample_bytree=0.8,
                      min_child_weight=2.0, tree_method="hist", n_jobs=1)
 """XGBoost settings of one member: shallow, a few hundred problems suffice.
-75 trees at rate 0.2 decided as well as 150 at 0.1 at half the trees a query
-walks: the per-problem tables of scripts/a100_study.py and
-scripts/decision_study.py re-decided by :data:`costlearn.learn.holdout.ESTIMATE_RULE`
-with members of each setting refitted on the same training problems (the
-cost model's choices fixed) gave, 75 against 150 trees, 4.33 % against
-4.39 % on the A100's float16 logs left out (prune path), 6.27 % against
-6.39 % from the random log to HuggingFace + timm, 0.80 % against 0.82 % on
-the H100 80/20 split."""
+Fewer trees at a higher rate decide as well as twice as many at half the
+rate, at half the trees a query walks (the A100 and H100 logs' decisions
+re-made with members of each setting: docs/results.md, "Triton's matmul on
+real A100 measurements")."""
 
 BASE_LIMIT = 64.0
 """Largest base score (log2 of a time ratio) a member may carry: a file with

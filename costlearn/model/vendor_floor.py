@@ -26,24 +26,22 @@ FLOOR_VERSION = 1
 NEIGHBORS = 5
 """Held-out problems a decision looks at (the nearest of the same layout)."""
 MAX_NEIGHBORS = 10_000
-"""Most held-out problems a floor may look at (a file asking more is damaged:
-issue 40's attack, 2**31 of them crashed the C ranker's int32 count)."""
+"""Most held-out problems a floor may look at (a file asking more is damaged;
+the C ranker counts them in an int32)."""
 ESTIMATE_UNSURE_QUANTILE = 0.95
 """A problem is flagged (an OOD reason, not a decision) where the vendor
 model's deviation over its distance from a tie, ``sd / |mean|``, is above this
-quantile of the held-out problems' (the score's AUROC for "the answer loses
-more than 5 %" was 0.86 on the H100 random log's 80/20 split, but 0.44 on the
-A100's logs left out: it marks doubt about tile against vendor in
-distribution, not errors on unfamiliar shapes; scripts/decision_study.py)."""
+quantile of the held-out problems'. It marks doubt about tile against vendor
+in distribution, not errors on unfamiliar shapes (docs/results.md, "Triton's
+matmul on real A100 measurements", measures both)."""
 ESTIMATE_RULE = (0.0, 1.0)
 """(margin log2, z) of the decision where the vendor model's estimate exists:
 a tile config is chosen where the cost model ranks it ahead of the vendor and
 the estimate one deviation up is below 0 (:func:`estimate_wins`): the tile is
-expected to win under the members' spread. Fixed, not calibrated: choosing
-(margin, z, the cost model's margin) on each fold's held-out logs gave 5.35 %
-on the A100's float16 logs left out, this rule 4.98 % (prune path 4.80 % and
-4.33 %), with 0.97 % on the H100 80/20 split and 5.88 % from the A100's random
-log to HuggingFace + timm (scripts/a100_study.py, scripts/decision_study.py)."""
+expected to win under the members' spread. Fixed, not calibrated: calibrating
+(margin, z, the cost model's margin) on each fold's held-out logs lost more on
+the logs left out than this rule (docs/results.md, "Triton's matmul on real
+A100 measurements")."""
 NEAR_LOG2 = 0.5
 """Distance (doublings in the envelope's log-shape and aspect space,
 :func:`costlearn.model.envelope.embed`) from the nearest training shape within

@@ -27,7 +27,7 @@
  * call (int extents and top_k, str names, device None or str, models_dir
  * None, a str or another object store_key takes, no option set). It saves a
  * Python function call of 14 parameters and its checks
- * (scripts/bench_predict.py, "repeated"). */
+ * (python -m benchmarks.predict, "repeated"). */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <math.h>

@@ -50,7 +50,7 @@ def calibration_problems(train_shapes, dtype: str, layout: str, bounds, *, n_tra
     others drawn as the collection draws them (``bounds``, a
     :class:`~costlearn.collect.sampler.ShapeBounds`; another seed) and ``n_wide``
     log-uniform in [1, ``max_extent``] per extent (mostly out of
-    distribution). No problem here is one ``scripts/bench_predict.py``
+    distribution). No problem here is one ``python -m benchmarks.predict``
     draws (other seeds)."""
     rng = np.random.default_rng([seed, 71])
     train = np.asarray(train_shapes, np.int64).reshape(-1, 3)
@@ -75,8 +75,8 @@ def calibrate_cascade(scorer, features, min_tile_caps, problems, *, miss_top1: f
     accepted when the survivors miss the full scorer's best candidate on at
     most ``miss_top1`` of the problems and one of its 5 best on at most
     ``miss_top5``; of those, the one with the fewest tree walks over all
-    problems wins. (``scripts/bench_predict.py`` checks the agreement on
-    2 x 1,000 other problems.)
+    problems wins. (``python -m benchmarks.predict`` checks the agreement on
+    other problems.)
 
     Parameters
     ----------

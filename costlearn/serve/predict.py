@@ -106,7 +106,7 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
     answer cache (in C where the served path's extension is built,
     :func:`costlearn.ranker.native.served_module`); an unseen one is one
     ranking, a deep model's through its shortlist table
-    (:mod:`costlearn.model.shortlist`); ``scripts/bench_predict.py`` measures
+    (:mod:`costlearn.model.shortlist`); ``python -m benchmarks.predict`` measures
     both. A model a retrain replaced is served within a second or so
     (:meth:`costlearn.model.store.LoadedModels.watch`). :func:`predict_many` answers
     many problems in one call.
@@ -246,7 +246,7 @@ def predict_many(problems, dtype: str = "float32", device=None, *, family: str =
 
     The problems not answered before in the process are ranked together:
     one C call per layout among them (:meth:`Predictor.predict_many`);
-    ``scripts/bench_predict.py`` measures a 30-problem batch.
+    ``python -m benchmarks.predict`` measures a batch.
 
     Parameters
     ----------

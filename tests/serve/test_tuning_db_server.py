@@ -315,7 +315,7 @@ def test_tls_through_libpq_s_sslmode_verifies_the_server_and_carries_the_fleet(p
         pytest.skip("no openssl to make the server's certificate")
     from conftest import import_script
     from costlearn.serve.tuning_db_server import ServerTuningDB
-    server = import_script("throwaway_postgres").PostgresServer.make(tls=True)
+    server = import_script("scripts.throwaway_postgres").PostgresServer.make(tls=True)
     try:
         url = server.tls_url()
         db = ServerTuningDB(url)

@@ -2,7 +2,7 @@
 and the hosts are killed: is any acknowledged measurement lost or doubled,
 and does every host answer each measured key with the same config?
 
-    python scripts/fleet_chaos_study.py [--hosts 4] [--server-kills 20] [--host-kills 20] [--out reports/fleet_chaos.md]
+    python -m studies.fleet_chaos [--hosts 4] [--server-kills 20] [--host-kills 20] [--out reports/fleet_chaos.md]
 
 A throwaway server is started (scripts/throwaway_postgres.py).
 Each host process records tunings (two configs' measurements each, times
@@ -82,8 +82,7 @@ def main(argv=None) -> int:
     ap.add_argument("--host-kills", type=int, default=20)
     ap.add_argument("--out", default=None, help="also write the table as Markdown")
     args = ap.parse_args(argv)
-    sys.path.insert(0, str(Path(__file__).parent))
-    from throwaway_postgres import PostgresServer
+    from scripts.throwaway_postgres import PostgresServer
     from costlearn.core.problem import Problem
     from costlearn.serve.fleet import decide
     from costlearn.serve.tuning_db_server import ServerTuningDB
@@ -150,8 +149,7 @@ def main(argv=None) -> int:
     text = "\n".join(lines)
     print(text)
     if args.out:
-        sys.path.insert(0, str(Path(__file__).parent))
-        import docs_from_reports
+        from studies import docs_from_reports
         docs_from_reports.write_report(text, args.out, "fleet-chaos")
     return 0 if not lost and not doubled and launched == 1 else 1
 

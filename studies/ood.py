@@ -1,7 +1,7 @@
 """Does the out-of-distribution flag mean something? Flag rates on three kinds
 of shapes, and the measured regret of flagged against unflagged shapes.
 
-    python scripts/ood_study.py [--models DIR] [--device SLUG] [--n-measure 12]
+    python -m studies.ood [--models DIR] [--device SLUG] [--n-measure 12]
                                 [--measure-dir data/<slug>/ood-study] [--eval-dir data/<slug>/eval]
                                 [--budget 900] [--no-measure] [--out reports/ood_study.md]
 
@@ -36,10 +36,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
-import docs_from_reports  # noqa: E402
+from studies import docs_from_reports  # noqa: E402
 
 
 def _pct(x: float) -> str:

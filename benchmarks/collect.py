@@ -1,8 +1,8 @@
 """Collection throughput on the local device: measurements per second and the
 share of wall time spent compiling, measuring and writing.
 
-    python scripts/bench_collect.py [--device auto] [--budget 90] [--pool 32] [--fresh-cache]
-    python scripts/bench_collect.py --ray [--workers 1 2] [--device opencl] [--budget 60] [--pool 16]
+    python -m benchmarks.collect [--device auto] [--budget 90] [--pool 32] [--fresh-cache]
+    python -m benchmarks.collect --ray [--workers 1 2] [--device opencl] [--budget 60] [--pool 16]
 
 Runs one short collection into a temporary folder (nothing is kept) and prints
 a table. ``--fresh-cache`` points PoCL's kernel cache at an empty folder, so
@@ -23,7 +23,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv=None) -> int:

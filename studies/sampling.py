@@ -37,10 +37,10 @@ says where it came from; a point replayed again replaces the rows recovered
 for its strategy and budget. Writes --report (default
 reports/sampling_study.md).
 
-    .venv/bin/python scripts/sampling_study.py               # about 60 min on 2 cores
-    .venv/bin/python scripts/sampling_study.py --budgets 50 100 --seeds 0   # a quick look
-    .venv/bin/python scripts/sampling_study.py --transfer    # the A100 -> H100 part (about 40 min)
-    .venv/bin/python scripts/sampling_study.py --lolo --seeds 0   # leave one real log out at 400 problems
+    .venv/bin/python -m studies.sampling               # about 60 min on 2 cores
+    .venv/bin/python -m studies.sampling --budgets 50 100 --seeds 0   # a quick look
+    .venv/bin/python -m studies.sampling --transfer    # the A100 -> H100 part (about 40 min)
+    .venv/bin/python -m studies.sampling --lolo --seeds 0   # leave one real log out at 400 problems
 """
 from __future__ import annotations
 
@@ -54,11 +54,9 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
-import docs_from_reports  # noqa: E402
-from a100_study import DEFAULT_SOURCE, import_logs  # noqa: E402
+from studies import docs_from_reports  # noqa: E402
+from studies.a100 import DEFAULT_SOURCE, import_logs  # noqa: E402
 
 from costlearn.collect.backends.replay import ReplayBackend  # noqa: E402
 from costlearn.collect.dataset import load  # noqa: E402
@@ -380,7 +378,7 @@ def main(argv=None) -> int:
     ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
     ap.add_argument("--work", type=Path, default=ROOT / "out" / "sampling-study")
     ap.add_argument("--imported", type=Path, default=ROOT / "out" / "a100-study",
-                    help="where scripts/a100_study.py imports the logs (reused)")
+                    help="where studies/a100.py imports the logs (reused)")
     ap.add_argument("--report", type=Path, default=ROOT / "reports" / "sampling_study.md")
     ap.add_argument("--budgets", type=int, nargs="+", default=list(BUDGETS))
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -458,7 +456,7 @@ def report(done: pd.DataFrame, n_all: int, n_test: int, args, extra: list) -> No
     pts = done[done["strategy"] != "all"]
     n_seeds, named = seeds_of(pts)
     lines = ["## Which problems to measure: strategies replayed on the A100's random log", "",
-             f"Reproduce: `.venv/bin/python scripts/sampling_study.py` (data not part of costlearn). Pool: the "
+             f"Reproduce: `.venv/bin/python -m studies.sampling` (data not part of costlearn). Pool: the "
              f"{n_all} float16 problems of `a100_mm.txt`, replayed (their recorded configs and median times). "
              f"Scored: what `predict_best` answers on the {n_test} HuggingFace + timm float16 problems the pool "
              "does not hold, top-1 regret against the best measured of all (cuBLAS included), geometric mean; "

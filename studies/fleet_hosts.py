@@ -1,7 +1,7 @@
 """Two hosts tune the same shapes: how often their winners differ, and the
 one answer the fleet's rule gives.
 
-    python scripts/fleet_hosts_study.py [--shapes 100] [--top-k 3] [--seed 7] [--out reports/fleet_hosts_pocl.md]
+    python -m studies.fleet_hosts [--shapes 100] [--top-k 3] [--seed 7] [--out reports/fleet_hosts_pocl.md]
 
 Two processes, one after the other, with their own host names
 (``COSTLEARN_HOST``), each run ``predict_best(M, N, K, measure_top_k=K,
@@ -50,8 +50,8 @@ def study(args) -> str:
     work = Path(tempfile.mkdtemp(prefix="costlearn-fleet-study-"))
     (work / "shapes.json").write_text(json.dumps(shapes))
     for host in ("host-a", "host-b"):
-        subprocess.run([sys.executable, __file__, "--as-host", host, str(work / f"{host}.sqlite"),
-                        str(work / "shapes.json"), str(args.top_k)], check=True)
+        subprocess.run([sys.executable, "-m", __spec__.name, "--as-host", host, str(work / f"{host}.sqlite"),
+                        str(work / "shapes.json"), str(args.top_k)], check=True, cwd=Path(__file__).parents[1])
     per_host = [TuningDB(work / f"{h}.sqlite", read_only=True).measurements() for h in ("host-a", "host-b")]
     fleet = TuningDB(work / "fleet.sqlite", create=True)
     rows = []
@@ -107,8 +107,7 @@ def main(argv=None) -> int:
     text = study(args)
     print(text)
     if args.out:
-        sys.path.insert(0, str(Path(__file__).parent))
-        import docs_from_reports
+        from studies import docs_from_reports
         docs_from_reports.write_report(text, args.out, "fleet-hosts")
     return 0
 

@@ -1,7 +1,7 @@
 """predict_best latency against the plain way and NVIDIA's heuristics, whether
 the answers agree, and what the fast path costs in regret.
 
-    python scripts/bench_predict.py [--model FOLDER ...] [--shapes 1000] [--seed 3]
+    python -m benchmarks.predict [--model FOLDER ...] [--shapes 1000] [--seed 3]
                                     [--heldout-data DIR] [--out FILE]
 
 For each ``--model`` (an artifact folder, ``<store>/<device>/<family>/<dtype>``;
@@ -66,10 +66,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
-import docs_from_reports  # noqa: E402
+from studies import docs_from_reports  # noqa: E402
 
 BATCH = 30
 """Problems of one predict_many call (a graph's fused groups)."""

@@ -16,7 +16,7 @@ Everything is measured here (no recorded data): it goes under --work
 (default out/strategy-pocl/); the tables to --report (default
 reports/sampling_study_pocl.md). Keep the machine otherwise idle.
 
-    .venv/bin/python scripts/strategy_pocl_study.py         # about 30 min on 2 cores
+    .venv/bin/python -m studies.strategy_pocl         # about 30 min on 2 cores
 """
 from __future__ import annotations
 
@@ -31,10 +31,8 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / "reports"
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
-import docs_from_reports  # noqa: E402
+from studies import docs_from_reports  # noqa: E402
 
 from costlearn.collect.backends import get_backend  # noqa: E402
 from costlearn.collect.dataset import load  # noqa: E402
@@ -119,7 +117,7 @@ def main(argv=None) -> int:
     out.to_csv(args.work / "points.csv", index=False)
     tie = floors.tie
     lines = [f"## Active against random collection on {spec.name} (PoCL, measured here)", "",
-             f"Reproduce: `.venv/bin/python scripts/strategy_pocl_study.py`. Each run collects gemm float32 for "
+             f"Reproduce: `.venv/bin/python -m studies.strategy_pocl`. Each run collects gemm float32 for "
              f"{args.budget:.0f} s per strategy (the main job's budget; one candidate pool of {args.pool} configs), "
              f"trains, and both models are scored on the same {len(shapes)} fresh shapes ({len(FIXED_SHAPES['cpu'])} "
              f"fixed, {args.eval_random} random; no training shape of either), measured exhaustively over the pool: "

@@ -3,7 +3,7 @@ scikit-learn's HistGradientBoosting), training objective, feature ablation
 and learning curve, all judged by top-k regret on problem-grouped
 cross-validation and on the fresh (exhaustively measured) evaluation shapes.
 
-    python scripts/model_study.py [--data data/ocl-pthread-amd-epyc] [--out reports/model_study.md]
+    python -m studies.models [--data data/ocl-pthread-amd-epyc] [--out reports/model_study.md]
                                   [--sections models,objective,ablation,curve]
 
 Prints markdown tables and writes them to --out. Nothing is measured: it
@@ -20,10 +20,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import docs_from_reports  # noqa: E402
+from studies import docs_from_reports  # noqa: E402
 
 from costlearn.collect.dataset import current_rows, load, noise_floor, valid_rows  # noqa: E402
 from costlearn.core.device import DeviceSpec  # noqa: E402

@@ -3,7 +3,7 @@ one run: the same configs timed in separate sessions (new processes), before
 and after the protocol-3 controls, and filter-then-measure against an
 exhaustive sweep.
 
-    python scripts/bench_noise.py [--model models/<device>/gemm/float32] [--shapes 12]
+    python -m benchmarks.noise [--model models/<device>/gemm/float32] [--shapes 12]
                                   [--sweeps 3] [--no-before] [--out out/bench-noise] [--tables-only]
 
 Every measurement runs in a subprocess of this script (one session each, in
@@ -28,10 +28,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_REPORT = ROOT / "reports" / "bench_noise.md"
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
-import docs_from_reports  # noqa: E402
+from studies import docs_from_reports  # noqa: E402
 
 BEFORE_ENV = {"POCL_MAX_PTHREAD_COUNT": "2", "POCL_AFFINITY": "0"}
 """The protocol-2 PoCL settings: PoCL's default of one worker per core,
@@ -76,10 +74,10 @@ def _session(kind: str, setting: str, out: Path, model, shapes, seed: int) -> No
     if setting == "before":
         env.update(BEFORE_ENV)
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, __file__, "--worker", kind, "--setting", setting, "--model", str(model),
+    cmd = [sys.executable, "-m", __spec__.name, "--worker", kind, "--setting", setting, "--model", str(model),
            "--out", str(out), "--shapes-json", json.dumps(shapes), "--seed", str(seed)]
     t0 = time.perf_counter()
-    subprocess.run(cmd, env=env, check=True)
+    subprocess.run(cmd, env=env, check=True, cwd=ROOT)
     print(f"  {kind} ({setting}) -> {out}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
 
 
@@ -210,7 +208,7 @@ def main(argv=None) -> int:
             truth = allr.groupby(key)["time_us"].median().reset_index()
             sweep_s = _median(walls)
             across_after = float(d["rel_shape"].median())
-    report = ["# Measurement noise (`scripts/bench_noise.py`)"]
+    report = ["# Measurement noise (`benchmarks/noise.py`)"]
 
     def emit(text: str) -> None:
         print(text)

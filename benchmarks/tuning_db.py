@@ -1,7 +1,7 @@
 """The tuning database under a fleet's load, on a PostgreSQL server and on
 an SQLite file, in one run:
 
-    python scripts/bench_tuning_db.py [--url postgresql://...] [--clients 8] [--ops 10000]
+    python -m benchmarks.tuning_db [--url postgresql://...] [--clients 8] [--ops 10000]
                                       [--out reports/bench_tuning_db.md]
 
 Without ``--url`` a throwaway server is started (scripts/throwaway_postgres.py;
@@ -88,8 +88,9 @@ def run_store(name: str, target: str, clients: int, ops: int) -> dict:
         db.put(_entry(i))
     start_at = time.time() + 3.0 + 0.3 * clients
     with tempfile.TemporaryDirectory() as tmp:
-        procs = [subprocess.Popen([sys.executable, __file__, "--worker", target, str(ops), str(c), repr(start_at),
-                                   str(Path(tmp) / f"w{c}.json")]) for c in range(clients)]
+        procs = [subprocess.Popen([sys.executable, "-m", __spec__.name, "--worker", target, str(ops), str(c),
+                                   repr(start_at), str(Path(tmp) / f"w{c}.json")], cwd=Path(__file__).parents[1])
+                 for c in range(clients)]
         if any(p.wait() for p in procs):
             raise SystemExit(f"{name}: a client failed")
         results = [json.loads((Path(tmp) / f"w{c}.json").read_text()) for c in range(clients)]
@@ -159,8 +160,7 @@ def main(argv=None) -> int:
     server = None
     url = args.url
     if url is None:
-        sys.path.insert(0, str(Path(__file__).parent))
-        from throwaway_postgres import PostgresServer
+        from scripts.throwaway_postgres import PostgresServer
         server = PostgresServer.make()
         url = server.url(server.new_database())
     try:
@@ -186,8 +186,7 @@ def main(argv=None) -> int:
     text = "\n".join(lines)
     print(text)
     if args.out:
-        sys.path.insert(0, str(Path(__file__).parent))
-        import docs_from_reports
+        from studies import docs_from_reports
         docs_from_reports.write_report(text, args.out, "fleet-bench")
     return 0
 

@@ -29,8 +29,8 @@ timed on the problem (left out of the regrets, counted).
 The logs have no licence: rows and models stay under --work (default
 out/thin-data-study/). Writes --report (default reports/thin_data_study.md).
 
-    .venv/bin/python scripts/thin_data_study.py            # about 25 min on 2 cores
-    .venv/bin/python scripts/thin_data_study.py --splits h100_8020,a100_12pct
+    .venv/bin/python -m studies.thin_data            # about 25 min on 2 cores
+    .venv/bin/python -m studies.thin_data --splits h100_8020,a100_12pct
 """
 from __future__ import annotations
 
@@ -46,8 +46,6 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
 from costlearn.collect.dataset import current_rows, load, valid_rows  # noqa: E402
 from costlearn.interop import import_file  # noqa: E402
@@ -197,7 +195,7 @@ def main(argv=None) -> int:
         print(f"unknown splits {unknown}; there are {sorted(every)}", file=sys.stderr)
         return 2
     text = ["# Where the data is thin: predict_best against cuBLAS alone", "",
-            "Reproduce: `.venv/bin/python scripts/thin_data_study.py`. Regret: measured time of the answer / best "
+            "Reproduce: `.venv/bin/python -m studies.thin_data`. Regret: measured time of the answer / best "
             "measured of all (cuBLAS included) - 1, geometric mean over the held-out problems; far: answers beyond "
             "the vendor floor's reach of every training shape; sure: answers with `Prediction.sure`.", ""]
     for name in names:
@@ -208,7 +206,7 @@ def main(argv=None) -> int:
     args.report.write_text("\n".join(text))
     print("\n".join(text))
     if args.report.resolve() == (ROOT / "reports" / "thin_data_study.md").resolve():
-        import docs_from_reports
+        from studies import docs_from_reports
         docs_from_reports.update(["thin-data"])
     print(f"report: {args.report}", file=sys.stderr)
     return 0

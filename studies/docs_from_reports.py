@@ -5,8 +5,8 @@ copied or computed from ``reports/`` here, never typed by hand.
 
 Usage::
 
-    python scripts/docs_from_reports.py            # rewrite every block
-    python scripts/docs_from_reports.py --check    # exit 1 naming each stale block (the tests run this)
+    python -m studies.docs_from_reports            # rewrite every block
+    python -m studies.docs_from_reports --check    # exit 1 naming each stale block (the tests run this)
 
 The scripts that measure call :func:`update` after writing their report
 (``a100_study.py``, ``transfer_study.py``, ``bench_predict.py``, ``sampling_study.py``,
@@ -386,7 +386,7 @@ def main(argv=None) -> int:
     if args.check:
         bad = stale()
         for b in bad:
-            print(f"stale: {b} (run python scripts/docs_from_reports.py)")
+            print(f"stale: {b} (run python -m studies.docs_from_reports)")
         return 1 if bad else 0
     for path in update(args.blocks or None):
         print(f"wrote {path.relative_to(ROOT)}")

@@ -11,7 +11,7 @@
    candidate per-problem scores (the vendor model's deviation and its margin
    over the deviation, the neighbours' held-out regrets the first floor used,
    the problem's size)
-   on the split above and, where ``scripts/a100_study.py`` left them in its
+   on the split above and, where ``studies/a100.py`` left them in its
    work folder, on the A100's leave-one-log-out and random-only problems; and
    the regret on the problems each score flags (its top quarter) and does
    not.
@@ -19,7 +19,7 @@
 The logs have no licence: rows and models stay under --work (default
 out/decision-study/). Writes --report (default reports/decision_study.md).
 
-    .venv/bin/python scripts/decision_study.py      # about 3 min on 2 cores (after a100_study.py: its tables too)
+    .venv/bin/python -m studies.decision      # about 3 min on 2 cores (after a100_study.py: its tables too)
 """
 from __future__ import annotations
 
@@ -32,8 +32,6 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
 from costlearn.collect.dataset import current_rows, load, valid_rows  # noqa: E402
 from costlearn.interop import import_file  # noqa: E402
@@ -42,7 +40,7 @@ from costlearn.model import artifact  # noqa: E402
 from costlearn.serve.predictor import Predictor  # noqa: E402
 from costlearn.learn.study import decision_scores  # noqa: E402
 from costlearn.learn.train import train  # noqa: E402
-from thin_data_study import hashed, subset  # noqa: E402
+from studies.thin_data import hashed, subset  # noqa: E402
 
 DEFAULT_H100 = ROOT.parent / "shared" / "data" / "inductor-autoheuristic-h100-random" / "h100_mm.zip"
 LOSES = 0.05
@@ -128,7 +126,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--h100", type=Path, default=DEFAULT_H100, help="zip of the H100 random-shape Inductor log")
     ap.add_argument("--a100-work", type=Path, default=ROOT / "out" / "a100-study",
-                    help="scripts/a100_study.py's work folder (its lolo.csv and random_to_real.csv)")
+                    help="studies/a100.py's work folder (its lolo.csv and random_to_real.csv)")
     ap.add_argument("--work", type=Path, default=ROOT / "out" / "decision-study")
     ap.add_argument("--report", type=Path, default=ROOT / "reports" / "decision_study.md")
     args = ap.parse_args(argv)
@@ -146,7 +144,7 @@ def main(argv=None) -> int:
             if "estimate_log2" in got:
                 parts[name] = got[got["dtype"] == "float16"] if "dtype" in got else got
     text = ["# The vendor decision: in distribution, and what predicts its errors", "",
-            "Reproduce: `.venv/bin/python scripts/decision_study.py` (after `scripts/a100_study.py --no-cv` for the "
+            "Reproduce: `.venv/bin/python -m studies.decision` (after `studies/a100.py --no-cv` for the "
             "A100 rows). Regret: measured time of the answer / best measured of all (cuBLAS included) - 1, "
             "geometric mean over the held-out problems.", "",
             decision_table(per, "H100 random log: trained on 80 % of its problems, scored on the other 20 %",

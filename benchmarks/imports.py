@@ -7,7 +7,7 @@ nothing of it is kept) and imports it into an empty dataset folder in a
 fresh process per size, reporting wall seconds, rows per second and the
 process's peak resident memory (``ru_maxrss``). Prints a table.
 
-    python scripts/bench_import.py [--lines 200000 1000000 10000000] [--work DIR]
+    python -m benchmarks.imports [--lines 200000 1000000 10000000] [--work DIR]
 """
 from __future__ import annotations
 

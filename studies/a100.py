@@ -29,10 +29,10 @@ reports/a100_inductor_cv.md). ``--source`` and ``--device``
 run the same study on another GPU's logs of the same format (a zip of
 Inductor mm logs).
 
-    .venv/bin/python scripts/a100_study.py            # about 50 min on 2 cores
-    .venv/bin/python scripts/a100_study.py --no-cv    # the log tables only (about 25 min)
-    .venv/bin/python scripts/a100_study.py --cv-only  # the cross-validation only (about 20 min)
-    .venv/bin/python scripts/a100_study.py --quick    # 2 folds of CV over a quarter of the problems; no log study
+    .venv/bin/python -m studies.a100            # about 50 min on 2 cores
+    .venv/bin/python -m studies.a100 --no-cv    # the log tables only (about 25 min)
+    .venv/bin/python -m studies.a100 --cv-only  # the cross-validation only (about 20 min)
+    .venv/bin/python -m studies.a100 --quick    # 2 folds of CV over a quarter of the problems; no log study
 """
 from __future__ import annotations
 
@@ -46,10 +46,8 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
 
-import docs_from_reports  # noqa: E402
+from studies import docs_from_reports  # noqa: E402
 
 from costlearn.collect.dataset import load, valid_rows  # noqa: E402
 from costlearn.core.device import preset  # noqa: E402
@@ -220,7 +218,7 @@ def main(argv=None) -> int:
     other = "" if args.device == "a100" else f" --device {args.device} --source ZIP"
     text = [f"## Triton matmul on {preset(args.device).name} (PyTorch Inductor AutoHeuristic logs: "
             f"{', '.join(logs)})", "",
-            f"Reproduce: `.venv/bin/python scripts/a100_study.py{other}` "
+            f"Reproduce: `.venv/bin/python -m studies.a100{other}` "
             "(data not part of costlearn; `costlearn study --data DIR` runs the first table on any folder of "
             "imported logs). Regret: measured time of what `predict_best` answers (vendor floor, coverage and "
             "OOD fallback included) / best measured of all, the vendor library included, - 1; geometric mean "
