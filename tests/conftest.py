@@ -119,6 +119,20 @@ SLOW_WORDS = ("subprocess", "SIGKILL", "os.kill", "pg_server", "pg_url", "Popen"
 """What a test's source holding marks it slow: it starts processes (kill -9, another host) or a server."""
 
 
+def pytest_sessionstart(session):
+    """Stop at once where the C code was built from another source than the tree's (a .c file edited since
+    ``pip install -e .``): costlearn refuses such a build and falls back to numpy, so the C tests would skip
+    and the rest test the fallback instead."""
+    import warnings
+    from costlearn.ranker import native
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        native.library(), native.served_module()
+    for why in (native.library_unavailable(), native.served_unavailable()):
+        if "another source" in why:
+            pytest.exit(f"the built C code is older than its source: run pip install -e . ({why})", returncode=2)
+
+
 def pytest_collection_modifyitems(config, items):
     """Mark ``slow`` the tests that run a study or a benchmark, start a process or a server: ``pytest -m "not slow"``
     is a developer's quick loop, the whole suite (the README's command, CI) runs them all. Decided from each test's

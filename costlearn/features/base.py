@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import abc
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:                   # pandas is loaded where a function needs it: not to serve a prediction
+    import pandas as pd
 
 from costlearn.core.device import DeviceSpec
 from costlearn.core.dtypes import get_dtype
@@ -103,6 +107,7 @@ def rows_family(rows: pd.DataFrame):
     KeyError
         If there is no ``family`` column.
     """
+    import pandas as pd
     fams = pd.unique(rows["family"]) if len(rows) else np.array(["gemm"])
     if len(fams) != 1:
         raise ValueError(f"rows of several kernel families {sorted(map(str, fams))}; features are computed "
@@ -202,6 +207,7 @@ class FeatureSet(abc.ABC):
         ValueError
             If the rows mix families, or a dtype or config id is invalid.
         """
+        import pandas as pd
         fam = rows_family(rows)
         names = self.feature_names(fam)
         out = np.empty((len(rows), len(names)), np.float64)

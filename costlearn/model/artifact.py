@@ -40,8 +40,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:                   # pandas is loaded where a function needs it: not to serve a prediction
+    import pandas as pd
 
 from costlearn.core.device import DeviceSpec
 from costlearn.model.envelope import Coverage, Envelope
@@ -137,6 +141,7 @@ def old_layout_folders(models_dir=None) -> list[Path]:
 def candidate_table(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per config in ``rows``: ``config_id`` and the median compiled
     ``registers_per_thread`` (NaN where unknown), sorted by config_id."""
+    import pandas as pd
     regs = rows.groupby("config_id")["registers_per_thread"].median() \
         if "registers_per_thread" in rows else None
     ids = np.sort(rows["config_id"].astype(object).unique())
@@ -146,6 +151,7 @@ def candidate_table(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def _versions() -> dict:
+    import pandas as pd
     out = dict(python=platform.python_version(), numpy=np.__version__, pandas=pd.__version__, costlearn=__version__)
     for pkg in ("scikit-learn", "xgboost"):
         try:
@@ -411,6 +417,7 @@ class Artifact:
     def candidates(self) -> pd.DataFrame:
         """``config_id`` and ``registers_per_thread`` of each candidate, in
         the scorer's order."""
+        import pandas as pd
         if self._candidates is None:
             self._candidates = pd.DataFrame({"config_id": [c.config_id for c in self.configs],
                                              "registers_per_thread": self.registers_per_thread})
@@ -455,6 +462,7 @@ class Artifact:
         ValueError
             If a row's config is not a candidate of this model.
         """
+        import pandas as pd
         index = {c: i for i, c in enumerate(self.candidates["config_id"])}
         unknown = sorted(set(rows["config_id"]) - set(index))
         if unknown:

@@ -24,8 +24,12 @@ import dataclasses
 import inspect
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:                   # pandas is loaded where a function needs it: not to serve a prediction
+    import pandas as pd
 
 from costlearn.features import get_feature_set
 from costlearn.features.base import rows_family
@@ -55,6 +59,7 @@ def check_rows(rows, need_time: bool = False) -> pd.DataFrame:
         If a required column is missing, there are no rows, or (with
         ``need_time``) a time is not finite and positive.
     """
+    import pandas as pd
     if not isinstance(rows, pd.DataFrame):
         raise TypeError(f"rows must be a pandas DataFrame, got {type(rows).__name__}")
     need = list(REQUIRED_COLUMNS) + (["time_us"] if need_time else [])

@@ -28,8 +28,12 @@ visual performance model for multicore architectures", CACM 52(4), 2009.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:                   # pandas is loaded where a function needs it: not to serve a prediction
+    import pandas as pd
 
 from costlearn.features import get_feature_set
 from costlearn.features.device import DEVICE_FEATURES, device_features
@@ -127,6 +131,7 @@ class MultiDeviceXGBModel(XGBCostModel):
 
     def _training_matrix(self, rows: pd.DataFrame) -> np.ndarray:
         """Each row's features on the device that measured it."""
+        import pandas as pd
         slugs = rows["device_slug"].astype(str).to_numpy() if "device_slug" in rows else \
             np.full(len(rows), self.spec_.slug, object)
         specs = dict(self.device_specs or {})
@@ -154,6 +159,7 @@ class MultiDeviceXGBModel(XGBCostModel):
             than 2 problems, come from a device without a spec, or a setting
             is invalid.
         """
+        import pandas as pd
         import xgboost as xgb
         from sklearn.model_selection import GroupShuffleSplit
 

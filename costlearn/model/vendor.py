@@ -33,8 +33,12 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:                   # pandas is loaded where a function needs it: not to serve a prediction
+    import pandas as pd
 
 from costlearn.families import VENDOR_CONFIG_ID
 from costlearn.core.problem import EPILOGUE_FLOPS, LAYOUTS
@@ -155,6 +159,7 @@ def problem_table(rows: pd.DataFrame) -> pd.DataFrame:
         Sorted by the problem columns; empty (with those columns) when no
         problem has both.
     """
+    import pandas as pd
     cols = ["m", "n", "k", "layout", "epilogue"]
     if "epilogue" not in rows:
         rows = rows.assign(epilogue="none")

@@ -3,8 +3,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:                   # pandas is loaded where a function needs it: not to serve a prediction
+    import pandas as pd
 
 from costlearn.model.base import BoostedTreesModel, check_rows
 from costlearn.model.forest import FlatForest
@@ -77,6 +81,7 @@ Only ``log_time`` predicts microseconds; the other two predict a ranking score
 
 def _labels(rows: pd.DataFrame, groups: np.ndarray, objective: str) -> np.ndarray:
     """Training labels for ``objective`` (see :data:`OBJECTIVES`)."""
+    import pandas as pd
     y = np.log2(rows["time_us"].to_numpy(np.float64))
     if objective == "log_time":
         return y

@@ -34,8 +34,8 @@ from costlearn.model.vendor import FEATURES as VENDOR_FEATURES, POW2_CAP, Vendor
 from costlearn.ranker._build import EXTENSIONS, HEADER, source_sha256
 from costlearn.ranker.base import Ranker, RankResult
 
-__all__ = ["library", "served_module", "served_unavailable", "NativeRanker", "RankContext", "c_header", "check_layout",
-           "write_header"]
+__all__ = ["library", "served_module", "served_unavailable", "library_unavailable", "NativeRanker", "RankContext",
+           "c_header", "check_layout", "write_header"]
 
 _HERE = Path(__file__).resolve().parent
 
@@ -379,6 +379,7 @@ def walked_nodes(lib, forest, n_features: int) -> np.ndarray:
 
 _LIB = None
 _LIB_TRIED = False
+_LIB_WHY = ""
 _LIB_LOCK = threading.Lock()
 
 
@@ -387,12 +388,13 @@ def library():
     extension the install built), or None (with one warning) where the
     install built none or it cannot be loaded. Set ``COSTLEARN_NO_C=1`` to
     skip it (tests of the fallback use this)."""
-    global _LIB, _LIB_TRIED
+    global _LIB, _LIB_TRIED, _LIB_WHY
     with _LIB_LOCK:
         if _LIB_TRIED:
             return _LIB
         _LIB_TRIED = True
         if os.environ.get("COSTLEARN_NO_C"):
+            _LIB_WHY = "COSTLEARN_NO_C is set"
             return None
         path = _built("_native")
         try:
@@ -400,6 +402,7 @@ def library():
                 raise OSError("the install built no C ranker (no C compiler worked at pip install)")
             _LIB = _open(path)
         except (OSError, AttributeError) as e:
+            _LIB_WHY = str(e)
             warnings.warn(f"costlearn: its C ranker is unavailable ({e}); ranking falls back to numpy (the same "
                           "answers, about 20x slower)", RuntimeWarning, stacklevel=3)
         return _LIB
@@ -439,6 +442,12 @@ def served_unavailable() -> str:
     """Why :func:`served_module` returned None ("" where it did not, or
     was not asked yet)."""
     return _SERVED_WHY
+
+
+def library_unavailable() -> str:
+    """Why :func:`library` returned None ("" where it did not, or was not
+    asked yet)."""
+    return _LIB_WHY
 
 
 class NativeRanker(Ranker):

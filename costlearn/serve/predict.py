@@ -4,8 +4,8 @@ functions behind ``costlearn.predict_best`` (design.md, "Predictor").
 It sits above both the :class:`~costlearn.serve.predictor.Predictor`
 (ranking, the OOD verdict, the vendor policy) and filter-then-measure
 (:mod:`costlearn.serve.tuning`, which loads the collection loop and the
-backends): a compiler that only asks imports :mod:`costlearn.serve.predictor`
-(``load_predictor``) and pays for neither. The names of the predictor and the
+backends, imported only where a call measures or reads a tuning database):
+a compiler that only asks loads neither, nor pandas. The names of the predictor and the
 model store are re-exported here for existing callers.
 """
 from __future__ import annotations
@@ -23,7 +23,6 @@ from costlearn.model.store import default_store, resolve_model, store_key
 from costlearn.ranker.native import served_module
 from costlearn.serve.prediction import Prediction
 from costlearn.serve.predictor import PREDICTORS, Predictor, clear_cache, load_predictor
-from costlearn.serve.tuning import tune
 
 __all__ = ["Prediction", "Predictor", "predict_best", "predict_many", "clear_cache", "default_store",
            "resolve_model", "load_predictor"]
@@ -207,6 +206,7 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
     if pred is None:
         pred = load_predictor(device, family, dtype, models_dir)
     if measure_top_k or tuning_db is not None:
+        from costlearn.serve.tuning import tune     # the collection loop and backends: loaded to measure only
         return tune(pred, problem, top_k=top_k, measure_top_k=measure_top_k, running_on=running_on,
                     backend=backend, tuning_db=tuning_db)
     return pred.predict(problem, top_k, running_on)
