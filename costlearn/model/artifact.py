@@ -28,10 +28,8 @@ from __future__ import annotations
 
 import collections
 import hashlib
-import importlib.metadata as md
 import json
 import os
-import platform
 import shutil
 import threading
 import uuid
@@ -151,6 +149,8 @@ def candidate_table(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def _versions() -> dict:
+    import importlib.metadata as md      # (here: slow to import, and only a save needs it)
+    import platform
     import pandas as pd
     out = dict(python=platform.python_version(), numpy=np.__version__, pandas=pd.__version__, costlearn=__version__)
     for pkg in ("scikit-learn", "xgboost"):
