@@ -5,14 +5,14 @@
  * the same answers (tests/serve/test_predict.py, tests/ranker/test_shortlist.py).
  *
  *   Served(*, ranker, ...)
- *       one Predictor's unseen problems (Predictor._served_path): ranked with
+ *       one model's unseen problems under one floor (Answers.served): ranked with
  *       the C ranker's costlearn_rank_query in this thread's context (the GIL
  *       released), and where the floor's decision is plain (nothing for the
  *       vendor policy to do) answered here: the Prediction and the words of
  *       its reasons (Envelope.reasons, OODVerdict.level_symptom), as
- *       Predictor._answer makes them; any other decision goes to Python
- *       (Predictor._finish) with the ranking's RankResult. Answers are kept in
- *       the predictor's cache.
+ *       Answers.answer makes them; any other decision goes to Python
+ *       (Answers.finish) with the ranking's RankResult. Answers are kept in
+ *       Answers.results.
  *
  *   entry(function, predictors_get, store_key, doc, watch, watch_every_s)
  *       a builtin with `function`'s signature (predict_best's, checked) that
@@ -240,7 +240,7 @@ static PyObject *text_2f(double x)
     return out;
 }
 
-/* Predictor._words of the decided ranking in ctx, in C, for a decision not flagged unsure: Envelope.reasons
+/* Answers._words of the decided ranking in ctx, in C, for a decision not flagged unsure: Envelope.reasons
  * (outside) and OODVerdict.level_symptom (the level); the same words (tests hold them equal). A tuple. */
 static PyObject *served_words(Served *self, costlearn_ctx *ctx, int32_t bits)
 {
@@ -339,7 +339,7 @@ fail:
     return NULL;
 }
 
-/* The Prediction of a plain decision (Predictor._answer's first return, Predictor._made), reasons stolen; NULL
+/* The Prediction of a plain decision (Answers.answer's first return, Answers._made), reasons stolen; NULL
  * without an error set where a time is not finite (the Python path then answers). */
 static PyObject *plain_prediction(Served *self, costlearn_ctx *ctx, int32_t got, PyObject *m, PyObject *n,
                                   PyObject *k, PyObject *layout, PyObject *epilogue, long long top_k,
@@ -677,7 +677,7 @@ static PyTypeObject ServedType = {
 };
 
 /* A plain call of a loaded predictor with its served path: predict_best's own way (the predictor's answer cache,
- * else Predictor.fresh), in C. Py_None (a new reference) where the function must answer. */
+ * else Answers.fresh), in C. Py_None (a new reference) where the function must answer. */
 static PyObject *plain_call(entry_state *st, PyObject *const *v, PyObject *store)
 {
     PyObject *model = PyTuple_Pack(3, v[P_DEVICE], v[P_FAMILY], v[P_DTYPE]);

@@ -14,9 +14,6 @@ neither the collection loop nor a backend.
 """
 from __future__ import annotations
 
-import functools
-import math
-
 import numpy as np
 
 from costlearn.core.device import DeviceSpec
@@ -27,28 +24,18 @@ from costlearn.features import CandidateFeatures, ConfigTable, get_feature_set
 from costlearn.model import artifact as _artifact
 from costlearn.model.store import LoadedModels, ModelKey
 from costlearn.ranker import make_ranker
-from costlearn.ranker.base import DECISION_OUTSIDE, DECISION_PLAIN, DECISION_TIME, DECISION_UNSURE, RankResult
-from costlearn.ranker.native import NativeRanker, served_module
-from costlearn.model.vendor import VendorEstimate
 from costlearn.collect.space import tile_fits_problem
+from costlearn.serve.answer import Answers
 from costlearn.serve.ood import OODVerdict
 from costlearn.serve.prediction import Prediction
 from costlearn.serve.vendor_policy import VendorPolicy
 
 __all__ = ["Predictor", "PREDICTORS", "load_predictor", "clear_cache"]
 
-_tuple_new = tuple.__new__
-"""``_tuple_new(Prediction, fields)``: a Prediction from all its fields in
-order, without a Python frame (Prediction's own ``__new__`` takes keywords
-and costs a microsecond more a call)."""
-
-_WORDED = DECISION_OUTSIDE | DECISION_UNSURE
-"""The bits of a ranker's decision whose reasons
-:meth:`~costlearn.serve.ood.OODVerdict.decided_reasons` puts in words."""
-
-
 class Predictor:
-    """Ranks the candidate configs of one model artifact.
+    """Ranks the candidate configs of one model artifact: it loads the
+    model, checks the arguments, and leaves what a ranking means to its
+    :attr:`answers`.
 
     A cold call (a problem not seen) is one ranker call (``costlearn_rank``
     in C: the candidate rule, the features, the cascaded trees or the
@@ -93,20 +80,24 @@ class Predictor:
         Why a problem's answer is a guess (rebuilt with :attr:`floor`).
     vendor_policy : costlearn.serve.vendor_policy.VendorPolicy
         The best tile config or the vendor (rebuilt with :attr:`floor`).
+    answers : costlearn.serve.answer.Answers
+        What a ranking means under :attr:`floor` (the deciding piece), and
+        the one cache of the answers given (rebuilt with :attr:`floor`).
     cached : callable
         ``cached((M, N, K, layout, top_k, epilogue))``: the Prediction given
         earlier for that key, or None (what :meth:`predict_shape` and
-        :meth:`predict` answer a repeated problem with). The answer cache's
-        own ``dict.get`` (no Python frame), rebound with a new cache by each
-        :attr:`floor`.
+        :meth:`predict` answer a repeated problem with): :attr:`answers`'
+        ``cached``.
+    fresh : callable
+        ``fresh(m, n, k, layout, epilogue, top_k)``: the Prediction of a
+        problem not cached, of arguments checked as :meth:`predict_shape`
+        checks them, then cached: :attr:`answers`' ``fresh``.
 
     Raises
     ------
     costlearn.model.artifact.ArtifactError
         If the artifact is missing or does not match this code.
     """
-
-    RESULT_CACHE_SIZE = 1 << 16
 
     def __init__(self, folder, *, ranker: str | None = None, cascade: bool = True, shortlist: bool = True):
         art = _artifact.load(folder)
@@ -122,7 +113,6 @@ class Predictor:
         vid = art.family.vendor_config_id
         ids = [c.config_id for c in self.configs]
         self.vendor_index = ids.index(vid) if vid is not None and vid in ids else None
-        self._ranked_more = int(self.vendor_index is not None)     # ranked beyond the top k: the vendor's place
         self._ranker_args = (ranker, shortlist)
         self.floor = art.floor                      # makes the ranker (see the setter)
         self.identity_reasons = self.ood.identity_reasons
@@ -146,40 +136,23 @@ class Predictor:
                                            vendor=self.vendor_index, evidence=floor,
                                            shortlist=art.shortlist if shortlist else None,
                                            vendor_model=art.vendor_model, time_limits=ood.time_limits)
-        self._says_nothing = not ood.identity_reasons     # a plain decision then makes a Prediction of no reason
-        self._margin_log2 = floor.margin_log2
         self.vendor_policy = VendorPolicy(art, ranker, self.vendor_index, floor)
-        # a new dict, not clear(): a copy of this Predictor given another floor must not empty (or fill) the
-        # cache of the one it was copied from
-        self._results: dict = {}
-        self.cached = self._results.get
-        self._served = self._served_path()
+        # new Answers, not a cleared cache: a copy of this Predictor given another floor must not empty (or fill)
+        # the cache of the one it was copied from, nor an answer made under the old floor land in the new cache
+        self.use_answers(Answers(self, ranker, ood, self.vendor_policy, floor.margin_log2))
 
-    def _served_path(self):
-        """This predictor's served path in C (``Served`` of
-        :func:`costlearn.ranker.native.served_module`: an unseen problem
-        ranked and, where the decision is plain, answered without Python,
-        the reasons' words included; :meth:`_finish` answers the others),
-        or None where the extension or the native ranker is unavailable
-        (:meth:`fresh` then ranks and answers in Python: the same answers)."""
-        module, ranker = served_module(), self.ranker
-        if module is None or not isinstance(ranker, NativeRanker):
-            return None
-        return module.Served(
-            ranker=ranker, mode=ranker.served_mode(self.cascade), top_more=self._ranked_more,
-            estimate=ranker.served_estimate, vendor=self.vendor_index is not None, says_nothing=self._says_nothing,
-            max_extent=MAX_EXTENT, cache_size=self.RESULT_CACHE_SIZE, configs=self.configs, dtype=self.dtype,
-            family=self.family, device=self.device, layouts=tuple(self.layouts), epilogues=tuple(self.epilogues),
-            margin=self._margin_log2, nan=math.nan, results=self._results,
-            finish=functools.partial(self._finish, results=self._results),
-            prediction_type=Prediction, rankresult_type=RankResult, estimate_type=VendorEstimate,
-            envelope_parts=self.envelope.reason_parts, level_parts=self.ood.level_parts)
+    def use_answers(self, answers: Answers) -> None:
+        """Answer with ``answers`` from now on (what a new :attr:`floor`
+        does; a test's Python twin of the served path gives its own)."""
+        self.answers = answers
+        self.cached, self.fresh = answers.cached, answers.fresh
 
     @property
     def served_in_c(self) -> bool:
         """Whether an unseen problem is ranked and (where its decision is
-        plain) answered by the served path in C (:meth:`_served_path`)."""
-        return self._served is not None
+        plain) answered by the served path in C
+        (:attr:`costlearn.serve.answer.Answers.served`)."""
+        return self.answers.served is not None
 
     def vendor_estimate(self, problem: Problem):
         """The vendor model's estimate for ``problem``
@@ -192,7 +165,7 @@ class Predictor:
     def clear_results(self) -> None:
         """Forget the answers cached for repeated problems (the next call of
         each problem ranks afresh; benchmarks of cold calls use this)."""
-        self._results.clear()
+        self.answers.results.clear()
 
     # -- public ranking ----------------------------------------------------
 
@@ -400,7 +373,7 @@ class Predictor:
         key = None
         if type(problem) is Problem and type(top_k) is int and running_on is None:
             key = (problem.m, problem.n, problem.k, problem.layout, top_k, problem.epilogue)
-            hit = self._results.get(key)
+            hit = self.cached(key)
             if hit is not None and hit.dtype == problem.dtype:
                 return hit
         if key is None:                         # (with a key: a Problem and an int top_k, checked above)
@@ -414,8 +387,9 @@ class Predictor:
         m, n, k, layout, epilogue = problem.m, problem.n, problem.k, problem.layout, problem.epilogue
         if key is not None:
             return self.fresh(m, n, k, layout, epilogue, top_k, problem)
-        res = self.ranker.rank_served(m, n, k, layout, epilogue, top_k + self._ranked_more, self.cascade)
-        return self._answer(m, n, k, layout, epilogue, top_k, res, running_on, problem)
+        answers = self.answers                  # one floor's parts for the whole answer
+        res = answers.ranker.rank_served(m, n, k, layout, epilogue, top_k + answers.ranked_more, self.cascade)
+        return answers.answer(m, n, k, layout, epilogue, top_k, res, running_on, problem)
 
     def predict_shape(self, m: int, n: int, k: int, layout: str, epilogue: str = "none",
                       top_k: int = 5) -> Prediction:
@@ -448,114 +422,9 @@ class Predictor:
                 and 0 < m <= MAX_EXTENT and 0 < n <= MAX_EXTENT and 0 < k <= MAX_EXTENT and top_k >= 1 \
                 and type(layout) is str and type(epilogue) is str and layout in self.layouts \
                 and epilogue in self.epilogues:
-            return self._results.get((m, n, k, layout, top_k, epilogue)) \
+            return self.cached((m, n, k, layout, top_k, epilogue)) \
                 or self.fresh(m, n, k, layout, epilogue, top_k)
         return self.predict(Problem(m, n, k, self.dtype, layout, epilogue), top_k)
-
-    def fresh(self, m: int, n: int, k: int, layout: str, epilogue: str, top_k: int,
-              problem: Problem | None = None) -> Prediction:
-        """The Prediction of a problem not cached, from fields the caller
-        checked as :meth:`predict_shape` does (ints in range, a layout and
-        epilogue of this model, ``top_k`` >= 1; and its Problem where the
-        caller has one), then cached: by the served path in C where there is
-        one (:meth:`_served_path`)."""
-        served = self._served
-        if served is not None:
-            return served.predict(m, n, k, layout, epilogue, top_k)
-        results = self._results                 # before the ranker: see _finish
-        res = self.ranker.rank_served(m, n, k, layout, epilogue, top_k + self._ranked_more, self.cascade)
-        return self._finish(m, n, k, layout, epilogue, top_k, res, problem, results=results)
-
-    def _finish(self, m: int, n: int, k: int, layout: str, epilogue: str, top_k: int, res,
-                problem: Problem | None = None, *, results: dict) -> Prediction:
-        """:meth:`_answer` of the problem's ranking ``res`` (no
-        ``running_on``), cached in ``results``: the dict of the floor it was
-        ranked under, read before its ranker (the floor setter replaces the
-        ranker, then the dict), so that an answer a new floor's setting
-        overtook (ranked under one floor, worded under the other) is kept
-        only by the dict the setter dropped."""
-        pred = self._answer(m, n, k, layout, epilogue, top_k, res, None, problem)
-        if len(results) >= self.RESULT_CACHE_SIZE:
-            results.clear()
-        results[(m, n, k, layout, top_k, epilogue)] = pred
-        return pred
-
-    def _words(self, m: int, n: int, k: int, nearest: int, distance: float, model_near: float, bits: int,
-               level: int) -> tuple:
-        """The reasons of a problem the ranker decided (``bits``: its
-        decision's), in words: outside the envelope (``nearest``,
-        ``distance``: the nearest training shape's index and distance),
-        unsure by the held-out evidence (``model_near``), and the candidate
-        rule's ``level``."""
-        ood = self.ood
-        reasons = ood.decided_reasons(m, n, k, (nearest, distance), model_near, bits & DECISION_OUTSIDE,
-                                      bits & DECISION_UNSURE) if bits & _WORDED else []
-        if level:
-            reasons.append(ood.level_symptom(m, n, k, level))
-        return tuple(reasons)
-
-    def _answer(self, m: int, n: int, k: int, layout: str, epilogue: str, top_k: int, res, running_on,
-                problem: Problem | None) -> Prediction:
-        """The Prediction of the problem (m, n, k, layout, epilogue) from its
-        ranking ``res`` (a :class:`~costlearn.ranker.RankResult` of the
-        candidate rule, with the vendor model's estimate, and the floor's
-        decision where the ranker made it): the reasons (:attr:`ood`), the
-        vendor floor (:attr:`vendor_policy`), the top k. ``problem``: its
-        Problem, or None (built here where the policy or a reason needs one)."""
-        order, scores, decision = res.order, res.scores, res.decision
-        ood = self.ood
-        if decision is None:                    # the ranker left the decision to us
-            if problem is None:
-                problem = Problem(m, n, k, self.dtype, layout, epilogue)
-            reasons, fallback, vendor_near = ood.problem_reasons(problem, (res.nearest, res.nearest_distance),
-                                                                 (res.vendor_near, res.model_near))
-            time_may = True
-            # symptoms: flagged; they send the problem to the vendor only through the calibration (on the A100's
-            # logs the model's own pick lost 7.8 % where they fired, cuBLAS 25 %)
-            if res.level:
-                reasons.append(ood.level_symptom(m, n, k, res.level))
-        else:                                   # the ranker decided in its call: only the words are made here
-            bits = decision[0]
-            reasons = list(self._words(m, n, k, res.nearest, res.nearest_distance, res.model_near, bits, res.level))
-            time_may = bits & DECISION_TIME
-        if decision is not None and bits & ~_WORDED == DECISION_PLAIN and running_on is None and self._says_nothing:
-            # the ranking's best tile is the answer and nothing else is flagged: no policy, no other reason
-            if self.vendor_index is None:
-                return self._made(m, n, k, layout, epilogue, top_k, order, scores, tuple(reasons), "predicted",
-                                  math.nan, None)
-            return self._made(m, n, k, layout, epilogue, top_k, order, scores, tuple(reasons), "predicted",
-                              2.0 ** (scores[0] - decision[1]), res.estimate)
-        if problem is None:
-            problem = Problem(m, n, k, self.dtype, layout, epilogue)
-        if time_may:
-            reasons += ood.time_reasons(problem, 2.0 ** scores[0])
-        nearest = (res.nearest, res.nearest_distance)
-        choice = self.vendor_policy.decide(problem, order, scores, fallback, vendor_near, res.estimate, nearest) \
-            if decision is None else self.vendor_policy.decided(problem, order, scores, decision, res.estimate, nearest)
-        if choice.doubt:
-            reasons.append(choice.doubt)
-        if running_on is not None or not self._says_nothing:
-            reasons += ood.served_reasons(running_on)
-        return self._made(m, n, k, layout, epilogue, top_k, choice.order, choice.scores, tuple(reasons),
-                          choice.chosen_by, choice.ratio, choice.estimate)
-
-    def _made(self, m: int, n: int, k: int, layout: str, epilogue: str, top_k: int, order: list, scores: list,
-              reasons: tuple, chosen_by: str, ratio: float, est) -> Prediction:
-        """The Prediction of the problem (m, n, k, layout, epilogue): the
-        answer ``order``/``scores`` (candidates and log2 times, the answer
-        first), its ``reasons``, how it was chosen, the tile/vendor ``ratio``
-        and the vendor model's estimate ``est`` (None: none)."""
-        configs = self.configs
-        top = tuple([(configs[i], 2.0 ** s_) for i, s_ in zip(order[:top_k], scores[:top_k])])
-        best = top[0]
-        if est is None:
-            band = ()
-        else:
-            mean, sd = est
-            band = (2.0 ** mean, 2.0 ** (mean - 2 * sd), 2.0 ** (mean + 2 * sd))
-        return _tuple_new(Prediction, (
-            best[0], best[1], top, bool(reasons), reasons, m, n, k, self.dtype, layout, self.family, self.device,
-            chosen_by, ratio, self._margin_log2, (), False, (), "", epilogue, band, ""))
 
     def predict_many(self, problems, top_k: int = 5, running_on: DeviceSpec | None = None) -> list:
         """:meth:`predict` of each of ``problems`` (a sequence of Problem of
@@ -576,7 +445,7 @@ class Predictor:
             if type(q) is not Problem:
                 raise TypeError(f"problems[{i}]={q!r}; must be a costlearn.Problem (Predictor.problem(M, N, K))")
             self.check_served(q, f"problems[{i}]")
-        return self._many([(q.m, q.n, q.k, q.layout, q.epilogue) for q in problems], top_k, running_on, problems)
+        return self.answers.many([(q.m, q.n, q.k, q.layout, q.epilogue) for q in problems], top_k, running_on, problems)
 
     def predict_shapes(self, shapes, top_k: int = 5) -> list:
         """:meth:`predict_many` of ``shapes``, each an ``(m, n, k, layout,
@@ -609,7 +478,7 @@ class Predictor:
                 and 0 < s[0] <= MAX_EXTENT and 0 < s[1] <= MAX_EXTENT and 0 < s[2] <= MAX_EXTENT
                 and type(s[3]) is str and type(s[4]) is str and s[3] in layouts and s[4] in epilogues
                 for s in shapes):
-            return self._many(shapes, top_k, None, None)
+            return self.answers.many(shapes, top_k, None, None)
         problems = []
         for i, s in enumerate(shapes):
             if not isinstance(s, (tuple, list)) or len(s) != 5:
@@ -621,45 +490,13 @@ class Predictor:
             self.check_served(problems[-1], f"shapes[{i}]")
         return self.predict_many(problems, top_k)
 
-    def _many(self, shapes: list, top_k: int, running_on, problems) -> list:
-        """The Predictions of ``shapes`` (checked (m, n, k, layout, epilogue)
-        tuples; their Problems, or None), cached where ``running_on`` is
-        None; those not cached ranked in one call per layout, or each by the
-        served path in C (:meth:`_served_path`: the same answers)."""
-        if running_on is None and self._served is not None:
-            return self._served.predict_many(shapes, top_k)
-        out: list = [None] * len(shapes)
-        todo: dict = {}                                 # problem key -> positions; a repeat is ranked once
-        results = self._results if running_on is None else {}
-        for i, (m, n, k, layout, epilogue) in enumerate(shapes):
-            key = (m, n, k, layout, top_k, epilogue)
-            hit = results.get(key)
-            if hit is not None:
-                out[i] = hit
-            else:
-                todo.setdefault(key, []).append(i)
-        if todo:
-            first = [at[0] for at in todo.values()]
-            ranked = self.ranker.rank_many_served([shapes[i] for i in first], top_k + self._ranked_more, self.cascade)
-            for (key, at), i, res in zip(todo.items(), first, ranked):
-                m, n, k, layout, epilogue = shapes[i]
-                pred = self._answer(m, n, k, layout, epilogue, top_k, res, running_on,
-                                    None if problems is None else problems[i])
-                for j in at:
-                    out[j] = pred
-                if running_on is None:
-                    if len(results) >= self.RESULT_CACHE_SIZE:
-                        results.clear()
-                    results[key] = pred
-        return out
-
     def predict_best(self, m, n, k, *, layout: str | None = None, top_k: int = 5,
                      running_on: DeviceSpec | None = None, epilogue: str = "none") -> Prediction:
         """:meth:`predict` of :meth:`problem` (M, N, K); a repeated problem
         is answered from a cache."""
         if type(m) is int and type(n) is int and type(k) is int and type(top_k) is int and running_on is None \
                 and type(epilogue) is str and (layout is None or type(layout) is str):
-            hit = self._results.get((m, n, k, layout or self.layouts[0], top_k, epilogue))
+            hit = self.cached((m, n, k, layout or self.layouts[0], top_k, epilogue))
             if hit is not None:
                 return hit
         return self.predict(self.problem(m, n, k, layout, epilogue), top_k, running_on)

@@ -295,7 +295,7 @@ def test_an_uninitialised_or_unchecked_served_call_raises_not_crashes(model_dir)
         pytest.skip(f"the served path's extension is unavailable here: {native.served_unavailable()}")
     with pytest.raises(RuntimeError, match="not initialised"):
         module.Served.__new__(module.Served).predict(64, 64, 64, "NN", "none", 5)
-    served = Predictor(model_dir)._served
+    served = Predictor(model_dir).answers.served
     for args in [(2**63, 1, 1, "NN", "none", 5), (1, 1, 1, "NN", "none", -3), (1, 1, 1, "XX", "none", 5),
                  (1, 1.0, 1, "NN", "none", 5), (0, 1, 1, "NN", "none", 5), (1, 1, 1, "NN", "relu", 5)]:
         with pytest.raises(ValueError, match="not a checked problem"):

@@ -23,6 +23,7 @@ from costlearn.serve.predictor import Predictor, clear_cache
 from costlearn.core.problem import Problem
 from costlearn.ranker import RANKERS
 from costlearn.ranker.native import served_unavailable
+from costlearn.serve.answer import Answers
 from costlearn.model.shortlist import Shortlist, ShortlistError, grid_shapes
 from costlearn.ranker.shortlist_build import build_lists_numpy, build_shortlist
 
@@ -351,10 +352,11 @@ def test_the_served_path_in_c_answers_as_python_does(pred, problems):
     on a model with a vendor, a vendor model, a table and an unsure floor."""
     pred = copy.copy(pred)
     pred.floor = _evidence_floor(pred.layouts, 0.1)        # a new ranker, answers and served path, this copy's
-    if pred._served is None:
+    if not pred.served_in_c:
         pytest.skip(f"the served path's extension is unavailable here: {served_unavailable()}")
     python = copy.copy(pred)
-    python._results, python._served = {}, None
+    python.use_answers(Answers(python, pred.ranker, pred.ood, pred.vendor_policy, pred.floor.margin_log2,
+                               in_c=False))
     routes = set()
     for q in problems:
         res = pred.ranker.rank_served(q.m, q.n, q.k, q.layout, q.epilogue, 6, pred.cascade)
@@ -368,7 +370,7 @@ def test_the_served_path_in_c_answers_as_python_does(pred, problems):
     shapes = [(q.m, q.n, q.k, q.layout, q.epilogue) for q in problems]
     shapes += shapes[:7]                                                                    # repeats in a batch
     pred.clear_results()
-    python._results = {}
+    python.clear_results()
     assert pred.predict_shapes(shapes, 4) == python.predict_shapes(shapes, 4)            # predict_many's way
     flags = [r[0] for r in routes if r]
     assert 0 in flags and any(f & 2 for f in flags) and any(f & 4 for f in flags), routes  # plain, outside, unsure

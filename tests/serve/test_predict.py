@@ -485,15 +485,20 @@ def test_an_argument_that_only_equals_a_cached_one_is_refused_as_when_nothing_is
 
 
 def _not_plain_problem(served):
-    """A problem whose ranker's decision is not plain: the served path in C hands it to Predictor._finish."""
+    """A problem whose ranker's decision is not plain: the served path in C hands it to Answers.finish."""
     from costlearn.ranker.base import DECISION_PLAIN
     rng = np.random.default_rng(7)
     for _ in range(5000):
         m, n, k = (int(v) for v in np.exp(rng.uniform(0, np.log(16384), 3)).astype(int).clip(1))
-        res = served.ranker.rank_served(m, n, k, "NN", "none", 5 + served._ranked_more, served.cascade)
+        res = served.ranker.rank_served(m, n, k, "NN", "none", 5 + served.answers.ranked_more, served.cascade)
         if res.decision is None or res.decision[0] & ~6 != DECISION_PLAIN:
             return m, n, k
     pytest.skip("no problem of a decision that is not plain found")
+
+
+def _answers_of(served, cls, path):
+    """``cls`` (an Answers subclass) for ``served`` under its floor, answering in C or in Python (``path``)."""
+    return cls(served, served.ranker, served.ood, served.vendor_policy, served.floor.margin_log2, in_c=path == "c")
 
 
 @pytest.mark.parametrize("path", ["python", "c"])
@@ -502,40 +507,26 @@ def test_an_answer_computed_across_a_forget_is_not_kept(dev, forget, path):
     """Regression (an attack on the served path): an unseen problem's answer was stored after another thread had
     forgotten the answers meanwhile (a new floor, clear_cache), so an answer of the old floor, or of a model since
     forgotten, outlived the forget. The forget lands between the ranking and the store, both ways of answering:
-    Python's (Predictor.fresh) and the served path in C (whose Python step, Predictor._finish, stores here)."""
+    Python's (Answers.fresh) and the served path in C (whose Python step, Answers.finish, stores here)."""
+    from costlearn.serve.answer import Answers
     from costlearn.serve.predictor import load_predictor
     served = load_predictor(dev, "gemm", "float32")
-    if path == "c" and served._served is None:
+    if path == "c" and not served.served_in_c:
         pytest.skip(f"the served path's extension is unavailable here: {served_unavailable()}")
-    served.clear_results()                                       # (an earlier case's answers)
+    shape = (31, 37, 41) if path == "python" else _not_plain_problem(served)
 
-    def do_forget():
-        if forget == "floor":
-            served.floor = served.floor                          # a new floor (the same values): forgets
-        else:
-            costlearn.serve.predictor.clear_cache()
-    if path == "python":
-        shape, owner, name = (31, 37, 41), served.ranker, "rank_served"
-        served._served = None
-    else:
-        shape, owner, name = _not_plain_problem(served), served, "_finish"
-    real = getattr(owner, name)
-
-    def racing(*args, **kw):
-        if path == "python":
-            got = real(*args, **kw)                              # ranked, then forgotten, then stored
-            do_forget()
-            return got
-        do_forget()                                              # ranked in C, forgotten, then worded and stored
-        return real(*args, **kw)
-    setattr(owner, name, racing)
-    if path == "c":
-        served._served = served._served_path()                   # with the racing _finish
+    class Racing(Answers):
+        def finish(self, *args, **kw):                          # ranked, then forgotten, then worded and stored
+            if forget == "floor":
+                served.floor = served.floor                     # a new floor (the same values): new answers
+            else:
+                costlearn.serve.predictor.clear_cache()
+            return super().finish(*args, **kw)
+    served.use_answers(_answers_of(served, Racing, path))
     try:
         predict_best(*shape, device=dev)
     finally:
-        delattr(owner, name)
-        served._served = served._served_path()
+        served.floor = served.floor                             # its own answers again
     now = load_predictor(dev, "gemm", "float32")
     assert now.cached(shape + ("NN", 5, "none")) is None
     assert predict_best(*shape, device=dev) == served.predict_shape(*shape, "NN")
@@ -543,30 +534,29 @@ def test_an_answer_computed_across_a_forget_is_not_kept(dev, forget, path):
 
 @pytest.mark.parametrize("path", ["python", "c"])
 def test_an_answer_a_new_floor_overtook_is_not_kept_in_the_new_floors_results(dev, path):
-    """Regression: a floor set while another thread answered a problem (ranked
-    under the old floor, worded and decided under the new) left that answer in the new floor's results, to be
-    served from then on. It is kept only in the results of the floor it was ranked under. Both ways of answering:
-    Python's and the served path in C (whose Python step, _finish, words such a problem)."""
+    """Regression: a floor set while another thread answered a problem (ranked under the old floor, worded and
+    decided under the new) left that answer in the new floor's results, to be served from then on. Now an answer
+    is made by one floor's Answers from start to end and kept only by them. Both ways of answering: Python's and
+    the served path in C (whose Python step, Answers.finish, words such a problem)."""
+    from costlearn.serve.answer import Answers
     from costlearn.serve.predictor import load_predictor
     served = load_predictor(dev, "gemm", "float32")
-    if path == "c" and served._served is None:
+    if path == "c" and not served.served_in_c:
         pytest.skip(f"the served path's extension is unavailable here: {served_unavailable()}")
     shape = (29, 37, 43) if path == "python" else _not_plain_problem(served)
-    served.clear_results()
-    real = served._answer
 
-    def overtaken(*args, **kw):
-        served.floor = served.floor                              # a new floor (the same values) meanwhile
-        return real(*args, **kw)
-    served._answer = overtaken
-    if path == "python":
-        served._served = None
+    class Overtaken(Answers):
+        def answer(self, *args, **kw):
+            served.floor = served.floor                         # a new floor (the same values) meanwhile
+            return super().answer(*args, **kw)
+    old = _answers_of(served, Overtaken, path)
+    served.use_answers(old)
     try:
         served.predict_shape(*shape, "NN", "none", 5)
     finally:
-        del served._answer
-        served._served = served._served_path()
-    assert not any(key[:3] == shape for key in served._results)
+        served.floor = served.floor
+    assert old.cached(shape + ("NN", 5, "none")) is not None           # kept by the answers it was made by
+    assert served.cached(shape + ("NN", 5, "none")) is None             # not by the new floor's
     assert served.predict_shape(*shape, "NN", "none", 5) == served.predict(served.problem(*shape), 5)
 
 
