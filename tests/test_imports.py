@@ -155,10 +155,13 @@ OPTIONAL = {"triton": "an extra (costlearn[triton])", "torch": "an extra (costle
             "kernel_tuner": "an extra (costlearn[interop])",
             "xgboost": "importing costlearn never needs it (package docstring)",
             "matplotlib": "plots only", "sklearn": "start-up (about 1 s)", "scipy": "start-up",
-            "joblib": "start-up", "tqdm": "start-up", "pandas": "start-up (about 0.4 s)"}
+            "joblib": "start-up", "tqdm": "start-up", "pandas": "start-up (about 0.4 s)",
+            "importlib": "importlib.metadata: start-up (its email and zip parsers), read by a save only"}
 """Third-party packages an import inside a function may load, and why."""
 
-DEFERRED_OWN = {"costlearn.families.triton_mm.kernel": "needs Triton (an optional dependency)"}
+DEFERRED_OWN = {"costlearn.families.triton_mm.kernel": "needs Triton (an optional dependency)",
+                "costlearn.serve.tuning": "the collection loop, the backends and pandas: a prediction that does not "
+                                          "measure never loads them (start-up)"}
 """costlearn modules any function may import late, and why."""
 
 HEAVY_LIBS = {"pandas", "sklearn", "scipy", "xgboost", "joblib", "tqdm", "matplotlib", "pyarrow"}

@@ -183,7 +183,7 @@ def parse_shapes(items, *, one: bool = False, files: bool = False) -> list:
     at a time (``1 4096 4096``); the forms may be mixed.
 
     With ``files``, a token naming an existing file that is not a shape
-    is a shapes file (:func:`costlearn.interop.inductor.lut.read_shapes_file`:
+    is a shapes file (:func:`costlearn.interop.inductor.lut_sources.read_shapes_file`:
     ``M N K dtype [layout]`` a line, the format of ``export inductor-lut
     --shapes``): its shapes, in file order.
 
@@ -205,7 +205,7 @@ def parse_shapes(items, *, one: bool = False, files: bool = False) -> list:
         text = str(item).strip()
         if files and not loose and not re.fullmatch(r"[+-]?\d+|[^x,]+[x,][^x,]+[x,][^x,]+", text.lower()) \
                 and Path(text).is_file():
-            from costlearn.interop.inductor.lut import read_shapes_file
+            from costlearn.interop.inductor.lut_sources import read_shapes_file
             out.extend(tuple(str(x) for x in lp.problem.shape) for lp in read_shapes_file(text))
             continue
         if re.fullmatch(r"[+-]?\d+", text):

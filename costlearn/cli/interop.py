@@ -8,7 +8,6 @@ import time
 from costlearn.cli.common import (DATA_HELP, add_dtypes_arg, dataset_folder, old_spelling, positive_int,
                                   tuning_db_target, typed_flag)
 from costlearn.core.device import PRESETS
-from costlearn.core.dtypes import dtype_names
 
 
 LUT_FORMAT = "inductor-lut"
@@ -46,67 +45,20 @@ def cmd_export(args) -> int:
 
 
 def _export_lut(args) -> int:
-    from costlearn.interop.inductor.lut import (LutProblem, check_lut_out, export_lut, measured_from_db,
-                                                problems_from_log, read_shapes_file, read_table)
-    from costlearn.model.store import has_model, resolve_model
+    from costlearn.interop.inductor.lut import check_lut_out, export_lut
+    from costlearn.interop.inductor.lut_sources import table_problems
     check_lut_out(args.out)                      # before a log of 10^5 lines is read
-    sources = {"--shapes-file": ("shapes file", args.shapes_file), "--from-log": ("log", args.from_log),
-               "--from-table": ("table", args.from_table)}
-    given = [k for k, (_, v) in sources.items() if v]
-    if len(given) != 1 and not (args.from_db and not given):
-        raise ValueError(f"export {LUT_FORMAT} takes one source of shapes: --shapes-file FILE ('M N K dtype layout' "
-                         f"per line), --from-log LOG (an Inductor AutoHeuristic mm log), --from-table JSON (a lookup "
-                         f"table Inductor recorded) or --from-db alone (the tuning database's); got {given or 'none'}")
-    family = "triton_mm"
-    device = args.model or resolve_model(None, family, (args.dtype or ["float16"])[0], args.models,
-                                         cli=True).parents[1].name
-    served = [d for d in dtype_names() if has_model(device, family, d, args.models)]
-    if not served:
-        resolve_model(device, family, (args.dtype or ["float16"])[0], args.models, cli=True)  # names what there is
     t0 = time.perf_counter()
-    device_name = args.device_name
-    what, source = sources[given[0]] if given else ("tuning database", args.from_db)
-    winners = {}
-    if args.from_db:
-        in_db, winners = measured_from_db(args.from_db, device, family, args.models)
-        print(f"the tuning database {args.from_db} holds {len(in_db)} {family} problems of {device}'s device class, "
-              f"{len(winners)} measured", file=sys.stderr)
-    if not given:
-        problems = in_db
-        if not problems:
-            raise ValueError(f"--from-db {args.from_db}: no current {family} entry of {device}'s device class")
-    elif args.shapes_file:
-        problems = read_shapes_file(args.shapes_file)
-    elif args.from_log:
-        problems = problems_from_log(args.from_log, device)
-    else:
-        got = read_table(args.from_table)
-        problems = got.problems
-        for line, why in got.skipped[:5]:
-            print(f"{args.from_table}:{line}: left out: {why}", file=sys.stderr)
-        if len(got.skipped) > 5:
-            print(f"... {len(got.skipped) - 5} more left out", file=sys.stderr)
-        if device_name is None and len(got.devices) == 1:
-            device_name = got.devices[0]          # keep the table's own device name: its GPU's torch reports it
-        if not problems:
-            raise ValueError(f"{args.from_table}: no mm key costlearn reads ({len(got.skipped)} left out, above)")
-    problems = [p if isinstance(p, LutProblem) else LutProblem.contiguous(p) for p in problems]
-    have = sorted({lp.problem.dtype for lp in problems})
-    problems = [lp for lp in problems if lp.problem.dtype in (args.dtype or have)]
-    if not problems:
-        raise ValueError(f"--dtype {' '.join(args.dtype)}: the {what} holds only {have}")
-    missing = sorted({lp.problem.dtype for lp in problems} - set(served))
-    if missing and (args.dtype or not set(have) & set(served)):
-        raise ValueError(f"the {what} holds {missing}, but the store has {family} models of {device} for {served} "
-                         f"only; pass --dtype {' '.join(sorted(set(have) & set(served))) or '...'} to export those")
-    for dt in missing:                         # no --dtype: export what the store serves, name what it leaves out
-        print(f"left out the {sum(lp.problem.dtype == dt for lp in problems)} {dt} problems of the {what}: the store "
-              f"has no {family}/{dt} model of {device} (train one, or pass --dtype to choose)", file=sys.stderr)
-    problems = [lp for lp in problems if lp.problem.dtype in served]
-    print(f"read {len(problems)} problems from the {what} {source} in {time.perf_counter() - t0:.1f} s",
+    got = table_problems(shapes_file=args.shapes_file, from_log=args.from_log, from_table=args.from_table,
+                         from_db=args.from_db, dtypes=args.dtype, device=args.model, device_name=args.device_name,
+                         models_dir=args.models)
+    for note in got.notes:
+        print(note, file=sys.stderr)
+    source = args.shapes_file or args.from_log or args.from_table or args.from_db
+    print(f"read {len(got.problems)} problems from the {got.what} {source} in {time.perf_counter() - t0:.1f} s",
           file=sys.stderr)
-    rep = export_lut(problems, args.out, device=device, top_k=args.top_k or 3, family=family, models_dir=args.models,
-                     device_name=device_name, portable=args.portable, measured=winners)
+    rep = export_lut(got.problems, args.out, device=got.device, top_k=args.top_k or 3, models_dir=args.models,
+                     device_name=got.device_name, portable=args.portable, measured=got.winners)
     print(rep.summary())
     print("use it: torch._inductor.config.lookup_table.table = json.load(open(...)); "
           "torch._inductor.config.inductor_choices_class = torch._inductor.lookup_table.LookupTableChoices; "

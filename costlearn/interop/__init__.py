@@ -26,7 +26,7 @@ __all__ = ["IMPORTERS", "EXPORTERS", "IMPORT_FORMATS", "EXPORT_FORMATS", "import
            "InteropError", "ImportReport", "Importer", "Measurement"]
 
 IMPORTERS = Registry("import format", {"inductor": "costlearn.interop.inductor.autoheuristic:InductorImporter",
-                                       "inductor-lut": "costlearn.interop.inductor.lut:InductorLutImporter",
+                                       "inductor-lut": "costlearn.interop.inductor.lut_sources:InductorLutImporter",
                                        "kernel-tuner": "costlearn.interop.kernel_tuner.importer:KernelTunerImporter"})
 """Formats :func:`import_file` reads: name -> :class:`~costlearn.interop.common.Importer`."""
 

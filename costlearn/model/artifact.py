@@ -30,6 +30,7 @@ import collections
 import hashlib
 import json
 import os
+import platform
 import shutil
 import threading
 import uuid
@@ -150,7 +151,6 @@ def candidate_table(rows: pd.DataFrame) -> pd.DataFrame:
 
 def _versions() -> dict:
     import importlib.metadata as md      # (here: slow to import, and only a save needs it)
-    import platform
     import pandas as pd
     out = dict(python=platform.python_version(), numpy=np.__version__, pandas=pd.__version__, costlearn=__version__)
     for pkg in ("scikit-learn", "xgboost"):

@@ -15,7 +15,7 @@ from inductor_fixture import DEVICE, SHAPES, build_models, write_log
 from costlearn.families.triton_mm import VENDOR, TritonMMConfig
 from costlearn.families.triton_mm.inductor import config_from_entry, lut_entry
 from costlearn.interop import InteropError, import_file
-from costlearn.interop.inductor import lut
+from costlearn.interop.inductor import lut, lut_sources
 from costlearn.serve.prediction import Prediction
 from costlearn.core.problem import LAYOUTS, Problem
 
@@ -82,14 +82,14 @@ def test_export_from_a_shapes_file_reads_back_as_its_problems(models, tmp_path):
     shapes = tmp_path / "shapes.txt"
     shapes.write_text("# M N K dtype layout\n512 1024 256 float16 NN\n1024 512 2048 float16 NT   # a comment\n"
                       "384 640 896 float16\n512 1024 256 float16 NN\n")
-    problems = lut.read_shapes_file(shapes)
+    problems = lut_sources.read_shapes_file(shapes)
     assert [lp.problem.layout for lp in problems] == ["NN", "NT", "NN"]          # repeats dropped
     out = tmp_path / "t.json"
     rep = lut.export_lut(problems, out, device=DEVICE, top_k=3, models_dir=models, portable=True)
     table = json.loads(out.read_text())
     assert rep.problems == 3 and rep.keys == len(table) == 6 and sum(rep.candidates.values()) == 3
     assert sum(k.startswith(A100 + "+") for k in table) == 3                   # device keys: the preset's name
-    back = lut.read_table(out)
+    back = lut_sources.read_table(out)
     assert {(lp.problem, lp.strides_a, lp.strides_b) for lp in back.problems} == \
         {(lp.problem, lp.strides_a, lp.strides_b) for lp in problems}
     assert back.measurements == [] and back.skipped == [] and back.devices == (A100,)
@@ -107,7 +107,7 @@ def test_export_from_a_shapes_file_reads_back_as_its_problems(models, tmp_path):
 def test_export_from_a_log_keeps_its_strides(models, tmp_path):
     log = tmp_path / "log.txt"
     write_log(log)
-    problems = lut.problems_from_log(log, DEVICE)
+    problems = lut_sources.problems_from_log(log, DEVICE)
     assert len(problems) == len(SHAPES)
     nt = next(lp for lp in problems if lp.problem.layout == "NT")
     assert nt.strides_a == (nt.problem.k, 1) and nt.strides_b == (1, nt.problem.k)
@@ -134,13 +134,13 @@ def test_a_bad_shapes_line_is_named(tmp_path, line, says):
     f = tmp_path / "s.txt"
     f.write_text("64 64 64 float16\n" + line + "\n")
     with pytest.raises(InteropError, match=re.escape(f"{f}:2") + ".*" + re.escape(says)):
-        lut.read_shapes_file(f)
+        lut_sources.read_shapes_file(f)
 
 
 def test_a_shapes_file_written_with_a_bom_reads(tmp_path):
     f = tmp_path / "s.txt"
     f.write_bytes("\ufeff64 64 64 float16\n".encode())
-    assert [lp.problem for lp in lut.read_shapes_file(f)] == [Problem(64, 64, 64, "float16")]
+    assert [lp.problem for lp in lut_sources.read_shapes_file(f)] == [Problem(64, 64, 64, "float16")]
 
 
 def test_a_recorded_table_imports_the_entries_that_carry_a_time(tmp_path):
@@ -152,7 +152,7 @@ def test_a_recorded_table_imports_the_entries_that_carry_a_time(tmp_path):
              "(torch.float16, [8, 8], [8, 1]))+alpha=1&beta=1+addmm": [{"template_id": "aten::bias_addmm"}]}
     f = tmp_path / "inductor_lut_1.json"
     f.write_text(json.dumps(table))
-    got = lut.read_table(f)
+    got = lut_sources.read_table(f)
     assert [lp.problem for lp in got.problems] == [p, Problem(8, 8, 8, "float16", epilogue="bias")]
     assert got.skipped == []
     assert sorted((m.config.config_id, m.time_us) for m in got.measurements) == [(T1.config_id, 125.0),
@@ -162,7 +162,7 @@ def test_a_recorded_table_imports_the_entries_that_carry_a_time(tmp_path):
     table[lut.lookup_key(lut.LutProblem.contiguous(p))] = [{**lut_entry(T1, p), "time_ms": 0.125},
                                                            {**lut_entry(T2, p), "time_ms": "0.2"}, 7]
     f.write_text(json.dumps(table, indent=1))
-    got = lut.read_table(f)
+    got = lut_sources.read_table(f)
     whys = [why for _, why in got.skipped]
     assert any("[0, 8]" in w and "extents >= 1" in w for w in whys)          # regression: a zero extent crashed
     assert any("[0, 1]" in w and "dense" in w for w in whys)                 # a broadcast operand is no layout
@@ -178,7 +178,7 @@ def test_a_recorded_table_imports_the_entries_that_carry_a_time(tmp_path):
         import_file("inductor-lut", f, device="h100", data_root=tmp_path / "data2")
     f.write_text("[1, 2]")
     with pytest.raises(InteropError, match="object of key"):
-        lut.read_table(f)
+        lut_sources.read_table(f)
 
 
 def test_skipped_keys_name_their_own_lines_in_one_pass(tmp_path):
@@ -192,7 +192,7 @@ def test_skipped_keys_name_their_own_lines_in_one_pass(tmp_path):
     f = tmp_path / "inductor_lut_1.json"
     f.write_text(json.dumps(table, indent=1))
     lines = f.read_text().splitlines()
-    got = lut.read_table(f)
+    got = lut_sources.read_table(f)
     assert len(got.skipped) == 301
     for (line, why), key in zip(got.skipped, table):
         assert lines[line - 1].lstrip().startswith(json.dumps(key)), (line, key)
@@ -203,7 +203,7 @@ def test_a_table_nested_too_deep_is_refused_by_name(tmp_path):
     f = tmp_path / "inductor_lut_1.json"
     f.write_text('{"k": ' + "[" * 200_000 + "]" * 200_000 + "}")
     with pytest.raises(InteropError, match="nested too deep"):
-        lut.read_table(f)
+        lut_sources.read_table(f)
 
 
 def test_cli_export_needs_one_source_of_shapes(models, tmp_path, capsys):
@@ -343,7 +343,7 @@ def test_addmm_keys_are_the_bias_epilogue_and_other_epilogues_are_refused_by_nam
     }
     f = tmp_path / "inductor_lut_addmm.json"
     f.write_text(json.dumps(table, indent=1))
-    got = lut.read_table(f)
+    got = lut_sources.read_table(f)
     assert [lp.problem for lp in got.problems] == [Problem(64, 128, 32, "float16", epilogue="bias")]
     assert sorted((m.config.config_id, m.time_us, m.epilogue) for m in got.measurements) == \
         [(T1.config_id, 7.5, "bias"), ("vendor", 9.0, "bias")]

@@ -1,0 +1,523 @@
+"""Where an Inductor lookup table's problems come from, and a recorded table
+read back as measurements.
+
+A table (:func:`costlearn.interop.inductor.lut.export_lut`) is exported for
+the problems of one source: a shapes file (:func:`read_shapes_file`), an
+Inductor AutoHeuristic log (:func:`problems_from_log`), a table Inductor
+recorded (:func:`read_table`) or the tuning database
+(:func:`measured_from_db`); :func:`table_problems` reads the one a caller
+names and keeps the problems the model store serves. A recorded table whose
+entries carry a time imports as measurements (:class:`InductorLutImporter`,
+``costlearn import inductor-lut``).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import NamedTuple
+
+from costlearn.collect.space import check_config
+from costlearn.core.device import device_slug
+from costlearn.core.dtypes import DTYPES, TORCH_DTYPES, dtype_names
+from costlearn.core.problem import LAYOUTS, Problem
+from costlearn.core.version import __version__
+from costlearn.families import get_family
+from costlearn.interop.common import Importer, InteropError, Measurement, resolve_device
+from costlearn.interop.inductor.autoheuristic import parse as parse_log
+from costlearn.interop.inductor.lut import OP_EPILOGUES, TIME_KEYS, LutProblem
+from costlearn.model.store import has_model, resolve_model
+from costlearn.serve.predict import load_predictor
+from costlearn.serve.tuning_db_server import open_store
+
+__all__ = ["read_shapes_file", "problems_from_log", "read_table", "RecordedTable", "dense_layout",
+           "addmm_bias_problem", "measured_from_db", "InductorLutImporter", "TableProblems", "table_problems"]
+
+
+_KEY = re.compile(r"(?:(?P<dev>.+?)\+)?(?P<inputs>\(\(.*\)\))(?:\+(?P<scalars>[^+]*=[^+]*))?\+(?P<op>\w+)")
+"""A table key: [device+]((inputs))[+scalars]+op."""
+
+
+_ANY_INPUT = re.compile(r"\((torch\.\w+), \[([\d, ]*)\], \[([\d, ]*)\]\)")
+
+
+_INPUT = re.compile(r"\((torch\.\w+), \[(\d+), (\d+)\], \[(\d+), (\d+)\]\)")
+
+
+def _problem(m, n, k, dtype, layout, where: str) -> Problem:
+    try:
+        return Problem(m, n, k, dtype, layout)
+    except (TypeError, ValueError) as e:
+        raise InteropError(f"{where}: {e}") from None
+
+
+def read_shapes_file(path) -> list:
+    """Problems of a shapes file: one ``M N K dtype layout`` per line
+    (``layout`` optional, ``NN`` by default; ``#`` starts a comment).
+
+    Returns
+    -------
+    list of LutProblem
+        Dense operands, in file order, repeats dropped.
+
+    Raises
+    ------
+    InteropError
+        Naming the file and line: unreadable file, a line of another form,
+        an extent out of [1, 2**31 - 1], an unknown dtype or layout; or a
+        file with no problem.
+    """
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise InteropError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+    out = {}
+    for i, line in enumerate(lines, 1):
+        text = line.split("#", 1)[0].split()
+        if not text:
+            continue
+        where = f"{path}:{i}"
+        if len(text) not in (4, 5) or not all(re.fullmatch(r"[+-]?[0-9]+", t) for t in text[:3]):
+            raise InteropError(f"{where}: {line.strip()!r}; each line is 'M N K dtype [layout]', e.g. "
+                               "'4096 4096 1024 float16 NN'")
+        dtype, layout = text[3], text[4] if len(text) == 5 else "NN"
+        if dtype not in DTYPES:
+            raise InteropError(f"{where}: dtype={dtype!r}; allowed: {list(DTYPES)}")
+        if layout not in LAYOUTS:
+            raise InteropError(f"{where}: layout={layout!r}; allowed: {list(LAYOUTS)}")
+        p = _problem(*(int(t) for t in text[:3]), dtype, layout, where)
+        out.setdefault(p, LutProblem.contiguous(p))
+    if not out:
+        raise InteropError(f"{path}: no problem (each line is 'M N K dtype [layout]')")
+    return list(out.values())
+
+
+def problems_from_log(path, device) -> list:
+    """The problems of an Inductor AutoHeuristic mm log, with the strides it
+    recorded (:func:`costlearn.interop.inductor.autoheuristic.parse`), in log order.
+
+    Parameters
+    ----------
+    path : path
+    device : str or DeviceSpec
+        The preset the log was measured on (its header must agree).
+
+    Raises
+    ------
+    InteropError
+        As :func:`costlearn.interop.inductor.autoheuristic.parse`, or when the log holds no
+        measurement.
+    """
+    measurements, _ = parse_log(path, resolve_device(device))
+    out = {}
+    for x in measurements:
+        p = Problem(x.m, x.n, x.k, x.dtype, x.layout)
+        if (p, x.strides) not in out:
+            out[(p, x.strides)] = LutProblem(p, tuple(x.strides[:2]), tuple(x.strides[2:]))
+    if not out:
+        raise InteropError(f"{path}: no measurement found; nothing to export")
+    return list(out.values())
+
+
+def dense_layout(shape, strides) -> str | None:
+    """``N`` for a row-major matrix of ``shape`` (rows, cols) with these
+    element strides (the last 1, the first at least cols: padding allowed),
+    ``T`` for a column-major one, None for anything else (a broadcast, an
+    overlapping or a strided view)."""
+    (rows, cols), (s0, s1) = shape, strides
+    if s1 == 1 and (s0 >= cols or rows == 1):
+        return "N"
+    if s0 == 1 and (s1 >= rows or cols == 1):
+        return "T"
+    return None
+
+
+def _parse_key(key: str):
+    """(device name or None, LutProblem, op) of a table key; None when the
+    key is not a two-operand matmul key (after the bias of an ``addmm``
+    key, which :func:`addmm_bias_problem` checks); the problem's epilogue
+    is the op's (:data:`OP_EPILOGUES`)."""
+    m = _KEY.fullmatch(key)
+    if not m:
+        return None
+    inputs = m.group("inputs")
+    if m.group("op") == "addmm":                  # the bias first: drop it, read the two matrices
+        first = _ANY_INPUT.match(inputs, 1)
+        if first is None or inputs[first.end():first.end() + 2] != ", ":
+            return None
+        inputs = "(" + inputs[first.end() + 2:]
+    ops = _INPUT.findall(inputs)
+    if len(ops) != 2 or inputs != "(" + ", ".join(
+            f"({d}, [{x}, {y}], [{s}, {t}])" for d, x, y, s, t in ops) + ")":
+        return None
+    (da, m_, k, a0, a1), (db, k2, n, b0, b1) = ops
+    if da != db or k != k2 or da not in TORCH_DTYPES:
+        return None
+    sa, sb = (int(a0), int(a1)), (int(b0), int(b1))
+    la, lb = dense_layout((int(m_), int(k)), sa), dense_layout((int(k), int(n)), sb)
+    if la is None or lb is None:
+        return None
+    try:
+        p = Problem(int(m_), int(n), int(k), TORCH_DTYPES[da], la + lb, OP_EPILOGUES.get(m.group("op"), "none"))
+    except ValueError:                     # an extent of 0 or beyond 2**31 - 1
+        return None
+    return m.group("dev"), LutProblem(p, sa, sb), m.group("op")
+
+
+def addmm_bias_problem(key: str) -> str | None:
+    """Why an ``addmm`` key is not the ``bias`` epilogue, or None when it is:
+    ``alpha`` and ``beta`` 1 (or not recorded), and a bias of the operands'
+    dtype that is one length-N row broadcast over the rows: shape [N] with
+    stride [1], [1, N], or [M, N] with strides [0, 1]."""
+    m = _KEY.fullmatch(key)
+    if not m or m.group("op") != "addmm":
+        return "not an addmm key"
+    scalars = dict(kv.split("=", 1) for kv in (m.group("scalars") or "").split("&") if "=" in kv)
+    scaled = {k: v for k, v in scalars.items() if k in ("alpha", "beta") and v.strip() not in ("1", "1.0")}
+    if scaled:
+        return (f"addmm with {', '.join(f'{k}={v}' for k, v in scaled.items())}: a scaled product or bias is no "
+                f"epilogue costlearn maps (it maps bias = A @ B + bias[n])")
+    ops = _ANY_INPUT.findall(m.group("inputs"))
+    if len(ops) != 3:
+        return f"addmm with {len(ops)} inputs; expected bias, mat1, mat2"
+    (db, shape, stride), (da, mk, _), (_, kn, _) = ops
+    shape = [int(x) for x in shape.replace(" ", "").split(",") if x]
+    stride = [int(x) for x in stride.replace(" ", "").split(",") if x]
+    mm_, n = int(mk.split(",")[0]), int(kn.split(",")[-1])
+    row = shape == [n] and stride == [1] or shape == [1, n] and stride[-1:] == [1] \
+        or shape == [mm_, n] and stride == [0, 1]
+    if not row:
+        return (f"addmm with a bias of shape {shape} and strides {stride}: not a length-{n} row broadcast over the "
+                "rows (the bias epilogue); a full-matrix or column bias is no epilogue costlearn maps")
+    if db != da:
+        return f"addmm with a {db} bias and {da} operands: costlearn's bias has the operands' dtype"
+    return None
+
+
+class RecordedTable(NamedTuple):
+    """What :func:`read_table` reads."""
+
+    problems: list
+    measurements: list
+    skipped: list
+    devices: tuple
+
+
+def _key_lines(text: str, keys: list) -> list:
+    """The line of each top-level key of the JSON object ``text`` (keys in
+    file order), or 0 where its text is not found as a key (followed by a
+    colon). One pass: each key is looked for from where the previous one was
+    found, and lines are counted between the two."""
+    out, at, line = [], 0, 1
+    for key in keys:
+        found = -1
+        for form in (json.dumps(key), json.dumps(key, ensure_ascii=False)):
+            found = text.find(form, at)
+            while found >= 0 and not text[found + len(form):found + len(form) + 64].lstrip().startswith(":"):
+                found = text.find(form, found + 1)          # the same text inside a value: not the key
+            if found >= 0:
+                break
+        if found < 0:                          # e.g. written with other escapes: its position is used
+            out.append(0)
+            continue
+        line += text.count("\n", at, found)
+        at = found
+        out.append(line)
+    return out
+
+
+def read_table(path, family: str = "triton_mm") -> RecordedTable:
+    """A lookup table Inductor recorded or a user wrote (``inductor_lut_*.json``).
+
+    Parameters
+    ----------
+    path : path
+    family : str
+        The family whose entries the table's choices are
+        (:meth:`~costlearn.families.KernelFamily.from_tool` with tool
+        ``"inductor-lut"``).
+
+    Returns
+    -------
+    RecordedTable
+        ``problems``: every ``mm`` key's problem (float32 keys as
+        ``float32``), in file order, each once. ``measurements``: entries
+        that carry a time (:data:`TIME_KEYS`) and name a config of
+        ``family``, as rows (``line``: the key's line in the file), each
+        (problem, config) once (a table with device and device-agnostic keys
+        lists it twice). ``skipped``: (line, why) for keys and entries left
+        out (another op such as ``addmm``, a key of no dense two-operand
+        matmul, an entry of no known template, a time that is not a
+        number). ``devices``: the device names of the keys, in order of
+        first use.
+
+    Raises
+    ------
+    InteropError
+        If the file is unreadable, not JSON, or not an object of lists.
+    """
+    path = Path(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+        table = json.loads(text)
+    except (OSError, UnicodeDecodeError) as e:
+        raise InteropError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+    except json.JSONDecodeError as e:
+        raise InteropError(f"{path}: not JSON ({e}); a lookup table is an object of key -> list of entries") from None
+    except RecursionError:
+        raise InteropError(f"{path}: JSON nested too deep; a lookup table is an object of key -> list of "
+                           "entries") from None
+    if not isinstance(table, dict) or not all(isinstance(v, list) for v in table.values()):
+        raise InteropError(f"{path}: a lookup table is a JSON object of key -> list of entries")
+    fam = get_family(family)
+    problems, measurements, skipped, devices, seen = {}, [], [], {}, set()
+    lines = _key_lines(text, list(table))
+    for index, (key, entries) in enumerate(table.items(), 1):
+        i = lines[index - 1] or index                               # the key's line; else its position
+        op = re.search(r"\+(\w+)$", key)
+        if op and op.group(1) not in OP_EPILOGUES:
+            skipped.append((i, f"op {op.group(1)!r}: only {' and '.join(map(repr, OP_EPILOGUES))} keys are read "
+                               "(mm, and addmm as the bias epilogue)"))
+            continue
+        why = addmm_bias_problem(key) if op and op.group(1) == "addmm" else None
+        if why is not None:
+            skipped.append((i, why))
+            continue
+        parsed = _parse_key(key)
+        if parsed is None:
+            skipped.append((i, f"key {key[:100]!r} is not an mm key costlearn reads (two operands of one dtype, "
+                               "extents >= 1, each a dense row- or column-major matrix)"))
+            continue
+        device, lp, _ = parsed
+        if device:
+            devices.setdefault(device, None)
+        problems.setdefault((lp.problem, lp.strides_a, lp.strides_b), lp)
+        for j, entry in enumerate(entries):
+            if not isinstance(entry, dict):
+                skipped.append((i, f"entry {j} is {type(entry).__name__}, not an object"))
+                continue
+            bad = [k for k in TIME_KEYS if k in entry and (isinstance(entry[k], bool)
+                                                           or not isinstance(entry[k], (int, float)))]
+            if bad:
+                skipped.append((i, f"entry {j}: {bad[0]}={entry[bad[0]]!r} is not a number"))
+                continue
+            times = [float(entry[k]) * f for k, f in TIME_KEYS.items() if k in entry]
+            if not times:
+                continue
+            if len(times) > 1 and not math.isclose(times[0], times[1], rel_tol=0.01):
+                skipped.append((i, f"entry {j}: time_us={entry['time_us']!r} and time_ms={entry['time_ms']!r} "
+                                   "disagree"))
+                continue
+            try:
+                config = fam.from_tool("inductor-lut", entry)
+            except ValueError as e:
+                skipped.append((i, str(e)[:200]))
+                continue
+            if config is None:
+                skipped.append((i, f"entry {str(entry)[:80]} is no {family} config"))
+                continue
+            p, t = lp.problem, times[0]
+            if (p, lp.strides_a, lp.strides_b, config.config_id) in seen:
+                continue
+            seen.add((p, lp.strides_a, lp.strides_b, config.config_id))
+            ok = math.isfinite(t) and t > 0
+            measurements.append(Measurement(i, p.m, p.n, p.k, p.dtype, p.layout, family, config,
+                                            t if ok else math.nan, "" if ok else "recorded time is not positive",
+                                            lp.strides_a + lp.strides_b, p.epilogue))
+    return RecordedTable(list(problems.values()), measurements, skipped, tuple(devices))
+
+
+def measured_from_db(target, device: str, family: str = "triton_mm", models_dir=None) -> tuple:
+    """What a tuning database holds for the device class of the model store's
+    ``device``: ``(problems, winners)``, the problems of every current entry
+    (this family's template and costlearn's version) in the order recorded,
+    and ``{problem: config}`` of the measured ones. A stored config that is
+    infeasible on the device for its problem is left out, as a lookup
+    would.
+
+    Parameters
+    ----------
+    target : path or str
+        A file or a ``postgresql://`` URL (opened read-only).
+    device : str
+        The model store's device folder: its models' device slug is the
+        class whose entries are read.
+
+    Raises
+    ------
+    OSError, FileNotFoundError
+        As :func:`costlearn.serve.tuning_db_server.open_store`.
+    ValueError
+        If the store has no ``family`` model of ``device``.
+    """
+    served = [d for d in DTYPES if has_model(device, family, d, models_dir)]
+    if not served:
+        raise ValueError(f"the model store has no {family} model of {device!r}")
+    spec = load_predictor(device, family, served[0], models_dir).spec
+    fam = get_family(family)
+    problems, winners = {}, {}
+    for e in open_store(target, read_only=True).entries():
+        if (e.family, e.device, e.template_hash, e.costlearn_version) != (family, spec.slug, fam.template_hash,
+                                                                          __version__):
+            continue
+        if check_config(e.config, spec, problem=e.problem) is not None:
+            continue
+        problems[e.problem] = None
+        if e.chosen_by == "measured":
+            winners[e.problem] = e.config
+    return list(problems), winners
+
+
+class InductorLutImporter(Importer):
+    """``costlearn import inductor-lut``: the entries of a recorded lookup
+    table that carry a time (:func:`read_table`)."""
+
+    name = "inductor-lut"
+
+    def parse(self, path, spec, mapping=None):
+        """The timed entries of the table at ``path``, measured on ``spec``.
+
+        Raises
+        ------
+        InteropError
+            As :func:`read_table`; if a key names a device of another class
+            than ``spec`` (``NVIDIA A100 80GB PCIe`` is an ``a100``); or if
+            the table holds mm keys but no timed entry.
+        """
+        if mapping is not None:
+            raise InteropError("--mapping is for kernel-tuner files; a lookup table maps itself")
+        got = read_table(path)
+        other = [d for d in got.devices if device_slug(d, "cuda") != spec.slug]
+        if other:
+            raise InteropError(f"{path}: keyed for {other[0]!r}, not a {spec.name!r} ({spec.slug}); pass the "
+                               "--preset the table was measured on")
+        if got.problems and not got.measurements:
+            raise InteropError(f"{path}: {len(got.problems)} mm keys, but no entry carries a time ("
+                               f"{' or '.join(TIME_KEYS)}); PyTorch's recorder writes none. Its shapes can be "
+                               "exported: costlearn export inductor-lut --from-table")
+        return got.measurements, got.skipped
+
+
+class TableProblems(NamedTuple):
+    """What :func:`table_problems` read.
+
+    Attributes
+    ----------
+    problems : list of LutProblem
+        The source's problems of the dtypes kept.
+    device : str
+        The model store's device folder that answers them.
+    device_name : str or None
+        The device name the keys carry (a recorded table's own, where it
+        names one device and the caller named none).
+    winners : dict
+        ``{problem: config}`` the tuning database measured (``from_db``).
+    what : str
+        The source, in words (``"shapes file"``, ``"log"``, ``"table"``,
+        ``"tuning database"``).
+    notes : list of str
+        What was left out and why, for the caller to show.
+    """
+
+    problems: list
+    device: str
+    device_name: str | None
+    winners: dict
+    what: str
+    notes: list
+
+
+def table_problems(*, shapes_file=None, from_log=None, from_table=None, from_db=None, dtypes=None, device=None,
+                   device_name: str | None = None, family: str = "triton_mm", models_dir=None) -> TableProblems:
+    """The problems of one source a lookup table is exported for, kept to
+    the dtypes the model store serves for ``device`` (``costlearn export
+    inductor-lut``).
+
+    Parameters
+    ----------
+    shapes_file, from_log, from_table : path, optional
+        Exactly one of them, or none with ``from_db``: a shapes file
+        (:func:`read_shapes_file`), an Inductor AutoHeuristic mm log
+        (:func:`problems_from_log`), a table Inductor recorded
+        (:func:`read_table`).
+    from_db : path or str, optional
+        A tuning database: its measured winners are returned (and, alone,
+        its problems are the source: :func:`measured_from_db`).
+    dtypes : sequence of str, optional
+        Keep these dtypes only (default: every dtype of the source the store
+        serves; the others are named in ``notes``).
+    device : str, optional
+        The store's device folder; default the only one with a ``family``
+        model.
+    device_name : str, optional
+        The keys' device name (default: a recorded table's own).
+    family : str
+    models_dir : path, optional
+        The model store.
+
+    Returns
+    -------
+    TableProblems
+
+    Raises
+    ------
+    ValueError
+        If not exactly one source is given, the source holds no problem of
+        the dtypes asked for, or the store has no model for a dtype asked
+        for (the message names what there is).
+    InteropError
+        If a source cannot be read.
+    """
+    sources = {"--shapes-file": ("shapes file", shapes_file), "--from-log": ("log", from_log),
+               "--from-table": ("table", from_table)}
+    given = [k for k, (_, v) in sources.items() if v]
+    if len(given) != 1 and not (from_db and not given):
+        raise ValueError("export inductor-lut takes one source of shapes: --shapes-file FILE ('M N K dtype layout' "
+                         "per line), --from-log LOG (an Inductor AutoHeuristic mm log), --from-table JSON (a lookup "
+                         f"table Inductor recorded) or --from-db alone (the tuning database's); got {given or 'none'}")
+    first = (dtypes or ["float16"])[0]
+    device = device or resolve_model(None, family, first, models_dir, cli=True).parents[1].name
+    served = [d for d in dtype_names() if has_model(device, family, d, models_dir)]
+    if not served:
+        resolve_model(device, family, first, models_dir, cli=True)                 # names what there is
+    what = sources[given[0]][0] if given else "tuning database"
+    notes, winners = [], {}
+    if from_db:
+        in_db, winners = measured_from_db(from_db, device, family, models_dir)
+        notes.append(f"the tuning database {from_db} holds {len(in_db)} {family} problems of {device}'s device "
+                     f"class, {len(winners)} measured")
+    if not given:
+        problems = in_db
+        if not problems:
+            raise ValueError(f"--from-db {from_db}: no current {family} entry of {device}'s device class")
+    elif shapes_file:
+        problems = read_shapes_file(shapes_file)
+    elif from_log:
+        problems = problems_from_log(from_log, device)
+    else:
+        got = read_table(from_table)
+        problems = got.problems
+        notes += [f"{from_table}:{line}: left out: {why}" for line, why in got.skipped[:5]]
+        if len(got.skipped) > 5:
+            notes.append(f"... {len(got.skipped) - 5} more left out")
+        if device_name is None and len(got.devices) == 1:
+            device_name = got.devices[0]          # keep the table's own device name: its GPU's torch reports it
+        if not problems:
+            raise ValueError(f"{from_table}: no mm key costlearn reads ({len(got.skipped)} left out"
+                             + "".join(f"; line {line}: {why}" for line, why in got.skipped[:3]) + ")")
+    problems = [p if isinstance(p, LutProblem) else LutProblem.contiguous(p) for p in problems]
+    have = sorted({lp.problem.dtype for lp in problems})
+    problems = [lp for lp in problems if lp.problem.dtype in (dtypes or have)]
+    if not problems:
+        raise ValueError(f"--dtype {' '.join(dtypes)}: the {what} holds only {have}")
+    missing = sorted({lp.problem.dtype for lp in problems} - set(served))
+    if missing and (dtypes or not set(have) & set(served)):
+        raise ValueError(f"the {what} holds {missing}, but the store has {family} models of {device} for {served} "
+                         f"only; pass --dtype {' '.join(sorted(set(have) & set(served))) or '...'} to export those")
+    for dt in missing:                         # no dtypes asked: export what the store serves, name what it leaves out
+        notes.append(f"left out the {sum(lp.problem.dtype == dt for lp in problems)} {dt} problems of the {what}: "
+                     f"the store has no {family}/{dt} model of {device} (train one, or pass --dtype to choose)")
+    problems = [lp for lp in problems if lp.problem.dtype in served]
+    return TableProblems(problems, device, device_name, winners, what, notes)
