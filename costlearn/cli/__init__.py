@@ -12,7 +12,7 @@ this module assembles the parser and runs a command (:func:`main`).
 Start-up: the modules that load pandas, scikit-learn or XGBoost (the
 dataset, training, prediction, evaluation, ...) are imported inside the
 command that runs them, so ``costlearn --help`` and a command's ``--help``
-start in about 0.3 s instead of 1-2.5 s; everything else is imported at the
+start without paying for those imports; everything else is imported at the
 top of this package's modules (``tests/test_imports.py`` holds the rule).
 """
 from __future__ import annotations

@@ -340,7 +340,7 @@ def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str,
         As :func:`collect`.
     costlearn.core.locks.FolderBusy
         If another collection is writing ``out_dir`` (one collector per
-        folder: two at once measured every config twice).
+        folder: two at once would measure every config twice).
     CollectionInterrupted
         On Ctrl-C (every problem finished before it is on disk).
     """
@@ -471,8 +471,8 @@ def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str,
 
 COMPILE_BATCH = 64
 """Configs a CPU collection compiles in one call when it compiles the rest
-of its pool, a batch only where it is expected to end inside the budget (a
-pool of thousands no longer compiles past the budget before the first
+of its pool, a batch only where it is expected to end inside the budget (so
+a pool of thousands does not compile past the budget before the first
 problem is measured)."""
 
 

@@ -292,9 +292,10 @@ EPILOGUE_COMPILE_SHARE = 0.25
 """A collection of random shapes starts with its first epilogue's kernels and
 brings in the next epilogue (whose pool compiles at its first shape) only
 while compiling it, estimated as long as the slowest pool compiled so far,
-takes at most this share of the budget left: on 2 cores PoCL compiles a
-48-config pool in about 45 s, so a 120 s collection of four epilogues
-compiled for 184 s and measured 7 rows; now it measures one epilogue."""
+takes at most this share of the budget left: where a pool's compile is a
+large part of the budget (PoCL on a few cores), a short collection that
+brought in every epilogue would spend its budget compiling rather than
+measuring, so it measures one epilogue."""
 
 
 def check_epilogues(epilogues) -> tuple:

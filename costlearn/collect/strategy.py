@@ -315,7 +315,8 @@ class ActiveSettings:
     problem_overhead_s : float
         Seconds a problem costs beyond its compiles and launches (planning,
         buffers, writing its part; the default is what a small problem took
-        on PoCL's CPU device: docs/results.md, "Which problems to measure").
+        on PoCL's CPU device: docs/results.md, "Which problems to measure:
+        collection strategies").
     ensemble : callable (spec, ActiveSettings, seed) -> ensemble, optional
         Makes the model a round refits: an object with ``fit(rows)``
         (returning itself), ``score(candidates)`` (a Series of expected

@@ -16,8 +16,10 @@ NPY_HEADER_MAX_BYTES = 1 << 14
 """Most bytes of an ``.npy`` member :func:`npz_arrays` reads its header from
 (copied out of the file's buffer for numpy's header reader): numpy writes
 a header of a few hundred bytes and refuses one over 10,000
-(``numpy.lib.format.read_array_header_1_0``'s ``max_header_size``). It was
-1 MiB until issue 40 found that copy to cost a deep model's load 2 ms."""
+(``numpy.lib.format.read_array_header_1_0``'s ``max_header_size``). The
+copy is this many bytes of every member at least this large, so the bound
+stays close to numpy's: a far larger one makes the copy a cost of every
+load of a deep model."""
 
 
 class _BufferReader(io.RawIOBase):
@@ -55,8 +57,8 @@ NPZ_ALIGN = 64
 the file. numpy's ``.npy`` header ends on a multiple of 64 (``ARRAY_ALIGN``
 of :mod:`numpy.lib.format`), so each array's data is aligned in the file,
 and :func:`npz_arrays` reads it in place instead of copying a misaligned
-array (5-7 ms of a deep model's load on this project's VM, which
-``numpy.savez``'s unaligned members cost)."""
+array (what ``numpy.savez``'s unaligned members cost at every load:
+docs/results.md, "Speed")."""
 
 _ALIGN_EXTRA_ID = 0xD935
 """The zip extra field that pads a local header to :data:`NPZ_ALIGN` (the

@@ -22,8 +22,8 @@ def libm_log2(x):
     :func:`math.log2` calls it), the function the native ranker calls.
 
     numpy's own ``np.log2`` dispatches on the CPU: with AVX-512 it takes
-    SIMD paths that round some results differently in the last bit (4 of
-    10^5 random float64 inputs on an AMD EPYC with numpy 2.4.6, none with
+    SIMD paths that round some results differently in the last bit (seen
+    on an AMD EPYC with numpy 2.4.6; not with
     ``NPY_DISABLE_CPU_FEATURES="X86_V4 AVX512_ICL AVX512_SPR"``). Where the
     numpy ranker must give the native ranker's bits, it calls this instead.
 

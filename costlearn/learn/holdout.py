@@ -21,11 +21,12 @@ problems of the same layout (log-shape and aspect distance,
   already within ``vendor_near_min`` of the best on the neighbours (the
   measured evidence that the library is beatable there);
 - **falls back to the vendor outside the extent envelope** only where
-  ``ood_fallback`` says so: on the A100's three logs the envelope's flag did
-  not predict error (the model's own top-1 on the problems it flags lost
-  2.3-6.3 %, the vendor 5.7-24 %), so whether it sends a problem to the
-  vendor is calibrated like the thresholds (a hold-out without envelope-OOD
-  problems leaves it off).
+  ``ood_fallback`` says so: on the A100's logs the envelope's flag did not
+  predict error (on the problems it flags, the model's own top-1 lost less
+  than the vendor: docs/results.md, "Triton's matmul on real A100
+  measurements"), so whether it sends a problem to the vendor is calibrated
+  like the thresholds (a hold-out without envelope-OOD problems leaves it
+  off).
 
 Where the family has a vendor candidate, training also fits the vendor
 model (:mod:`costlearn.model.vendor`): per problem, an estimate of the best
@@ -37,9 +38,10 @@ is below 0 (:data:`ESTIMATE_RULE`: no tolerance, no threshold fitted on few
 held-out problems; the uncertainty is per problem). The neighbours'
 evidence then neither decides nor flags (``vendor_near_min`` and
 ``unsure_regret`` off): the vendor model's doubt flags
-(:meth:`VendorFloor.estimate_reason`); docs/results.md has the measured
-effect. That rule holds near the data only: beyond
-:data:`~costlearn.model.vendor_floor.NEAR_LOG2` of every training shape the
+(:meth:`VendorFloor.estimate_reason`); docs/results.md, "Triton's matmul on
+real A100 measurements", has the measured effect. That rule holds near the
+data only: beyond :data:`~costlearn.model.vendor_floor.NEAR_LOG2` of every
+training shape the
 members extrapolate, and their agreement there says nothing. The held-out
 problems, left out by region or log, measure what an estimate was worth on
 shapes the members had not seen (:func:`fit_transfer`: the measured tile /

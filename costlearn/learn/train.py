@@ -346,18 +346,18 @@ def candidate_pool(family: KernelFamily, rows: pd.DataFrame, spec: DeviceSpec, d
     Inductor's shrunk configs), each covered where the tool derives it: from
     one parent, a shrunk extent whose next power of two is its block (or
     below the family's smallest block) and the other extents where the
-    parent is covered, margin included; from several parents (155 of the 172
-    variants of the A100 float16 model without timm's log), the smallest box
-    holding those regions, since coverage keeps one box per candidate, as it
-    does for a measured config's range. Variants ``spec`` cannot run for
-    ``dtype`` are left out.
+    parent is covered, margin included; from several parents (most of the
+    variants of a model of real logs), the smallest box holding those
+    regions, since coverage keeps one box per candidate, as it does for a
+    measured config's range. Variants ``spec`` cannot run for ``dtype`` are
+    left out.
 
-    Measured on the A100's float16 logs left out one at a time (timm's log:
-    its 115 configs the other logs never measured, mostly shrunk ones, were
-    no candidates, and on 58 of its 899 problems the best config was one of
-    them: served 15.5 % there, the prune path 6.6 %): with the variants,
-    leaving one log out 4.68 -> 4.44 %, random log only -> real models'
-    logs 5.75 -> 5.53 % (``docs/results.md``).
+    Why the variants: on a log of real models, the best config of some
+    problems is a shrunk one the other logs never measured, which without
+    them is no candidate; with them the served regret falls both leaving
+    one A100 float16 log out and from the random log alone to the real
+    models' logs (docs/results.md, "Quality on real A100 measurements: leave
+    one log out").
 
     Parameters
     ----------

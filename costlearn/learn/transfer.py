@@ -17,8 +17,9 @@ destination there are, and save it as the destination's artifact, served by
   every fold). The floor is never worse than the vendor on them, then of
   the lowest regret (no tolerance towards keeping the vendor: that guards a
   one-log calibration against kinds of shape it never saw, which the source's
-  rows carry here; with it, 32 H100 bfloat16 problems kept cuBLAS on every
-  problem, 2.67 % against the model's own 0.90 %), and it may leave the
+  rows carry here; with it, a calibration on 32 H100 bfloat16 problems kept
+  cuBLAS on every problem, at cuBLAS alone's regret, well above the transfer's:
+  docs/results.md, "A new GPU: carry a model across devices"), and it may leave the
   neighbours' vendor regret unchecked (:func:`~costlearn.learn.holdout.calibrate_floor`'s
   ``vendor_near_grid``). The source's held-out evidence is not reused: the vendor's
   standing differs between devices (cuBLAS beats every Triton config on the

@@ -366,8 +366,9 @@ class Artifact:
         recorded (the family's estimate is used).
     candidates : DataFrame
         ``config_id`` and ``registers_per_thread`` of each candidate (built
-        at first use: a process's first DataFrame costs 4-5 ms, a tenth of
-        a deep model's load, and serving never reads it).
+        at first use: serving never reads it, and a process's first
+        DataFrame is a noticeable part of a deep model's load:
+        docs/results.md, "Speed").
     envelope : costlearn.model.envelope.Envelope
     scorer : Scorer
     coverage : costlearn.model.envelope.Coverage
@@ -613,7 +614,7 @@ def _load(folder: Path, text: bytes) -> Artifact:
                             f"{'; '.join(what)}. Retrain with `costlearn train`.")
     try:
         spec = DeviceSpec.from_dict(side["device"])
-        rows = side["candidates"]                   # columns, not records: 1 ms against 7 for 329 candidates
+        rows = side["candidates"]                   # columns, not records: far cheaper for hundreds of candidates
         ids = [r["config_id"] for r in rows]
         registers = np.array([r.get("registers_per_thread", np.nan) for r in rows], np.float64)
         configs = [fam.config_from_id(c) for c in ids]

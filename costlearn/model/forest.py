@@ -15,11 +15,11 @@ contract, so a training library's default direction for missing values never
 applies). Leaf values are float32 and are summed in float64, tree by tree in
 order, on top of ``base_score``.
 
-Why not the training library: XGBoost's ``Booster.inplace_predict`` on 64
-candidates costs about 0.5 ms, dominated by per-call set-up; treelite's GTIL
-2.6 ms and a tl2cgen-compiled library 0.34 ms for the same batch (measured
-with the committed PoCL model, 156 trees of depth 8). The predictor's budget
-is 25 us for features, trees and the nearest-shape search together.
+Why not the training library: on one problem's batch of candidates,
+XGBoost's ``Booster.inplace_predict`` (dominated by per-call set-up),
+treelite's GTIL and a tl2cgen-compiled library each take many times the
+predictor's budget, 25 us for features, trees and the nearest-shape search
+together.
 """
 from __future__ import annotations
 
@@ -42,8 +42,9 @@ SCORE_LIMIT_LOG2 = 512.0
 """Largest |base score| + sum over trees of the tree's largest |leaf value| a
 forest may have, doublings: its scores (log2 microseconds for a log-time model, whose
 trained forests stay within a few dozen) then keep ``2.0 ** score`` finite.
-A file beyond it is damaged or hostile (issue 37: leaf values of 1e30 with
-the sha256 updated made ``predict_best`` raise a bare OverflowError)."""
+A file beyond it is damaged or hostile and is refused (leaf values of 1e30
+with the sha256 updated would otherwise make ``predict_best`` raise a bare
+OverflowError)."""
 
 
 class ForestError(CostlearnError, ValueError):

@@ -1,10 +1,11 @@
 """The shortlist table: a ranking in microseconds for a deep scorer.
 
-A scorer of ~2,000 trees of depth 8 (the ``triton_mm`` models trained on
-Inductor's logs) cannot score 146 candidates in tens of microseconds, with
-or without a cascade: every candidate that reaches the last stage walks
-every tree, and the forest (~8 MB) does not stay in a core's caches between
-a compiler's calls. The table moves that work to training time.
+A scorer of thousands of deep trees (the ``triton_mm`` models trained on
+Inductor's logs: docs/results.md, "Speed") cannot score its candidates in
+tens of microseconds, with or without a cascade: every candidate that
+reaches the last stage walks every tree, and the forest (megabytes of nodes)
+does not stay in a core's caches between a compiler's calls. The table moves
+that work to training time.
 
 For each layout, on a grid over log2 M, log2 N, log2 K (step
 :data:`STEP_LOG2` doublings from 1), it lists at every grid point the

@@ -1,13 +1,12 @@
 """The vendor model: per problem, how the best tile config's time compares
-with the vendor library's, and how sure that estimate is (issue 35).
+with the vendor library's, and how sure that estimate is.
 
-The cost model predicts each config's time, and the vendor decision used to
-rest on the difference of two of its predictions. That difference carries the
-errors of both and, on shapes unlike the training rows, little information
-(on an A100 float16 model of random shapes scored on HuggingFace and timm
-shapes, a tile predicted 30-60 % faster than cuBLAS was faster on 36-65 % of
-the problems). This model answers the decision's own question directly: it
-regresses ``y = log2(best measured tile time / vendor time)`` of each
+The cost model predicts each config's time, but the difference of two of its
+predictions, a tile config's and the vendor's, carries the errors of both
+and, on shapes unlike the training rows, little information about which is
+faster (docs/results.md, "Triton's matmul on real A100 measurements"). This
+model answers the decision's own question directly: it regresses
+``y = log2(best measured tile time / vendor time)`` of each
 training problem on features of the problem alone (:data:`FEATURES`), with
 :data:`MEMBERS` gradient-boosted members fitted on bootstrap samples of the
 problems. Their mean is the estimate; their spread, larger on shapes unlike
@@ -15,14 +14,10 @@ the training problems, is its uncertainty (Lakshminarayanan et al., "Simple
 and scalable predictive uncertainty estimation using deep ensembles", NeurIPS
 2017, with bootstrap members as in Breiman's bagging).
 
-Measured before it was built in (the floor decides with the estimate; its
-thresholds calibrated on the training folds only):
-
-- H100 random log, 72 held-out problems: 3.74 % with the previous floor,
-  0.69 % with this estimate (plain argmin 0.65 %, cuBLAS 4.80 %);
-- A100 float16, trained on the random log, scored on HuggingFace + timm:
-  8.17 % → 5.7-6.6 % (argmin 7.63 %, cuBLAS 9.53 %);
-- A100 float16 leave one log out: 5.08 % → 4.1-4.4 % (argmin 4.38 %).
+What the decision with the estimate gives on held-out problems, against
+cuBLAS alone and the model's plain argmin (the H100 random log, and the A100
+float16 logs left out or scored from the random log alone), is in
+docs/results.md, "Triton's matmul on real A100 measurements".
 
 The members are evaluated as one :class:`~costlearn.model.forest.FlatForest`
 whose tree ranges are the members (``bounds``): here in numpy, and inside the

@@ -54,7 +54,7 @@ CHOSEN_BY = ("predicted", "vendor_floor", "ood_fallback")
 
 class RankResult(NamedTuple):
     """A ranking of one problem's candidates (a named tuple: built once per
-    ranking, in 0.3 us against 1.5 us for a frozen dataclass).
+    ranking, and cheaper to build than a frozen dataclass).
 
     Attributes
     ----------

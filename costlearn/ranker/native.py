@@ -321,7 +321,8 @@ def _open(path: Path):
                                              _P, _P, _I32]
     lib.costlearn_rank_query.restype = _I32
     lib.costlearn_rank_query.argtypes = None    # always given a context's byref(), passed as its pointer without
-                                                # argtypes' from_param (0.6 us of a ranking's 1.4 us call)
+                                                # argtypes' from_param (a large share of a ranking's call:
+                                                # docs/results.md, "Speed")
     lib.costlearn_rank_many.restype = _I32
     lib.costlearn_rank_many.argtypes = [_P, _I32, _I32, _I32, _I32, ctypes.POINTER(RankContext)] + [_P] * 13
     lib.costlearn_fsum.restype = _D
@@ -419,7 +420,7 @@ def served_module():
     unseen problems answered in C, ``Served``), as the install built it;
     None where it was not built or cannot be loaded (or ``COSTLEARN_NO_C``
     is set): :func:`served_unavailable` says why. No warning: what it serves
-    has a Python twin that gives the same answers, a microsecond slower."""
+    has a Python twin that gives the same answers, only slower."""
     global _SERVED, _SERVED_TRIED, _SERVED_WHY
     with _LIB_LOCK:
         if _SERVED_TRIED:

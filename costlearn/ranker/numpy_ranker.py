@@ -18,8 +18,8 @@ __all__ = ["NumpyRanker"]
 
 
 class NumpyRanker(Ranker):
-    """:class:`~costlearn.ranker.base.Ranker` in numpy (about 20x slower
-    than the native one)."""
+    """:class:`~costlearn.ranker.base.Ranker` in numpy (much slower than
+    the native one)."""
 
     name = "numpy"
 

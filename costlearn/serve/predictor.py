@@ -396,7 +396,7 @@ class Predictor:
         """:meth:`predict` of the problem (m, n, k, layout, epilogue) of this
         model's dtype, without building a Problem where the answer needs
         none (the path of :func:`costlearn.predict_best`: a problem not seen
-        before costs a few microseconds less). A repeated problem is answered
+        before skips building and checking one). A repeated problem is answered
         from the cache.
 
         Parameters

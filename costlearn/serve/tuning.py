@@ -6,10 +6,12 @@
   vendor library where the family has one: the floor) are
   measured on the local device with the collection's protocol
   (:func:`costlearn.collect.loop.measure_rows`, correctness check included) and
-  the fastest wins (``chosen_by="measured"``). Measuring fewer where the
-  vendor model is sure of the answer (:attr:`costlearn.Prediction.sure`) was
-  tried and not kept: on the A100's logs left out, those problems' best of
-  the first tile and cuBLAS lost 0.8-2.7 %, of the first three 0.2-0.8 %.
+  the fastest wins (``chosen_by="measured"``). Where the vendor model is
+  sure of the answer (:attr:`costlearn.Prediction.sure`) no fewer are
+  measured: on logs the model never saw, those problems' best of the first
+  tile config (or the first three) and cuBLAS still loses to the best
+  measured, since the estimate judges tile against vendor, not which tile
+  (docs/results.md, "Triton's matmul on real A100 measurements").
 - *Tuning database*: a measured answer is recorded and returned as is from
   then on; with a database but no measuring, predictions are recorded too
   and never replace a measured entry.

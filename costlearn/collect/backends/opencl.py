@@ -27,7 +27,8 @@ def pocl_settings(environ=None) -> dict:
       CPUs this process may use (at least 1), so the host thread, which
       launches and times the kernels, has a core of its own instead of
       sharing one with a worker (with two workers on two cores the same
-      config varied by about ±25 % from call to call, with one by about ±3 %).
+      config's times vary far more from call to call than with one:
+      docs/results.md, "Measurement noise: before and after protocol 3").
     - ``POCL_AFFINITY``: ``1`` pins worker i to CPU i (PoCL's pthread device;
       PoCL docs, "Tuning pocl behavior with ENV variables"); default ``1``
       when the process may use CPUs 0..n-1, else ``0``.

@@ -21,8 +21,9 @@ Feasibility rules (checked in this order; sources in brackets):
   panels in shared memory, and num_stages copies where it uses Hopper's
   warp-group MMA (:meth:`TritonMMFamily.smem_bytes`, checked against
   Triton 3.6's own allocation); on the A100 logs this rule agrees with which configs
-  Inductor recorded as failed for all 435 (config, dtype) pairs, where
-  counting num_stages copies wrongly rejects 19 pairs that ran.
+  Inductor recorded as failed for every (config, dtype) pair, where
+  counting num_stages copies wrongly rejects pairs that ran (docs/guide.md,
+  "Triton's matmul family").
 - ``warp_tile_below_mma``: for tensor-core dtypes (float16, bfloat16,
   tfloat32) every warp must own at least one m16n8 output tile of an
   ``mma.sync`` instruction, BM*BN >= num_warps * 16 * 8 (PTX ISA, "Matrix
@@ -107,8 +108,9 @@ class TritonMMFamily(KernelFamily):
         ``compute_capability`` is not given). That is how many buffers of
         both panels Triton 3.6's pipeliner allocates: compiling costlearn's
         kernel ahead of time for sm_90 (``scripts/triton_aot.py``), this
-        equals Triton's shared-memory figure on 228 of 238 sampled bfloat16
-        configs and is within 10 % on 235; on sm_80 it is exact
+        equals Triton's shared-memory figure on most sampled bfloat16
+        configs (docs/guide.md, "Triton's matmul, measured by costlearn");
+        on sm_80 it is exact
         (``tests/collect/backends/test_triton_backend.py``), and on the A100 logs it agrees
         with which configs Inductor recorded as failed (module docstring).
         """
