@@ -26,7 +26,7 @@ from pathlib import Path
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="auto", choices=["auto", "cuda", "opencl"])
     ap.add_argument("--budget", type=float, default=90.0, help="seconds of collection (default: 90)")
     ap.add_argument("--pool", type=int, default=32, help="candidate pool size (default: 32)")

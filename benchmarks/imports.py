@@ -50,7 +50,7 @@ print(rep.rows_added, rep.parts, time.perf_counter() - t, resource.getrusage(res
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.split("\n\n")[0])
     ap.add_argument("--lines", type=int, nargs="+", default=[200_000, 1_000_000])
     ap.add_argument("--work", type=Path, default=None, help="scratch folder (default: a temporary one)")
     args = ap.parse_args(argv)

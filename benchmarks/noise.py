@@ -120,7 +120,7 @@ def _median(xs):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None, help="model folder (default: the committed one)")
     ap.add_argument("--shapes", type=int, default=12, help="fresh in-envelope shapes (default: 12)")
     ap.add_argument("--sweeps", type=int, default=3, help="protocol-3 exhaustive sweeps, >= 2 (default: 3)")

@@ -347,14 +347,14 @@ def bench_model(folder: Path, n_shapes: int, seed: int, lines: list, load_runs: 
               "|---|---|---|---|---|",
               "| warm cache (compiled C ranker and the artifact's checks reused) | "
               + " | ".join(f"{v:.0f}" for v in warm[:4]) + " |",
-              "| empty cache (first use on a machine: compiles the C ranker) | "
+              "| empty cache (first use on a machine: the forest checked) | "
               + " | ".join(f"{v:.0f}" for v in empty[:4]) + " |",
               "", f"NVIDIA heuristics: {nv_note}", ""]
     return ok
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", action="append", type=Path, default=None,
                     help="artifact folder <store>/<device>/<family>/<dtype> (repeatable; default: the committed "
                          "gemm model)")

@@ -145,7 +145,7 @@ def server_away(device: str | None) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.split("\n\n")[0])
     ap.add_argument("--url", help="a PostgreSQL database to use (default: a throwaway server)")
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--ops", type=int, default=10000)

@@ -192,7 +192,7 @@ def random_to_real(work: Path, device: str, rows: pd.DataFrame, jobs: int) -> tu
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.split("\n\n")[0])
     ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE, help="zip of Inductor mm logs (a100_mm.zip)")
     ap.add_argument("--device", default="a100", help="device preset the logs were measured on (default: a100)")
     ap.add_argument("--work", type=Path, default=None, help="default: out/<device>-study")

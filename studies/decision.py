@@ -123,7 +123,7 @@ def flag_table(parts: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.split("\n\n")[0])
     ap.add_argument("--h100", type=Path, default=DEFAULT_H100, help="zip of the H100 random-shape Inductor log")
     ap.add_argument("--a100-work", type=Path, default=ROOT / "out" / "a100-study",
                     help="studies/a100.py's work folder (its lolo.csv and random_to_real.csv)")

@@ -379,7 +379,7 @@ def stale(root: Path = ROOT) -> list:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.split("\n\n")[0])
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block is stale")
     ap.add_argument("blocks", nargs="*", help=f"blocks to write (default: all): {[b.name for b in BLOCKS]}")
     args = ap.parse_args(argv)

@@ -110,7 +110,7 @@ def model_table(art, rows: pd.DataFrame, noise: float) -> tuple[list, dict]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=str(ROOT / "data" / "ocl-pthread-amd-epyc-1w"))
     ap.add_argument("--eval", default=None,
                     help="fresh measurements of every epilogue (default: <data>/eval-epilogues)")

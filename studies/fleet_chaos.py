@@ -75,7 +75,7 @@ print(spooled, len(spool.pending()), flush=True)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.split("\n\n")[0])
     ap.add_argument("--hosts", type=int, default=4)
     ap.add_argument("--keys", type=int, default=50)
     ap.add_argument("--server-kills", type=int, default=20)

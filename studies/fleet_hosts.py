@@ -93,7 +93,7 @@ def study(args) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", type=int, default=100)
     ap.add_argument("--top-k", type=int, default=3)
     ap.add_argument("--seed", type=int, default=7)

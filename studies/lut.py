@@ -180,7 +180,7 @@ def export_speed(work: Path, device: str, n: int = 1000, seed: int = 0) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.split("\n\n")[0])
     ap.add_argument("--work", type=Path, default=ROOT / "out" / "a100-study",
                     help="studies/a100.py's work folder (default: out/a100-study)")
     ap.add_argument("--device", default="a100")

@@ -62,7 +62,7 @@ HEAD = ("| variant | CV top-1 geomean | CV top-5 geomean | fresh top-1 mean | fr
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default="data/ocl-pthread-amd-epyc")
     ap.add_argument("--out", default="reports/model_study.md")
     ap.add_argument("--folds", type=int, default=5)

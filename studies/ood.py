@@ -88,7 +88,7 @@ def flag_rates(pred, n: int, seed: int):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default=None, help="model store root (default: the committed models/)")
     ap.add_argument("--device", default=None, help="model device folder (default: the only one)")
     ap.add_argument("--family", default="gemm")

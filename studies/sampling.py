@@ -374,7 +374,7 @@ def transfer_report(done: pd.DataFrame, report: Path) -> list:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.split("\n\n")[0])
     ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
     ap.add_argument("--work", type=Path, default=ROOT / "out" / "sampling-study")
     ap.add_argument("--imported", type=Path, default=ROOT / "out" / "a100-study",

@@ -49,7 +49,7 @@ FAMILY, DTYPE, POOL = "gemm", "float32", 48
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.split("\n\n")[0])
     ap.add_argument("--work", type=Path, default=ROOT / "out" / "strategy-pocl")
     ap.add_argument("--report", type=Path, default=ROOT / "reports" / "sampling_study_pocl.md")
     ap.add_argument("--budget", type=float, default=180.0, help="seconds of each collection (the main job's)")

@@ -178,7 +178,7 @@ def split_table(title: str, per: pd.DataFrame) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.split("\n\n")[0])
     ap.add_argument("--a100", type=Path, default=DEFAULT_A100, help="zip of the A100 Inductor logs")
     ap.add_argument("--h100", type=Path, default=DEFAULT_H100, help="zip of the H100 random-shape Inductor log")
     ap.add_argument("--splits", default="", help="comma-separated split names (default: all)")

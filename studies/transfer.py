@@ -296,7 +296,7 @@ def format_tables(table: pd.DataFrame, sweep: pd.DataFrame) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.split("\n\n")[0])
     ap.add_argument("--work", type=Path, default=ROOT / "out" / "transfer-study")
     ap.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16", "float32", "tfloat32"])
     ap.add_argument("--n", nargs="+", type=int, default=[0, 8, 16, 32, 64, 128])

@@ -24,7 +24,7 @@ from costlearn.features import CandidateFeatures, ConfigTable, feature_version, 
 from costlearn.learn.coverage import data_coverage
 from costlearn.learn.holdout import calibrate_floor, heldout_folds, heldout_problems
 from costlearn.learn.metrics import evaluate_rows, random_scores, summarize
-from costlearn.model import BASELINES, artifact, get_model
+from costlearn.model import BASELINES, artifact, artifact_save, get_model
 from costlearn.model.base import CostModel
 from costlearn.model.vendor import MIN_PROBLEMS as VENDOR_MIN_PROBLEMS
 from costlearn.model.vendor import VendorModel, problem_features_table, problem_table
@@ -374,7 +374,7 @@ def candidate_pool(family: KernelFamily, rows: pd.DataFrame, spec: DeviceSpec, d
     Returns
     -------
     candidates : DataFrame
-        :func:`costlearn.model.artifact.candidate_table`'s columns, sorted by
+        :func:`costlearn.model.artifact_save.candidate_table`'s columns, sorted by
         ``config_id`` (a variant's registers NaN: never compiled here).
     coverage : dict
         :func:`costlearn.model.envelope.fit_coverage` of the candidates.
@@ -386,7 +386,7 @@ def candidate_pool(family: KernelFamily, rows: pd.DataFrame, spec: DeviceSpec, d
     ValueError
         If no measured config is left.
     """
-    cands = artifact.candidate_table(rows)
+    cands = artifact_save.candidate_table(rows)
     runs = np.array([not runnable_only or family.check_device(family.config_from_id(c), spec, dtype) is None
                      for c in cands["config_id"]], bool)
     dropped = int((~runs).sum())
@@ -428,7 +428,7 @@ def export_artifact(model: CostModel, folder, *, family: KernelFamily | str, dty
     (:func:`costlearn.ranker.cascade.calibrate_cascade`), check the scorer against
     ``model.predict``, build its shortlist table where the scorer is deep
     (:func:`costlearn.model.shortlist.worth_a_table`) and save the artifact
-    (:func:`costlearn.model.artifact.save`). ``family``: the KernelFamily
+    (:func:`costlearn.model.artifact_save.save`). ``family``: the KernelFamily
     (or its name).
 
     Raises
@@ -462,16 +462,16 @@ def export_artifact(model: CostModel, folder, *, family: KernelFamily | str, dty
                              vendor=ids.index(fam.vendor_config_id) if fam.vendor_config_id in ids else None)
         shortlist = build_shortlist(ranker, layouts, [int(envelope["max"][d]) for d in "MNK"])
         sl_info = dict(build_s=round(time.perf_counter() - t0, 1))
-    return artifact.save(model, folder, family=family, dtype=dtype, layouts=layouts, spec=spec, candidates=candidates,
-                         scorer=scorer, envelope=envelope, metrics=metrics, training=training, baselines=baselines,
-                         cascade=info, extra=extra, shortlist=shortlist, shortlist_info=sl_info, epilogues=epilogues,
-                         vendor_model=vendor_model)
+    return artifact_save.save(model, folder, family=family, dtype=dtype, layouts=layouts, spec=spec,
+                              candidates=candidates, scorer=scorer, envelope=envelope, metrics=metrics,
+                              training=training, baselines=baselines, cascade=info, extra=extra, shortlist=shortlist,
+                              shortlist_info=sl_info, epilogues=epilogues, vendor_model=vendor_model)
 
 
 def add_shortlist(folder, *, threads: int | None = None) -> dict:
     """Build the shortlist table of the saved artifact in ``folder`` (one
     trained before tables existed, or rebuilt) and write it into the
-    artifact (:func:`costlearn.model.artifact.replace_shortlist`).
+    artifact (:func:`costlearn.model.artifact_save.replace_shortlist`).
 
     Returns
     -------
@@ -492,7 +492,7 @@ def add_shortlist(folder, *, threads: int | None = None) -> dict:
     t0 = time.perf_counter()
     env = pred.artifact.sidecar["envelope"]
     sl = build_shortlist(pred.ranker, pred.layouts, [int(env["max"][d]) for d in "MNK"], threads=threads)
-    artifact.replace_shortlist(folder, sl, dict(build_s=round(time.perf_counter() - t0, 1)))
+    artifact_save.replace_shortlist(folder, sl, dict(build_s=round(time.perf_counter() - t0, 1)))
     return artifact.load(folder).sidecar["shortlist"]
 
 

@@ -3,7 +3,7 @@ own files (XGBoost: ``model.ubj``), its compiled scorer (``scorer.npz``) and
 a JSON sidecar (``model.json``) with everything prediction needs without a
 device, a compiler or the training library (design.md, "Model artifact").
 
-A model is replaced in one rename: :func:`save` writes the new model's files
+A model is replaced in one rename: :func:`costlearn.model.artifact_save.save` writes the new model's files
 into a new folder beside the old one's (``<folder>/v-<time>-<random>/``,
 the sidecar's ``payload``), then renames the new sidecar over the old. A
 reader sees the old model or the new, never neither and never a mix: the
@@ -30,13 +30,9 @@ import collections
 import hashlib
 import json
 import os
-import platform
-import shutil
 import threading
-import uuid
 import zipfile
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 from typing import TYPE_CHECKING
@@ -52,44 +48,58 @@ from costlearn.families import FAMILIES, get_family
 from costlearn.features import FEATURE_SETS, CandidateFeatures, ConfigTable, feature_version, get_feature_set
 from costlearn.model.vendor_floor import VendorFloor
 from costlearn.model.shortlist import SHORTLIST_FILE, Shortlist, ShortlistError
-from costlearn.core.files import atomic_write, read_file, sha256_file
+from costlearn.core.files import read_file
 from costlearn.core.keyed_cache import KeyedCache
-from costlearn.core.locks import FolderLock
-from costlearn.core.npz import npz_arrays, npz_bytes
-from costlearn.core.version import __version__
+from costlearn.core.npz import npz_arrays
 from costlearn.model.base import MODELS, CostModel
 from costlearn.model import forest as forest_module
 from costlearn.model.scorer import Scorer, ScorerError
 from costlearn.model.vendor import FEATURES as VENDOR_FEATURES
 from costlearn.model.vendor import VendorModel
 from costlearn.core.errors import CostlearnError
-
-__all__ = ["ARTIFACT_SCHEMA", "save", "load", "Artifact", "ArtifactError", "default_models_dir", "models_root",
-           "list_models", "candidate_table", "model_folder", "old_layout_folders", "replace_shortlist", "SIDECAR",
+__all__ = ["ARTIFACT_SCHEMA", "load", "Artifact", "ArtifactError", "default_models_dir", "models_root",
+           "list_models", "model_folder", "old_layout_folders", "SIDECAR",
            "SCORER_FILE", "SAVE_LOCK", "PAYLOAD_PREFIX", "LOAD_TRIES", "files_folder", "sidecar_digest",
            "SIDECAR_DIGEST"]
+
 
 ARTIFACT_SCHEMA = 3
 """3: ``models/<device>/<family>/<dtype>/``, family and layouts in the
 sidecar, the model saved through its CostModel, the compiled scorer and its
 cascade in the artifact."""
 
+
 SIDECAR = "model.json"
+
+
 SIDECAR_DIGEST = "sidecar_sha256"
 """The sidecar's key for the sha256 of the rest of it (:func:`sidecar_digest`)."""
+
+
 SAVE_LOCK = ".save.lock"
 """The lock file one :func:`save` of a folder holds at a time."""
+
+
 PAYLOAD_PREFIX = "v-"
 """Names of the folders a model's files live in (``v-<UTC time>-<random>``)."""
+
+
 LOAD_TRIES = 3
 """Times :func:`load` reads a sidecar that changes under it (a save
 replacing the model meanwhile) before it gives up."""
-_LEGACY_FILES = ("model.ubj", "scorer.npz", "vendor.npz", "shortlist.npz")
+
+
+LEGACY_FILES = ("model.ubj", "scorer.npz", "vendor.npz", "shortlist.npz")
 """The files an artifact kept beside its sidecar before payload folders."""
+
+
 SCORER_FILE = "scorer.npz"
+
+
 VENDOR_FILE = "vendor.npz"
 """The vendor model's members (:mod:`costlearn.model.vendor`), where the
 family has a vendor candidate; its sha256 is in the sidecar."""
+
 
 _REQUIRED_KEYS = ("artifact_schema", "model", "model_state", "feature_set", "feature_names", "feature_version",
                   "family", "dtype", "layouts", "device", "candidates", "envelope", "scorer", "template_hash",
@@ -137,140 +147,6 @@ def old_layout_folders(models_dir=None) -> list[Path]:
     return sorted(p.parent for p in root.glob(f"*/*/{SIDECAR}"))
 
 
-def candidate_table(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per config in ``rows``: ``config_id`` and the median compiled
-    ``registers_per_thread`` (NaN where unknown), sorted by config_id."""
-    import pandas as pd
-    regs = rows.groupby("config_id")["registers_per_thread"].median() \
-        if "registers_per_thread" in rows else None
-    ids = np.sort(rows["config_id"].astype(object).unique())
-    return pd.DataFrame({"config_id": ids,
-                         "registers_per_thread": regs.reindex(ids).to_numpy(np.float64) if regs is not None
-                         else np.full(len(ids), np.nan)})
-
-
-def _versions() -> dict:
-    import importlib.metadata as md      # (here: slow to import, and only a save needs it)
-    import pandas as pd
-    out = dict(python=platform.python_version(), numpy=np.__version__, pandas=pd.__version__, costlearn=__version__)
-    for pkg in ("scikit-learn", "xgboost"):
-        try:
-            out[pkg.replace("-", "_")] = md.version(pkg)
-        except md.PackageNotFoundError:
-            pass
-    return out
-
-
-def _json_default(o):
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
-
-
-def save(model: CostModel, folder, *, family: str, dtype: str, layouts, spec: DeviceSpec,
-         candidates: pd.DataFrame, scorer: Scorer, envelope: dict, metrics: dict, training: dict,
-         baselines: dict, cascade: dict | None = None, extra: dict | None = None, shortlist=None,
-         shortlist_info: dict | None = None, epilogues=("none",), vendor_model: VendorModel | None = None) -> Path:
-    """Write a fitted model, its scorer and the sidecar to ``folder``.
-
-    Parameters
-    ----------
-    model : CostModel
-        Fitted; saved with its own :meth:`~CostModel.save`.
-    folder : path
-        :func:`model_folder`; created if missing.
-    family, dtype : str
-    layouts : sequence of str
-        Layouts the model was trained on.
-    spec : DeviceSpec
-        The device of the training data.
-    epilogues : sequence of str
-        Epilogues it was trained on (:data:`costlearn.core.problem.EPILOGUES`).
-    candidates : DataFrame
-        :func:`candidate_table` of the configs prediction ranks.
-    scorer : Scorer
-        ``model.scorer(...)`` for these candidates, cascade set.
-    envelope : dict
-        Training envelope for the out-of-distribution check (:mod:`costlearn.model.envelope`).
-    metrics, training : dict
-        Held-out metrics; provenance of the training data.
-    baselines : dict of str to dict
-        Fitted baseline models' states (:meth:`CostModel.save` of each), for
-        evaluation.
-    cascade : dict, optional
-        How the scorer's cascade was calibrated.
-    extra : dict, optional
-        More sidecar entries (e.g. ``migrated``).
-    shortlist : costlearn.model.shortlist.Shortlist, optional
-        The scorer's shortlist table, written to ``shortlist.npz`` (without
-        one, a table left in the folder by an earlier model is removed).
-    shortlist_info : dict, optional
-        How it was built (recorded in the sidecar).
-    vendor_model : VendorModel, optional
-        Written to :data:`VENDOR_FILE` (without one, a file left by an
-        earlier model is removed).
-
-    Returns
-    -------
-    Path
-        The sidecar's path.
-
-    Notes
-    -----
-    The files go into a new payload folder and the sidecar is renamed over
-    the old one last (see the module docstring); a reader never sees
-    neither model. The lock :data:`SAVE_LOCK` waits for another save of
-    the same folder to finish.
-    """
-    model.check_fitted()
-    folder = Path(folder)
-    fam = get_family(family)
-    folder.mkdir(parents=True, exist_ok=True)
-    with FolderLock(folder, "a model save", SAVE_LOCK, wait=True):
-        previous = _current_payload(folder)
-        payload = _new_payload(folder)
-        side = _write_payload(model, folder / payload, fam, dtype, layouts, spec, candidates, scorer, envelope,
-                              metrics, training, baselines, cascade, shortlist, shortlist_info, epilogues,
-                              vendor_model)
-        side.update(extra or {})
-        side["payload"] = payload
-        _swap_sidecar(folder, side, previous)
-    return folder / SIDECAR
-
-
-def _write_payload(model, files: Path, fam, dtype, layouts, spec, candidates, scorer, envelope, metrics, training,
-                   baselines, cascade, shortlist, shortlist_info, epilogues, vendor_model) -> dict:
-    """Write the model's files into the new payload folder ``files``; the
-    sidecar (without ``payload``) that records them."""
-    state = model.save(files)
-    scorer_path = atomic_write(files / SCORER_FILE, scorer.to_bytes())
-    sl_entry = _write_shortlist(files, shortlist, shortlist_info)
-    if vendor_model is None:
-        vendor_entry = None
-    else:
-        path = atomic_write(files / VENDOR_FILE, npz_bytes(vendor_model.arrays()))
-        vendor_entry = dict(file=VENDOR_FILE, sha256=sha256_file(path), members=len(vendor_model.bases),
-                            trees=int(len(vendor_model.forest.roots)), features=list(VENDOR_FEATURES))
-    names = list(get_feature_set(model.feature_set).feature_names(fam))
-    side = dict(
-        artifact_schema=ARTIFACT_SCHEMA, created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        model=model.name, model_state=state, feature_set=model.feature_set,
-        predicts_time=bool(model.predicts_time),
-        feature_version=feature_version(model.feature_set, fam), feature_names=names,
-        family=fam.name, dtype=dtype, layouts=list(layouts), epilogues=list(epilogues), device=spec.to_dict(),
-        device_slug=spec.slug,
-        template_hash=fam.template_hash, space_hash=fam.space_hash(), costlearn_version=__version__,
-        candidates=json.loads(candidates[["config_id", "registers_per_thread"]].to_json(orient="records")),
-        envelope=envelope, metrics=metrics, training=training, baselines=baselines,
-        scorer=dict(file=SCORER_FILE, sha256=sha256_file(scorer_path), trees=scorer.n_trees,
-                    cascade=dict(stages=[dict(trees=t, keep=k, margin=d) for t, k, d in scorer.cascade],
-                                 **(cascade or {}))),
-        shortlist=sl_entry, vendor_model=vendor_entry, versions=_versions())
-    return side
-
-
 def files_folder(folder) -> Path:
     """The folder the artifact in ``folder`` keeps its files in now (its
     payload folder, or ``folder`` for an artifact written before payload
@@ -282,10 +158,10 @@ def files_folder(folder) -> Path:
         If ``folder`` holds no readable sidecar or it names no such folder.
     """
     folder = Path(folder)
-    payload = _current_payload(folder)
+    payload = current_payload(folder)
     if payload is None:
         raise ArtifactError(f"no readable model sidecar in {str(folder)!r}")
-    return _payload_folder(folder, folder / SIDECAR, payload or None)
+    return payload_folder(folder, folder / SIDECAR, payload or None)
 
 
 def sidecar_digest(side: dict) -> str:
@@ -308,7 +184,7 @@ def sidecar_digest(side: dict) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-def _current_payload(folder: Path) -> str | None:
+def current_payload(folder: Path) -> str | None:
     """The payload folder the sidecar in ``folder`` names now: its name,
     ``""`` for an artifact whose files lie beside the sidecar, None where
     there is no readable sidecar."""
@@ -317,32 +193,6 @@ def _current_payload(folder: Path) -> str | None:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return None
     return str(side.get("payload") or "") if isinstance(side, dict) else None
-
-
-def _new_payload(folder: Path) -> str:
-    """Create and name a new payload folder in ``folder``."""
-    name = f"{PAYLOAD_PREFIX}{datetime.now(timezone.utc):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
-    (folder / name).mkdir()
-    return name
-
-
-def _swap_sidecar(folder: Path, side: dict, previous: str | None) -> None:
-    """Rename the new sidecar over the old (the one rename that replaces the
-    model), then remove what neither it nor the previous model uses: older
-    payload folders, a killed save's (its folder and half-written sidecar),
-    and files beside the sidecar once no sidecar names them."""
-    side = json.loads(json.dumps({k: v for k, v in side.items() if k != SIDECAR_DIGEST}, default=_json_default))
-    side[SIDECAR_DIGEST] = sidecar_digest(side)
-    atomic_write(folder / SIDECAR, json.dumps(side, indent=1, sort_keys=True))
-    keep = {side["payload"], previous}
-    for p in folder.glob(f"{PAYLOAD_PREFIX}*"):
-        if p.name not in keep and p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p, ignore_errors=True)
-    if previous != "":
-        for name in _LEGACY_FILES:
-            (folder / name).unlink(missing_ok=True)
-    for tmp in folder.glob(f".{SIDECAR}.*.tmp"):          # a killed save's half-written sidecar (the lock is ours)
-        tmp.unlink(missing_ok=True)
 
 
 @dataclass
@@ -634,8 +484,8 @@ def _load(folder: Path, text: bytes) -> Artifact:
     except (KeyError, TypeError, ValueError) as e:
         raise ArtifactError(f"{side_path}: invalid sidecar ({type(e).__name__}: {e}); "
                             "retrain with `costlearn train`") from e
-    files = _payload_folder(folder, side_path, side.get("payload"))
-    sc_path, sc_data = _verified(files, side["scorer"].get("file", SCORER_FILE), side_path,
+    files = payload_folder(folder, side_path, side.get("payload"))
+    sc_path, sc_data = verified_file(files, side["scorer"].get("file", SCORER_FILE), side_path,
                                  side["scorer"].get("sha256"), "compiled scorer")
     try:
         scorer = _parsed(("scorer", side["scorer"].get("sha256"), len(configs)),
@@ -655,7 +505,7 @@ def _load(folder: Path, text: bytes) -> Artifact:
                     vendor_model=vendor_model, files=files)
 
 
-def _payload_folder(folder: Path, side_path: Path, payload) -> Path:
+def payload_folder(folder: Path, side_path: Path, payload) -> Path:
     """The folder the sidecar's files lie in: its ``payload`` folder, a bare
     name in ``folder`` (not a link), or ``folder`` itself where it names
     none (an artifact written before payload folders).
@@ -684,7 +534,11 @@ _PARSED: "collections.OrderedDict" = collections.OrderedDict()
 this process read and checked, by (kind, the file's sha256, what the check
 depended on): a second load of the same bytes reuses them (the file is still
 read and its digest still checked). They are immutable once loaded."""
+
+
 PARSED_KEPT = 8
+
+
 _PARSED_LOCK = threading.Lock()
 
 
@@ -729,7 +583,7 @@ def _checked_scorer(path: Path, n_candidates: int, data: bytearray, sha256: str)
     return scorer
 
 
-def _verified(folder: Path, name, side_path: Path, sha256, what: str) -> tuple[Path, bytearray]:
+def verified_file(folder: Path, name, side_path: Path, sha256, what: str) -> tuple[Path, bytearray]:
     """``folder / name`` and its bytes, a file the sidecar ``side_path``
     records with ``sha256``: a bare file name in the artifact's own folder
     (the sidecar may name no file elsewhere, nor reach out through a link).
@@ -777,7 +631,7 @@ def _load_vendor(folder: Path, side_path: Path, entry) -> VendorModel | None:
     if entry.get("features") != list(VENDOR_FEATURES):
         raise ArtifactError(f"{side_path}: its vendor model reads {entry.get('features')}, this code's "
                             f"{list(VENDOR_FEATURES)}; retrain with `costlearn train`")
-    path, data = _verified(folder, VENDOR_FILE, side_path, entry.get("sha256"), "vendor model")
+    path, data = verified_file(folder, VENDOR_FILE, side_path, entry.get("sha256"), "vendor model")
     try:
         vm = _parsed(("vendor", entry.get("sha256")), lambda: VendorModel.from_arrays(npz_arrays(data)))
     except (OSError, ValueError, TypeError, EOFError, zipfile.BadZipFile) as e:
@@ -788,52 +642,7 @@ def _load_vendor(folder: Path, side_path: Path, entry) -> VendorModel | None:
     return vm
 
 
-def _write_shortlist(folder: Path, shortlist, info: dict | None) -> dict | None:
-    """Write ``shortlist`` into the payload folder ``folder`` (None: no
-    table); its sidecar entry."""
-    if shortlist is None:
-        return None
-    path = atomic_write(folder / SHORTLIST_FILE, shortlist.to_bytes())
-    return dict(file=SHORTLIST_FILE, sha256=sha256_file(path), step_log2=shortlist.step, trees=shortlist.trees,
-                tiles=shortlist.tiles, grid=list(shortlist.n), **(info or {}))
-
-
-def replace_shortlist(folder, shortlist, info: dict | None = None) -> Path:
-    """Give the artifact in ``folder`` the shortlist table ``shortlist`` (None:
-    none, which also mends an artifact whose table was lost or damaged): a
-    new payload folder with the model's other files copied and the table,
-    swapped in by one rename as :func:`save` does.
-
-    Raises
-    ------
-    ArtifactError
-        If ``folder`` holds no readable sidecar, or a file it names is
-        missing or damaged.
-    """
-    folder = Path(folder)
-    with FolderLock(folder, "a model save", SAVE_LOCK, wait=True):
-        try:
-            side = json.loads((folder / SIDECAR).read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ArtifactError(f"no readable model sidecar in {str(folder)!r}: {e}") from e
-        if not isinstance(side, dict):
-            raise ArtifactError(f"{folder / SIDECAR}: not a JSON object")
-        previous = str(side.get("payload") or "")
-        old = _payload_folder(folder, folder / SIDECAR, side.get("payload"))
-        payload = _new_payload(folder)
-        names = [side.get("scorer", {}).get("file", SCORER_FILE)] + list(side.get("model_state", {}).get("files", {}))
-        if side.get("vendor_model") is not None:
-            names.append(VENDOR_FILE)
-        for name in names:
-            atomic_write(folder / payload / name, _verified(old, name, folder / SIDECAR, _recorded_sha(side, name),
-                                                            "file")[1])
-        side["shortlist"] = _write_shortlist(folder / payload, shortlist, info)
-        side["payload"] = payload
-        _swap_sidecar(folder, side, previous)
-    return folder / SIDECAR
-
-
-def _recorded_sha(side: dict, name: str) -> str | None:
+def recorded_sha(side: dict, name: str) -> str | None:
     """The sha256 the sidecar records for its file ``name``."""
     if name == side.get("scorer", {}).get("file", SCORER_FILE):
         return side["scorer"].get("sha256")
@@ -855,7 +664,7 @@ def _load_shortlist(folder: Path, side_path: Path, entry, scorer: Scorer, n_cand
         return None
     if not isinstance(entry, dict):
         raise ArtifactError(f"{side_path}: shortlist is a {type(entry).__name__}, not an object")
-    path, data = _verified(folder, entry.get("file", SHORTLIST_FILE), side_path, entry.get("sha256"),
+    path, data = verified_file(folder, entry.get("file", SHORTLIST_FILE), side_path, entry.get("sha256"),
                            "shortlist table")
     try:
         sl = _parsed(("shortlist", entry.get("sha256")), lambda: Shortlist.from_file(path, data))

@@ -198,7 +198,7 @@ def default_store() -> Path:
 
 def _sidecar_identity(folder) -> tuple | None:
     """What tells one sidecar file of ``folder`` from the next: a save
-    renames a new file over the old one (:func:`costlearn.model.artifact.save`),
+    renames a new file over the old one (:func:`costlearn.model.artifact_save.save`),
     so its device, inode, size and modification time change. None where
     there is none."""
     try:

@@ -180,10 +180,11 @@ def test_the_store_root_is_worked_out_in_one_place(monkeypatch, tmp_path):
 _RESAVE = """
 import os, signal, sys
 import costlearn.core.files as files
-import costlearn.model.artifact as A
+import costlearn.model.artifact as L
+import costlearn.model.artifact_save as A
 import costlearn.model.base as B
 folder, kill_at, tag = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-art = A.load(folder)
+art = L.load(folder)
 side = art.sidecar
 writes = [0]
 real = files.atomic_write

@@ -18,14 +18,14 @@ from costlearn.serve.predictor import PREDICTORS, Predictor, clear_cache, load_p
 
 _RESAVE = """
 import dataclasses, sys
-import costlearn.model.artifact as A
+import costlearn.model.artifact as A, costlearn.model.artifact_save as S
 from costlearn.model.forest import FlatForest
 folder, shift = sys.argv[1], float(sys.argv[2])
 art = A.load(folder)
 side, sc = art.sidecar, art.scorer
 f = sc.forest
 scorer = dataclasses.replace(sc, forest=FlatForest(f.nodes, f.roots, f.depths, f.base_score + shift, f.n_features))
-A.save(art.model(), folder, family=side["family"], dtype=side["dtype"], layouts=side["layouts"], spec=art.spec,
+S.save(art.model(), folder, family=side["family"], dtype=side["dtype"], layouts=side["layouts"], spec=art.spec,
        candidates=art.candidates, scorer=scorer, envelope=side["envelope"], metrics=side["metrics"],
        training=dict(side["training"], generation=str(shift)), baselines=side["baselines"],
        extra={k: side[k] for k in ("floor", "coverage", "template_hash") if k in side}, shortlist=art.shortlist,
