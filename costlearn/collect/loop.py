@@ -347,20 +347,8 @@ def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str,
     budget_s = check_real("budget_s", budget_s, 0, strict=True)
     pool_size = check_int("pool_size", pool_size, 1)
     configs_per_shape = check_int("configs_per_shape", configs_per_shape, 1)
-    if max_problems is not None:
-        max_problems = check_int("max_problems", max_problems, 0)
-    fam = get_family(family)
-    fam.check_dtype(dtype, layout)
-    epilogues = check_epilogues(epilogues)
-    for e in epilogues:
-        fam.check_epilogue(e)
-    executor.check_family(fam)
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy={strategy!r}; allowed: {list(STRATEGIES)}")
-    if strategy == "active" and check_active(active).cost == "auto":    # a budget of problems or of seconds
-        active = dataclasses.replace(active, cost="problem" if max_problems is not None else "second")
-    if shapes is not None:
-        shapes = [Problem(*s, dtype, layout).shape for s in shapes]
+    fam, epilogues, active, shapes, max_problems = _checked_plan(executor, family, dtype, layout, epilogues,
+                                                                 strategy, active, shapes, max_problems)
     t_start = time.monotonic()
     protocol = protocol or Protocol()
     spec = executor.spec
@@ -368,14 +356,9 @@ def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str,
         bounds = ShapeBounds.for_device(spec.device_type == "cpu")
     lock = FolderLock(out_dir, "a collection", LOCK_FILE)         # one collector per folder
     try:
-        recorded = executor.recorded(fam.name, dtype, layout)
-        if recorded is not None:
-            recorded = {key: ids for key, ids in recorded.items() if key[3] in epilogues}
-            if not recorded:
-                raise ValueError(f"the {executor.spec.slug} recording holds no {fam.name}/{dtype} {layout} problem "
-                                 f"with epilogue {list(epilogues)}")
-            if pool is None:
-                pool = [fam.config_from_id(c) for c in sorted(set().union(*recorded.values()))]
+        recorded = _recorded(executor, fam, dtype, layout, epilogues)
+        if recorded is not None and pool is None:
+            pool = [fam.config_from_id(c) for c in sorted(set().union(*recorded.values()))]
         out_dir, done, pool, other_pools, existing = open_collection(out_dir, spec, fam, dtype, seed, pool,
                                                                      pool_size)
         res = result(other_pools=other_pools, budget_s=budget_s, target_rse=protocol.target_rse)
@@ -389,9 +372,8 @@ def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str,
             epilogue=in_play[0], active=active, protocol=protocol)
         problems = plan_problems(stream, dtype, layout, epilogues, seed, drawn=not exact, in_play=in_play)
         sw = Stopwatch()
-        total = (len(shapes) * len(epilogues) if exact else
-                 min(max_problems if max_problems is not None else math.inf,
-                     len(candidates) if candidates is not None else math.inf))
+        total = len(shapes) * len(epilogues) if exact else min(
+            math.inf if max_problems is None else max_problems, math.inf if candidates is None else len(candidates))
         total = None if not math.isfinite(total) else int(total)
         executor.open(Run(fam, dtype, layout, pool, epilogues, protocol, seed, uuid.uuid4().hex[:12], budget_s,
                           t_start, total, res, sw))
@@ -460,13 +442,70 @@ def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str,
         res.seconds = dict(executor.seconds(sw.seconds), total=time.monotonic() - t_start)
     res.stopped = executor.stopped
     res.epilogues_left_out = list(epilogues[len(in_play):])
+    _summarise(res, written, spreads)
+    return res
+
+
+def _checked_plan(executor, family: str, dtype: str, layout: str, epilogues, strategy: str, active, shapes,
+                  max_problems) -> tuple:
+    """:func:`run_collection`'s checks of what to collect: ``(family, epilogues,
+    active settings, shapes, max_problems)``, the family's object, the
+    epilogues checked, an ``active`` cost of ``"auto"`` made a budget of
+    problems (with ``max_problems``) or of seconds, the shapes as (M, N, K)
+    tuples, ``max_problems`` checked (None: no limit).
+
+    Raises
+    ------
+    ValueError
+        As :func:`run_collection`.
+    """
+    if max_problems is not None:
+        max_problems = check_int("max_problems", max_problems, 0)
+    fam = get_family(family)
+    fam.check_dtype(dtype, layout)
+    epilogues = check_epilogues(epilogues)
+    for e in epilogues:
+        fam.check_epilogue(e)
+    executor.check_family(fam)
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy={strategy!r}; allowed: {list(STRATEGIES)}")
+    if strategy == "active" and check_active(active).cost == "auto":    # a budget of problems or of seconds
+        active = dataclasses.replace(active, cost="problem" if max_problems is not None else "second")
+    if shapes is not None:
+        shapes = [Problem(*s, dtype, layout).shape for s in shapes]
+    return fam, epilogues, active, shapes, max_problems
+
+
+def _recorded(executor, fam, dtype: str, layout: str, epilogues) -> dict | None:
+    """What a recording executor (the replay backend) holds for this family,
+    dtype, layout and ``epilogues``: ``{(m, n, k, epilogue): config ids}``,
+    or None where the executor measures.
+
+    Raises
+    ------
+    ValueError
+        If the recording holds no such problem.
+    """
+    recorded = executor.recorded(fam.name, dtype, layout)
+    if recorded is None:
+        return None
+    recorded = {key: ids for key, ids in recorded.items() if key[3] in epilogues}
+    if not recorded:
+        raise ValueError(f"the {executor.spec.slug} recording holds no {fam.name}/{dtype} {layout} problem with "
+                         f"epilogue {list(epilogues)}")
+    return recorded
+
+
+def _summarise(res, written: list, spreads: list) -> None:
+    """Fill ``res``'s measures of the rows ``written``: the median spread
+    (p80 - p20 over the median, ``spreads``), the share of valid rows that
+    reached the protocol's target, and the noise floor."""
     res.spread_frac = float(np.median(spreads)) if spreads else math.nan
     ok = [r for r in written if r["status"] == "ok"]
     if ok:
         res.at_target = sum(r["stop_reason"] in ("target", "fixed") for r in ok) / len(ok)
     if written:
         res.noise_floor = noise_floor(pd.DataFrame(written))
-    return res
 
 
 COMPILE_BATCH = 64

@@ -284,35 +284,10 @@ def transfer(models_dir, source: str, destination: str, *, data_dir=None, source
         if side.get("transfer"):
             raise ValueError(f"{src_art.path} is itself a transferred model; transfer from the device whose own rows "
                              "trained it")
-        out_folder = artifact.model_folder(models_dir, destination, fam_name, dt)
-        if (out_folder / artifact.SIDECAR).exists() and not replace:
-            try:
-                own = not json.loads((out_folder / artifact.SIDECAR).read_text()).get("transfer")
-            except (OSError, ValueError, AttributeError):
-                own = True
-            if own:
-                raise ValueError(f"{out_folder} holds a model not made by transfer (or an unreadable one); pass "
-                                 "--replace (Python: replace=True) to overwrite it")
-        if (out_folder / artifact.SIDECAR).exists():
-            say(f"{fam_name}/{dt}: replacing the model in {out_folder}")
-        training = side.get("training", {})
-        src_dir = Path(source_data) if source_data is not None else Path(str(training.get("dataset", "")))
-        if not str(training.get("dataset", "")) and source_data is None or not src_dir.is_dir():
-            raise ValueError(f"the rows {src_art.path} was trained on are not at {str(src_dir)!r}; pass the source's "
-                             "dataset folder (CLI: --source-data)")
-        template = side.get("template_hash", fam.template_hash)
-        src = transfer_rows(src_dir, fam_name, dt, template, training.get("excluded_sources", ()))
-        if src.empty:
-            raise ValueError(f"{src_dir} holds no valid {fam_name}/{dt} rows of template {template}")
+        out_folder = _out_folder(models_dir, destination, fam_name, dt, replace, say)
+        src_dir, template, src = _source_rows(src_art, fam, dt, source_data)
         src_spec = src_art.spec
-        src = src.assign(device_slug=src_spec.slug)
-        dst = pd.DataFrame()
-        if data_dir is not None:
-            dst = transfer_rows(data_dir, fam_name, dt, template)
-        if not dst.empty:
-            bad = sorted(set(dst["device_slug"].astype(str)) - {spec.slug})
-            if bad:
-                raise ValueError(f"{data_dir} holds rows of device(s) {bad}; the destination is {spec.slug!r}")
+        dst = pd.DataFrame() if data_dir is None else _destination_rows(data_dir, fam_name, dt, template, spec)
         n_dst = 0 if dst.empty else int(_problem_ids(dst).max() + 1)
         chosen = []
         if problems is not None and n_dst > problems:
@@ -372,6 +347,70 @@ def transfer(models_dir, source: str, destination: str, *, data_dir=None, source
                                       floor=floor, chosen=chosen))
     return results
 
+
+
+def _out_folder(models_dir: Path, destination: str, fam_name: str, dt: str, replace: bool, say) -> Path:
+    """The destination model's folder; a model there not made by transfer
+    is replaced only with ``replace``.
+
+    Raises
+    ------
+    ValueError
+        If the folder holds a model of the destination's own rows (or an
+        unreadable one) and ``replace`` is False.
+    """
+    out_folder = artifact.model_folder(models_dir, destination, fam_name, dt)
+    if (out_folder / artifact.SIDECAR).exists() and not replace:
+        try:
+            own = not json.loads((out_folder / artifact.SIDECAR).read_text()).get("transfer")
+        except (OSError, ValueError, AttributeError):
+            own = True
+        if own:
+            raise ValueError(f"{out_folder} holds a model not made by transfer (or an unreadable one); pass "
+                             "--replace (Python: replace=True) to overwrite it")
+    if (out_folder / artifact.SIDECAR).exists():
+        say(f"{fam_name}/{dt}: replacing the model in {out_folder}")
+    return out_folder
+
+
+def _source_rows(src_art, fam, dt: str, source_data) -> tuple:
+    """``(dataset folder, template hash, rows)``: the rows the source model
+    ``src_art`` was trained on (its sidecar's dataset, or ``source_data``),
+    of its template and without the sources it excluded, tagged with its
+    device's slug.
+
+    Raises
+    ------
+    ValueError
+        If the folder is not there or holds no such valid row.
+    """
+    side = src_art.sidecar
+    training = side.get("training", {})
+    src_dir = Path(source_data) if source_data is not None else Path(str(training.get("dataset", "")))
+    if not str(training.get("dataset", "")) and source_data is None or not src_dir.is_dir():
+        raise ValueError(f"the rows {src_art.path} was trained on are not at {str(src_dir)!r}; pass the source's "
+                         "dataset folder (CLI: --source-data)")
+    template = side.get("template_hash", fam.template_hash)
+    src = transfer_rows(src_dir, fam.name, dt, template, training.get("excluded_sources", ()))
+    if src.empty:
+        raise ValueError(f"{src_dir} holds no valid {fam.name}/{dt} rows of template {template}")
+    return src_dir, template, src.assign(device_slug=src_art.spec.slug)
+
+
+def _destination_rows(data_dir, fam_name: str, dt: str, template: str, spec):
+    """The destination's valid rows of ``template`` in ``data_dir``.
+
+    Raises
+    ------
+    ValueError
+        If any row was measured on another device than ``spec``.
+    """
+    dst = transfer_rows(data_dir, fam_name, dt, template)
+    if not dst.empty:
+        bad = sorted(set(dst["device_slug"].astype(str)) - {spec.slug})
+        if bad:
+            raise ValueError(f"{data_dir} holds rows of device(s) {bad}; the destination is {spec.slug!r}")
+    return dst
 
 def _choose_destination(src, src_spec, dst, spec, k: int, strategy: str, destination_share: float, active, seed: int,
                         say) -> list:
