@@ -22,7 +22,7 @@ class BuildExt(build_ext):
     def build_extensions(self):
         if self.compiler.compiler_type == "unix":
             for attr in ("compiler", "compiler_so", "linker_so"):
-                setattr(self.compiler, attr, [a for a in getattr(self.compiler, attr) if a not in _BUILD.UNSAFE_FLAGS])
+                setattr(self.compiler, attr, [a for a in getattr(self.compiler, attr) if not _BUILD.unsafe(a)])
             for ext in self.extensions:
                 ext.extra_compile_args = list(_BUILD.FLAGS)
         super().build_extensions()

@@ -108,6 +108,10 @@ class Problem:
                 and type(self.layout) is str and self.dtype in DTYPES and self.layout in LAYOUTS \
                 and type(self.epilogue) is str and self.epilogue in _EPILOGUE_SET:
             return                                   # the common case, checked in one expression
+        for name in ("dtype", "layout", "epilogue"):
+            v = getattr(self, name)
+            if isinstance(v, str) and type(v) is not str:   # a str subclass's own __eq__ and __hash__ must not decide
+                object.__setattr__(self, name, str.__str__(v))
         for name, v in (("M", m), ("N", n), ("K", k)):
             try:
                 object.__setattr__(self, name.lower(), check_int(name, v, 1, MAX_EXTENT))

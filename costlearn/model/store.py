@@ -54,8 +54,11 @@ class ModelKey(NamedTuple):
     @classmethod
     def of(cls, device, family: str, dtype: str) -> "ModelKey":
         """The key of (device, family, dtype), a DeviceSpec named by its slug
-        (other device types are kept, and refused where the key is resolved)."""
-        return cls(device.slug if isinstance(device, DeviceSpec) else device, family, dtype)
+        (other device types are kept, and refused where the key is resolved);
+        a str subclass as its text, so that its own ``__eq__`` and
+        ``__hash__`` never find another model's entry."""
+        device = device.slug if isinstance(device, DeviceSpec) else device
+        return cls(*(str.__str__(v) if isinstance(v, str) else v for v in (device, family, dtype)))
 
     def __str__(self) -> str:
         return f"{self.device}/{self.family}/{self.dtype}"
@@ -199,13 +202,15 @@ def default_store() -> Path:
 def _sidecar_identity(folder) -> tuple | None:
     """What tells one sidecar file of ``folder`` from the next: a save
     renames a new file over the old one (:func:`costlearn.model.artifact_save.save`),
-    so its device, inode, size and modification time change. None where
-    there is none."""
+    so its device, inode, size and modification time change, and a file
+    rewritten in place (an archive extracted over it, keeping size and
+    mtime) changes its status-change time, which no user can set. None
+    where there is none."""
     try:
         st = os.stat(os.path.join(folder, _artifact.SIDECAR))
     except OSError:
         return None
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 class LoadedModels:

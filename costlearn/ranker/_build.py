@@ -37,10 +37,18 @@ FLAGS = ("-O2", "-ffp-contract=off")
 fused multiply-adds: the numpy twin rounds every product, and the two must
 give the same bits."""
 
-UNSAFE_FLAGS = ("-ffast-math", "-Ofast", "-funsafe-math-optimizations")
-"""Removed from the compiler command: they change the results, and with gcc
-they link crtfastmath, which flushes subnormals to zero for the whole process
-when the library loads."""
+UNSAFE_FLAGS = ("-ffast-math", "-Ofast", "-funsafe-math-optimizations", "-fassociative-math", "-freciprocal-math",
+                "-fno-signed-zeros", "-ffinite-math-only", "-fno-trapping-math", "-fcx-limited-range", "-mdaz-ftz")
+"""Flags (and their ``=...`` forms) removed from the compiler and linker
+commands: they let the compiler reorder or approximate floating point (the
+numpy twin's bits then differ), and some link crtfastmath, which flushes
+subnormals to zero for the whole process when the library loads."""
+
+
+def unsafe(flag: str) -> bool:
+    """Whether a compiler or linker argument is one of :data:`UNSAFE_FLAGS`
+    or links gcc's ``crtfastmath.o``."""
+    return flag.startswith(UNSAFE_FLAGS) or "crtfastmath" in flag
 
 
 def source_sha256(name: str, folder: Path = HERE) -> str:

@@ -56,7 +56,7 @@ typedef struct {
     PyObject *doc;                  /* bytes: the builtin's ml_doc points into it */
     PyObject *predictors_get;       /* PREDICTORS.get */
     PyObject *store_key;            /* costlearn.model.store.store_key */
-    PyObject *served_name;          /* "_served" */
+    PyObject *served_name;          /* "served": Predictor.served, its Answers' served path */
     PyObject *watch;                /* PREDICTORS.watch: the staleness rule (LoadedModels.watch) */
     double watch_every_s;           /* how often a call runs it */
     double next_watch;              /* the monotonic clock's second after which the next call does */
@@ -468,6 +468,14 @@ static long long extent(PyObject *v, long long max)
     return overflow || x < 1 || x > max ? -1 : x;
 }
 
+/* Whether top_k (an int) is >= 1: any larger than a long long is (the ranking is cut at the candidates). */
+static int top_k_ok(PyObject *v)
+{
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    return overflow > 0 || (overflow == 0 && x >= 1);
+}
+
 /* Whether the arguments are a problem this model serves: int extents in [1, max_extent], top_k an int >= 1, a
  * layout and epilogue of the model's and (where given) its dtype (predict_best's conditions for
  * Predictor.predict_shape). -1: an error set. */
@@ -477,7 +485,7 @@ static int served_takes(Served *self, PyObject *m, PyObject *n, PyObject *k, PyO
     if (!(PyLong_Check(m) && PyLong_Check(n) && PyLong_Check(k) && PyLong_Check(top_k) && PyUnicode_Check(layout)
           && PyUnicode_Check(epilogue))
         || extent(m, self->max_extent) < 0 || extent(n, self->max_extent) < 0 || extent(k, self->max_extent) < 0
-        || extent(top_k, LLONG_MAX) < 0)
+        || !top_k_ok(top_k))
         return 0;
     int r = dtype == NULL || PyUnicode_Compare(dtype, self->dtype) == 0;
     if (r && (r = PySequence_Contains(self->layouts, layout)) == 1)
@@ -881,7 +889,7 @@ static PyObject *entry(PyObject *module, PyObject *args)
     module_name = PyObject_GetAttrString(function, "__module__");
     def = PyMem_Calloc(1, sizeof(PyMethodDef));      /* lives as long as the process, as name_bytes and doc: a
                                                       * builtin points at its def */
-    fresh.served_name = PyUnicode_InternFromString("_served");
+    fresh.served_name = PyUnicode_InternFromString("served");
     if (name_bytes == NULL || module_name == NULL || def == NULL || fresh.served_name == NULL) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "entry: the function has no usable __name__ or __module__");

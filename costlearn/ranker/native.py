@@ -17,9 +17,11 @@ import ctypes
 import functools
 import importlib
 import importlib.machinery
+import importlib.util
 import math
 import os
 import struct
+import sys
 import threading
 import warnings
 import weakref
@@ -276,6 +278,55 @@ def _built(name: str) -> Path | None:
     return None
 
 
+_ELF = {2: dict(head="QQ", at=32, sizes=54, segment="QQ", offset=8, filesz=32),     # 64-bit
+        1: dict(head="II", at=28, sizes=42, segment="II", offset=4, filesz=16)}     # 32-bit
+"""Where an ELF file's header keeps its program and section header tables'
+offsets and sizes, and a program header its segment's offset and size in
+the file (the ELF specification, by class)."""
+
+
+def _check_whole(path) -> None:
+    """Refuse a built library cut short (a copy or an install killed
+    midway): loading an ELF file whose segments or tables reach past its end
+    crashes the process (SIGBUS) instead of failing. Other formats are left
+    to the loader.
+
+    Raises
+    ------
+    OSError
+        Naming the file, where it is shorter than its own headers say.
+    """
+    with open(path, "rb") as fh:
+        data = fh.read()
+    if data[:4] != b"\x7fELF" or data[4] not in _ELF or len(data) < 64:
+        return
+    f, order = _ELF[data[4]], "<" if data[5] == 1 else ">"
+    phoff, shoff = struct.unpack_from(order + f["head"], data, f["at"])
+    phentsize, phnum, shentsize, shnum = struct.unpack_from(order + "HHHH", data, f["sizes"])
+    ends = [phoff + phentsize * phnum, shoff + shentsize * shnum]
+    for at in range(phoff, min(phoff + phentsize * phnum, len(data) - phentsize + 1), max(phentsize, 1)):
+        offset = struct.unpack_from(order + f["segment"][0], data, at + f["offset"])[0]
+        filesz = struct.unpack_from(order + f["segment"][1], data, at + f["filesz"])[0]
+        ends.append(offset + filesz)
+    if max(ends) > len(data):
+        raise OSError(f"{path} is cut short ({len(data)} bytes where its headers reach {max(ends)}): reinstall "
+                      "(pip install -e .)")
+
+
+def _subnormals_kept() -> bool:
+    """Whether this process still computes subnormal floats (a library built
+    with fast math flushes them to zero for the whole process when it loads)."""
+    tiny = sys.float_info.min
+    return tiny / 1024.0 > 0.0
+
+
+def _check_subnormals(path) -> None:
+    """Raise OSError where loading ``path`` turned subnormals off."""
+    if not _subnormals_kept():
+        raise OSError(f"loading {path} made this process flush subnormal floats to zero (it was built with fast "
+                      "math); rebuild without it (pip install -e . drops such flags)")
+
+
 def _check_source(name: str, built: str) -> None:
     """Refuse a build of extension ``name`` made from another source than
     the one beside it (``built``: the sha256 it reports; an editable
@@ -303,12 +354,14 @@ _SYMBOLS = ("costlearn_forest_predict", "costlearn_sentinel_leaves", "costlearn_
 
 def _open(path: Path):
     """Load a built library, declare its functions and check its layout."""
+    _check_whole(path)
     lib = ctypes.CDLL(str(path))
     for name in _SYMBOLS:
         getattr(lib, name)                      # AttributeError if missing
     lib.costlearn_source_sha256.restype = ctypes.c_char_p
     lib.costlearn_source_sha256.argtypes = []
     _check_source("_native", lib.costlearn_source_sha256().decode())
+    _check_subnormals(path)
     lib.costlearn_layout.restype = _I32
     lib.costlearn_layout.argtypes = [_P, _I32]
     check_layout(lib)
@@ -430,8 +483,12 @@ def served_module():
             _SERVED_WHY = "COSTLEARN_NO_C is set"
             return None
         try:
+            spec = importlib.util.find_spec("costlearn.ranker._served")
+            if spec is not None and spec.origin:
+                _check_whole(spec.origin)
             module = importlib.import_module("costlearn.ranker._served")
             _check_source("_served", getattr(module, "SOURCE_SHA256", None))
+            _check_subnormals(module.__file__)
             getattr(module, "entry")
             _SERVED = module
         except (ImportError, OSError, AttributeError) as e:

@@ -92,6 +92,9 @@ class Predictor:
         ``fresh(m, n, k, layout, epilogue, top_k)``: the Prediction of a
         problem not cached, of arguments checked as :meth:`predict_shape`
         checks them, then cached: :attr:`answers`' ``fresh``.
+    served : object or None
+        :attr:`answers`' served path in C (what ``costlearn.predict_best``'s
+        entry in C answers a plain call with), or None.
 
     Raises
     ------
@@ -145,14 +148,14 @@ class Predictor:
         """Answer with ``answers`` from now on (what a new :attr:`floor`
         does; a test's Python twin of the served path gives its own)."""
         self.answers = answers
-        self.cached, self.fresh = answers.cached, answers.fresh
+        self.cached, self.fresh, self.served = answers.cached, answers.fresh, answers.served
 
     @property
     def served_in_c(self) -> bool:
         """Whether an unseen problem is ranked and (where its decision is
         plain) answered by the served path in C
         (:attr:`costlearn.serve.answer.Answers.served`)."""
-        return self.answers.served is not None
+        return self.served is not None
 
     def vendor_estimate(self, problem: Problem):
         """The vendor model's estimate for ``problem``
@@ -347,8 +350,9 @@ class Predictor:
         """
         configs = list(configs)
         times = self.score_configs(problem, configs) if times_us is None else np.asarray(times_us, np.float64)
-        reasons, fallback, vendor_near = self.problem_reasons(problem)
-        return self.vendor_policy.choose_among(problem, configs, times, reasons, fallback, vendor_near)
+        answers = self.answers                  # one floor's verdict and policy, whatever another thread sets
+        reasons, fallback, vendor_near = answers.ood.problem_reasons(problem)
+        return answers.vendor_policy.choose_among(problem, configs, times, reasons, fallback, vendor_near)
 
     def predict(self, problem: Problem, top_k: int = 5, running_on: DeviceSpec | None = None) -> Prediction:
         """The best candidate for ``problem``, its predicted time, the top k

@@ -263,7 +263,8 @@ def test_a_build_older_than_the_c_source_beside_it_is_refused_not_run(model_dir,
 
 def test_fast_math_in_cflags_is_taken_out_of_the_build(model_dir, tmp_path):
     """Regression: CC='cc -ffast-math' built a library that, loaded, set flush-to-zero for the whole process (gcc
-    links crtfastmath) and gave other bits than numpy; the package build removes the unsafe flags."""
+    links crtfastmath) and gave other bits than numpy; the package build removes the unsafe flags, those that
+    reorder floating point one by one and crtfastmath given to the linker included (an attack found those)."""
     import shutil
     if shutil.which("cc") is None:
         pytest.skip("no C compiler")
@@ -272,7 +273,9 @@ def test_fast_math_in_cflags_is_taken_out_of_the_build(model_dir, tmp_path):
     for built in ranker.glob("_*.so"):
         built.unlink()
     shutil.copy(ROOT / "setup.py", tmp_path)
-    env = dict(os.environ, CFLAGS="-ffast-math -Ofast", LDFLAGS="-ffast-math")
+    crt = subprocess.run(["cc", "-print-file-name=crtfastmath.o"], capture_output=True, text=True).stdout.strip()
+    env = dict(os.environ, CFLAGS="-ffast-math -Ofast -fassociative-math -fno-signed-zeros -fno-trapping-math",
+               LDFLAGS="-ffast-math" + (f" {crt}" if os.path.isabs(crt) and os.path.exists(crt) else ""))
     subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tmp_path, env=env, check=True,
                    capture_output=True)
     script = _PREDICT + "; import sys as s; print(s.float_info.min / 2**10 > 0)"
@@ -504,3 +507,35 @@ def test_the_cascade_search_over_all_problems_at_once_walks_and_misses_as_one_pr
         assert search.evaluate(stages) == want, stages
         for budget in (want[0], want[0] + 1, want[0] - 1, want[0] / 2):
             assert search.evaluate(stages, budget) == (None if want[0] >= budget else want), (stages, budget)
+
+
+def test_a_library_that_turns_subnormals_off_is_refused(tmp_path):
+    """A build that slipped fast math past the package build (flush-to-zero set for the process as it loads) is
+    refused with a message saying so, not served with other bits."""
+    import shutil
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    from costlearn.ranker import _build
+    here = ROOT / "costlearn" / "ranker"
+    so = tmp_path / "_native_fast.so"
+    subprocess.run(["cc", "-O2", "-ffast-math", "-shared", "-fPIC", "-I", str(here),
+                    f'-DCOSTLEARN_SOURCE_SHA256="{_build.source_sha256("_native")}"', "-o", str(so),
+                    str(here / "_native.c"), "-lm"], check=True, capture_output=True)
+    code = ("import sys; from costlearn.ranker import native\n"
+            "try:\n    native._open(sys.argv[1])\nexcept OSError as e:\n    print('refused:', e)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(so)], capture_output=True, text=True, cwd=tmp_path)
+    assert "refused:" in out.stdout and "flush subnormal floats to zero" in out.stdout, out.stdout + out.stderr
+
+
+def test_a_built_library_cut_short_is_refused_not_loaded(model_dir, tmp_path):
+    """Regression (an attack): a built .so truncated (a copy killed midway) crashed the interpreter (SIGBUS) as it
+    loaded; it is refused by its own headers' extent, and numpy answers the same."""
+    _needs_built_c()
+    ranker = _installed_copy(tmp_path)
+    for built in ranker.glob("_*.so"):
+        built.write_bytes(built.read_bytes()[:16384])
+    out = _run(model_dir, tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "numpy False" and "cut short" in out.stderr and "cut short" in lines[2]
+    assert json.loads(lines[1]) == json.loads(_run(model_dir, ROOT).stdout.splitlines()[1])

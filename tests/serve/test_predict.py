@@ -662,3 +662,75 @@ def test_a_keyword_name_that_only_equals_one_is_judged_as_python_judges_it(dev):
                 fn(64, 64, device=dev, **{name: 64})
             errors.append(str(e.value))
         assert errors[0] == errors[1]
+
+
+def test_a_repeated_plain_call_is_answered_in_c_without_the_python_function(dev):
+    """Regression (an attack): the C entry looked for the predictor's served path under a name it had lost, so
+    every call went to the Python function (a repeated call cost its frame and checks); it must be one lookup in
+    C, no Python frame of predict_best."""
+    import sys
+    from costlearn.serve.predictor import load_predictor
+    if not load_predictor(dev, "gemm", "float32").served_in_c:
+        pytest.skip(f"the served path's extension is unavailable here: {served_unavailable()}")
+    predict_best(40, 41, 42, device=dev)
+    frames = []
+
+    def count(frame, event, arg):
+        if event == "call" and frame.f_code.co_name in ("predict_best", "fresh", "finish"):
+            frames.append(frame.f_code.co_name)
+    sys.setprofile(count)
+    try:
+        for _ in range(100):
+            predict_best(40, 41, 42, device=dev)
+        predict_best(43, 44, 45, device=dev)                    # unseen, plain decision: answered in C too
+    finally:
+        sys.setprofile(None)
+    assert frames == []
+
+
+def test_a_top_k_beyond_64_bits_is_answered_as_without_c(dev):
+    """Regression (an attack): a top_k of 2**63 or more was refused by the served path in C ("not a checked
+    problem") and answered by the Python path; both answer it, with every candidate ranked."""
+    from costlearn.serve.predict import predict_best_python
+    from costlearn.serve.predictor import load_predictor
+    pred = load_predictor(dev, "gemm", "float32")
+    for top_k in (2**63, 2**80):
+        got = predict_best(64, 64, 64, device=dev, top_k=top_k)
+        assert got == predict_best_python(64, 64, 64, device=dev, top_k=top_k)
+        assert got == pred.predict_shape(64, 64, 64, "NN", "none", top_k) and len(got.top_k) > 5
+
+
+class _Lying(str):
+    """Hashes as ``other`` and equals anything."""
+
+    def __new__(cls, text, other):
+        obj = super().__new__(cls, text)
+        obj.other = other
+        return obj
+
+    def __hash__(self):
+        return hash(self.other)
+
+    def __eq__(self, other):
+        return True
+
+
+def test_a_str_subclass_device_or_layout_never_answers_for_another(dev, model_dir, tmp_path):
+    """Regression (an attack): a device given as a str subclass was kept in the loaded models' key, so one hashing
+    as another device's name and equal to anything made a later plain call of that device get this model's
+    answers; a layout such was cached and served to a plain "NN" call with its own text. Both are now their
+    text."""
+    import shutil
+    from costlearn.core.problem import Problem
+    from costlearn.model.store import ModelKey
+    key = ModelKey.of(_Lying(dev, "other"), _Lying("gemm", "x"), "float32")
+    assert all(type(v) is str for v in key) and key == (dev, "gemm", "float32")
+    q = Problem(8, 8, 8, "float32", _Lying("NN", "NN"))
+    assert type(q.layout) is str and q.layout == "NN"
+    with pytest.raises(ValueError, match="layout='XY'"):
+        Problem(8, 8, 8, "float32", _Lying("XY", "NN"))
+    store = tmp_path / "store"
+    shutil.copytree(model_dir, store / dev / "gemm" / "float32")
+    shutil.copytree(model_dir, store / "devb" / "gemm" / "float32")
+    mine = predict_best(8, 8, 8, device=_Lying(dev, "devb"), models_dir=str(store))
+    assert predict_best(8, 8, 8, device="devb", models_dir=str(store)).device == "devb" != mine.device

@@ -137,3 +137,19 @@ def test_the_watch_looks_no_more_often_than_its_period(store, monkeypatch):
     assert looks == []
     PREDICTORS.watch()
     assert len(looks) == 1
+
+
+def test_a_sidecar_rewritten_in_place_with_its_size_and_mtime_is_noticed(store):
+    """Regression (an attack): an archive of another model extracted over this one rewrote the sidecar in place,
+    keeping its inode, size and modification time, and the running process served the old model for good; the
+    status-change time, which no user sets, is part of what the rule compares."""
+    import os
+    import costlearn.model.store as store_module
+    side = store / "model.json"
+    before = store_module._sidecar_identity(store)
+    st = os.stat(side)
+    time.sleep(0.01)
+    side.write_bytes(side.read_bytes())
+    os.utime(side, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(side).st_ino == st.st_ino and os.stat(side).st_mtime_ns == st.st_mtime_ns
+    assert store_module._sidecar_identity(store) != before
