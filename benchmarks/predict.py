@@ -345,7 +345,7 @@ def bench_model(folder: Path, n_shapes: int, seed: int, lines: list, load_runs: 
               "import costlearn.serve.predictor ms | Predictor(folder) ms | "
               "first prediction after import ms | a second Predictor(folder) in that process ms |",
               "|---|---|---|---|---|",
-              "| warm cache (compiled C ranker and the artifact's checks reused) | "
+              "| warm cache (the artifact's forest check recorded) | "
               + " | ".join(f"{v:.0f}" for v in warm[:4]) + " |",
               "| empty cache (first use on a machine: the forest checked) | "
               + " | ".join(f"{v:.0f}" for v in empty[:4]) + " |",
