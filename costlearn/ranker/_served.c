@@ -32,6 +32,7 @@
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #ifdef _WIN32
 #include <windows.h>
 #else
@@ -432,32 +433,48 @@ static PyObject *served_answer(Served *self, PyObject *m, PyObject *n, PyObject 
     Py_BEGIN_ALLOW_THREADS                                  /* as ctypes' call did: other threads run meanwhile */
     got = self->rank(ctx);                                  /* (ctx is this thread's, the model's arrays read-only) */
     Py_END_ALLOW_THREADS
-    int32_t bits = ctx->decision;
+    /* The ranking read from a copy taken before any Python runs: the interpreter runs a pending signal handler
+     * at its next call, and one that predicts on this thread reuses ctx (its outputs would answer this problem). */
+    size_t kept = got > 0 ? (size_t)got : 0;
+    costlearn_ctx snap = *ctx;
+    int32_t *index = PyMem_Malloc((kept ? kept : 1) * sizeof(int32_t));
+    double *score = PyMem_Malloc((kept ? kept : 1) * sizeof(double));
     PyObject *answer = NULL;
+    if (index == NULL || score == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memcpy(index, ctx->out_index, kept * sizeof(int32_t));
+    memcpy(score, ctx->out_score, kept * sizeof(double));
+    snap.out_index = index;
+    snap.out_score = score;
+    ctx = &snap;
+    int32_t bits = ctx->decision;
     /* a plain decision, unless flagged unsure (rare: a floor sends such a problem to the vendor where it has
      * one; Python words it) */
     if (bits != 0 && (bits & ~WORDED) == PLAIN && !(bits & UNSURE) && self->says_nothing) {
         PyObject *reasons = bits & WORDED || ctx->level ? served_words(self, ctx, bits) : PyTuple_New(0);
         if (reasons == NULL)
-            return NULL;
+            goto done;
         answer = plain_prediction(self, ctx, got, m, n, k, layout, epilogue, top_k, reasons);
         if (answer == NULL && PyErr_Occurred())
-            return NULL;
+            goto done;
     }
     if (answer == NULL) {                                   /* the Python path: it stores the answer itself */
         PyObject *res = rank_result(self, ctx, got);
-        if (res == NULL)
-            return NULL;
-        answer = PyObject_CallFunctionObjArgs(self->finish, m, n, k, layout, epilogue, top_k_obj, res, NULL);
-        Py_DECREF(res);
-        return answer;
+        if (res != NULL) {
+            answer = PyObject_CallFunctionObjArgs(self->finish, m, n, k, layout, epilogue, top_k_obj, res, NULL);
+            Py_DECREF(res);
+        }
+        goto done;
     }
     if (PyDict_GET_SIZE(self->results) >= self->cache_size)
         PyDict_Clear(self->results);
-    if (PyDict_SetItem(self->results, key, answer) != 0) {
-        Py_DECREF(answer);
-        return NULL;
-    }
+    if (PyDict_SetItem(self->results, key, answer) != 0)
+        Py_CLEAR(answer);
+done:
+    PyMem_Free(index);
+    PyMem_Free(score);
     return answer;
 }
 

@@ -727,13 +727,25 @@ class NativeRanker(Ranker):
         this thread's context: the candidates of the mask at ``mask_ptr``
         (None: the candidate rule's), ``top`` and the ``mode`` bits given,
         ``estimate`` where the mode asks for it; its RankResult."""
-        _, ref, out_index, out_score, outputs, query, _, _ = self.context(layout, epilogue)
-        query(m, n, k, mask_ptr or 0, top, mode)
-        got = self._rank(ref)
-        near, d2, fits, level, vnear, mnear, used, v_mean, v_sd, decision, v_score = outputs()
+        ctx = self.context(layout, epilogue)
+        busy = self._tls.__dict__.setdefault("busy", set())
+        if id(ctx) in busy:                     # re-entered on this thread (a signal handler that predicts): a
+            ctx, mine = self._new_context(layout, epilogue=epilogue), False     # context of its own
+        else:
+            busy.add(id(ctx))
+            mine = True
+        try:
+            _, ref, out_index, out_score, outputs, query, _, _ = ctx
+            query(m, n, k, mask_ptr or 0, top, mode)
+            got = self._rank(ref)
+            near, d2, fits, level, vnear, mnear, used, v_mean, v_sd, decision, v_score = outputs()
+            order, scores = out_index[:got].tolist(), out_score[:got].tolist()
+        finally:
+            if mine:
+                busy.discard(id(ctx))
         # the named tuples through tuple.__new__: their own __new__ is a Python function of keywords
-        return _tuple_new(RankResult, (out_index[:got].tolist(), out_score[:got].tolist(), near, math.sqrt(d2),
-                                       fits != 0, level, math.expm1(vnear), math.expm1(mnear), used != 0,
+        return _tuple_new(RankResult, (order, scores, near, math.sqrt(d2), fits != 0, level, math.expm1(vnear),
+                                       math.expm1(mnear), used != 0,
                                        _tuple_new(VendorEstimate, (v_mean, v_sd)) if estimate else None,
                                        (decision, v_score) if decision else None))
 

@@ -734,3 +734,38 @@ def test_a_str_subclass_device_or_layout_never_answers_for_another(dev, model_di
     shutil.copytree(model_dir, store / "devb" / "gemm" / "float32")
     mine = predict_best(8, 8, 8, device=_Lying(dev, "devb"), models_dir=str(store))
     assert predict_best(8, 8, 8, device="devb", models_dir=str(store)).device == "devb" != mine.device
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "setitimer"), reason="POSIX interval timers")
+@pytest.mark.parametrize("path", ["python", "c"])
+def test_a_signal_handler_that_predicts_never_mixes_into_the_answer_it_interrupts(dev, path):
+    """Regression (an attack): a signal handler predicting on the same thread reused the thread's ranking context
+    between the ranking and the reading of its outputs, so 4 % of the interrupted answers carried the handler's
+    problem's config and times, and stayed cached. The served path in C reads a copy taken right after the
+    ranking; the Python path gives a re-entered call a context of its own."""
+    import signal
+    from costlearn.serve.answer import Answers
+    from costlearn.serve.predictor import Predictor, load_predictor
+    served = load_predictor(dev, "gemm", "float32")
+    if path == "c" and not served.served_in_c:
+        pytest.skip(f"the served path's extension is unavailable here: {served_unavailable()}")
+    rng = np.random.default_rng(41)
+    shapes = [tuple(int(v) for v in np.exp(rng.uniform(0, np.log(16384), 3)).astype(int).clip(1)) for _ in range(3000)]
+    twin = Predictor(served.artifact.path)
+    want = [twin.predict_shape(*s, "NN") for s in shapes]
+    served.use_answers(_answers_of(served, Answers, path))
+    fired = []
+
+    def handler(signum, frame):
+        s = (int(rng.integers(1, 9000)), int(rng.integers(1, 9000)), int(rng.integers(1, 9000)))
+        fired.append(predict_best(*s, device=dev))
+    old = signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, 0.0003, 0.0003)
+    try:
+        got = [predict_best(*s, device=dev) for s in shapes]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        served.floor = served.floor
+    assert len(fired) > 50
+    assert [i for i, (a, b) in enumerate(zip(got, want)) if a != b] == []
