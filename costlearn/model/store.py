@@ -224,15 +224,9 @@ class LoadedModels:
     :meth:`watch`, which its callers run at most every :attr:`WATCH_EVERY_S`
     seconds (:meth:`watch_due`); a model whose sidecar is another file than
     when it was loaded (a retrain replaced it, or it was removed) is dropped,
-    and ``on_drop`` is called, so the next call loads the model the folder
-    holds now. A model is one loaded object: an answer made with it is made
-    with it alone.
-
-    Parameters
-    ----------
-    on_drop : callable, optional
-        Called without arguments after :meth:`watch` dropped a model (the
-        answers made with it are then to be forgotten).
+    so the next call loads the model the folder
+    holds now (its answers, kept by the model, go with it). A model is one
+    loaded object: an answer made with it is made with it alone.
 
     Attributes
     ----------
@@ -249,11 +243,10 @@ class LoadedModels:
     WATCH_EVERY_S = 1.0
     """Seconds between two looks at the loaded models' sidecars."""
 
-    def __init__(self, on_drop=None):
+    def __init__(self):
         self._by_key: dict = {}
         self._sidecars: dict = {}               # folder key -> (folder, its sidecar's identity before the load)
         self._generation = 0
-        self._on_drop = on_drop
         self.get = self._by_key.get
         self.next_watch = 0.0
 
@@ -295,8 +288,7 @@ class LoadedModels:
 
     def watch(self) -> None:
         """Drop every model whose folder's sidecar is another file than when
-        it was loaded (one ``stat`` per loaded model), then call ``on_drop``
-        if any was dropped."""
+        it was loaded (one ``stat`` per loaded model)."""
         self.next_watch = time.monotonic() + self.WATCH_EVERY_S
         changed = [key for key, (folder, identity) in list(self._sidecars.items())
                    if _sidecar_identity(folder) != identity]
@@ -309,8 +301,6 @@ class LoadedModels:
                 for names in [n for n, m in self._by_key.items() if m is model]:
                     del self._by_key[names]
             self._generation += 1
-        if self._on_drop is not None:
-            self._on_drop()
 
     def clear(self) -> None:
         """Forget every loaded model and the default store (read
