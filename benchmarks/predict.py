@@ -141,7 +141,7 @@ def _nvidia_query(spec_name: str, family: str, dtype: str):
 def _served_path(pred) -> str:
     """How the predictor answers an unseen plain problem: its served path in
     C, or Python, with why."""
-    from costlearn.ranker.native import served_unavailable
+    from costlearn.ranker.native_library import served_unavailable
     if pred.served_in_c:
         return "C (`_served.c`: costlearn.predict_best a builtin, a plain decision's Prediction built in C)"
     why = served_unavailable() or f"the {pred.ranker.name} ranker"

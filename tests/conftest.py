@@ -124,11 +124,11 @@ def pytest_sessionstart(session):
     ``pip install -e .``): costlearn refuses such a build and falls back to numpy, so the C tests would skip
     and the rest test the fallback instead."""
     import warnings
-    from costlearn.ranker import native
+    from costlearn.ranker import native_library
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        native.library(), native.served_module()
-    for why in (native.library_unavailable(), native.served_unavailable()):
+        native_library.library(), native_library.served_module()
+    for why in (native_library.library_unavailable(), native_library.served_unavailable()):
         if "another source" in why:
             pytest.exit(f"the built C code is older than its source: run pip install -e . ({why})", returncode=2)
 

@@ -34,7 +34,7 @@ __all__ = ["FlatForest", "ForestError", "NODE_DTYPE", "FLAG_INTERNAL"]
 
 NODE_DTYPE = np.dtype([("value", "<f4"), ("child", "<u2"), ("feature", "u1"), ("flags", "u1")])
 """Layout of ``costlearn_node`` (8 bytes); the C declaration is generated
-from it (:func:`costlearn.ranker.native.c_header`)."""
+from it (:func:`costlearn.ranker.native_structs.c_header`)."""
 
 FLAG_INTERNAL = 1
 

@@ -8,7 +8,8 @@ import os
 
 from costlearn.core.registry import Registry
 from costlearn.ranker.base import Ranker, RankResult
-from costlearn.ranker.native import MAX_FEATURES, library
+from costlearn.ranker.native_library import library
+from costlearn.ranker.native_structs import MAX_FEATURES
 
 __all__ = ["RANKERS", "make_ranker", "Ranker", "RankResult"]
 
@@ -19,7 +20,7 @@ RANKERS = Registry("ranker", {"native": "costlearn.ranker.native:NativeRanker",
 def make_ranker(features, scorer, envelope, min_tile_caps, name: str | None = None, **rule) -> Ranker:
     """The ranker for one artifact, chosen once: ``name`` if given, else
     ``$COSTLEARN_RANKER``, else ``native`` where the C library builds (and the
-    candidates have at most :data:`~costlearn.ranker.native.MAX_FEATURES`
+    candidates have at most :data:`~costlearn.ranker.native_structs.MAX_FEATURES`
     features) and ``numpy`` otherwise. ``rule``: the keyword arguments of
     :class:`~costlearn.ranker.base.Ranker` (coverage, vendor, evidence,
     shortlist).

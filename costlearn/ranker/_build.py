@@ -3,7 +3,7 @@
 The package build (``setup.py``, run by ``pip install``) compiles it.
 
 Two extensions, each optional (where no C compiler works the install goes
-on without it, and :mod:`costlearn.ranker.native` falls back to numpy):
+on without it, and :mod:`costlearn.ranker.native_library` falls back to numpy):
 
 - ``costlearn.ranker._native``: the ranker (``_native.c``), a plain shared
   library called through :mod:`ctypes`;
@@ -11,7 +11,7 @@ on without it, and :mod:`costlearn.ranker.native` falls back to numpy):
   extension.
 
 Both include ``costlearn_structs.h``, generated from the Python definition of
-the structs (:func:`costlearn.ranker.native.c_header`) and kept in the
+the structs (:func:`costlearn.ranker.native_structs.c_header`) and kept in the
 source tree; a test holds the two equal. Each build carries the sha256 of
 what it was compiled from (:func:`source_sha256`), so a build older than
 the source beside it (an editable install whose C changed since) is refused

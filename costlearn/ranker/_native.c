@@ -1,4 +1,4 @@
-/* costlearn's ranker in C, loaded by costlearn/ranker/native.py:
+/* costlearn's ranker in C, loaded by costlearn/ranker/native_library.py:
  *
  *   costlearn_forest_predict   a tree ensemble over a small batch of rows
  *   costlearn_sentinel_leaves  a forest's nodes as costlearn_forest_predict walks them
@@ -16,7 +16,7 @@
  *
  * Built by the package build (setup.py; costlearn/ranker/_build.py), not at run time.
  * The structs costlearn_node and costlearn_ctx are not written here: they are
- * generated from their one definition in Python (costlearn/ranker/native.py:
+ * generated from their one definition in Python (costlearn/ranker/native_structs.py:
  * NODE_DTYPE of costlearn.model.forest, RankContext) into costlearn_structs.h.
  *
  * Each function has a numpy twin that gives the same bits (tests compare them):
@@ -824,7 +824,7 @@ static int32_t costlearn_rank(int64_t m, int64_t n, int64_t k, const uint8_t *ma
 }
 
 /* costlearn_rank of the query in the context (q_m, q_n, q_k, q_mask, q_top,
- * q_mode; written by Python in one struct.pack_into: costlearn.ranker.native.QUERY),
+ * q_mode; written by Python in one struct.pack_into: costlearn.ranker.native_structs.QUERY),
  * so that a ranking from Python converts one argument, not seven. */
 int32_t costlearn_rank_query(costlearn_ctx *ctx)
 {

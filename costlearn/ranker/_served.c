@@ -1,5 +1,5 @@
 /* costlearn's served path in C: a CPython extension module built by the
- * package build (setup.py), loaded by costlearn/ranker/native.py
+ * package build (setup.py), loaded by costlearn/ranker/native_library.py
  * (served_module), optional: where it was not built (no compiler or Python
  * headers at install) everything here has its Python twin, which gives
  * the same answers (tests/serve/test_predict.py, tests/ranker/test_shortlist.py).

@@ -1,394 +1,41 @@
-"""The native ranker: ``_native.c``, built by the package build
-(:mod:`costlearn.ranker._build`), called with :mod:`ctypes`, one call per
-ranking; and the served path's extension (``_served.c``).
+"""The native ranker: :class:`NativeRanker`, one call of ``_native.c``'s
+``costlearn_rank_query`` per ranking, in the calling thread's context.
 
-The structs shared with C are defined once, here (:class:`RankContext`, and
-the node layout :data:`costlearn.model.forest.NODE_DTYPE`); their C
-declarations (:func:`c_header`) are kept in ``costlearn_structs.h``
-(:func:`write_header`), and at load the library reports
-its struct sizes and field offsets (``costlearn_layout``), which must equal
-ctypes' (:func:`check_layout`). No compiler runs here: where the install
-built no library, :func:`library` warns once and returns None, and the numpy
-ranker is used.
+The structs it shares with C are :mod:`costlearn.ranker.native_structs`';
+loading what the install built is :mod:`costlearn.ranker.native_library`'s.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
-import importlib
-import importlib.machinery
-import importlib.util
 import math
 import os
-import struct
-import sys
 import threading
-import warnings
 import weakref
-from pathlib import Path
 
 import numpy as np
 
 from costlearn.model.envelope import EMBED
 from costlearn.features.base import epilogue_values
-from costlearn.model.forest import NODE_DTYPE
 from costlearn.model.vendor import FEATURES as VENDOR_FEATURES, POW2_CAP, VendorEstimate, problem_row
-from costlearn.ranker._build import EXTENSIONS, HEADER, source_sha256
 from costlearn.ranker.base import Ranker, RankResult
+from costlearn.ranker.native_library import library
+from costlearn.ranker.native_structs import (OUTPUT_FIELDS, QUERY_FIELDS, MAX_FEATURES, MAX_STAGES, OUTPUTS,
+                                             QUERY, RANK_DECIDE, RANK_ESTIMATE, SCORED_DTYPE, RankContext)
 
-__all__ = ["library", "served_module", "served_unavailable", "library_unavailable", "NativeRanker", "RankContext",
-           "c_header", "check_layout", "write_header"]
-
-_HERE = Path(__file__).resolve().parent
-
-_P, _I32, _I64, _D = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_double
-
-RANK_ESTIMATE = 4
-"""``costlearn_rank``'s mode bit asking for the vendor model's estimate too
-(``RANK_ESTIMATE`` in ``_native.c``)."""
-
-RANK_DECIDE = 8
-"""``costlearn_rank``'s mode bit asking for the floor's decision too
-(``RANK_DECIDE`` in ``_native.c``; :attr:`costlearn.ranker.base.RankResult.decision`)."""
-
-MAX_FEATURES = 255
-"""Most features a scorer of the C ranker may read: a node's feature is a
-byte, and the walk's sentinel column (-inf, where every leaf points) comes
-after them."""
-
-MAX_STAGES = 4
-"""Most cascade stages the context holds (:class:`costlearn.model.scorer.Scorer`)."""
-
-
-class RankContext(ctypes.Structure):
-    """``costlearn_ctx``: everything ``costlearn_rank`` needs (the model's
-    arrays, a thread's scratch), the query it ranks (``costlearn_rank_query``)
-    and its outputs. The one definition of the struct; ``c_header`` writes its C
-    declaration. Comments give the C element type of each pointer."""
-
-    _fields_ = [
-        # candidates' features
-        ("template_", _P),        # const float*  [n_cands x n_features], per-config columns, the sentinel last
-        ("n_cands", _I32), ("n_features", _I32),   # n_features: a row's width, the sentinel column (-inf) included
-        ("block", _P),            # const int64_t* [3 x n_cands]: BM, BN, KS
-        ("slots", _P),            # const int64_t* [n_cands]
-        ("tile_occ", _P),         # const double*  [n_cands]
-        ("fill", _P),             # const double*  [n_cands]
-        ("s", _D), ("peak", _D), ("bw", _D),
-        ("epi_flops", _D), ("epi_bytes", _D),   # the problem's epilogue (set per call): flops per element,
-                                                # bias bytes per column
-        ("cols", _P),             # const int32_t* [23]
-        ("min_cap_m", _I64), ("min_cap_n", _I64), ("min_cap_k", _I64),
-        # the candidate rule beyond the fit: coverage, the vendor candidate
-        ("cov_lo", _P), ("cov_hi", _P),   # const double* [n_cands x 3] (log2, margin applied) or NULL
-        ("vendor", _I32),                 # the vendor candidate, -1: none
-        # scorer
-        ("has_forest", _I32),
-        ("nodes", _P),            # const costlearn_node* (leaves on the sentinel: costlearn_sentinel_leaves)
-        ("roots", _P),            # const int32_t* [n_trees]
-        ("depths", _P),           # const int32_t* [n_trees]
-        ("n_trees", _I32), ("base", _D), ("sign", _D),
-        ("column", _I32), ("column_weight", _D),
-        ("offsets", _P),          # const double* [n_cands] or NULL
-        ("n_stages", _I32), ("stage_trees", _I32 * MAX_STAGES), ("stage_keep", _I32 * MAX_STAGES),
-        ("stage_margin", _D * MAX_STAGES),
-        # envelope: training shapes embedded, sorted by first coordinate
-        ("env_points", _P),       # const double*  [n_env x 3]
-        ("env_index", _P),        # const int32_t* [n_env]
-        ("n_env", _I32), ("embed", _D * 9),
-        # held-out evidence of the vendor floor (this layout's), embedded, sorted by first coordinate
-        ("ev_points", _P),        # const double* [n_ev x 3]
-        ("ev_index", _P),         # const int32_t* [n_ev]: each point's place in the evidence's list
-        ("ev_vendor", _P), ("ev_model", _P),   # const double* [n_ev]: log1p regrets
-        ("n_ev", _I32), ("ev_k", _I32),
-        # shortlist table (this layout's) or NULL
-        ("tab_index", _P),        # const int16_t* [points x tab_width], -1 ends a list
-        ("tab_resid", _P),        # const float*   [points x tab_width]
-        ("tab_n", _I64 * 3), ("tab_step", _D), ("tab_width", _I32), ("tab_trees", _I32),
-        # the vendor model (costlearn.model.vendor.VendorModel) or v_members = 0
-        ("v_nodes", _P),          # const costlearn_node*
-        ("v_roots", _P), ("v_depths", _P),   # const int32_t* [its trees]
-        ("v_bounds", _P),         # const int32_t* [v_members + 1]: member i's trees
-        ("v_bases", _P),          # const double*  [v_members]
-        ("v_members", _I32), ("v_features", _I32), ("v_pow2_cap", _I32),
-        ("v_tail", _P),           # const float* [v_features - 9]: this context's epilogue flops, layout one-hot
-        # the floor's decision (RANK_DECIDE; costlearn.serve.ood.OODVerdict.problem_reasons, then
-        # costlearn.serve.vendor_policy.VendorPolicy.decide), with dec_on = 1 where the ranker has a floor
-        ("dec_on", _I32),
-        ("env_lo", _D * 3), ("env_hi", _D * 3),   # the envelope's extents, margins applied (Envelope.extent_bounds)
-        ("env_threshold", _D),    # its nearest-shape distance limit, doublings
-        ("fl_uses_evidence", _I32), ("fl_ood_fallback", _I32),
-        ("fl_unsure_regret", _D), ("fl_margin", _D), ("fl_vendor_near_min", _D),
-        ("fl_est_on", _I32), ("fl_est_margin", _D), ("fl_est_z", _D), ("fl_est_unsure", _D),
-        # the transfer beyond fl_near doublings of every training shape: fl_far_a + fl_far_b * the estimate
-        ("fl_far_on", _I32), ("fl_near", _D), ("fl_far_a", _D), ("fl_far_b", _D),
-        ("tr_peak", _D), ("tr_bw", _D),   # flop and DRAM bytes per us a time is checked against, 0: not checked
-        ("tr_l2", _D), ("tr_elem", _D),   # L2 bytes, element bytes (OODVerdict.time_limits)
-        # scratch, one set per calling thread
-        ("X", _P), ("Xk", _P),    # float* [n_cands x n_features]
-        ("work", _P),             # costlearn_scored* [n_cands]
-        ("pick", _P),             # costlearn_scored* [n_cands]: a cascade stage's selection
-        ("part", _P), ("acc", _P), ("lin", _P),   # double* [n_cands]
-        ("row_cand", _P),         # int32_t* [n_cands]
-        ("mask", _P),             # uint8_t* [n_cands]
-        ("seen", _P), ("resid", _P),   # double* [n_cands]
-        ("ev_work", _P),          # costlearn_scored* [max(n_ev, 1)]
-        ("v_row", _P),            # float*  [v_features + 1]: the sentinel last
-        ("v_sums", _P),           # double* [v_members]
-        # the query (costlearn_rank_query; set per call with QUERY's pack_into)
-        ("q_m", _I64), ("q_n", _I64), ("q_k", _I64),
-        ("q_mask", _P),           # const uint8_t* [n_cands]: the candidates to rank, or NULL: the candidate rule's
-        ("q_top", _I32), ("q_mode", _I32),
-        # outputs
-        ("out_index", _P),        # int32_t* [n_cands]
-        ("out_score", _P),        # double*  [n_cands]
-        ("nearest", _I32), ("nearest_d2", _D), ("fits", _I32), ("level", _I32),
-        ("vendor_near", _D), ("model_near", _D), ("used_table", _I32),
-        ("v_mean", _D), ("v_sd", _D),      # the vendor model's estimate (RANK_ESTIMATE), else NaN
-        ("decision", _I32),       # RANK_DECIDE: DECIDED | flags | chosen << 4 | (tile + 1) << 6, else 0
-        ("v_score", _D),          # with it: the vendor candidate's score (NaN without one)
-    ]
-
-
-_C_POINTER = {  # the C type of each void* field of RankContext
-    "template_": "const float *", "block": "const int64_t *", "slots": "const int64_t *",
-    "tile_occ": "const double *", "fill": "const double *", "cols": "const int32_t *",
-    "nodes": "const costlearn_node *", "roots": "const int32_t *", "depths": "const int32_t *",
-    "offsets": "const double *", "env_points": "const double *", "env_index": "const int32_t *",
-    "cov_lo": "const double *", "cov_hi": "const double *", "ev_points": "const double *",
-    "ev_index": "const int32_t *",
-    "ev_vendor": "const double *", "ev_model": "const double *", "tab_index": "const int16_t *",
-    "tab_resid": "const float *", "v_nodes": "const costlearn_node *", "v_roots": "const int32_t *",
-    "v_depths": "const int32_t *", "v_bounds": "const int32_t *", "v_bases": "const double *",
-    "v_tail": "const float *", "v_row": "float *", "v_sums": "double *", "mask": "uint8_t *",
-    "seen": "double *", "resid": "double *", "q_mask": "const uint8_t *",
-    "ev_work": "costlearn_scored *",
-    "X": "float *", "Xk": "float *", "work": "costlearn_scored *", "pick": "costlearn_scored *",
-    "part": "double *", "acc": "double *",
-    "lin": "double *", "row_cand": "int32_t *", "out_index": "int32_t *", "out_score": "double *"}
-_C_SCALAR = {_I32: "int32_t", _I64: "int64_t", _D: "double"}
-_C_NUMPY = {"<f4": "float", "<f8": "double", "<u2": "uint16_t", "|u1": "uint8_t", "<i4": "int32_t"}
+__all__ = ["NativeRanker", "walked_nodes"]
 
 _VENDOR_HEAD = 9
 """The vendor row's columns ``vendor_estimate`` in ``_native.c`` computes (the
 extents' logs, aspects and trailing zero bits); the rest, the epilogue's and
 the layout's, are each context's ``v_tail``."""
 
-SCORED_DTYPE = np.dtype([("score", "<f8"), ("index", "<i4")], align=True)
-"""Layout of ``costlearn_scored`` (the sort's records, 16 bytes)."""
-
-
-_QUERY = ("q_m", "q_n", "q_k", "q_mask", "q_top", "q_mode")
-"""A ranking's inputs in :class:`RankContext`, written in one call (:data:`QUERY`)."""
-
-_OUTPUTS = ("nearest", "nearest_d2", "fits", "level", "vendor_near", "model_near", "used_table", "v_mean", "v_sd",
-            "decision", "v_score")
-"""The scalar outputs of a ranking, read in one call (:data:`OUTPUTS`)."""
-
-
-def _fields_struct(names: tuple) -> struct.Struct:
-    """A :class:`struct.Struct` of :class:`RankContext`'s consecutive fields
-    ``names`` (padding between them skipped), from the first one's offset: its
-    ``pack_into(context, offset, ...)`` writes them, its
-    ``unpack_from(context, offset)`` reads them, in one call each (a tenth of
-    ctypes' per-argument conversions)."""
-    fields, code = dict(RankContext._fields_), {_I32: "i", _I64: "q", _D: "d", _P: "Q"}
-    fmt, at = "<", getattr(RankContext, names[0]).offset
-    for name in names:
-        desc = getattr(RankContext, name)
-        if desc.offset < at:
-            raise ValueError(f"RankContext field {name!r} is out of order")
-        fmt += "x" * (desc.offset - at) + code[fields[name]]
-        at = desc.offset + desc.size
-    return struct.Struct(fmt)
-
-
-QUERY = _fields_struct(_QUERY)
-"""m, n, k, the mask's address (0: none), top and mode, at the offset of
-``q_m``: what ``costlearn_rank_query`` ranks."""
-
-OUTPUTS = _fields_struct(_OUTPUTS)
-"""The scalar outputs (nearest ... v_score), at the offset of ``nearest``."""
-
-
-def c_header() -> str:
-    """The C declarations of ``costlearn_node``, ``costlearn_scored`` and
-    ``costlearn_ctx``, generated from :data:`NODE_DTYPE`, :data:`SCORED_DTYPE`
-    and :class:`RankContext`, with ``COSTLEARN_CTX_OFFSETS`` (the offsetof
-    of every context field, in order)."""
-    def struct(name, dtype):
-        fields = " ".join(f"{_C_NUMPY[dtype.fields[f][0].str]} {f};" for f in dtype.names)
-        return f"typedef struct {{ {fields} }} {name};"
-    lines = ["/* generated by costlearn/ranker/native.py (write_header): do not edit */", "#include <stddef.h>",
-             "#include <stdint.h>", struct("costlearn_node", NODE_DTYPE), struct("costlearn_scored", SCORED_DTYPE),
-             "typedef struct {"]
-    for name, kind in RankContext._fields_:
-        if kind is _P:
-            lines.append(f"    {_C_POINTER[name]}{name};")
-        elif issubclass(kind, ctypes.Array):
-            lines.append(f"    {_C_SCALAR[kind._type_]} {name}[{kind._length_}];")
-        else:
-            lines.append(f"    {_C_SCALAR[kind]} {name};")
-    lines.append("} costlearn_ctx;")
-    offsets = ", ".join(f"(int64_t)offsetof(costlearn_ctx, {name})" for name, _ in RankContext._fields_)
-    lines.append(f"#define COSTLEARN_CTX_OFFSETS {offsets}")
-    return "\n".join(lines) + "\n"
-
-
-def write_header() -> Path:
-    """Write :func:`c_header` to ``costlearn_structs.h`` beside this module
-    (after a change to the structs; then reinstall, ``pip install -e .``,
-    to rebuild the C code). Returns its path."""
-    path = _HERE / HEADER
-    path.write_text(c_header())
-    return path
-
-
-def check_layout(lib) -> None:
-    """Compare the compiled library's struct sizes and offsets with ctypes'
-    and numpy's.
-
-    Raises
-    ------
-    OSError
-        Naming the first field whose offset differs.
-    """
-    n = len(RankContext._fields_) + 3
-    out = (ctypes.c_int64 * n)()
-    got = lib.costlearn_layout(out, n)
-    want = [NODE_DTYPE.itemsize, SCORED_DTYPE.itemsize, ctypes.sizeof(RankContext)] + [
-        getattr(RankContext, f).offset for f, _ in RankContext._fields_]
-    names = ["sizeof(costlearn_node)", "sizeof(costlearn_scored)", "sizeof(costlearn_ctx)"] + [
-        f for f, _ in RankContext._fields_]
-    if got != n:
-        raise OSError(f"the compiled ranker reports {got} layout values, Python expects {n}")
-    for name, a, b in zip(names, list(out), want):
-        if a != b:
-            raise OSError(f"the compiled ranker's {name} is {a}, Python's is {b}: rebuild (C and Python "
-                          "disagree on the struct layout)")
-
-
-def _built(name: str) -> Path | None:
-    """The built extension ``name`` (:data:`costlearn.ranker._build.EXTENSIONS`)
-    beside this module, or None where the install built none."""
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
-        path = _HERE / f"{name}{suffix}"
-        if path.is_file():
-            return path
-    return None
-
-
-_ELF = {2: dict(head="QQ", at=32, sizes=54, segment="QQ", offset=8, filesz=32),     # 64-bit
-        1: dict(head="II", at=28, sizes=42, segment="II", offset=4, filesz=16)}     # 32-bit
-"""Where an ELF file's header keeps its program and section header tables'
-offsets and sizes, and a program header its segment's offset and size in
-the file (the ELF specification, by class)."""
-
-
-def _check_whole(path) -> None:
-    """Refuse a built library cut short (a copy or an install killed
-    midway): loading an ELF file whose segments or tables reach past its end
-    crashes the process (SIGBUS) instead of failing. Other formats are left
-    to the loader.
-
-    Raises
-    ------
-    OSError
-        Naming the file, where it is shorter than its own headers say.
-    """
-    with open(path, "rb") as fh:
-        data = fh.read()
-    if data[:4] != b"\x7fELF" or data[4] not in _ELF or len(data) < 64:
-        return
-    f, order = _ELF[data[4]], "<" if data[5] == 1 else ">"
-    phoff, shoff = struct.unpack_from(order + f["head"], data, f["at"])
-    phentsize, phnum, shentsize, shnum = struct.unpack_from(order + "HHHH", data, f["sizes"])
-    ends = [phoff + phentsize * phnum, shoff + shentsize * shnum]
-    for at in range(phoff, min(phoff + phentsize * phnum, len(data) - phentsize + 1), max(phentsize, 1)):
-        offset = struct.unpack_from(order + f["segment"][0], data, at + f["offset"])[0]
-        filesz = struct.unpack_from(order + f["segment"][1], data, at + f["filesz"])[0]
-        ends.append(offset + filesz)
-    if max(ends) > len(data):
-        raise OSError(f"{path} is cut short ({len(data)} bytes where its headers reach {max(ends)}): reinstall "
-                      "(pip install -e .)")
-
-
-def _subnormals_kept() -> bool:
-    """Whether this process still computes subnormal floats (a library built
-    with fast math flushes them to zero for the whole process when it loads)."""
-    tiny = sys.float_info.min
-    return tiny / 1024.0 > 0.0
-
-
-def _check_subnormals(path) -> None:
-    """Raise OSError where loading ``path`` turned subnormals off."""
-    if not _subnormals_kept():
-        raise OSError(f"loading {path} made this process flush subnormal floats to zero (it was built with fast "
-                      "math); rebuild without it (pip install -e . drops such flags)")
-
-
-def _check_source(name: str, built: str) -> None:
-    """Refuse a build of extension ``name`` made from another source than
-    the one beside it (``built``: the sha256 it reports; an editable
-    install whose C changed since ``pip install``). Where no source is
-    beside it (a wheel), nothing is compared.
-
-    Raises
-    ------
-    OSError
-        Saying how to rebuild.
-    """
-    try:
-        want = source_sha256(name)
-    except OSError:
-        return
-    if built != want:
-        raise OSError(f"the built {name} was compiled from another source than {_HERE / EXTENSIONS[name]} "
-                      "(rebuild: pip install -e . in the source tree)")
-
-
-_SYMBOLS = ("costlearn_forest_predict", "costlearn_sentinel_leaves", "costlearn_shape_features", "costlearn_rank_query",
-            "costlearn_rank_many", "costlearn_shortlist_build", "costlearn_layout", "costlearn_fsum",
-            "costlearn_source_sha256")
-
-
-def _open(path: Path):
-    """Load a built library, declare its functions and check its layout."""
-    _check_whole(path)
-    lib = ctypes.CDLL(str(path))
-    for name in _SYMBOLS:
-        getattr(lib, name)                      # AttributeError if missing
-    lib.costlearn_source_sha256.restype = ctypes.c_char_p
-    lib.costlearn_source_sha256.argtypes = []
-    _check_source("_native", lib.costlearn_source_sha256().decode())
-    _check_subnormals(path)
-    lib.costlearn_layout.restype = _I32
-    lib.costlearn_layout.argtypes = [_P, _I32]
-    check_layout(lib)
-    lib.costlearn_forest_predict.restype = _I32
-    lib.costlearn_forest_predict.argtypes = [_P, _P, _P, _I32, _P, _I32, _I32, _P]
-    lib.costlearn_sentinel_leaves.restype = _I32
-    lib.costlearn_sentinel_leaves.argtypes = [_P, _I64, _I32, _P]
-    lib.costlearn_shape_features.restype = None
-    lib.costlearn_shape_features.argtypes = [_I64, _I64, _I64, _P, _I32, _I32, _P, _P, _P, _P, _D, _D, _D, _D, _D,
-                                             _P, _P, _I32]
-    lib.costlearn_rank_query.restype = _I32
-    lib.costlearn_rank_query.argtypes = None    # always given a context's byref(), passed as its pointer without
-                                                # argtypes' from_param (a large share of a ranking's call:
-                                                # docs/results.md, "Speed")
-    lib.costlearn_rank_many.restype = _I32
-    lib.costlearn_rank_many.argtypes = [_P, _I32, _I32, _I32, _I32, ctypes.POINTER(RankContext)] + [_P] * 13
-    lib.costlearn_fsum.restype = _D
-    lib.costlearn_fsum.argtypes = [_P, _I32]
-    lib.costlearn_shortlist_build.restype = _I32
-    lib.costlearn_shortlist_build.argtypes = [_P, _I32, _I32, _I32, ctypes.POINTER(RankContext), _P, _P]
-    return lib
-
 
 _tuple_new = tuple.__new__
 """``_tuple_new(RankResult, fields)``: a named tuple from all its fields in
 order, without a Python frame (their own ``__new__`` is a Python function of
 keywords, ``_make`` a Python method)."""
+
 
 _WALKED = weakref.WeakKeyDictionary()
 """FlatForest -> its nodes as the C walk reads them (:func:`walked_nodes`),
@@ -429,83 +76,6 @@ def walked_nodes(lib, forest, n_features: int) -> np.ndarray:
     out.flags.writeable = False
     _WALKED[forest] = (n_features, out)
     return out
-
-
-_LIB = None
-_LIB_TRIED = False
-_LIB_WHY = ""
-_LIB_LOCK = threading.Lock()
-
-
-def library():
-    """The compiled ranker (a :class:`ctypes.CDLL` of the ``_native``
-    extension the install built), or None (with one warning) where the
-    install built none or it cannot be loaded. Set ``COSTLEARN_NO_C=1`` to
-    skip it (tests of the fallback use this)."""
-    global _LIB, _LIB_TRIED, _LIB_WHY
-    with _LIB_LOCK:
-        if _LIB_TRIED:
-            return _LIB
-        _LIB_TRIED = True
-        if os.environ.get("COSTLEARN_NO_C"):
-            _LIB_WHY = "COSTLEARN_NO_C is set"
-            return None
-        path = _built("_native")
-        try:
-            if path is None:
-                raise OSError("the install built no C ranker (no C compiler worked at pip install)")
-            _LIB = _open(path)
-        except (OSError, AttributeError) as e:
-            _LIB_WHY = str(e)
-            warnings.warn(f"costlearn: its C ranker is unavailable ({e}); ranking falls back to numpy (the same "
-                          "answers, about 20x slower)", RuntimeWarning, stacklevel=3)
-        return _LIB
-
-
-_SERVED = None
-_SERVED_TRIED = False
-_SERVED_WHY = ""
-
-
-def served_module():
-    """The served path's CPython extension (``_served.c``: the
-    :func:`costlearn.predict_best` builtin, ``entry``, and a predictor's
-    unseen problems answered in C, ``Served``), as the install built it;
-    None where it was not built or cannot be loaded (or ``COSTLEARN_NO_C``
-    is set): :func:`served_unavailable` says why. No warning: what it serves
-    has a Python twin that gives the same answers, only slower."""
-    global _SERVED, _SERVED_TRIED, _SERVED_WHY
-    with _LIB_LOCK:
-        if _SERVED_TRIED:
-            return _SERVED
-        _SERVED_TRIED = True
-        if os.environ.get("COSTLEARN_NO_C"):
-            _SERVED_WHY = "COSTLEARN_NO_C is set"
-            return None
-        try:
-            spec = importlib.util.find_spec("costlearn.ranker._served")
-            if spec is not None and spec.origin:
-                _check_whole(spec.origin)
-            module = importlib.import_module("costlearn.ranker._served")
-            _check_source("_served", getattr(module, "SOURCE_SHA256", None))
-            _check_subnormals(module.__file__)
-            getattr(module, "entry")
-            _SERVED = module
-        except (ImportError, OSError, AttributeError) as e:
-            _SERVED_WHY = f"the install built none or it does not load: {e}"
-        return _SERVED
-
-
-def served_unavailable() -> str:
-    """Why :func:`served_module` returned None ("" where it did not, or
-    was not asked yet)."""
-    return _SERVED_WHY
-
-
-def library_unavailable() -> str:
-    """Why :func:`library` returned None ("" where it did not, or was not
-    asked yet)."""
-    return _LIB_WHY
 
 
 class NativeRanker(Ranker):
@@ -652,9 +222,9 @@ class NativeRanker(Ranker):
             rc.tab_n[:] = list(sl.n)
             rc.tab_step, rc.tab_width, rc.tab_trees = sl.step, sl.width, sl.trees
         return rc, ctypes.byref(rc), memoryview(arrays["out_index"]), memoryview(arrays["out_score"]), \
-            functools.partial(OUTPUTS.unpack_from, rc, getattr(RankContext, _OUTPUTS[0]).offset), \
-            functools.partial(QUERY.pack_into, rc, getattr(RankContext, _QUERY[0]).offset), (arrays, lay_arrays), \
-            ctypes.addressof(rc)
+            functools.partial(OUTPUTS.unpack_from, rc, getattr(RankContext, OUTPUT_FIELDS[0]).offset), \
+            functools.partial(QUERY.pack_into, rc, getattr(RankContext, QUERY_FIELDS[0]).offset), \
+            (arrays, lay_arrays), ctypes.addressof(rc)
 
     def _context(self, layout: str, epilogue: str = "none"):
         """This thread's context for problems of ``layout`` and ``epilogue``."""
@@ -843,4 +413,3 @@ class NativeRanker(Ranker):
                                                index.ctypes.data, resid.ctypes.data) != 0:
             raise ValueError(f"shortlist build refused tiles={tiles}, width={width}")
         return index, resid
-

@@ -19,7 +19,8 @@ import math
 from costlearn.core.problem import MAX_EXTENT, Problem
 from costlearn.model.vendor import VendorEstimate
 from costlearn.ranker.base import DECISION_OUTSIDE, DECISION_PLAIN, DECISION_TIME, DECISION_UNSURE, RankResult
-from costlearn.ranker.native import NativeRanker, served_module
+from costlearn.ranker.native import NativeRanker
+from costlearn.ranker.native_library import served_module
 from costlearn.serve.prediction import Prediction
 
 __all__ = ["Answers"]
@@ -61,7 +62,7 @@ class Answers:
         ``results.get`` (no Python frame: the hot path's lookup).
     served : object or None
         The served path in C (``Served`` of
-        :func:`costlearn.ranker.native.served_module`: an unseen problem
+        :func:`costlearn.ranker.native_library.served_module`: an unseen problem
         ranked and, where the decision is plain, answered without Python, the
         reasons' words included; :meth:`finish` answers the others, into the
         same :attr:`results`), or None where the extension or the native

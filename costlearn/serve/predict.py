@@ -20,7 +20,7 @@ from costlearn.core.problem import MAX_EXTENT, Problem
 from costlearn.core.checks import check_instance, check_int
 from costlearn.families import get_family
 from costlearn.model.store import default_store, resolve_model, store_key
-from costlearn.ranker.native import served_module
+from costlearn.ranker.native_library import served_module
 from costlearn.serve.prediction import Prediction
 from costlearn.serve.predictor import PREDICTORS, Predictor, clear_cache, load_predictor
 
@@ -103,7 +103,7 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
 
     A problem seen before in the process is answered from its predictor's
     answer cache (in C where the served path's extension is built,
-    :func:`costlearn.ranker.native.served_module`); an unseen one is one
+    :func:`costlearn.ranker.native_library.served_module`); an unseen one is one
     ranking, a deep model's through its shortlist table
     (:mod:`costlearn.model.shortlist`); ``python -m benchmarks.predict`` measures
     both. A model a retrain replaced is served within a second or so
@@ -214,7 +214,7 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
 
 predict_best_python = predict_best
 """The Python :func:`predict_best`: what the name is where the served path's
-extension is unavailable (:func:`costlearn.ranker.native.served_module`),
+extension is unavailable (:func:`costlearn.ranker.native_library.served_module`),
 and what the extension's entry hands every call to that it does not answer
 itself. Its name stays ``predict_best`` (the one its errors say); beside the
 builtin it does not pickle."""

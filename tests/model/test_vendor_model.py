@@ -19,7 +19,7 @@ from costlearn.model.vendor import (FEATURES, MAX_MEMBERS, MIN_PROBLEMS, VendorE
                                     problem_features_table, problem_row, problem_table)
 from costlearn.serve.predictor import Predictor
 from costlearn.ranker import RANKERS
-from costlearn.ranker.native import library
+from costlearn.ranker.native_library import library
 
 from inductor_fixture import DEVICE, SHAPES, build_models
 

@@ -160,45 +160,45 @@ def test_bad_options_say_what_is_allowed_even_for_a_cached_problem(device_name, 
 def test_the_c_struct_is_generated_from_python_and_its_layout_checked():
     import ctypes
 
-    from costlearn.ranker import native
-    header = native.c_header()
-    for name, _ in native.RankContext._fields_:
+    from costlearn.ranker import native_library, native_structs
+    header = native_structs.c_header()
+    for name, _ in native_structs.RankContext._fields_:
         assert f" {name}" in header or f"*{name};" in header, name
-    native.check_layout(native.library())
+    native_structs.check_layout(native_library.library())
 
     class Shifted:                                     # a library built from another struct layout
         def costlearn_layout(self, out, n):
             real = (ctypes.c_int64 * n)()
-            got = native.library().costlearn_layout(real, n)
+            got = native_library.library().costlearn_layout(real, n)
             for i in range(n):
                 out[i] = real[i] + (8 if i == 5 else 0)
             return got
     with pytest.raises(OSError, match="struct layout"):
-        native.check_layout(Shifted())
+        native_structs.check_layout(Shifted())
 
 
 def test_the_query_and_outputs_codecs_write_and_read_the_context_fields_ctypes_names():
     """QUERY and OUTPUTS (one struct.pack_into / unpack_from a ranking in place
     of ctypes' conversions) must land on RankContext's fields, padding
     skipped: a wrong format ranks another problem, or reads a stale field."""
-    from costlearn.ranker import native
-    rc = native.RankContext()
-    native.QUERY.pack_into(rc, native.RankContext.q_m.offset, 2**31 - 1, 3, 2**40, 2**63 + 5, 7, 14)
+    from costlearn.ranker import native_structs
+    rc = native_structs.RankContext()
+    native_structs.QUERY.pack_into(rc, native_structs.RankContext.q_m.offset, 2**31 - 1, 3, 2**40, 2**63 + 5, 7, 14)
     assert (rc.q_m, rc.q_n, rc.q_k, rc.q_mask, rc.q_top, rc.q_mode) == (2**31 - 1, 3, 2**40, 2**63 + 5, 7, 14)
     values = {}
-    for i, name in enumerate(native._OUTPUTS):
+    for i, name in enumerate(native_structs.OUTPUT_FIELDS):
         values[name] = i + 11 if isinstance(getattr(rc, name), int) else i + 0.5
         setattr(rc, name, values[name])
-    assert native.OUTPUTS.unpack_from(rc, native.RankContext.nearest.offset) == tuple(values.values())
+    assert native_structs.OUTPUTS.unpack_from(rc, native_structs.RankContext.nearest.offset) == tuple(values.values())
     with pytest.raises(ValueError, match="out of order"):
-        native._fields_struct(("v_score", "nearest"))
+        native_structs._fields_struct(("v_score", "nearest"))
 
 
 _PREDICT = ("import sys, json, warnings; warnings.simplefilter('always'); "
-            "from costlearn.serve.predictor import Predictor; from costlearn.ranker import native; "
+            "from costlearn.serve.predictor import Predictor; from costlearn.ranker import native_library; "
             "p = Predictor(sys.argv[1]); print(p.ranker.name, p.served_in_c); "
             "print(json.dumps([p.predict_best(*s).config.config_id for s in [(1,64,64),(300,200,500),(7,9,11),"
-            "(48,64,96),(9000,3,12000)]])); print(native.served_unavailable())")
+            "(48,64,96),(9000,3,12000)]])); print(native_library.served_unavailable())")
 
 
 def _installed_copy(folder):
@@ -218,15 +218,15 @@ def _run(model_dir, path, **env):
 
 def test_the_committed_c_header_is_the_one_python_generates():
     """costlearn_structs.h is built into the C code at install; a struct changed in Python and not in the header
-    would build a library whose layout check refuses it (native.write_header() writes it)."""
-    from costlearn.ranker import native
-    assert (ROOT / "costlearn" / "ranker" / "costlearn_structs.h").read_text() == native.c_header()
+    would build a library whose layout check refuses it (native_structs.write_header() writes it)."""
+    from costlearn.ranker import native_structs
+    assert (ROOT / "costlearn" / "ranker" / "costlearn_structs.h").read_text() == native_structs.c_header()
 
 
 def _needs_built_c():
-    from costlearn.ranker import native
-    if native.library() is None or native.served_module() is None:
-        pytest.skip(f"the install built no C code here: {native.served_unavailable()}")
+    from costlearn.ranker import native_library
+    if native_library.library() is None or native_library.served_module() is None:
+        pytest.skip(f"the install built no C code here: {native_library.served_unavailable()}")
 
 
 def test_without_built_c_code_numpy_answers_the_same_and_no_compiler_runs(model_dir, tmp_path):
@@ -291,11 +291,11 @@ def test_fast_math_in_cflags_is_taken_out_of_the_build(model_dir, tmp_path):
 def test_an_uninitialised_or_unchecked_served_call_raises_not_crashes(model_dir):
     """Regression (an attack on the served path): Served() made without its arguments crashed the
     interpreter on predict, and an unchecked extent (2**63) raised SystemError or a top_k < 1 was answered."""
-    from costlearn.ranker import native
+    from costlearn.ranker import native_library
     from costlearn.serve.predictor import Predictor
-    module = native.served_module()
+    module = native_library.served_module()
     if module is None:
-        pytest.skip(f"the served path's extension is unavailable here: {native.served_unavailable()}")
+        pytest.skip(f"the served path's extension is unavailable here: {native_library.served_unavailable()}")
     with pytest.raises(RuntimeError, match="not initialised"):
         module.Served.__new__(module.Served).predict(64, 64, 64, "NN", "none", 5)
     served = Predictor(model_dir).answers.served
@@ -421,7 +421,9 @@ def test_the_c_walk_sends_every_leaf_to_the_sentinel_column_and_refuses_a_split_
     """The walked copy of a forest (costlearn_sentinel_leaves): each leaf's feature is the sentinel column
     after the features, every other field and every internal node as stored; a split on that column or
     after it is refused, not walked; the copy is made once per forest."""
-    from costlearn.ranker.native import MAX_FEATURES, library, walked_nodes
+    from costlearn.ranker.native import walked_nodes
+    from costlearn.ranker.native_library import library
+    from costlearn.ranker.native_structs import MAX_FEATURES
     lib = library()
     if lib is None:
         pytest.skip("no C compiler here")
@@ -521,8 +523,8 @@ def test_a_library_that_turns_subnormals_off_is_refused(tmp_path):
     subprocess.run(["cc", "-O2", "-ffast-math", "-shared", "-fPIC", "-I", str(here),
                     f'-DCOSTLEARN_SOURCE_SHA256="{_build.source_sha256("_native")}"', "-o", str(so),
                     str(here / "_native.c"), "-lm"], check=True, capture_output=True)
-    code = ("import sys; from costlearn.ranker import native\n"
-            "try:\n    native._open(sys.argv[1])\nexcept OSError as e:\n    print('refused:', e)\n")
+    code = ("import sys; from costlearn.ranker import native_library\n"
+            "try:\n    native_library._open(sys.argv[1])\nexcept OSError as e:\n    print('refused:', e)\n")
     out = subprocess.run([sys.executable, "-c", code, str(so)], capture_output=True, text=True, cwd=tmp_path)
     assert "refused:" in out.stdout and "flush subnormal floats to zero" in out.stdout, out.stdout + out.stderr
 

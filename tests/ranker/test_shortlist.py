@@ -22,7 +22,7 @@ from costlearn.model.artifact_save import replace_shortlist
 from costlearn.serve.predictor import Predictor, clear_cache
 from costlearn.core.problem import Problem
 from costlearn.ranker import RANKERS
-from costlearn.ranker.native import served_unavailable
+from costlearn.ranker.native_library import served_unavailable
 from costlearn.serve.answer import Answers
 from costlearn.model.shortlist import Shortlist, ShortlistError, grid_shapes
 from costlearn.ranker.shortlist_build import build_lists_numpy, build_shortlist

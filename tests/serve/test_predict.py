@@ -5,7 +5,7 @@ import pytest
 
 import costlearn
 from costlearn.core.device import preset
-from costlearn.ranker.native import served_unavailable
+from costlearn.ranker.native_library import served_unavailable
 from costlearn.serve.predict import Predictor, predict_best
 from conftest import ROOT
 
@@ -564,7 +564,7 @@ def test_predict_best_is_the_entry_in_c_and_answers_as_the_python_function(dev):
     """costlearn.predict_best is the served path's builtin (_served.c) where the extension builds: the Python
     function's signature and docstring, its answers (unseen and repeated) and its errors, word for word."""
     import inspect
-    from costlearn.ranker.native import served_module
+    from costlearn.ranker.native_library import served_module
     from costlearn.serve.predict import predict_best_python
     from costlearn.serve.predictor import clear_cache
     if served_module() is None:
@@ -599,7 +599,7 @@ def test_predict_best_is_the_entry_in_c_and_answers_as_the_python_function(dev):
 def test_without_the_extension_predict_best_is_the_python_function():
     import subprocess
     import sys
-    code = ("import costlearn, costlearn.serve.predict as p, costlearn.ranker.native as n; "
+    code = ("import costlearn, costlearn.serve.predict as p, costlearn.ranker.native_library as n; "
             "print(costlearn.predict_best is p.predict_best_python, n.served_unavailable())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                          env={**__import__("os").environ, "COSTLEARN_NO_C": "1"}, check=True).stdout
