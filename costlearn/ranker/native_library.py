@@ -149,14 +149,8 @@ def _open(path: Path):
 
 
 _LIB = None
-
-
 _LIB_TRIED = False
-
-
 _LIB_WHY = ""
-
-
 _LIB_LOCK = threading.Lock()
 
 
@@ -186,11 +180,7 @@ def library():
 
 
 _SERVED = None
-
-
 _SERVED_TRIED = False
-
-
 _SERVED_WHY = ""
 
 
