@@ -236,7 +236,7 @@ class LoadedModels:
         same key), or None. The hot path of a repeated prediction: the
         lookup dict's own ``get``, without a Python frame (:meth:`clear`
         empties that dict in place, so it stays the one looked in).
-    next_watch : float
+    next_watch_s : float
         The :func:`time.monotonic` after which :meth:`watch_due` looks again.
     """
 
@@ -248,7 +248,7 @@ class LoadedModels:
         self._sidecars: dict = {}               # folder key -> (folder, its sidecar's identity before the load)
         self._generation = 0
         self.get = self._by_key.get
-        self.next_watch = 0.0
+        self.next_watch_s = 0.0
 
     def load(self, key: ModelKey, models_dir, loader):
         """The model of ``key`` in ``models_dir`` (default: :func:`default_store`),
@@ -282,14 +282,14 @@ class LoadedModels:
         return model
 
     def watch_due(self) -> None:
-        """:meth:`watch`, where :attr:`next_watch` has passed."""
-        if time.monotonic() >= self.next_watch:
+        """:meth:`watch`, where :attr:`next_watch_s` has passed."""
+        if time.monotonic() >= self.next_watch_s:
             self.watch()
 
     def watch(self) -> None:
         """Drop every model whose folder's sidecar is another file than when
         it was loaded (one ``stat`` per loaded model)."""
-        self.next_watch = time.monotonic() + self.WATCH_EVERY_S
+        self.next_watch_s = time.monotonic() + self.WATCH_EVERY_S
         changed = [key for key, (folder, identity) in list(self._sidecars.items())
                    if _sidecar_identity(folder) != identity]
         if not changed:

@@ -60,7 +60,8 @@ typedef struct {
     PyObject *served_name;          /* "served": Predictor.served, its Answers' served path */
     PyObject *watch;                /* PREDICTORS.watch: the staleness rule (LoadedModels.watch) */
     double watch_every_s;           /* how often a call runs it */
-    double next_watch;              /* the monotonic clock's second after which the next call does */
+    double next_watch_s;            /* the monotonic clock's second after which the next call does (its own
+                                     * clock, not LoadedModels.next_watch_s: no attribute read per call) */
 } entry_state;
 
 /* One per process: entry() replaces it (a reloaded module); the builtin it made before then answers with the
@@ -775,8 +776,8 @@ static PyObject *entry_call(PyObject *self, PyObject *const *args, Py_ssize_t na
             goto slow;                                   /* a required argument missing */
     {
         double now = monotonic_s();
-        if (now >= st->next_watch) {                     /* the staleness rule, as predict_best runs it */
-            st->next_watch = now + st->watch_every_s;
+        if (now >= st->next_watch_s) {                   /* the staleness rule, as predict_best runs it */
+            st->next_watch_s = now + st->watch_every_s;
             PyObject *done = PyObject_CallNoArgs(st->watch);
             if (done == NULL)
                 return NULL;

@@ -179,7 +179,7 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
     >>> p = costlearn.predict_best(1, 4096, 4096, device="h200")  # doctest: +SKIP
     >>> p.config.config_id, p.time_us, p.ood                      # doctest: +SKIP
     """
-    if _monotonic() >= PREDICTORS.next_watch:  # the staleness rule: a model a retrain replaced is dropped
+    if _monotonic() >= PREDICTORS.next_watch_s:  # the staleness rule: a model a retrain replaced is dropped
         PREDICTORS.watch()
     # Hot path: plain ints and strs, no options: the loaded predictor by the names as given (the store by its key),
     # then its answer cache (a problem this process has answered is one more lookup)

@@ -102,6 +102,7 @@ def test_a_truncated_file_is_refused_or_imports_its_whole_lines(fmt, tmp_path):
     """A file cut anywhere (a copy killed midway) gives InteropError, or imports what it holds whole, with the
     cut part skipped and said; never another exception."""
     path, mapping, device = SAMPLES[fmt](tmp_path)
+    whole = import_file(fmt, path, device=device, data_root=tmp_path / "whole", mapping=mapping).rows_added
     data = path.read_bytes()
     for cut in (len(data) // 3, len(data) // 2, len(data) - 7):
         part = tmp_path / f"cut{cut}{path.suffix}"
@@ -110,4 +111,6 @@ def test_a_truncated_file_is_refused_or_imports_its_whole_lines(fmt, tmp_path):
             rep = import_file(fmt, part, device=device, data_root=tmp_path / f"data{cut}", mapping=mapping)
         except InteropError:
             continue
-        assert rep.rows_added >= 0 and all(isinstance(why, str) for _, why in rep.skipped)
+        assert 0 < rep.rows_added <= whole                          # what it holds whole, never more
+        assert rep.rows_added < whole or not rep.skipped            # a line cut short is skipped and said
+        assert all(isinstance(line, int) and why for line, why in rep.skipped)

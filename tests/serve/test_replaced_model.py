@@ -106,11 +106,11 @@ def test_predict_many_and_load_predictor_notice_a_replaced_model(store):
     before = costlearn.predict_many(shapes, device=device, models_dir=models)
     pred = load_predictor(device, "gemm", "float32", models)
     _resave(store, 1.0)
-    PREDICTORS.next_watch = 0.0                         # the period passed
+    PREDICTORS.next_watch_s = 0.0                         # the period passed
     assert load_predictor(device, "gemm", "float32", models) is not pred
     after = costlearn.predict_many(shapes, device=device, models_dir=models)
     assert [a.time_us * 2 for a in before] == pytest.approx([b.time_us for b in after])
-    PREDICTORS.next_watch = 0.0
+    PREDICTORS.next_watch_s = 0.0
     assert costlearn.predict_many(shapes, device=device, models_dir=models) == after     # nothing changed: kept
 
 
@@ -131,7 +131,7 @@ def test_the_watch_looks_no_more_often_than_its_period(store, monkeypatch):
     looks = []
     real = store_module._sidecar_identity
     monkeypatch.setattr(store_module, "_sidecar_identity", lambda folder: (looks.append(folder), real(folder))[1])
-    PREDICTORS.next_watch = time.monotonic() + 60.0
+    PREDICTORS.next_watch_s = time.monotonic() + 60.0
     for _ in range(1000):
         costlearn.predict_best(64, 64, 64, device=device, models_dir=models)
     assert looks == []
