@@ -42,7 +42,7 @@ With ``--heldout-data DIR`` (a dataset folder of the model's device), the
 problems of DIR that are not among a model's training shapes (for a model
 trained with a log left out: that log's) are scored: the geometric-mean
 top-1 regret of ``predict_best`` (vendor floor included) and of the plain
-argmin, against the best measured, with the served path and with the
+argmin, against the best measured, as served and with the
 scorer's every tree (no cascade, no shortlist table): what the fast path
 costs.
 
@@ -138,14 +138,12 @@ def _nvidia_query(spec_name: str, family: str, dtype: str):
                   "layout NN_ROW_MAJOR"
 
 
-def _served_path(pred) -> str:
-    """How the predictor answers an unseen plain problem: its served path in
-    C, or Python, with why."""
-    from costlearn.ranker.native_library import served_unavailable
-    if pred.served_in_c:
-        return "C (`_served.c`: costlearn.predict_best a builtin, a plain decision's Prediction built in C)"
-    why = served_unavailable() or f"the {pred.ranker.name} ranker"
-    return f"Python ({why})"
+def _ranker_in(pred) -> str:
+    """Which ranker answers: the C one, or numpy with why."""
+    from costlearn.ranker.native_library import library_unavailable
+    if pred.ranker.name == "native":
+        return "C (the install's `_native` build)"
+    return f"numpy ({library_unavailable() or 'forced'})"
 
 
 def _us(a, q):
@@ -239,7 +237,7 @@ def bench_model(folder: Path, n_shapes: int, seed: int, lines: list, load_runs: 
               + (f"{sl.tiles} tiles + vendor per point, {sl.trees} trees at the query, grid step {sl.step} "
                  f"doublings ({'x'.join(map(str, sl.n))} points per layout)" if sl is not None else "none") + ")",
               f"{n_shapes} unseen problems per set (seed {seed}), layout {layout}; one core, one thread; "
-              f"served path: {_served_path(pred)}", ""]
+              f"ranker: {_ranker_in(pred)}", ""]
     ok = True
     kw = dict(device=pred.device, family=pred.family, dtype=pred.dtype, models_dir=str(folder.resolve().parents[2]))
     dev, fam, dt, md = kw["device"], kw["family"], kw["dtype"], kw["models_dir"]

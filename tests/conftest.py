@@ -127,10 +127,10 @@ def pytest_sessionstart(session):
     from costlearn.ranker import native_library
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        native_library.library(), native_library.served_module()
-    for why in (native_library.library_unavailable(), native_library.served_unavailable()):
-        if "another source" in why:
-            pytest.exit(f"the built C code is older than its source: run pip install -e . ({why})", returncode=2)
+        native_library.library()
+    why = native_library.library_unavailable()
+    if "another source" in why:
+        pytest.exit(f"the built C code is older than its source: run pip install -e . ({why})", returncode=2)
 
 
 def pytest_collection_modifyitems(config, items):

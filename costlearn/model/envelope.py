@@ -254,17 +254,6 @@ class Envelope:
         ``env_lo``/``env_hi``)."""
         return self._lo, self._hi
 
-    @property
-    def reason_parts(self) -> tuple:
-        """What :meth:`reasons` formats, for the served path in C
-        (``_served.c``, whose words the tests hold equal to these): the
-        extents' bounds with their margins (low, high: 3 floats each), the
-        trained minimum and maximum (3 ints each), the nearest-shape
-        threshold (doublings), each training shape's text and the density
-        reason's tail."""
-        return (self._lo, self._hi, tuple(b[1] for b in self._bounds), tuple(b[2] for b in self._bounds),
-                self.threshold_log2, self._shape_text, self._density_tail)
-
     def reasons(self, m: int, n: int, k: int, nearest: tuple | None = None) -> list[str]:
         """Reasons (in words, with numbers) why shape (m, n, k) is outside
         the envelope; empty when it is inside.

@@ -2,15 +2,12 @@
 
 The package build (``setup.py``, run by ``pip install``) compiles it.
 
-Two extensions, each optional (where no C compiler works the install goes
-on without it, and :mod:`costlearn.ranker.native_library` falls back to numpy):
+One extension, optional (where no C compiler works the install goes on
+without it, and :mod:`costlearn.ranker.native_library` falls back to numpy):
+``costlearn.ranker._native``, the ranker (``_native.c``), a plain shared
+library called through :mod:`ctypes`.
 
-- ``costlearn.ranker._native``: the ranker (``_native.c``), a plain shared
-  library called through :mod:`ctypes`;
-- ``costlearn.ranker._served``: the served path (``_served.c``), a CPython
-  extension.
-
-Both include ``costlearn_structs.h``, generated from the Python definition of
+It includes ``costlearn_structs.h``, generated from the Python definition of
 the structs (:func:`costlearn.ranker.native_structs.c_header`) and kept in the
 source tree; a test holds the two equal. Each build carries the sha256 of
 what it was compiled from (:func:`source_sha256`), so a build older than
@@ -29,7 +26,7 @@ HERE = Path(__file__).resolve().parent
 
 HEADER = "costlearn_structs.h"
 
-EXTENSIONS = {"_native": "_native.c", "_served": "_served.c"}
+EXTENSIONS = {"_native": "_native.c"}
 """Extension name (in :mod:`costlearn.ranker`) -> its one C source file."""
 
 FLAGS = ("-O2", "-ffp-contract=off")

@@ -190,8 +190,8 @@ class NativeRanker(Ranker):
         scratch and output arrays: (RankContext, its pointer, out_index and
         out_score as memoryviews, a callable reading its scalar outputs as a
         tuple (:data:`OUTPUTS`), a callable writing a query ``(m, n, k,
-        mask address or 0, top, mode)`` (:data:`QUERY`), arrays kept alive,
-        the RankContext's address). The shortlist
+        mask address or 0, top, mode)`` (:data:`QUERY`), arrays kept
+        alive). The shortlist
         table, built for epilogue-free problems, is left out (NULL) for
         another epilogue."""
         c, f = self.n_candidates, len(self.features.names) + 1     # the sentinel column last
@@ -224,7 +224,7 @@ class NativeRanker(Ranker):
         return rc, ctypes.byref(rc), memoryview(arrays["out_index"]), memoryview(arrays["out_score"]), \
             functools.partial(OUTPUTS.unpack_from, rc, getattr(RankContext, OUTPUT_FIELDS[0]).offset), \
             functools.partial(QUERY.pack_into, rc, getattr(RankContext, QUERY_FIELDS[0]).offset), \
-            (arrays, lay_arrays), ctypes.addressof(rc)
+            (arrays, lay_arrays)
 
     def _context(self, layout: str, epilogue: str = "none"):
         """This thread's context for problems of ``layout`` and ``epilogue``."""
@@ -234,41 +234,15 @@ class NativeRanker(Ranker):
         ctx = by_layout[layout, epilogue] = self._new_context(layout, epilogue=epilogue)
         return ctx
 
-    @property
-    def thread_contexts(self) -> threading.local:
-        """The calling thread's contexts: its ``by_layout`` (absent before
-        the thread's first ranking) maps (layout, epilogue) to the context
-        :meth:`context` made, whose last item is the
-        :class:`RankContext`'s address (what ``_served.c`` ranks with,
-        calling :attr:`rank_function`)."""
-        return self._tls
-
     def context(self, layout: str, epilogue: str = "none") -> tuple:
         """This thread's context for problems of ``layout`` (another
         layout than the templates': the first one's) and ``epilogue``, made
         where it has none yet: (RankContext, its pointer, out_index and
         out_score as memoryviews, the outputs' reader, the query's writer,
-        arrays kept alive, the RankContext's address)."""
+        arrays kept alive)."""
         key = (layout if layout in self._templates else self._first_layout, epilogue)
         by_layout = getattr(self._tls, "by_layout", None)
         return (by_layout.get(key) if by_layout is not None else None) or self._context(*key)
-
-    def served_mode(self, cascade: bool = True) -> int:
-        """The mode bits :meth:`rank_served` ranks with (``costlearn_rank``'s
-        ``mode``), with or without the ``cascade``."""
-        return self._served_modes[bool(cascade)]
-
-    @property
-    def served_estimate(self) -> bool:
-        """Whether :meth:`rank_served`'s results carry the vendor model's
-        estimate."""
-        return self._served_estimate
-
-    @property
-    def rank_function(self) -> int:
-        """The address of ``costlearn_rank_query`` (``int32_t (*)(costlearn_ctx *)``)
-        in the compiled ranker."""
-        return ctypes.cast(self._rank, ctypes.c_void_p).value
 
     @staticmethod
     def _mode(cascade: bool, shortlist: bool) -> int:
@@ -305,7 +279,7 @@ class NativeRanker(Ranker):
             busy.add(id(ctx))
             mine = True
         try:
-            _, ref, out_index, out_score, outputs, query, _, _ = ctx
+            _, ref, out_index, out_score, outputs, query, _ = ctx
             query(m, n, k, mask_ptr or 0, top, mode)
             got = self._rank(ref)
             near, d2, fits, level, vnear, mnear, used, v_mean, v_sd, decision, v_score = outputs()
@@ -324,7 +298,7 @@ class NativeRanker(Ranker):
         estimate and a mask of no candidate (nothing is scored)."""
         if self.vendor_model is None:
             return None
-        rc, ref, _, _, _, query, _, _ = self.context(problem.layout, problem.epilogue)
+        rc, ref, _, _, _, query, _ = self.context(problem.layout, problem.epilogue)
         query(problem.m, problem.n, problem.k, self._no_candidate.ctypes.data, 1, RANK_ESTIMATE)
         self._rank(ref)
         return VendorEstimate(rc.v_mean, rc.v_sd)
@@ -405,7 +379,7 @@ class NativeRanker(Ranker):
         """
         shapes = np.ascontiguousarray(shapes, np.int64).reshape(-1, 3)
         width = tiles + (self.vendor is not None)
-        rc, ref, _, _, _, _, keep, _ = self._new_context(layout, table=False)
+        rc, ref, _, _, _, _, keep = self._new_context(layout, table=False)
         rc.tab_trees = trees
         index = np.empty((len(shapes), width), np.int16)
         resid = np.empty((len(shapes), width), np.float32)

@@ -1,20 +1,16 @@
 """Loading the C code the install built (:mod:`costlearn.ranker._build`):
-the ranker's shared library (:func:`library`, called with :mod:`ctypes`) and
-the served path's extension (:func:`served_module`).
+the ranker's shared library (:func:`library`, called with :mod:`ctypes`).
 
 No compiler runs here. A build is refused, with the reason kept
-(:func:`library_unavailable`, :func:`served_unavailable`), where it is
-missing, cut short (loading it would crash the process), compiled from
-another source than the one beside it, of another struct layout, or turns
-subnormal floats off for the process; numpy then ranks and Python serves,
-with the same answers.
+(:func:`library_unavailable`), where it is missing, cut short (loading it
+would crash the process), compiled from another source than the one beside
+it, of another struct layout, or turns subnormal floats off for the
+process; numpy then ranks, with the same answers.
 """
 from __future__ import annotations
 
 import ctypes
-import importlib
 import importlib.machinery
-import importlib.util
 import os
 import struct
 import sys
@@ -25,7 +21,7 @@ from pathlib import Path
 from costlearn.ranker._build import EXTENSIONS, source_sha256
 from costlearn.ranker.native_structs import C_DOUBLE, C_INT32, C_INT64, C_POINTER, RankContext, check_layout
 
-__all__ = ["library", "served_module", "served_unavailable", "library_unavailable"]
+__all__ = ["library", "library_unavailable"]
 
 _HERE = Path(__file__).resolve().parent
 
@@ -177,46 +173,6 @@ def library():
             warnings.warn(f"costlearn: its C ranker is unavailable ({e}); ranking falls back to numpy (the same "
                           "answers, slower)", RuntimeWarning, stacklevel=3)
         return _LIB
-
-
-_SERVED = None
-_SERVED_TRIED = False
-_SERVED_WHY = ""
-
-
-def served_module():
-    """The served path's CPython extension (``_served.c``: the
-    :func:`costlearn.predict_best` builtin, ``entry``, and a predictor's
-    unseen problems answered in C, ``Served``), as the install built it;
-    None where it was not built or cannot be loaded (or ``COSTLEARN_NO_C``
-    is set): :func:`served_unavailable` says why. No warning: what it serves
-    has a Python twin that gives the same answers, only slower."""
-    global _SERVED, _SERVED_TRIED, _SERVED_WHY
-    with _LIB_LOCK:
-        if _SERVED_TRIED:
-            return _SERVED
-        _SERVED_TRIED = True
-        if os.environ.get("COSTLEARN_NO_C"):
-            _SERVED_WHY = "COSTLEARN_NO_C is set"
-            return None
-        try:
-            spec = importlib.util.find_spec("costlearn.ranker._served")
-            if spec is not None and spec.origin:
-                _check_whole(spec.origin)
-            module = importlib.import_module("costlearn.ranker._served")
-            _check_source("_served", getattr(module, "SOURCE_SHA256", None))
-            _check_subnormals(module.__file__)
-            getattr(module, "entry")
-            _SERVED = module
-        except (ImportError, OSError, AttributeError) as e:
-            _SERVED_WHY = f"the install built none or it does not load: {e}"
-        return _SERVED
-
-
-def served_unavailable() -> str:
-    """Why :func:`served_module` returned None ("" where it did not, or
-    was not asked yet)."""
-    return _SERVED_WHY
 
 
 def library_unavailable() -> str:

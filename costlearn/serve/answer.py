@@ -16,11 +16,8 @@ from __future__ import annotations
 
 import math
 
-from costlearn.core.problem import MAX_EXTENT, Problem
-from costlearn.model.vendor import VendorEstimate
-from costlearn.ranker.base import DECISION_OUTSIDE, DECISION_PLAIN, DECISION_TIME, DECISION_UNSURE, RankResult
-from costlearn.ranker.native import NativeRanker
-from costlearn.ranker.native_library import served_module
+from costlearn.core.problem import Problem
+from costlearn.ranker.base import DECISION_OUTSIDE, DECISION_PLAIN, DECISION_TIME, DECISION_UNSURE
 from costlearn.serve.prediction import Prediction
 
 __all__ = ["Answers"]
@@ -42,16 +39,12 @@ class Answers:
     ----------
     predictor : costlearn.serve.predictor.Predictor
         Its model's candidates (``configs``, ``vendor_index``), names
-        (``family``, ``dtype``, ``device``, ``layouts``, ``epilogues``),
-        ``envelope`` and ``cascade``, read once here.
+        (``family``, ``dtype``, ``device``) and ``cascade``, read once here.
     ranker : costlearn.ranker.Ranker
     ood : costlearn.serve.ood.OODVerdict
     vendor_policy : costlearn.serve.vendor_policy.VendorPolicy
     margin_log2 : float
         The floor's margin, recorded in each Prediction.
-    in_c : bool
-        Answer through the served path in C where it is available
-        (:attr:`served`); False: in Python (the twin the tests compare).
 
     Attributes
     ----------
@@ -60,19 +53,11 @@ class Answers:
         :attr:`CACHE_SIZE` entries it starts again.
     cached : callable
         ``results.get`` (no Python frame: the hot path's lookup).
-    served : object or None
-        The served path in C (``Served`` of
-        :func:`costlearn.ranker.native_library.served_module`: an unseen problem
-        ranked and, where the decision is plain, answered without Python, the
-        reasons' words included; :meth:`finish` answers the others, into the
-        same :attr:`results`), or None where the extension or the native
-        ranker is unavailable (:meth:`fresh` then ranks and answers in Python:
-        the same answers).
     """
 
     CACHE_SIZE = 1 << 16
 
-    def __init__(self, predictor, ranker, ood, vendor_policy, margin_log2: float, *, in_c: bool = True):
+    def __init__(self, predictor, ranker, ood, vendor_policy, margin_log2: float):
         self.configs, self.vendor_index = predictor.configs, predictor.vendor_index
         self.family, self.dtype, self.device = predictor.family, predictor.dtype, predictor.device
         self.cascade = predictor.cascade
@@ -81,35 +66,20 @@ class Answers:
         self.says_nothing = not ood.identity_reasons     # a plain decision then makes a Prediction of no reason
         self.results: dict = {}
         self.cached = self.results.get
-        module = served_module() if in_c else None
-        self.served = None if module is None or not isinstance(ranker, NativeRanker) else module.Served(
-            ranker=ranker, mode=ranker.served_mode(self.cascade), top_more=self.ranked_more,
-            estimate=ranker.served_estimate, vendor=self.vendor_index is not None, says_nothing=self.says_nothing,
-            max_extent=MAX_EXTENT, cache_size=self.CACHE_SIZE, configs=self.configs, dtype=self.dtype,
-            family=self.family, device=self.device, layouts=tuple(predictor.layouts),
-            epilogues=tuple(predictor.epilogues), margin=margin_log2, nan=math.nan, results=self.results,
-            finish=self.finish, prediction_type=Prediction, rankresult_type=RankResult,
-            estimate_type=VendorEstimate, envelope_parts=predictor.envelope.reason_parts,
-            level_parts=ood.level_parts)
 
     def fresh(self, m: int, n: int, k: int, layout: str, epilogue: str, top_k: int,
               problem: Problem | None = None) -> Prediction:
         """The Prediction of a problem not cached, from fields the caller
         checked as :meth:`costlearn.serve.predictor.Predictor.predict_shape`
         does (ints in range, a layout and epilogue of this model, ``top_k``
-        >= 1; and its Problem where the caller has one), then cached: by the
-        served path in C where there is one (:attr:`served`)."""
-        served = self.served
-        if served is not None:
-            return served.predict(m, n, k, layout, epilogue, top_k)
+        >= 1; and its Problem where the caller has one), then cached."""
         res = self.ranker.rank_served(m, n, k, layout, epilogue, top_k + self.ranked_more, self.cascade)
         return self.finish(m, n, k, layout, epilogue, top_k, res, problem)
 
     def finish(self, m: int, n: int, k: int, layout: str, epilogue: str, top_k: int, res,
                problem: Problem | None = None) -> Prediction:
         """:meth:`answer` of the problem's ranking ``res`` (no
-        ``running_on``), cached (the served path in C calls this for a
-        decision that is not plain)."""
+        ``running_on``), cached."""
         pred = self.answer(m, n, k, layout, epilogue, top_k, res, None, problem)
         results = self.results
         if len(results) >= self.CACHE_SIZE:
@@ -197,10 +167,7 @@ class Answers:
     def many(self, shapes: list, top_k: int, running_on, problems) -> list:
         """The Predictions of ``shapes`` (checked (m, n, k, layout, epilogue)
         tuples; their Problems, or None), cached where ``running_on`` is
-        None; those not cached ranked in one call per layout, or each by the
-        served path in C (:attr:`served`: the same answers)."""
-        if running_on is None and self.served is not None:
-            return self.served.predict_many(shapes, top_k)
+        None; those not cached ranked in one call per layout."""
         out: list = [None] * len(shapes)
         todo: dict = {}                                 # problem key -> positions; a repeat is ranked once
         results = self.results if running_on is None else {}

@@ -60,8 +60,7 @@ class OODVerdict:
         :func:`identity_reasons` of the artifact.
     level_parts : dict
         The words of :meth:`level_symptom` around the problem's ``MxNxK``,
-        by level: ``{level: (head, tail)}`` (the served path in C,
-        ``_served.c``, formats them too).
+        by level: ``{level: (head, tail)}``.
     """
 
     def __init__(self, artifact, floor, uses_evidence: bool):
@@ -70,7 +69,7 @@ class OODVerdict:
         self.uses_evidence = bool(uses_evidence)
         self.n_candidates = len(artifact.configs)
         self.identity_reasons = identity_reasons(artifact)
-        # the words of level_symptom around the problem's MxNxK, by level (the served path in C formats them too)
+        # the words of level_symptom around the problem's MxNxK, by level
         self.level_parts = {LEVEL_ALL: ("no candidate's block tile fits ",
                                         f"; ranked all {self.n_candidates} candidates anyway")}
         if self.coverage is not None:

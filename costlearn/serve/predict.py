@@ -10,7 +10,6 @@ model store are re-exported here for existing callers.
 """
 from __future__ import annotations
 
-import inspect
 import time
 
 import numpy as np
@@ -20,7 +19,6 @@ from costlearn.core.problem import MAX_EXTENT, Problem
 from costlearn.core.checks import check_instance, check_int
 from costlearn.families import get_family
 from costlearn.model.store import default_store, resolve_model, store_key
-from costlearn.ranker.native_library import served_module
 from costlearn.serve.prediction import Prediction
 from costlearn.serve.predictor import PREDICTORS, Predictor, clear_cache, load_predictor
 
@@ -102,9 +100,7 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
     """Predict the fastest config for C[M,N] = op(A)[M,K] @ op(B)[K,N].
 
     A problem seen before in the process is answered from its predictor's
-    answer cache (in C where the served path's extension is built,
-    :func:`costlearn.ranker.native_library.served_module`); an unseen one is one
-    ranking, a deep model's through its shortlist table
+    answer cache; an unseen one is one ranking, a deep model's through its shortlist table
     (:mod:`costlearn.model.shortlist`); ``python -m benchmarks.predict`` measures
     both. A model a retrain replaced is served within a second or so
     (:meth:`costlearn.model.store.LoadedModels.watch`). :func:`predict_many` answers
@@ -210,33 +206,6 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
         return tune(pred, problem, top_k=top_k, measure_top_k=measure_top_k, running_on=running_on,
                     backend=backend, tuning_db=tuning_db)
     return pred.predict(problem, top_k, running_on)
-
-
-predict_best_python = predict_best
-"""The Python :func:`predict_best`: what the name is where the served path's
-extension is unavailable (:func:`costlearn.ranker.native_library.served_module`),
-and what the extension's entry hands every call to that it does not answer
-itself. Its name stays ``predict_best`` (the one its errors say); beside the
-builtin it does not pickle."""
-
-
-def _entry(function):
-    """``function`` (:func:`predict_best`) behind the extension's entry (a
-    builtin of the same signature and docstring whose repeated plain call is
-    one lookup in C: ``_served.c``), or ``function`` itself where the
-    extension is unavailable."""
-    module = served_module()
-    if module is None:
-        return function
-    sig = inspect.signature(function)                  # the text signature a builtin's doc starts with: no
-    sig = sig.replace(parameters=[p.replace(annotation=p.empty) for p in sig.parameters.values()],
-                      return_annotation=sig.empty)     # annotations (inspect parses it)
-    return module.entry(function, PREDICTORS.get, store_key,
-                        f"{function.__name__}{sig}\n--\n\n{function.__doc__}".encode(), PREDICTORS.watch,
-                        PREDICTORS.WATCH_EVERY_S)
-
-
-predict_best = _entry(predict_best)
 
 
 def predict_many(problems, dtype: str = "float32", device=None, *, family: str = "gemm", top_k: int = 5,

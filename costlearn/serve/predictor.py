@@ -92,9 +92,6 @@ class Predictor:
         ``fresh(m, n, k, layout, epilogue, top_k)``: the Prediction of a
         problem not cached, of arguments checked as :meth:`predict_shape`
         checks them, then cached: :attr:`answers`' ``fresh``.
-    served : object or None
-        :attr:`answers`' served path in C (what ``costlearn.predict_best``'s
-        entry in C answers a plain call with), or None.
 
     Raises
     ------
@@ -146,16 +143,9 @@ class Predictor:
 
     def use_answers(self, answers: Answers) -> None:
         """Answer with ``answers`` from now on (what a new :attr:`floor`
-        does; a test's Python twin of the served path gives its own)."""
+        does; a test gives Answers of its own)."""
         self.answers = answers
-        self.cached, self.fresh, self.served = answers.cached, answers.fresh, answers.served
-
-    @property
-    def served_in_c(self) -> bool:
-        """Whether an unseen problem is ranked and (where its decision is
-        plain) answered by the served path in C
-        (:attr:`costlearn.serve.answer.Answers.served`)."""
-        return self.served is not None
+        self.cached, self.fresh = answers.cached, answers.fresh
 
     def vendor_estimate(self, problem: Problem):
         """The vendor model's estimate for ``problem``

@@ -56,7 +56,7 @@ from costlearn.core.version import __version__
 from costlearn.serve.fleet import (CREATE_LEASES, CREATE_MEASUREMENTS, FREE_LEASE, SELECT_ALL_MEASUREMENTS,
                                    TAKE_LEASE, Verdict, check_name, lease_seconds)
 from costlearn.serve.tuning_rows import (  # noqa: F401  (re-exported: the schema and rows' old home)
-    CHOSEN_BY, CREATE_BLOBS, CREATE_TABLE, KEY_COLUMNS, LEASE_COLUMNS, PUT_BLOB, SCHEMA, TABLES, TUNED_COLUMNS, UPSERT,
+    CHOSEN_BY, CREATE_BLOBS, CREATE_TABLE, KEY_COLUMNS, PUT_BLOB, SCHEMA, TABLES, TUNED_COLUMNS, UPSERT,
     TuningDBError, TuningEntry, blob_values, decode_many, decode_row, default_path, default_target, entries_from_rows,
     entry_values, is_server_url, key_args, key_values, measurement_rows, measurements_by_key, record_in, select_blobs,
     select_entry, select_many, MANY)

@@ -196,9 +196,9 @@ def test_the_query_and_outputs_codecs_write_and_read_the_context_fields_ctypes_n
 
 _PREDICT = ("import sys, json, warnings; warnings.simplefilter('always'); "
             "from costlearn.serve.predictor import Predictor; from costlearn.ranker import native_library; "
-            "p = Predictor(sys.argv[1]); print(p.ranker.name, p.served_in_c); "
+            "p = Predictor(sys.argv[1]); print(p.ranker.name); "
             "print(json.dumps([p.predict_best(*s).config.config_id for s in [(1,64,64),(300,200,500),(7,9,11),"
-            "(48,64,96),(9000,3,12000)]])); print(native_library.served_unavailable())")
+            "(48,64,96),(9000,3,12000)]])); print(native_library.library_unavailable())")
 
 
 def _installed_copy(folder):
@@ -225,13 +225,13 @@ def test_the_committed_c_header_is_the_one_python_generates():
 
 def _needs_built_c():
     from costlearn.ranker import native_library
-    if native_library.library() is None or native_library.served_module() is None:
-        pytest.skip(f"the install built no C code here: {native_library.served_unavailable()}")
+    if native_library.library() is None:
+        pytest.skip(f"the install built no C code here: {native_library.library_unavailable()}")
 
 
 def test_without_built_c_code_numpy_answers_the_same_and_no_compiler_runs(model_dir, tmp_path):
-    """An install where no compiler worked has no extension: one warning naming why, the numpy ranker and the
-    Python served path, the same configs; nothing is compiled (no compiler on PATH, nothing new in the cache)."""
+    """An install where no compiler worked has no extension: one warning naming why, the numpy ranker, the same
+    configs; nothing is compiled (no compiler on PATH, nothing new in the cache)."""
     _needs_built_c()
     ok = _run(model_dir, ROOT).stdout.splitlines()
     ranker = _installed_copy(tmp_path)
@@ -240,8 +240,8 @@ def test_without_built_c_code_numpy_answers_the_same_and_no_compiler_runs(model_
     out = _run(model_dir, tmp_path, PATH=str(tmp_path / "no-bin"), COSTLEARN_CACHE=str(tmp_path / "cache"))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert ok[0] == "native True" and lines[0] == "numpy False"
-    assert "the install built no C ranker" in out.stderr and "built none" in lines[2]
+    assert ok[0] == "native" and lines[0] == "numpy"
+    assert "the install built no C ranker" in out.stderr and "the install built no C ranker" in lines[2]
     assert json.loads(lines[1]) == json.loads(ok[1])
     assert not [p for p in (tmp_path / "cache").glob("*") if not p.name.startswith("forest-checked")]
 
@@ -251,13 +251,12 @@ def test_a_build_older_than_the_c_source_beside_it_is_refused_not_run(model_dir,
     from, which no longer matches, so it is not loaded (numpy answers) and the warning says how to rebuild."""
     _needs_built_c()
     ranker = _installed_copy(tmp_path)
-    for source in ("_native.c", "_served.c"):
-        with open(ranker / source, "a") as fh:
-            fh.write("/* changed after the build */\n")
+    with open(ranker / "_native.c", "a") as fh:
+        fh.write("/* changed after the build */\n")
     out = _run(model_dir, tmp_path)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0] == "numpy False" and "compiled from another source" in out.stderr and "pip install -e ." in lines[2]
+    assert lines[0] == "numpy" and "compiled from another source" in out.stderr and "pip install -e ." in lines[2]
     assert json.loads(lines[1]) == json.loads(_run(model_dir, ROOT).stdout.splitlines()[1])
 
 
@@ -284,27 +283,8 @@ def test_fast_math_in_cflags_is_taken_out_of_the_build(model_dir, tmp_path):
                               if k != "COSTLEARN_NO_C"})
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0] == "native True" and lines[-1] == "True"
+    assert lines[0] == "native" and lines[-1] == "True"
     assert lines[1] == _run(model_dir, ROOT).stdout.splitlines()[1]
-
-
-def test_an_uninitialised_or_unchecked_served_call_raises_not_crashes(model_dir):
-    """Regression (an attack on the served path): Served() made without its arguments crashed the
-    interpreter on predict, and an unchecked extent (2**63) raised SystemError or a top_k < 1 was answered."""
-    from costlearn.ranker import native_library
-    from costlearn.serve.predictor import Predictor
-    module = native_library.served_module()
-    if module is None:
-        pytest.skip(f"the served path's extension is unavailable here: {native_library.served_unavailable()}")
-    with pytest.raises(RuntimeError, match="not initialised"):
-        module.Served.__new__(module.Served).predict(64, 64, 64, "NN", "none", 5)
-    served = Predictor(model_dir).answers.served
-    for args in [(2**63, 1, 1, "NN", "none", 5), (1, 1, 1, "NN", "none", -3), (1, 1, 1, "XX", "none", 5),
-                 (1, 1.0, 1, "NN", "none", 5), (0, 1, 1, "NN", "none", 5), (1, 1, 1, "NN", "relu", 5)]:
-        with pytest.raises(ValueError, match="not a checked problem"):
-            served.predict(*args)
-    with pytest.raises(ValueError, match="not a checked problem"):
-        served.predict_many([(1, 1, 1, "NN", "none")], 0)
 
 
 @pytest.mark.parametrize("keep", [10**12, 2**40 + 16])
@@ -539,5 +519,5 @@ def test_a_built_library_cut_short_is_refused_not_loaded(model_dir, tmp_path):
     out = _run(model_dir, tmp_path)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[0] == "numpy False" and "cut short" in out.stderr and "cut short" in lines[2]
+    assert lines[0] == "numpy" and "cut short" in out.stderr and "cut short" in lines[2]
     assert json.loads(lines[1]) == json.loads(_run(model_dir, ROOT).stdout.splitlines()[1])

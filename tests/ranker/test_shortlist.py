@@ -6,7 +6,6 @@ with its artifact, checked on load and served; predict_many answers as
 predict_best does."""
 from __future__ import annotations
 
-import copy
 import json
 import math
 
@@ -22,8 +21,6 @@ from costlearn.model.artifact_save import replace_shortlist
 from costlearn.serve.predictor import Predictor, clear_cache
 from costlearn.core.problem import Problem
 from costlearn.ranker import RANKERS
-from costlearn.ranker.native_library import served_unavailable
-from costlearn.serve.answer import Answers
 from costlearn.model.shortlist import Shortlist, ShortlistError, grid_shapes
 from costlearn.ranker.shortlist_build import build_lists_numpy, build_shortlist
 
@@ -343,35 +340,3 @@ def test_predict_many_of_tuples_answers_as_of_problems_and_as_the_numpy_ranker(f
     problems = [Problem(*s[:3], "float16", *s[3:]) for s in shapes]
     assert repr(got) == repr(fresh.predict_many(problems, 3)) == repr(twin.predict_many(problems, 3))
     assert got[-1] is got[5]
-
-
-def test_the_served_path_in_c_answers_as_python_does(pred, problems):
-    """The served path in C (_served.c: the ranking, the plain decision's Prediction and the reasons' words,
-    outside the envelope and the candidate rule's level; the rest by Python from its RankResult) gives the
-    Predictions the Python path gives, field for field, one problem at a time and in a batch (predict_many's way),
-    on a model with a vendor, a vendor model, a table and an unsure floor."""
-    pred = copy.copy(pred)
-    pred.floor = _evidence_floor(pred.layouts, 0.1)        # a new ranker, answers and served path, this copy's
-    if not pred.served_in_c:
-        pytest.skip(f"the served path's extension is unavailable here: {served_unavailable()}")
-    python = copy.copy(pred)
-    python.use_answers(Answers(python, pred.ranker, pred.ood, pred.vendor_policy, pred.floor.margin_log2,
-                               in_c=False))
-    routes = set()
-    for q in problems:
-        res = pred.ranker.rank_served(q.m, q.n, q.k, q.layout, q.epilogue, 6, pred.cascade)
-        routes.add((res.decision[0] & 6, res.level) if res.decision else None)
-        for top_k in (1, 5, 50):
-            pred.clear_results()
-            got = pred.predict_shape(q.m, q.n, q.k, q.layout, q.epilogue, top_k)
-            want = python.predict_shape(q.m, q.n, q.k, q.layout, q.epilogue, top_k)
-            assert got == want, (q, top_k)
-            assert pred.predict_shape(q.m, q.n, q.k, q.layout, q.epilogue, top_k) is got      # cached
-    shapes = [(q.m, q.n, q.k, q.layout, q.epilogue) for q in problems]
-    shapes += shapes[:7]                                                                    # repeats in a batch
-    pred.clear_results()
-    python.clear_results()
-    assert pred.predict_shapes(shapes, 4) == python.predict_shapes(shapes, 4)            # predict_many's way
-    flags = [r[0] for r in routes if r]
-    assert 0 in flags and any(f & 2 for f in flags) and any(f & 4 for f in flags), routes  # plain, outside, unsure
-    assert any(r and r[1] for r in routes), routes                                          # a rule level

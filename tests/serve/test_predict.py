@@ -5,7 +5,6 @@ import pytest
 
 import costlearn
 from costlearn.core.device import preset
-from costlearn.ranker.native_library import served_unavailable
 from costlearn.serve.predict import Predictor, predict_best
 from conftest import ROOT
 
@@ -233,17 +232,16 @@ def test_relative_models_dir_is_not_cached_across_chdir(device_name, tmp_path, m
         predict_best(48, 64, 96, device=device_name, models_dir="models")
 
 
-@pytest.mark.parametrize("way", ["c", "python"])
 def test_a_repeated_problem_is_answered_without_the_store_relative_paths_and_path_objects_too(
-        dev, model_dir, monkeypatch, way):
+        dev, model_dir, monkeypatch):
     """The repeated-problem path looks the predictor up by the store's key: an absolute path, the
     default store, and (regression) a relative path or a pathlib.Path once loaded under those names. A relative
     path went through load_predictor on every call (its key names the working folder, which a string never
     equalled): with models_dir="out/models" as the README writes it, a repeated problem took 7 us against 0.4
-    for an absolute path. Both ways of answering: the C entry and the Python function."""
+    for an absolute path."""
     import costlearn.serve.predict as api
     from pathlib import Path
-    ask = predict_best if way == "c" else api.predict_best_python
+    ask = predict_best
     api.clear_cache()                                        # no names loaded by another test
     store = str(model_dir.parents[2].resolve())
     first = ask(48, 72, 96, device=dev, models_dir=store)
@@ -272,16 +270,15 @@ def test_a_repeated_problem_is_answered_without_the_store_relative_paths_and_pat
             ask(48, 72, 96, device=dev, models_dir=bad)
 
 
-@pytest.mark.parametrize("way", ["c", "python"])
 def test_a_chdir_while_a_relative_store_loads_does_not_register_another_stores_model(
-        dev, model_dir, tmp_path, monkeypatch, way):
+        dev, model_dir, tmp_path, monkeypatch):
     """Regression (an attack): LoadedModels.load keyed a relative models_dir by the working folder,
     then resolved the relative path again; another thread's chdir between the two registered store A's model
     under store B's key, and B answered with A's model from then on. The folder is now the key's."""
     import os
     import costlearn.model.store as st
     import costlearn.serve.predict as api
-    ask = predict_best if way == "c" else api.predict_best_python
+    ask = predict_best
     api.clear_cache()
     relative = model_dir.parents[2].name
     (tmp_path / relative).mkdir()                            # store B: the same relative name, no model
@@ -300,12 +297,11 @@ def test_a_chdir_while_a_relative_store_loads_does_not_register_another_stores_m
         ask(48, 72, 96, device=dev, models_dir=relative)
 
 
-@pytest.mark.parametrize("way", ["c", "python"])
-def test_a_str_subclass_equal_to_every_path_does_not_name_another_store(dev, model_dir, tmp_path, way):
+def test_a_str_subclass_equal_to_every_path_does_not_name_another_store(dev, model_dir, tmp_path):
     """Regression (an attack): the loaded models were keyed by models_dir itself, so a str subclass
     whose __eq__ is always true and whose hash is another store's found that store's model. Keys are str now."""
     import costlearn.serve.predict as api
-    ask = predict_best if way == "c" else api.predict_best_python
+    ask = predict_best
     api.clear_cache()
     loaded = str(model_dir.parents[2].resolve())
     ask(48, 72, 96, device=dev, models_dir=loaded)
@@ -484,36 +480,20 @@ def test_an_argument_that_only_equals_a_cached_one_is_refused_as_when_nothing_is
                 predict_best(*shape, **args)
 
 
-def _not_plain_problem(served):
-    """A problem whose ranker's decision is not plain: the served path in C hands it to Answers.finish."""
-    from costlearn.ranker.base import DECISION_PLAIN
-    rng = np.random.default_rng(7)
-    for _ in range(5000):
-        m, n, k = (int(v) for v in np.exp(rng.uniform(0, np.log(16384), 3)).astype(int).clip(1))
-        res = served.ranker.rank_served(m, n, k, "NN", "none", 5 + served.answers.ranked_more, served.cascade)
-        if res.decision is None or res.decision[0] & ~6 != DECISION_PLAIN:
-            return m, n, k
-    pytest.skip("no problem of a decision that is not plain found")
+def _answers_of(served, cls):
+    """``cls`` (an Answers subclass) for ``served`` under its floor."""
+    return cls(served, served.ranker, served.ood, served.vendor_policy, served.floor.margin_log2)
 
 
-def _answers_of(served, cls, path):
-    """``cls`` (an Answers subclass) for ``served`` under its floor, answering in C or in Python (``path``)."""
-    return cls(served, served.ranker, served.ood, served.vendor_policy, served.floor.margin_log2, in_c=path == "c")
-
-
-@pytest.mark.parametrize("path", ["python", "c"])
 @pytest.mark.parametrize("forget", ["floor", "clear_cache"])
-def test_an_answer_computed_across_a_forget_is_not_kept(dev, forget, path):
+def test_an_answer_computed_across_a_forget_is_not_kept(dev, forget):
     """Regression (an attack on the served path): an unseen problem's answer was stored after another thread had
     forgotten the answers meanwhile (a new floor, clear_cache), so an answer of the old floor, or of a model since
-    forgotten, outlived the forget. The forget lands between the ranking and the store, both ways of answering:
-    Python's (Answers.fresh) and the served path in C (whose Python step, Answers.finish, stores here)."""
+    forgotten, outlived the forget. The forget lands between the ranking and the store."""
     from costlearn.serve.answer import Answers
     from costlearn.serve.predictor import load_predictor
     served = load_predictor(dev, "gemm", "float32")
-    if path == "c" and not served.served_in_c:
-        pytest.skip(f"the served path's extension is unavailable here: {served_unavailable()}")
-    shape = (31, 37, 41) if path == "python" else _not_plain_problem(served)
+    shape = (31, 37, 41)
 
     class Racing(Answers):
         def finish(self, *args, **kw):                          # ranked, then forgotten, then worded and stored
@@ -522,7 +502,7 @@ def test_an_answer_computed_across_a_forget_is_not_kept(dev, forget, path):
             else:
                 costlearn.serve.predictor.clear_cache()
             return super().finish(*args, **kw)
-    served.use_answers(_answers_of(served, Racing, path))
+    served.use_answers(_answers_of(served, Racing))
     try:
         predict_best(*shape, device=dev)
     finally:
@@ -532,24 +512,20 @@ def test_an_answer_computed_across_a_forget_is_not_kept(dev, forget, path):
     assert predict_best(*shape, device=dev) == served.predict_shape(*shape, "NN")
 
 
-@pytest.mark.parametrize("path", ["python", "c"])
-def test_an_answer_a_new_floor_overtook_is_not_kept_in_the_new_floors_results(dev, path):
+def test_an_answer_a_new_floor_overtook_is_not_kept_in_the_new_floors_results(dev):
     """Regression: a floor set while another thread answered a problem (ranked under the old floor, worded and
     decided under the new) left that answer in the new floor's results, to be served from then on. Now an answer
-    is made by one floor's Answers from start to end and kept only by them. Both ways of answering: Python's and
-    the served path in C (whose Python step, Answers.finish, words such a problem)."""
+    is made by one floor's Answers from start to end and kept only by them."""
     from costlearn.serve.answer import Answers
     from costlearn.serve.predictor import load_predictor
     served = load_predictor(dev, "gemm", "float32")
-    if path == "c" and not served.served_in_c:
-        pytest.skip(f"the served path's extension is unavailable here: {served_unavailable()}")
-    shape = (29, 37, 43) if path == "python" else _not_plain_problem(served)
+    shape = (29, 37, 43)
 
     class Overtaken(Answers):
         def answer(self, *args, **kw):
             served.floor = served.floor                         # a new floor (the same values) meanwhile
             return super().answer(*args, **kw)
-    old = _answers_of(served, Overtaken, path)
+    old = _answers_of(served, Overtaken)
     served.use_answers(old)
     try:
         served.predict_shape(*shape, "NN", "none", 5)
@@ -560,63 +536,16 @@ def test_an_answer_a_new_floor_overtook_is_not_kept_in_the_new_floors_results(de
     assert served.predict_shape(*shape, "NN", "none", 5) == served.predict(served.problem(*shape), 5)
 
 
-def test_predict_best_is_the_entry_in_c_and_answers_as_the_python_function(dev):
-    """costlearn.predict_best is the served path's builtin (_served.c) where the extension builds: the Python
-    function's signature and docstring, its answers (unseen and repeated) and its errors, word for word."""
-    import inspect
-    from costlearn.ranker.native_library import served_module
-    from costlearn.serve.predict import predict_best_python
-    from costlearn.serve.predictor import clear_cache
-    if served_module() is None:
-        pytest.skip(f"the served path's extension is unavailable here: {served_unavailable()}")
-    assert type(predict_best).__name__ == "builtin_function_or_method" and costlearn.predict_best is predict_best
-    want = inspect.signature(predict_best_python)
-    assert [(p.name, p.kind, p.default) for p in inspect.signature(predict_best).parameters.values()] == \
-        [(p.name, p.kind, p.default) for p in want.parameters.values()]
-    assert predict_best.__doc__.strip() == predict_best_python.__doc__.strip()
-    rng = np.random.default_rng(17)
-    shapes = [tuple(int(v) for v in np.exp(rng.uniform(0, np.log(16384), 3)).astype(int).clip(1)) for _ in range(300)]
-    for i, (m, n, k) in enumerate(shapes):
-        kw = dict(device=dev, top_k=1 + i % 7, epilogue=("none", "bias")[i % 2], layout="NN")
-        clear_cache()
-        got = predict_best(m, n, k, **kw)
-        assert predict_best(m, n, k, **kw) is got                          # repeated: the answer kept
-        clear_cache()
-        assert got == predict_best_python(m, n, k, **kw), (m, n, k, kw)
-    for args, kw in [((0, 1, 1), {}), ((1, 1, 2.0), {}), ((True, 1, 1), {}), ((1, 1, 1), dict(top_k=0)),
-                     ((1, 1, 1), dict(layout="XY")), ((1, 1, 1), dict(epilogue="relu")),
-                     ((1, 1, 1), dict(dtype="int8")),
-                     ((1, 1, 1), dict(bogus=1)), ((1, 1), {}), ((1, 1, 1, "float32", dev, 5), {}),
-                     ((1, 1, 1), dict(M=1)), ((1, 1, 1), dict(measure_top_k=-1))]:
-        errors = []
-        for fn in (predict_best, predict_best_python):
-            with pytest.raises(Exception) as e:
-                fn(*args, **({"device": dev} | kw))
-            errors.append((type(e.value), str(e.value)))
-        assert errors[0] == errors[1], (args, kw)
-
-
-def test_without_the_extension_predict_best_is_the_python_function():
-    import subprocess
-    import sys
-    code = ("import costlearn, costlearn.serve.predict as p, costlearn.ranker.native_library as n; "
-            "print(costlearn.predict_best is p.predict_best_python, n.served_unavailable())")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env={**__import__("os").environ, "COSTLEARN_NO_C": "1"}, check=True).stdout
-    assert out.strip() == "True COSTLEARN_NO_C is set"
-
-
 def test_threads_served_at_once_get_the_answers_of_one(dev):
-    """The served path ranks in each thread's own context with the GIL released (as ctypes' call did): four
-    threads asking the same unseen problems at once, the cache emptied under them, get one thread's answers."""
+    """The ranker ranks in each thread's own context with the GIL released (ctypes' call): four threads asking
+    the same unseen problems at once, the cache emptied under them, get one thread's answers."""
     import threading
-    from costlearn.serve.predict import predict_best_python
     from costlearn.serve.predictor import load_predictor
     rng = np.random.default_rng(23)
     shapes = [tuple(int(v) for v in np.exp(rng.uniform(0, np.log(16384), 3)).astype(int).clip(1)) for _ in range(300)]
     served = load_predictor(dev, "gemm", "float32")
     served.clear_results()
-    want = [predict_best_python(*s, device=dev) for s in shapes]
+    want = [predict_best(*s, device=dev) for s in shapes]
     served.clear_results()
     wrong = []
 
@@ -635,68 +564,13 @@ def test_threads_served_at_once_get_the_answers_of_one(dev):
     assert not wrong
 
 
-class _NeverEqual(str):
-    __hash__ = str.__hash__
-
-    def __eq__(self, other):
-        return False
-
-
-class _AlwaysEqual(str):
-    __hash__ = str.__hash__
-
-    def __eq__(self, other):
-        return True
-
-
-def test_a_keyword_name_that_only_equals_one_is_judged_as_python_judges_it(dev):
-    """Regression (an attack on the served path): the C entry matched a keyword name by its text, so a str
-    subclass whose __eq__ says otherwise was answered where Python refuses it (an unexpected keyword, a value
-    given twice); such a name now goes to the Python function."""
-    from costlearn.serve.predict import predict_best_python
-    predict_best(64, 64, 64, device=dev)                         # loaded, and the problem cached
-    for name in (_NeverEqual("K"), _AlwaysEqual("K"), _NeverEqual("layout")):
-        errors = []
-        for fn in (predict_best, predict_best_python):
-            with pytest.raises(TypeError) as e:
-                fn(64, 64, device=dev, **{name: 64})
-            errors.append(str(e.value))
-        assert errors[0] == errors[1]
-
-
-def test_a_repeated_plain_call_is_answered_in_c_without_the_python_function(dev):
-    """Regression (an attack): the C entry looked for the predictor's served path under a name it had lost, so
-    every call went to the Python function (a repeated call cost its frame and checks); it must be one lookup in
-    C, no Python frame of predict_best."""
-    import sys
-    from costlearn.serve.predictor import load_predictor
-    if not load_predictor(dev, "gemm", "float32").served_in_c:
-        pytest.skip(f"the served path's extension is unavailable here: {served_unavailable()}")
-    predict_best(40, 41, 42, device=dev)
-    frames = []
-
-    def count(frame, event, arg):
-        if event == "call" and frame.f_code.co_name in ("predict_best", "fresh", "finish"):
-            frames.append(frame.f_code.co_name)
-    sys.setprofile(count)
-    try:
-        for _ in range(100):
-            predict_best(40, 41, 42, device=dev)
-        predict_best(43, 44, 45, device=dev)                    # unseen, plain decision: answered in C too
-    finally:
-        sys.setprofile(None)
-    assert frames == []
-
-
-def test_a_top_k_beyond_64_bits_is_answered_as_without_c(dev):
-    """Regression (an attack): a top_k of 2**63 or more was refused by the served path in C ("not a checked
-    problem") and answered by the Python path; both answer it, with every candidate ranked."""
-    from costlearn.serve.predict import predict_best_python
+def test_a_top_k_beyond_64_bits_is_answered_with_every_candidate(dev):
+    """Regression (an attack): a top_k of 2**63 or more was refused ("not a checked problem") where a top_k of
+    2**62 was answered; it is answered, with every candidate ranked."""
     from costlearn.serve.predictor import load_predictor
     pred = load_predictor(dev, "gemm", "float32")
     for top_k in (2**63, 2**80):
         got = predict_best(64, 64, 64, device=dev, top_k=top_k)
-        assert got == predict_best_python(64, 64, 64, device=dev, top_k=top_k)
         assert got == pred.predict_shape(64, 64, 64, "NN", "none", top_k) and len(got.top_k) > 5
 
 
@@ -737,23 +611,17 @@ def test_a_str_subclass_device_or_layout_never_answers_for_another(dev, model_di
 
 
 @pytest.mark.skipif(not hasattr(__import__("signal"), "setitimer"), reason="POSIX interval timers")
-@pytest.mark.parametrize("path", ["python", "c"])
-def test_a_signal_handler_that_predicts_never_mixes_into_the_answer_it_interrupts(dev, path):
+def test_a_signal_handler_that_predicts_never_mixes_into_the_answer_it_interrupts(dev):
     """Regression (an attack): a signal handler predicting on the same thread reused the thread's ranking context
     between the ranking and the reading of its outputs, so 4 % of the interrupted answers carried the handler's
-    problem's config and times, and stayed cached. The served path in C reads a copy taken right after the
-    ranking; the Python path gives a re-entered call a context of its own."""
+    problem's config and times, and stayed cached. A re-entered call gets a context of its own."""
     import signal
-    from costlearn.serve.answer import Answers
     from costlearn.serve.predictor import Predictor, load_predictor
     served = load_predictor(dev, "gemm", "float32")
-    if path == "c" and not served.served_in_c:
-        pytest.skip(f"the served path's extension is unavailable here: {served_unavailable()}")
     rng = np.random.default_rng(41)
     shapes = [tuple(int(v) for v in np.exp(rng.uniform(0, np.log(16384), 3)).astype(int).clip(1)) for _ in range(3000)]
     twin = Predictor(served.artifact.path)
     want = [twin.predict_shape(*s, "NN") for s in shapes]
-    served.use_answers(_answers_of(served, Answers, path))
     fired = []
 
     def handler(signum, frame):

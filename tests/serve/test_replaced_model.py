@@ -13,7 +13,6 @@ import pytest
 
 import costlearn
 from costlearn.model.store import LoadedModels
-from costlearn.serve.predict import predict_best_python
 from costlearn.serve.predictor import PREDICTORS, Predictor, clear_cache, load_predictor
 
 _RESAVE = """
@@ -56,10 +55,8 @@ def _shapes(n: int, seed: int) -> list:
     return [tuple(int(v) for v in np.exp(rng.uniform(0, np.log(8192), 3)).astype(int).clip(1)) for _ in range(n)]
 
 
-@pytest.mark.parametrize("served", ["entry", "python"])
-def test_a_model_replaced_by_a_retrain_is_served_by_the_running_process_and_no_answer_mixes_two(store, tmp_path,
-                                                                                                served):
-    """Eight threads ask predict_best (the C entry where built, and the Python function) while another process
+def test_a_model_replaced_by_a_retrain_is_served_by_the_running_process_and_no_answer_mixes_two(store, tmp_path):
+    """Eight threads ask predict_best while another process
     replaces the model: every answer is the old model's or the new one's, whole, and the new one answers within
     the staleness rule's period (plus a load) of the replace. Before the rule, a running process answered from the
     old model for good."""
@@ -73,7 +70,7 @@ def test_a_model_replaced_by_a_retrain_is_served_by_the_running_process_and_no_a
     want_new = [new.predict_shape(*s, "NN") for s in shapes]
     assert all(a != b for a, b in zip(want_old, want_new))
     seen, stop = [], threading.Event()
-    predict_best = costlearn.predict_best if served == "entry" else predict_best_python
+    predict_best = costlearn.predict_best
 
     def ask(offset: int) -> None:
         i = offset
