@@ -417,3 +417,51 @@ def test_a_file_of_another_device_or_dtype_than_given_is_refused(tmp_path, trito
     assert _no_part(data)
     with pytest.raises(InteropError, match="a folder; give the file"):
         import_file("kernel-tuner", tmp_path, device="a100", data_root=data, mapping=mapping)
+
+
+# ------------------------------------------------------------------------------------------- hostile numbers
+
+
+def test_a_cache_time_too_large_for_a_float_is_skipped_with_its_reason(tmp_path, triton_files):
+    _, mapping, data = triton_files
+    entries = [TRITON_ENTRIES[0], ((128, 64, 32, 4, 3, 1), {"time": 10**400})]
+    rep = _import(write_triton_cache(tmp_path / "huge.json", entries), mapping, data)
+    assert rep.rows_added == 1
+    assert [ln for ln, _ in rep.skipped] == [2] and "not a finite positive time" in rep.skipped[0][1]
+    assert len(rep.skipped[0][1]) < 240
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda d: d["results"][0]["measurements"][0].update(value=10**400), "not a finite positive time"),
+    (lambda d: d["results"][0]["measurements"][0].update(unit=["ms"]), "time unit ['ms']"),
+    (lambda d: (d["results"][0]["measurements"][0].pop("unit"), d["metadata"].update(timeunit={"a": 1})),
+     "time unit {'a': 1}"),
+], ids=["value-10**400", "unit-a-list", "timeunit-a-dict"])
+def test_a_t4_time_or_unit_of_a_wrong_kind_is_skipped_with_its_reason(tmp_path, change, says):
+    doc = _t4("compilation")
+    change(doc)
+    t4 = tmp_path / "t4.json"
+    t4.write_text(json.dumps(doc))
+    mapping = dict(TRITON_MAPPING, problem_size=[], shape={"m": M, "n": N, "k": K})
+    rep = _import(t4, write_mapping(tmp_path / "m.json", mapping), tmp_path / "data")
+    assert rep.rows_added == 2 and 1 in [ln for ln, _ in rep.skipped]
+    assert says in dict(rep.skipped)[1]
+
+
+@pytest.mark.parametrize("text, says", [
+    ('{"cache": ' + "[" * 200_000 + "]" * 200_000 + "}", "nested too deep"),
+    ('{"tune_params_keys": [], "cache": {}, "problem_size": [' + "9" * 5000 + "]}", "digits"),
+], ids=["nested-200000-deep", "a-5000-digit-number"])
+def test_a_file_nested_too_deep_or_with_an_endless_number_is_one_clear_error(tmp_path, triton_files, capsys,
+                                                                             text, says):
+    from costlearn.cli import main
+    _, mapping, data = triton_files
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    with pytest.raises(InteropError, match=says):
+        _import(bad, mapping, data)
+    assert main(["import", "kernel-tuner", str(bad), "--preset", "a100", "--mapping", str(mapping),
+                 "--data", str(data)]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert _no_part(data)

@@ -38,6 +38,22 @@ def _close_like_kernel_tuner(text: str) -> str:
     return s
 
 
+def _json(text: str, path: Path):
+    """``json.loads(text)``; InteropError (naming ``path``) for a document
+    no reader should follow: nested deeper than the interpreter's recursion
+    limit, or an integer longer than its digit limit
+    (``sys.get_int_max_str_digits``). A syntax error stays a
+    ``json.JSONDecodeError`` (an open cache is then closed and read again)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise InteropError(f"{path}: JSON nested too deep to read; a Kernel Tuner file nests a few levels") from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as e:                     # json's int() of a number over the digit limit
+        raise InteropError(f"{path}: {e}; a Kernel Tuner file holds no such number") from None
+
+
 def _read_document(path: Path):
     """(kind, document, skipped): kind ``"cache"`` or ``"t4"``."""
     try:
@@ -53,18 +69,18 @@ def _read_document(path: Path):
     skipped: list = []
     doc = None
     try:
-        doc = json.loads(text)
+        doc = _json(text, path)
     except json.JSONDecodeError:
         if '"cache"' in text:                       # an open cache, as Kernel Tuner leaves it while tuning
             try:
-                doc = json.loads(_close_like_kernel_tuner(text))
+                doc = _json(_close_like_kernel_tuner(text), path)
             except json.JSONDecodeError:
                 # a writer killed mid-line: drop the partial last line (Kernel Tuner's reader gives up here)
                 head = text.strip()
                 cut = head.rfind("\n")
                 if cut > 0:
                     try:
-                        doc = json.loads(_close_like_kernel_tuner(head[:cut]))
+                        doc = _json(_close_like_kernel_tuner(head[:cut]), path)
                     except json.JSONDecodeError:
                         doc = None
                     if isinstance(doc, dict) and isinstance(doc.get("cache"), dict):
@@ -119,7 +135,7 @@ def _extents(mapping: Mapping, problem_size, path: Path, where: str) -> tuple[in
 def _config(values: dict, mapping: Mapping):
     """The family config of one entry's parameters; ValueError why not."""
     if not isinstance(values, dict):
-        raise ValueError(f"parameters {values!r} are not an object")
+        raise ValueError(f"parameters {_shown(values)} are not an object")
     kw = dict(mapping.fixed)
     for kt, f in mapping.params.items():
         if kt not in values:
@@ -128,14 +144,33 @@ def _config(values: dict, mapping: Mapping):
     cls = config_class(get_family(mapping.family))
     try:
         return cls(**kw)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, OverflowError) as e:
         raise ValueError(f"not a {mapping.family} config: {e}") from None
 
 
 def _positive_time_us(value, unit_us: float, what: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{what}={value!r} is not a positive time")
-    return float(value) * unit_us
+    """``value`` in a unit of ``unit_us`` microseconds, as microseconds;
+    ValueError naming ``what`` where it is not a finite positive number (an
+    int too large for a float included)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{what}={_shown(value)} is not a positive time")
+    try:
+        t = float(value) * unit_us
+    except OverflowError:
+        t = math.inf
+    if not math.isfinite(t) or t <= 0:
+        raise ValueError(f"{what}={_shown(value)} is not a finite positive time")
+    return t
+
+
+def _shown(value) -> str:
+    """``repr(value)`` cut to 60 characters (a hostile file's value can be
+    as long as the file)."""
+    try:
+        text = repr(value)
+    except ValueError:                          # an int over the interpreter's digit limit
+        return "an integer of more digits than Python prints"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _check_source(path: Path, spec, mapping: Mapping, device_name, meta: dict) -> None:
@@ -245,10 +280,10 @@ def parse(path, mapping: Mapping, spec=None):
                 cfg = _config(res.get("configuration"), mapping)
                 times = res.get("times")
                 if times is not None and not isinstance(times, dict):
-                    raise ValueError(f"times={times!r} is not an object")
+                    raise ValueError(f"times={_shown(times)} is not an object")
                 inv = res.get("invalidity", "correct")
                 if inv != "correct":
-                    out.append(Measurement(i, m, n, k, dtype, layout, fam_name, cfg, math.nan, str(inv)))
+                    out.append(Measurement(i, m, n, k, dtype, layout, fam_name, cfg, math.nan, str(inv)[:80]))
                     continue
                 ms = res.get("measurements")
                 hit = [x for x in ms if isinstance(x, dict) and x.get("name") == "time"] \
@@ -256,8 +291,8 @@ def parse(path, mapping: Mapping, spec=None):
                 if not hit:
                     raise ValueError("no 'time' measurement")
                 unit = hit[0].get("unit") or default_unit
-                if unit not in TIME_UNITS:
-                    raise ValueError(f"time unit {unit!r}; allowed: {list(TIME_UNITS)}")
+                if not isinstance(unit, str) or unit not in TIME_UNITS:
+                    raise ValueError(f"time unit {_shown(unit)}; allowed: {list(TIME_UNITS)}")
                 t = _positive_time_us(hit[0].get("value"), TIME_UNITS[unit], f"time ({unit})")
                 out.append(Measurement(i, m, n, k, dtype, layout, fam_name, cfg, t))
             except ValueError as e:
