@@ -36,7 +36,8 @@ def add_collect_args(p, budget_s: float, epilogues: tuple = EPILOGUES):
     p.add_argument("--shapes", nargs="+", default=None, metavar="SHAPE",
                    help="measure these shapes (every pool config feasible for each) instead of random ones: "
                    + SHAPE_SYNTAX + ", or a shapes file ('M N K dtype [layout]' a line, as `export inductor-lut "
-                   "--shapes` reads); with --strategy prior, the shapes the prior starts from; with active, the "
+                   "--shapes-file` reads; every line of --dtype and layout NN, the one a collection measures); "
+                   "with --strategy prior, the shapes the prior starts from; with active, the "
                    "only shapes it chooses among")
     p.add_argument("--strategy", choices=STRATEGIES, default=None,
                    help="which shapes to measure: prior (real models' linear layers, forward and backward, your "
@@ -201,7 +202,7 @@ def cmd_collect(args) -> int:
     epilogues = [e for e in asked if e in fam.epilogues]
     if not epilogues or (args.epilogues and len(epilogues) < len(asked)):
         raise ValueError(f"--epilogues {' '.join(asked)}: the {args.family!r} family fuses {list(fam.epilogues)}")
-    shapes = parse_shapes(args.shapes, files=True) if args.shapes else None
+    shapes = parse_shapes(args.shapes, files=True, dtype=args.dtype) if args.shapes else None
     strategy = resolve_strategy(args.strategy, shapes)
     if args.ray is not None:
         fleet_collect_stage(args.ray or None, args.workers, args.device, args.data, family=args.family,

@@ -1,0 +1,90 @@
+"""Bad input on the command line (issue 62, an attack on a fresh clone): rc 2 and one line naming the value and
+what is allowed, or rc 0 with the bad entry named; never a traceback, never a silent change."""
+from __future__ import annotations
+
+import pytest
+
+from costlearn.cli import main
+from costlearn.cli.common import parse_shapes
+from costlearn.interop.common import InteropError
+
+
+def _one_line_error(capsys, command: str) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert err.startswith(f"costlearn {command}: error: "), err
+    return err
+
+
+def test_a_shapes_path_with_two_xs_is_read_as_a_file(tmp_path, monkeypatch, capsys):
+    """`collect --shapes experiments/shapes.txt` said "shape 'experiments/shapes.txt': give M N K, ...": a path
+    with two x's matched the MxNxK pattern before the file check (`run --shapes` too)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "experiments").mkdir()
+    (tmp_path / "experiments" / "shapes.txt").write_text("64 96 128 float32\n")
+    (tmp_path / "experiments" / "2x3,4.txt").write_text("8 16 32 float32 NN\n")
+    assert parse_shapes(["experiments/shapes.txt", "experiments/2x3,4.txt", "1x2x3"], files=True,
+                        dtype="float32") == [(64, 96, 128), (8, 16, 32), (1, 2, 3)]
+    (tmp_path / "1x2x3").write_text("5 5 5 float32\n")     # a shape stays a shape, whatever files lie about
+    assert parse_shapes(["1x2x3"], files=True, dtype="float32") == [(1, 2, 3)]
+    for command in ("collect", "run"):                      # read before any device is opened: the bad line is named
+        (tmp_path / "experiments" / "shapes.txt").write_text("64 96 128 float32\n64 0 1 float32\n")
+        assert main([command, "--device", "opencl", "--shapes", "experiments/shapes.txt"]) == 2
+        assert "experiments/shapes.txt:2: N=0" in _one_line_error(capsys, command)
+
+
+def test_a_shapes_file_line_of_another_dtype_or_layout_is_refused_naming_its_line(tmp_path, capsys):
+    """`collect --shapes FILE` measured a line `64 64 64 bfloat16 TT` as float32/NN without a word."""
+    f = tmp_path / "mine.txt"
+    f.write_text("# my layers\n128 768 768 float32\n64 64 64 bfloat16 TT\n")
+    with pytest.raises(InteropError, match=r"mine.txt:3: '64 64 64 bfloat16 TT' is bfloat16 TT; only float32 NN "
+                       r"lines are taken here \(one collection measures one dtype, --dtype float32, and layout NN\)"):
+        parse_shapes([str(f)], files=True, dtype="float32")
+    f.write_text("128 768 768 float32 NT\n")
+    with pytest.raises(InteropError, match=r"mine.txt:1: .* is float32 NT; only float32 NN"):
+        parse_shapes([str(f)], files=True, dtype="float32")
+    f.write_text("128 768 768 bfloat16\n64 64 64 bfloat16 NN\n")
+    assert parse_shapes([str(f)], files=True, dtype="bfloat16") == [(128, 768, 768), (64, 64, 64)]
+    for command in ("collect", "run"):
+        assert main([command, "--device", "opencl", "--shapes", str(f)]) == 2
+        assert "mine.txt:1: '128 768 768 bfloat16' is bfloat16 NN; only float32 NN" in _one_line_error(capsys,
+                                                                                                         command)
+
+
+def test_an_extent_of_thousands_of_digits_names_its_line_and_the_range(tmp_path, capsys):
+    """A 5,000-digit extent in a shapes file was a bare `ValueError: Exceeds the limit (4300 digits)` with no
+    file:line; on the command line it was the same error, or a message repeating every digit."""
+    f = tmp_path / "big.txt"
+    f.write_text("64 64 64 float32\n" + "1" * 5000 + " 64 64 float32\n")
+    with pytest.raises(InteropError, match=r"big.txt:2: M=111111111111\.\.\. \(5000 digits\); must be an int in "
+                       r"\[1, 2\*\*31 - 1\]"):
+        parse_shapes([str(f)], files=True, dtype="float32")
+    assert main(["collect", "--device", "opencl", "--shapes", str(f)]) == 2
+    assert "big.txt:2: M=111111111111... (5000 digits)" in _one_line_error(capsys, "collect")
+    assert main(["predict", "1", "9" * 5000, "64"]) == 2
+    err = _one_line_error(capsys, "predict")
+    assert "N=999999999999... (5000 digits); must be an int in [1, 2**31 - 1]" in err and len(err) < 300
+
+
+def test_a_quoted_shape_in_one_argument_is_one_shape(capsys, model_dir):
+    """`costlearn predict "1 1024 1024"` was told to "give M N K"."""
+    assert parse_shapes(["1 1024 1024"]) == [(1, 1024, 1024)]
+    assert parse_shapes(["1, 64, 64", "2 x 3 x 4", "8 16", "32"]) == [(1, 64, 64), (2, 3, 4), (8, 16, 32)]
+    with pytest.raises(ValueError, match=r"shapes '1 2 3 4': 1 number\(s\) left over"):
+        parse_shapes(["1 2 3 4"])
+    assert main(["predict", "1 256 256", "--model", model_dir.parents[1].name, "--top-k", "1"]) == 0
+    assert "M=1 N=256 K=256" in capsys.readouterr().out
+
+
+def test_a_missing_shapes_file_is_no_such_file(tmp_path, monkeypatch, capsys):
+    """`collect --shapes missing.txt` got the shape syntax's error, not "no such file"."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["collect", "--device", "opencl", "--shapes", "missing.txt"]) == 2
+    err = _one_line_error(capsys, "collect")
+    assert "shapes file 'missing.txt': no such file; give a shapes file ('M N K dtype [layout]' a line) or " \
+           "shapes: M N K, MxNxK or M,N,K" in err
+    (tmp_path / "folder").mkdir()
+    assert main(["run", "--device", "opencl", "--shapes", "folder"]) == 2
+    assert "shapes file 'folder': a folder, not a file" in _one_line_error(capsys, "run")
+    assert main(["collect", "--device", "opencl", "--shapes", "1x2"]) == 2     # a try at a shape: its syntax
+    assert "shape '1x2': give M N K" in _one_line_error(capsys, "collect")
