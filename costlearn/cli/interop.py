@@ -16,10 +16,14 @@ LUT_FORMAT = "inductor-lut"
 
 def cmd_import(args) -> int:
     from costlearn.interop import import_file
+    from costlearn.interop.common import ImportInterrupted
     if args.preset is None:
         raise ValueError(f"--preset is required: the named device the file was measured on "
                          f"({', '.join(PRESETS.names())})")
-    rep = import_file(args.format, args.file, device=args.preset, data_root=args.data, mapping=args.mapping)
+    try:
+        rep = import_file(args.format, args.file, device=args.preset, data_root=args.data, mapping=args.mapping)
+    except KeyboardInterrupt as e:                 # before the writing began (the file's hash): nothing written
+        raise e if isinstance(e, ImportInterrupted) else ImportInterrupted(args.file, None) from None
     print(rep.summary())
     if not rep.already_imported:
         print(f"next: costlearn train --data {rep.folder} --models MODELS")

@@ -88,3 +88,44 @@ def test_a_missing_shapes_file_is_no_such_file(tmp_path, monkeypatch, capsys):
     assert "shapes file 'folder': a folder, not a file" in _one_line_error(capsys, "run")
     assert main(["collect", "--device", "opencl", "--shapes", "1x2"]) == 2     # a try at a shape: its syntax
     assert "shape '1x2': give M N K" in _one_line_error(capsys, "collect")
+
+
+def test_ctrl_c_during_an_import_says_what_was_written(tmp_path, monkeypatch, capsys):
+    """SIGINT during an `import` that had written nothing said "everything measured so far is saved"; now it says
+    that no row was written, or how many were and where."""
+    import os
+    import signal
+
+    import costlearn.interop as interop
+    import costlearn.interop.common as common
+    from inductor_fixture import write_log
+    log = tmp_path / "a100_mm.txt"
+    write_log(log)
+    argv = ["import", "inductor", str(log), "--preset", "a100", "--data", str(tmp_path / "data")]
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+    real_sha, real_write = interop.sha256_file, common.write_part
+    for where in ("sha256_file", "write_part"):              # before the writing began; at the first part
+        monkeypatch.setattr(interop if where == "sha256_file" else common, where, interrupt)
+        assert main(argv) == 130
+        err = capsys.readouterr().err
+        assert err == f"interrupted: no row of {log} was written; the same command imports it\n", err
+        monkeypatch.setattr(interop, "sha256_file", real_sha)
+        monkeypatch.setattr(common, "write_part", real_write)
+
+    monkeypatch.setattr(common, "IMPORT_CHUNK_ROWS", 3)
+    written = []
+
+    def write_then_ctrl_c(rows, folder):                     # Ctrl-C arrives while the first part is written
+        written.append(len(rows))
+        os.kill(os.getpid(), signal.SIGINT)
+        return real_write(rows, folder)
+    monkeypatch.setattr(common, "write_part", write_then_ctrl_c)
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert written == [3] and err.startswith(f"interrupted: 3 rows of {log} were written into ") and \
+        err.endswith("(1 part); the same command imports the rest (the rows written are not added again)\n"), err
+    monkeypatch.setattr(common, "write_part", real_write)
+    assert main(argv) == 0                                   # the rerun adds the rest, not those 3 again
+    assert "left out 3 measurements already in the folder" in capsys.readouterr().out
