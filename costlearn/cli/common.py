@@ -290,6 +290,19 @@ def pool_size(spec, pool: int | None) -> int:
     return pool if pool is not None else (48 if is_cpu(spec) else 160)
 
 
+def is_device_folder(folder) -> bool:
+    """Whether ``folder`` is one device's dataset folder (it holds a
+    ``device.json`` or parts), not a root of them."""
+    folder = Path(folder)
+    return (folder / "device.json").is_file() or any(folder.glob("part-*.parquet"))
+
+
+def device_folders(root) -> list:
+    """The device dataset folders of a dataset root: its folders holding a
+    ``device.json``, by name."""
+    return sorted(p.parent for p in Path(root).glob("*/device.json"))
+
+
 def dataset_folder(data: str, flag: str = "--data") -> Path:
     """A dataset folder; or, under a data root, its one device folder, else
     this machine's device's folder (error listing them otherwise)."""
@@ -297,8 +310,8 @@ def dataset_folder(data: str, flag: str = "--data") -> Path:
     if not folder.is_dir():
         raise ValueError(f"{flag} {data}: " + ("a file, not a dataset folder" if folder.exists() else "no such folder")
                          + "; collect (`costlearn collect`) or import (`costlearn import`) first")
-    if not (folder / "device.json").is_file() and not list(folder.glob("part-*.parquet")):
-        subs = sorted(p.parent.name for p in folder.glob("*/device.json"))
+    if not is_device_folder(folder):
+        subs = [p.name for p in device_folders(folder)]
         if len(subs) == 1:
             return folder / subs[0]
         local = local_device(probe=True) if subs else None

@@ -129,3 +129,28 @@ def test_ctrl_c_during_an_import_says_what_was_written(tmp_path, monkeypatch, ca
     monkeypatch.setattr(common, "write_part", real_write)
     assert main(argv) == 0                                   # the rerun adds the rest, not those 3 again
     assert "left out 3 measurements already in the folder" in capsys.readouterr().out
+
+
+def test_compact_of_a_dataset_root_compacts_each_device_folder(tmp_path, capsys):
+    """`costlearn compact out/data` (a dataset root, not a device folder) said "nothing to merge" and exited 0."""
+    from conftest import dataset_row
+
+    from costlearn.collect.dataset import load, write_part
+    root = tmp_path / "data"
+    for dev, parts in (("dev-a", 2), ("dev-b", 3)):
+        (root / dev).mkdir(parents=True)
+        (root / dev / "device.json").write_text("{}")
+        for i in range(parts):
+            write_part([dataset_row(m=4 + i, device_slug=dev)], root / dev)
+    assert main(["compact", str(root)]) == 0
+    cap = capsys.readouterr()
+    assert f"{root} is a dataset root: compacting each device folder in it (dev-a, dev-b)" in cap.err
+    assert cap.out == (f"{root / 'dev-a'}: merged 2 parts into one part of 2 rows\n"
+                       f"{root / 'dev-b'}: merged 3 parts into one part of 3 rows\n")
+    assert len(list((root / "dev-b").glob("part-*.parquet"))) == 1 and len(load(root / "dev-b")[0]) == 3
+    assert main(["compact", str(root / "dev-a")]) == 0                  # a device folder: as before
+    assert capsys.readouterr().out == f"{root / 'dev-a'}: nothing to merge (fewer than two readable parts)\n"
+    (tmp_path / "empty").mkdir()
+    assert main(["compact", str(tmp_path / "empty")]) == 2
+    assert "empty: no dataset parts, and no device folder (<device>/device.json) in it; give a device's dataset " \
+           "folder (e.g. data/<device>) or a dataset root" in _one_line_error(capsys, "compact")
