@@ -43,8 +43,9 @@ def cmd_export(args) -> int:
         raise ValueError(f"{' '.join(lut_only)}: {'is' if len(lut_only) == 1 else 'are'} {LUT_FORMAT}'s; export "
                          f"{args.format} writes every valid measurement of --data")
     from costlearn.interop import export_dataset
-    paths = export_dataset(args.format, dataset_folder(args.data), args.out)
-    print(f"wrote {len(paths)} {args.format} files into {args.out}")
+    folder = dataset_folder(args.data)
+    paths = export_dataset(args.format, folder, args.out)
+    print(f"wrote {len(paths)} {args.format} files of the dataset {folder} into {args.out}")
     return 0
 
 

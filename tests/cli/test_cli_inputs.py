@@ -154,3 +154,31 @@ def test_compact_of_a_dataset_root_compacts_each_device_folder(tmp_path, capsys)
     assert main(["compact", str(tmp_path / "empty")]) == 2
     assert "empty: no dataset parts, and no device folder (<device>/device.json) in it; give a device's dataset " \
            "folder (e.g. data/<device>) or a dataset root" in _one_line_error(capsys, "compact")
+
+
+def test_export_of_a_root_of_several_devices_names_the_device_folder_it_exports(tmp_path, monkeypatch, capsys):
+    """`export kernel-tuner --data out/data` picked this machine's device folder out of several; its result
+    did not say whose files it wrote."""
+    import json
+
+    from conftest import dataset_row
+
+    from costlearn.collect.dataset import write_part
+    root = tmp_path / "data"
+    for dev in ("dev-a", "dev-b"):
+        (root / dev).mkdir(parents=True)
+        (root / dev / "device.json").write_text("{}")
+        write_part([dataset_row(device_slug=dev)], root / dev)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "local_device.json").write_text(json.dumps(dict(slug="dev-b", name="Device dev-b", api="opencl")))
+    monkeypatch.setenv("COSTLEARN_CACHE", str(cache))
+    assert main(["export", "kernel-tuner", "--data", str(root), "--out", str(tmp_path / "kt")]) == 0
+    cap = capsys.readouterr()
+    assert f"holds datasets for ['dev-a', 'dev-b']; using this machine's, {root / 'dev-b'} (pass --data " \
+           f"{root}/<device> for another)" in cap.err
+    assert cap.out == f"wrote 1 kernel-tuner files of the dataset {root / 'dev-b'} into {tmp_path / 'kt'}\n"
+    (cache / "local_device.json").write_text(json.dumps(dict(slug="dev-z", name="Device dev-z", api="opencl")))
+    assert main(["export", "kernel-tuner", "--data", str(root), "--out", str(tmp_path / "kt2")]) == 2
+    assert f"--data {root} holds datasets for ['dev-a', 'dev-b']; pass --data {root}/<device>" in \
+        _one_line_error(capsys, "export")
