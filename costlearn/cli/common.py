@@ -291,15 +291,33 @@ def pool_size(spec, pool: int | None) -> int:
 
 
 def is_device_folder(folder) -> bool:
-    """Whether ``folder`` is one device's dataset folder (it holds a
-    ``device.json`` or parts), not a root of them."""
+    """Whether ``folder`` is one device's dataset folder, not a root of them.
+
+    Parameters
+    ----------
+    folder : path
+
+    Returns
+    -------
+    bool
+        True where it holds a ``device.json`` or dataset parts.
+    """
     folder = Path(folder)
     return (folder / "device.json").is_file() or any(folder.glob("part-*.parquet"))
 
 
 def device_folders(root) -> list:
-    """The device dataset folders of a dataset root: its folders holding a
-    ``device.json``, by name."""
+    """The device dataset folders of a dataset root.
+
+    Parameters
+    ----------
+    root : path
+
+    Returns
+    -------
+    list of Path
+        Its folders holding a ``device.json``, by name.
+    """
     return sorted(p.parent for p in Path(root).glob("*/device.json"))
 
 
