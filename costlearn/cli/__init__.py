@@ -95,8 +95,12 @@ def main(argv=None) -> int:
         return 2
     except KeyboardInterrupt as e:
         from costlearn.collect.loop import CollectionInterrupted
+        from costlearn.interop.common import ImportInterrupted
         if isinstance(e, CollectionInterrupted):
             print(f"interrupted: {e}; the same command resumes where it stopped", file=sys.stderr)
+        elif isinstance(e, ImportInterrupted):
+            rest = "the rest (the rows written are not added again)" if e.report and e.report.rows_added else "it"
+            print(f"interrupted: {e}; the same command imports {rest}", file=sys.stderr)
         else:
             print("interrupted; everything measured so far is saved", file=sys.stderr)
         return 130

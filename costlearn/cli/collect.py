@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from costlearn.cli.common import (DATA_HELP, SHAPE_SYNTAX, add_measure_args, add_problem_args, check_family_dtype,
-                                  device_backend, is_cpu, nonneg_int, old_spelling, parse_shapes, pool_size,
-                                  positive_float, positive_int, positive_seconds, protocol_of)
+                                  device_backend, device_folders, is_cpu, is_device_folder, nonneg_int, old_spelling,
+                                  parse_shapes, pool_size, positive_float, positive_int, positive_seconds, protocol_of)
 from costlearn.collect.backends import auto_name
 from costlearn.collect.sampler import ShapeBounds
 from costlearn.collect.sampler import STRATEGIES
@@ -36,7 +36,8 @@ def add_collect_args(p, budget_s: float, epilogues: tuple = EPILOGUES):
     p.add_argument("--shapes", nargs="+", default=None, metavar="SHAPE",
                    help="measure these shapes (every pool config feasible for each) instead of random ones: "
                    + SHAPE_SYNTAX + ", or a shapes file ('M N K dtype [layout]' a line, as `export inductor-lut "
-                   "--shapes` reads); with --strategy prior, the shapes the prior starts from; with active, the "
+                   "--shapes-file` reads; every line of --dtype and layout NN, the one a collection measures); "
+                   "with --strategy prior, the shapes the prior starts from; with active, the "
                    "only shapes it chooses among")
     p.add_argument("--strategy", choices=STRATEGIES, default=None,
                    help="which shapes to measure: prior (real models' linear layers, forward and backward, your "
@@ -201,7 +202,7 @@ def cmd_collect(args) -> int:
     epilogues = [e for e in asked if e in fam.epilogues]
     if not epilogues or (args.epilogues and len(epilogues) < len(asked)):
         raise ValueError(f"--epilogues {' '.join(asked)}: the {args.family!r} family fuses {list(fam.epilogues)}")
-    shapes = parse_shapes(args.shapes, files=True) if args.shapes else None
+    shapes = parse_shapes(args.shapes, files=True, dtype=args.dtype) if args.shapes else None
     strategy = resolve_strategy(args.strategy, shapes)
     if args.ray is not None:
         fleet_collect_stage(args.ray or None, args.workers, args.device, args.data, family=args.family,
@@ -254,11 +255,20 @@ def fleet_collect_stage(address, workers, device: str, data_root, *, family: str
 
 def cmd_compact(args) -> int:
     from costlearn.collect.dataset import compact
-    n_parts, n_rows = compact(args.folder)
-    if n_parts == 0:
-        print(f"{args.folder}: nothing to merge (fewer than two readable parts)")
-    else:
-        print(f"{args.folder}: merged {n_parts} parts into one part of {n_rows} rows")
+    folders = [Path(args.folder)]
+    if folders[0].is_dir() and not is_device_folder(folders[0]):
+        folders = device_folders(folders[0])
+        if not folders:
+            raise ValueError(f"{args.folder}: no dataset parts, and no device folder (<device>/device.json) in it; "
+                             "give a device's dataset folder (e.g. data/<device>) or a dataset root")
+        print(f"{args.folder} is a dataset root: compacting each device folder in it "
+              f"({', '.join(f.name for f in folders)})", file=sys.stderr)
+    for folder in folders:
+        n_parts, n_rows = compact(folder)
+        if n_parts == 0:
+            print(f"{folder}: nothing to merge (fewer than two readable parts)")
+        else:
+            print(f"{folder}: merged {n_parts} parts into one part of {n_rows} rows")
     return 0
 
 
@@ -297,8 +307,10 @@ def add_recheck(sub) -> None:
 def add_compact(sub) -> None:
     p = sub.add_parser("compact", help="merge a dataset folder's parts into one",
                        description="Merge every readable Parquet part of a dataset folder into one part "
-                       "(atomic; safe to interrupt). Corrupt parts are left in place.")
-    p.add_argument("folder", help="dataset folder, e.g. data/h200")
+                       "(atomic; safe to interrupt); of a dataset root, each device folder's. Corrupt parts are "
+                       "left in place.")
+    p.add_argument("folder", help="a device's dataset folder, e.g. data/h200, or a dataset root (each device "
+                   "folder in it)")
     p.set_defaults(func=cmd_compact)
 
 

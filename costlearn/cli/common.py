@@ -12,7 +12,7 @@ from costlearn.collect.backends import get_backend, local_device, local_record, 
 from costlearn.collect.measure import Protocol
 from costlearn.core.device import DeviceSpec
 from costlearn.core.dtypes import dtype_names
-from costlearn.core.problem import EPILOGUES, LAYOUTS, Problem
+from costlearn.core.problem import EPILOGUES, LAYOUTS, Problem, extent_of_text
 from costlearn.families import FAMILIES, get_family
 from costlearn.serve.tuning_db_server import has_password
 from costlearn.serve.tuning_rows import is_server_url
@@ -177,15 +177,47 @@ SHAPE_SYNTAX = "M N K, MxNxK or M,N,K (e.g. 1 4096 4096, 1x4096x4096 or 1,4096,4
 """How every command takes a shape."""
 
 
-def parse_shapes(items, *, one: bool = False, files: bool = False) -> list:
+_INT = re.compile(r"[+-]?\d+")
+
+
+_SHAPE = re.compile(r"[+-]?\d+[x,][+-]?\d+[x,][+-]?\d+")
+"""A shape in one token, ``MxNxK`` or ``M,N,K`` (lower case)."""
+
+
+def _shape_words(text: str) -> list:
+    """The shape words of one token: a quoted ``"1 4096 4096"`` is three,
+    ``1, 4096, 4096`` or ``1 x 4096 x 4096`` one (spaces around x or a comma
+    dropped)."""
+    return re.sub(r"\s*([xX,])\s*", r"\1", text).split() or [text]
+
+
+def _shapes_file(text: str, only, why: str) -> list | None:
+    """The shapes of the shapes file ``text`` names, None where ``text`` is
+    a shape (or a try at one: digits, signs, x and commas only); a token
+    that is neither names both."""
+    if _INT.fullmatch(text) or _SHAPE.fullmatch(text.lower()):
+        return None                              # a shape, whatever files the folder holds
+    path = Path(text)
+    if path.is_file():
+        from costlearn.interop.inductor.lut_sources import read_shapes_file
+        return [tuple(str(x) for x in lp.problem.shape) for lp in read_shapes_file(path, only=only, why=why)]
+    if re.fullmatch(r"[\s\d+,xX-]*", text):
+        return None                              # a malformed shape: the shape syntax says what is wrong
+    raise ValueError(f"shapes file {text!r}: " + ("a folder, not a file" if path.exists() else "no such file")
+                     + f"; give a shapes file ('M N K dtype [layout]' a line) or shapes: {SHAPE_SYNTAX}")
+
+
+def parse_shapes(items, *, one: bool = False, files: bool = False, dtype: str | None = None,
+                 layout: str = "NN") -> list:
     """Shapes from command-line tokens, the one syntax of every command: a
     token ``MxNxK`` or ``M,N,K`` is one shape; lone integers are taken three
-    at a time (``1 4096 4096``); the forms may be mixed.
+    at a time (``1 4096 4096``, in one token or three); the forms may be mixed.
 
-    With ``files``, a token naming an existing file that is not a shape
+    With ``files``, a token that is not a shape and names an existing file
     is a shapes file (:func:`costlearn.interop.inductor.lut_sources.read_shapes_file`:
     ``M N K dtype [layout]`` a line, the format of ``export inductor-lut
-    --shapes``): its shapes, in file order.
+    --shapes-file``): its shapes, in file order; with ``dtype``, every line
+    must be of it and of ``layout`` (a collection measures one of each).
 
     Returns
     -------
@@ -195,46 +227,58 @@ def parse_shapes(items, *, one: bool = False, files: bool = False) -> list:
     Raises
     ------
     ValueError
-        On a token that is none of these, integers not in threes, or (with
-        ``one``) more than one shape; the message shows :data:`SHAPE_SYNTAX`.
+        On a token that is none of these (with ``files``: no such file),
+        integers not in threes, or (with ``one``) more than one shape; the
+        message shows :data:`SHAPE_SYNTAX`.
     costlearn.interop.common.InteropError
-        On a shapes file that cannot be read (naming its line).
+        On a shapes file that cannot be read, or (``dtype``) a line of
+        another dtype or layout, naming its line.
     """
     out, loose = [], []
+    only = (dtype, layout) if dtype is not None else None
+    why = f" (one collection measures one dtype, --dtype {dtype}, and layout {layout})"
     for item in items:
         text = str(item).strip()
-        if files and not loose and not re.fullmatch(r"[+-]?\d+|[^x,]+[x,][^x,]+[x,][^x,]+", text.lower()) \
-                and Path(text).is_file():
-            from costlearn.interop.inductor.lut_sources import read_shapes_file
-            out.extend(tuple(str(x) for x in lp.problem.shape) for lp in read_shapes_file(text))
+        listed = _shapes_file(text, only, why) if files and not loose else None
+        if listed is not None:
+            out.extend(listed)
             continue
-        if re.fullmatch(r"[+-]?\d+", text):
-            loose.append(text)
-            if len(loose) == 3:
-                out.append(tuple(loose))
-                loose = []
-            continue
-        if loose:
-            raise ValueError(f"shape {' '.join(loose)} {text}: give {SHAPE_SYNTAX}")
-        parts = re.split(r"[x,]", text.lower())
-        if len(parts) != 3 or not all(re.fullmatch(r"[+-]?\d+", p.strip()) for p in parts):
-            raise ValueError(f"shape {text!r}: give {SHAPE_SYNTAX}")
-        out.append(tuple(p.strip() for p in parts))
+        for word in _shape_words(text):
+            if _INT.fullmatch(word):
+                loose.append(word)
+                if len(loose) == 3:
+                    out.append(tuple(loose))
+                    loose = []
+                continue
+            if loose:
+                raise ValueError(f"shape {' '.join(loose)} {_shown(word)}: give {SHAPE_SYNTAX}")
+            parts = re.split(r"[x,]", word.lower())
+            if len(parts) != 3 or not all(_INT.fullmatch(p) for p in parts):
+                raise ValueError(f"shape {_shown(text)!r}: give {SHAPE_SYNTAX}")
+            out.append(tuple(parts))
     if loose:
-        given = " ".join(str(i) for i in items)
+        given = " ".join(_shown(str(i)) for i in items)
         raise ValueError(f"shapes {given!r}: {len(loose)} number(s) left over after the shapes in threes "
-                         f"({' '.join(loose)}); give {SHAPE_SYNTAX}")
+                         f"({' '.join(map(_shown, loose))}); give {SHAPE_SYNTAX}")
     if not out:
         raise ValueError(f"no shape given; give {SHAPE_SYNTAX}")
     if one and len(out) > 1:
         raise ValueError(f"one shape wanted, got {len(out)}: {out}; give {SHAPE_SYNTAX}")
-    shapes = []
-    for m, n, k in dict.fromkeys(out) if files else out:
-        try:
-            shapes.append(Problem(int(m), int(n), int(k)).shape)
-        except (TypeError, ValueError) as e:
-            raise type(e)(f"shape {m}x{n}x{k}: {e}") from None
-    return shapes
+    return [_checked_shape(t) for t in (dict.fromkeys(out) if files else out)]
+
+
+def _shown(text: str) -> str:
+    """``text`` as a message shows it: a token of thousands of digits cut."""
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
+
+
+def _checked_shape(t) -> tuple:
+    """(M, N, K) of three integer texts, checked as a Problem's extents."""
+    shown = "x".join(map(_shown, t))
+    try:
+        return Problem(*(extent_of_text(name, v) for name, v in zip("MNK", t))).shape
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"shape {shown}: {e}") from None
 
 
 def is_cpu(spec) -> bool:
@@ -246,6 +290,37 @@ def pool_size(spec, pool: int | None) -> int:
     return pool if pool is not None else (48 if is_cpu(spec) else 160)
 
 
+def is_device_folder(folder) -> bool:
+    """Whether ``folder`` is one device's dataset folder, not a root of them.
+
+    Parameters
+    ----------
+    folder : path
+
+    Returns
+    -------
+    bool
+        True where it holds a ``device.json`` or dataset parts.
+    """
+    folder = Path(folder)
+    return (folder / "device.json").is_file() or any(folder.glob("part-*.parquet"))
+
+
+def device_folders(root) -> list:
+    """The device dataset folders of a dataset root.
+
+    Parameters
+    ----------
+    root : path
+
+    Returns
+    -------
+    list of Path
+        Its folders holding a ``device.json``, by name.
+    """
+    return sorted(p.parent for p in Path(root).glob("*/device.json"))
+
+
 def dataset_folder(data: str, flag: str = "--data") -> Path:
     """A dataset folder; or, under a data root, its one device folder, else
     this machine's device's folder (error listing them otherwise)."""
@@ -253,8 +328,8 @@ def dataset_folder(data: str, flag: str = "--data") -> Path:
     if not folder.is_dir():
         raise ValueError(f"{flag} {data}: " + ("a file, not a dataset folder" if folder.exists() else "no such folder")
                          + "; collect (`costlearn collect`) or import (`costlearn import`) first")
-    if not (folder / "device.json").is_file() and not list(folder.glob("part-*.parquet")):
-        subs = sorted(p.parent.name for p in folder.glob("*/device.json"))
+    if not is_device_folder(folder):
+        subs = [p.name for p in device_folders(folder)]
         if len(subs) == 1:
             return folder / subs[0]
         local = local_device(probe=True) if subs else None

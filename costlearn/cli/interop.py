@@ -16,10 +16,14 @@ LUT_FORMAT = "inductor-lut"
 
 def cmd_import(args) -> int:
     from costlearn.interop import import_file
+    from costlearn.interop.common import ImportInterrupted
     if args.preset is None:
         raise ValueError(f"--preset is required: the named device the file was measured on "
                          f"({', '.join(PRESETS.names())})")
-    rep = import_file(args.format, args.file, device=args.preset, data_root=args.data, mapping=args.mapping)
+    try:
+        rep = import_file(args.format, args.file, device=args.preset, data_root=args.data, mapping=args.mapping)
+    except KeyboardInterrupt as e:                 # before the writing began (the file's hash): nothing written
+        raise e if isinstance(e, ImportInterrupted) else ImportInterrupted(args.file, None) from None
     print(rep.summary())
     if not rep.already_imported:
         print(f"next: costlearn train --data {rep.folder} --models MODELS")
@@ -39,8 +43,9 @@ def cmd_export(args) -> int:
         raise ValueError(f"{' '.join(lut_only)}: {'is' if len(lut_only) == 1 else 'are'} {LUT_FORMAT}'s; export "
                          f"{args.format} writes every valid measurement of --data")
     from costlearn.interop import export_dataset
-    paths = export_dataset(args.format, dataset_folder(args.data), args.out)
-    print(f"wrote {len(paths)} {args.format} files into {args.out}")
+    folder = dataset_folder(args.data)
+    paths = export_dataset(args.format, folder, args.out)
+    print(f"wrote {len(paths)} {args.format} files of the dataset {folder} into {args.out}")
     return 0
 
 

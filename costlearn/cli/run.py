@@ -18,10 +18,10 @@ def cmd_run(args) -> int:
     from costlearn.model.artifact import model_folder
     t0 = time.perf_counter()
     check_family_dtype(args)
+    shapes = parse_shapes(args.shapes, files=True, dtype=args.dtype) if args.shapes else None
     be = device_backend(args.device)
     print(f"== costlearn run on {be.spec.name} ({be.name})", flush=True)
     protocol = protocol_of(args)
-    shapes = parse_shapes(args.shapes, files=True) if args.shapes else None
     data, _ = collect_stage(be, args.data, family=args.family, dtype=args.dtype, budget_s=args.budget,
                             pool=args.pool, configs_per_shape=args.configs_per_shape, max_extent=args.max_extent,
                             max_flops=args.max_flops, shapes=shapes,

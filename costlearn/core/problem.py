@@ -2,12 +2,14 @@
 checked once and passed forward (design.md, "Data flow")."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from costlearn.core.dtypes import DTYPES, get_dtype
 from costlearn.core.checks import check_int
 
-__all__ = ["Problem", "LAYOUTS", "MAX_EXTENT", "layout_letter", "EPILOGUES", "EPILOGUE_FLOPS", "check_epilogue"]
+__all__ = ["Problem", "LAYOUTS", "MAX_EXTENT", "layout_letter", "EPILOGUES", "EPILOGUE_FLOPS", "check_epilogue",
+           "extent_of_text"]
 
 LAYOUTS = ("NN", "NT", "TN", "TT")
 """Two letters, for A then B: ``N`` when that matrix is row-major (its last
@@ -61,6 +63,40 @@ _EPILOGUE_SET = frozenset(EPILOGUES)
 
 MAX_EXTENT = 2**31 - 1
 """Largest M, N or K: kernels take extents as 32-bit ints."""
+
+
+def extent_of_text(name: str, text: str) -> int:
+    """An extent written as decimal digits (a sign allowed), as an int.
+
+    A text of more significant digits than any extent has (over ten) is
+    refused here, naming its length (``int`` refuses one of over 4,300
+    digits in Python's own words, and a message would repeat them all);
+    the rest of the range is :class:`Problem`'s to check.
+
+    Parameters
+    ----------
+    name : str
+        The extent's name in the message (``"M"``).
+    text : str
+        Decimal digits, optionally signed.
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    ValueError
+        If ``text`` is not decimal digits, or has over ten significant ones.
+    """
+    text = str(text).strip()
+    if not re.fullmatch(r"[+-]?[0-9]+", text):
+        raise ValueError(f"{name}={text[:20]!r}; must be an integer")
+    digits = text.lstrip("+-").lstrip("0")
+    if len(digits) > len(str(MAX_EXTENT)):
+        raise ValueError(f"{name}={text[:12]}... ({len(digits)} digits); must be an int in [1, 2**31 - 1] "
+                         "(kernel extents are 32-bit)")
+    return int(text)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,12 +20,12 @@ from costlearn.collect.dataset import IMPORTED_PROTOCOL, SCHEMA_VERSION, device_
 from costlearn.core.device import DeviceSpec, preset
 from costlearn.families import get_family
 from costlearn.core.files import sha256_file
-from costlearn.core.locks import FolderLock
+from costlearn.core.locks import FolderLock, sigint_deferred
 from costlearn.core.version import __version__
 from costlearn.core.errors import CostlearnError
 
-__all__ = ["InteropError", "ImportReport", "Measurement", "Importer", "import_measurements", "device_folder",
-           "FAILED", "SkippedLines", "IMPORT_CHUNK_ROWS", "IMPORT_LOCK"]
+__all__ = ["InteropError", "ImportInterrupted", "ImportReport", "Measurement", "Importer", "import_measurements",
+           "device_folder", "FAILED", "SkippedLines", "IMPORT_CHUNK_ROWS", "IMPORT_LOCK"]
 
 FAILED = "failed"
 """Status of an imported row whose source recorded a failure (an ``inf``
@@ -35,6 +35,22 @@ time, an error string)."""
 class InteropError(CostlearnError, ValueError):
     """A file cannot be imported (wrong format, empty, a header that
     contradicts the device, a bad mapping); nothing was written."""
+
+
+class ImportInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`import_measurements`; its words say what was
+    written (``report``: the import's report so far, None before its first
+    part). Each part is written atomically and counted with it; the same
+    import again adds only what the folder lacks."""
+
+    def __init__(self, path, report: "ImportReport | None"):
+        if report is None or not report.rows_added:
+            done = f"no row of {path} was written"
+        else:
+            parts = f"{report.parts} part" + ("s" if report.parts != 1 else "")
+            done = f"{report.rows_added} rows of {path} were written into {report.folder} ({parts})"
+        super().__init__(done)
+        self.report = report
 
 
 @dataclass(frozen=True)
@@ -317,7 +333,19 @@ def import_measurements(fmt: str, path, measurements, skipped, spec: DeviceSpec,
         nothing is written then), or the folder is another device's.
     costlearn.core.locks.FolderBusy
         If another import into the folder is running.
+    ImportInterrupted
+        On Ctrl-C, saying what was written.
     """
+    so_far: list = []
+    try:
+        return _import_measurements(fmt, path, measurements, skipped, spec, data_root, sha256, so_far)
+    except KeyboardInterrupt:
+        raise ImportInterrupted(path, so_far[0] if so_far else None) from None
+
+
+def _import_measurements(fmt: str, path, measurements, skipped, spec: DeviceSpec, data_root, sha256,
+                         so_far: list) -> ImportReport:
+    """:func:`import_measurements`; ``so_far`` gets its report once made."""
     path = Path(path)
     sha = sha256 or sha256_file(path)
     chunks = _chunks(measurements, IMPORT_CHUNK_ROWS)
@@ -327,6 +355,7 @@ def import_measurements(fmt: str, path, measurements, skipped, spec: DeviceSpec,
         raise InteropError(f"{path}: no measurement found in this {fmt} file" + (f" ({lines})" if lines else ""))
     folder = device_folder(data_root, spec)
     rep = ImportReport(format=fmt, file=str(path), sha256=sha, folder=folder)
+    so_far.append(rep)
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
     prov = dict(device_slug=spec.slug, device_name=spec.name, api=spec.api, compute_capability=spec.compute_capability,
                 device_version="", multiprocessors=spec.multiprocessors, driver_version="", runtime_version="",
@@ -345,10 +374,11 @@ def import_measurements(fmt: str, path, measurements, skipped, spec: DeviceSpec,
             rep.duplicates += int((~fresh).sum())
             if fresh.any():
                 rows = rows[fresh]
-                rep.part = write_part(rows, folder)
-                rep.parts += 1
-                rep.rows_added += len(rows)
-                rep.failed += int((rows["status"] == FAILED).sum())
+                with sigint_deferred():             # a part on disk is counted in the Ctrl-C message
+                    rep.part = write_part(rows, folder)
+                    rep.parts += 1
+                    rep.rows_added += len(rows)
+                    rep.failed += int((rows["status"] == FAILED).sum())
             rows = None
             chunk = next(chunks, None)
     rep.skipped = skipped

@@ -43,7 +43,9 @@ def test_every_exception_class_costlearn_defines_derives_from_costlearn_error():
 
 def test_the_interrupt_stays_an_interrupt():
     from costlearn.collect.loop import CollectionInterrupted
-    assert issubclass(CollectionInterrupted, KeyboardInterrupt) and not issubclass(CollectionInterrupted, Exception)
+    from costlearn.interop.common import ImportInterrupted
+    for interrupt in (CollectionInterrupted, ImportInterrupted):
+        assert issubclass(interrupt, KeyboardInterrupt) and not issubclass(interrupt, Exception)
 
 
 @pytest.mark.parametrize("error", [CostlearnError("a damaged file"), ValueError("a bad argument"),

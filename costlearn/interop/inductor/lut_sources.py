@@ -21,7 +21,7 @@ from typing import NamedTuple
 from costlearn.collect.space import check_config
 from costlearn.core.device import device_slug
 from costlearn.core.dtypes import DTYPES, TORCH_DTYPES, dtype_names
-from costlearn.core.problem import LAYOUTS, Problem
+from costlearn.core.problem import LAYOUTS, Problem, extent_of_text
 from costlearn.core.version import __version__
 from costlearn.families import get_family
 from costlearn.interop.common import Importer, InteropError, Measurement, resolve_device
@@ -52,9 +52,16 @@ def _problem(m, n, k, dtype, layout, where: str) -> Problem:
         raise InteropError(f"{where}: {e}") from None
 
 
-def read_shapes_file(path) -> list:
+def read_shapes_file(path, *, only=None, why: str = "") -> list:
     """Problems of a shapes file: one ``M N K dtype layout`` per line
     (``layout`` optional, ``NN`` by default; ``#`` starts a comment).
+
+    Parameters
+    ----------
+    path : path
+    only : (str, str), optional
+        (dtype, layout) of a reader that takes one of each (a collection):
+        a line of another is refused, naming its place, ``why`` added.
 
     Returns
     -------
@@ -65,8 +72,8 @@ def read_shapes_file(path) -> list:
     ------
     InteropError
         Naming the file and line: unreadable file, a line of another form,
-        an extent out of [1, 2**31 - 1], an unknown dtype or layout; or a
-        file with no problem.
+        an extent out of [1, 2**31 - 1], an unknown dtype or layout, one
+        other than ``only``; or a file with no problem.
     """
     path = Path(path)
     try:
@@ -87,7 +94,14 @@ def read_shapes_file(path) -> list:
             raise InteropError(f"{where}: dtype={dtype!r}; allowed: {list(DTYPES)}")
         if layout not in LAYOUTS:
             raise InteropError(f"{where}: layout={layout!r}; allowed: {list(LAYOUTS)}")
-        p = _problem(*(int(t) for t in text[:3]), dtype, layout, where)
+        if only is not None and (dtype, layout) != tuple(only):
+            raise InteropError(f"{where}: {line.strip()!r} is {dtype} {layout}; only {only[0]} {only[1]} lines "
+                               f"are taken here{why}")
+        try:
+            mnk = [extent_of_text(name, t) for name, t in zip("MNK", text[:3])]
+        except ValueError as e:
+            raise InteropError(f"{where}: {e}") from None
+        p = _problem(*mnk, dtype, layout, where)
         out.setdefault(p, LutProblem.contiguous(p))
     if not out:
         raise InteropError(f"{path}: no problem (each line is 'M N K dtype [layout]')")
