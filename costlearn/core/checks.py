@@ -6,8 +6,30 @@ import numbers
 import os
 from pathlib import Path
 
-__all__ = ["check_int", "check_real", "check_choice", "check_instance", "check_path", "check_pathlike"]
+__all__ = ["check_int", "check_real", "check_choice", "check_instance", "check_path", "check_pathlike", "shown"]
 
+
+def shown(value, limit: int = 60) -> str:
+    """``repr(value)`` for a message, cut to ``limit`` characters with
+    ``...`` (a hostile file's value can be as long as the file; an int over
+    the interpreter's digit limit, which ``repr`` refuses, is named by its
+    length).
+
+    Parameters
+    ----------
+    value : object
+    limit : int
+        Most characters returned, >= 4.
+
+    Returns
+    -------
+    str
+    """
+    try:
+        text = repr(value)
+    except ValueError:                          # int.__repr__ past sys.get_int_max_str_digits
+        return "an int too long to print"
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def check_int(name: str, value, lo: int | None = None, hi: int | None = None) -> int:
@@ -39,10 +61,10 @@ def check_int(name: str, value, lo: int | None = None, hi: int | None = None) ->
         (f" in [{lo}, {hi}]" if lo is not None and hi is not None else "") + \
         (f" <= {hi}" if lo is None and hi is not None else "")
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name}={value!r} ({type(value).__name__}); must be {want}")
+        raise TypeError(f"{name}={shown(value)} ({type(value).__name__}); must be {want}")
     v = int(value)
     if (lo is not None and v < lo) or (hi is not None and v > hi):
-        raise ValueError(f"{name}={value!r}; must be {want}")
+        raise ValueError(f"{name}={shown(value)}; must be {want}")
     return v
 
 
@@ -58,28 +80,28 @@ def check_real(name: str, value, lo: float | None = None, *, strict: bool = Fals
         If it is not finite or out of range.
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name}={value!r} ({type(value).__name__}); must be a finite number")
+        raise TypeError(f"{name}={shown(value)} ({type(value).__name__}); must be a finite number")
     v = float(value)
     bad = not math.isfinite(v) or (lo is not None and (v < lo or (strict and v == lo))) \
         or (hi is not None and v > hi)
     if bad:
         rng = "" if lo is None else f" {'>' if strict else '>='} {lo:g}"
         rng += "" if hi is None else f" and <= {hi:g}"
-        raise ValueError(f"{name}={value!r}; must be a finite number{rng}")
+        raise ValueError(f"{name}={shown(value)}; must be a finite number{rng}")
     return v
 
 
 def check_choice(name: str, value, choices) -> str:
     """``value`` if it is one of ``choices`` (strings), else ValueError listing them."""
     if not isinstance(value, str) or value not in choices:
-        raise ValueError(f"{name}={value!r}; allowed: {', '.join(repr(c) for c in choices)}")
+        raise ValueError(f"{name}={shown(value)}; allowed: {', '.join(repr(c) for c in choices)}")
     return value
 
 
 def check_instance(name: str, value, kinds, what: str):
     """``value`` if it is an instance of ``kinds``, else TypeError saying ``what`` is expected."""
     if not isinstance(value, kinds):
-        raise TypeError(f"{name}={value!r}; must be {what}")
+        raise TypeError(f"{name}={shown(value)}; must be {what}")
     return value
 
 
@@ -97,6 +119,6 @@ def check_pathlike(name: str, value, *, optional: bool = False):
     if value is None and optional:
         return None
     if not isinstance(value, (str, os.PathLike)) or str(value) == "":
-        raise TypeError(f"{name}={value!r}; must be a path (str or pathlib.Path)"
+        raise TypeError(f"{name}={shown(value)}; must be a path (str or pathlib.Path)"
                         + (" or None" if optional else ""))
     return value

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 from costlearn.core.dtypes import DTYPES, get_dtype
-from costlearn.core.checks import check_int
+from costlearn.core.checks import check_int, shown
 
 __all__ = ["Problem", "LAYOUTS", "MAX_EXTENT", "layout_letter", "EPILOGUES", "EPILOGUE_FLOPS", "check_epilogue",
            "extent_of_text"]
@@ -153,8 +153,8 @@ class Problem:
                 object.__setattr__(self, name.lower(), check_int(name, v, 1, MAX_EXTENT))
             except ValueError:
                 if check_int(name, v) < 1:
-                    raise ValueError(f"{name}={v!r}; must be an int >= 1") from None
-                raise ValueError(f"{name}={v!r}; must be < 2**31 (kernel extents are 32-bit)") from None
+                    raise ValueError(f"{name}={shown(v)}; must be an int >= 1") from None
+                raise ValueError(f"{name}={shown(v)}; must be < 2**31 (kernel extents are 32-bit)") from None
         get_dtype(self.dtype)
         if not isinstance(self.layout, str) or self.layout not in LAYOUTS:
             raise ValueError(f"layout={self.layout!r}; allowed: {list(LAYOUTS)} (A then B: N row-major, "

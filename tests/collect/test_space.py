@@ -120,6 +120,13 @@ def test_problem_rejects_bad_extents(args, exc):
         Problem(*args)
 
 
+def test_an_extent_too_long_to_print_is_refused_in_words_not_by_its_own_message():
+    with pytest.raises(ValueError, match=r"M=an int too long to print; must be < 2\*\*31"):
+        Problem(10**5000, 1, 1)
+    with pytest.raises(ValueError, match=r"N=1{57}\.\.\.; must be < 2\*\*31"):
+        Problem(1, int("1" * 400), 1)
+
+
 def test_problem_rejects_unknown_dtype_and_layout_and_the_family_its_unsupported_ones():
     with pytest.raises(ValueError, match="fp8.*float32"):
         Problem(1, 1, 1, "fp8")

@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+from costlearn.core.checks import shown
 from costlearn.core.device import device_slug
 from costlearn.core.problem import MAX_EXTENT
 from costlearn.families import get_family
@@ -135,7 +136,7 @@ def _extents(mapping: Mapping, problem_size, path: Path, where: str) -> tuple[in
 def _config(values: dict, mapping: Mapping):
     """The family config of one entry's parameters; ValueError why not."""
     if not isinstance(values, dict):
-        raise ValueError(f"parameters {_shown(values)} are not an object")
+        raise ValueError(f"parameters {shown(values)} are not an object")
     kw = dict(mapping.fixed)
     for kt, f in mapping.params.items():
         if kt not in values:
@@ -153,24 +154,15 @@ def _positive_time_us(value, unit_us: float, what: str) -> float:
     ValueError naming ``what`` where it is not a finite positive number (an
     int too large for a float included)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{what}={_shown(value)} is not a positive time")
+        raise ValueError(f"{what}={shown(value)} is not a positive time")
     try:
         t = float(value) * unit_us
     except OverflowError:
         t = math.inf
     if not math.isfinite(t) or t <= 0:
-        raise ValueError(f"{what}={_shown(value)} is not a finite positive time")
+        raise ValueError(f"{what}={shown(value)} is not a finite positive time")
     return t
 
-
-def _shown(value) -> str:
-    """``repr(value)`` cut to 60 characters (a hostile file's value can be
-    as long as the file)."""
-    try:
-        text = repr(value)
-    except ValueError:                          # an int over the interpreter's digit limit
-        return "an integer of more digits than Python prints"
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _check_source(path: Path, spec, mapping: Mapping, device_name, meta: dict) -> None:
@@ -280,7 +272,7 @@ def parse(path, mapping: Mapping, spec=None):
                 cfg = _config(res.get("configuration"), mapping)
                 times = res.get("times")
                 if times is not None and not isinstance(times, dict):
-                    raise ValueError(f"times={_shown(times)} is not an object")
+                    raise ValueError(f"times={shown(times)} is not an object")
                 inv = res.get("invalidity", "correct")
                 if inv != "correct":
                     out.append(Measurement(i, m, n, k, dtype, layout, fam_name, cfg, math.nan, str(inv)[:80]))
@@ -292,7 +284,7 @@ def parse(path, mapping: Mapping, spec=None):
                     raise ValueError("no 'time' measurement")
                 unit = hit[0].get("unit") or default_unit
                 if not isinstance(unit, str) or unit not in TIME_UNITS:
-                    raise ValueError(f"time unit {_shown(unit)}; allowed: {list(TIME_UNITS)}")
+                    raise ValueError(f"time unit {shown(unit)}; allowed: {list(TIME_UNITS)}")
                 t = _positive_time_us(hit[0].get("value"), TIME_UNITS[unit], f"time ({unit})")
                 out.append(Measurement(i, m, n, k, dtype, layout, fam_name, cfg, t))
             except ValueError as e:
