@@ -28,13 +28,16 @@ class BuildExt(build_ext):
         super().build_extensions()
 
 
-def _extension(name: str, source: str) -> Extension:
+def _extension(name: str, sources: tuple) -> Extension:
+    """Extension ``name``, compiled from its C ``sources`` (one library), rebuilt when a header changes; it
+    carries the sha256 of every file it is built from (_build.source_sha256)."""
     folder = os.path.join("costlearn", "ranker")
     digest = _BUILD.source_sha256(name)
-    return Extension(f"costlearn.ranker.{name}", [os.path.join(folder, source)], include_dirs=[folder],
-                     depends=[os.path.join(folder, _BUILD.HEADER)], libraries=["m"] if os.name == "posix" else [],
+    return Extension(f"costlearn.ranker.{name}", [os.path.join(folder, source) for source in sources],
+                     include_dirs=[folder], depends=[os.path.join(folder, header) for header in _BUILD.HEADERS],
+                     libraries=["m"] if os.name == "posix" else [],
                      define_macros=[("COSTLEARN_SOURCE_SHA256", f'"{digest}"')], optional=True)
 
 
-setup(ext_modules=[_extension(name, source) for name, source in _BUILD.EXTENSIONS.items()],
+setup(ext_modules=[_extension(name, sources) for name, sources in _BUILD.EXTENSIONS.items()],
       cmdclass={"build_ext": BuildExt})

@@ -48,6 +48,7 @@ from costlearn.core.device import preset  # noqa: E402
 from costlearn.families import VENDOR_CONFIG_ID, get_family  # noqa: E402
 from costlearn.interop.inductor.autoheuristic import parse  # noqa: E402
 from costlearn.interop.inductor.lut import choices_for, export_lut  # noqa: E402
+from costlearn.interop.tool_names import from_tool  # noqa: E402
 from costlearn.learn.metrics import geomean_regret  # noqa: E402
 from costlearn.serve.predictor import Predictor  # noqa: E402
 from costlearn.core.problem import Problem  # noqa: E402
@@ -76,7 +77,7 @@ def autoheuristic():
     if importlib.util.find_spec("torch") is None:
         return None
     from torch._inductor.autoheuristic.artifacts._MMRankingA100 import MMRankingA100
-    heuristic, fam = MMRankingA100(), get_family("triton_mm")
+    heuristic = MMRankingA100()
 
     class Context:                      # AHContext's get_value over the features the ranking reads
         def __init__(self, values):
@@ -92,7 +93,7 @@ def autoheuristic():
                        "using_tf32": TF32[dtype]})
         ids = []
         for choice in heuristic.get_decisions_ranked(ctx) or []:
-            c = fam.from_tool("inductor", choice)
+            c = from_tool("triton_mm", "inductor", choice)
             if c is not None and c.config_id in measured and c.config_id not in ids:
                 ids.append(c.config_id)
         ids = ids[:10]

@@ -130,7 +130,7 @@ def pytest_sessionstart(session):
         native_library.library()
     why = native_library.library_unavailable()
     if "another source" in why:
-        pytest.exit(f"the built C code is older than its source: run pip install -e . ({why})", returncode=2)
+        pytest.exit(f"the built C code is older than its sources: run pip install -e . ({why})", returncode=2)
 
 
 def pytest_collection_modifyitems(config, items):

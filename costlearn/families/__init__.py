@@ -7,8 +7,8 @@ from costlearn.core.registry import Registry
 from costlearn.families.base import (DESCRIPTION_FIELDS, VENDOR_CONFIG_ID, CompilerUnavailable, KernelFamily,
                                      TileDescription, bank_conflict_degree)
 
-__all__ = ["FAMILIES", "get_family", "family_of", "measured_by", "config_from_tool", "KernelFamily",
-           "TileDescription", "DESCRIPTION_FIELDS", "VENDOR_CONFIG_ID", "CompilerUnavailable", "bank_conflict_degree"]
+__all__ = ["FAMILIES", "get_family", "family_of", "measured_by", "KernelFamily", "TileDescription",
+           "DESCRIPTION_FIELDS", "VENDOR_CONFIG_ID", "CompilerUnavailable", "bank_conflict_degree"]
 
 FAMILIES = Registry("kernel family", {"gemm": "costlearn.families.gemm:GemmFamily",
                                       "triton_mm": "costlearn.families.triton_mm:TritonMMFamily"})
@@ -57,20 +57,3 @@ def measured_by(backend: str) -> tuple:
     """Names of the registered families backend ``backend`` measures (those
     whose :attr:`KernelFamily.backends` name it), in registry order."""
     return tuple(n for n in FAMILIES.names() if backend in get_family(n).backends)
-
-
-def config_from_tool(tool: str, choice: str):
-    """The (family name, config) another tool's log names ``choice``, asking
-    each registered family (:meth:`KernelFamily.from_tool`); None when none
-    maps it.
-
-    Raises
-    ------
-    ValueError
-        If a family recognises ``choice`` but its values are invalid.
-    """
-    for name in FAMILIES.names():
-        config = get_family(name).from_tool(tool, choice)
-        if config is not None:
-            return name, config
-    return None

@@ -261,31 +261,6 @@ class KernelFamily(abc.ABC):
         tiles = [c for c in self.all_configs() if c.config_id != VENDOR_CONFIG_ID]
         return min(tiles, key=lambda c: int(np.prod(self.block_tile(c))))
 
-    def from_tool(self, tool: str, choice):
-        """The config another tool's log names ``choice`` (e.g. Inductor's
-        ``"extern_mm"``, or a lookup-table entry, a dict), or None when it is
-        none of this family's (the default: the family maps no tool's names).
-        ``tool`` is an importer name (:data:`costlearn.interop.IMPORTERS`).
-
-        Raises
-        ------
-        ValueError
-            If ``choice`` is this family's but its values are invalid.
-        """
-        return None
-
-    def to_tool(self, tool: str, config, problem):
-        """What another tool calls ``config`` on ``problem`` (e.g. an
-        Inductor lookup-table entry), or None when this family has no
-        mapping to ``tool`` (the default); the inverse of :meth:`from_tool`.
-
-        Raises
-        ------
-        TypeError
-            If ``config`` is not this family's.
-        """
-        return None
-
     def shrunk_variants(self, config) -> list:
         """The configs a tool derives from ``config`` for problems smaller
         than its block tile, each with the extents it is derived for, so a

@@ -8,7 +8,7 @@ the device) or one of the 18 *shape* features of :data:`SHAPE_FEATURES`
 (depends on the problem too). The split is what makes ranking fast: the
 predictor computes the per-config columns once per candidate
 (:class:`CandidateFeatures`) and only the shape columns per call, in C
-(``costlearn_shape_features`` in ``costlearn/ranker/_native.c``, the same
+(``costlearn_shape_features`` in ``costlearn/ranker/_native_score.c``, the same
 expressions in the same order as :func:`costlearn.features.analytic.shape_arrays`)
 or numpy.
 """

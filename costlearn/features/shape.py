@@ -1,7 +1,7 @@
 """The analytic formulas every feature set and the rankers share: the
 occupancy model [OCC] and the shape-dependent features
 (:data:`~costlearn.features.base.SHAPE_FEATURES`), whose C twin is
-``costlearn_shape_features`` in ``costlearn/ranker/_native.c``. The formulas'
+``costlearn_shape_features`` in ``costlearn/ranker/_native_score.c``. The formulas'
 sources are in :class:`costlearn.features.analytic.AnalyticFeatures`.
 """
 from __future__ import annotations
@@ -82,7 +82,7 @@ def shape_arrays(m, n, k, cfg: dict, spec: DeviceSpec, dtype: str = "float32", e
                  bias_bytes=0.0, log2=np.log2) -> dict:
     """The :data:`~costlearn.features.base.SHAPE_FEATURES` (formulas in
     :class:`AnalyticFeatures`), in the same operations and order as
-    ``costlearn_shape_features`` in ``_native.c``.
+    ``costlearn_shape_features`` in ``_native_score.c``.
 
     Parameters
     ----------

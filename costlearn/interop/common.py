@@ -4,6 +4,7 @@ atomic part, nothing touched on failure)."""
 from __future__ import annotations
 
 import abc
+import dataclasses
 import itertools
 import json
 import math
@@ -25,7 +26,7 @@ from costlearn.core.version import __version__
 from costlearn.core.errors import CostlearnError
 
 __all__ = ["InteropError", "ImportInterrupted", "ImportReport", "Measurement", "Importer", "import_measurements",
-           "device_folder", "FAILED", "SkippedLines", "IMPORT_CHUNK_ROWS", "IMPORT_LOCK"]
+           "device_folder", "FAILED", "SkippedLines", "IMPORT_CHUNK_ROWS", "IMPORT_LOCK", "config_class"]
 
 FAILED = "failed"
 """Status of an imported row whose source recorded a failure (an ``inf``
@@ -203,6 +204,23 @@ class Importer(abc.ABC):
             On a file of another format, a header that contradicts ``spec``,
             or (``takes_mapping``) a missing or bad mapping.
         """
+
+
+def config_class(fam):
+    """The family's tile-config dataclass (the one with fields; not
+    ``triton_mm``'s vendor call): how an importer builds a family's config
+    from a tool's values without importing the family's own modules.
+
+    Raises
+    ------
+    InteropError
+        If the family has no config dataclass with parameters.
+    """
+    types = fam.config_type if isinstance(fam.config_type, tuple) else (fam.config_type,)
+    for t in types:
+        if dataclasses.is_dataclass(t) and dataclasses.fields(t):
+            return t
+    raise InteropError(f"family {fam.name!r} has no config dataclass with parameters")
 
 
 def device_folder(data_root, spec: DeviceSpec) -> Path:

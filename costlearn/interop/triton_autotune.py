@@ -46,6 +46,7 @@ from costlearn.serve.tuning import open_tuning_db, read_entry
 from costlearn.core.problem import LAYOUTS, layout_letter
 from costlearn.core.checks import check_int
 from costlearn.families import VENDOR_CONFIG_ID, get_family
+from costlearn.interop.tool_names import from_tool
 
 __all__ = ["prune_configs", "top_configs", "ConfigStandIn", "DEFAULT_PARAM_NAMES", "DEFAULT_GROUP_M",
            "TORCH_DTYPES", "tensor_dtype", "tensor_layout"]
@@ -310,8 +311,8 @@ def _to_mm_config(config, index: int, names: dict):
                              f"with param_names={{{field!r}: 'NAME'}}")
         vals[field] = kw[hit]
     try:
-        return get_family(FAMILY).from_tool("triton", dict(vals, num_warps=getattr(config, "num_warps", None),
-                                                           num_stages=getattr(config, "num_stages", None)))
+        return from_tool(FAMILY, "triton", dict(vals, num_warps=getattr(config, "num_warps", None),
+                                                num_stages=getattr(config, "num_stages", None)))
     except (TypeError, ValueError) as e:
         raise type(e)(f"config #{index} ({_describe(config)}) is not a triton_mm config the model can score: "
                       f"{e}") from None

@@ -85,7 +85,7 @@ def nearest_evidence(points: np.ndarray, log_vendor: np.ndarray, log_model: np.n
     ``q`` (by squared distance, then index) of their log1p vendor regrets
     (the finite ones; NaN when none) and log1p model regrets (NaN without
     evidence), summed in that order: the twin of ``evidence_near`` in
-    ``_native.c`` (the same bits).
+    ``_native_rank.c`` (the same bits).
 
     Parameters
     ----------
@@ -227,7 +227,7 @@ class Envelope:
         distance in log-shape and aspect space, in doublings (log2 units).
 
         The same arithmetic, in the same order, as ``nearest`` in
-        ``costlearn/ranker/_native.c``: the query embedded as
+        ``costlearn/ranker/_native_rank.c``: the query embedded as
         sum_i log2(x_i) * E[i, j], squared distances (a*a + b*b) + c*c, the
         lowest index among equals; the two give the same bits.
         """

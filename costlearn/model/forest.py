@@ -1,6 +1,6 @@
 """A trained tree ensemble as flat arrays: the compiled scorer a gradient-
 boosted cost model exports, evaluated by the ranker in C
-(``costlearn_forest_predict`` in ``costlearn/ranker/_native.c``) or by its
+(``costlearn_forest_predict`` in ``costlearn/ranker/_native_score.c``) or by its
 numpy twin :meth:`FlatForest.partial_sum_numpy`, which gives the same bits.
 
 Layout (:data:`NODE_DTYPE`, 8 bytes a node): the two children of a node are

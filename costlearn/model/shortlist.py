@@ -27,7 +27,7 @@ full model's up to the residual's change across half a doubling:
 argmin and the held-out regret of both. Scores are estimates of the full
 scorer's (the top-k's times likewise).
 
-The query is ``rank_table`` in ``_native.c`` (C) and :meth:`Shortlist.rank_numpy`
+The query is ``rank_table`` in ``_native_shortlist.c`` (C) and :meth:`Shortlist.rank_numpy`
 (its twin, the same bits); the lists are built by ``costlearn_shortlist_build``
 (C) or :func:`costlearn.ranker.shortlist_build.build_lists_numpy` (its twin),
 in :mod:`costlearn.ranker.shortlist_build`.
@@ -170,7 +170,7 @@ class Shortlist:
                                  f"{'has' if ranker.vendor is not None else 'has no'} vendor candidate")
 
     def rank_numpy(self, ranker, problem, cand: np.ndarray, top: int):
-        """The twin of ``rank_table`` in ``_native.c``: ``cand`` (the
+        """The twin of ``rank_table`` in ``_native_shortlist.c``: ``cand`` (the
         candidates the rule selected at level 0 or 1, ascending) ranked from
         the table, or None where it does not answer.
 
@@ -249,7 +249,7 @@ class Shortlist:
 def partial_scores_numpy(ranker, problem, rows: np.ndarray, trees: int) -> np.ndarray:
     """Scores of candidates ``rows`` at ``problem`` with the scorer's first
     ``trees`` trees: sign * (sum + base) + the linear terms; float64, shape
-    (R,). The twin of ``partial_scores`` in ``_native.c``."""
+    (R,). The twin of ``partial_scores`` in ``_native_score.c``."""
     sc = ranker.scorer
     X = np.ascontiguousarray(ranker.features.numpy(problem.m, problem.n, problem.k, rows, problem.layout,
                                                    problem.epilogue))

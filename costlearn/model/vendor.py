@@ -21,7 +21,7 @@ docs/results.md, "Triton's matmul on real A100 measurements".
 
 The members are evaluated as one :class:`~costlearn.model.forest.FlatForest`
 whose tree ranges are the members (``bounds``): here in numpy, and inside the
-native ranker's call (``vendor_estimate`` in ``_native.c``), the same bits.
+native ranker's call (``vendor_estimate`` in ``_native_score.c``), the same bits.
 """
 from __future__ import annotations
 

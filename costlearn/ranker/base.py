@@ -176,7 +176,7 @@ class Ranker(abc.ABC):
     def candidate_rule(self, problem) -> tuple[np.ndarray, int]:
         """The candidates ranked for ``problem`` when no mask is given, and
         the level of the rule that chose them: the twin of
-        ``select_candidates`` in ``_native.c``.
+        ``select_candidates`` in ``_native_rank.c``.
 
         With coverage: the tile configs whose block tile fits the problem
         (:func:`costlearn.collect.space.tile_fits_problem`) and that were measured

@@ -1,5 +1,5 @@
-"""The native ranker: :class:`NativeRanker`, one call of ``_native.c``'s
-``costlearn_rank_query`` per ranking, in the calling thread's context.
+"""The native ranker: :class:`NativeRanker`, one call of the C ranker's
+``costlearn_rank_query`` (``_native_rank.c``) per ranking, in the calling thread's context.
 
 The structs it shares with C are :mod:`costlearn.ranker.native_structs`';
 loading what the install built is :mod:`costlearn.ranker.native_library`'s.
@@ -26,7 +26,7 @@ from costlearn.ranker.native_structs import (OUTPUT_FIELDS, QUERY_FIELDS, MAX_FE
 __all__ = ["NativeRanker", "walked_nodes"]
 
 _VENDOR_HEAD = 9
-"""The vendor row's columns ``vendor_estimate`` in ``_native.c`` computes (the
+"""The vendor row's columns ``vendor_estimate`` in ``_native_score.c`` computes (the
 extents' logs, aspects and trailing zero bits); the rest, the epilogue's and
 the layout's, are each context's ``v_tail``."""
 
@@ -163,7 +163,7 @@ class NativeRanker(Ranker):
         self._stages = ([t for t, _, _ in sc.cascade], [k for _, k, _ in sc.cascade],
                         [float(d) for _, _, d in sc.cascade])
         fl = self.floor
-        if fl is not None:                 # the floor's decision (floor_decision in _native.c)
+        if fl is not None:                 # the floor's decision (floor_decision in _native_rank.c)
             est_margin, est_z = fl.estimate if fl.estimate is not None else (0.0, 0.0)
             self._const.update(
                 dec_on=1, env_threshold=envelope.threshold_log2, fl_uses_evidence=int(fl.uses_evidence(

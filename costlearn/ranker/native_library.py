@@ -18,7 +18,7 @@ import threading
 import warnings
 from pathlib import Path
 
-from costlearn.ranker._build import EXTENSIONS, source_sha256
+from costlearn.ranker._build import source_files, source_sha256
 from costlearn.ranker.native_structs import C_DOUBLE, C_INT32, C_INT64, C_POINTER, RankContext, check_layout
 
 __all__ = ["library", "library_unavailable"]
@@ -87,10 +87,10 @@ def _check_subnormals(path) -> None:
 
 
 def _check_source(name: str, built: str) -> None:
-    """Refuse a build of extension ``name`` made from another source than
-    the one beside it (``built``: the sha256 it reports; an editable
-    install whose C changed since ``pip install``). Where no source is
-    beside it (a wheel), nothing is compared.
+    """Refuse a build of extension ``name`` made from other sources than
+    those beside it (``built``: the sha256 it reports, of every C source
+    and header; an editable install whose C changed since ``pip
+    install``). Where they are not all beside it, nothing is compared.
 
     Raises
     ------
@@ -102,8 +102,8 @@ def _check_source(name: str, built: str) -> None:
     except OSError:
         return
     if built != want:
-        raise OSError(f"the built {name} was compiled from another source than {_HERE / EXTENSIONS[name]} "
-                      "(rebuild: pip install -e . in the source tree)")
+        raise OSError(f"the built {name} was compiled from another source than the files in {_HERE} "
+                      f"({', '.join(source_files(name))}; rebuild: pip install -e . in the source tree)")
 
 
 _SYMBOLS = ("costlearn_forest_predict", "costlearn_sentinel_leaves", "costlearn_shape_features", "costlearn_rank_query",

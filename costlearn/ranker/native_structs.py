@@ -34,12 +34,12 @@ _P, _I32, _I64, _D = C_POINTER, C_INT32, C_INT64, C_DOUBLE
 
 RANK_ESTIMATE = 4
 """``costlearn_rank``'s mode bit asking for the vendor model's estimate too
-(``RANK_ESTIMATE`` in ``_native.c``)."""
+(``RANK_ESTIMATE`` in ``_native_rank.c``)."""
 
 
 RANK_DECIDE = 8
 """``costlearn_rank``'s mode bit asking for the floor's decision too
-(``RANK_DECIDE`` in ``_native.c``; :attr:`costlearn.ranker.base.RankResult.decision`)."""
+(``RANK_DECIDE`` in ``_native_rank.c``; :attr:`costlearn.ranker.base.RankResult.decision`)."""
 
 
 MAX_FEATURES = 255

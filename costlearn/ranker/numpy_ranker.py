@@ -1,6 +1,6 @@
 """The numpy ranker: the reference the native ranker is tested against, and
 the fallback where no C compiler works. Same steps, same arithmetic in the
-same order, same bits (see ``costlearn_rank`` in ``_native.c``) on any CPU: every
+same order, same bits (see ``costlearn_rank`` in ``_native_rank.c``) on any CPU: every
 logarithm and exponential is the C library's, as the native ranker's
 (:func:`costlearn.features.shape.libm_log2`, :func:`math.expm1`), never
 numpy's, whose SIMD paths round differently with AVX-512."""

@@ -1,6 +1,6 @@
 """Building the shortlist table (:mod:`costlearn.model.shortlist`) from a
 ranker as served: its candidate rule, scorer and cascade, at every grid
-point (``costlearn_shortlist_build`` in ``_native.c``, or
+point (``costlearn_shortlist_build`` in ``_native_shortlist.c``, or
 :func:`build_lists_numpy`, its twin)."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ __all__ = ["build_shortlist", "build_lists_numpy"]
 
 
 def build_lists_numpy(ranker, layout: str, shapes: np.ndarray, tiles: int, trees: int):
-    """The twin of ``costlearn_shortlist_build`` in ``_native.c`` (slow; tests
+    """The twin of ``costlearn_shortlist_build`` in ``_native_shortlist.c`` (slow; tests
     compare the two): per grid point, where the candidate rule selects at
     level 0 or 1 (some candidate fits), the ``tiles`` best tile configs by the cascaded scorer, then the
     vendor candidate, with their residuals.

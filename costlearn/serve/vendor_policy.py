@@ -91,7 +91,7 @@ class VendorPolicy:
         vendor model), as the ranking gave it (:attr:`costlearn.ranker.RankResult.estimate`);
         ``nearest``: the ranking's nearest training shape and its distance
         (:attr:`~costlearn.ranker.RankResult.nearest`, ``nearest_distance``).
-        The twin of ``floor_decision`` in ``_native.c``, whose decision
+        The twin of ``floor_decision`` in ``_native_rank.c``, whose decision
         :meth:`decided` reads."""
         vi = self.vendor_index
         if vi is None:

@@ -13,7 +13,7 @@ from costlearn.core.dtypes import DTYPES
 from costlearn.core.problem import LAYOUTS, Problem
 from costlearn.families import FAMILIES, family_of, get_family
 from costlearn.families.triton_mm import TritonMMConfig
-from costlearn.families.triton_mm.inductor import lut_entry
+from costlearn.interop.inductor.names import lut_entry
 from costlearn.interop import IMPORTERS, InteropError, import_file
 from costlearn.interop.common import Importer, Measurement, resolve_device
 from costlearn.interop.inductor import lut

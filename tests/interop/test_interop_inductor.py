@@ -422,6 +422,7 @@ def test_export_from_the_tuning_database_lists_measured_winners_alone_and_the_mo
     from costlearn.cli import main
     from costlearn.core.problem import Problem
     from costlearn.families import get_family
+    from costlearn.interop.tool_names import to_tool
     from costlearn.serve.fleet import Measurement
     from costlearn.serve.predict import load_predictor
     from costlearn.serve.tuning_db import TuningDB, TuningEntry
@@ -447,4 +448,4 @@ def test_export_from_the_tuning_database_lists_measured_winners_alone_and_the_mo
     sizes = sorted(len(v) for v in table.values())
     assert len(table) == 2 and sizes == [1, 3]
     one = next(v for v in table.values() if len(v) == 1)[0]
-    assert one == fam.to_tool("inductor", best, measured)
+    assert one == to_tool("triton_mm", "inductor", best, measured)

@@ -13,9 +13,9 @@ import pytest
 from inductor_fixture import DEVICE, SHAPES, build_models, write_log
 
 from costlearn.families.triton_mm import VENDOR, TritonMMConfig
-from costlearn.families.triton_mm.inductor import config_from_entry, lut_entry
 from costlearn.interop import InteropError, import_file
 from costlearn.interop.inductor import lut, lut_sources
+from costlearn.interop.inductor.names import config_from_entry, lut_entry
 from costlearn.serve.prediction import Prediction
 from costlearn.core.problem import LAYOUTS, Problem
 

@@ -478,7 +478,7 @@ def test_the_pool_holds_inductors_shrunk_configs_covered_where_inductor_runs_the
 
 
 def test_the_native_rankers_decision_is_the_floors_on_every_branch(predictor):
-    """The floor's decision made in the native ranker's one call (``floor_decision`` in _native.c, which
+    """The floor's decision made in the native ranker's one call (``floor_decision`` in _native_rank.c, which
     predict reads) is :meth:`VendorPolicy.decide`'s on the same ranking, with the same reasons: inside and
     outside the envelope, flagged by the held-out evidence, with ood_fallback, a margin, the neighbours'
     vendor rule, the vendor model's rule and doubt, and the vendor pruned by a cascade (scored alone)."""

@@ -15,7 +15,7 @@ from costlearn.model.forest import FlatForest
 from costlearn.model.scorer import Scorer
 from costlearn.serve.predict import Predictor, predict_best
 from costlearn.core.problem import EPILOGUES, Problem
-from costlearn.ranker import RANKERS
+from costlearn.ranker import RANKERS, _build
 from costlearn.collect.sampler import ShapeBounds, sample_shapes
 
 from conftest import ROOT
@@ -223,6 +223,20 @@ def test_the_committed_c_header_is_the_one_python_generates():
     assert (ROOT / "costlearn" / "ranker" / "costlearn_structs.h").read_text() == native_structs.c_header()
 
 
+def test_every_c_file_beside_the_ranker_is_built_hashed_and_shipped():
+    """The one extension is compiled from every C file beside the ranker, and its staleness check hashes each of
+    them and the headers (_build.source_files); MANIFEST.in ships them all (the sdist, and the wheel's package
+    data), so a C file added and not listed is found here."""
+    import fnmatch
+    files = _build.source_files("_native")
+    here = ROOT / "costlearn" / "ranker"
+    assert {p.name for p in here.glob("*.[ch]")} == set(files)
+    assert set(_build.HEADERS) == {p.name for p in here.glob("*.h")} and _build.HEADER in _build.HEADERS
+    shipped = [w for line in (ROOT / "MANIFEST.in").read_text().splitlines() if line.startswith("include ")
+               for w in line.split()[1:]]
+    assert [f for f in files if not any(fnmatch.fnmatch(f"costlearn/ranker/{f}", w) for w in shipped)] == []
+
+
 def _needs_built_c():
     from costlearn.ranker import native_library
     if native_library.library() is None:
@@ -246,12 +260,14 @@ def test_without_built_c_code_numpy_answers_the_same_and_no_compiler_runs(model_
     assert not [p for p in (tmp_path / "cache").glob("*") if not p.name.startswith("forest-checked")]
 
 
-def test_a_build_older_than_the_c_source_beside_it_is_refused_not_run(model_dir, tmp_path):
-    """An editable install whose C changed since pip install: the build reports the sha256 of what it was compiled
-    from, which no longer matches, so it is not loaded (numpy answers) and the warning says how to rebuild."""
+@pytest.mark.parametrize("changed", _build.source_files("_native"))
+def test_a_build_older_than_the_c_source_beside_it_is_refused_not_run(model_dir, tmp_path, changed):
+    """An editable install whose C changed since pip install (any of its sources or headers): the build reports the
+    sha256 of what it was compiled from, which no longer matches, so it is not loaded (numpy answers) and the
+    warning says how to rebuild."""
     _needs_built_c()
     ranker = _installed_copy(tmp_path)
-    with open(ranker / "_native.c", "a") as fh:
+    with open(ranker / changed, "a") as fh:
         fh.write("/* changed after the build */\n")
     out = _run(model_dir, tmp_path)
     assert out.returncode == 0, out.stderr
@@ -497,12 +513,12 @@ def test_a_library_that_turns_subnormals_off_is_refused(tmp_path):
     import shutil
     if shutil.which("cc") is None:
         pytest.skip("no C compiler")
-    from costlearn.ranker import _build
     here = ROOT / "costlearn" / "ranker"
     so = tmp_path / "_native_fast.so"
     subprocess.run(["cc", "-O2", "-ffast-math", "-shared", "-fPIC", "-I", str(here),
                     f'-DCOSTLEARN_SOURCE_SHA256="{_build.source_sha256("_native")}"', "-o", str(so),
-                    str(here / "_native.c"), "-lm"], check=True, capture_output=True)
+                    *(str(here / source) for source in _build.EXTENSIONS["_native"]), "-lm"], check=True,
+                   capture_output=True)
     code = ("import sys; from costlearn.ranker import native_library\n"
             "try:\n    native_library._open(sys.argv[1])\nexcept OSError as e:\n    print('refused:', e)\n")
     out = subprocess.run([sys.executable, "-c", code, str(so)], capture_output=True, text=True, cwd=tmp_path)

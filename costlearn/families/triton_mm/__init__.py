@@ -44,7 +44,7 @@ from costlearn.core.dtypes import get_dtype
 from costlearn.core.problem import EPILOGUES
 from costlearn.families.base import VENDOR_CONFIG_ID, KernelFamily, TileDescription
 from costlearn.families.triton_mm.config import VALUES, VENDOR, TritonMMConfig, VendorCall
-from costlearn.families.triton_mm.inductor import config_from_choice, config_from_entry, lut_entry, shrunk_variants
+from costlearn.families.triton_mm.inductor import shrunk_variants
 
 __all__ = ["TritonMMFamily", "TritonMMConfig", "VendorCall", "VENDOR", "VALUES", "REG_OVERHEAD",
            "TENSOR_CORE_DTYPES", "MMA_TILE"]
@@ -234,27 +234,6 @@ class TritonMMFamily(KernelFamily):
         def kernel(a, b, c, bias=None):
             launch(config, a, b, c, dtype=dtype, bias=bias, epilogue=epilogue)
         return kernel
-
-    def from_tool(self, tool: str, choice):
-        """Inductor's AutoHeuristic choice names (tool ``"inductor"``,
-        :func:`~costlearn.families.triton_mm.inductor.config_from_choice`) and
-        its lookup-table entries (``"inductor-lut"``,
-        :func:`~costlearn.families.triton_mm.inductor.config_from_entry`),
-        and a Triton autotune config's values (``"triton"``: a dict of
-        ``block_m``, ``block_n``, ``block_k``, ``num_warps``, ``num_stages``,
-        ``group_m``, as :mod:`costlearn.interop.triton_autotune` reads them);
-        None for other tools."""
-        if tool == "inductor":
-            return config_from_choice(choice)
-        if tool == "triton":
-            return TritonMMConfig(choice["block_m"], choice["block_n"], choice["block_k"], choice["num_warps"],
-                                  choice["num_stages"], choice["group_m"])
-        return config_from_entry(choice) if tool == "inductor-lut" else None
-
-    def to_tool(self, tool: str, config, problem):
-        """Inductor's lookup-table entry (:func:`costlearn.families.triton_mm.inductor.lut_entry`)
-        for tool ``"inductor"``; None for other tools."""
-        return lut_entry(config, problem) if tool == "inductor" else None
 
     def shrunk_variants(self, config) -> list:
         """Inductor's shrunk configs (:func:`costlearn.families.triton_mm.inductor.shrunk_variants`);

@@ -1,2 +1,3 @@
 """PyTorch Inductor: its autoheuristic logs imported (``autoheuristic``) and
-its lookup table imported and exported (``lut``)."""
+its lookup table imported and exported (``lut``); what it calls
+``triton_mm``'s configs (``names``)."""

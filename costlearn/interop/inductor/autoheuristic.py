@@ -10,9 +10,10 @@ mat2_stride_0,mat2_stride_1,mat1_iscontig,mat2_iscontig,using_tf32,choice,
 feedback``. ``feedback`` is milliseconds (``inf``: the config failed);
 ``choice`` is ``extern_mm`` (the vendor library) or
 ``type=triton_BLOCK-M=.._BLOCK-K=.._BLOCK-N=.._numstages=.._numwarps=..``;
-which config a choice names is the family's to say
-(:meth:`~costlearn.families.KernelFamily.from_tool` with tool ``"inductor"``;
-the ``triton_mm`` family maps both).
+which family's config a choice names is the tool-name registry's to say
+(:func:`costlearn.interop.tool_names.config_from_tool` with tool
+``"inductor"``; it maps both to ``triton_mm``'s:
+:mod:`costlearn.interop.inductor.names`).
 """
 from __future__ import annotations
 
@@ -23,9 +24,9 @@ from pathlib import Path
 
 from costlearn.core.device import DeviceSpec
 from costlearn.core.dtypes import TORCH_DTYPES
-from costlearn.families import config_from_tool
 from costlearn.core.problem import MAX_EXTENT, layout_letter
 from costlearn.interop.common import Importer, InteropError, Measurement, SkippedLines
+from costlearn.interop.tool_names import config_from_tool
 
 __all__ = ["InductorImporter", "parse", "check_header", "COLUMNS"]
 
@@ -71,7 +72,7 @@ def parse(path, spec: DeviceSpec):
     -------
     measurements : iterator of Measurement
         Rows of the family that maps each ``choice``
-        (:func:`costlearn.families.config_from_tool`; ``triton_mm``:
+        (:func:`costlearn.interop.tool_names.config_from_tool`; ``triton_mm``:
         ``extern_mm`` as the ``vendor`` candidate, a Triton choice as a
         TritonMMConfig with Inductor's ``GROUP_M``); strides as the layout; ``using_tf32 ==
         "True"`` on float32 as ``tfloat32``; feedback ms as time_us

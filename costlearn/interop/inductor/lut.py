@@ -18,7 +18,8 @@ and strides of ``mat1`` and ``mat2`` as Inductor sees them, and the device
 name ``torch.cuda.get_device_properties(i).gcnArchName`` reports (the
 preset's name by default). A device-agnostic key (``portable``) leaves the
 device out; Inductor tries the device key first. Entries are the family's
-(:meth:`~costlearn.families.KernelFamily.to_tool` with tool ``"inductor"``).
+(:func:`costlearn.interop.tool_names.to_tool` with tool ``"inductor"``:
+:func:`costlearn.interop.inductor.names.lut_entry` for ``triton_mm``).
 
 float32 and tfloat32 problems share one key (the tensors are float32 either
 way; ``torch.backends.cuda.matmul.fp32_precision`` decides), so one table
@@ -41,6 +42,7 @@ from costlearn.serve.predict import load_predictor, predict_many
 from costlearn.core.problem import Problem
 from costlearn.core.checks import check_int
 from costlearn.core.files import atomic_write
+from costlearn.interop.tool_names import to_tool
 
 __all__ = ["LutProblem", "check_lut_out", "lookup_key", "inputs_key", "choices_for", "confident", "export_lut",
            "LutReport", "OP_NAME", "TIME_KEYS", "OP_EPILOGUES", "TORCH_NAME"]
@@ -282,7 +284,7 @@ def export_lut(problems, out, *, device, top_k: int = 3, family: str = "triton_m
         tiles = sum(c.config_id != VENDOR_CONFIG_ID for c in configs)
         report.measured += winner is not None
         report.short += tiles < top_k and winner is None and not (top_k == 1 and confident(pred))
-        entries = [fam.to_tool("inductor", c, lp.problem) for c in configs]
+        entries = [to_tool(family, "inductor", c, lp.problem) for c in configs]
         if any(e is None for e in entries):
             raise ValueError(f"family={family!r} has no Inductor lookup-table entries; the triton_mm family has")
         n = len(entries)

@@ -27,6 +27,7 @@ from costlearn.families import get_family
 from costlearn.interop.common import Importer, InteropError, Measurement, resolve_device
 from costlearn.interop.inductor.autoheuristic import parse as parse_log
 from costlearn.interop.inductor.lut import OP_EPILOGUES, TIME_KEYS, LutProblem
+from costlearn.interop.tool_names import from_tool
 from costlearn.model.store import has_model, resolve_model
 from costlearn.serve.predict import load_predictor
 from costlearn.serve.tuning_db_server import open_store
@@ -250,7 +251,7 @@ def read_table(path, family: str = "triton_mm") -> RecordedTable:
     path : path
     family : str
         The family whose entries the table's choices are
-        (:meth:`~costlearn.families.KernelFamily.from_tool` with tool
+        (:func:`costlearn.interop.tool_names.from_tool` with tool
         ``"inductor-lut"``).
 
     Returns
@@ -285,7 +286,7 @@ def read_table(path, family: str = "triton_mm") -> RecordedTable:
                            "entries") from None
     if not isinstance(table, dict) or not all(isinstance(v, list) for v in table.values()):
         raise InteropError(f"{path}: a lookup table is a JSON object of key -> list of entries")
-    fam = get_family(family)
+    get_family(family)                                          # an unknown family: ValueError
     problems, measurements, skipped, devices, seen = {}, [], [], {}, set()
     lines = _key_lines(text, list(table))
     for index, (key, entries) in enumerate(table.items(), 1):
@@ -325,7 +326,7 @@ def read_table(path, family: str = "triton_mm") -> RecordedTable:
                                    "disagree"))
                 continue
             try:
-                config = fam.from_tool("inductor-lut", entry)
+                config = from_tool(family, "inductor-lut", entry)
             except ValueError as e:
                 skipped.append((i, str(e)[:200]))
                 continue

@@ -12,8 +12,8 @@ from costlearn.core.checks import shown
 from costlearn.core.device import device_slug
 from costlearn.core.problem import MAX_EXTENT
 from costlearn.families import get_family
-from costlearn.interop.common import Importer, InteropError, Measurement
-from costlearn.interop.kernel_tuner.mapping import EXTENTS, Mapping, config_class, is_int, load_mapping
+from costlearn.interop.common import Importer, InteropError, Measurement, config_class
+from costlearn.interop.kernel_tuner.mapping import EXTENTS, Mapping, is_int, load_mapping
 
 __all__ = ["KernelTunerImporter", "parse", "ERROR_NAMES", "TIME_UNITS"]
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from costlearn.core.problem import MAX_EXTENT
 from costlearn.families import FAMILIES, get_family
-from costlearn.interop.common import InteropError
+from costlearn.interop.common import InteropError, config_class
 
-__all__ = ["Mapping", "load_mapping", "config_class", "is_int", "EXTENTS"]
+__all__ = ["Mapping", "load_mapping", "is_int", "EXTENTS"]
 
 _MAPPING_KEYS = ("family", "dtype", "layout", "params", "fixed", "problem_size", "shape")
 EXTENTS = ("m", "n", "k")
@@ -52,16 +52,6 @@ class Mapping:
     problem_size: tuple = ()
     shape: dict = field(default_factory=dict)
     source: str = ""
-
-
-def config_class(fam):
-    """The family's tile-config dataclass (the one with fields; not
-    ``triton_mm``'s vendor call)."""
-    types = fam.config_type if isinstance(fam.config_type, tuple) else (fam.config_type,)
-    for t in types:
-        if dataclasses.is_dataclass(t) and dataclasses.fields(t):
-            return t
-    raise InteropError(f"family {fam.name!r} has no config dataclass with parameters")
 
 
 def is_int(v) -> bool:
