@@ -1,6 +1,9 @@
-"""Regressions of what predict serves: the device a model serves is its sidecar's, not its folder's name."""
+"""Regressions of the device a model serves (its sidecar's, not its folder's name) and of predict's entries
+against each other (a top_k beyond 64 bits)."""
+import numpy as np
+
 import costlearn
-from costlearn.serve.predict import predict_best
+from costlearn.serve.predict import Predictor, predict_best
 
 
 def test_a_model_in_a_folder_named_for_another_device_is_flagged_by_its_sidecar(model_dir, tmp_path):
@@ -25,3 +28,40 @@ def test_a_model_in_a_folder_named_for_another_device_is_flagged_by_its_sidecar(
                 "its times are that device's" in p.ood_reasons
     own = predict_best(64, 64, 64, device=spec.slug, models_dir=model_dir.parents[2])
     assert not own.ood and own.device == spec.slug
+
+
+def test_a_top_k_beyond_64_bits_is_answered_the_same_on_every_entry(device_name, model_dir, capsys, tmp_path):
+    """Regression (an attack): a top_k of 2**63 raised "Served.predict(...): not a checked problem" where 2**62
+    answered. Every entry (predict_best, cold and cached, predict_many of tuples and of Problems, the Predictor's
+    methods, either ranker, with running_on, through a tuning database, the CLI) gives every candidate the
+    candidate rule ranks, as a top_k of 2**62 does."""
+    import json
+    from costlearn.cli import main
+    from costlearn.core.problem import Problem
+    from costlearn.serve.predictor import load_predictor
+    dev = device_name
+    pred = load_predictor(dev, "gemm", "float32")
+    twin = Predictor(model_dir, ranker="numpy")
+    here = pred.spec
+    for i, top_k in enumerate((2**63, 2**64 + 3, np.uint64(2**63), 2**200)):
+        m = 97 + i                                                      # unseen by this process: a cold call first
+        want = pred.predict_shape(m, 64, 64, "NN", "none", 2**62)
+        assert len(want.top_k) > 5
+        q = Problem(m, 64, 64)
+        got = [predict_best(m, 64, 64, device=dev, top_k=top_k), predict_best(m, 64, 64, device=dev, top_k=top_k),
+               costlearn.predict_many([(m, 64, 64)], device=dev, top_k=top_k)[0],
+               costlearn.predict_many([q], device=dev, top_k=top_k)[0],
+               pred.predict(q, top_k), pred.predict_many([q], top_k)[0],
+               pred.predict_shapes([(m, 64, 64, "NN", "none")], top_k)[0],
+               pred.predict_best(m, 64, 64, top_k=top_k), twin.predict(q, top_k)]
+        assert all(repr(g) == repr(want) for g in got)                 # (repr: a NaN ratio is not == itself)
+        ran = [predict_best(m, 64, 64, device=dev, top_k=top_k, running_on=here),
+               costlearn.predict_many([(m, 64, 64)], device=dev, top_k=top_k, running_on=here)[0],
+               pred.predict(q, top_k, here), twin.predict(q, top_k, here),
+               predict_best(m, 64, 64, device=dev, top_k=top_k, tuning_db=tmp_path / "t.sqlite")]
+        assert all(r.top_k == want.top_k and r.config == want.config for r in ran)
+    assert main(["predict", "98x64x64", "--model", dev, "--json", "--top-k", str(2**63)]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [(e["config_id"], e["time_us"]) for e in out["top_k"]] == \
+        [(c.config_id, t) for c, t in pred.predict_shape(98, 64, 64, "NN", "none", 2**62).top_k]
+
