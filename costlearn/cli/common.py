@@ -358,18 +358,18 @@ def model_device(model, family: str, dtype: str, models_dir, here=None) -> str:
             resolve_model(None, family, dtype, models_dir, cli=True).parents[1].name
     if local is None or not has_model(model, family, dtype, models_dir):
         return model
-    if local["slug"] != model:
+    from costlearn.model.artifact import load, model_folder, models_root
+    trained = load(model_folder(models_root(models_dir), model, family, dtype)).spec   # its sidecar's, not its folder's
+    if local["slug"] != trained.slug:
         print(f"note: the {model} model was trained on another device than this machine's ({local['name']}, "
-              f"{local['slug']}); its times are that device's (collect and train here for this one's)",
-              file=sys.stderr)
+              f"{local['slug']}): its sidecar records {trained.name} ({trained.slug}); its times are that device's "
+              "(collect and train here for this one's)", file=sys.stderr)
     elif isinstance(local.get("spec"), dict):
-        from costlearn.model.artifact import load, model_folder, models_root
         try:
             spec = here if here is not None else DeviceSpec.from_dict(local["spec"])
         except (TypeError, ValueError):
             return model                   # a record of another costlearn version: nothing to compare
-        root = models_root(models_dir)
-        diff = load(model_folder(root, model, family, dtype)).spec.differences(spec, settings=here is not None)
+        diff = trained.differences(spec, settings=here is not None)
         if diff:
             print(f"note: the {model} model's device is of this machine's class but not the same device "
                   f"({'; '.join(diff)}: the model's value, then this machine's); its times may not be this "

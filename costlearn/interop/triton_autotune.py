@@ -378,7 +378,8 @@ def prune_configs(top_k: int = 4, *, device, dtype: str | None = None, layout: s
         (the problem is out of distribution, or no config is predicted faster
         than the one listed first by the artifact's calibrated margin:
         :meth:`~costlearn.serve.predictor.Predictor.choose_among`), the config listed
-        first comes first. An empty problem (an extent 0) returns the first
+        first comes first (unless the device rules reject it), the rest in
+        predicted order. An empty problem (an extent 0) returns the first
         ``top_k`` configs unranked; a negative extent raises ValueError.
 
     Raises

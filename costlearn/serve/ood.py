@@ -24,12 +24,18 @@ __all__ = ["OODVerdict", "identity_reasons"]
 
 
 def identity_reasons(artifact) -> tuple:
-    """Why every answer of ``artifact``'s model is a guess here: another
-    kernel template or costlearn version than at training, a zero-shot
-    transfer from another device (:func:`costlearn.model.transfer.zero_shot_reason`);
-    empty otherwise."""
+    """Why every answer of ``artifact``'s model is a guess here: a device
+    folder named for another device than the one its sidecar records
+    (the answers are the recorded device's), another kernel template or
+    costlearn version than at training, a zero-shot transfer from another
+    device (:func:`costlearn.model.transfer.zero_shot_reason`); empty
+    otherwise."""
     side = artifact.sidecar
     reasons = []
+    folder, spec = artifact.device, artifact.spec
+    if folder != spec.slug:
+        reasons.append(f"the {folder} model's sidecar records training on {spec.name} ({spec.slug}), not "
+                       f"{folder}: its times are that device's")
     if side.get("template_hash") not in artifact.family.template_hashes:
         reasons.append(f"kernel template {side.get('template_hash')} at training, "
                        f"{artifact.family.template_hash} now")

@@ -315,9 +315,10 @@ class Predictor:
         only where the problem is not sent to the vendor
         (:meth:`problem_reasons`) and it is predicted faster than the vendor
         by the calibrated margin where the vendor is beatable; else the
-        vendor. Without it, the config listed first is
-        kept where the model is unsure (the problem is out of distribution,
-        or no config is predicted faster than the first by the margin).
+        vendor. Without it, the config listed first is kept where the model
+        is unsure (the problem is out of distribution, whether or not the
+        floor sends it to the vendor, or no config is predicted faster than
+        the first by the margin) and the device can run it.
 
         Parameters
         ----------

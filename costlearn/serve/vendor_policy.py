@@ -178,8 +178,10 @@ class VendorPolicy:
         only where the problem is not sent to the vendor and it is predicted
         faster than the vendor by the calibrated margin where the vendor is
         beatable; else the vendor. Without it, the config listed first is
-        kept where the model is unsure (the problem is out of distribution,
-        or no config is predicted faster than the first by the margin).
+        kept where the model is unsure (``reasons`` is not empty: the
+        problem is out of distribution, whether or not it is sent to the
+        vendor; or no config is predicted faster than the first by the
+        margin) and the device can run it (its predicted time is finite).
 
         Returns what :meth:`costlearn.serve.predictor.Predictor.choose_among`
         returns (index into ``configs``, ``chosen_by``, reasons).
@@ -200,6 +202,7 @@ class VendorPolicy:
                                        self._distance(problem)):
                 return v, "vendor_floor", tuple(reasons)
             return t, "predicted", ()
-        if best != 0 and np.isfinite(lt[0]) and (fallback or not lt[best] - lt[0] < -self.floor.margin_log2):
+        unsure = bool(reasons) or fallback or not lt[best] - lt[0] < -self.floor.margin_log2
+        if best != 0 and np.isfinite(lt[0]) and unsure:     # out of distribution, or no clear winner
             return 0, "first_listed", tuple(reasons)
         return best, "predicted", tuple(reasons)

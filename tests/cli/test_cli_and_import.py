@@ -210,21 +210,28 @@ def _record_local(monkeypatch, tmp_path, slug):
 def test_commands_that_read_a_model_default_to_this_machines_and_say_when_it_is_another(
         tmp_path, capsys, model_dir, monkeypatch):
     """One defaults rule: the local device's model if the store has
-    one, else the only one; a model of another device is named as such."""
+    one, else the only one; a model of another device (its sidecar's) is named as such."""
+    import json
     import shutil
+    from costlearn.core.device import preset
     store = tmp_path / "models"
-    for dev in ("dev-a", "dev-b"):
+    here = model_dir.parents[1].name                                    # the committed model's device
+    for dev in (here, "h100"):
         shutil.copytree(model_dir, store / dev / model_dir.parent.name / model_dir.name)
-    _record_local(monkeypatch, tmp_path, "dev-b")
+    side_path = store / "h100" / model_dir.parent.name / model_dir.name / "model.json"
+    side = json.loads(side_path.read_text())
+    side_path.write_text(json.dumps(dict(side, device=preset("h100").to_dict())))     # an H100's model
+    _record_local(monkeypatch, tmp_path, here)
     assert main(["predict", "1", "64", "64", "--models", str(store)]) == 0
     cap = capsys.readouterr()
-    assert "gemm model dev-b" in cap.out and "another device" not in cap.err
-    assert f"model: {store / 'dev-b' / 'gemm' / 'float32'}" in cap.err         # which store it came from
-    assert main(["predict", "1", "64", "64", "--models", str(store), "--model", "dev-a"]) == 0
-    assert "the dev-a model was trained on another device than this machine's (Device dev-b" in capsys.readouterr().err
+    assert f"gemm model {here}" in cap.out and "another device" not in cap.err
+    assert f"model: {store / here / 'gemm' / 'float32'}" in cap.err         # which store it came from
+    assert main(["predict", "1", "64", "64", "--models", str(store), "--model", "h100"]) == 0
+    assert f"the h100 model was trained on another device than this machine's (Device {here}" \
+        in capsys.readouterr().err
     _record_local(monkeypatch, tmp_path, "dev-c")                # not in the store, two models: name them
     assert main(["predict", "1", "64", "64", "--models", str(store)]) == 2
-    assert "--model dev-a" in capsys.readouterr().err
+    assert "--model h100" in capsys.readouterr().err
 
 
 def test_a_data_root_of_several_devices_defaults_to_this_machines(tmp_path, capsys, monkeypatch):
@@ -308,6 +315,36 @@ def test_a_model_of_this_machines_class_but_another_device_is_named(tmp_path, ca
     assert "of this machine's class but not the same device" in err
     assert f"multiprocessors {spec['multiprocessors']} != {spec['multiprocessors'] * 32}" in err
     assert "driver_version" in err
+
+
+def test_the_device_note_follows_the_sidecar_not_the_folder_name(tmp_path, capsys, model_dir, monkeypatch):
+    """Regression (an attack): the other-device note compared this machine's device with the model's folder name,
+    so this machine's model stored under h100/ was "trained on another device than this machine's", and an H100's
+    model stored under this machine's folder name "of this machine's class". The note reads the sidecar's device."""
+    import json
+    import shutil
+    from costlearn.core.device import preset
+    from costlearn.model.artifact import load as load_artifact
+    spec = load_artifact(model_dir).spec
+    here = spec.slug
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    monkeypatch.setenv("COSTLEARN_CACHE", str(cache))
+    (cache / "local_device.json").write_text(json.dumps(dict(slug=here, name=spec.name, api=spec.api,
+                                                             spec=spec.to_dict())))
+    store = tmp_path / "models"
+    for dev in (here, "h100"):
+        shutil.copytree(model_dir, store / dev / "gemm" / "float32")
+    swapped = store / here / "gemm" / "float32" / "model.json"           # an H100's model in this machine's folder
+    swapped.write_text(json.dumps(dict(json.loads(swapped.read_text()), device=preset("h100").to_dict())))
+    assert main(["predict", "64x64x64", "--models", str(store), "--model", "h100"]) == 0
+    cap = capsys.readouterr()
+    assert "another device" not in cap.err and "machine's class" not in cap.err      # this machine's own model
+    assert "GUESS" in cap.out and "the h100 model's sidecar records training on " + spec.name in cap.out
+    assert main(["predict", "64x64x64", "--models", str(store), "--model", here]) == 0
+    cap = capsys.readouterr()
+    assert f"the {here} model was trained on another device than this machine's ({spec.name}, {here}): its " \
+           f"sidecar records {preset('h100').name} (h100)" in cap.err and "machine's class" not in cap.err
 
 
 def test_device_differences_name_the_identity_fields_only():

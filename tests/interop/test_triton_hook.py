@@ -175,6 +175,30 @@ def test_hook_empty_problem_returns_configs_unranked(models):
     assert [id(g) for g in got] == [id(c) for c in configs[:3]]
 
 
+def test_the_hook_keeps_the_users_first_config_first_on_out_of_distribution_problems(models, predictor):
+    """Regression (an attack): on a problem out of distribution that the floor does not send to the vendor
+    ((2**30, 16, 16), (1, 4096, 4096)), the hook put the model's pick first, not the config listed first that
+    README and its docstring promise. Out of distribution now keeps the user's first config first, the rest in the
+    model's order; in distribution the model's pick still comes first."""
+    configs = stand_in_configs()                              # the slowest first: the model would pick another
+    mapped = [as_mm(c) for c in configs]
+    hook = prune_configs(3, device=DEVICE, dtype="float16", models_dir=models)
+    for (m, n, k), lay in [((2**30, 16, 16), "NN"), ((1, 4096, 4096), "NN"), ((3, 2**30, 5), "NN"),
+                           ((2**31 - 1, 1, 1), "NT"), ((1, 1, 1), "TN"), ((50176, 570, 95), "NT"),
+                           ((64, 64, 64), "NN")]:
+        problem = predictor.problem(m, n, k, lay)
+        times = predictor.score_configs(problem, mapped)
+        reasons, _, _ = predictor.problem_reasons(problem)
+        assert reasons and predictor.predict(problem).ood and int(np.argmin(times)) != 0, (m, n, k, lay)
+        assert predictor.choose_among(problem, mapped, times) == (0, "first_listed", tuple(reasons))
+        got = hook(configs, call_args(m, n, k, lay))
+        rest = [configs[i] for i in np.argsort(times, kind="stable") if i != 0][:2]
+        assert [id(g) for g in got] == [id(configs[0])] + [id(c) for c in rest], (m, n, k, lay)
+    problem = predictor.problem(1024, 1024, 1024, "NN")              # in distribution: the model's pick
+    assert not predictor.problem_reasons(problem)[0]
+    assert hook(configs, call_args(1024, 1024, 1024))[0] is not configs[0]
+
+
 # -- layout and dtype detection --------------------------------------------------
 
 def test_tensor_layout_from_strides():
