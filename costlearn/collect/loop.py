@@ -11,6 +11,7 @@ problems and skips every (problem, config) already in the dataset.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -25,7 +26,8 @@ import pandas as pd
 
 from costlearn.collect.backends.base import Backend
 from costlearn.collect.dataset import NOT_IMPORTED, SCHEMA_VERSION, load, noise_floor, valid_rows, write_part
-from costlearn.collect.measure import DeviceLost, Protocol, Stopwatch, measure_shape
+from costlearn.collect.measure import DeviceLost, measure_shape
+from costlearn.collect.protocol import Protocol
 from costlearn.collect.plan import (
     Run,
     Task,
@@ -318,6 +320,23 @@ class Executor:
 
     def close(self) -> None:
         """Release what :meth:`open` took (the collection ended or was interrupted)."""
+
+
+class Stopwatch:
+    """Accumulates wall time per phase (compile, measure, write), seconds."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        """Context manager adding the wall seconds of its block to
+        ``seconds[name]``."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
 
 
 def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str, dtype: str, layout: str,

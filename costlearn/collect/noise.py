@@ -31,7 +31,7 @@ import pandas as pd
 from costlearn.collect.loop import SESSION_ID, measure_rows
 from costlearn.collect.dataset import current_rows, load, noise_floor, rows_where, valid_rows, write_part
 from costlearn.families import get_family
-from costlearn.collect.measure import Protocol
+from costlearn.collect.protocol import Protocol
 from costlearn.core.problem import Problem
 from costlearn.core.checks import check_int
 
@@ -224,7 +224,7 @@ def recheck(backend, folder, *, shapes: int = 6, configs_per_shape: int = 4, see
     seed : int, optional
         Seed of the sample; default: drawn from this session, so repeated
         rechecks sample other rows.
-    protocol : costlearn.collect.measure.Protocol, optional
+    protocol : costlearn.collect.protocol.Protocol, optional
         Of the re-timings; ``Protocol()`` by default.
 
     Returns

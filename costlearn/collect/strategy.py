@@ -309,7 +309,7 @@ class ActiveSettings:
         spends the budget on the few largest, least known problems). The
         seconds are ``problem_overhead_s`` plus, per config, the median
         compile of the rows measured and the protocol's launches at the
-        ensemble's predicted time (:meth:`costlearn.collect.measure.Protocol.launch_us`,
+        ensemble's predicted time (:meth:`costlearn.collect.protocol.Protocol.launch_us`,
         at the median rounds of the rows measured). ``"auto"``: ``"problem"``
         where the collection has ``max_problems``, else ``"second"``.
     problem_overhead_s : float

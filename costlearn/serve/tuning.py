@@ -30,7 +30,7 @@ import numpy as np
 
 from costlearn.collect.backends import get_backend
 from costlearn.collect.loop import measure_rows
-from costlearn.collect.measure import Protocol
+from costlearn.collect.protocol import Protocol
 from costlearn.serve.prediction import Prediction
 from costlearn.core.problem import Problem
 from costlearn.families import get_family

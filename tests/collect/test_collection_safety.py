@@ -9,7 +9,7 @@ import pytest
 
 from conftest import ROOT, needs_opencl
 from costlearn.collect.dataset import KEY_COLUMNS, load
-from costlearn.collect.measure import Protocol
+from costlearn.collect.protocol import Protocol
 from costlearn.families.gemm import GemmConfig as TileConfig
 
 _WRITER = r"""

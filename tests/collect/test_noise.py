@@ -14,7 +14,7 @@ def _rows(times, session, **kw):
     from conftest import dataset_row as _row
 
     from costlearn.families import get_family
-    from costlearn.collect.measure import PROTOCOL_VERSION
+    from costlearn.collect.protocol import PROTOCOL_VERSION
     return [_row(m=8, n=8, k=8 + i, config_id="m16n16k8_t2x2_outer_p0_row", time_us=t, session_id=session,
                  protocol_version=PROTOCOL_VERSION, template_hash=get_family("gemm").template_hash, source_format="",
                  **kw)
@@ -131,7 +131,7 @@ def test_the_worker_thread_setting_is_recorded_on_every_row(tmp_path):
     from costlearn.collect.loop import collect
     from costlearn.collect.dataset import load
     from costlearn.families.gemm import GemmConfig
-    from costlearn.collect.measure import Protocol
+    from costlearn.collect.protocol import Protocol
     be = get_backend("opencl")
     if be.spec.device_type != "cpu":
         pytest.skip("the OpenCL device is not a CPU")
@@ -196,7 +196,7 @@ def test_recheck_retimes_an_epilogue_row_with_its_epilogue(tmp_path):
     from costlearn.collect.loop import collect
     from costlearn.collect.dataset import load, write_part
     from costlearn.families.gemm import GemmConfig
-    from costlearn.collect.measure import Protocol
+    from costlearn.collect.protocol import Protocol
     from costlearn.collect.noise import RECHECK_FOLDER, recheck
     import costlearn.collect.noise
     be = get_backend("opencl")

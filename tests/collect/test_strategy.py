@@ -142,7 +142,7 @@ def test_active_per_second_chooses_the_unsure_problems_it_can_afford(dataset_row
     """On a PoCL run, active per problem spent its 180 s on three of the
     largest, least known problems (19 problems against random's 62). Per
     second it weighs a problem's score against its measuring seconds."""
-    from costlearn.collect.measure import Protocol
+    from costlearn.collect.protocol import Protocol
     from costlearn.collect.plan import measuring_seconds
     from costlearn.collect.strategy import ActiveShapes
     cands = [(1024, 1024, 1024), (1536, 1536, 1536), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192)]
