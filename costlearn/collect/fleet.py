@@ -544,7 +544,7 @@ def collect_fleet(fleet: Fleet, out_dir, *, budget_s: float = 180.0, family: str
         it, each given shape with every one; a worker compiles the pool for
         an epilogue before its first problem of it.
     strategy : {"random", "prior", "active"}
-    active : costlearn.collect.strategy.ActiveSettings, optional
+    active : costlearn.collect.active_shapes.ActiveSettings, optional
         As :func:`collect`'s: the fleet measures the problems the strategy
         chooses (``active`` refits on the rows the workers have returned).
 

@@ -24,10 +24,10 @@ from datetime import datetime, timezone
 import numpy as np
 import pandas as pd
 
+from costlearn.collect.active_shapes import ActiveSettings, check_active
 from costlearn.collect.backends.base import Backend
 from costlearn.collect.dataset import NOT_IMPORTED, SCHEMA_VERSION, load, noise_floor, valid_rows, write_part
 from costlearn.collect.measure import DeviceLost, measure_shape
-from costlearn.collect.protocol import Protocol
 from costlearn.collect.plan import (
     Run,
     Task,
@@ -45,8 +45,8 @@ from costlearn.collect.plan import (
     strategy_shapes,
     write_device_json,
 )
-from costlearn.collect.sampler import ShapeBounds
-from costlearn.collect.strategy import STRATEGIES, ActiveSettings, check_active
+from costlearn.collect.protocol import Protocol
+from costlearn.collect.sampler import STRATEGIES, ShapeBounds
 from costlearn.core.problem import EPILOGUES, Problem
 from costlearn.core.checks import check_int, check_real
 from costlearn.core.locks import FolderLock, sigint_deferred
