@@ -9,7 +9,9 @@ problems next: random, a real-model prior, or active rounds; the streams in
 settings, ``verify`` the inputs and the output check, ``sample_stats`` the
 statistics of the samples), ``noise`` (re-timings), ``backends/`` (the
 devices that compile and time), ``dataset`` (Parquet parts), ``loop`` (the
-collection loop) and ``fleet`` (the same loop on a Ray cluster). Importing
-this package imports none of them: a predictor that needs ``space`` does not
-load the collector.
+collection loop; ``executor`` its interface to what measures, ``local`` the
+executor in this process, ``rows`` a problem's timings as dataset rows,
+``summary`` what a collection reports) and ``fleet`` (the same loop on a Ray
+cluster). Importing this package imports none of them: a predictor that
+needs ``space`` does not load the collector.
 """

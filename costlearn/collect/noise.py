@@ -7,7 +7,7 @@ warm caches, clocks and machine state; :func:`costlearn.collect.dataset.noise_fl
 later, in a new process with other work in between, sees more. The
 *across-session* floor is measured here: :func:`recheck` re-times a sample of
 a dataset's (shape, config) rows in this process (a new
-``costlearn.collect.loop.SESSION_ID``) and writes them to the dataset's
+``costlearn.collect.rows.SESSION_ID``) and writes them to the dataset's
 ``recheck/`` folder; :func:`across_session_pairs` pairs each re-timing with
 the row it re-timed. A later session also finds the machine at another speed
 (on a shared host, by tens of percent from one minute to the next), a factor
@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from costlearn.collect.loop import SESSION_ID, measure_rows
+from costlearn.collect.rows import SESSION_ID, measure_rows
 from costlearn.collect.dataset import current_rows, load, noise_floor, rows_where, valid_rows, write_part
 from costlearn.families import get_family
 from costlearn.collect.protocol import Protocol

@@ -362,7 +362,7 @@ def write_device_json(spec, folder) -> Path:
 @dataclass
 class Task:
     """One problem of the plan handed to an executor
-    (:class:`costlearn.collect.loop.Executor`): the pool configs to
+    (:class:`costlearn.collect.executor.Executor`): the pool configs to
     measure on it (pool order), the index of the one timed twice (the noise
     check), and the workers lost with it so far (a fleet's)."""
 
@@ -375,12 +375,12 @@ class Task:
 @dataclass(frozen=True)
 class Run:
     """What an executor is told of the collection it measures for
-    (:meth:`costlearn.collect.loop.Executor.open`): the family (a
+    (:meth:`costlearn.collect.executor.Executor.open`): the family (a
     KernelFamily), dtype, layout, the candidate pool, the epilogues asked
     for, the protocol, the seed, this call's ``run_id``, its budget and start
     (``time.monotonic``), the problems planned where known (``total``, for a
     progress bar), the summary being filled (``result``, a
-    :class:`~costlearn.collect.loop.CollectResult`) and the phases'
+    :class:`~costlearn.collect.summary.CollectResult`) and the phases'
     :class:`~costlearn.collect.loop.Stopwatch`."""
 
     family: object

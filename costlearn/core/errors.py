@@ -9,7 +9,7 @@ The command line prints a :class:`CostlearnError` (and a ``ValueError`` or
 ``OSError``: a bad argument or path) as one line and exit status 2; any
 other exception is a bug and shows its traceback.
 
-:class:`costlearn.collect.loop.CollectionInterrupted` is the one exception
+:class:`costlearn.collect.summary.CollectionInterrupted` is the one exception
 outside it: an interrupt (a ``KeyboardInterrupt``), not an error, so that
 ``except Exception`` does not swallow a user's Ctrl-C.
 """

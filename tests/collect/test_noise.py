@@ -55,7 +55,7 @@ def test_a_shift_every_config_of_a_shape_shares_is_not_ranking_noise():
 
 def test_recheck_retimes_in_a_new_session_and_ties_use_the_across_floor(dataset_dir, dataset_rows, tmp_path,
                                                                          monkeypatch, model_dir):
-    import costlearn.collect.loop
+    import costlearn.collect.rows
     from costlearn.collect.backends.replay import ReplayBackend
     from costlearn.collect.loop import collect
     from costlearn.learn.evaluate import score
@@ -80,7 +80,7 @@ def test_recheck_retimes_in_a_new_session_and_ties_use_the_across_floor(dataset_
             ws.sample = lambda kern, n: 1.1 * (1.2 if kern.config.config_id in odd else 1.0) * base(kern, n)
             return ws
     import costlearn.collect.noise
-    for mod in (costlearn.collect.loop, costlearn.collect.noise):          # the session id, where each module reads it
+    for mod in (costlearn.collect.rows, costlearn.collect.noise):          # the session id, where each module reads it
         monkeypatch.setattr(mod, "SESSION_ID", "later0session")
     res = recheck(Slower(dataset_dir), tmp_path, shapes=2, configs_per_shape=len(pool), seed=0)
     assert res.shapes == 2 and res.rows_written > 0
