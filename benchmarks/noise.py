@@ -40,7 +40,7 @@ def _worker(args) -> int:
     """One measurement session (a subprocess): a sweep or filter-then-measure."""
     from costlearn.collect.backends import get_backend
     from costlearn.collect.loop import collect
-    from costlearn.collect.measure import Protocol
+    from costlearn.collect.protocol import Protocol
     from costlearn.model.artifact import load
     shapes = [tuple(s) for s in json.loads(args.shapes_json)]
     art = load(args.model)

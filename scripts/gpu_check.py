@@ -34,7 +34,8 @@ os.environ.setdefault("CUPY_TF32", "0")    # cuBLAS float32 without TF32 (CuPy's
 import numpy as np  # noqa: E402
 
 from costlearn.collect.loop import candidate_pool  # noqa: E402
-from costlearn.collect.measure import Protocol, measure_shape  # noqa: E402
+from costlearn.collect.measure import measure_shape  # noqa: E402
+from costlearn.collect.protocol import Protocol  # noqa: E402
 from costlearn.core.problem import Problem  # noqa: E402
 from costlearn.collect.space import check_config  # noqa: E402
 

@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from costlearn.collect.backends import get_backend
     from costlearn.cli.common import parse_shapes
-    from costlearn.collect.measure import Protocol
+    from costlearn.collect.protocol import Protocol
     be = get_backend("cuda")
     rows = []
     for m, n, k in parse_shapes(args.shapes):

@@ -58,10 +58,11 @@ ROOT = Path(__file__).resolve().parents[1]
 from studies import docs_from_reports  # noqa: E402
 from studies.a100 import DEFAULT_SOURCE, import_logs  # noqa: E402
 
+from costlearn.collect.active_shapes import ActiveSettings  # noqa: E402
 from costlearn.collect.backends.replay import ReplayBackend  # noqa: E402
 from costlearn.collect.dataset import load  # noqa: E402
 from costlearn.collect.loop import collect  # noqa: E402
-from costlearn.collect.strategy import STRATEGIES, ActiveSettings  # noqa: E402
+from costlearn.collect.sampler import STRATEGIES  # noqa: E402
 from costlearn.learn.active import active_settings  # noqa: E402
 from costlearn.core.device import preset  # noqa: E402
 from costlearn.learn.study import by_source, decision_scores  # noqa: E402

@@ -40,7 +40,7 @@ from costlearn.collect.loop import collect  # noqa: E402
 from costlearn.collect.noise import noise_floors  # noqa: E402
 from costlearn.collect.plan import candidate_pool  # noqa: E402
 from costlearn.collect.sampler import ShapeBounds  # noqa: E402
-from costlearn.collect.strategy import ActiveSettings  # noqa: E402
+from costlearn.collect.active_shapes import ActiveSettings  # noqa: E402
 from costlearn.learn.active import active_settings  # noqa: E402
 from costlearn.learn.evaluate import FIXED_SHAPES, fresh_shapes, score  # noqa: E402
 from costlearn.learn.train import train  # noqa: E402

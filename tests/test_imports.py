@@ -160,8 +160,8 @@ OPTIONAL = {"triton": "an extra (costlearn[triton])", "torch": "an extra (costle
 """Third-party packages an import inside a function may load, and why."""
 
 DEFERRED_OWN = {"costlearn.families.triton_mm.kernel": "needs Triton (an optional dependency)",
-                "costlearn.serve.tuning": "the collection loop, the backends and pandas: a prediction that does not "
-                                          "measure never loads them (start-up)"}
+                "costlearn.serve.tuning": "the measuring (collect.rows), the backends and pandas: a prediction that "
+                                          "does not measure never loads them (start-up)"}
 """costlearn modules any function may import late, and why."""
 
 HEAVY_LIBS = {"pandas", "sklearn", "scipy", "xgboost", "joblib", "tqdm", "matplotlib", "pyarrow"}
@@ -312,6 +312,7 @@ def test_the_collection_loop_is_not_loaded_by_a_predictor():
     import sys
     code = ("import sys, costlearn.serve.predictor; "
             "print(sorted(m for m in sys.modules if m.startswith(('costlearn.collect.loop', "
-            "'costlearn.collect.backends', 'costlearn.collect.fleet'))))")
+            "'costlearn.collect.local', 'costlearn.collect.executor', 'costlearn.collect.rows', "
+            "'costlearn.collect.summary', 'costlearn.collect.backends', 'costlearn.collect.fleet'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stdout

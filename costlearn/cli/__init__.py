@@ -94,7 +94,7 @@ def main(argv=None) -> int:
         print(f"costlearn {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
-        from costlearn.collect.loop import CollectionInterrupted
+        from costlearn.collect.summary import CollectionInterrupted
         from costlearn.interop.common import ImportInterrupted
         if isinstance(e, CollectionInterrupted):
             print(f"interrupted: {e}; the same command resumes where it stopped", file=sys.stderr)

@@ -162,7 +162,8 @@ def print_collect_result(res, out, family: str, dtype: str, seed: int) -> None:
     """Print what a :func:`costlearn.collect.loop.collect` call into ``out`` did:
     rows, epilogues left out, time past the budget, mixed pools, noise, the
     dataset's summary."""
-    from costlearn.collect.loop import EPILOGUE_COMPILE_SHARE, dataset_summary
+    from costlearn.collect.loop import EPILOGUE_COMPILE_SHARE
+    from costlearn.collect.summary import dataset_summary
     for other in res.other_pools:
         print(f"note: {out} also holds {family}/{dtype} rows of another candidate pool (seed {other.get('seed')}, "
               f"{other.get('size')} configs); this run's pool (seed {seed}) differs in its size or seed: the dataset "

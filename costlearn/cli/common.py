@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from costlearn.collect.backends import get_backend, local_device, local_record, measuring_backends
-from costlearn.collect.measure import Protocol
+from costlearn.collect.protocol import Protocol
 from costlearn.core.device import DeviceSpec
 from costlearn.core.dtypes import dtype_names
 from costlearn.core.problem import EPILOGUES, LAYOUTS, Problem, extent_of_text

@@ -10,7 +10,7 @@ from costlearn.cli.collect import recheck_in_new_session
 from costlearn.cli.common import (DATA_HELP, add_dtypes_arg, add_measure_args, add_problem_args, check_report_path,
                                   dataset_folder, device_backend, nonneg_int, old_spelling, positive_seconds,
                                   protocol_of)
-from costlearn.collect.measure import Protocol
+from costlearn.collect.protocol import Protocol
 from costlearn.families import FAMILIES
 
 

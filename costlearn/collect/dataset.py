@@ -25,7 +25,7 @@ import pandas as pd
 from costlearn.core.device import DeviceSpec
 from costlearn.core.dtypes import DTYPES
 from costlearn.families import FAMILIES, get_family
-from costlearn.collect.measure import PROTOCOL_VERSION
+from costlearn.collect.protocol import PROTOCOL_VERSION
 from costlearn.core.problem import EPILOGUES, LAYOUTS
 from costlearn.core.files import atomic_write, fsync_dir
 from costlearn.core.locks import FolderLock
@@ -92,7 +92,7 @@ NOT_IMPORTED = {"source_format": "", "source_file": "", "source_sha256": "", "so
 
 IMPORTED_PROTOCOL = 0
 """``protocol_version`` of imported rows: measured by another tool's protocol
-(``source_format`` names it), not :data:`costlearn.collect.measure.PROTOCOL_VERSION`."""
+(``source_format`` names it), not :data:`costlearn.collect.protocol.PROTOCOL_VERSION`."""
 
 ADDED_COLUMNS = {"repeat_time_us": float("nan"), "rotation_sets": 0, "throttled": False,
                  "throttle_reasons": "", "family": "gemm", "layout": "NN", "pipeline_stages": 1, **NOT_IMPORTED,

@@ -34,10 +34,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from costlearn.collect.executor import Executor
 from costlearn.collect.fleet_worker import FleetWorker, lost_rows
-from costlearn.collect.loop import CollectResult, Executor, run_collection
+from costlearn.collect.loop import run_collection
 from costlearn.collect.measure import DeviceLost
 from costlearn.collect.plan import problems_limit
+from costlearn.collect.summary import CollectResult
 from costlearn.core.registry import Unavailable
 from costlearn.core.checks import check_instance, check_int, check_real
 from costlearn.core.version import __version__
@@ -282,7 +284,7 @@ def _cause(e: BaseException) -> BaseException:
 @dataclass
 class FleetResult(CollectResult):
     """Summary of one :func:`collect_fleet` call: a
-    :class:`~costlearn.collect.loop.CollectResult` (``seconds`` has ``start``:
+    :class:`~costlearn.collect.summary.CollectResult` (``seconds`` has ``start``:
     starting the workers and compiling, ``write`` and ``total``) plus what
     the fleet did.
 
@@ -326,7 +328,7 @@ def _named(problem) -> str:
 
 class FleetExecutor(Executor):
     """Measures a collection's tasks on the workers of ``fleet``
-    (:class:`~costlearn.collect.loop.Executor`): one task per idle worker at
+    (:class:`~costlearn.collect.executor.Executor`): one task per idle worker at
     a time. Each worker compiles the pool for the first epilogue when the
     collection opens, and for another epilogue before its first task of
     it (:meth:`FleetWorker.prepare`). A worker lost with a task in flight
@@ -544,7 +546,7 @@ def collect_fleet(fleet: Fleet, out_dir, *, budget_s: float = 180.0, family: str
         it, each given shape with every one; a worker compiles the pool for
         an epilogue before its first problem of it.
     strategy : {"random", "prior", "active"}
-    active : costlearn.collect.strategy.ActiveSettings, optional
+    active : costlearn.collect.active_shapes.ActiveSettings, optional
         As :func:`collect`'s: the fleet measures the problems the strategy
         chooses (``active`` refits on the rows the workers have returned).
 
@@ -560,7 +562,7 @@ def collect_fleet(fleet: Fleet, out_dir, *, budget_s: float = 180.0, family: str
         kernel template than this process (another costlearn). A
         replacement worker of another device class is refused and noted
         (:attr:`FleetResult.notes`), not raised.
-    costlearn.collect.loop.CollectionInterrupted
+    costlearn.collect.summary.CollectionInterrupted
         On Ctrl-C (every problem finished before it is on disk).
     """
     check_instance("fleet", fleet, Fleet, "a costlearn.collect.fleet.Fleet (start_fleet)")

@@ -3,7 +3,7 @@ actor runs, and the rows of a problem lost with its worker.
 
 A worker opens its backend, compiles the candidate pool once per epilogue
 (:meth:`FleetWorker.prepare`) and measures one problem at a time with the
-local collection's protocol (:func:`costlearn.collect.loop.measure_rows`),
+local collection's protocol (:func:`costlearn.collect.rows.measure_rows`),
 so its rows are a local collection's. Plain Python: nothing here needs Ray.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 
 from costlearn.collect.backends import get_backend
 from costlearn.collect.backends.base import CompiledKernel
-from costlearn.collect.loop import measure_rows, rows_for
+from costlearn.collect.rows import measure_rows, rows_for
 from costlearn.collect.measure import measure_shape
 from costlearn.core.problem import Problem
 from costlearn.core.version import __version__
@@ -91,7 +91,7 @@ class FleetWorker:
                 run_id: str, seed: int, epilogue: str = "none") -> list[dict]:
         """Measure the pool configs ``config_ids`` (compiled for ``epilogue``
         by :meth:`prepare`) on one problem, as a local collection does
-        (:func:`costlearn.collect.loop.measure_rows`); returns its dataset rows.
+        (:func:`costlearn.collect.rows.measure_rows`); returns its dataset rows.
 
         Raises
         ------

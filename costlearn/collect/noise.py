@@ -7,7 +7,7 @@ warm caches, clocks and machine state; :func:`costlearn.collect.dataset.noise_fl
 later, in a new process with other work in between, sees more. The
 *across-session* floor is measured here: :func:`recheck` re-times a sample of
 a dataset's (shape, config) rows in this process (a new
-``costlearn.collect.loop.SESSION_ID``) and writes them to the dataset's
+``costlearn.collect.rows.SESSION_ID``) and writes them to the dataset's
 ``recheck/`` folder; :func:`across_session_pairs` pairs each re-timing with
 the row it re-timed. A later session also finds the machine at another speed
 (on a shared host, by tens of percent from one minute to the next), a factor
@@ -28,10 +28,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from costlearn.collect.loop import SESSION_ID, measure_rows
+from costlearn.collect.rows import SESSION_ID, measure_rows
 from costlearn.collect.dataset import current_rows, load, noise_floor, rows_where, valid_rows, write_part
 from costlearn.families import get_family
-from costlearn.collect.measure import Protocol
+from costlearn.collect.protocol import Protocol
 from costlearn.core.problem import Problem
 from costlearn.core.checks import check_int
 
@@ -224,7 +224,7 @@ def recheck(backend, folder, *, shapes: int = 6, configs_per_shape: int = 4, see
     seed : int, optional
         Seed of the sample; default: drawn from this session, so repeated
         rechecks sample other rows.
-    protocol : costlearn.collect.measure.Protocol, optional
+    protocol : costlearn.collect.protocol.Protocol, optional
         Of the re-timings; ``Protocol()`` by default.
 
     Returns

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from costlearn.collect.dataset import load, measured_keys, valid_rows
-from costlearn.collect.measure import Protocol
+from costlearn.collect.protocol import Protocol
 from costlearn.collect.sampler import select_pool
 from costlearn.collect.strategy import shape_stream
 from costlearn.collect.space import check_config, enumerate_space
@@ -199,7 +199,7 @@ def measuring_seconds(candidates: pd.DataFrame, measured: pd.DataFrame, *, proto
     """Expected seconds of measuring each candidate problem: a problem's
     ``problem_overhead_s`` plus, per config, the median ``compile_s`` of the
     rows measured and the protocol's launches at the predicted time
-    (:meth:`~costlearn.collect.measure.Protocol.launch_us`), at the median
+    (:meth:`~costlearn.collect.protocol.Protocol.launch_us`), at the median
     ``n_samples`` of the rows measured (the rounds the protocol's adaptive
     sampling takes on this device; ``protocol.rounds`` where unknown).
 
@@ -362,7 +362,7 @@ def write_device_json(spec, folder) -> Path:
 @dataclass
 class Task:
     """One problem of the plan handed to an executor
-    (:class:`costlearn.collect.loop.Executor`): the pool configs to
+    (:class:`costlearn.collect.executor.Executor`): the pool configs to
     measure on it (pool order), the index of the one timed twice (the noise
     check), and the workers lost with it so far (a fleet's)."""
 
@@ -375,13 +375,13 @@ class Task:
 @dataclass(frozen=True)
 class Run:
     """What an executor is told of the collection it measures for
-    (:meth:`costlearn.collect.loop.Executor.open`): the family (a
+    (:meth:`costlearn.collect.executor.Executor.open`): the family (a
     KernelFamily), dtype, layout, the candidate pool, the epilogues asked
     for, the protocol, the seed, this call's ``run_id``, its budget and start
     (``time.monotonic``), the problems planned where known (``total``, for a
     progress bar), the summary being filled (``result``, a
-    :class:`~costlearn.collect.loop.CollectResult`) and the phases'
-    :class:`~costlearn.collect.measure.Stopwatch`."""
+    :class:`~costlearn.collect.summary.CollectResult`) and the phases'
+    :class:`~costlearn.collect.loop.Stopwatch`."""
 
     family: object
     dtype: str

@@ -9,7 +9,7 @@ The command line prints a :class:`CostlearnError` (and a ``ValueError`` or
 ``OSError``: a bad argument or path) as one line and exit status 2; any
 other exception is a bug and shows its traceback.
 
-:class:`costlearn.collect.loop.CollectionInterrupted` and
+:class:`costlearn.collect.summary.CollectionInterrupted` and
 :class:`costlearn.interop.common.ImportInterrupted` are the exceptions
 outside it: interrupts (``KeyboardInterrupt``), not errors, so that
 ``except Exception`` does not swallow a user's Ctrl-C.

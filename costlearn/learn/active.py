@@ -1,5 +1,5 @@
 """The model an active collection refits each round
-(:mod:`costlearn.collect.strategy`, ``active``): a bootstrap ensemble of
+(:mod:`costlearn.collect.active_shapes`, ``active``): a bootstrap ensemble of
 small cost models and how unsure it is of its pick on a problem.
 
 It lives here, above the collection and the models, and is passed down as
@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from costlearn.collect.strategy import ActiveSettings
+from costlearn.collect.active_shapes import ActiveSettings
 from costlearn.model import get_model
 from costlearn.model.base import shape_groups
 from costlearn.model.xgb import XGBParams
@@ -28,7 +28,7 @@ def member_params(settings: ActiveSettings, j: int) -> XGBParams:
 
 
 def active_settings(**kw) -> ActiveSettings:
-    """:class:`~costlearn.collect.strategy.ActiveSettings` of ``kw`` with this
+    """:class:`~costlearn.collect.active_shapes.ActiveSettings` of ``kw`` with this
     module's :class:`EnsembleDisagreement` (what ``collect --strategy active``
     uses)."""
     return ActiveSettings(**{"ensemble": EnsembleDisagreement, **kw})

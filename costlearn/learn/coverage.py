@@ -1,6 +1,6 @@
 """How much a trained model's data covers: per layout, the training problems
 and the extents they span, and how the model answers a fixed set of real
-models' layer shapes (:data:`costlearn.collect.strategy.REFERENCE_LAYERS`).
+models' layer shapes (:data:`costlearn.collect.real_shapes.REFERENCE_LAYERS`).
 
 A model of a few dozen random problems per layout answers most real layers
 from far away: beyond the vendor floor's reach
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from costlearn.collect.strategy import REFERENCE_LAYERS
+from costlearn.collect.real_shapes import REFERENCE_LAYERS
 from costlearn.families import VENDOR_CONFIG_ID
 from costlearn.model.vendor_floor import NEAR_LOG2
 
@@ -23,7 +23,7 @@ __all__ = ["data_coverage", "coverage_lines"]
 
 def data_coverage(predictor, rows: pd.DataFrame) -> dict:
     """Per layout of ``predictor``: its training problems and how it answers
-    :data:`~costlearn.collect.strategy.REFERENCE_LAYERS`.
+    :data:`~costlearn.collect.real_shapes.REFERENCE_LAYERS`.
 
     Parameters
     ----------

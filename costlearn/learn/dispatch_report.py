@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 
 from costlearn.collect.dataset import current_rows, load, rows_where, valid_rows
-from costlearn.collect.loop import CollectResult, collect
+from costlearn.collect.loop import collect
+from costlearn.collect.summary import CollectResult
 from costlearn.collect.noise import noise_floors
 from costlearn.core.files import atomic_write
 from costlearn.learn.metrics import geomean_regret

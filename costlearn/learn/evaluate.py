@@ -13,7 +13,7 @@ import pandas as pd
 from costlearn.collect.loop import collect
 from costlearn.collect.dataset import current_rows, load, noise_floor, rows_where, valid_rows
 from costlearn.families import VENDOR_CONFIG_ID
-from costlearn.collect.measure import Protocol
+from costlearn.collect.protocol import Protocol
 from costlearn.core.problem import EPILOGUES
 from costlearn.learn.metrics import evaluate_rows, random_scores, summarize, vendor_only_scores
 from costlearn.model import BASELINES

@@ -44,7 +44,8 @@ import pandas as pd
 from sklearn.model_selection import GroupKFold
 
 from costlearn.collect.dataset import current_rows, load, rows_where, valid_rows
-from costlearn.collect.strategy import ActiveSettings, choose_problems
+from costlearn.collect.active_shapes import ActiveSettings
+from costlearn.collect.strategy import choose_problems
 from costlearn.core.device import PRESETS, DeviceSpec, preset
 from costlearn.model.envelope import fit_envelope, outside_rows
 from costlearn.families import get_family

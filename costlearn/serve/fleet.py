@@ -28,7 +28,7 @@ import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from costlearn.collect.measure import t_quantile_95
+from costlearn.collect.sample_stats import t_quantile_95
 from costlearn.core.version import __version__
 from costlearn.families import get_family
 from costlearn.families.base import VENDOR_CONFIG_ID
@@ -190,7 +190,7 @@ class Measurement:
         UTC time, ISO 8601.
     rse : float
         Relative standard error of the median (the protocol's
-        :func:`costlearn.collect.measure.median_rse`; ``inf``: too few
+        :func:`costlearn.collect.sample_stats.median_rse`; ``inf``: too few
         samples to judge), >= 0.
     """
 
@@ -298,7 +298,7 @@ def decide(measurements, vendor_id: str | None = VENDOR_CONFIG_ID) -> Verdict:
 
     Each config's time is the median over its measurements (all hosts, all
     tunings) of their medians, and its 95 % interval half-width that of
-    the measurement protocol (:func:`costlearn.collect.measure.t_quantile_95`
+    the measurement protocol (:func:`costlearn.collect.sample_stats.t_quantile_95`
     of the samples times the median's relative standard error, times the
     median; the median over its measurements) divided by the square root of
     how many there are (independent estimates of one median). The fastest

@@ -5,7 +5,7 @@
 - *Filter, then measure*: the model's top k configs for a problem (and the
   vendor library where the family has one: the floor) are
   measured on the local device with the collection's protocol
-  (:func:`costlearn.collect.loop.measure_rows`, correctness check included) and
+  (:func:`costlearn.collect.rows.measure_rows`, correctness check included) and
   the fastest wins (``chosen_by="measured"``). Where the vendor model is
   sure of the answer (:attr:`costlearn.Prediction.sure`) no fewer are
   measured: on logs the model never saw, those problems' best of the first
@@ -29,8 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from costlearn.collect.backends import get_backend
-from costlearn.collect.loop import measure_rows
-from costlearn.collect.measure import Protocol
+from costlearn.collect.rows import measure_rows
+from costlearn.collect.protocol import Protocol
 from costlearn.serve.prediction import Prediction
 from costlearn.core.problem import Problem
 from costlearn.families import get_family

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import ROOT, needs_opencl
 from costlearn.collect.dataset import KEY_COLUMNS, load
-from costlearn.collect.measure import Protocol
+from costlearn.collect.protocol import Protocol
 from costlearn.families.gemm import GemmConfig as TileConfig
 
 _WRITER = r"""
@@ -108,7 +108,8 @@ def test_an_interrupted_resumed_collection_counts_what_it_skipped(dataset_dir, d
     could not tell the earlier run's rows were still there."""
     import pytest
     from costlearn.collect.backends.replay import ReplayBackend
-    from costlearn.collect.loop import CollectionInterrupted, collect
+    from costlearn.collect.loop import collect
+    from costlearn.collect.summary import CollectionInterrupted
     shapes, pool = _replay_setup(dataset_dir, dataset_rows, 3)
     first = collect(ReplayBackend(dataset_dir), tmp_path, shapes=shapes[:2], pool=pool, configs_per_shape=6,
                     progress=False)
@@ -266,11 +267,12 @@ def test_a_large_pool_compiles_while_the_budget_lasts_not_to_its_end(dataset_dir
     in batches while the budget lasts (here a batch is 2 configs, each config 1 s). The budget counts from the
     call, setup included: it was 0.15 s here, and a loaded 2-core machine once spent that before the first
     problem (nothing measured); the budgets leave setup 0.6 s now."""
+    import costlearn.collect.local as local
     import costlearn.collect.loop as loop
     from costlearn.collect.backends.replay import ReplayBackend
     from costlearn.collect.dataset import load
     shapes, pool = _replay_setup(dataset_dir, dataset_rows, 1)
-    monkeypatch.setattr(loop, "COMPILE_BATCH", 2)
+    monkeypatch.setattr(local, "COMPILE_BATCH", 2)
     compiled = []
 
     class SlowCompile(ReplayBackend):
@@ -307,7 +309,7 @@ def test_collect_says_the_real_pool_size_and_spreads_a_large_pool_over_shapes(ca
 
 def test_the_collect_summary_counts_problems_by_that_name_and_the_old_one_still_reads():
     """CollectResult.shapes_done counted problems (a shape with one epilogue); it is problems_done now."""
-    from costlearn.collect.loop import CollectResult
+    from costlearn.collect.summary import CollectResult
     res = CollectResult(problems_done=3)
     assert res.problems_done == res.shapes_done == 3
 

@@ -192,7 +192,7 @@ def test_imported_rows_count_as_current_and_other_protocols_do_not():
     import pandas as pd
     from costlearn.collect.dataset import IMPORTED_PROTOCOL, current_rows
     from costlearn.families import get_family
-    from costlearn.collect.measure import PROTOCOL_VERSION
+    from costlearn.collect.protocol import PROTOCOL_VERSION
     h = get_family("triton_mm").template_hash
     df = pd.DataFrame(dict(family="triton_mm", template_hash=h,
                            protocol_version=[IMPORTED_PROTOCOL, IMPORTED_PROTOCOL, PROTOCOL_VERSION, 99],
@@ -222,7 +222,7 @@ A = TileConfig(64, 64, 16, 4, 4)
 def test_rows_of_another_template_or_protocol_never_train_or_score():
     from costlearn.collect.dataset import current_rows
     from costlearn.families.gemm import TEMPLATE_HASH
-    from costlearn.collect.measure import PROTOCOL_VERSION
+    from costlearn.collect.protocol import PROTOCOL_VERSION
     df = pd.DataFrame(dict(template_hash=[TEMPLATE_HASH, "old", TEMPLATE_HASH, TEMPLATE_HASH],
                            family=["gemm", "gemm", "gemm", "unknown"],
                            protocol_version=[PROTOCOL_VERSION, PROTOCOL_VERSION, PROTOCOL_VERSION - 1,

@@ -25,7 +25,7 @@ def _pool():
 
 
 def _protocol():
-    from costlearn.collect.measure import Protocol
+    from costlearn.collect.protocol import Protocol
     return Protocol(rounds=3, max_rounds=3, min_sample_us=100)
 
 
@@ -190,7 +190,7 @@ import ray
 ray.init(address=sys.argv[1], logging_level="WARNING")
 from costlearn.collect.fleet import collect_fleet, start_fleet
 from costlearn.families.gemm import GemmConfig as C
-from costlearn.collect.measure import Protocol
+from costlearn.collect.protocol import Protocol
 
 def slow_on_the_last_shape(index):
     from costlearn.collect.backends.opencl import OpenCLBackend

@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 
 from costlearn.collect.backends.base import CompiledKernel
-from costlearn.collect.measure import Protocol, check_result, make_inputs, measure_shape, rotation_sets, tolerance
+from costlearn.collect.measure import measure_shape
+from costlearn.collect.protocol import Protocol
+from costlearn.collect.verify import check_result, make_inputs, rotation_sets, tolerance
 from costlearn.families.gemm import GemmConfig as TileConfig
 import pandas as pd
 from costlearn.collect.measure import DeviceLost
@@ -161,7 +163,7 @@ class NoisyWorkspace:
 
 
 def test_median_rse_is_the_robust_standard_error_of_the_median():
-    from costlearn.collect.measure import median_rse
+    from costlearn.collect.sample_stats import median_rse
     rng = np.random.default_rng(1)
     x = 100 * (1 + 0.05 * rng.standard_normal(400))
     # sqrt(pi/2) * sigma / sqrt(n) / median, sigma = 5 %
@@ -255,7 +257,7 @@ def test_replay_reproduces_a_recorded_timeout():
 
 
 def test_epilogue_reference_adds_the_bias_then_the_activation():
-    from costlearn.collect.measure import apply_epilogue
+    from costlearn.collect.verify import apply_epilogue
     v = np.array([[-2.0, 0.5], [1.0, -0.25]])
     bias = np.array([1.0, -1.0], np.float32)
     assert apply_epilogue(v, None, "none") is v

@@ -14,7 +14,7 @@ def _rows(times, session, **kw):
     from conftest import dataset_row as _row
 
     from costlearn.families import get_family
-    from costlearn.collect.measure import PROTOCOL_VERSION
+    from costlearn.collect.protocol import PROTOCOL_VERSION
     return [_row(m=8, n=8, k=8 + i, config_id="m16n16k8_t2x2_outer_p0_row", time_us=t, session_id=session,
                  protocol_version=PROTOCOL_VERSION, template_hash=get_family("gemm").template_hash, source_format="",
                  **kw)
@@ -55,7 +55,7 @@ def test_a_shift_every_config_of_a_shape_shares_is_not_ranking_noise():
 
 def test_recheck_retimes_in_a_new_session_and_ties_use_the_across_floor(dataset_dir, dataset_rows, tmp_path,
                                                                          monkeypatch, model_dir):
-    import costlearn.collect.loop
+    import costlearn.collect.rows
     from costlearn.collect.backends.replay import ReplayBackend
     from costlearn.collect.loop import collect
     from costlearn.learn.evaluate import score
@@ -80,7 +80,7 @@ def test_recheck_retimes_in_a_new_session_and_ties_use_the_across_floor(dataset_
             ws.sample = lambda kern, n: 1.1 * (1.2 if kern.config.config_id in odd else 1.0) * base(kern, n)
             return ws
     import costlearn.collect.noise
-    for mod in (costlearn.collect.loop, costlearn.collect.noise):          # the session id, where each module reads it
+    for mod in (costlearn.collect.rows, costlearn.collect.noise):          # the session id, where each module reads it
         monkeypatch.setattr(mod, "SESSION_ID", "later0session")
     res = recheck(Slower(dataset_dir), tmp_path, shapes=2, configs_per_shape=len(pool), seed=0)
     assert res.shapes == 2 and res.rows_written > 0
@@ -131,7 +131,7 @@ def test_the_worker_thread_setting_is_recorded_on_every_row(tmp_path):
     from costlearn.collect.loop import collect
     from costlearn.collect.dataset import load
     from costlearn.families.gemm import GemmConfig
-    from costlearn.collect.measure import Protocol
+    from costlearn.collect.protocol import Protocol
     be = get_backend("opencl")
     if be.spec.device_type != "cpu":
         pytest.skip("the OpenCL device is not a CPU")
@@ -196,7 +196,7 @@ def test_recheck_retimes_an_epilogue_row_with_its_epilogue(tmp_path):
     from costlearn.collect.loop import collect
     from costlearn.collect.dataset import load, write_part
     from costlearn.families.gemm import GemmConfig
-    from costlearn.collect.measure import Protocol
+    from costlearn.collect.protocol import Protocol
     from costlearn.collect.noise import RECHECK_FOLDER, recheck
     import costlearn.collect.noise
     be = get_backend("opencl")

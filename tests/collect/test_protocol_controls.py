@@ -7,7 +7,9 @@ import pandas as pd
 
 from costlearn.collect.backends.base import CompiledKernel, DeviceWorkspace, HostProblem
 from costlearn.collect.dataset import noise_floor
-from costlearn.collect.measure import Protocol, measure_shape, rotation_sets
+from costlearn.collect.measure import measure_shape
+from costlearn.collect.protocol import Protocol
+from costlearn.collect.verify import rotation_sets
 from costlearn.families.gemm import GemmConfig as TileConfig
 
 A = TileConfig(64, 64, 16, 4, 4)

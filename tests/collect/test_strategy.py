@@ -14,7 +14,9 @@ import pytest
 from conftest import ROOT
 from costlearn.collect.dataset import KEY_COLUMNS, load
 from costlearn.collect.sampler import ShapeBounds, sample_shapes
-from costlearn.collect.strategy import ActiveSettings, PriorShapes, RandomShapes, nearest_unused, shape_stream
+from costlearn.collect.active_shapes import ActiveSettings
+from costlearn.collect.shape_streams import PriorShapes, RandomShapes, nearest_unused
+from costlearn.collect.strategy import shape_stream
 from costlearn.learn.active import EnsembleDisagreement, active_settings
 
 GPU = ShapeBounds.for_device(False)
@@ -142,9 +144,9 @@ def test_active_per_second_chooses_the_unsure_problems_it_can_afford(dataset_row
     """On a PoCL run, active per problem spent its 180 s on three of the
     largest, least known problems (19 problems against random's 62). Per
     second it weighs a problem's score against its measuring seconds."""
-    from costlearn.collect.measure import Protocol
+    from costlearn.collect.protocol import Protocol
     from costlearn.collect.plan import measuring_seconds
-    from costlearn.collect.strategy import ActiveShapes
+    from costlearn.collect.active_shapes import ActiveShapes
     cands = [(1024, 1024, 1024), (1536, 1536, 1536), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192)]
     measured = dataset_rows.head(40).assign(m=8, n=8, k=8, compile_s=0.25, n_samples=7)
     measured.loc[measured.index[20:], "m"] = 16                                  # two problems measured

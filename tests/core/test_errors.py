@@ -42,7 +42,7 @@ def test_every_exception_class_costlearn_defines_derives_from_costlearn_error():
 
 
 def test_the_interrupt_stays_an_interrupt():
-    from costlearn.collect.loop import CollectionInterrupted
+    from costlearn.collect.summary import CollectionInterrupted
     from costlearn.interop.common import ImportInterrupted
     for interrupt in (CollectionInterrupted, ImportInterrupted):
         assert issubclass(interrupt, KeyboardInterrupt) and not issubclass(interrupt, Exception)

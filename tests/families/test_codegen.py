@@ -8,7 +8,7 @@ from conftest import needs_nvcc, needs_opencl
 from costlearn.core.device import preset
 from costlearn.families.gemm import TEMPLATE_HASH, render
 from costlearn.families.gemm import GemmConfig as TileConfig
-from costlearn.collect.measure import apply_epilogue
+from costlearn.collect.verify import apply_epilogue
 from costlearn.core.problem import Problem
 from costlearn.collect.space import enumerate_space
 import hashlib

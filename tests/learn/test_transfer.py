@@ -178,7 +178,7 @@ def test_transfer_chooses_its_destination_problems_from_a_pool(source, tmp_path,
     """`transfer --data POOL --problems K --strategy S` learns from
     K problems of a destination log chosen by S, and says which."""
     import shutil
-    from costlearn.collect.strategy import ActiveSettings
+    from costlearn.collect.active_shapes import ActiveSettings
     tmp, models_src = source
     models = tmp_path / "models"
     shutil.copytree(models_src, models)

@@ -424,7 +424,7 @@ def test_a_malformed_transfer_is_refused_by_name(transfer):
 
 
 def test_train_says_how_the_model_answers_real_models_layers_per_layout(tmp_path):
-    from costlearn.collect.strategy import REFERENCE_LAYERS
+    from costlearn.collect.real_shapes import REFERENCE_LAYERS
     from costlearn.learn.coverage import coverage_lines, data_coverage
     from costlearn.collect.dataset import load, valid_rows
     models = build_models(tmp_path)

@@ -10,7 +10,7 @@ import numpy as np
 
 from costlearn.core.device import DeviceSpec
 from costlearn.families import family_of, get_family, measured_by
-from costlearn.collect.measure import apply_epilogue, check_result, make_inputs, rotation_sets, tolerance
+from costlearn.collect.verify import apply_epilogue, check_result, make_inputs, rotation_sets, tolerance
 from costlearn.core.problem import Problem
 from costlearn.core.checks import check_instance
 
@@ -122,7 +122,7 @@ class DeviceWorkspace(Workspace):
 
     def verify(self, kernel: CompiledKernel) -> tuple[bool, float]:
         """Launch once over a NaN-poisoned C and compare with the float64
-        host reference (:func:`costlearn.collect.measure.check_result`); returns
+        host reference (:func:`costlearn.collect.verify.check_result`); returns
         (ok, max_abs_err)."""
         check_epilogue_match(kernel, self.prob.epilogue)
         self._poison_output()
@@ -204,7 +204,7 @@ class Backend(abc.ABC):
                   seed: int = 0) -> Workspace:
         """Allocate random inputs of the named distribution, their float64
         reference and the rotating buffer sets for one problem (the number of
-        sets from the device's L2 size, :func:`costlearn.collect.measure.rotation_sets`).
+        sets from the device's L2 size, :func:`costlearn.collect.verify.rotation_sets`).
 
         Raises
         ------

@@ -15,7 +15,8 @@ except ImportError as _e:  # pragma: no cover - exercised only without CuPy
     raise ImportError(f"CuPy is not installed ({_e})") from _e
 
 from costlearn.core.device import DeviceSpec
-from costlearn.collect.measure import Protocol, apply_epilogue, tolerance
+from costlearn.collect.protocol import Protocol
+from costlearn.collect.verify import apply_epilogue, tolerance
 from costlearn.core.problem import Problem
 from costlearn.collect.backends.base import Backend, CompiledKernel, DeviceWorkspace, HostProblem
 from costlearn.collect.backends.nvml import ClockReader

@@ -21,7 +21,7 @@ import time
 from costlearn.core.device import PRESETS, DeviceSpec, device_slug
 from costlearn.core.dtypes import get_dtype
 from costlearn.families import get_family
-from costlearn.collect.measure import rotation_sets
+from costlearn.collect.verify import rotation_sets
 from costlearn.core.problem import Problem
 from costlearn.core.checks import check_instance
 from costlearn.collect.backends import BackendUnavailable
@@ -180,7 +180,7 @@ class _TritonWorkspace(Workspace):
         if self.bias is None:
             self.ref = a64 @ b64
             self.tol = 16.0 * math.sqrt(k) * eps * scale + 1e-30
-        else:     # the bound of costlearn.collect.measure.tolerance with a bias, in torch
+        else:     # the bound of costlearn.collect.verify.tolerance with a bias, in torch
             bias64 = self.bias.to(torch.float64)
             v = a64 @ b64 + bias64
             if problem.epilogue == "bias_relu":
@@ -224,7 +224,7 @@ class _TritonWorkspace(Workspace):
 
 
 def _draw(shape, distribution: str, density: float, gen, device):
-    """Random float32 values of ``distribution`` (:data:`costlearn.collect.measure.
+    """Random float32 values of ``distribution`` (:data:`costlearn.collect.protocol.
     DISTRIBUTIONS`) on the GPU, never all zero."""
     import torch
     if distribution == "uniform":

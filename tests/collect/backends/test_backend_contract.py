@@ -18,7 +18,8 @@ import pytest
 from costlearn.collect.backends import BACKENDS, BackendUnavailable, available, get_backend
 from costlearn.collect.backends.base import Backend, CompiledKernel, Workspace
 from costlearn.collect.dataset import COLUMNS
-from costlearn.collect.measure import Protocol, measure_shape
+from costlearn.collect.measure import measure_shape
+from costlearn.collect.protocol import Protocol
 from costlearn.collect.space import check_config, enumerate_space
 from costlearn.core.device import DeviceSpec
 from costlearn.core.problem import Problem

@@ -9,7 +9,7 @@ def test_collect_on_pocl_writes_valid_rows_with_provenance_and_resumes(tmp_path)
     from costlearn.collect.backends import get_backend
     from costlearn.collect.loop import collect
     from costlearn.collect.dataset import load
-    from costlearn.collect.measure import Protocol
+    from costlearn.collect.protocol import Protocol
     from costlearn.families.gemm import GemmConfig as TileConfig
     be = get_backend("opencl")
     pool = [TileConfig(16, 16, 8, 2, 2), TileConfig(1, 64, 16, 1, 2, "dot"), TileConfig(32, 64, 8, 4, 4)]
@@ -37,7 +37,8 @@ def test_spec_is_queried_not_hard_coded():
 
 def test_same_config_timed_twice_at_16_cubed_agrees_within_the_measured_noise():
     from costlearn.collect.backends import get_backend
-    from costlearn.collect.measure import Protocol, measure_shape
+    from costlearn.collect.measure import measure_shape
+    from costlearn.collect.protocol import Protocol
     from costlearn.families.gemm import GemmConfig as TileConfig
     be = get_backend("opencl")
     kern = be.compile(TileConfig(16, 16, 8, 2, 2))
@@ -53,7 +54,7 @@ def test_input_distribution_is_recorded_per_row(tmp_path):
     from costlearn.collect.backends import get_backend
     from costlearn.collect.loop import collect
     from costlearn.collect.dataset import load
-    from costlearn.collect.measure import Protocol
+    from costlearn.collect.protocol import Protocol
     from costlearn.families.gemm import GemmConfig as TileConfig
     be = get_backend("opencl")
     collect(be, tmp_path, shapes=[(24, 24, 200)], pool=[TileConfig(8, 8, 8, 1, 1)],
@@ -75,7 +76,7 @@ def test_collect_measures_each_given_shape_with_every_epilogue_verified_and_resu
     from costlearn.collect.loop import collect
     from costlearn.collect.dataset import load
     from costlearn.families.gemm import GemmConfig as TileConfig
-    from costlearn.collect.measure import Protocol
+    from costlearn.collect.protocol import Protocol
     be = get_backend("opencl")
     pool = [TileConfig(16, 16, 8, 2, 2), TileConfig(1, 64, 16, 1, 2, "dot")]
     shapes = [(1, 200, 64), (37, 45, 29)]

@@ -192,7 +192,7 @@ def test_own_kernel_rows_and_imported_inductor_rows_are_both_current_but_never_t
     src = (ROOT / "costlearn" / "families" / "triton_mm" / "kernel.py").read_bytes()
     assert KERNEL_HASH == hashlib.sha256(src).hexdigest()[:12] != INDUCTOR_TEMPLATE_HASH
     assert TritonMMFamily().template_hashes == (KERNEL_HASH, INDUCTOR_TEMPLATE_HASH)
-    from costlearn.collect.measure import PROTOCOL_VERSION
+    from costlearn.collect.protocol import PROTOCOL_VERSION
     rows = [_row(family="triton_mm", dtype="float16", config_id="m64n64k32_w4_s3_g8", template_hash=h,
                  protocol_version=PROTOCOL_VERSION, source_format="")
             for h in (KERNEL_HASH, INDUCTOR_TEMPLATE_HASH, "0123456789ab")]
