@@ -288,7 +288,8 @@ def model_device(model, family: str, dtype: str, models_dir, here=None) -> str:
               f"{local['slug']}); its times are that device's (collect and train here for this one's)",
               file=sys.stderr)
     elif isinstance(local.get("spec"), dict):
-        from costlearn.model.artifact import load, model_folder, models_root
+        from costlearn.model.artifact import load
+        from costlearn.model.artifact_layout import model_folder, models_root
         try:
             spec = here if here is not None else DeviceSpec.from_dict(local["spec"])
         except (TypeError, ValueError):
