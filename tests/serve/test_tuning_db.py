@@ -191,13 +191,14 @@ def test_the_schema_1_upgrade_tolerates_another_process_finishing_it_first(tmp_p
     another process upgraded in between was refused."""
     path = tmp_path / "old.sqlite"
     _schema_1_file(path)
-    real = TuningDB._upgrade_from
+    from costlearn.serve.tuning_file import TuningFile
+    real = TuningFile._upgrade_from
 
     def racing(self, conn, version, found):
-        monkeypatch.setattr(TuningDB, "_upgrade_from", real)
+        monkeypatch.setattr(TuningFile, "_upgrade_from", real)
         TuningDB(path).close()                                    # the other process upgrades first
         real(self, conn, version, found)
-    monkeypatch.setattr(TuningDB, "_upgrade_from", racing)
+    monkeypatch.setattr(TuningFile, "_upgrade_from", racing)
     assert get(TuningDB(path)).time_us == 7.5
 
 
