@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 from costlearn.collect.dataset import current_rows, load, valid_rows  # noqa: E402
 from costlearn.interop import import_file  # noqa: E402
 from costlearn.learn.metrics import geomean_regret  # noqa: E402
-from costlearn.model import artifact  # noqa: E402
+from costlearn.model import artifact_layout  # noqa: E402
 from costlearn.serve.predictor import Predictor  # noqa: E402
 from costlearn.learn.study import decision_scores  # noqa: E402
 from costlearn.learn.train import train  # noqa: E402
@@ -67,7 +67,7 @@ def h100_split(source: Path, work: Path) -> pd.DataFrame:
     rows = valid_rows(current_rows(load(work / "test" / "h100")[0])[0])
     frames = []
     for dtype in sorted(rows["dtype"].astype(str).unique()):
-        folder = artifact.model_folder(work / "models", "h100", "triton_mm", dtype)
+        folder = artifact_layout.model_folder(work / "models", "h100", "triton_mm", dtype)
         # Trained afresh every run: a model left by an earlier run was trained by earlier code
         # (it kept the H100 rows at the old coverage after COVERAGE_MARGIN_LOG2 changed).
         train(work / "train" / "h100", work / "models", family="triton_mm", dtype=dtype)

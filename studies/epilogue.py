@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 from costlearn.collect.dataset import current_rows, load, noise_floor, valid_rows  # noqa: E402
 from costlearn.learn.evaluate import ranked_rows  # noqa: E402
 from costlearn.learn.metrics import evaluate_rows, geomean_regret, summarize  # noqa: E402
-from costlearn.model import artifact  # noqa: E402
+from costlearn.model import artifact, artifact_layout  # noqa: E402
 from costlearn.core.problem import EPILOGUES  # noqa: E402
 
 SHAPE = ["m", "n", "k"]
@@ -125,7 +125,7 @@ def main(argv=None) -> int:
     noise_fresh, noise_train = noise_floor(fresh), noise_floor(train)
     ch_fresh = best_config_change(fresh, noise_fresh)
     ch_train = best_config_change(train, noise_train)
-    art = artifact.load(artifact.model_folder(Path(args.models), data.name, "gemm", "float32"))
+    art = artifact.load(artifact_layout.model_folder(Path(args.models), data.name, "gemm", "float32"))
     mt, got = model_table(art, fresh, noise_fresh)
     none = got.get("none", {}).get("top1_mean", float("nan"))
     worst = max((g["top1_mean"] - none for e, g in got.items() if e != "none"), default=float("nan"))

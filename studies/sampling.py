@@ -208,10 +208,10 @@ def transfer_points(args, source_rows: pd.DataFrame) -> pd.DataFrame:
     from costlearn.collect.plan import write_device_json
     from costlearn.learn.metrics import geomean_regret
     from costlearn.learn.transfer import transfer
-    from costlearn.model import artifact
+    from costlearn.model import artifact_layout
     work = args.work / "transfer"
     src_models = work / "models-source"
-    if not (artifact.model_folder(src_models, "a100", FAMILY, DTYPE) / artifact.SIDECAR).exists():
+    if not (artifact_layout.model_folder(src_models, "a100", FAMILY, DTYPE) / artifact_layout.SIDECAR).exists():
         src_folder = work / "source" / "a100"            # the imported log's rows (the H100's are imported too)
         if not src_folder.is_dir():
             write_device_json(preset("a100"), src_folder)
@@ -237,8 +237,8 @@ def transfer_points(args, source_rows: pd.DataFrame) -> pd.DataFrame:
                     continue
                 models = work / "models"
                 shutil.rmtree(models, ignore_errors=True)
-                shutil.copytree(artifact.model_folder(src_models, "a100", FAMILY, DTYPE),
-                                artifact.model_folder(models, "a100", FAMILY, DTYPE))
+                shutil.copytree(artifact_layout.model_folder(src_models, "a100", FAMILY, DTYPE),
+                                artifact_layout.model_folder(models, "a100", FAMILY, DTYPE))
                 t0 = time.perf_counter()
                 res = transfer(models, "a100", "h100", data_dir=pool_folder, family=FAMILY, dtype=DTYPE, seed=seed,
                                problems=k, strategy=strategy,

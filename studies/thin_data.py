@@ -52,7 +52,7 @@ from costlearn.interop import import_file  # noqa: E402
 from costlearn.learn.metrics import geomean_regret  # noqa: E402
 from costlearn.learn.study import decision_scores  # noqa: E402
 from costlearn.learn.train import train  # noqa: E402
-from costlearn.model import artifact  # noqa: E402
+from costlearn.model import artifact_layout  # noqa: E402
 from costlearn.serve.predictor import Predictor  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data"
@@ -132,7 +132,7 @@ def run_split(name: str, spec: tuple, work: Path) -> pd.DataFrame:
         t0 = time.perf_counter()
         res = train(tr, folder / "models", family="triton_mm", dtype=dtype)
         tr_fit = res.floor.get("transfer") or {}
-        pred = Predictor(artifact.model_folder(folder / "models", device, "triton_mm", dtype))
+        pred = Predictor(artifact_layout.model_folder(folder / "models", device, "triton_mm", dtype))
         frames.append(decision_scores(pred, te).assign(
             split=name, transfer_intercept=tr_fit.get("intercept"), transfer_slope=tr_fit.get("slope")))
         print(f"{name} {dtype}: trained in {time.perf_counter() - t0:.0f} s ({res.holdout_kind}; transfer "

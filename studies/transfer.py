@@ -55,7 +55,7 @@ from costlearn.features import get_feature_set  # noqa: E402
 from costlearn.features.device import DEVICE_FEATURES, device_features  # noqa: E402
 from costlearn.learn.holdout import MARGIN_GRID  # noqa: E402
 from costlearn.learn.metrics import evaluate_rows, geomean_regret  # noqa: E402
-from costlearn.model import artifact, get_model  # noqa: E402
+from costlearn.model import artifact_layout, get_model  # noqa: E402
 from costlearn.model.transfer import ROOFLINE_COLUMN  # noqa: E402
 from costlearn.serve.predictor import Predictor  # noqa: E402
 from costlearn.learn.study import decision_scores  # noqa: E402
@@ -78,7 +78,7 @@ def source_models(work: Path, device: str, dtypes) -> Path:
     the artifact ``transfer`` starts from. No hold-out: its floor is not used."""
     models = work / "models-source"
     for dt in dtypes:
-        if (artifact.model_folder(models, device, FAMILY, dt) / artifact.SIDECAR).exists():
+        if (artifact_layout.model_folder(models, device, FAMILY, dt) / artifact_layout.SIDECAR).exists():
             continue
         log(f"training the {device} {dt} source model")
         train(work / device / "data" / device, models, family=FAMILY, dtype=dt, holdout=False)
@@ -138,7 +138,8 @@ def run_direction(work: Path, src: str, dst: str, rows: dict, dtypes, ns, seed: 
     table, sweep = [], []
     for dt in dtypes:
         d = rows[dst][rows[dst]["dtype"] == dt].reset_index(drop=True)
-        if d.empty or not (artifact.model_folder(models_src, src, FAMILY, dt) / artifact.SIDECAR).exists():
+        if d.empty or not (artifact_layout.model_folder(models_src, src, FAMILY, dt)
+                           / artifact_layout.SIDECAR).exists():
             continue
         probs = d[PROBLEM].drop_duplicates().reset_index(drop=True)
         pid = d.merge(probs.reset_index(), on=PROBLEM, how="left")["index"].to_numpy()
@@ -151,8 +152,8 @@ def run_direction(work: Path, src: str, dst: str, rows: dict, dtypes, ns, seed: 
             folder = subset_folder(d[seen], dst, work / f"{src}-to-{dst}" / f"data-{dt}-{n}" / dst)
             models = work / f"{src}-to-{dst}" / f"models-{dt}-{n}"
             shutil.rmtree(models, ignore_errors=True)
-            shutil.copytree(artifact.model_folder(models_src, src, FAMILY, dt),
-                            artifact.model_folder(models, src, FAMILY, dt))
+            shutil.copytree(artifact_layout.model_folder(models_src, src, FAMILY, dt),
+                            artifact_layout.model_folder(models, src, FAMILY, dt))
             t0 = time.perf_counter()
             res = transfer(models, src, dst, data_dir=folder, family=FAMILY, dtype=dt, seed=seed, progress=log)[0]
             secs = time.perf_counter() - t0

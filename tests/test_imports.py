@@ -161,7 +161,10 @@ OPTIONAL = {"triton": "an extra (costlearn[triton])", "torch": "an extra (costle
 
 DEFERRED_OWN = {"costlearn.families.triton_mm.kernel": "needs Triton (an optional dependency)",
                 "costlearn.serve.tuning": "the measuring (collect.rows), the backends and pandas: a prediction that "
-                                          "does not measure never loads them (start-up)"}
+                                          "does not measure never loads them (start-up)",
+                "costlearn.model.store": "the model package (the CostModel seam, the feature sets): the command "
+                                         "line's start-up never loads it",
+                "costlearn.model.artifact_layout": "the model package, as costlearn.model.store"}
 """costlearn modules any function may import late, and why."""
 
 HEAVY_LIBS = {"pandas", "sklearn", "scipy", "xgboost", "joblib", "tqdm", "matplotlib", "pyarrow"}

@@ -29,7 +29,7 @@ def test_bench_predict_prints_the_table_and_checks_agreement(tmp_path):
     """A triton_mm model with a shortlist table (the Inductor fixture's; held out: two shapes of a second
     fixture log). (The committed gemm model, the default, takes the same path without a table.)"""
     from costlearn.interop import import_file
-    from costlearn.model.artifact import model_folder
+    from costlearn.model.artifact_layout import model_folder
     from costlearn.model.artifact_save import replace_shortlist
     from costlearn.serve.predictor import Predictor
     from costlearn.ranker.shortlist_build import build_shortlist

@@ -358,7 +358,8 @@ def model_device(model, family: str, dtype: str, models_dir, here=None) -> str:
             resolve_model(None, family, dtype, models_dir, cli=True).parents[1].name
     if local is None or not has_model(model, family, dtype, models_dir):
         return model
-    from costlearn.model.artifact import load, model_folder, models_root
+    from costlearn.model.artifact import load
+    from costlearn.model.artifact_layout import model_folder, models_root
     trained = load(model_folder(models_root(models_dir), model, family, dtype)).spec   # its sidecar's, not its folder's
     if local["slug"] != trained.slug:
         print(f"note: the {model} model was trained on another device than this machine's ({local['name']}, "

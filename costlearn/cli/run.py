@@ -15,7 +15,7 @@ from costlearn.cli.train import train_stage
 def cmd_run(args) -> int:
     """collect -> train -> predict -> evaluate on the local device, each stage
     called with explicit arguments."""
-    from costlearn.model.artifact import model_folder
+    from costlearn.model.artifact_layout import model_folder
     t0 = time.perf_counter()
     check_family_dtype(args)
     shapes = parse_shapes(args.shapes, files=True, dtype=args.dtype) if args.shapes else None

@@ -30,7 +30,7 @@ def train_stage(data, models_dir, *, family: str | None, dtypes, learner: str, f
         be trained (each named with why).
     """
     from costlearn.collect.dataset import load
-    from costlearn.model.artifact import ArtifactError, models_root
+    from costlearn.model.artifact_layout import ArtifactError, models_root
     from costlearn.learn.train import MIN_PROBLEMS, MIN_ROWS, pair_counts, train
     folder = dataset_folder(data)
     settings = {} if feature_set is None else dict(feature_set=feature_set)
@@ -123,7 +123,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_transfer(args) -> int:
-    from costlearn.model.artifact import models_root
+    from costlearn.model.artifact_layout import models_root
     from costlearn.model.transfer import MIN_DESTINATION_PROBLEMS
     from costlearn.learn.transfer import transfer
     from costlearn.collect.dataset import device_dataset_folder

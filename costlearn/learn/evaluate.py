@@ -159,7 +159,7 @@ def score(art_folder, rows: pd.DataFrame, seed: int = 0, data=None) -> EvalResul
     ------
     ValueError
         If no row is left to score.
-    costlearn.model.artifact.ArtifactError
+    costlearn.model.artifact_layout.ArtifactError
         If the artifact cannot be loaded.
     """
     art = art_folder if isinstance(art_folder, _artifact.Artifact) else _artifact.load(art_folder)

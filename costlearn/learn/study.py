@@ -28,7 +28,7 @@ import pandas as pd
 from costlearn.collect.dataset import current_rows, load, rows_where, valid_rows
 from costlearn.families import VENDOR_CONFIG_ID
 from costlearn.learn.metrics import PROBLEM_COLUMNS, geomean_regret
-from costlearn.model.artifact import ArtifactError, model_folder
+from costlearn.model.artifact_layout import ArtifactError, model_folder
 from costlearn.model.artifact import load as load_artifact
 from costlearn.serve.predictor import Predictor
 from costlearn.core.problem import Problem

@@ -25,6 +25,7 @@ from costlearn.learn.coverage import data_coverage
 from costlearn.learn.holdout import calibrate_floor, heldout_folds, heldout_problems
 from costlearn.learn.metrics import evaluate_rows, random_scores, summarize
 from costlearn.model import BASELINES, artifact, artifact_save, get_model
+from costlearn.model.artifact_layout import SIDECAR, ArtifactError, model_folder, old_layout_folders
 from costlearn.model.base import CostModel
 from costlearn.model.vendor import MIN_PROBLEMS as VENDOR_MIN_PROBLEMS
 from costlearn.model.vendor import VendorModel, problem_features_table, problem_table
@@ -320,8 +321,8 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
                     sources=sorted(rows["source_file"].fillna("").astype(str).unique().tolist()),
                     source_sha256s=sorted(rows["source_sha256"].fillna("").astype(str).unique().tolist()),
                     excluded_sources=sorted(str(s) for s in exclude_sources))
-    folder = artifact.model_folder(models_dir, spec.slug, fam.name, dtype)
-    replaced = (folder / artifact.SIDECAR).exists()
+    folder = model_folder(models_dir, spec.slug, fam.name, dtype)
+    replaced = (folder / SIDECAR).exists()
     cands, coverage, _ = candidate_pool(fam, rows, spec, dtype)
     path = export_artifact(mdl, folder, family=fam, dtype=dtype,
                            layouts=sorted(rows["layout"].unique().tolist()), spec=spec,
@@ -482,7 +483,7 @@ def add_shortlist(folder, *, threads: int | None = None) -> dict:
     ------
     ValueError
         If the scorer is too shallow for a table (:func:`~costlearn.model.shortlist.worth_a_table`).
-    costlearn.model.artifact.ArtifactError
+    costlearn.model.artifact_layout.ArtifactError
         If ``folder`` holds no loadable artifact.
     """
     pred = Predictor(folder, shortlist=False)
@@ -529,7 +530,7 @@ def migrate_models(models_dir) -> list[tuple[Path, Path]]:
     ------
     ValueError
         If ``models_dir`` is not a folder.
-    costlearn.model.artifact.ArtifactError
+    costlearn.model.artifact_layout.ArtifactError
         If an old artifact cannot be read or converted (its feature list is
         not this code's, its model file is not the sidecar's), or the new
         folder already holds a model (nothing is removed or replaced then).
@@ -539,35 +540,35 @@ def migrate_models(models_dir) -> list[tuple[Path, Path]]:
         raise ValueError(f"{str(root)!r} is not a folder of models")
     gemm = get_family("gemm")
     done = []
-    for old in artifact.old_layout_folders(root):
-        side_path = old / artifact.SIDECAR
+    for old in old_layout_folders(root):
+        side_path = old / SIDECAR
         try:
             side = json.loads(side_path.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise artifact.ArtifactError(f"unreadable {side_path}: {e}") from e
+            raise ArtifactError(f"unreadable {side_path}: {e}") from e
         if not isinstance(side, dict) or side.get("artifact_schema") != 2 or side.get("model") != "xgboost":
             what = (side.get("artifact_schema"), side.get("model")) if isinstance(side, dict) else "not an object"
-            raise artifact.ArtifactError(f"{side_path}: {what!r}; only schema-2 xgboost artifacts can be converted")
+            raise ArtifactError(f"{side_path}: {what!r}; only schema-2 xgboost artifacts can be converted")
         missing = [key for key in ("device", "dtype", "feature_set", "feature_names", "feature_version", "candidates",
                                    "envelope", "template_hash", "costlearn_version") if key not in side]
         if missing:
-            raise artifact.ArtifactError(f"{side_path} lacks keys {missing}; retrain with `costlearn train`")
+            raise ArtifactError(f"{side_path} lacks keys {missing}; retrain with `costlearn train`")
         fs = side["feature_set"]
         if fs not in ("analytic", "raw", "derived") or list(get_feature_set(fs).feature_names(gemm)) != list(
                 side["feature_names"]) or side["feature_version"] != feature_version(fs, gemm):
-            raise artifact.ArtifactError(f"{side_path}: its features ({fs!r}, version {side['feature_version']!r}) are "
-                                         "not this code's; retrain with `costlearn train` instead")
+            raise ArtifactError(f"{side_path}: its features ({fs!r}, version {side['feature_version']!r}) are "
+                                "not this code's; retrain with `costlearn train` instead")
         try:
             spec = DeviceSpec.from_dict(side["device"])
         except (TypeError, ValueError) as e:
-            raise artifact.ArtifactError(f"{side_path}: invalid device ({e})") from e
-        new = artifact.model_folder(root, old.parent.name, "gemm", str(side["dtype"]))
-        if (new / artifact.SIDECAR).exists():
-            raise artifact.ArtifactError(f"{new} already holds a model; {old} was not converted (move one of them "
-                                         "away, then run migrate-models again)")
+            raise ArtifactError(f"{side_path}: invalid device ({e})") from e
+        new = model_folder(root, old.parent.name, "gemm", str(side["dtype"]))
+        if (new / SIDECAR).exists():
+            raise ArtifactError(f"{new} already holds a model; {old} was not converted (move one of them "
+                                "away, then run migrate-models again)")
         ubj = old / "model.ubj"
         if not ubj.is_file() or (side.get("model_sha256") and sha256_file(ubj) != side["model_sha256"]):
-            raise artifact.ArtifactError(f"{ubj} is missing or does not belong to {side_path} (sha256 differs)")
+            raise ArtifactError(f"{ubj} is missing or does not belong to {side_path} (sha256 differs)")
         atomic_write(new / "model.ubj", ubj.read_bytes())
         state = dict(settings=dict(feature_set=side["feature_set"], params=side.get("params") or {}),
                      feature_names=side["feature_names"], best_iteration=side.get("best_iteration"),

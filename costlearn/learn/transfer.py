@@ -53,7 +53,7 @@ from costlearn.learn.active import EnsembleDisagreement, member_params
 from costlearn.learn.holdout import VENDOR_NEAR_GRID, calibrate_floor, heldout_problems
 from costlearn.model.vendor_floor import FLOOR_VERSION, NEIGHBORS
 from costlearn.learn.metrics import evaluate_rows, summarize
-from costlearn.model import artifact, get_model
+from costlearn.model import artifact, artifact_layout, get_model
 from costlearn.model.transfer import MIN_DESTINATION_PROBLEMS, MultiDeviceXGBModel, zero_shot_reason
 from costlearn.learn.train import candidate_pool, export_artifact, read_device_json
 
@@ -251,7 +251,7 @@ def transfer(models_dir, source: str, destination: str, *, data_dir=None, source
         folder holds a model of its own (without ``replace``), the
         destination is not described, or rows of another kernel template
         are given.
-    costlearn.model.artifact.ArtifactError
+    costlearn.model.artifact_layout.ArtifactError
         If a source artifact does not load.
     """
     say = progress or (lambda line: None)
@@ -267,10 +267,10 @@ def transfer(models_dir, source: str, destination: str, *, data_dir=None, source
     if not models_dir.is_dir():
         raise ValueError(f"--models {str(models_dir)!r} is not a folder (the model store holding {source}/)")
     dtypes = None if dtype is None else ([dtype] if isinstance(dtype, str) else list(dtype))
-    pairs = [(f, d) for dev, f, d in artifact.list_models(models_dir) if dev == source
+    pairs = [(f, d) for dev, f, d in artifact_layout.list_models(models_dir) if dev == source
              and (family is None or f == family) and (dtypes is None or d in dtypes)]
     if not pairs:
-        have = sorted({dev for dev, _, _ in artifact.list_models(models_dir)}) if models_dir.is_dir() else []
+        have = sorted({dev for dev, _, _ in artifact_layout.list_models(models_dir)}) if models_dir.is_dir() else []
         which = "/".join(x for x in (family, "|".join(dtypes or [])) if x)
         raise ValueError(f"{models_dir} holds no {which + ' ' if which else ''}model of device {source!r}; it holds "
                          f"models of {have}")
@@ -280,7 +280,7 @@ def transfer(models_dir, source: str, destination: str, *, data_dir=None, source
     results = []
     for fam_name, dt in pairs:
         fam = get_family(fam_name)
-        src_art = artifact.load(artifact.model_folder(models_dir, source, fam_name, dt))
+        src_art = artifact.load(artifact_layout.model_folder(models_dir, source, fam_name, dt))
         side = src_art.sidecar
         if side.get("transfer"):
             raise ValueError(f"{src_art.path} is itself a transferred model; transfer from the device whose own rows "
@@ -360,16 +360,16 @@ def _out_folder(models_dir: Path, destination: str, fam_name: str, dt: str, repl
         If the folder holds a model of the destination's own rows (or an
         unreadable one) and ``replace`` is False.
     """
-    out_folder = artifact.model_folder(models_dir, destination, fam_name, dt)
-    if (out_folder / artifact.SIDECAR).exists() and not replace:
+    out_folder = artifact_layout.model_folder(models_dir, destination, fam_name, dt)
+    if (out_folder / artifact_layout.SIDECAR).exists() and not replace:
         try:
-            own = not json.loads((out_folder / artifact.SIDECAR).read_text()).get("transfer")
+            own = not json.loads((out_folder / artifact_layout.SIDECAR).read_text()).get("transfer")
         except (OSError, ValueError, AttributeError):
             own = True
         if own:
             raise ValueError(f"{out_folder} holds a model not made by transfer (or an unreadable one); pass "
                              "--replace (Python: replace=True) to overwrite it")
-    if (out_folder / artifact.SIDECAR).exists():
+    if (out_folder / artifact_layout.SIDECAR).exists():
         say(f"{fam_name}/{dt}: replacing the model in {out_folder}")
     return out_folder
 

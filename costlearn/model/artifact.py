@@ -11,9 +11,9 @@ sidecar records the sha256 of each file, the previous model's files stay
 until the next save, and :func:`load` reads again where the sidecar changed
 under it. A save killed at any point leaves the old model served (its
 unfinished folder is removed by the next save). One save at a time per
-folder (a lock, :data:`SAVE_LOCK`, that a killed holder does not leave
-held). Artifacts written before payload folders keep their files beside
-the sidecar and load as they are.
+folder (a lock, :data:`~costlearn.model.artifact_layout.SAVE_LOCK`, that a
+killed holder does not leave held). Artifacts written before payload
+folders keep their files beside the sidecar and load as they are.
 
 ``scorer.npz`` is what is served: predictions, rankings, the shortlist table,
 ``evaluate`` (:meth:`Artifact.predict_rows`) all read it, and :func:`load`
@@ -23,15 +23,17 @@ only when asked for: a damaged one changes no answer and is refused where it
 is read.
 Artifacts of schema 2 (``models/<device>/<dtype>/``, before kernel families)
 are refused with the command that converts them (:func:`migrate`).
+
+This module is the loaded artifact (:class:`Artifact`) and its loading
+(:func:`load`: the sidecar's checks); where artifacts live and how a sidecar
+names its files is :mod:`costlearn.model.artifact_layout` (its public names
+re-exported here), the checked reading of each file
+:mod:`costlearn.model.artifact_files`.
 """
 from __future__ import annotations
 
-import collections
-import hashlib
 import json
 import os
-import threading
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,45 +45,25 @@ if TYPE_CHECKING:                   # pandas is loaded where a function needs it
     import pandas as pd
 
 from costlearn.core.device import DeviceSpec
-from costlearn.model.envelope import Coverage, Envelope
 from costlearn.families import FAMILIES, get_family
 from costlearn.features import FEATURE_SETS, CandidateFeatures, ConfigTable, feature_version, get_feature_set
-from costlearn.model.vendor_floor import VendorFloor
-from costlearn.model.shortlist import SHORTLIST_FILE, Shortlist, ShortlistError
-from costlearn.core.files import read_file
-from costlearn.core.keyed_cache import KeyedCache
-from costlearn.core.npz import npz_arrays
+from costlearn.model.artifact_files import load_scorer, load_shortlist, load_vendor
+from costlearn.model.artifact_layout import (    # the layout's public names: re-exported, as before the split
+    ARTIFACT_SCHEMA, PAYLOAD_PREFIX, SAVE_LOCK, SCORER_FILE, SIDECAR, SIDECAR_DIGEST, ArtifactError,
+    default_models_dir, files_folder, list_models, model_folder, models_root, old_layout_folders, payload_folder,
+    sidecar_digest)
 from costlearn.model.base import MODELS, CostModel
-from costlearn.model import forest as forest_module
-from costlearn.model.scorer import Scorer, ScorerError
-from costlearn.model.vendor import FEATURES as VENDOR_FEATURES
+from costlearn.model.envelope import Coverage, Envelope
+from costlearn.model.scorer import Scorer
+from costlearn.model.shortlist import Shortlist
 from costlearn.model.vendor import VendorModel
-from costlearn.core.errors import CostlearnError
-__all__ = ["ARTIFACT_SCHEMA", "load", "Artifact", "ArtifactError", "default_models_dir", "models_root",
-           "list_models", "model_folder", "old_layout_folders", "SIDECAR",
-           "SCORER_FILE", "SAVE_LOCK", "PAYLOAD_PREFIX", "LOAD_TRIES", "files_folder", "sidecar_digest",
-           "SIDECAR_DIGEST"]
+from costlearn.model.vendor_floor import VendorFloor
 
-
-ARTIFACT_SCHEMA = 3
-"""3: ``models/<device>/<family>/<dtype>/``, family and layouts in the
-sidecar, the model saved through its CostModel, the compiled scorer and its
-cascade in the artifact."""
-
-
-SIDECAR = "model.json"
-
-
-SIDECAR_DIGEST = "sidecar_sha256"
-"""The sidecar's key for the sha256 of the rest of it (:func:`sidecar_digest`)."""
-
-
-SAVE_LOCK = ".save.lock"
-"""The lock file one :func:`save` of a folder holds at a time."""
-
-
-PAYLOAD_PREFIX = "v-"
-"""Names of the folders a model's files live in (``v-<UTC time>-<random>``)."""
+__all__ = ["load", "Artifact", "LOAD_TRIES",
+           # where artifacts live and how a sidecar names its files (costlearn.model.artifact_layout)
+           "ARTIFACT_SCHEMA", "ArtifactError", "default_models_dir", "models_root", "list_models", "model_folder",
+           "old_layout_folders", "SIDECAR", "SCORER_FILE", "SAVE_LOCK", "PAYLOAD_PREFIX", "files_folder",
+           "sidecar_digest", "SIDECAR_DIGEST"]
 
 
 LOAD_TRIES = 3
@@ -89,110 +71,9 @@ LOAD_TRIES = 3
 replacing the model meanwhile) before it gives up."""
 
 
-LEGACY_FILES = ("model.ubj", "scorer.npz", "vendor.npz", "shortlist.npz")
-"""The files an artifact kept beside its sidecar before payload folders."""
-
-
-SCORER_FILE = "scorer.npz"
-
-
-VENDOR_FILE = "vendor.npz"
-"""The vendor model's members (:mod:`costlearn.model.vendor`), where the
-family has a vendor candidate; its sha256 is in the sidecar."""
-
-
 _REQUIRED_KEYS = ("artifact_schema", "model", "model_state", "feature_set", "feature_names", "feature_version",
                   "family", "dtype", "layouts", "device", "candidates", "envelope", "scorer", "template_hash",
                   "costlearn_version")
-
-
-class ArtifactError(CostlearnError, ValueError):
-    """A model artifact is missing, unreadable or does not match this code."""
-
-
-def default_models_dir() -> Path:
-    """``$COSTLEARN_MODELS`` if set, else the ``models/`` folder of the source
-    tree this package was imported from, else ``./models``."""
-    env = os.environ.get("COSTLEARN_MODELS")
-    if env:
-        return Path(env)
-    here = Path(__file__).resolve().parents[2] / "models"
-    return here if here.is_dir() else Path("models")
-
-
-def models_root(models_dir=None) -> Path:
-    """The model store's root: ``models_dir`` as given, else
-    :func:`default_models_dir` (the one place the default is worked out)."""
-    return Path(models_dir) if models_dir is not None else default_models_dir()
-
-
-def model_folder(root, device: str, family: str, dtype: str) -> Path:
-    """``<root>/<device>/<family>/<dtype>``."""
-    return Path(root) / device / family / dtype
-
-
-def list_models(models_dir=None) -> list[tuple[str, str, str]]:
-    """(device, family, dtype) triples that have an artifact under ``models_dir``."""
-    root = models_root(models_dir)
-    if not root.is_dir():
-        return []
-    return sorted((p.parents[2].name, p.parents[1].name, p.parent.name) for p in root.glob(f"*/*/*/{SIDECAR}"))
-
-
-def old_layout_folders(models_dir=None) -> list[Path]:
-    """Artifacts in the layout before kernel families (``<root>/<device>/<dtype>/model.json``)."""
-    root = models_root(models_dir)
-    if not root.is_dir():
-        return []
-    return sorted(p.parent for p in root.glob(f"*/*/{SIDECAR}"))
-
-
-def files_folder(folder) -> Path:
-    """The folder the artifact in ``folder`` keeps its files in now (its
-    payload folder, or ``folder`` for an artifact written before payload
-    folders), without checking the files.
-
-    Raises
-    ------
-    ArtifactError
-        If ``folder`` holds no readable sidecar or it names no such folder.
-    """
-    folder = Path(folder)
-    payload = current_payload(folder)
-    if payload is None:
-        raise ArtifactError(f"no readable model sidecar in {str(folder)!r}")
-    return payload_folder(folder, folder / SIDECAR, payload or None)
-
-
-def sidecar_digest(side: dict) -> str:
-    """sha256 of the sidecar's content less :data:`SIDECAR_DIGEST`: a flipped
-    byte that renames a key or changes a value without breaking the JSON is
-    found.
-
-    Parameters
-    ----------
-    side : dict
-        A sidecar as JSON reads it (plain types).
-
-    Returns
-    -------
-    str
-        64 hex digits: sha256 of ``json.dumps`` of the rest, keys sorted,
-        UTF-8.
-    """
-    body = {k: v for k, v in side.items() if k != SIDECAR_DIGEST}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-
-
-def current_payload(folder: Path) -> str | None:
-    """The payload folder the sidecar in ``folder`` names now: its name,
-    ``""`` for an artifact whose files lie beside the sidecar, None where
-    there is no readable sidecar."""
-    try:
-        side = json.loads((folder / SIDECAR).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    return str(side.get("payload") or "") if isinstance(side, dict) else None
 
 
 @dataclass
@@ -485,17 +366,9 @@ def _load(folder: Path, text: bytes) -> Artifact:
         raise ArtifactError(f"{side_path}: invalid sidecar ({type(e).__name__}: {e}); "
                             "retrain with `costlearn train`") from e
     files = payload_folder(folder, side_path, side.get("payload"))
-    sc_path, sc_data = verified_file(files, side["scorer"].get("file", SCORER_FILE), side_path,
-                                 side["scorer"].get("sha256"), "compiled scorer")
-    try:
-        scorer = _parsed(("scorer", side["scorer"].get("sha256"), len(configs)),
-                         lambda: _checked_scorer(sc_path, len(configs), sc_data, side["scorer"].get("sha256")))
-    except ScorerError as e:
-        raise ArtifactError(str(e)) from e
-    if scorer.n_features != len(art_names):
-        raise ArtifactError(f"{sc_path} reads {scorer.n_features} features, the sidecar names {len(art_names)}")
-    shortlist = _load_shortlist(files, side_path, side.get("shortlist"), scorer, len(configs), layouts)
-    vendor_model = _load_vendor(files, side_path, side.get("vendor_model"))
+    scorer = load_scorer(files, side_path, side["scorer"], len(configs), len(art_names))
+    shortlist = load_shortlist(files, side_path, side.get("shortlist"), scorer, len(configs), layouts)
+    vendor_model = load_vendor(files, side_path, side.get("vendor_model"))
     if floor.estimate is not None and vendor_model is None:
         raise ArtifactError(f"{side_path}: its vendor floor decides with the vendor model's estimate, but the "
                             "artifact has no vendor model; retrain with `costlearn train`")
@@ -503,172 +376,3 @@ def _load(folder: Path, text: bytes) -> Artifact:
                     configs=configs, registers_per_thread=registers, envelope=envelope, scorer=scorer,
                     coverage=coverage, floor=floor, shortlist=shortlist, epilogues=epilogues,
                     vendor_model=vendor_model, files=files)
-
-
-def payload_folder(folder: Path, side_path: Path, payload) -> Path:
-    """The folder the sidecar's files lie in: its ``payload`` folder, a bare
-    name in ``folder`` (not a link), or ``folder`` itself where it names
-    none (an artifact written before payload folders).
-
-    Raises
-    ------
-    ArtifactError
-        If ``payload`` is not such a folder's name or the folder is missing.
-    """
-    if payload is None:
-        return folder
-    name = str(payload)
-    if not (isinstance(payload, str) and name.startswith(PAYLOAD_PREFIX) and Path(name).name == name
-            and "\\" not in name):
-        raise ArtifactError(f"{side_path}: payload {name[:100]!r} is not a folder name {PAYLOAD_PREFIX}... in the "
-                            "artifact's folder")
-    path = folder / name
-    if path.is_symlink() or not path.is_dir():
-        raise ArtifactError(f"{path} is missing or a link (the artifact's files): a training may be replacing "
-                            "this model; retry, or retrain")
-    return path
-
-
-_PARSED: "collections.OrderedDict" = collections.OrderedDict()
-"""The last :data:`PARSED_KEPT` scorers, shortlist tables and vendor models
-this process read and checked, by (kind, the file's sha256, what the check
-depended on): a second load of the same bytes reuses them (the file is still
-read and its digest still checked). They are immutable once loaded."""
-
-
-PARSED_KEPT = 8
-
-
-_PARSED_LOCK = threading.Lock()
-
-
-def _parsed(key: tuple, parse):
-    """``parse()``, or the object it gave for ``key`` earlier in this
-    process (:data:`_PARSED`)."""
-    with _PARSED_LOCK:
-        got = _PARSED.get(key)
-        if got is not None:
-            _PARSED.move_to_end(key)
-            return got
-    got = parse()
-    with _PARSED_LOCK:
-        _PARSED[key] = got
-        while len(_PARSED) > PARSED_KEPT:
-            _PARSED.popitem(last=False)
-    return got
-
-
-FOREST_CHECKED = KeyedCache("forest-checked", ".ok")
-"""Records, in the user's private cache, the sha256 of each scorer file whose
-forest passed :meth:`~costlearn.model.forest.FlatForest.validate` (keyed with
-the source of :mod:`costlearn.model.forest`, so a changed check checks
-again): a later process loading the same bytes skips the check (a large
-share of a deep model's load). A record counts only in a private folder
-(:func:`costlearn.core.keyed_cache.private_folder`); a damaged file has another
-sha256 and is checked, and refused."""
-
-
-def _checked_scorer(path: Path, n_candidates: int, data: bytearray, sha256: str) -> Scorer:
-    """:meth:`Scorer.from_file` of ``data`` (the verified bytes of ``path``,
-    whose sha256 is ``sha256``), its forest's check skipped where
-    :data:`FOREST_CHECKED` records these bytes, and recorded once it passes."""
-    try:
-        key = f"{sha256}\n".encode() + Path(forest_module.__file__).read_bytes()
-    except (OSError, TypeError):                # no readable source (a frozen install): check every time
-        return Scorer.from_file(path, n_candidates, data)
-    checked = FOREST_CHECKED.has(key)
-    scorer = Scorer.from_file(path, n_candidates, data, checked)
-    if not checked:
-        FOREST_CHECKED.put(key)
-    return scorer
-
-
-def verified_file(folder: Path, name, side_path: Path, sha256, what: str) -> tuple[Path, bytearray]:
-    """``folder / name`` and its bytes, a file the sidecar ``side_path``
-    records with ``sha256``: a bare file name in the artifact's own folder
-    (the sidecar may name no file elsewhere, nor reach out through a link).
-    The file is read once: the bytes checked are the bytes the caller uses.
-
-    Raises
-    ------
-    ArtifactError
-        If the name is not a bare file name, the file lies outside the
-        folder, is missing, or its bytes are not the recorded ones.
-    """
-    name = str(name)
-    if not name or name in (".", "..") or Path(name).name != name or "\\" in name:
-        raise ArtifactError(f"{side_path}: the {what} is named {name[:100]!r}; an artifact's files are bare file "
-                            "names in its own folder")
-    path = folder / name
-    if path.exists() and path.resolve().parent != folder.resolve():
-        raise ArtifactError(f"{path} leads outside {folder} (a link); an artifact's files live in its folder")
-    if not path.is_file():
-        raise ArtifactError(f"{path} is missing (the artifact's {what})")
-    try:
-        data = read_file(path)
-    except OSError as e:
-        raise ArtifactError(f"{path} is unreadable (the artifact's {what}: {e})") from e
-    if hashlib.sha256(data).hexdigest() != sha256:
-        raise ArtifactError(f"{path} does not belong to {side_path} (sha256 differs): a training may be writing "
-                            "this folder; retry, or retrain")
-    return path, data
-
-
-def _load_vendor(folder: Path, side_path: Path, entry) -> VendorModel | None:
-    """The vendor model the sidecar records (None where it records none),
-    read from :data:`VENDOR_FILE`.
-
-    Raises
-    ------
-    ArtifactError
-        If the file is missing, not the one the sidecar recorded, unreadable,
-        or reads other features than this code's.
-    """
-    if entry is None:
-        return None
-    if not isinstance(entry, dict):
-        raise ArtifactError(f"{side_path}: vendor_model is a {type(entry).__name__}, not an object")
-    if entry.get("features") != list(VENDOR_FEATURES):
-        raise ArtifactError(f"{side_path}: its vendor model reads {entry.get('features')}, this code's "
-                            f"{list(VENDOR_FEATURES)}; retrain with `costlearn train`")
-    path, data = verified_file(folder, VENDOR_FILE, side_path, entry.get("sha256"), "vendor model")
-    try:
-        vm = _parsed(("vendor", entry.get("sha256")), lambda: VendorModel.from_arrays(npz_arrays(data)))
-    except (OSError, ValueError, TypeError, EOFError, zipfile.BadZipFile) as e:
-        raise ArtifactError(f"{path}: unreadable vendor model ({type(e).__name__}: {e})") from e
-    if (entry.get("members"), entry.get("trees")) != (len(vm.bases), len(vm.forest.roots)):
-        raise ArtifactError(f"{path}: {len(vm.bases)} members of {len(vm.forest.roots)} trees; {side_path} "
-                            f"records {entry.get('members')} of {entry.get('trees')}")
-    return vm
-
-
-def recorded_sha(side: dict, name: str) -> str | None:
-    """The sha256 the sidecar records for its file ``name``."""
-    if name == side.get("scorer", {}).get("file", SCORER_FILE):
-        return side["scorer"].get("sha256")
-    if name == VENDOR_FILE and isinstance(side.get("vendor_model"), dict):
-        return side["vendor_model"].get("sha256")
-    return side.get("model_state", {}).get("files", {}).get(name)
-
-
-def _load_shortlist(folder: Path, side_path: Path, entry, scorer: Scorer, n_candidates: int, layouts):
-    """The shortlist table the sidecar names (None where it names none).
-
-    Raises
-    ------
-    ArtifactError
-        If the file is missing, not the one the sidecar recorded, unreadable,
-        or does not fit the scorer, candidates or layouts.
-    """
-    if entry is None:
-        return None
-    if not isinstance(entry, dict):
-        raise ArtifactError(f"{side_path}: shortlist is a {type(entry).__name__}, not an object")
-    path, data = verified_file(folder, entry.get("file", SHORTLIST_FILE), side_path, entry.get("sha256"),
-                           "shortlist table")
-    try:
-        sl = _parsed(("shortlist", entry.get("sha256")), lambda: Shortlist.from_file(path, data))
-        sl.fits(n_candidates, scorer.n_trees, layouts)
-    except ShortlistError as e:
-        raise ArtifactError(f"{path}: {e}" if str(path) not in str(e) else str(e)) from e
-    return sl

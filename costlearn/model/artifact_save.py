@@ -1,7 +1,8 @@
 """Writing a model artifact: :func:`save` (a new model replaces the old in
 one rename of the sidecar) and :func:`replace_shortlist` (a new table for
 the model there). What the files are, and how they are read and checked, is
-:mod:`costlearn.model.artifact`.
+:mod:`costlearn.model.artifact` (the files' names and places:
+:mod:`costlearn.model.artifact_layout`).
 """
 from __future__ import annotations
 
@@ -25,9 +26,10 @@ from costlearn.core.npz import npz_bytes
 from costlearn.core.version import __version__
 from costlearn.families import get_family
 from costlearn.features import feature_version, get_feature_set
-from costlearn.model.artifact import (LEGACY_FILES, ARTIFACT_SCHEMA, PAYLOAD_PREFIX, SAVE_LOCK, SCORER_FILE,
-                                      SIDECAR, SIDECAR_DIGEST, VENDOR_FILE, ArtifactError, current_payload,
-                                      payload_folder, recorded_sha, verified_file, sidecar_digest)
+from costlearn.model.artifact_files import verified_file
+from costlearn.model.artifact_layout import (ARTIFACT_SCHEMA, LEGACY_FILES, PAYLOAD_PREFIX, SAVE_LOCK, SCORER_FILE,
+                                             SIDECAR, SIDECAR_DIGEST, VENDOR_FILE, ArtifactError, current_payload,
+                                             payload_folder, recorded_sha, sidecar_digest)
 from costlearn.model.base import CostModel
 from costlearn.model.scorer import Scorer
 from costlearn.model.shortlist import SHORTLIST_FILE

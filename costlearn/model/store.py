@@ -3,7 +3,7 @@
 
 - :class:`ModelKey`: which model, (device, family, dtype), the key of every lookup;
 - :func:`default_store`: ``$COSTLEARN_MODELS``, else the source tree's ``models/``
-  (:func:`costlearn.model.artifact.models_root`), worked out once;
+  (:func:`costlearn.model.artifact_layout.models_root`), worked out once;
 - :func:`resolve_model` / :func:`find_model`: a ModelKey -> the artifact folder, with
   errors that list what the store holds;
 - :func:`has_model`: whether the store holds one;
@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from costlearn.core.device import DeviceSpec
 from costlearn.core.checks import check_path, check_pathlike
-from costlearn.model import artifact as _artifact
+from costlearn.model import artifact_layout as _artifact_layout
 
 __all__ = ["ModelKey", "default_store", "find_model", "resolve_model", "has_model", "store_key", "LoadedModels"]
 
@@ -36,7 +36,7 @@ class ModelKey(NamedTuple):
     """Which model: a store's ``<device>/<family>/<dtype>/`` folder.
 
     A frozen value (a named tuple: equal to the plain triple
-    :func:`costlearn.model.artifact.list_models` gives, so a repeated
+    :func:`costlearn.model.artifact_layout.list_models` gives, so a repeated
     prediction's lookup may use a plain tuple and skip building one).
 
     Attributes
@@ -109,15 +109,15 @@ def find_model(key: ModelKey, models_dir=None, *, cli: bool = False) -> Path:
     """
     check_path("models_dir", models_dir, optional=True)
     device, family, dtype = key
-    root = _artifact.models_root(models_dir)
+    root = _artifact_layout.models_root(models_dir)
     if not root.is_dir():
         raise ValueError(f"models_dir {str(root)!r} is not a folder" + (" (it does not exist)" if not root.exists()
                                                                        else "") + "; train a model into it with "
                          "`costlearn train --models DIR`, or point models_dir / --models / $COSTLEARN_MODELS at "
                          "a model store")
-    have = _artifact.list_models(root)
+    have = _artifact_layout.list_models(root)
     present = [f"{d}/{f}/{t}" for d, f, t in have] or "none"
-    old = _artifact.old_layout_folders(root)
+    old = _artifact_layout.old_layout_folders(root)
     hint = (f"; {len(old)} artifact(s) in the layout before kernel families ({old[0]}): convert them with "
             f"`costlearn migrate-models {root}`" if old else "")
     if device is None:
@@ -136,14 +136,14 @@ def find_model(key: ModelKey, models_dir=None, *, cli: bool = False) -> Path:
     if ModelKey(device, family, dtype) not in have:
         raise ValueError(f"no model for device={device!r}, family={family!r}, dtype={dtype!r} in {str(root)!r}; "
                          f"models present: {present}" + hint)
-    return _artifact.model_folder(root, device, family, dtype)
+    return _artifact_layout.model_folder(root, device, family, dtype)
 
 
 def has_model(device: str, family: str, dtype: str, models_dir=None) -> bool:
     """Whether the store (``models_dir``, else :func:`default_store`) holds
     a model for (device, family, dtype)."""
-    root = _artifact.models_root(models_dir)
-    return root.is_dir() and ModelKey.of(device, family, dtype) in _artifact.list_models(root)
+    root = _artifact_layout.models_root(models_dir)
+    return root.is_dir() and ModelKey.of(device, family, dtype) in _artifact_layout.list_models(root)
 
 
 def store_key(models_dir):
@@ -194,7 +194,7 @@ def default_store() -> Path:
     if store is None:
         with _LOCK:
             if _DEFAULT_STORE is None:
-                _DEFAULT_STORE = _artifact.models_root(None).absolute()
+                _DEFAULT_STORE = _artifact_layout.models_root(None).absolute()
             store = _DEFAULT_STORE
     return store
 
@@ -207,7 +207,7 @@ def _sidecar_identity(folder) -> tuple | None:
     mtime) changes its status-change time, which no user can set. None
     where there is none."""
     try:
-        st = os.stat(os.path.join(folder, _artifact.SIDECAR))
+        st = os.stat(os.path.join(folder, _artifact_layout.SIDECAR))
     except OSError:
         return None
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns

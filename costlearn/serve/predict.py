@@ -166,7 +166,7 @@ def predict_best(M, N, K, dtype: str = "float32", device=None, *, family: str = 
         is no model for ``device`` (the message lists the models present).
     RuntimeError
         If ``measure_top_k`` is set and none of the configs measured correctly.
-    costlearn.model.artifact.ArtifactError
+    costlearn.model.artifact_layout.ArtifactError
         If the model does not match this code.
 
     Examples

@@ -95,7 +95,7 @@ class Predictor:
 
     Raises
     ------
-    costlearn.model.artifact.ArtifactError
+    costlearn.model.artifact_layout.ArtifactError
         If the artifact is missing or does not match this code.
     """
 

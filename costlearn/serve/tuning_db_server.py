@@ -1,9 +1,10 @@
 """The tuning database on a PostgreSQL server, shared by every host of a
-fleet: the interface and rules of :class:`~costlearn.serve.tuning_db.TuningDB`
-(same key, a measured entry never replaced by a predicted one, a damaged or
-infeasible row a miss), through psycopg 3, one connection per thread (as
-the SQLite store: a pool's background reconnects would hide why a server is
-away and make every caller wait its full timeout).
+fleet: the queries and rules of :class:`~costlearn.serve.tuning_db.TuningDB`
+(:class:`~costlearn.serve.tuning_store.TuningStore`'s: same key, a measured
+entry never replaced by a predicted one, a damaged or infeasible row a
+miss), through psycopg 3, one connection per thread (as the SQLite store: a
+pool's background reconnects would hide why a server is away and make every
+caller wait its full timeout).
 
 Beside the entries (the winners), every host's measurements and the
 leases of :mod:`costlearn.serve.fleet`, on the server's clock.
@@ -20,15 +21,11 @@ import threading
 import time
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from costlearn.core.problem import Problem
-from costlearn.core.version import __version__
-from costlearn.serve.fleet import (CREATE_LEASES, CREATE_MEASUREMENTS, FREE_LEASE, SELECT_ALL_MEASUREMENTS,
-                                   TAKE_LEASE, Verdict, check_name, lease_seconds)
+from costlearn.serve.fleet import CREATE_LEASES, CREATE_MEASUREMENTS
 from costlearn.serve.tuning_db import TuningDB
-from costlearn.serve.tuning_rows import (
-    CREATE_BLOBS, CREATE_TABLE, KEY_COLUMNS, PUT_BLOB, TABLES, UPSERT, TuningDBError, TuningEntry, blob_values,
-    decode_many, decode_row, default_target, entries_from_rows, entry_values, is_server_url, key_args, key_values,
-    measurement_rows, measurements_by_key, record_in, select_blobs, select_entry, select_many, MANY)
+from costlearn.serve.tuning_rows import (CREATE_BLOBS, CREATE_TABLE, TABLES, TuningDBError, default_target,
+                                         is_server_url, key_args, key_values)
+from costlearn.serve.tuning_store import TuningStore
 
 __all__ = ["ServerTuningDB", "open_store", "copy_store", "redacted", "has_password", "initialize", "WRITER_ROLE",
            "READER_ROLE"]
@@ -53,13 +50,6 @@ _COLUMN_TYPES = {table: re.findall(r"(\w+) (BIGINT|DOUBLE PRECISION|TEXT|BYTEA) 
                  for table, stmt in zip(TABLES, _CREATE)}
 """Each table's (column, type) pairs as PostgreSQL names them (``format_type``)."""
 _COLUMN_TYPES = {t: [(c, k.lower()) for c, k in cols] for t, cols in _COLUMN_TYPES.items()}
-_UPSERT = _pg(UPSERT)
-"""The SQLite store's upsert (a measured entry never replaced by a predicted one)."""
-_SELECT = _pg(select_entry(KEY_COLUMNS, "?"))
-_TAKE_LEASE = _pg(TAKE_LEASE)
-_FREE_LEASE = _pg(FREE_LEASE)
-_PUT_BLOB = _pg(PUT_BLOB)
-_SELECT_ALL_MEASUREMENTS = _pg(SELECT_ALL_MEASUREMENTS)
 _STATEMENTS: dict = {}
 """Each SQLite statement's translation (:func:`_pg`), once."""
 
@@ -195,7 +185,7 @@ def initialize(url: str, *, writer: str = WRITER_ROLE, reader: str = READER_ROLE
         db.close()
 
 
-class ServerTuningDB:
+class ServerTuningDB(TuningStore):
     """The tuning database on a PostgreSQL server.
 
     Parameters
@@ -227,7 +217,13 @@ class ServerTuningDB:
     :class:`~costlearn.serve.tuning_db.TuningDBError` where the database
     holds a ``tuned`` table that is not costlearn's, FileNotFoundError where
     a read-only store finds no table.
+
+    The queries are :class:`~costlearn.serve.tuning_store.TuningStore`'s:
+    leases on the server's clock, a tuning's record in one serializable
+    transaction (:meth:`_transaction`).
     """
+
+    PLACEHOLDER = "%s"
 
     def __init__(self, url: str, *, read_only: bool = False, timeout_s: float = 5.0):
         if not is_server_url(url):
@@ -403,76 +399,23 @@ class ServerTuningDB:
             except self._psycopg.Error:
                 pass
 
-    def get(self, problem: Problem, family: str, device: str, template_hash: str, *, spec=None,
-            costlearn_version: str = __version__) -> TuningEntry | None:
-        """The entry for a problem, or None (a miss): as
-        :meth:`costlearn.serve.tuning_db.TuningDB.get`.
+    # -- the queries' statements (costlearn.serve.tuning_store) ------------
 
-        Raises
-        ------
-        TypeError
-            If ``problem`` is not a Problem.
-        OSError
-            The server cannot be used (:meth:`_run`).
-        """
-        key = key_values(problem, family, device, template_hash, costlearn_version)
-        return decode_row(self._run(lambda c: c.execute(_SELECT, key).fetchone()), *key_args(key), spec)
+    def _statement(self, sql: str) -> str:
+        """``sql`` in PostgreSQL's dialect, on the server's clock (:func:`_translated`)."""
+        return _translated(sql)
 
-    def get_many(self, problems, family: str, device: str, template_hash: str, *, spec=None,
-                 costlearn_version: str = __version__) -> list:
-        """Many problems' entries in one round trip (one per
-        :data:`~costlearn.serve.tuning_rows.MANY` problems): as
-        :meth:`costlearn.serve.tuning_db.TuningDB.get_many`."""
-        problems, out = list(problems), []
-        for i in range(0, len(problems), MANY):
-            sql, params, keys = select_many(problems[i:i + MANY], family, device, template_hash, costlearn_version,
-                                            "%s")
-            out += decode_many(self._run(lambda c: c.execute(sql, params).fetchall()), keys, spec)
-        return out
+    def _table_rows(self, table: str, sql: str, params=None) -> list:
+        """The rows of ``sql`` on ``table``; none where the server has no
+        such table (made by an older costlearn, and this role may not create
+        it)."""
+        return self._run(lambda conn: conn.execute(sql, params).fetchall() if table in self._tables else [])
 
-    def put(self, entry: TuningEntry) -> bool:
-        """Store an entry (a measured one is never replaced by a predicted
-        one): as :meth:`costlearn.serve.tuning_db.TuningDB.put`.
-
-        Returns
-        -------
-        bool
-            True if the entry was written.
-
-        Raises
-        ------
-        TypeError, ValueError
-            A bad entry (:func:`costlearn.serve.tuning_db.entry_values`).
-        OSError
-            Opened read-only, or the server cannot be used or refuses the
-            write (a read-only role).
-        """
-        if self.read_only:
-            raise PermissionError(f"the tuning database {self.path} was opened read-only")
-        values = entry_values(entry)
-        return bool(self._run(lambda c: c.execute(_UPSERT, values).rowcount))
-
-    def record(self, problem: Problem, family: str, device: str, template_hash: str, measurements, *,
-               source: str, costlearn_version: str = __version__) -> tuple[TuningEntry, Verdict]:
-        """Store a tuning's measurements and make the key's entry the answer
-        all hosts' measurements decide, in one serializable transaction (two
-        hosts recording one key at once: one is retried, so the last leaves
-        the answer of all; no lock a read-only role could hold): as
-        :meth:`costlearn.serve.tuning_db.TuningDB.record`. A tuning
-        delivered twice (a retry after a lost reply, a spool sent again)
-        adds nothing.
-
-        Raises
-        ------
-        TypeError, ValueError
-            A bad key or measurement.
-        OSError
-            Opened read-only; the server cannot be used or refuses (a
-            read-only role).
-        """
-        if self.read_only:
-            raise PermissionError(f"the tuning database {self.path} was opened read-only")
-        key, rows = measurement_rows(problem, family, device, template_hash, costlearn_version, measurements)
+    def _transaction(self, work):
+        """``work(execute)`` in one serializable transaction: two hosts
+        recording one key at once, one is rolled back by the server and
+        retried (up to :data:`_SERIAL_RETRIES` times), so the last leaves
+        the answer of all; no lock a read-only role could hold."""
         failure = self._psycopg.errors.SerializationFailure
 
         def write(conn):
@@ -480,64 +423,12 @@ class ServerTuningDB:
                 try:
                     with conn.transaction():
                         conn.execute("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
-                        return record_in(lambda sql, params: conn.execute(_translated(sql), params), key, rows,
-                                         source)
+                        return work(lambda sql, params: conn.execute(_translated(sql), params))
                 except failure:
                     if attempt == _SERIAL_RETRIES - 1:
                         raise
                     time.sleep(0.001 * (1 + random.random()) * 2 ** attempt)
         return self._run(write)
-
-    def measurements(self) -> dict:
-        """Every stored measurement, by key: as
-        :meth:`costlearn.serve.tuning_db.TuningDB.measurements`."""
-        def read(conn):
-            return conn.execute(_SELECT_ALL_MEASUREMENTS).fetchall() if "measurements" in self._tables else []
-        return measurements_by_key(self._run(read))
-
-    def get_blobs(self, cache_key: str, filenames) -> dict:
-        """Stored files under ``cache_key`` in one round trip: as
-        :meth:`costlearn.serve.tuning_db.TuningDB.get_blobs`."""
-        sql, params = select_blobs(cache_key, filenames, "%s")
-        if not sql:
-            return {}
-
-        def read(conn):
-            return conn.execute(sql, params).fetchall() if "blobs" in self._tables else []
-        return {name: bytes(data) for name, data in self._run(read)
-                if isinstance(name, str) and isinstance(data, (bytes, memoryview))}
-
-    def put_blob(self, cache_key: str, filename: str, data) -> None:
-        """Store a file under ``cache_key``: as
-        :meth:`costlearn.serve.tuning_db.TuningDB.put_blob`."""
-        if self.read_only:
-            raise PermissionError(f"the tuning database {self.path} was opened read-only")
-        values = blob_values(cache_key, filename, data)
-        self._run(lambda c: c.execute(_PUT_BLOB, values))
-
-    def take_lease(self, problem: Problem, family: str, device: str, template_hash: str, holder: str, *,
-                   seconds: float, costlearn_version: str = __version__) -> bool:
-        """Take the key's lease for ``seconds`` on the server's clock: as
-        :meth:`costlearn.serve.tuning_db.TuningDB.take_lease`."""
-        if self.read_only:
-            raise PermissionError(f"the tuning database {self.path} was opened read-only")
-        params = (*key_values(problem, family, device, template_hash, costlearn_version), check_name("holder", holder),
-                  lease_seconds(seconds))
-        return bool(self._run(lambda c: c.execute(_TAKE_LEASE, params).rowcount))
-
-    def free_lease(self, problem: Problem, family: str, device: str, template_hash: str, holder: str, *,
-                   costlearn_version: str = __version__) -> None:
-        """Free the key's lease if ``holder`` holds it."""
-        if not self.read_only:
-            params = (*key_values(problem, family, device, template_hash, costlearn_version), str(holder))
-            self._run(lambda c: c.execute(_FREE_LEASE, params))
-
-    def entries(self) -> list[TuningEntry]:
-        """Every stored entry (all versions), oldest first; a row that does
-        not decode is left out."""
-        return entries_from_rows(self._run(lambda c: c.execute(
-            f"SELECT {KEY_COLUMNS}, config_id, how, time_us, times_json, source, updated FROM tuned "
-            "ORDER BY updated").fetchall()))
 
 
 def _translated(sql: str) -> str:

@@ -222,7 +222,7 @@ def models(tmp_path_factory):
 @pytest.fixture()
 def predictor(models):
     from costlearn.serve.predictor import Predictor
-    from costlearn.model.artifact import model_folder
+    from costlearn.model.artifact_layout import model_folder
     return Predictor(model_folder(models, DEVICE, "triton_mm", "float16"))
 
 

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from costlearn.model import artifact
+from costlearn.model import artifact, artifact_layout
 from costlearn.core.files import sha256_file
 
 
@@ -36,7 +36,7 @@ def _old_layout(model_dir, root):
 def test_an_old_layout_artifact_names_the_migration_command(model_dir, tmp_path):
     from costlearn.serve.predict import predict_best
     old = _old_layout(model_dir, tmp_path / "models")
-    with pytest.raises(artifact.ArtifactError, match="costlearn migrate-models"):
+    with pytest.raises(artifact_layout.ArtifactError, match="costlearn migrate-models"):
         artifact.load(old)
     with pytest.raises(ValueError, match="migrate-models"):
         predict_best(8, 8, 8, models_dir=tmp_path / "models")
@@ -51,7 +51,7 @@ def test_migrate_models_keeps_the_booster_and_the_answers(model_dir, tmp_path, c
     assert main(["migrate-models", str(root)]) == 0
     assert "-> " in capsys.readouterr().out and not old.exists()
     new = root / model_dir.parents[1].name / "gemm" / "float32"
-    assert sha256_file(artifact.files_folder(new) / "model.ubj") == booster
+    assert sha256_file(artifact_layout.files_folder(new) / "model.ubj") == booster
     a, b = Predictor(new), Predictor(model_dir)
     for s in [(1, 1024, 1024), (300, 200, 100), (9000, 5, 12000)]:
         assert a.predict_best(*s).config == b.predict_best(*s).config
@@ -76,7 +76,7 @@ def test_migrate_models_refuses_a_sidecar_missing_keys_and_keeps_it(model_dir, t
     side = json.loads((old / "model.json").read_text())
     del side["envelope"]
     (old / "model.json").write_text(json.dumps(side))
-    with pytest.raises(artifact.ArtifactError, match=r"lacks keys \['envelope'\]"):
+    with pytest.raises(artifact_layout.ArtifactError, match=r"lacks keys \['envelope'\]"):
         migrate_models(tmp_path / "models")
     assert (old / "model.ubj").is_file()
 
@@ -89,7 +89,7 @@ def test_migrate_models_refuses_other_features(model_dir, tmp_path):
     side = json.loads((old / "model.json").read_text())
     side["feature_names"] = side["feature_names"][::-1]
     (old / "model.json").write_text(json.dumps(side))
-    with pytest.raises(artifact.ArtifactError, match="not this code's"):
+    with pytest.raises(artifact_layout.ArtifactError, match="not this code's"):
         migrate_models(tmp_path / "models")
 
 
@@ -102,6 +102,6 @@ def test_migrate_models_never_replaces_a_model_in_the_new_layout(model_dir, tmp_
     new = root / model_dir.parents[1].name / "gemm" / "float32"
     shutil.copytree(model_dir, new)
     before = {p.name: sha256_file(p) for p in new.iterdir()}
-    with pytest.raises(artifact.ArtifactError, match="already holds a model"):
+    with pytest.raises(artifact_layout.ArtifactError, match="already holds a model"):
         migrate_models(root)
     assert {p.name: sha256_file(p) for p in new.iterdir()} == before and old.is_dir()

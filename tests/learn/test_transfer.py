@@ -12,7 +12,7 @@ import pytest
 from costlearn.cli import main
 from costlearn.model.vendor_floor import VendorFloor
 from costlearn.interop import import_file
-from costlearn.model import artifact, get_model
+from costlearn.model import artifact, artifact_layout, get_model
 from costlearn.model.xgb import XGBParams
 from costlearn.serve.predictor import Predictor
 from costlearn.learn.train import train
@@ -53,7 +53,7 @@ def source(tmp_path_factory):
 
 def test_zero_shot_transfer_serves_the_destination_flags_every_answer_and_leaves_the_source(source, tmp_path):
     tmp, models = source
-    src = artifact.model_folder(models, "a100", "triton_mm", "float16")
+    src = artifact_layout.model_folder(models, "a100", "triton_mm", "float16")
     before = _digest(src)
     res = transfer(models, "a100", "h100", params=FAST)
     assert [(r.family, r.dtype, r.zero_shot, r.destination_rows) for r in res] == [("triton_mm", "float16", True, 0)]
@@ -99,7 +99,7 @@ def test_transfer_from_destination_problems_is_not_zero_shot_and_calibrates_on_t
 def test_transfer_never_offers_a_config_the_destination_cannot_run(tmp_path):
     data = _h100_data(tmp_path, shapes=H100_SHAPES[:10], configs=FIXTURE_CONFIGS + [HOPPER_ONLY])
     train(data, tmp_path / "models", family="triton_mm", dtype="float16", holdout=False, settings=dict(params=FAST))
-    src = Predictor(artifact.model_folder(tmp_path / "models", "h100", "triton_mm", "float16"))
+    src = Predictor(artifact_layout.model_folder(tmp_path / "models", "h100", "triton_mm", "float16"))
     assert HOPPER_ONLY_ID in [c.config_id for c in src.configs]
     res = transfer(tmp_path / "models", "h100", "a100", params=FAST)[0]
     side = json.loads(res.path.read_text())

@@ -17,13 +17,13 @@ A = TileConfig(64, 64, 16, 4, 4)
 
 
 def test_model_file_from_another_training_is_refused(model_dir, tmp_path):
-    from costlearn.model import artifact
+    from costlearn.model import artifact, artifact_layout
     dst = tmp_path / "dev" / "gemm" / "float32"
     shutil.copytree(model_dir, dst)
     side = json.loads((dst / "model.json").read_text())
     side["model_state"]["files"]["model.ubj"] = hashlib.sha256(b"another model").hexdigest()
     (dst / "model.json").write_text(json.dumps(side))
-    with pytest.raises(artifact.ArtifactError, match="sha256"):
+    with pytest.raises(artifact_layout.ArtifactError, match="sha256"):
         artifact.load(dst).model()
 
 
@@ -31,7 +31,7 @@ def test_model_file_from_another_training_is_refused(model_dir, tmp_path):
 def test_a_sidecar_naming_a_scorer_outside_its_folder_is_refused(model_dir, tmp_path, name):
     """model.json could name a scorer file outside its folder, and
     it was loaded and served."""
-    from costlearn.model import artifact
+    from costlearn.model import artifact, artifact_layout
     dst = tmp_path / "dev" / "gemm" / "float32"
     shutil.copytree(model_dir, dst)
     outside = tmp_path / "elsewhere"
@@ -44,14 +44,14 @@ def test_a_sidecar_naming_a_scorer_outside_its_folder_is_refused(model_dir, tmp_
     side = json.loads((dst / "model.json").read_text())
     side["scorer"]["file"] = name if name != "/tmp/scorer.npz" else str(outside / "scorer.npz")
     (dst / "model.json").write_text(json.dumps(side))
-    with pytest.raises(artifact.ArtifactError, match="bare file names|leads outside"):
+    with pytest.raises(artifact_layout.ArtifactError, match="bare file names|leads outside"):
         artifact.load(dst)
 
 
 def test_leaf_values_that_overflow_a_time_are_refused_even_with_the_sha256_updated(model_dir, tmp_path):
     """Leaf values of 1e30 in scorer.npz, its sha256 updated in
     model.json, made predict_best raise a bare OverflowError (2.0 ** score)."""
-    from costlearn.model import artifact
+    from costlearn.model import artifact, artifact_layout
     from costlearn.model.forest import ForestError
     dst = tmp_path / "dev" / "gemm" / "float32"
     shutil.copytree(model_dir, dst)
@@ -65,7 +65,7 @@ def test_leaf_values_that_overflow_a_time_are_refused_even_with_the_sha256_updat
     side = json.loads((dst / "model.json").read_text())
     side["scorer"]["sha256"] = hashlib.sha256((dst / "scorer.npz").read_bytes()).hexdigest()
     (dst / "model.json").write_text(json.dumps(side))
-    with pytest.raises((artifact.ArtifactError, ForestError), match="scores can reach"):
+    with pytest.raises((artifact_layout.ArtifactError, ForestError), match="scores can reach"):
         artifact.load(dst)
 
 
@@ -75,7 +75,7 @@ def test_a_damaged_model_ubj_changes_no_answer_and_is_refused_where_it_is_read(m
     import costlearn
     from costlearn.collect.dataset import load
     from costlearn.learn.evaluate import score
-    from costlearn.model import artifact
+    from costlearn.model import artifact, artifact_layout
     dst = tmp_path / "dev" / "gemm" / "float32"
     shutil.copytree(model_dir, dst)
     rows = load(dataset_dir)[0].iloc[:4000]
@@ -88,7 +88,7 @@ def test_a_damaged_model_ubj_changes_no_answer_and_is_refused_where_it_is_read(m
     got = costlearn.predict_best(48, 64, 96, device="dev", models_dir=tmp_path)
     assert (got.config, got.time_us, got.top_k) == (want.config, want.time_us, want.top_k)
     assert score(dst, rows).summary["xgboost"]["all"] == before        # evaluate scores the served scorer
-    with pytest.raises(artifact.ArtifactError, match="model.ubj does not belong"):
+    with pytest.raises(artifact_layout.ArtifactError, match="model.ubj does not belong"):
         artifact.load(dst).model()
 
 
@@ -135,7 +135,8 @@ def test_an_inconsistent_scorer_is_refused_not_served(model_dir, tmp_path, damag
     file with bad values) cannot reach the C ranker: the scorer in the
     artifact is validated when it loads."""
     import shutil
-    from costlearn.model.artifact import ArtifactError, load
+    from costlearn.model.artifact import load
+    from costlearn.model.artifact_layout import ArtifactError
     dst = tmp_path / "dev" / "gemm" / "float32"
     shutil.copytree(model_dir, dst)
 
@@ -160,7 +161,8 @@ def test_an_inconsistent_scorer_is_refused_not_served(model_dir, tmp_path, damag
 
 def test_a_scorer_of_another_training_is_refused(model_dir, tmp_path):
     import shutil
-    from costlearn.model.artifact import ArtifactError, load
+    from costlearn.model.artifact import load
+    from costlearn.model.artifact_layout import ArtifactError
     dst = tmp_path / "dev" / "gemm" / "float32"
     shutil.copytree(model_dir, dst)
     with (dst / "scorer.npz").open("ab") as fh:
@@ -171,7 +173,7 @@ def test_a_scorer_of_another_training_is_refused(model_dir, tmp_path):
 
 def test_the_store_root_is_worked_out_in_one_place(monkeypatch, tmp_path):
     """The default model folder was worked out in five places; models_root is the one."""
-    from costlearn.model.artifact import default_models_dir, models_root
+    from costlearn.model.artifact_layout import default_models_dir, models_root
     monkeypatch.setenv("COSTLEARN_MODELS", str(tmp_path / "store"))
     assert models_root() == models_root(None) == default_models_dir() == tmp_path / "store"
     assert models_root(tmp_path / "other") == tmp_path / "other" and models_root("rel") == Path("rel")
@@ -216,7 +218,7 @@ def test_a_training_killed_at_any_write_leaves_the_old_model_or_the_new_one_serv
     ("scorer.npz does not belong to model.json") until a retrain: the files were written in place. Now the new
     model's files go into a folder of their own and the sidecar is renamed over the old one last."""
     import signal
-    from costlearn.model import artifact
+    from costlearn.model import artifact, artifact_layout
     from costlearn.serve.predictor import Predictor
     dst = tmp_path / "dev" / "gemm" / "float32"
     shutil.copytree(model_dir, dst)                       # an artifact written before payload folders
@@ -239,7 +241,7 @@ def test_a_training_killed_at_any_write_leaves_the_old_model_or_the_new_one_serv
         assert p.predict(p.problem(256, 256, 256)).config in p.configs
     (dst / ".model.json.4242.deadbeef.tmp").write_text("{")          # a save killed while writing its sidecar
     assert _resave(dst, 0, "last").returncode == 0
-    assert len(list(dst.glob(f"{artifact.PAYLOAD_PREFIX}*"))) <= 2     # the killed saves' folders are gone
+    assert len(list(dst.glob(f"{artifact_layout.PAYLOAD_PREFIX}*"))) <= 2  # the killed saves' folders are gone
     assert not list(dst.glob(".model.json.*.tmp"))                     # and their half-written sidecars
     assert not (dst / "scorer.npz").exists()                          # and the files of the first model
 
@@ -271,15 +273,15 @@ def test_a_sidecar_key_renamed_by_one_flipped_bit_is_refused(model_dir, tmp_path
     """Regression (an attack): of 1,000 single-bit flips in model.json, one renamed the key ``shortlist`` and the model
     was served without its table, with other answers (renaming ``coverage`` likewise). A sidecar written with a
     payload folder records the sha256 of the rest of itself."""
-    from costlearn.model import artifact
+    from costlearn.model import artifact, artifact_layout
     dst = tmp_path / "dev" / "gemm" / "float32"
     shutil.copytree(model_dir, dst)
     assert _resave(dst, 0, "signed").returncode == 0
     text = (dst / "model.json").read_text()
-    assert artifact.load(dst).sidecar[artifact.SIDECAR_DIGEST]
-    for key in ('"coverage"', '"envelope"', '"payload"', f'"{artifact.SIDECAR_DIGEST}"'):
+    assert artifact.load(dst).sidecar[artifact_layout.SIDECAR_DIGEST]
+    for key in ('"coverage"', '"envelope"', '"payload"', f'"{artifact_layout.SIDECAR_DIGEST}"'):
         (dst / "model.json").write_text(text.replace(key, key[:-2] + chr(ord(key[-2]) ^ 1) + '"', 1))
-        with pytest.raises(artifact.ArtifactError, match="not what was written"):
+        with pytest.raises(artifact_layout.ArtifactError, match="not what was written"):
             artifact.load(dst)
     (dst / "model.json").write_text(text)
     assert artifact.load(dst).sidecar["training"]["generation"] == "signed"
@@ -290,7 +292,7 @@ def test_a_scorer_checked_once_is_not_checked_again_and_one_with_other_bytes_is(
     bytes skips the 20-30 ms check; any other bytes (a damaged forest with its sha256 updated) are checked and
     refused, and a cache that is not private records nothing and is not believed."""
     import collections
-    from costlearn.model import artifact
+    from costlearn.model import artifact, artifact_files, artifact_layout
     from costlearn.model.forest import FlatForest
     calls = []
     real = FlatForest.validate
@@ -298,25 +300,25 @@ def test_a_scorer_checked_once_is_not_checked_again_and_one_with_other_bytes_is(
     monkeypatch.setenv("COSTLEARN_CACHE", str(tmp_path / "cache"))
     dst = tmp_path / "dev" / "gemm" / "float32"
     shutil.copytree(model_dir, dst)
-    monkeypatch.setattr(artifact, "_PARSED", collections.OrderedDict())          # a new process: nothing read yet
+    monkeypatch.setattr(artifact_files, "_PARSED", collections.OrderedDict())    # a new process: nothing read yet
     n_nodes = len(artifact.load(dst).scorer.forest.nodes)
     assert calls.count(n_nodes) == 1
-    monkeypatch.setattr(artifact, "_PARSED", collections.OrderedDict())          # as a new process
+    monkeypatch.setattr(artifact_files, "_PARSED", collections.OrderedDict())    # as a new process
     artifact.load(dst)
     assert calls.count(n_nodes) == 1                                              # recorded: not checked again
-    monkeypatch.setattr(artifact, "_PARSED", collections.OrderedDict())
+    monkeypatch.setattr(artifact_files, "_PARSED", collections.OrderedDict())
 
     def damage(arrays):
         nodes = arrays["forest_nodes"].copy()
         nodes["child"][np.flatnonzero(nodes["flags"] & 1)[0]] = 60000
         arrays["forest_nodes"] = nodes
     _rewrite_scorer(dst, damage)
-    with pytest.raises(artifact.ArtifactError, match="out of range"):
+    with pytest.raises(artifact_layout.ArtifactError, match="out of range"):
         artifact.load(dst)
     assert calls.count(n_nodes) == 2
     os.chmod(tmp_path / "cache", 0o777)                                           # others may write it now
     shutil.copytree(model_dir, tmp_path / "again" / "dev" / "gemm" / "float32")
-    monkeypatch.setattr(artifact, "_PARSED", collections.OrderedDict())
+    monkeypatch.setattr(artifact_files, "_PARSED", collections.OrderedDict())
     artifact.load(tmp_path / "again" / "dev" / "gemm" / "float32")
     assert calls.count(n_nodes) == 3                                              # not believed: checked
 
@@ -325,7 +327,7 @@ def test_without_forest_py_readable_every_load_checks_the_forest(model_dir, tmp_
     """The record of a checked forest is keyed with forest.py's source; where that cannot be read (a frozen
     install), a load still works and always checks."""
     import collections
-    from costlearn.model import artifact
+    from costlearn.model import artifact, artifact_files
     from costlearn.model import forest as forest_module
     from costlearn.model.forest import FlatForest
     calls = []
@@ -334,7 +336,7 @@ def test_without_forest_py_readable_every_load_checks_the_forest(model_dir, tmp_
     monkeypatch.setenv("COSTLEARN_CACHE", str(tmp_path / "cache"))
     monkeypatch.setattr(forest_module, "__file__", str(tmp_path / "nowhere" / "forest.py"))
     for _ in range(2):
-        monkeypatch.setattr(artifact, "_PARSED", collections.OrderedDict())
+        monkeypatch.setattr(artifact_files, "_PARSED", collections.OrderedDict())
         artifact.load(model_dir)
     assert len(calls) == 2 and not (tmp_path / "cache").exists()
 

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from costlearn.model import MODELS, NotFittedError, get_model
-from costlearn.model import artifact
+from costlearn.model import artifact, artifact_layout
 from costlearn.model.base import check_rows
 from costlearn.model.hgb import HGBParams
 from costlearn.model.xgb import XGBCostModel, XGBParams
@@ -108,13 +108,13 @@ def test_loading_an_artifact_with_other_features_says_what_differs(model_dir, tm
     side = json.loads((dst / "model.json").read_text())
     side["feature_names"] = [f for f in side["feature_names"] if f != "waves"] + ["warp_specialisation"]
     (dst / "model.json").write_text(json.dumps(side))
-    with pytest.raises(artifact.ArtifactError) as e:
+    with pytest.raises(artifact_layout.ArtifactError) as e:
         artifact.load(dst)
     assert "waves" in str(e.value) and "warp_specialisation" in str(e.value)
 
 
 def test_missing_artifact_is_a_clear_error(tmp_path):
-    with pytest.raises(artifact.ArtifactError, match="no model artifact"):
+    with pytest.raises(artifact_layout.ArtifactError, match="no model artifact"):
         artifact.load(tmp_path)
 
 
@@ -150,7 +150,7 @@ def test_broken_artifacts_are_artifact_errors_naming_the_file(model_dir, tmp_pat
         (dst / "scorer.npz").write_bytes(b"\x00garbage")
     if breakage == "not_json":
         (dst / "model.json").write_text('{"truncated": ')
-    with pytest.raises(artifact.ArtifactError) as e:
+    with pytest.raises(artifact_layout.ArtifactError) as e:
         artifact.load(dst).model()
     assert ("model." in str(e.value) or "scorer" in str(e.value)) and "Stack trace" not in str(e.value)
 

@@ -14,7 +14,7 @@ import pytest
 from costlearn.learn.holdout import calibrate_floor, rule_regrets
 
 from costlearn.model.vendor_floor import VendorFloor, estimate_wins
-from costlearn.model import artifact
+from costlearn.model import artifact, artifact_layout
 from costlearn.model.vendor import (FEATURES, MAX_MEMBERS, MIN_PROBLEMS, VendorEstimate, VendorModel, problem_features,
                                     problem_features_table, problem_row, problem_table)
 from costlearn.serve.predictor import Predictor
@@ -74,7 +74,7 @@ def test_both_rankers_evaluate_the_members_to_the_same_bits(tmp_path):
     """Another vendor model than the artifact's (fitted on 200 problems), given to both rankers: the estimate
     each ranking reports is VendorModel.estimate_problem's, bit for bit, and the batch estimate agrees."""
     models = build_models(tmp_path)
-    pred = Predictor(artifact.model_folder(models, DEVICE, "triton_mm", "float16"))
+    pred = Predictor(artifact_layout.model_folder(models, DEVICE, "triton_mm", "float16"))
     vm = VendorModel.fit(_problems(200, seed=1))
     r = pred.ranker
     kw = dict(coverage=r.coverage, vendor=r.vendor, evidence=r.evidence, vendor_model=vm)
@@ -128,7 +128,7 @@ def test_the_floor_decides_with_the_estimate_where_it_predicts_held_out_error():
 
 def test_a_trained_model_with_a_vendor_carries_its_vendor_model_checked_on_load(tmp_path):
     models = build_models(tmp_path)
-    folder = artifact.model_folder(models, DEVICE, "triton_mm", "float16")
+    folder = artifact_layout.model_folder(models, DEVICE, "triton_mm", "float16")
     art = artifact.load(folder)
     assert art.vendor_model is not None and art.sidecar["vendor_model"]["members"] == 5
     assert len(SHAPES) >= MIN_PROBLEMS
@@ -139,21 +139,21 @@ def test_a_trained_model_with_a_vendor_carries_its_vendor_model_checked_on_load(
                                                     2 ** (est.mean_log2 + 2 * est.sd_log2)))
     dst = tmp_path / "copy" / DEVICE / "triton_mm" / "float16"
     shutil.copytree(folder, dst)
-    files = artifact.files_folder(dst)
+    files = artifact_layout.files_folder(dst)
     blob = bytearray((files / "vendor.npz").read_bytes())
     blob[len(blob) // 2] ^= 0x20
     (files / "vendor.npz").write_bytes(bytes(blob))
-    with pytest.raises(artifact.ArtifactError, match="vendor.npz does not belong"):
+    with pytest.raises(artifact_layout.ArtifactError, match="vendor.npz does not belong"):
         artifact.load(dst)
     (files / "vendor.npz").unlink()
-    with pytest.raises(artifact.ArtifactError, match="vendor.npz is missing"):
+    with pytest.raises(artifact_layout.ArtifactError, match="vendor.npz is missing"):
         artifact.load(dst)
     side = json.loads((dst / "model.json").read_text())
     side["vendor_model"] = None
     side["floor"]["estimate"] = [0.0, 1.0]
-    side[artifact.SIDECAR_DIGEST] = artifact.sidecar_digest(side)      # rewritten whole, as by hand
+    side[artifact_layout.SIDECAR_DIGEST] = artifact_layout.sidecar_digest(side)  # rewritten whole, as by hand
     (dst / "model.json").write_text(json.dumps(side))
-    with pytest.raises(artifact.ArtifactError, match="has no vendor model"):
+    with pytest.raises(artifact_layout.ArtifactError, match="has no vendor model"):
         artifact.load(dst)
 
 
@@ -190,7 +190,7 @@ def test_heldout_estimates_come_from_models_that_did_not_see_the_problem(tmp_pat
 
 def test_predict_many_estimates_each_problem_as_predict_does(tmp_path):
     models = build_models(tmp_path)
-    pred = Predictor(artifact.model_folder(models, DEVICE, "triton_mm", "float16"))
+    pred = Predictor(artifact_layout.model_folder(models, DEVICE, "triton_mm", "float16"))
     problems = [pred.problem(m, n, k, lay) for (m, n, k), lay in zip(SHAPES, ["NN", "NT", "TN"] * 4)]
     many = pred.predict_many(problems)
     pred.clear_results()
@@ -205,7 +205,7 @@ def test_predict_many_estimates_each_problem_as_predict_does(tmp_path):
 def test_a_prediction_is_sure_where_the_whole_interval_agrees_with_its_answer(tmp_path, chosen_by, estimate, ood,
                                                                               sure):
     models = build_models(tmp_path)
-    p = Predictor(artifact.model_folder(models, DEVICE, "triton_mm", "float16")).predict_best(256, 256, 256)
+    p = Predictor(artifact_layout.model_folder(models, DEVICE, "triton_mm", "float16")).predict_best(256, 256, 256)
     assert p._replace(chosen_by=chosen_by, tile_vendor_estimate=estimate, ood=ood).sure is sure
 
 
@@ -227,8 +227,8 @@ def test_a_vendor_model_rewritten_with_its_sha256_updated_is_still_refused(tmp_p
     """Regression: a vendor.npz whose recorded sha256 was rewritten loaded NaN or 5000 base scores (the vendor kept
     with no reason, or OverflowError at predict), and an empty or truncated one raised EOFError/BadZipFile."""
     from costlearn.core.files import sha256_file
-    folder = artifact.model_folder(build_models(tmp_path), DEVICE, "triton_mm", "float16")
-    path = artifact.files_folder(folder) / "vendor.npz"
+    folder = artifact_layout.model_folder(build_models(tmp_path), DEVICE, "triton_mm", "float16")
+    path = artifact_layout.files_folder(folder) / "vendor.npz"
     with np.load(path) as z:
         arrays = {k: z[k] for k in z.files}
     if damage == "nan bases":
@@ -244,16 +244,16 @@ def test_a_vendor_model_rewritten_with_its_sha256_updated_is_still_refused(tmp_p
     elif damage == "one member fewer":
         side = json.loads((folder / "model.json").read_text())
         side["vendor_model"]["members"] -= 1
-        side[artifact.SIDECAR_DIGEST] = artifact.sidecar_digest(side)      # rewritten whole, as by hand
+        side[artifact_layout.SIDECAR_DIGEST] = artifact_layout.sidecar_digest(side)  # rewritten whole, as by hand
         (folder / "model.json").write_text(json.dumps(side))
     else:
         with open(path, "wb") as f:
             np.savez(f, **arrays)
     side = json.loads((folder / "model.json").read_text())
     side["vendor_model"]["sha256"] = sha256_file(path)
-    side[artifact.SIDECAR_DIGEST] = artifact.sidecar_digest(side)      # rewritten whole, as by hand
+    side[artifact_layout.SIDECAR_DIGEST] = artifact_layout.sidecar_digest(side)  # rewritten whole, as by hand
     (folder / "model.json").write_text(json.dumps(side))
-    with pytest.raises(artifact.ArtifactError, match=match):
+    with pytest.raises(artifact_layout.ArtifactError, match=match):
         artifact.load(folder)
 
 
@@ -261,7 +261,7 @@ def test_the_rankings_estimate_is_the_vendor_models_in_c_and_numpy_to_the_bit(tm
     """The estimate moved into the ranker's one C call (the row, the members' sums, math.fsum's
     mean and deviation in C); both rankers must still give VendorModel.estimate_problem's bits."""
     models = build_models(tmp_path)
-    folder = artifact.model_folder(models, DEVICE, "triton_mm", "float16")
+    folder = artifact_layout.model_folder(models, DEVICE, "triton_mm", "float16")
     preds = {name: Predictor(folder, ranker=name) for name in RANKERS.names()}
     vm = preds["native"].artifact.vendor_model
     rng = np.random.default_rng(9)
@@ -314,13 +314,13 @@ def _resave_vendor(dst, arrays):
     or damaged writer that keeps the digests consistent)."""
     import hashlib
     import io
-    files = artifact.files_folder(dst)
+    files = artifact_layout.files_folder(dst)
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     (files / "vendor.npz").write_bytes(buf.getvalue())
     side = json.loads((dst / "model.json").read_text())
     side["vendor_model"]["sha256"] = hashlib.sha256(buf.getvalue()).hexdigest()
-    side[artifact.SIDECAR_DIGEST] = artifact.sidecar_digest(side)
+    side[artifact_layout.SIDECAR_DIGEST] = artifact_layout.sidecar_digest(side)
     (dst / "model.json").write_text(json.dumps(side))
 
 
@@ -329,7 +329,7 @@ def test_a_vendor_file_whose_bounds_are_not_one_row_is_refused_not_walked_out_of
     comparisons of one-element rows, an empty diff), and the C estimate then walked tree ranges never checked:
     a segfault, or a wrong estimate where the ranges stayed inside the forest."""
     models = build_models(tmp_path)
-    folder = artifact.model_folder(models, DEVICE, "triton_mm", "float16")
+    folder = artifact_layout.model_folder(models, DEVICE, "triton_mm", "float16")
     vm = artifact.load(folder).vendor_model
     n = len(vm.forest.roots)
     for bounds in ([[0], [10 ** 8], [0], [0], [0], [n]],
@@ -340,7 +340,7 @@ def test_a_vendor_file_whose_bounds_are_not_one_row_is_refused_not_walked_out_of
         shutil.rmtree(tmp_path / "bad", ignore_errors=True)
         shutil.copytree(folder, dst)
         _resave_vendor(dst, dict(vm.arrays(), bounds=np.array(bounds, np.int32)))
-        with pytest.raises(artifact.ArtifactError, match="do not split"):
+        with pytest.raises(artifact_layout.ArtifactError, match="do not split"):
             artifact.load(dst)
 
 
@@ -362,7 +362,7 @@ def test_a_tile_far_from_every_training_shape_is_not_chosen_on_the_members_agree
     words, and the answer is not sure."""
     if ranker == "native" and library() is None:
         pytest.skip("no C compiler")
-    folder = artifact.model_folder(build_models(tmp_path), DEVICE, "triton_mm", "float16")
+    folder = artifact_layout.model_folder(build_models(tmp_path), DEVICE, "triton_mm", "float16")
     pred = _with_transfer(Predictor(folder, ranker=ranker), intercept=0.0, slope=0.0)
     far = pred.problem(50176, 570, 95, "NT")
     p = pred.predict(far)
@@ -428,7 +428,7 @@ def test_train_says_how_the_model_answers_real_models_layers_per_layout(tmp_path
     from costlearn.learn.coverage import coverage_lines, data_coverage
     from costlearn.collect.dataset import load, valid_rows
     models = build_models(tmp_path)
-    pred = Predictor(artifact.model_folder(models, DEVICE, "triton_mm", "float16"))
+    pred = Predictor(artifact_layout.model_folder(models, DEVICE, "triton_mm", "float16"))
     rows = valid_rows(load(tmp_path / "data" / DEVICE)[0])
     rows = rows[rows["dtype"].astype(str) == "float16"]
     cov = data_coverage(pred, rows)

@@ -16,7 +16,7 @@ import pytest
 import costlearn
 from costlearn.learn.holdout import calibrate_floor
 from costlearn.model.vendor_floor import VendorFloor
-from costlearn.model.artifact import SIDECAR_DIGEST, ArtifactError, files_folder, model_folder, sidecar_digest
+from costlearn.model.artifact_layout import SIDECAR_DIGEST, ArtifactError, files_folder, model_folder, sidecar_digest
 from costlearn.model.artifact_save import replace_shortlist
 from costlearn.serve.predictor import Predictor, clear_cache
 from costlearn.core.problem import Problem

@@ -341,7 +341,8 @@ def test_a_tuning_database_that_may_only_be_read_answers_and_lists(tmp_path):
 
 def test_a_schema_3_file_is_upgraded_with_its_entries_and_gains_measurements(tmp_path):
     import sqlite3
-    from costlearn.serve.tuning_db import COLUMNS, CREATE_TABLE
+    from costlearn.serve.tuning_db import CREATE_TABLE
+    from costlearn.serve.tuning_file import COLUMNS
     path = tmp_path / "old.sqlite"
     with sqlite3.connect(path) as c:
         c.execute(CREATE_TABLE)

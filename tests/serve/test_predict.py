@@ -101,7 +101,7 @@ def test_a_malformed_envelope_is_an_artifact_error(model_dir, tmp_path, change, 
     """Regression: an envelope with no shapes, a zero extent or a NaN
     threshold loaded and then crashed (or flagged nothing) at predict time."""
     import json
-    from costlearn.model.artifact import ArtifactError
+    from costlearn.model.artifact_layout import ArtifactError
     folder = _model_copy(model_dir, tmp_path)
     side = json.loads((folder / "model.json").read_text())
     side["envelope"].update(change)
@@ -124,13 +124,13 @@ def test_costlearn_models_set_later_takes_effect_after_clear_cache(model_dir, tm
     """Regression: setting $COSTLEARN_MODELS after a first prediction kept
     serving the old store, undocumented; it is read at the first call and
     after clear_cache()."""
-    from costlearn.model import artifact
+    from costlearn.model import artifact_layout
     from costlearn.serve import predict as P
     monkeypatch.delenv("COSTLEARN_MODELS", raising=False)
     P.clear_cache()
     try:
         first = P.predict_best(64, 64, 64)
-        assert P.default_store() == artifact.models_root().absolute()
+        assert P.default_store() == artifact_layout.models_root().absolute()
         (tmp_path / "empty").mkdir()
         monkeypatch.setenv("COSTLEARN_MODELS", str(tmp_path / "empty"))
         assert P.predict_best(64, 64, 64) == first              # read once: documented

@@ -191,13 +191,14 @@ def test_the_schema_1_upgrade_tolerates_another_process_finishing_it_first(tmp_p
     another process upgraded in between was refused."""
     path = tmp_path / "old.sqlite"
     _schema_1_file(path)
-    real = TuningDB._upgrade_from
+    from costlearn.serve.tuning_file import TuningFile
+    real = TuningFile._upgrade_from
 
     def racing(self, conn, version, found):
-        monkeypatch.setattr(TuningDB, "_upgrade_from", real)
+        monkeypatch.setattr(TuningFile, "_upgrade_from", real)
         TuningDB(path).close()                                    # the other process upgrades first
         real(self, conn, version, found)
-    monkeypatch.setattr(TuningDB, "_upgrade_from", racing)
+    monkeypatch.setattr(TuningFile, "_upgrade_from", racing)
     assert get(TuningDB(path)).time_us == 7.5
 
 
@@ -333,11 +334,11 @@ def test_measure_top_k_measures_on_the_device_and_records(model_dir, tmp_path):
 def _stood_in_tuner(tmp_path):
     """A tuner of a triton_mm model with a vendor model whose measuring is stood in for (the configs it was asked to
     time are recorded; the first asked is the fastest)."""
-    from costlearn.model import artifact
+    from costlearn.model import artifact_layout
     from costlearn.serve.predictor import Predictor
     from costlearn.serve.tuning import Tuner
     from inductor_fixture import DEVICE, build_models
-    pred = Predictor(artifact.model_folder(build_models(tmp_path), DEVICE, "triton_mm", "float16"))
+    pred = Predictor(artifact_layout.model_folder(build_models(tmp_path), DEVICE, "triton_mm", "float16"))
     backend = type("Backend", (), {"spec": pred.spec})()
     tuner = Tuner(pred, TuningDB(tmp_path / "t.sqlite", create=True), backend=backend)
     asked = []

@@ -1,0 +1,176 @@
+"""Where model artifacts live and how a sidecar names its files: the
+store's folders (``<root>/<device>/<family>/<dtype>/``), the files' names,
+payload folders, the sidecar's digest, and :class:`ArtifactError`. What a
+loaded artifact is, and its loading, is :mod:`costlearn.model.artifact`;
+the checked reading of the files, :mod:`costlearn.model.artifact_files`;
+the writing, :mod:`costlearn.model.artifact_save`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from costlearn.core.errors import CostlearnError
+
+__all__ = ["ARTIFACT_SCHEMA", "ArtifactError", "default_models_dir", "models_root", "list_models", "model_folder",
+           "old_layout_folders", "SIDECAR", "SCORER_FILE", "VENDOR_FILE", "LEGACY_FILES", "SAVE_LOCK",
+           "PAYLOAD_PREFIX", "files_folder", "sidecar_digest", "SIDECAR_DIGEST", "current_payload",
+           "payload_folder", "recorded_sha"]
+
+
+ARTIFACT_SCHEMA = 3
+"""3: ``models/<device>/<family>/<dtype>/``, family and layouts in the
+sidecar, the model saved through its CostModel, the compiled scorer and its
+cascade in the artifact."""
+
+
+SIDECAR = "model.json"
+
+
+SIDECAR_DIGEST = "sidecar_sha256"
+"""The sidecar's key for the sha256 of the rest of it (:func:`sidecar_digest`)."""
+
+
+SAVE_LOCK = ".save.lock"
+"""The lock file one :func:`~costlearn.model.artifact_save.save` of a folder holds at a time."""
+
+
+PAYLOAD_PREFIX = "v-"
+"""Names of the folders a model's files live in (``v-<UTC time>-<random>``)."""
+
+
+LEGACY_FILES = ("model.ubj", "scorer.npz", "vendor.npz", "shortlist.npz")
+"""The files an artifact kept beside its sidecar before payload folders."""
+
+
+SCORER_FILE = "scorer.npz"
+
+
+VENDOR_FILE = "vendor.npz"
+"""The vendor model's members (:mod:`costlearn.model.vendor`), where the
+family has a vendor candidate; its sha256 is in the sidecar."""
+
+
+class ArtifactError(CostlearnError, ValueError):
+    """A model artifact is missing, unreadable or does not match this code."""
+
+
+def default_models_dir() -> Path:
+    """``$COSTLEARN_MODELS`` if set, else the ``models/`` folder of the source
+    tree this package was imported from, else ``./models``."""
+    env = os.environ.get("COSTLEARN_MODELS")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parents[2] / "models"
+    return here if here.is_dir() else Path("models")
+
+
+def models_root(models_dir=None) -> Path:
+    """The model store's root: ``models_dir`` as given, else
+    :func:`default_models_dir` (the one place the default is worked out)."""
+    return Path(models_dir) if models_dir is not None else default_models_dir()
+
+
+def model_folder(root, device: str, family: str, dtype: str) -> Path:
+    """``<root>/<device>/<family>/<dtype>``."""
+    return Path(root) / device / family / dtype
+
+
+def list_models(models_dir=None) -> list[tuple[str, str, str]]:
+    """(device, family, dtype) triples that have an artifact under ``models_dir``."""
+    root = models_root(models_dir)
+    if not root.is_dir():
+        return []
+    return sorted((p.parents[2].name, p.parents[1].name, p.parent.name) for p in root.glob(f"*/*/*/{SIDECAR}"))
+
+
+def old_layout_folders(models_dir=None) -> list[Path]:
+    """Artifacts in the layout before kernel families (``<root>/<device>/<dtype>/model.json``)."""
+    root = models_root(models_dir)
+    if not root.is_dir():
+        return []
+    return sorted(p.parent for p in root.glob(f"*/*/{SIDECAR}"))
+
+
+def files_folder(folder) -> Path:
+    """The folder the artifact in ``folder`` keeps its files in now (its
+    payload folder, or ``folder`` for an artifact written before payload
+    folders), without checking the files.
+
+    Raises
+    ------
+    ArtifactError
+        If ``folder`` holds no readable sidecar or it names no such folder.
+    """
+    folder = Path(folder)
+    payload = current_payload(folder)
+    if payload is None:
+        raise ArtifactError(f"no readable model sidecar in {str(folder)!r}")
+    return payload_folder(folder, folder / SIDECAR, payload or None)
+
+
+def sidecar_digest(side: dict) -> str:
+    """sha256 of the sidecar's content less :data:`SIDECAR_DIGEST`: a flipped
+    byte that renames a key or changes a value without breaking the JSON is
+    found.
+
+    Parameters
+    ----------
+    side : dict
+        A sidecar as JSON reads it (plain types).
+
+    Returns
+    -------
+    str
+        64 hex digits: sha256 of ``json.dumps`` of the rest, keys sorted,
+        UTF-8.
+    """
+    body = {k: v for k, v in side.items() if k != SIDECAR_DIGEST}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def current_payload(folder: Path) -> str | None:
+    """The payload folder the sidecar in ``folder`` names now: its name,
+    ``""`` for an artifact whose files lie beside the sidecar, None where
+    there is no readable sidecar."""
+    try:
+        side = json.loads((folder / SIDECAR).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return str(side.get("payload") or "") if isinstance(side, dict) else None
+
+
+
+def payload_folder(folder: Path, side_path: Path, payload) -> Path:
+    """The folder the sidecar's files lie in: its ``payload`` folder, a bare
+    name in ``folder`` (not a link), or ``folder`` itself where it names
+    none (an artifact written before payload folders).
+
+    Raises
+    ------
+    ArtifactError
+        If ``payload`` is not such a folder's name or the folder is missing.
+    """
+    if payload is None:
+        return folder
+    name = str(payload)
+    if not (isinstance(payload, str) and name.startswith(PAYLOAD_PREFIX) and Path(name).name == name
+            and "\\" not in name):
+        raise ArtifactError(f"{side_path}: payload {name[:100]!r} is not a folder name {PAYLOAD_PREFIX}... in the "
+                            "artifact's folder")
+    path = folder / name
+    if path.is_symlink() or not path.is_dir():
+        raise ArtifactError(f"{path} is missing or a link (the artifact's files): a training may be replacing "
+                            "this model; retry, or retrain")
+    return path
+
+
+def recorded_sha(side: dict, name: str) -> str | None:
+    """The sha256 the sidecar records for its file ``name``."""
+    if name == side.get("scorer", {}).get("file", SCORER_FILE):
+        return side["scorer"].get("sha256")
+    if name == VENDOR_FILE and isinstance(side.get("vendor_model"), dict):
+        return side["vendor_model"].get("sha256")
+    return side.get("model_state", {}).get("files", {}).get(name)
