@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,6 +43,7 @@ import pandas as pd
 
 from costlearn.collect.sampler import STRATEGIES, ShapeBounds, distinct_shapes, iter_shapes
 from costlearn.core.checks import check_int, check_real
+from costlearn.core.errors import warn
 
 __all__ = ["STRATEGIES", "ACTIVE_COSTS", "PriorShapes", "RandomShapes", "ActiveShapes", "ActiveSettings",
            "check_active", "nearest_unused", "shape_stream", "spread_top", "choose_problems", "REFERENCE_LAYERS"]
@@ -233,10 +233,10 @@ class PriorShapes:
         self.user_shapes = given if self.candidates is not None else [s for s in given if _fits(s, bounds)]
         if len(self.user_shapes) < len(given):
             out = [s for s in given if s not in self.user_shapes]
-            warnings.warn(f"{len(out)} of the {len(given)} shapes given lie outside the collection's bounds "
-                          f"(M, N, K <= {bounds.max_extent}, 2MNK <= {bounds.max_flops:.3g}) and are not measured "
-                          f"(first: {'x'.join(map(str, out[0]))}); their other token counts inside the bounds are "
-                          "(raise --max-extent or --max-flops to measure them)", stacklevel=2)
+            warn(f"costlearn: {len(out)} of the {len(given)} shapes given lie outside the collection's bounds "
+                 f"(M, N, K <= {bounds.max_extent}, 2MNK <= {bounds.max_flops:.3g}) and are not measured "
+                 f"(first: {'x'.join(map(str, out[0]))}); their other token counts inside the bounds are "
+                 "(raise --max-extent or --max-flops to measure them)")
 
     def draws(self):
         """The endless prior stream before bounds, repeats and candidates."""

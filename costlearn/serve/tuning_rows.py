@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from costlearn.collect.space import check_config
-from costlearn.core.errors import CostlearnError
+from costlearn.core.errors import CostlearnError, warn
 from costlearn.core.problem import Problem
 from costlearn.core.checks import check_instance
 from costlearn.core.keyed_cache import cache_dir
@@ -349,8 +348,8 @@ def decode_row(row, problem: Problem, family: str, device: str, template_hash: s
         times = _times(parse_json(times_json))
         time_us = _positive(time_us)
     except DAMAGED as e:
-        warnings.warn(f"costlearn: the tuning database's entry for {problem} ({family}, {device}) is damaged or "
-                      f"not costlearn's ({str(e)[:120]}): a miss, never launched", RuntimeWarning, stacklevel=3)
+        warn(f"costlearn: the tuning database's entry for {problem} ({family}, {device}) is damaged or not "
+             f"costlearn's ({str(e)[:120]}): a miss, never launched", RuntimeWarning)
         return None
     if spec is not None and check_config(config, spec, problem=problem) is not None:
         return None
