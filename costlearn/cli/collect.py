@@ -14,6 +14,7 @@ from costlearn.collect.backends import auto_name
 from costlearn.collect.sampler import ShapeBounds
 from costlearn.collect.sampler import STRATEGIES
 from costlearn.collect.space import enumerate_space
+from costlearn.core.files import check_output
 from costlearn.core.problem import EPILOGUES
 from costlearn.families import get_family
 
@@ -196,6 +197,7 @@ def cmd_collect(args) -> int:
     if args.workers is not None and args.ray is None:
         raise ValueError(f"--workers {args.workers}: --workers needs --ray (the workers are a Ray cluster's)")
     check_family_dtype(args)
+    check_output(args.data, "--data", folder=True)
     fam = get_family(args.family)
     asked = args.epilogues or args.default_epilogues
     epilogues = [e for e in asked if e in fam.epilogues]

@@ -10,6 +10,7 @@ from costlearn.cli.collect import recheck_in_new_session
 from costlearn.cli.common import (DATA_HELP, add_dtypes_arg, add_measure_args, add_problem_args, check_report_path,
                                   dataset_folder, device_backend, nonneg_int, old_spelling, positive_seconds,
                                   protocol_of)
+from costlearn.core.files import check_output
 from costlearn.collect.measure import Protocol
 from costlearn.families import FAMILIES
 
@@ -39,6 +40,8 @@ def evaluate_stage(backend, folder, eval_dir, *, n_random: int, budget_s: float,
 def cmd_evaluate(args) -> int:
     from costlearn.model.store import resolve_model
     check_report_path(args.report)
+    if args.plots:
+        check_output(args.plots, "--plots", folder=True)
     if args.no_measure:
         if args.data is not None and args.out:
             raise ValueError(f"--out {args.out}: evaluate --no-measure measures nothing, so it writes no dataset; "
@@ -65,6 +68,7 @@ def cmd_evaluate(args) -> int:
             with open(args.report, "a") as f:
                 f.write("\n" + table + "\n")
         return 0
+    check_output(args.out or args.data or "data", "--out" if args.out else "--data", folder=True)
     be = device_backend(args.device, args.family)
     # default: this device's model
     folder = resolve_model(args.model or be.spec.slug, args.family, args.dtype, args.models, cli=True)
@@ -120,7 +124,7 @@ def cmd_study(args) -> int:
     from costlearn.learn.study import FOOTNOTE, leave_one_log_out
     check_report_path(args.report)
     folder = dataset_folder(args.data)
-    work = Path(args.out) if args.out else Path("out") / "study" / folder.name
+    work = check_output(Path(args.out) if args.out else Path("out") / "study" / folder.name, "--out", folder=True)
     print(f"leave one log out over {folder}: models go to {work}", file=sys.stderr)
     res = leave_one_log_out(folder, work, family=args.family, dtypes=args.dtype or None,
                             log=lambda line: print(line, file=sys.stderr))

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
-from costlearn.cli.common import DATA_HELP, add_dtypes_arg, dataset_folder, old_spelling, positive_int
+from costlearn.cli.common import DATA_HELP, add_dtypes_arg, dataset_folder, models_out, old_spelling, positive_int
 from costlearn.collect.sampler import STRATEGIES
 from costlearn.families import FAMILIES
 
@@ -117,6 +118,7 @@ def _print_trained(res) -> None:
 
 
 def cmd_train(args) -> int:
+    models_out(args.models)
     train_stage(args.data, args.models, family=args.family, dtypes=args.dtype, learner=args.learner,
                 feature_set=args.feature_set)
     return 0
@@ -127,6 +129,8 @@ def cmd_transfer(args) -> int:
     from costlearn.model.transfer import MIN_DESTINATION_PROBLEMS
     from costlearn.learn.transfer import transfer
     from costlearn.collect.dataset import device_dataset_folder
+    if Path(models_root(args.models or None)).is_dir():       # else transfer names the store it cannot read
+        models_out(args.models)
     data = device_dataset_folder(args.data, args.to.lower()) if args.data else None
     results = transfer(models_root(args.models or None), args.source, args.to, data_dir=data,
                        source_data=args.source_data,

@@ -537,3 +537,42 @@ def test_collect_and_run_measure_real_models_shapes_by_default():
     assert resolve_strategy(None, None) == "prior"
     assert resolve_strategy(None, [(64, 64, 64)]) == "random"
     assert resolve_strategy("active", None) == "active" and resolve_strategy("prior", [(1, 2, 3)]) == "prior"
+
+
+def _no_work(*args, **kwargs):
+    raise AssertionError("the work started before its output was checked")
+
+
+@pytest.mark.parametrize("argv, patched, says", [
+    (["train", "--data", "DATA", "--models", "FILE"], "costlearn.learn.train.train",
+     "--models FILE is a file, not a folder"),
+    (["evaluate", "--report", "FILE/r.md"], "costlearn.cli.evaluate.device_backend",
+     "--report FILE/r.md: FILE is a file"),
+    (["evaluate", "--plots", "FILE"], "costlearn.cli.evaluate.device_backend", "--plots FILE is a file, not a folder"),
+    (["collect", "--data", "FILE"], "costlearn.cli.collect.device_backend", "--data FILE is a file, not a folder"),
+    (["dispatch", "--m", "1:64", "--n", "64:128", "--k", "64:128", "--out", "FILE"],
+     "costlearn.serve.dispatch.fit_dispatch", "--out FILE is a file, not a folder"),
+    (["predict", "48", "64", "96", "--measure-top-k", "2", "CACHE"], "costlearn.cli.predict.device_backend",
+     "COSTLEARN_CACHE=FILE is a file, not a folder"),
+    (["predict", "48", "64", "96", "--tuning-db", "FILE/t.sqlite"], "costlearn.cli.predict.predict_stage",
+     "--tuning-db FILE/t.sqlite: FILE is a file"),
+    (["study", "--data", "DATA", "--out", "FILE/x"], "costlearn.learn.study.leave_one_log_out",
+     "--out FILE/x: FILE is a"),
+    (["run", "--models", "FILE"], "costlearn.cli.run.device_backend", "--models FILE is a file, not a folder"),
+])
+def test_an_output_that_cannot_be_written_is_refused_before_any_work_naming_its_flag(
+        monkeypatch, capsys, tmp_path, dataset_dir, argv, patched, says):
+    """Regression: `train --models /etc/passwd` failed after a whole training, a measuring `evaluate --report
+    /proc/nope/r.md` after its budget; `collect --data`, `dispatch --out` and COSTLEARN_CACHE naming a file gave bare
+    errno strings."""
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder\n")
+    if "CACHE" in argv:
+        argv = [a for a in argv if a != "CACHE"]
+        monkeypatch.setenv("COSTLEARN_CACHE", str(blocker))
+        monkeypatch.delenv("COSTLEARN_TUNING_DB", raising=False)
+    argv = [a.replace("FILE", str(blocker)).replace("DATA", str(dataset_dir)) for a in argv]
+    monkeypatch.setattr(patched, _no_work)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err and says.replace("FILE", str(blocker)) in err[-1] and "Errno" not in err[-1], err
