@@ -64,7 +64,7 @@ def train_stage(data, models_dir, *, family: str | None, dtypes, learner: str, f
         print(f"trained {learner} on {res.rows} {res.family}/{res.dtype} rows of {folder} (device {res.device}) over "
               f"{res.shapes} shapes in {time.perf_counter() - t0:.1f}s -> {res.path.parent}"
               + (" (replaced the model that was there)" if res.replaced else ""))
-        _print_trained(res)
+        _print_trained(res, learner)
     if skipped:
         why = "; ".join(f"{f}/{d}: {r}" for (f, d), r in sorted(skipped.items()))
         if not results:
@@ -73,9 +73,10 @@ def train_stage(data, models_dir, *, family: str | None, dtypes, learner: str, f
     return results
 
 
-def _print_trained(res) -> None:
+def _print_trained(res, learner: str) -> None:
     """What :func:`train_stage` prints of one trained model: its shortlist
-    table, held-out table, vendor floor and what its data covers."""
+    table, held-out table (and a line where the model is no better than a
+    baseline in it), vendor floor and what its data covers."""
     sl = json.loads((res.path).read_text()).get("shortlist")
     if sl:
         print(f"shortlist table: the {sl['tiles']} best tile configs at {'x'.join(map(str, sl['grid']))} points "
@@ -86,6 +87,14 @@ def _print_trained(res) -> None:
         for name, sm in res.holdout.items():
             print(f"  {name:<11} {sm['top1_mean']:7.1%} {sm['top1_geomean']:7.1%} {sm['top5_mean']:7.1%} "
                   f"{sm['kendall_tau']:6.3f}")
+        from costlearn.learn.metrics import no_better_than
+        worse = no_better_than(res.holdout, learner)
+        if worse is not None:
+            figure = "mean" if worse.metric == "top1_mean" else "geomean"
+            print(f"warning: the {learner} model is no better than the {worse.baseline} baseline on these held-out "
+                  f"problems (top-1 regret {figure} {worse.model_regret:.1%} against {worse.baseline_regret:.1%}): "
+                  f"{res.rows} rows over {res.shapes} problems are too few to learn from; it is saved all the same, "
+                  "but measure more rows (`costlearn collect`, or import more measurements) and train again")
     cal = (res.floor or {}).get("calibration", {})
     if "rule_geomean" in cal:
         f = res.floor
