@@ -1,5 +1,5 @@
 """Command line: ``costlearn collect | train | predict | evaluate | run | dispatch | tuning-db |
-compact | features | space | migrate-models``.
+compact | features | space | migrate-models | info``.
 
 Each command parses its arguments and calls the library with explicit
 arguments (``run`` calls the same stage functions in turn); choices of
@@ -23,7 +23,7 @@ import re
 import sys
 import warnings
 
-from costlearn.cli import collect, dispatch, evaluate, interop, predict, run, space, train, tuning_db
+from costlearn.cli import collect, dispatch, evaluate, info, interop, predict, run, space, train, tuning_db
 from costlearn.cli.common import renamed_notes
 from costlearn.core.errors import CostlearnError
 from costlearn.core.version import __version__
@@ -48,11 +48,11 @@ filters by it), --shapes shapes given as M N K (--shape: one), --tuning-db the t
 
 
 COMMANDS = ("collect", "recheck", "train", "import", "export", "predict", "dispatch", "tuning-db", "evaluate", "study",
-            "transfer", "run", "compact", "features", "space", "migrate-models")
+            "transfer", "run", "compact", "features", "space", "migrate-models", "info")
 """The commands, in the order ``costlearn --help`` lists them."""
 
 _PARSERS = {**collect.PARSERS, **train.PARSERS, **interop.PARSERS, **predict.PARSERS, **dispatch.PARSERS,
-            **tuning_db.PARSERS, **evaluate.PARSERS, **run.PARSERS, **space.PARSERS}
+            **tuning_db.PARSERS, **evaluate.PARSERS, **run.PARSERS, **space.PARSERS, **info.PARSERS}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -602,3 +602,33 @@ def test_train_says_when_its_model_is_no_better_than_a_baseline_it_printed(monke
     table["xgboost"] = dict(top1_mean=0.05, top1_geomean=0.04, top5_mean=0.01, kendall_tau=0.5)
     assert main(["train", "--data", str(dataset_dir), "--models", str(tmp_path / "m")]) == 0
     assert "no better than" not in capsys.readouterr().out
+
+
+def test_info_lists_what_each_model_of_the_store_knows(capsys, tmp_path, model_dir):
+    """What a model knows was shown nowhere but in error messages: `costlearn info` (or `models`) lists each model's
+    device, family, dtype, layouts, epilogues, trained extents, OOD thresholds, held-out scores, training time and
+    size, as lines or JSON; a damaged model is listed with why it does not load."""
+    import shutil
+    device = model_dir.parents[1].name
+    side = json.loads((model_dir / "model.json").read_text())
+    assert main(["info", "--models", str(model_dir.parents[2])]) == 0
+    out = capsys.readouterr().out
+    lo, hi = side["envelope"]["min"]["M"], side["envelope"]["max"]["M"]
+    for said in (f"{device}/gemm/float32: xgboost model of {side['device']['name']}", f"trained {side['created']}",
+                 f"{side['training']['rows']} rows", f"M {lo}-{hi}", "layouts NN",
+                 f"{side['envelope']['density_threshold_log2']:.2f} doublings", "held-out problems", "    xgboost ",
+                 "    random ", " MiB in "):
+        assert said in out, (said, out)
+    assert main(["models", "--models", str(model_dir.parents[2]), "--json", "--dtype", "float32"]) == 0
+    store = json.loads(capsys.readouterr().out)
+    (model,) = store["models"]
+    assert model["extents"]["M"] == [lo, hi] and model["layouts"] == side["layouts"]
+    assert model["holdout"]["xgboost"]["top1_geomean"] == side["metrics"]["holdout"]["xgboost"]["top1_geomean"]
+    assert model["trained"] == side["created"] and model["size_bytes"] > 10 ** 6
+    copy = tmp_path / "store" / device / "gemm" / "float32"
+    shutil.copytree(model_dir, copy)
+    (copy / "scorer.npz").write_bytes(b"damaged")
+    assert main(["info", "--models", str(tmp_path / "store")]) == 0
+    assert f"{device}/gemm/float32: does not load: " in capsys.readouterr().out
+    assert main(["info", "--models", str(tmp_path / "store"), "--family", "triton_mm"]) == 0
+    assert "no model of --family triton_mm" in capsys.readouterr().out
