@@ -11,6 +11,7 @@ from costlearn.cli.common import (DATA_HELP, add_dtypes_arg, add_measure_args, a
                                   dataset_folder, device_backend, nonneg_int, old_spelling, positive_seconds,
                                   protocol_of)
 from costlearn.core.files import check_output
+from costlearn.core.progress import ProgressLog
 from costlearn.collect.measure import Protocol
 from costlearn.families import FAMILIES
 
@@ -56,12 +57,16 @@ def cmd_evaluate(args) -> int:
                              "where the store holds several devices' models)")
         out = dataset_folder(source, flag)
         from costlearn.learn.study import answers_by_log, score_measurements
-        scored = score_measurements(out, args.model, args.family, args.dtype, args.models)
+        with ProgressLog() as progress:
+            progress(f"scoring the {args.family}/{args.dtype} model on the measurements of {out}")
+            scored = score_measurements(out, args.model, args.family, args.dtype, args.models)
         print(f"scored {len(scored.result.rows)} measurements from {out} (nothing measured):")
         for note in scored.notes:
             print(note, file=sys.stderr)
         _print_eval(scored.result, args.report, args.plots)
-        table = answers_by_log(scored)
+        with ProgressLog() as progress:
+            progress(f"what predict_best answers on the {len(scored.result.rows)} measurements' problems, by log")
+            table = answers_by_log(scored)
         print()
         print(table)
         if args.report:
@@ -126,8 +131,8 @@ def cmd_study(args) -> int:
     folder = dataset_folder(args.data)
     work = check_output(Path(args.out) if args.out else Path("out") / "study" / folder.name, "--out", folder=True)
     print(f"leave one log out over {folder}: models go to {work}", file=sys.stderr)
-    res = leave_one_log_out(folder, work, family=args.family, dtypes=args.dtype or None,
-                            log=lambda line: print(line, file=sys.stderr))
+    with ProgressLog() as progress:
+        res = leave_one_log_out(folder, work, family=args.family, dtypes=args.dtype or None, progress=progress)
     text = res.format() + "\n\n" + FOOTNOTE + " Scored: the left-out log's problems that no training log measured."
     print(text)
     if args.report:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from costlearn.cli.common import DATA_HELP, add_dtypes_arg, dataset_folder, models_out, old_spelling, positive_int
 from costlearn.collect.sampler import STRATEGIES
+from costlearn.core.progress import ProgressLog
 from costlearn.families import FAMILIES
 
 
@@ -35,7 +36,9 @@ def train_stage(data, models_dir, *, family: str | None, dtypes, learner: str, f
     from costlearn.learn.train import MIN_PROBLEMS, MIN_ROWS, pair_counts, train
     folder = dataset_folder(data)
     settings = {} if feature_set is None else dict(feature_set=feature_set)
-    counts = pair_counts(load(folder)[0])
+    with ProgressLog() as progress:
+        progress(f"reading {folder}")
+        counts = pair_counts(load(folder)[0])
     asked = [p for p in sorted(counts) if (family is None or p[0] == family) and (not dtypes or p[1] in dtypes)]
     if not asked:
         which = f"{family or '*'}/{'|'.join(dtypes) if dtypes else '*'}"
@@ -54,8 +57,9 @@ def train_stage(data, models_dir, *, family: str | None, dtypes, learner: str, f
             continue
         t0 = time.perf_counter()
         try:
-            res = train(folder, models_root(models_dir or None), family=fam, dtype=dt, model=learner,
-                        settings=settings)
+            with ProgressLog() as progress:          # a line per stage in a log, at least every EVERY_S s
+                res = train(folder, models_root(models_dir or None), family=fam, dtype=dt, model=learner,
+                            settings=settings, progress=progress)
         except (ValueError, ArtifactError) as e:
             skipped[fam, dt] = str(e)
             print(f"skipping {fam}/{dt}: {e}", file=sys.stderr)
@@ -141,11 +145,11 @@ def cmd_transfer(args) -> int:
     if Path(models_root(args.models or None)).is_dir():       # else transfer names the store it cannot read
         models_out(args.models)
     data = device_dataset_folder(args.data, args.to.lower()) if args.data else None
-    results = transfer(models_root(args.models or None), args.source, args.to, data_dir=data,
-                       source_data=args.source_data,
-                       family=args.family, dtype=args.dtype, destination_share=args.destination_share,
-                       replace=args.replace, progress=lambda line: print(line, file=sys.stderr),
-                       problems=args.problems, strategy=args.strategy)
+    with ProgressLog() as progress:
+        results = transfer(models_root(args.models or None), args.source, args.to, data_dir=data,
+                           source_data=args.source_data,
+                           family=args.family, dtype=args.dtype, destination_share=args.destination_share,
+                           replace=args.replace, progress=progress, problems=args.problems, strategy=args.strategy)
     for r in results:
         h = r.holdout.get("xgboost_devices", {})
         held = (f"held-out top-1 {100 * h['top1_geomean']:.2f} % over {h['shapes']} {r.destination} problems"
@@ -159,7 +163,7 @@ def cmd_transfer(args) -> int:
 
 
 def cmd_migrate_models(args) -> int:
-    from costlearn.learn.train import migrate_models
+    from costlearn.learn.migrate import migrate_models
     done = migrate_models(args.root)
     if not done:
         print(f"{args.root}: no artifact in the layout before kernel families")

@@ -48,6 +48,7 @@ from costlearn.collect.strategy import STRATEGIES, ActiveSettings, check_active
 from costlearn.core.problem import EPILOGUES, Problem
 from costlearn.core.checks import check_int, check_real
 from costlearn.core.locks import FolderLock, sigint_deferred
+from costlearn.core.progress import progress_bar
 from costlearn.core.version import __version__
 from costlearn.families import family_of, get_family
 
@@ -550,10 +551,9 @@ class LocalExecutor(Executor):
             self._threads = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1))
 
     def progress_bar(self):
-        from tqdm.auto import tqdm
-        # disable=None: no bar when stderr is not a terminal (logs stay clean).
-        self.bar = tqdm(total=int(self.run.budget_s), unit="s", desc=f"collect {self.spec.slug}", dynamic_ncols=True,
-                        disable=None, bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f}s{postfix}")
+        # a bar on a terminal; in a log, a line at least every EVERY_S seconds
+        self.bar = progress_bar(int(self.run.budget_s), f"collect {self.spec.slug}", "s",
+                                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f}s{postfix}")
         return self.bar
 
     def free(self) -> bool:
@@ -690,7 +690,9 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
         Candidate pool to use instead of drawing one (``pool_size`` is then
         ignored); an evaluation passes a model's candidate set.
     progress : bool
-        Show a progress bar (tqdm) on stderr.
+        Show the progress on stderr: a bar on a terminal, else a line at
+        least every :data:`costlearn.core.progress.EVERY_S` seconds
+        (:func:`costlearn.core.progress.progress_bar`).
     epilogues : sequence of str
         Epilogues (:data:`costlearn.core.problem.EPILOGUES`) the kernels fuse:
         each random shape is measured with one of them drawn for it, each

@@ -1,6 +1,8 @@
 import json
+import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -632,3 +634,52 @@ def test_info_lists_what_each_model_of_the_store_knows(capsys, tmp_path, model_d
     assert f"{device}/gemm/float32: does not load: " in capsys.readouterr().out
     assert main(["info", "--models", str(tmp_path / "store"), "--family", "triton_mm"]) == 0
     assert "no model of --family triton_mm" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, patched", [
+    (["train", "--data", "DATA", "--models", "TMP/m"], "costlearn.learn.train.train"),
+    (["study", "--data", "DATA", "--out", "TMP/study"], "costlearn.learn.study.leave_one_log_out"),
+    (["transfer", "--from", "a100", "--to", "h100", "--models", "TMP"], "costlearn.learn.transfer.transfer"),
+    (["evaluate", "--no-measure", "--data", "DATA"], "costlearn.learn.study.score_measurements"),
+])
+def test_a_long_command_logs_a_progress_line_at_least_every_every_s(monkeypatch, capsys, tmp_path, dataset_dir,
+                                                                     argv, patched):
+    """Regression: `train` on the A100 logs (18 min), `study` (19 min) and `transfer` printed nothing between their
+    first line and their summary when stderr was a log file; every stage is now a line, and a stage that lasts is
+    repeated at least every EVERY_S seconds."""
+    from costlearn.core import progress as progress_module
+    monkeypatch.setattr(progress_module, "EVERY_S", 0.2)
+
+    def slow(*args, progress=None, **kwargs):
+        if progress is not None:
+            progress("fitting fold 1 of 5")
+        time.sleep(0.9)
+        raise ValueError("stopped by the test")
+    monkeypatch.setattr(patched, slow)
+    argv = [a.replace("DATA", str(dataset_dir)).replace("TMP", str(tmp_path)) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    lines = [ln for ln in err if re.match(r"\[\d+s\] ", ln)]
+    assert len(lines) >= 3 and any(" still: " in ln for ln in lines), err
+
+
+@pytest.mark.slow
+def test_train_logs_a_line_per_stage_folds_fits_and_export(capsys, tmp_path, dataset_dir, dataset_rows):
+    """What a log of `train` shows between its first line and its table: the rows, each held-out fold, the fits,
+    the export."""
+    import shutil
+    from costlearn.collect.dataset import write_part
+    shapes = dataset_rows[["m", "n", "k"]].drop_duplicates().sample(20, random_state=3)
+    rows = dataset_rows.merge(shapes, on=["m", "n", "k"]).groupby(["m", "n", "k"]).head(10)
+    (tmp_path / "d").mkdir()
+    shutil.copy(dataset_dir / "device.json", tmp_path / "d" / "device.json")
+    write_part(rows.to_dict("records"), tmp_path / "d")
+    assert main(["train", "--data", str(tmp_path / "d"), "--models", str(tmp_path / "m")]) == 0
+    err = [re.sub(r"^\[\d+(m\d\ds)?s?\] ", "", ln) for ln in capsys.readouterr().err.splitlines()]
+    assert err[:2] == [f"reading {tmp_path / 'd'}",
+                       f"gemm/float32: {len(rows)} valid rows over 20 problems of {tmp_path / 'd'}"]
+    folds = [ln for ln in err if ln.startswith("gemm/float32: held-out fold ")]
+    assert len(folds) >= 2 and folds[0].startswith("gemm/float32: held-out fold 1 of ")
+    for stage in ("fitting xgboost and the baselines on all", "checking the exported scorer",
+                  "answering real models' layer shapes"):
+        assert any(stage in ln for ln in err), (stage, err)
