@@ -77,7 +77,7 @@ def train_stage(data, models_dir, *, family: str | None, dtypes, learner: str, f
     return results
 
 
-def _print_trained(res, learner: str) -> None:
+def _print_trained(res, learner: str = "xgboost") -> None:
     """What :func:`train_stage` prints of one trained model: its shortlist
     table, held-out table (and a line where the model is no better than a
     baseline in it), vendor floor and what its data covers."""

@@ -368,7 +368,7 @@ def test_each_flag_means_one_thing_in_every_command():
     assert "--learner" in opts["train"] and "--model" not in opts["train"]
     assert "--preset" in opts["import"] and "--device" not in opts["import"] and "--device" not in opts["export"]
     assert {cmd for cmd, o in opts.items() if o.get("--dtype") and o["--dtype"].nargs == "+"} == \
-        {"train", "study", "export", "transfer"}
+        {"train", "study", "export", "transfer", "info", "models"}
 
 
 def test_old_flag_spellings_work_for_one_release_with_a_note(dataset_dir, tmp_path, capsys):
