@@ -230,7 +230,7 @@ def main(argv=None) -> int:
         if len(logs) >= 2:
             res = leave_one_log_out(work / "data" / args.device, work / "lolo", family="triton_mm",
                                     settings=dict(params=XGBParams(n_jobs=args.jobs)),
-                                    log=lambda line: print(line, file=sys.stderr))
+                                    progress=lambda line: print(line, file=sys.stderr))
             res.per_problem.to_csv(work / "lolo.csv", index=False)
             text += ["", "### Leave one log out (the headline)", "", res.format()]
         if (rows["split"] == "mm").any() and (rows["split"] != "mm").any():

@@ -1,5 +1,5 @@
 """Command line: ``costlearn collect | train | predict | evaluate | run | dispatch | tuning-db |
-compact | features | space | migrate-models``.
+compact | features | space | migrate-models | info``.
 
 Each command parses its arguments and calls the library with explicit
 arguments (``run`` calls the same stage functions in turn); choices of
@@ -23,7 +23,7 @@ import re
 import sys
 import warnings
 
-from costlearn.cli import collect, dispatch, evaluate, interop, predict, run, space, train, tuning_db
+from costlearn.cli import collect, dispatch, evaluate, info, interop, predict, run, space, train, tuning_db
 from costlearn.cli.common import renamed_notes
 from costlearn.core.errors import CostlearnError
 from costlearn.core.version import __version__
@@ -48,11 +48,11 @@ filters by it), --shapes shapes given as M N K (--shape: one), --tuning-db the t
 
 
 COMMANDS = ("collect", "recheck", "train", "import", "export", "predict", "dispatch", "tuning-db", "evaluate", "study",
-            "transfer", "run", "compact", "features", "space", "migrate-models")
+            "transfer", "run", "compact", "features", "space", "migrate-models", "info")
 """The commands, in the order ``costlearn --help`` lists them."""
 
 _PARSERS = {**collect.PARSERS, **train.PARSERS, **interop.PARSERS, **predict.PARSERS, **dispatch.PARSERS,
-            **tuning_db.PARSERS, **evaluate.PARSERS, **run.PARSERS, **space.PARSERS}
+            **tuning_db.PARSERS, **evaluate.PARSERS, **run.PARSERS, **space.PARSERS, **info.PARSERS}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,7 +67,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    shown = warnings.formatwarning
+    warnings.formatwarning = one_line_warning     # from the first line: parsing, too, may warn
+    try:
+        return _run(sys.argv[1:] if argv is None else list(argv))
+    finally:
+        warnings.formatwarning = shown
+
+
+def _run(argv: list) -> int:
+    """:func:`main` with its warnings formatted: parse ``argv``, run the command, print an error as one line."""
     for token in argv:                  # argparse takes "-1x2x3" for an option and says a shape is missing
         if re.fullmatch(r"-\d+[x,]\S*", str(token)):
             command = next((a for a in argv if not str(a).startswith("-")), "")
@@ -77,8 +86,6 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     for note in renamed_notes(args):
         print(note, file=sys.stderr)
-    shown = warnings.formatwarning
-    warnings.formatwarning = _one_line            # a warning is a line of words, not a source location
     try:
         return args.func(args)
     except (CostlearnError, ValueError) as e:      # costlearn's own errors and a bad argument: one line
@@ -104,14 +111,20 @@ def main(argv=None) -> int:
         else:
             print("interrupted; everything measured so far is saved", file=sys.stderr)
         return 130
-    finally:
-        warnings.formatwarning = shown
 
 
-def _one_line(message, category, filename, lineno, line=None) -> str:
-    """A warning as the command line prints it: its words, no source line."""
-    text = str(message)
-    return (text if text.startswith("costlearn") else f"costlearn: {category.__name__}: {text}") + "\n"
+PLAIN_WARNINGS = (UserWarning, RuntimeWarning)
+"""Warning categories the command line prints without their name: costlearn's diagnostics are of these."""
+
+
+def one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """A warning as the command line prints it: ``warning: <its words>``, one line, no source location or
+    echoed source line (costlearn's own "costlearn: " prefix left out; a category other than
+    :data:`PLAIN_WARNINGS` named)."""
+    text = " ".join(str(message).split())
+    text = text[len("costlearn: "):] if text.startswith("costlearn: ") else text
+    kind = "" if category in PLAIN_WARNINGS else f"{category.__name__}: "
+    return f"warning: {kind}{text}\n"
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ from costlearn.collect.backends import auto_name
 from costlearn.collect.sampler import ShapeBounds
 from costlearn.collect.sampler import STRATEGIES
 from costlearn.collect.space import enumerate_space
+from costlearn.core.files import check_output
+from costlearn.core.progress import ProgressLog
 from costlearn.core.problem import EPILOGUES
 from costlearn.families import get_family
 
@@ -150,8 +152,9 @@ def cmd_recheck(args) -> int:
     folder = device_dataset_folder(args.data, be.spec.slug)
     if not folder.is_dir():
         raise ValueError(f"--data {args.data}: no dataset of {be.spec.slug} there; collect first")
-    res = recheck(be, folder, shapes=args.random_shapes, configs_per_shape=args.configs_per_shape,
-                  protocol=protocol_of(args))
+    with ProgressLog() as progress:
+        res = recheck(be, folder, shapes=args.random_shapes, configs_per_shape=args.configs_per_shape,
+                      protocol=protocol_of(args), progress=None if args.no_progress else progress)
     print(f"re-timed {res.rows_written} configs over {res.shapes} shapes in a new session into "
           f"{folder / 'recheck'}")
     print(res.noise_floors.describe())
@@ -198,6 +201,7 @@ def cmd_collect(args) -> int:
     if args.workers is not None and args.ray is None:
         raise ValueError(f"--workers {args.workers}: --workers needs --ray (the workers are a Ray cluster's)")
     check_family_dtype(args)
+    check_output(args.data, "--data", folder=True)
     fam = get_family(args.family)
     asked = args.epilogues or args.default_epilogues
     epilogues = [e for e in asked if e in fam.epilogues]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 from costlearn.collect.backends import get_backend, local_device, local_record, measuring_backends
 from costlearn.collect.protocol import Protocol
 from costlearn.core.device import DeviceSpec
+from costlearn.core.files import check_output
 from costlearn.core.dtypes import dtype_names
 from costlearn.core.problem import EPILOGUES, LAYOUTS, Problem, extent_of_text
 from costlearn.families import FAMILIES, get_family
@@ -380,9 +382,19 @@ def model_device(model, family: str, dtype: str, models_dir, here=None) -> str:
 
 
 def check_report_path(report) -> None:
-    """Refuse a ``--report`` path that cannot be written as a file, before any work."""
-    if report and Path(report).is_dir():
-        raise ValueError(f"--report {report} is a folder; give a file name (e.g. {Path(report) / 'report.md'})")
+    """Refuse a ``--report`` path that cannot be written as a file, before any work (:func:`check_output`)."""
+    if report:
+        check_output(report, "--report", example="report.md")
+
+
+def models_out(models) -> Path:
+    """The model store a command writes into (``--models``, else the default,
+    :func:`costlearn.model.artifact.models_root`), refused before any work
+    where it cannot be written (:func:`check_output`, naming ``--models`` or
+    ``COSTLEARN_MODELS``)."""
+    from costlearn.model.artifact import models_root
+    given = "--models" if models else "COSTLEARN_MODELS=" if os.environ.get("COSTLEARN_MODELS") else "the model store"
+    return check_output(models_root(models or None), given, folder=True)
 
 
 def tuning_db_target(text: str) -> str:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from costlearn.cli.common import (add_device_arg, add_problem_args, device_backend, model_device, nonneg_int,
                                   positive_int, positive_seconds)
+from costlearn.core.files import check_output
 
 
 def cmd_dispatch(args) -> int:
@@ -16,6 +17,9 @@ def cmd_dispatch(args) -> int:
     from costlearn.serve.predictor import Predictor
     ranges = {d: parse_range(getattr(args, d.lower()), d) for d in "MNK"}
     check_name(args.name)
+    check_output(args.out, "--out", folder=True)
+    if args.measure and args.eval_dir:
+        check_output(args.eval_dir, "--eval-dir", folder=True)
     folder = resolve_model(model_device(args.model, args.family, args.dtype, args.models), args.family, args.dtype,
                            args.models, cli=True)
     pred = Predictor(folder)

@@ -10,6 +10,8 @@ from costlearn.cli.collect import recheck_in_new_session
 from costlearn.cli.common import (DATA_HELP, add_dtypes_arg, add_measure_args, add_problem_args, check_report_path,
                                   dataset_folder, device_backend, nonneg_int, old_spelling, positive_seconds,
                                   protocol_of)
+from costlearn.core.files import check_output
+from costlearn.core.progress import ProgressLog
 from costlearn.collect.protocol import Protocol
 from costlearn.families import FAMILIES
 
@@ -39,6 +41,8 @@ def evaluate_stage(backend, folder, eval_dir, *, n_random: int, budget_s: float,
 def cmd_evaluate(args) -> int:
     from costlearn.model.store import resolve_model
     check_report_path(args.report)
+    if args.plots:
+        check_output(args.plots, "--plots", folder=True)
     if args.no_measure:
         if args.data is not None and args.out:
             raise ValueError(f"--out {args.out}: evaluate --no-measure measures nothing, so it writes no dataset; "
@@ -53,18 +57,23 @@ def cmd_evaluate(args) -> int:
                              "where the store holds several devices' models)")
         out = dataset_folder(source, flag)
         from costlearn.learn.study import answers_by_log, score_measurements
-        scored = score_measurements(out, args.model, args.family, args.dtype, args.models)
+        with ProgressLog() as progress:
+            progress(f"scoring the {args.family}/{args.dtype} model on the measurements of {out}")
+            scored = score_measurements(out, args.model, args.family, args.dtype, args.models)
         print(f"scored {len(scored.result.rows)} measurements from {out} (nothing measured):")
         for note in scored.notes:
             print(note, file=sys.stderr)
         _print_eval(scored.result, args.report, args.plots)
-        table = answers_by_log(scored)
+        with ProgressLog() as progress:
+            progress(f"what predict_best answers on the {len(scored.result.rows)} measurements' problems, by log")
+            table = answers_by_log(scored)
         print()
         print(table)
         if args.report:
             with open(args.report, "a") as f:
                 f.write("\n" + table + "\n")
         return 0
+    check_output(args.out or args.data or "data", "--out" if args.out else "--data", folder=True)
     be = device_backend(args.device, args.family)
     # default: this device's model
     folder = resolve_model(args.model or be.spec.slug, args.family, args.dtype, args.models, cli=True)
@@ -120,10 +129,10 @@ def cmd_study(args) -> int:
     from costlearn.learn.study import FOOTNOTE, leave_one_log_out
     check_report_path(args.report)
     folder = dataset_folder(args.data)
-    work = Path(args.out) if args.out else Path("out") / "study" / folder.name
+    work = check_output(Path(args.out) if args.out else Path("out") / "study" / folder.name, "--out", folder=True)
     print(f"leave one log out over {folder}: models go to {work}", file=sys.stderr)
-    res = leave_one_log_out(folder, work, family=args.family, dtypes=args.dtype or None,
-                            log=lambda line: print(line, file=sys.stderr))
+    with ProgressLog() as progress:
+        res = leave_one_log_out(folder, work, family=args.family, dtypes=args.dtype or None, progress=progress)
     text = res.format() + "\n\n" + FOOTNOTE + " Scored: the left-out log's problems that no training log measured."
     print(text)
     if args.report:

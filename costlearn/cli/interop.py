@@ -8,6 +8,7 @@ import time
 from costlearn.cli.common import (DATA_HELP, add_dtypes_arg, dataset_folder, old_spelling, positive_int,
                                   tuning_db_target, typed_flag)
 from costlearn.core.device import PRESETS
+from costlearn.core.files import check_output
 
 
 LUT_FORMAT = "inductor-lut"
@@ -20,6 +21,7 @@ def cmd_import(args) -> int:
     if args.preset is None:
         raise ValueError(f"--preset is required: the named device the file was measured on "
                          f"({', '.join(PRESETS.names())})")
+    check_output(args.data, "--data", folder=True)
     try:
         rep = import_file(args.format, args.file, device=args.preset, data_root=args.data, mapping=args.mapping)
     except KeyboardInterrupt as e:                 # before the writing began (the file's hash): nothing written
@@ -43,6 +45,7 @@ def cmd_export(args) -> int:
         raise ValueError(f"{' '.join(lut_only)}: {'is' if len(lut_only) == 1 else 'are'} {LUT_FORMAT}'s; export "
                          f"{args.format} writes every valid measurement of --data")
     from costlearn.interop import export_dataset
+    check_output(args.out, "--out", folder=True)
     folder = dataset_folder(args.data)
     paths = export_dataset(args.format, folder, args.out)
     print(f"wrote {len(paths)} {args.format} files of the dataset {folder} into {args.out}")

@@ -9,6 +9,7 @@ from costlearn.cli.common import (SHAPE_SYNTAX, add_device_arg, add_problem_args
                                   model_device, nonneg_int, parse_shapes, positive_int, tuning_db_target)
 from costlearn.core.problem import Problem
 from costlearn.families import get_family
+from costlearn.serve.tuning_rows import check_file_target
 
 
 def _check_shapes(triples, family: str, dtype: str, layout: str, epilogue: str = "none") -> None:
@@ -87,6 +88,8 @@ def cmd_predict(args) -> int:
     check_family_dtype(args)
     triples = parse_shapes(args.shape)
     _check_shapes(triples, args.family, args.dtype, args.layout, args.epilogue)
+    if args.tuning_db is not None or args.measure_top_k:
+        check_file_target(args.tuning_db)          # before the device is opened
     backend = device_backend(args.device, args.family) if args.measure_top_k else None
     db = None
     if args.tuning_db is not None or args.measure_top_k:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import time
 
 from costlearn.cli.collect import add_collect_args, collect_stage, resolve_strategy
-from costlearn.cli.common import (add_measure_args, add_problem_args, check_family_dtype, device_backend, is_cpu,
-                                  nonneg_int, old_spelling, parse_shapes, positive_seconds, protocol_of)
+from costlearn.cli.common import (add_measure_args, add_problem_args, check_family_dtype, check_report_path,
+                                  device_backend, is_cpu, models_out, nonneg_int, old_spelling, parse_shapes,
+                                  positive_seconds, protocol_of)
+from costlearn.core.files import check_output
 from costlearn.cli.evaluate import evaluate_stage
 from costlearn.cli.predict import predict_stage
 from costlearn.cli.train import train_stage
@@ -18,6 +20,9 @@ def cmd_run(args) -> int:
     from costlearn.model.artifact_layout import model_folder
     t0 = time.perf_counter()
     check_family_dtype(args)
+    check_output(args.data, "--data", folder=True)
+    models_out(args.models)
+    check_report_path(args.report)
     shapes = parse_shapes(args.shapes, files=True, dtype=args.dtype) if args.shapes else None
     be = device_backend(args.device)
     print(f"== costlearn run on {be.spec.name} ({be.name})", flush=True)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import sys
 import time
+from pathlib import Path
 
-from costlearn.cli.common import DATA_HELP, add_dtypes_arg, dataset_folder, old_spelling, positive_int
+from costlearn.cli.common import DATA_HELP, add_dtypes_arg, dataset_folder, models_out, old_spelling, positive_int
 from costlearn.collect.sampler import STRATEGIES
+from costlearn.core.progress import ProgressLog
 from costlearn.families import FAMILIES
 
 
@@ -34,7 +36,9 @@ def train_stage(data, models_dir, *, family: str | None, dtypes, learner: str, f
     from costlearn.learn.train import MIN_PROBLEMS, MIN_ROWS, pair_counts, train
     folder = dataset_folder(data)
     settings = {} if feature_set is None else dict(feature_set=feature_set)
-    counts = pair_counts(load(folder)[0])
+    with ProgressLog() as progress:
+        progress(f"reading {folder}")
+        counts = pair_counts(load(folder)[0])
     asked = [p for p in sorted(counts) if (family is None or p[0] == family) and (not dtypes or p[1] in dtypes)]
     if not asked:
         which = f"{family or '*'}/{'|'.join(dtypes) if dtypes else '*'}"
@@ -53,8 +57,9 @@ def train_stage(data, models_dir, *, family: str | None, dtypes, learner: str, f
             continue
         t0 = time.perf_counter()
         try:
-            res = train(folder, models_root(models_dir or None), family=fam, dtype=dt, model=learner,
-                        settings=settings)
+            with ProgressLog() as progress:          # a line per stage in a log, at least every EVERY_S s
+                res = train(folder, models_root(models_dir or None), family=fam, dtype=dt, model=learner,
+                            settings=settings, progress=progress)
         except (ValueError, ArtifactError) as e:
             skipped[fam, dt] = str(e)
             print(f"skipping {fam}/{dt}: {e}", file=sys.stderr)
@@ -63,7 +68,7 @@ def train_stage(data, models_dir, *, family: str | None, dtypes, learner: str, f
         print(f"trained {learner} on {res.rows} {res.family}/{res.dtype} rows of {folder} (device {res.device}) over "
               f"{res.shapes} shapes in {time.perf_counter() - t0:.1f}s -> {res.path.parent}"
               + (" (replaced the model that was there)" if res.replaced else ""))
-        _print_trained(res)
+        _print_trained(res, learner)
     if skipped:
         why = "; ".join(f"{f}/{d}: {r}" for (f, d), r in sorted(skipped.items()))
         if not results:
@@ -72,9 +77,10 @@ def train_stage(data, models_dir, *, family: str | None, dtypes, learner: str, f
     return results
 
 
-def _print_trained(res) -> None:
+def _print_trained(res, learner: str = "xgboost") -> None:
     """What :func:`train_stage` prints of one trained model: its shortlist
-    table, held-out table, vendor floor and what its data covers."""
+    table, held-out table (and a line where the model is no better than a
+    baseline in it), vendor floor and what its data covers."""
     sl = json.loads((res.path).read_text()).get("shortlist")
     if sl:
         print(f"shortlist table: the {sl['tiles']} best tile configs at {'x'.join(map(str, sl['grid']))} points "
@@ -85,6 +91,14 @@ def _print_trained(res) -> None:
         for name, sm in res.holdout.items():
             print(f"  {name:<11} {sm['top1_mean']:7.1%} {sm['top1_geomean']:7.1%} {sm['top5_mean']:7.1%} "
                   f"{sm['kendall_tau']:6.3f}")
+        from costlearn.learn.metrics import no_better_than
+        worse = no_better_than(res.holdout, learner)
+        if worse is not None:
+            figure = "mean" if worse.metric == "top1_mean" else "geomean"
+            print(f"warning: the {learner} model is no better than the {worse.baseline} baseline on these held-out "
+                  f"problems (top-1 regret {figure} {worse.model_regret:.1%} against {worse.baseline_regret:.1%}): "
+                  f"{res.rows} rows over {res.shapes} problems are too few to learn from; it is saved all the same, "
+                  "but measure more rows (`costlearn collect`, or import more measurements) and train again")
     cal = (res.floor or {}).get("calibration", {})
     if "rule_geomean" in cal:
         f = res.floor
@@ -117,6 +131,7 @@ def _print_trained(res) -> None:
 
 
 def cmd_train(args) -> int:
+    models_out(args.models)
     train_stage(args.data, args.models, family=args.family, dtypes=args.dtype, learner=args.learner,
                 feature_set=args.feature_set)
     return 0
@@ -127,12 +142,14 @@ def cmd_transfer(args) -> int:
     from costlearn.model.transfer import MIN_DESTINATION_PROBLEMS
     from costlearn.learn.transfer import transfer
     from costlearn.collect.dataset import device_dataset_folder
+    if Path(models_root(args.models or None)).is_dir():       # else transfer names the store it cannot read
+        models_out(args.models)
     data = device_dataset_folder(args.data, args.to.lower()) if args.data else None
-    results = transfer(models_root(args.models or None), args.source, args.to, data_dir=data,
-                       source_data=args.source_data,
-                       family=args.family, dtype=args.dtype, destination_share=args.destination_share,
-                       replace=args.replace, progress=lambda line: print(line, file=sys.stderr),
-                       problems=args.problems, strategy=args.strategy)
+    with ProgressLog() as progress:
+        results = transfer(models_root(args.models or None), args.source, args.to, data_dir=data,
+                           source_data=args.source_data,
+                           family=args.family, dtype=args.dtype, destination_share=args.destination_share,
+                           replace=args.replace, progress=progress, problems=args.problems, strategy=args.strategy)
     for r in results:
         h = r.holdout.get("xgboost_devices", {})
         held = (f"held-out top-1 {100 * h['top1_geomean']:.2f} % over {h['shapes']} {r.destination} problems"
@@ -146,7 +163,7 @@ def cmd_transfer(args) -> int:
 
 
 def cmd_migrate_models(args) -> int:
-    from costlearn.learn.train import migrate_models
+    from costlearn.learn.migrate import migrate_models
     done = migrate_models(args.root)
     if not done:
         print(f"{args.root}: no artifact in the layout before kernel families")

@@ -14,7 +14,6 @@ import os
 import re
 import socket
 import uuid
-import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,7 +28,7 @@ from costlearn.collect.protocol import PROTOCOL_VERSION
 from costlearn.core.problem import EPILOGUES, LAYOUTS
 from costlearn.core.files import atomic_write, fsync_dir
 from costlearn.core.locks import FolderLock
-from costlearn.core.errors import CostlearnError
+from costlearn.core.errors import CostlearnError, warn
 
 __all__ = ["SCHEMA_VERSION", "COLUMNS", "ADDED_COLUMNS", "NOT_IMPORTED", "IMPORTED_PROTOCOL", "write_part", "load",
            "compact", "noise_floor", "LoadReport",
@@ -363,7 +362,7 @@ def _read_parts(folder: Path, strict: bool):
             report.corrupt.append((str(part), reason))
             if (str(part), reason) not in _WARNED:       # once a process: a command may load a folder twice
                 _WARNED.add((str(part), reason))
-                warnings.warn(f"skipping corrupt dataset part {part}: {reason}", stacklevel=3)
+                warn(f"costlearn: skipping corrupt dataset part {part}: {reason}")
     return frames, report
 
 

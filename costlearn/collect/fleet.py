@@ -28,7 +28,6 @@ from __future__ import annotations
 import functools
 import logging
 import math
-import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -42,6 +41,7 @@ from costlearn.collect.plan import problems_limit
 from costlearn.collect.summary import CollectResult
 from costlearn.core.registry import Unavailable
 from costlearn.core.checks import check_instance, check_int, check_real
+from costlearn.core.progress import progress_bar
 from costlearn.core.version import __version__
 
 __all__ = ["Fleet", "FleetResult", "FleetUnavailable", "FleetWorker", "RAY_HINT", "GPU_BACKENDS", "start_fleet",
@@ -367,10 +367,8 @@ class FleetExecutor(Executor):
             self._prepare(m, run.epilogues[0])
 
     def progress_bar(self):
-        from tqdm.auto import tqdm
-        # disable=None: no bar when stderr is not a terminal (logs stay clean).
-        self.bar = tqdm(total=self.run.total, unit="problem", desc=f"fleet {self.spec.slug}", dynamic_ncols=True,
-                        disable=None, file=sys.stderr)
+        # a bar on a terminal; in a log, a line at least every EVERY_S seconds
+        self.bar = progress_bar(self.run.total, f"fleet {self.spec.slug}", "problem")
         return self.bar
 
     def _prepare(self, member, epilogue: str, task=None) -> None:
@@ -539,8 +537,9 @@ def collect_fleet(fleet: Fleet, out_dir, *, budget_s: float = 180.0, family: str
     pool : list of configs, optional
         Candidate pool instead of drawing one (``pool_size`` is then ignored).
     progress : bool
-        A progress bar on stderr (none when stderr is not a terminal):
-        problems done, valid rows, workers alive, time left.
+        The progress on stderr, a bar on a terminal, else a line at least
+        every :data:`costlearn.core.progress.EVERY_S` seconds: problems done,
+        valid rows, workers alive, time left.
     epilogues : sequence of str
         As :func:`collect`'s: each random shape with one of them drawn for
         it, each given shape with every one; a worker compiles the pool for

@@ -16,6 +16,7 @@ from costlearn.collect.executor import Executor
 from costlearn.collect.measure import DeviceLost
 from costlearn.collect.plan import Run, Task
 from costlearn.collect.rows import measure_rows
+from costlearn.core.progress import progress_bar
 
 __all__ = ["LocalExecutor", "COMPILE_BATCH"]
 
@@ -63,10 +64,9 @@ class LocalExecutor(Executor):
             self._threads = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1))
 
     def progress_bar(self):
-        from tqdm.auto import tqdm
-        # disable=None: no bar when stderr is not a terminal (logs stay clean).
-        self.bar = tqdm(total=int(self.run.budget_s), unit="s", desc=f"collect {self.spec.slug}", dynamic_ncols=True,
-                        disable=None, bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f}s{postfix}")
+        # a bar on a terminal; in a log, a line at least every EVERY_S seconds
+        self.bar = progress_bar(int(self.run.budget_s), f"collect {self.spec.slug}", "s",
+                                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f}s{postfix}")
         return self.bar
 
     def free(self) -> bool:

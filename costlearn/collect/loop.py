@@ -330,7 +330,9 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
         Candidate pool to use instead of drawing one (``pool_size`` is then
         ignored); an evaluation passes a model's candidate set.
     progress : bool
-        Show a progress bar (tqdm) on stderr.
+        Show the progress on stderr: a bar on a terminal, else a line at
+        least every :data:`costlearn.core.progress.EVERY_S` seconds
+        (:func:`costlearn.core.progress.progress_bar`).
     epilogues : sequence of str
         Epilogues (:data:`costlearn.core.problem.EPILOGUES`) the kernels fuse:
         each random shape is measured with one of them drawn for it, each

@@ -34,6 +34,7 @@ from costlearn.families import get_family
 from costlearn.collect.protocol import Protocol
 from costlearn.core.problem import Problem
 from costlearn.core.checks import check_int
+from costlearn.core.progress import say
 
 __all__ = ["RECHECK_FOLDER", "recheck", "across_session_pairs", "noise_floors",
            "RecheckResult", "NoiseFloors"]
@@ -203,7 +204,7 @@ def noise_floors(folder, rows: pd.DataFrame | None = None) -> NoiseFloors:
 
 
 def recheck(backend, folder, *, shapes: int = 6, configs_per_shape: int = 4, seed: int | None = None,
-            protocol=None) -> RecheckResult:
+            protocol=None, progress=None) -> RecheckResult:
     """Re-time a sample of the dataset in ``folder`` in this process (a new
     measurement session) and write the re-timings to ``<folder>/recheck/``.
 
@@ -226,6 +227,9 @@ def recheck(backend, folder, *, shapes: int = 6, configs_per_shape: int = 4, see
         rechecks sample other rows.
     protocol : costlearn.collect.protocol.Protocol, optional
         Of the re-timings; ``Protocol()`` by default.
+    progress : callable, optional
+        Called with one line of text per shape re-timed
+        (:mod:`costlearn.core.progress`).
 
     Returns
     -------
@@ -258,7 +262,8 @@ def recheck(backend, folder, *, shapes: int = 6, configs_per_shape: int = 4, see
     overhead = backend.launch_overhead_us()
     run_id = f"recheck-{uuid.uuid4().hex[:8]}"
     written, compiled = [], {}
-    for fam_name, dtype, layout, epi, m, n, k in pick.itertuples(index=False):
+    for i, (fam_name, dtype, layout, epi, m, n, k) in enumerate(pick.itertuples(index=False), 1):
+        say(progress)(f"re-timing shape {i} of {len(pick)}: {m}x{n}x{k} {dtype} {layout} {epi}")
         fam = get_family(fam_name)
         on = mine[rows_where(mine, family=fam_name, dtype=dtype, layout=layout, epilogue=epi, m=m, n=n, k=k)]
         ids = sorted(set(on["config_id"]))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from costlearn.collect.strategy import shape_stream
 from costlearn.collect.space import check_config, enumerate_space
 from costlearn.core.problem import EPILOGUES, Problem, check_epilogue
 from costlearn.core.files import atomic_write
+from costlearn.core.errors import warn
 
 __all__ = ["LOCK_FILE", "POOLS_FILE", "EPILOGUE_COMPILE_SHARE", "problems_limit", "record_pool", "candidate_pool",
            "shape_configs", "strategy_shapes", "measuring_seconds", "plan_problems", "check_epilogues",
@@ -413,6 +413,6 @@ def problems_limit(max_problems, max_shapes):
     if max_problems is not None:
         raise ValueError(f"max_problems={max_problems!r} and max_shapes={max_shapes!r}: give max_problems only "
                          "(max_shapes is its old name)")
-    warnings.warn("max_shapes is now max_problems (it counts problems: a shape with one epilogue)",
-                  DeprecationWarning, stacklevel=3)
+    warn("costlearn: max_shapes is now max_problems (it counts problems: a shape with one epilogue)",
+         DeprecationWarning)
     return max_shapes

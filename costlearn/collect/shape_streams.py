@@ -9,12 +9,12 @@ within the collection's bounds or, given ``candidates``, among those only
 """
 from __future__ import annotations
 
-import warnings
 
 import numpy as np
 
 from costlearn.collect.real_shapes import real_model_shape
 from costlearn.collect.sampler import ShapeBounds, distinct_shapes, iter_shapes
+from costlearn.core.errors import warn
 
 __all__ = ["RandomShapes", "PriorShapes", "nearest_unused"]
 
@@ -112,10 +112,10 @@ class PriorShapes:
         self.user_shapes = given if self.candidates is not None else [s for s in given if _fits(s, bounds)]
         if len(self.user_shapes) < len(given):
             out = [s for s in given if s not in self.user_shapes]
-            warnings.warn(f"{len(out)} of the {len(given)} shapes given lie outside the collection's bounds "
-                          f"(M, N, K <= {bounds.max_extent}, 2MNK <= {bounds.max_flops:.3g}) and are not measured "
-                          f"(first: {'x'.join(map(str, out[0]))}); their other token counts inside the bounds are "
-                          "(raise --max-extent or --max-flops to measure them)", stacklevel=2)
+            warn(f"costlearn: {len(out)} of the {len(given)} shapes given lie outside the collection's bounds "
+                 f"(M, N, K <= {bounds.max_extent}, 2MNK <= {bounds.max_flops:.3g}) and are not measured "
+                 f"(first: {'x'.join(map(str, out[0]))}); their other token counts inside the bounds are "
+                 "(raise --max-extent or --max-flops to measure them)")
 
     def draws(self):
         """The endless prior stream before bounds, repeats and candidates."""

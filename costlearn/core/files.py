@@ -7,8 +7,7 @@ import os
 import uuid
 from pathlib import Path
 
-__all__ = ["fsync_dir", "atomic_write", "open_temp", "process_runs", "sha256_file", "read_file"]
-
+__all__ = ["fsync_dir", "atomic_write", "open_temp", "process_runs", "sha256_file", "read_file", "check_output"]
 
 
 def fsync_dir(path) -> None:
@@ -84,6 +83,66 @@ def open_temp(path: Path, suffix: str = ".tmp") -> tuple[int, str]:
         except FileExistsError:
             continue
     raise FileExistsError(f"cannot create a temporary file beside {path}")
+
+
+def check_output(path, given: str, *, folder: bool = False, create: bool = True, example: str = "") -> Path:
+    """Refuse, before any work, a path a command will write that cannot be written.
+
+    Nothing is created: the nearest folder that exists on the way to
+    ``path`` is checked to be a folder in which a file can be created (a
+    file is created there and removed at once).
+
+    Parameters
+    ----------
+    path : path
+        The file (with ``folder``, the folder) to be written.
+    given : str
+        How the user gave it, which the message names: a flag (``"--report"``),
+        or a variable with its equals sign (``"COSTLEARN_CACHE="``).
+    folder : bool
+        ``path`` is a folder (made with its parents where missing), else a
+        file (written atomically, :func:`atomic_write`).
+    create : bool
+        A file's missing folders are made when it is written; with False a
+        missing folder is refused (a mistyped folder is not created).
+    example : str
+        A file name shown in the message where a file was asked for and a
+        folder given.
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Raises
+    ------
+    ValueError
+        One line naming ``given`` and ``path``: a folder where a file is
+        asked for, a file where a folder is, a path through a file, a
+        missing folder (``create`` False), or a folder nothing can be
+        created in (with the system's reason).
+    """
+    path = Path(path)
+    shown = f"{given}{path}" if given.endswith("=") else f"{given} {path}"
+    if folder and path.exists() and not path.is_dir():
+        raise ValueError(f"{shown} is a file, not a folder; give a folder")
+    if not folder and (path.is_dir() or not path.name):
+        raise ValueError(f"{shown} is a folder; give a file name (e.g. {path / (example or 'out.txt')})")
+    there = path if folder else path.parent
+    while not there.exists() and there != there.parent:
+        there = there.parent
+    if not there.is_dir():
+        raise ValueError(f"{shown}: {there} is a file, not a folder")
+    if not create and not folder and there != path.parent:
+        raise ValueError(f"{shown}: the folder {path.parent} does not exist; create it, or give a file path in an "
+                         "existing folder")
+    try:
+        fd, probe = open_temp(there / ".costlearn-write-check")
+    except OSError as e:
+        raise ValueError(f"{shown}: nothing can be written in {there} ({e.strerror or e})") from None
+    os.close(fd)
+    os.unlink(probe)
+    return path
 
 
 def process_runs(pid: int) -> bool:

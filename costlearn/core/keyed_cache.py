@@ -6,9 +6,9 @@ import os
 import stat
 from pathlib import Path
 
-from costlearn.core.files import atomic_write
+from costlearn.core.files import atomic_write, check_output
 
-__all__ = ["cache_dir", "private_folder", "KeyedCache"]
+__all__ = ["cache_dir", "check_cache_dir", "private_folder", "KeyedCache"]
 
 def cache_dir() -> Path:
     """The user cache: ``$COSTLEARN_CACHE``, else ``$XDG_CACHE_HOME/costlearn``,
@@ -17,6 +17,20 @@ def cache_dir() -> Path:
         return Path(os.environ["COSTLEARN_CACHE"])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "costlearn"
+
+
+def check_cache_dir() -> Path:
+    """:func:`cache_dir`, checked to be a folder a file can be created in
+    (:func:`costlearn.core.files.check_output`), before a command writes there.
+
+    Raises
+    ------
+    ValueError
+        If it is a file, lies under one, or cannot be written; the message
+        names ``COSTLEARN_CACHE`` where that variable set it.
+    """
+    given = "COSTLEARN_CACHE=" if os.environ.get("COSTLEARN_CACHE") else "the user cache folder"
+    return check_output(cache_dir(), given, folder=True)
 
 
 def private_folder(folder) -> Path:

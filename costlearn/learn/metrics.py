@@ -13,6 +13,7 @@ times p(c):
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -20,7 +21,7 @@ import pandas as pd
 from costlearn.families import VENDOR_CONFIG_ID
 
 __all__ = ["PROBLEM_COLUMNS", "vendor_summaries", "vendor_only_scores", "topk_regret", "shape_metrics", "summarize",
-           "evaluate_rows", "random_scores", "KS", "geomean_regret"]
+           "evaluate_rows", "random_scores", "KS", "geomean_regret", "BaselineVerdict", "no_better_than"]
 
 KS = (1, 5, 10)
 
@@ -170,3 +171,47 @@ def random_scores(rows: pd.DataFrame, seed: int = 0) -> np.ndarray:
         rng = np.random.default_rng([seed, *(int(v) for v in key)])
         out[idx] = rng.random(len(idx))
     return out
+
+
+class BaselineVerdict(NamedTuple):
+    """A model no better than a baseline on held-out problems (:func:`no_better_than`)."""
+
+    metric: str
+    """The summary's key compared: ``top1_mean`` or ``top1_geomean`` (top-1 regret)."""
+    baseline: str
+    """The baseline's name (``random``, ``roofline``, ``best_fixed``)."""
+    model_regret: float
+    baseline_regret: float
+
+
+def no_better_than(summary: dict, model: str) -> BaselineVerdict | None:
+    """Whether ``model`` ranks held-out problems no better than a baseline.
+
+    Parameters
+    ----------
+    summary : dict of str to dict
+        :func:`summarize` by name, the model's and the baselines' (a held-out
+        table, as :func:`costlearn.learn.train.holdout_report` returns it).
+    model : str
+        The model's name in ``summary``.
+
+    Returns
+    -------
+    BaselineVerdict or None
+        The first of top-1 regret mean, then geomean, on which some baseline
+        is at least as good as the model (at equal regret too: the model
+        learned nothing a baseline does not do), naming the best such
+        baseline and both figures; None where the model beats every
+        baseline on both, or ``summary`` has no figures for it.
+    """
+    mine = summary.get(model) or {}
+    for metric in ("top1_mean", "top1_geomean"):
+        own = mine.get(metric)
+        others = {name: sm.get(metric) for name, sm in summary.items() if name != model}
+        others = {name: v for name, v in others.items() if v is not None and np.isfinite(v)}
+        if own is None or not np.isfinite(own) or not others:
+            continue
+        best = min(others, key=others.get)
+        if own >= others[best]:
+            return BaselineVerdict(metric, best, float(own), float(others[best]))
+    return None

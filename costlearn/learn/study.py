@@ -32,6 +32,7 @@ from costlearn.model.artifact_layout import ArtifactError, model_folder
 from costlearn.model.artifact import load as load_artifact
 from costlearn.serve.predictor import Predictor
 from costlearn.core.problem import Problem
+from costlearn.core.progress import say
 from costlearn.learn.evaluate import EvalResult, score
 from costlearn.learn.train import read_device_json, train
 from costlearn.model.store import has_model, resolve_model
@@ -397,10 +398,12 @@ def log_folds(data_dir, family: str = "triton_mm", dtypes=None, skipped: list | 
             yield LogFold(data_dir, family, dt, left, test, len(others))
 
 
-def fold_model(fold: LogFold, work_dir, *, settings: dict | None = None, reuse: bool = True) -> Path:
+def fold_model(fold: LogFold, work_dir, *, settings: dict | None = None, reuse: bool = True,
+               progress=None) -> Path:
     """The model folder of ``fold`` under ``<work_dir>/<dtype>/without-<log>/``:
     the one an earlier run left there when it fits (:func:`reusable_model`,
-    with ``reuse``), else one trained now.
+    with ``reuse``), else one trained now (``progress``: its stages,
+    :func:`costlearn.learn.train.train`).
 
     Raises
     ------
@@ -412,12 +415,12 @@ def fold_model(fold: LogFold, work_dir, *, settings: dict | None = None, reuse: 
         if reuse else None
     if folder is None:
         folder = train(fold.data_dir, models, family=fold.family, dtype=fold.dtype, settings=settings,
-                       exclude_sources=fold.excluded).path.parent
+                       exclude_sources=fold.excluded, progress=progress).path.parent
     return folder
 
 
 def leave_one_log_out(data_dir, work_dir, *, family: str = "triton_mm", dtypes=None, settings: dict | None = None,
-                      log=print, reuse: bool = True) -> StudyResult:
+                      progress=None, reuse: bool = True) -> StudyResult:
     """Train on every log of ``data_dir`` but one and score the one left out
     (its problems that no training log measured), for each log and dtype.
 
@@ -433,8 +436,11 @@ def leave_one_log_out(data_dir, work_dir, *, family: str = "triton_mm", dtypes=N
         Default: every dtype of the family the folder holds.
     settings : dict, optional
         Model settings for :func:`costlearn.learn.train.train`.
-    log : callable
-        Progress lines.
+    progress : callable, optional
+        Called with one line of text per stage: each fold (its log, dtype
+        and place among the folds), its training's stages
+        (:func:`costlearn.learn.train.train`), its score
+        (:mod:`costlearn.core.progress`).
     reuse : bool
         Score a fold's model left in ``work_dir`` by an earlier run (trained
         on the same folder's rows less the same log, none added since)
@@ -453,22 +459,29 @@ def leave_one_log_out(data_dir, work_dir, *, family: str = "triton_mm", dtypes=N
     data_dir, work_dir = Path(data_dir), Path(work_dir)
     frames, tables, skipped = [], [], []
     by_dtype: dict = {}
-    for fold in log_folds(data_dir, family, dtypes, skipped):
+    step = say(progress)
+    step(f"reading the logs of {data_dir}")
+    folds = list(log_folds(data_dir, family, dtypes, skipped))
+    for i, fold in enumerate(folds, 1):
         dt, left = fold.dtype, fold.left_out
         t0 = time.perf_counter()
+        where = f"fold {i} of {len(folds)}, {dt} without {left}"
+        step(f"{where}: the model of the other logs' {fold.training_rows} rows")
         try:
-            folder = fold_model(fold, work_dir, settings=settings, reuse=reuse)
+            folder = fold_model(fold, work_dir, settings=settings, reuse=reuse,
+                                progress=lambda line, where=where: step(f"{where}: {line}"))
         except ValueError as e:
             skipped.append(f"{dt}: without {left}: {e}")
             continue
         pred = Predictor(folder)
         test = fold.served(pred.layouts, skipped)
+        step(f"{where}: scoring what predict_best answers on {len(test)} rows of {left}")
         per = decision_scores(pred, test, best_fixed=pred.artifact.baseline("best_fixed"))
         per["source"] = left
         by_dtype.setdefault(dt, []).append(per)
         tr = pred.artifact.sidecar.get("training", {})
-        log(f"{dt}: without {left} ({tr.get('rows')} rows, {tr.get('shapes')} problems): "
-            f"{time.perf_counter() - t0:.0f} s; scored {len(per)} problems of {left}")
+        step(f"{dt}: without {left} ({tr.get('rows')} rows, {tr.get('shapes')} problems): "
+             f"{time.perf_counter() - t0:.0f} s; scored {len(per)} problems of {left}")
     for dt, per_dt in by_dtype.items():
         per = pd.concat(per_dt, ignore_index=True)
         frames.append(per)

@@ -1,15 +1,12 @@
 """Training: a dataset folder in, a model artifact out (fit the model and the
 baselines, hold out problems for metrics, fit the envelope, export and
-calibrate the scorer); and the conversion of artifacts of the layout before
-kernel families."""
+calibrate the scorer)."""
 from __future__ import annotations
 
 import copy
 import json
-import shutil
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -20,17 +17,15 @@ from costlearn.core.device import DeviceSpec
 from costlearn.model.envelope import (COVERAGE_MARGIN_LOG2, Coverage, Envelope, fit_coverage, fit_envelope,
                                       measured_ranges, outside_rows)
 from costlearn.families import KernelFamily, get_family
-from costlearn.features import CandidateFeatures, ConfigTable, feature_version, get_feature_set
+from costlearn.features import CandidateFeatures, ConfigTable, get_feature_set
 from costlearn.learn.coverage import data_coverage
 from costlearn.learn.holdout import calibrate_floor, heldout_folds, heldout_problems
 from costlearn.learn.metrics import evaluate_rows, random_scores, summarize
 from costlearn.model import BASELINES, artifact, artifact_save, get_model
-from costlearn.model.artifact_layout import SIDECAR, ArtifactError, model_folder, old_layout_folders
+from costlearn.model.artifact_layout import SIDECAR, model_folder
 from costlearn.model.base import CostModel
 from costlearn.model.vendor import MIN_PROBLEMS as VENDOR_MIN_PROBLEMS
 from costlearn.model.vendor import VendorModel, problem_features_table, problem_table
-from costlearn.model.baselines import BestFixedModel, RooflineModel
-from costlearn.model.xgb import XGBCostModel
 from costlearn.collect.noise import noise_floors
 from costlearn.serve.predictor import Predictor
 from costlearn.core.problem import EPILOGUES, Problem
@@ -39,11 +34,12 @@ from costlearn.ranker.cascade import calibrate_cascade, calibration_problems
 from costlearn.model.shortlist import MIN_TREES, worth_a_table
 from costlearn.ranker.shortlist_build import build_shortlist
 from costlearn.collect.sampler import ShapeBounds
-from costlearn.core.files import atomic_write, sha256_file
+from costlearn.core.files import check_output
+from costlearn.core.progress import say
 
 __all__ = ["MIN_ROWS", "MIN_PROBLEMS", "pair_counts", "train", "TrainResult", "spec_from_rows", "holdout_report",
            "candidate_pool",
-           "export_artifact", "migrate_models", "dataset_pairs", "read_device_json"]
+           "export_artifact", "dataset_pairs", "read_device_json"]
 
 
 @dataclass
@@ -99,12 +95,13 @@ def spec_from_rows(rows: pd.DataFrame, spec: DeviceSpec | None) -> DeviceSpec:
 
 
 def holdout_report(rows: pd.DataFrame, spec: DeviceSpec, model: CostModel,
-                   seed: int = 0) -> tuple[dict, pd.DataFrame, pd.DataFrame, str]:
+                   seed: int = 0, progress=None) -> tuple[dict, pd.DataFrame, pd.DataFrame, str]:
     """Fit ``model`` (a fresh, unfitted one) and every baseline on the
     training side of each fold of :func:`costlearn.learn.holdout.heldout_folds`
     (leave one log out where the rows hold several logs, else a
     regions of shapes left out) and score them, and a random ranking, on the
-    held-out problems' measured candidates.
+    held-out problems' measured candidates. ``progress``: called with a line
+    per fold (:mod:`costlearn.core.progress`).
 
     Returns
     -------
@@ -124,8 +121,10 @@ def holdout_report(rows: pd.DataFrame, spec: DeviceSpec, model: CostModel,
     models = {model.name: model, **{name: get_model(name) for name in BASELINES}}
     preds = {name: np.full(len(rows), np.nan) for name in models}
     outside = np.zeros(len(rows), bool)
-    for tr, te in folds:
+    for i, (tr, te) in enumerate(folds, 1):
         rtr, rte = rows.iloc[tr], rows.iloc[te]
+        say(progress)(f"held-out fold {i} of {len(folds)} ({kind}): fitting {', '.join(models)} on {len(tr)} rows, "
+                      f"scoring {len(te)}")
         for name, mdl in models.items():
             preds[name][te] = copy.deepcopy(mdl).fit(rtr, spec).predict(rte)
         outside[te] = outside_rows(rtr, rte)
@@ -214,9 +213,67 @@ def read_device_json(data_dir: Path) -> DeviceSpec | None:
         raise ValueError(f"{dev_json}: not a valid device description ({e})") from e
 
 
+def _training_rows(data_dir: Path, family, dtype, exclude_sources) -> tuple:
+    """:func:`train`'s rows: ``(KernelFamily, dtype, the rows of the pair less excluded and stale ones, their valid
+    rows, problems, kernel template, load report, stale rows dropped)``, the pair the only one where not given.
+
+    Raises
+    ------
+    ValueError
+        As :func:`train`.
+    """
+    df, report = load(data_dir)
+    pairs = dataset_pairs(df)
+    if family is None or dtype is None:
+        fitting = [p for p in pairs if (family is None or p[0] == family) and (dtype is None or p[1] == dtype)]
+        if len(fitting) > 1:
+            raise ValueError(f"{data_dir} holds rows of {[f'{f}/{d}' for f, d in fitting]}; choose one with "
+                             "family= and dtype= (CLI: --family, --dtype)")
+        if not fitting and pairs:
+            raise ValueError(f"{data_dir} holds no valid {family or '*'}/{dtype or '*'} rows; it holds "
+                             f"{[f'{f}/{d}' for f, d in pairs]}")
+        family, dtype = fitting[0] if fitting else (family or "gemm", dtype or "float32")
+    fam = get_family(family)
+    fam.check_dtype(dtype)
+    df = df[rows_where(df, family=family, dtype=dtype)]
+    if exclude_sources:
+        df = df[~df["source_file"].fillna("").isin(list(exclude_sources)).to_numpy(bool)]
+    df, stale = current_rows(df)
+    rows = valid_rows(df).reset_index(drop=True)
+    n_shapes = rows[["m", "n", "k", "layout"]].drop_duplicates().shape[0]
+    templates = sorted(rows["template_hash"].unique().tolist())
+    if len(templates) > 1:
+        raise ValueError(f"{data_dir}'s {family}/{dtype} rows come from {len(templates)} kernel templates "
+                         f"{templates} (the family's own kernel and imported logs of another tool's); train on "
+                         "one: keep them in separate folders")
+    if len(rows) < MIN_ROWS or n_shapes < MIN_PROBLEMS:
+        others = [f"{f}/{d}" for f, d in pairs if (f, d) != (family, dtype)]
+        raise ValueError(f"{data_dir} has {len(rows)} valid {family}/{dtype} rows over {n_shapes} problems; "
+                         f"need at least {MIN_ROWS} rows over {MIN_PROBLEMS} problems (collect longer, or import "
+                         "more measurements)" + (f"; it also holds {others}" if others else ""))
+    return fam, dtype, df, rows, int(n_shapes), templates[0] if templates else fam.template_hash, report, stale
+
+
+def _training_record(data_dir: Path, df: pd.DataFrame, rows: pd.DataFrame, n_shapes: int, report, stale: int,
+                     exclude_sources) -> dict:
+    """The sidecar's ``training`` entry: what :func:`train` fitted on (``df``: the pair's current rows; ``rows``:
+    their valid ones)."""
+    return dict(dataset=str(data_dir), rows=int(len(rows)), shapes=n_shapes,
+                rows_total=int(len(df)), status_counts=df["status"].value_counts().to_dict(),
+                run_ids=sorted(rows["run_id"].unique().tolist()),
+                protocol_versions=sorted(int(v) for v in rows["protocol_version"].unique()),
+                template_hashes=sorted(rows["template_hash"].unique().tolist()),
+                noise_floor=_finite_or_none(noise_floor(rows)),
+                noise_floor_across=_finite_or_none(_across(data_dir, rows)),
+                corrupt_parts=len(report.corrupt), stale_rows_dropped=stale,
+                sources=sorted(rows["source_file"].fillna("").astype(str).unique().tolist()),
+                source_sha256s=sorted(rows["source_sha256"].fillna("").astype(str).unique().tolist()),
+                excluded_sources=sorted(str(s) for s in exclude_sources))
+
+
 def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str | None = None,
           dtype: str | None = None, model: str = "xgboost", settings: dict | None = None,
-          holdout: bool = True, exclude_sources=()) -> TrainResult:
+          holdout: bool = True, exclude_sources=(), progress=None) -> TrainResult:
     """Train a cost model on a dataset folder and save the artifact to
     ``<models_dir>/<device>/<family>/<dtype>/``.
 
@@ -225,7 +282,8 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
     data_dir : path
         Dataset folder of one device (``data/<device>/``).
     models_dir : path
-        Root of the model store (``models/``).
+        Root of the model store (``models/``); checked before the data is
+        read (:func:`costlearn.core.files.check_output`).
     spec : DeviceSpec, optional
         Device description; by default read from ``<data_dir>/device.json``.
     family, dtype : str, optional
@@ -244,6 +302,9 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
     exclude_sources : sequence of str
         Leave out the rows of these logs (``source_file``; ``""`` for
         collected rows): the leave-one-log-out study trains this way.
+    progress : callable, optional
+        Called with one line of text per stage (the rows, each hold-out
+        fold, the fits, the export; :mod:`costlearn.core.progress`).
 
     Returns
     -------
@@ -254,73 +315,39 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
     ValueError
         If the dataset has too few valid rows (< 50) or problems (< 5),
         mixes devices, holds several (family, dtype) pairs and none was
-        chosen, or has no device description.
+        chosen, has no device description, or ``models_dir`` cannot be
+        written.
     """
     data_dir = Path(data_dir)
-    fam = None                                  # the KernelFamily, got once and passed on
     if family is not None and dtype is not None:
-        fam = get_family(family)
-        fam.check_dtype(dtype)
+        get_family(family).check_dtype(dtype)
     get_model(model, **dict(settings or {}))  # an unknown model or setting fails before the data is read
-    df, report = load(data_dir)
-    pairs = dataset_pairs(df)
-    if family is None or dtype is None:
-        fitting = [p for p in pairs if (family is None or p[0] == family) and (dtype is None or p[1] == dtype)]
-        if len(fitting) > 1:
-            raise ValueError(f"{data_dir} holds rows of {[f'{f}/{d}' for f, d in fitting]}; choose one with "
-                             "family= and dtype= (CLI: --family, --dtype)")
-        if not fitting and pairs:
-            raise ValueError(f"{data_dir} holds no valid {family or '*'}/{dtype or '*'} rows; it holds "
-                             f"{[f'{f}/{d}' for f, d in pairs]}")
-        family, dtype = fitting[0] if fitting else (family or "gemm", dtype or "float32")
-    if fam is None:
-        fam = get_family(family)
-        fam.check_dtype(dtype)
-    df = df[rows_where(df, family=family, dtype=dtype)]
-    if exclude_sources:
-        df = df[~df["source_file"].fillna("").isin(list(exclude_sources)).to_numpy(bool)]
-    df, stale = current_rows(df)
-    rows = valid_rows(df).reset_index(drop=True)
-    n_shapes = rows[["m", "n", "k", "layout"]].drop_duplicates().shape[0]
-    templates = sorted(rows["template_hash"].unique().tolist())
-    if len(templates) > 1:
-        raise ValueError(f"{data_dir}'s {family}/{dtype} rows come from {len(templates)} kernel templates "
-                         f"{templates} (the family's own kernel and imported logs of another tool's); train on "
-                         "one: keep them in separate folders")
-    template = templates[0] if templates else fam.template_hash
-    if len(rows) < MIN_ROWS or n_shapes < MIN_PROBLEMS:
-        others = [f"{f}/{d}" for f, d in pairs if (f, d) != (family, dtype)]
-        raise ValueError(f"{data_dir} has {len(rows)} valid {family}/{dtype} rows over {n_shapes} problems; "
-                         f"need at least {MIN_ROWS} rows over {MIN_PROBLEMS} problems (collect longer, or import "
-                         "more measurements)" + (f"; it also holds {others}" if others else ""))
+    check_output(models_dir, "models_dir", folder=True)
+    fam, dtype, df, rows, n_shapes, template, report, stale = _training_rows(data_dir, family, dtype,
+                                                                             exclude_sources)
+    step = say(progress)
+    step(f"{fam.name}/{dtype}: {len(rows)} valid rows over {n_shapes} problems of {data_dir}")
     spec = spec_from_rows(rows, spec if spec is not None else read_device_json(data_dir))
     settings = dict(settings or {})
     summary, held, kind = {}, pd.DataFrame(), ""
     if holdout:
-        summary, _, held, kind = holdout_report(rows, spec, get_model(model, **settings), seed=0)
+        summary, _, held, kind = holdout_report(rows, spec, get_model(model, **settings), seed=0,
+                                                progress=lambda line: step(f"{fam.name}/{dtype}: {line}"))
     has_vendor = fam.vendor_config_id is not None and rows["config_id"].eq(fam.vendor_config_id).any()
     vendor_model = None
     if has_vendor:
         problems = problem_table(rows)
         if len(problems) >= VENDOR_MIN_PROBLEMS:
+            step(f"{fam.name}/{dtype}: fitting the vendor model on {len(problems)} problems")
             vendor_model = VendorModel.fit(problems)
             if holdout:
                 held = heldout_estimates(rows, held)
     floor = calibrate_floor(held, bool(has_vendor), kind)
+    step(f"{fam.name}/{dtype}: fitting {model} and the baselines on all {len(rows)} rows")
     mdl = get_model(model, **settings).fit(rows, spec)
     baselines = {name: get_model(name).fit(rows, spec) for name in BASELINES}
     shapes = rows[["m", "n", "k"]].drop_duplicates().to_numpy()
-    training = dict(dataset=str(data_dir), rows=int(len(rows)), shapes=int(n_shapes),
-                    rows_total=int(len(df)), status_counts=df["status"].value_counts().to_dict(),
-                    run_ids=sorted(rows["run_id"].unique().tolist()),
-                    protocol_versions=sorted(int(v) for v in rows["protocol_version"].unique()),
-                    template_hashes=sorted(rows["template_hash"].unique().tolist()),
-                    noise_floor=_finite_or_none(noise_floor(rows)),
-                    noise_floor_across=_finite_or_none(_across(data_dir, rows)),
-                    corrupt_parts=len(report.corrupt), stale_rows_dropped=stale,
-                    sources=sorted(rows["source_file"].fillna("").astype(str).unique().tolist()),
-                    source_sha256s=sorted(rows["source_sha256"].fillna("").astype(str).unique().tolist()),
-                    excluded_sources=sorted(str(s) for s in exclude_sources))
+    training = _training_record(data_dir, df, rows, n_shapes, report, stale, exclude_sources)
     folder = model_folder(models_dir, spec.slug, fam.name, dtype)
     replaced = (folder / SIDECAR).exists()
     cands, coverage, _ = candidate_pool(fam, rows, spec, dtype)
@@ -330,10 +357,10 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
                            candidates=cands, envelope=fit_envelope(shapes),
                            metrics=dict(holdout=summary, holdout_kind=kind), training=training,
                            baselines={name: b.save(folder) for name, b in baselines.items()},
-                           extra=dict(template_hash=template, floor=floor,
-                                      coverage=coverage),
-                           vendor_model=vendor_model)
-    return TrainResult(path=path, holdout=summary, rows=len(rows), shapes=int(n_shapes),
+                           extra=dict(template_hash=template, floor=floor, coverage=coverage),
+                           vendor_model=vendor_model, progress=lambda line: step(f"{fam.name}/{dtype}: {line}"))
+    step(f"{fam.name}/{dtype}: answering real models' layer shapes (what the data covers)")
+    return TrainResult(path=path, holdout=summary, rows=len(rows), shapes=n_shapes,
                        dropped=dict(report.quarantined, stale_template_or_protocol=stale), family=fam.name,
                        dtype=dtype, device=spec.slug, replaced=replaced, holdout_kind=kind, floor=floor,
                        data_coverage=data_coverage(Predictor(folder), rows))
@@ -424,13 +451,14 @@ def candidate_pool(family: KernelFamily, rows: pd.DataFrame, spec: DeviceSpec, d
 
 def export_artifact(model: CostModel, folder, *, family: KernelFamily | str, dtype: str, layouts, spec: DeviceSpec,
                     candidates: pd.DataFrame, envelope: dict, metrics: dict, training: dict, baselines: dict,
-                    extra: dict | None = None, epilogues=("none",), vendor_model=None) -> Path:
+                    extra: dict | None = None, epilogues=("none",), vendor_model=None, progress=None) -> Path:
     """Export ``model``'s scorer for ``candidates``, calibrate its cascade
     (:func:`costlearn.ranker.cascade.calibrate_cascade`), check the scorer against
     ``model.predict``, build its shortlist table where the scorer is deep
     (:func:`costlearn.model.shortlist.worth_a_table`) and save the artifact
     (:func:`costlearn.model.artifact_save.save`). ``family``: the KernelFamily
-    (or its name).
+    (or its name); ``progress``: called with a line per step
+    (:mod:`costlearn.core.progress`).
 
     Raises
     ------
@@ -450,6 +478,8 @@ def export_artifact(model: CostModel, folder, *, family: KernelFamily | str, dty
     variants = [(lay, e) for lay in layouts for e in epilogues]
     if len(variants) > 1:         # the layout and epilogue columns change the scores: calibrate on every one served
         problems = [Problem(p.m, p.n, p.k, dtype, *variants[i % len(variants)]) for i, p in enumerate(problems)]
+    step = say(progress)
+    step(f"checking the exported scorer and calibrating its cascade on {len(problems)} problems")
     _check_scorer(model, scorer, features, candidates, problems[::40], family, dtype)
     stages, info = calibrate_cascade(scorer, features, caps, problems)
     scorer = scorer.with_cascade(stages)
@@ -461,6 +491,7 @@ def export_artifact(model: CostModel, folder, *, family: KernelFamily | str, dty
         extra_ = extra or {}
         ranker = make_ranker(features, scorer, env, caps, coverage=Coverage(extra_.get("coverage"), len(configs)),
                              vendor=ids.index(fam.vendor_config_id) if fam.vendor_config_id in ids else None)
+        step(f"building the shortlist table of a {scorer.n_trees}-tree scorer")
         shortlist = build_shortlist(ranker, layouts, [int(envelope["max"][d]) for d in "MNK"])
         sl_info = dict(build_s=round(time.perf_counter() - t0, 1))
     return artifact_save.save(model, folder, family=family, dtype=dtype, layouts=layouts, spec=spec,
@@ -513,88 +544,3 @@ def _check_scorer(model, scorer, features, candidates, problems, family, dtype) 
     if not worst <= 1e-3:
         raise ValueError(f"the exported {model.name} scorer differs from the model's predictions by {worst:.3g} "
                          "in log2 time; not saving")
-
-
-def migrate_models(models_dir) -> list[tuple[Path, Path]]:
-    """Convert every artifact of the layout before kernel families
-    (``<root>/<device>/<dtype>/``, artifact schema 2) into
-    ``<root>/<device>/gemm/<dtype>/`` (schema 3): the same model file
-    (byte for byte), its exported scorer with a calibrated cascade, the
-    baselines' states; the old folder is removed once the new one loads.
-
-    Returns
-    -------
-    list of (old folder, new folder)
-
-    Raises
-    ------
-    ValueError
-        If ``models_dir`` is not a folder.
-    costlearn.model.artifact_layout.ArtifactError
-        If an old artifact cannot be read or converted (its feature list is
-        not this code's, its model file is not the sidecar's), or the new
-        folder already holds a model (nothing is removed or replaced then).
-    """
-    root = Path(models_dir)
-    if not root.is_dir():
-        raise ValueError(f"{str(root)!r} is not a folder of models")
-    gemm = get_family("gemm")
-    done = []
-    for old in old_layout_folders(root):
-        side_path = old / SIDECAR
-        try:
-            side = json.loads(side_path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ArtifactError(f"unreadable {side_path}: {e}") from e
-        if not isinstance(side, dict) or side.get("artifact_schema") != 2 or side.get("model") != "xgboost":
-            what = (side.get("artifact_schema"), side.get("model")) if isinstance(side, dict) else "not an object"
-            raise ArtifactError(f"{side_path}: {what!r}; only schema-2 xgboost artifacts can be converted")
-        missing = [key for key in ("device", "dtype", "feature_set", "feature_names", "feature_version", "candidates",
-                                   "envelope", "template_hash", "costlearn_version") if key not in side]
-        if missing:
-            raise ArtifactError(f"{side_path} lacks keys {missing}; retrain with `costlearn train`")
-        fs = side["feature_set"]
-        if fs not in ("analytic", "raw", "derived") or list(get_feature_set(fs).feature_names(gemm)) != list(
-                side["feature_names"]) or side["feature_version"] != feature_version(fs, gemm):
-            raise ArtifactError(f"{side_path}: its features ({fs!r}, version {side['feature_version']!r}) are "
-                                "not this code's; retrain with `costlearn train` instead")
-        try:
-            spec = DeviceSpec.from_dict(side["device"])
-        except (TypeError, ValueError) as e:
-            raise ArtifactError(f"{side_path}: invalid device ({e})") from e
-        new = model_folder(root, old.parent.name, "gemm", str(side["dtype"]))
-        if (new / SIDECAR).exists():
-            raise ArtifactError(f"{new} already holds a model; {old} was not converted (move one of them "
-                                "away, then run migrate-models again)")
-        ubj = old / "model.ubj"
-        if not ubj.is_file() or (side.get("model_sha256") and sha256_file(ubj) != side["model_sha256"]):
-            raise ArtifactError(f"{ubj} is missing or does not belong to {side_path} (sha256 differs)")
-        atomic_write(new / "model.ubj", ubj.read_bytes())
-        state = dict(settings=dict(feature_set=side["feature_set"], params=side.get("params") or {}),
-                     feature_names=side["feature_names"], best_iteration=side.get("best_iteration"),
-                     validation_rmse_log2=side.get("validation_rmse_log2"),
-                     files={"model.ubj": sha256_file(new / "model.ubj")})
-        mdl = XGBCostModel.load(new, state, spec)
-        cands = pd.DataFrame(side["candidates"])
-        if "registers_per_thread" not in cands:
-            cands["registers_per_thread"] = np.nan
-        cands = cands[["config_id", "registers_per_thread"]]
-        bf = side.get("baselines", {}).get("best_fixed", {})
-        names = list(side["feature_names"])
-        baselines = dict(roofline=RooflineModel().fit(None, spec).save(new),
-                         best_fixed=dict(settings=dict(min_coverage=BestFixedModel().min_coverage),
-                                         scores=bf.get("scores", {}), best_config_id=bf.get("best_config_id"),
-                                         feature_names=("log2_m", "log2_n", "log2_k")
-                                         + tuple(gemm.param_feature_names), files={}))
-        export_artifact(mdl, new, family=gemm, dtype=side["dtype"], layouts=["NN"], spec=spec, candidates=cands,
-                        envelope=side["envelope"], metrics=side.get("metrics", {}), training=side.get("training", {}),
-                        baselines=baselines,
-                        extra=dict(created=side.get("created"), template_hash=side["template_hash"],
-                                   costlearn_version=side["costlearn_version"],
-                                   migrated=dict(from_schema=2, from_folder=str(old.name), names=len(names),
-                                                 at=datetime.now(timezone.utc).isoformat(timespec="seconds"))))
-        artifact.load(new)
-        shutil.rmtree(old)
-        done.append((old, new))
-    return done
-

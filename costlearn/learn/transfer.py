@@ -171,16 +171,17 @@ def _problem_ids(rows: pd.DataFrame) -> np.ndarray:
     return rows.groupby(["m", "n", "k", "layout"], sort=True).ngroup().to_numpy()
 
 
-def _heldout(src: pd.DataFrame, dst: pd.DataFrame, spec, make, seed: int) -> tuple[dict, pd.DataFrame, str]:
+def _heldout(src: pd.DataFrame, dst: pd.DataFrame, spec, make, seed: int, say) -> tuple[dict, pd.DataFrame, str]:
     """Predict every destination problem with a model fit without it
-    (grouped k-fold; all source rows in every fold)."""
+    (grouped k-fold; all source rows in every fold), saying each fold."""
     groups = _problem_ids(dst)
     n = len(np.unique(groups))
     k = min(FOLDS, n)
     pred = np.full(len(dst), np.nan)
     outside = np.zeros(len(dst), bool)
-    for tr, te in GroupKFold(n_splits=k, shuffle=True, random_state=seed).split(dst, groups=groups):
+    for i, (tr, te) in enumerate(GroupKFold(n_splits=k, shuffle=True, random_state=seed).split(dst, groups=groups), 1):
         train_rows = pd.concat([src, dst.iloc[tr]], ignore_index=True)
+        say(f"held-out fold {i} of {k}: fitting on {len(train_rows)} rows, predicting {len(te)}")
         pred[te] = make().fit(train_rows, spec).predict(dst.iloc[te])
         outside[te] = outside_rows(train_rows, dst.iloc[te])
     summary = {MultiDeviceXGBModel.name: summarize(evaluate_rows(dst, pred))}
@@ -311,7 +312,8 @@ def transfer(models_dir, source: str, destination: str, *, data_dir=None, source
         summary, kind = {}, "none (zero-shot)"
         if n_dst >= MIN_CALIBRATION_PROBLEMS:
             say(f"{fam_name}/{dt}: held-out predictions of {n_dst} {destination} problems")
-            summary, held, kind = _heldout(src, dst, spec, make, seed)
+            summary, held, kind = _heldout(src, dst, spec, make, seed,
+                                           lambda line, pair=f"{fam_name}/{dt}": say(f"{pair}: {line}"))
             floor = calibrate_floor(held, bool(has_vendor), kind, tolerance=0.0,
                                     vendor_near_grid=(None,) + VENDOR_NEAR_GRID)
         else:
@@ -340,7 +342,8 @@ def transfer(models_dir, source: str, destination: str, *, data_dir=None, source
                                metrics=dict(holdout=summary, holdout_kind=kind), training=record,
                                baselines=baselines,
                                extra=dict(template_hash=template, floor=floor, transfer=info,
-                                          coverage=coverage))
+                                          coverage=coverage),
+                               progress=lambda line, pair=f"{fam_name}/{dt}": say(f"{pair}: {line}"))
         say(f"{fam_name}/{dt}: wrote {path.parent}" + (" (zero-shot)" if zero_shot else ""))
         results.append(TransferResult(path=path, family=fam_name, dtype=dt, source=source, destination=destination,
                                       source_rows=int(len(src)), destination_rows=int(len(dst)),

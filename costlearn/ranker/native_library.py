@@ -15,11 +15,11 @@ import os
 import struct
 import sys
 import threading
-import warnings
 from pathlib import Path
 
 from costlearn.ranker._build import source_files, source_sha256
 from costlearn.ranker.native_structs import C_DOUBLE, C_INT32, C_INT64, C_POINTER, RankContext, check_layout
+from costlearn.core.errors import warn
 
 __all__ = ["library", "library_unavailable"]
 
@@ -170,8 +170,8 @@ def library():
             _LIB = _open(path)
         except (OSError, AttributeError) as e:
             _LIB_WHY = str(e)
-            warnings.warn(f"costlearn: its C ranker is unavailable ({e}); ranking falls back to numpy (the same "
-                          "answers, slower)", RuntimeWarning, stacklevel=3)
+            warn(f"costlearn's C ranker is unavailable ({e}); ranking falls back to numpy (the same answers, "
+                 "slower)", RuntimeWarning)
         return _LIB
 
 

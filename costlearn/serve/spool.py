@@ -24,13 +24,13 @@ import stat
 import threading
 import time
 import uuid
-import warnings
 from pathlib import Path
 
 from costlearn.core.problem import Problem
 from costlearn.core.files import atomic_write
 from costlearn.core.keyed_cache import cache_dir
 from costlearn.serve.fleet import DAMAGED, Measurement
+from costlearn.core.errors import warn
 
 __all__ = ["Spool", "FORMAT"]
 
@@ -179,11 +179,11 @@ class Spool:
             os.rename(path, bad)
         except OSError as e:
             self._stuck.add(path)
-            warnings.warn(f"costlearn: spooled tuning {path} cannot be delivered ({str(reason)[:200]}) nor set aside "
-                          f"({e}); skipped", RuntimeWarning, stacklevel=3)
+            warn(f"costlearn: spooled tuning {path} cannot be delivered ({str(reason)[:200]}) nor set aside ({e}); "
+                 "skipped", RuntimeWarning)
             return
-        warnings.warn(f"costlearn: spooled tuning {path} cannot be delivered ({str(reason)[:200]}); kept as {bad}",
-                      RuntimeWarning, stacklevel=3)
+        warn(f"costlearn: spooled tuning {path} cannot be delivered ({str(reason)[:200]}); kept as {bad}",
+             RuntimeWarning)
 
 
 def _mtime(path: Path) -> float:

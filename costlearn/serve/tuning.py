@@ -22,7 +22,6 @@ import math
 import os
 import threading
 import uuid
-import warnings
 import weakref
 from pathlib import Path
 
@@ -39,6 +38,7 @@ from costlearn.serve.spool import Spool
 from costlearn.serve.tuning_db import TuningDB, TuningDBError, TuningEntry, default_target, is_server_url, key_values
 from costlearn.serve.tuning_db_server import ServerTuningDB, open_store
 from costlearn.core.version import __version__
+from costlearn.core.errors import warn
 
 __all__ = ["tune", "Tuner", "local_backend", "open_tuning_db", "spool_for", "read_entry"]
 
@@ -100,8 +100,8 @@ def _open_or_read(target):
         writable = os.access(target, os.W_OK) and os.access(os.path.dirname(target), os.W_OK)
         if is_server_url(target) or writable or not os.access(target, os.R_OK):
             raise
-        warnings.warn(f"costlearn: the tuning database {target} cannot be written ({e}); reading it, recording "
-                      "nothing", RuntimeWarning, stacklevel=4)
+        warn(f"costlearn: the tuning database {target} cannot be written ({e}); reading it, recording nothing",
+             RuntimeWarning)
         return open_store(target, read_only=True)
 
 
@@ -216,7 +216,7 @@ class Tuner:
             verdict = decide(measurements, pred.artifact.family.vendor_config_id)
             note = f"measured here; the tuning database could not take it ({e})" + self._spooled(key, measurements,
                                                                                                    source, e)
-            warnings.warn(f"costlearn: {note}", RuntimeWarning, stacklevel=4)
+            warn(f"costlearn: {note}", RuntimeWarning)
         best = ({c.config_id: c for c in configs}.get(verdict.config_id)      # another host's measured winner:
                 or get_family(family).config_from_id(verdict.config_id))    # by its id
         measured = tuple(sorted(verdict.times_us.items(), key=lambda kv: kv[1]))
@@ -316,8 +316,7 @@ def read_entry(db, *args, **kwargs) -> tuple:
     try:
         return db.get(*args, **kwargs), None
     except OSError as e:
-        warnings.warn(f"costlearn: the tuning database was not read, answering from the model: {e}",
-                      RuntimeWarning, stacklevel=4)
+        warn(f"costlearn: the tuning database was not read, answering from the model: {e}", RuntimeWarning)
         return None, str(e)
 
 
@@ -345,4 +344,4 @@ def _put(db, entry) -> None:
     try:
         db.put(entry)
     except OSError as e:
-        warnings.warn(f"costlearn: not recorded in the tuning database: {e}", RuntimeWarning, stacklevel=4)
+        warn(f"costlearn: not recorded in the tuning database: {e}", RuntimeWarning)

@@ -49,10 +49,10 @@ import os
 import sqlite3
 import sys
 import threading
-import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
+from costlearn.core.errors import warn
 from costlearn.core.version import __version__
 from costlearn.serve.tuning_file import COLUMNS, KEYS_BY_SCHEMA, TuningFile
 from costlearn.serve.tuning_rows import (  # the schema and rows' old home: re-exported
@@ -144,9 +144,8 @@ class TuningDB(TuningStore):
                 _close_stale(conn)
                 conn = self._local.conn = None
                 if moved and not set_aside:
-                    warnings.warn(f"costlearn: the tuning database {self.path} is no longer the file this process "
-                                  "opened (removed, set aside or replaced by another program); reopening it",
-                                  RuntimeWarning, stacklevel=5)
+                    warn(f"costlearn: the tuning database {self.path} is no longer the file this process "
+                         "opened (removed, set aside or replaced by another program); reopening it", RuntimeWarning)
         if conn is None:
             try:
                 try:
@@ -192,8 +191,8 @@ class TuningDB(TuningStore):
                     pass                          # another process moved it first
             if moved:
                 self.set_aside.append(target)
-                warnings.warn(f"costlearn tuning database {self.path} is corrupt ({reason}); set aside as "
-                              f"{target}, starting a fresh one", RuntimeWarning, stacklevel=4)
+                warn(f"costlearn: the tuning database {self.path} is corrupt ({reason}); set aside as {target}, "
+                     "starting a fresh one", RuntimeWarning)
 
     def _run(self, fn):
         """Run fn(conn); on a corruption error (a plain ``DatabaseError``),

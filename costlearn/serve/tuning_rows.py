@@ -10,25 +10,25 @@ from __future__ import annotations
 import json
 import math
 import os
-import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from costlearn.collect.space import check_config
-from costlearn.core.errors import CostlearnError
+from costlearn.core.errors import CostlearnError, warn
 from costlearn.core.problem import Problem
 from costlearn.core.checks import check_instance
-from costlearn.core.keyed_cache import cache_dir
+from costlearn.core.files import check_output
+from costlearn.core.keyed_cache import cache_dir, check_cache_dir
 from costlearn.families import FAMILIES, get_family
 from costlearn.serve.fleet import (DAMAGED, INSERT_MEASUREMENT, MEASUREMENT_COLUMNS, SELECT_MEASUREMENTS, Measurement,
                                    Verdict, check_name, decide, measurements_from_rows, parse_json)
 
-__all__ = ["TuningEntry", "TuningDBError", "default_path", "default_target", "is_server_url", "entry_values",
-           "decode_row", "key_values", "key_args", "select_entry", "entries_from_rows", "CHOSEN_BY", "TUNED_COLUMNS",
-           "LEASE_COLUMNS", "KEY_COLUMNS", "CREATE_TABLE", "UPSERT", "TABLES", "measurement_rows", "record_in",
-           "measurements_by_key", "select_many", "decode_many", "SCHEMA", "CREATE_BLOBS", "PUT_BLOB", "blob_values",
-           "select_blobs", "MAX_BLOB_BYTES", "MANY"]
+__all__ = ["TuningEntry", "TuningDBError", "default_path", "default_target", "check_file_target", "is_server_url",
+           "entry_values", "decode_row", "key_values", "key_args", "select_entry", "entries_from_rows", "CHOSEN_BY",
+           "TUNED_COLUMNS", "LEASE_COLUMNS", "KEY_COLUMNS", "CREATE_TABLE", "UPSERT", "TABLES", "measurement_rows",
+           "record_in", "measurements_by_key", "select_many", "decode_many", "SCHEMA", "CREATE_BLOBS", "PUT_BLOB",
+           "blob_values", "select_blobs", "MAX_BLOB_BYTES", "MANY"]
 
 SCHEMA = 4
 """4 added the tables ``measurements`` and ``leases`` (:mod:`costlearn.serve.fleet`), 3 ``epilogue``, 2
@@ -94,6 +94,30 @@ def default_path() -> Path:
     (:func:`costlearn.core.keyed_cache.cache_dir`)."""
     env = os.environ.get("COSTLEARN_TUNING_DB")
     return Path(env) if env else cache_dir() / "tuning.sqlite"
+
+
+def check_file_target(target=None, given: str = "--tuning-db") -> None:
+    """Refuse, before any work, a tuning database file that cannot be
+    created (:func:`costlearn.core.files.check_output`): ``target``, named
+    ``given`` in the message; None: the default (:func:`default_target`),
+    named by the variable it comes from, ``COSTLEARN_TUNING_DB``, else
+    ``COSTLEARN_CACHE`` (:func:`costlearn.core.keyed_cache.check_cache_dir`).
+    A file that exists, a server's URL and an open store are not checked
+    (a file this user may only read is opened read-only).
+
+    Raises
+    ------
+    ValueError
+        As :func:`costlearn.core.files.check_output`.
+    """
+    if target is None:
+        env = os.environ.get("COSTLEARN_TUNING_DB")
+        if not env:
+            check_cache_dir()
+            return
+        target, given = env, "COSTLEARN_TUNING_DB="
+    if isinstance(target, (str, os.PathLike)) and not is_server_url(target) and not Path(target).is_file():
+        check_output(target, given)
 
 
 def default_target():
@@ -349,8 +373,8 @@ def decode_row(row, problem: Problem, family: str, device: str, template_hash: s
         times = _times(parse_json(times_json))
         time_us = _positive(time_us)
     except DAMAGED as e:
-        warnings.warn(f"costlearn: the tuning database's entry for {problem} ({family}, {device}) is damaged or "
-                      f"not costlearn's ({str(e)[:120]}): a miss, never launched", RuntimeWarning, stacklevel=3)
+        warn(f"costlearn: the tuning database's entry for {problem} ({family}, {device}) is damaged or not "
+             f"costlearn's ({str(e)[:120]}): a miss, never launched", RuntimeWarning)
         return None
     if spec is not None and check_config(config, spec, problem=problem) is not None:
         return None

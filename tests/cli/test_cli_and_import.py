@@ -1,6 +1,8 @@
 import json
+import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -403,7 +405,7 @@ def test_each_flag_means_one_thing_in_every_command():
     assert "--learner" in opts["train"] and "--model" not in opts["train"]
     assert "--preset" in opts["import"] and "--device" not in opts["import"] and "--device" not in opts["export"]
     assert {cmd for cmd, o in opts.items() if o.get("--dtype") and o["--dtype"].nargs == "+"} == \
-        {"train", "study", "export", "transfer"}
+        {"train", "study", "export", "transfer", "info", "models"}
 
 
 def test_old_flag_spellings_work_for_one_release_with_a_note(dataset_dir, tmp_path, capsys):
@@ -574,3 +576,147 @@ def test_collect_and_run_measure_real_models_shapes_by_default():
     assert resolve_strategy(None, None) == "prior"
     assert resolve_strategy(None, [(64, 64, 64)]) == "random"
     assert resolve_strategy("active", None) == "active" and resolve_strategy("prior", [(1, 2, 3)]) == "prior"
+
+
+def _no_work(*args, **kwargs):
+    raise AssertionError("the work started before its output was checked")
+
+
+@pytest.mark.parametrize("argv, patched, says", [
+    (["train", "--data", "DATA", "--models", "FILE"], "costlearn.learn.train.train",
+     "--models FILE is a file, not a folder"),
+    (["evaluate", "--report", "FILE/r.md"], "costlearn.cli.evaluate.device_backend",
+     "--report FILE/r.md: FILE is a file"),
+    (["evaluate", "--plots", "FILE"], "costlearn.cli.evaluate.device_backend", "--plots FILE is a file, not a folder"),
+    (["collect", "--data", "FILE"], "costlearn.cli.collect.device_backend", "--data FILE is a file, not a folder"),
+    (["dispatch", "--m", "1:64", "--n", "64:128", "--k", "64:128", "--out", "FILE"],
+     "costlearn.serve.dispatch.fit_dispatch", "--out FILE is a file, not a folder"),
+    (["predict", "48", "64", "96", "--measure-top-k", "2", "CACHE"], "costlearn.cli.predict.device_backend",
+     "COSTLEARN_CACHE=FILE is a file, not a folder"),
+    (["predict", "48", "64", "96", "--tuning-db", "FILE/t.sqlite"], "costlearn.cli.predict.predict_stage",
+     "--tuning-db FILE/t.sqlite: FILE is a file"),
+    (["study", "--data", "DATA", "--out", "FILE/x"], "costlearn.learn.study.leave_one_log_out",
+     "--out FILE/x: FILE is a"),
+    (["run", "--models", "FILE"], "costlearn.cli.run.device_backend", "--models FILE is a file, not a folder"),
+])
+def test_an_output_that_cannot_be_written_is_refused_before_any_work_naming_its_flag(
+        monkeypatch, capsys, tmp_path, dataset_dir, argv, patched, says):
+    """Regression: `train --models /etc/passwd` failed after a whole training, a measuring `evaluate --report
+    /proc/nope/r.md` after its budget; `collect --data`, `dispatch --out` and COSTLEARN_CACHE naming a file gave bare
+    errno strings."""
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder\n")
+    if "CACHE" in argv:
+        argv = [a for a in argv if a != "CACHE"]
+        monkeypatch.setenv("COSTLEARN_CACHE", str(blocker))
+        monkeypatch.delenv("COSTLEARN_TUNING_DB", raising=False)
+    argv = [a.replace("FILE", str(blocker)).replace("DATA", str(dataset_dir)) for a in argv]
+    monkeypatch.setattr(patched, _no_work)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err and says.replace("FILE", str(blocker)) in err[-1] and "Errno" not in err[-1], err
+
+
+def test_train_says_when_its_model_is_no_better_than_a_baseline_it_printed(monkeypatch, capsys, tmp_path, dataset_dir):
+    """Regression: a model of 187 rows, held-out xgboost 107.7 % top-1 regret against random's 50.0 %, was saved
+    without a word."""
+    from costlearn.learn import train as train_module
+    sidecar = tmp_path / "model.json"
+    sidecar.write_text("{}")
+    table = {"xgboost": dict(top1_mean=1.077, top1_geomean=0.9, top5_mean=0.3, kendall_tau=0.01),
+             "roofline": dict(top1_mean=0.8, top1_geomean=0.6, top5_mean=0.2, kendall_tau=0.1),
+             "random": dict(top1_mean=0.5, top1_geomean=0.4, top5_mean=0.1, kendall_tau=0.0)}
+
+    def small_train(folder, models, *, family, dtype, **kw):
+        return train_module.TrainResult(path=sidecar, holdout=table, rows=187, shapes=9, dropped={}, family=family,
+                                        dtype=dtype, device="dev", holdout_kind="5 regions of shapes")
+    monkeypatch.setattr(train_module, "train", small_train)
+    assert main(["train", "--data", str(dataset_dir), "--models", str(tmp_path / "m")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(out) if line.startswith("  random "))
+    assert out[at + 1] == ("warning: the xgboost model is no better than the random baseline on these held-out "
+                           "problems (top-1 regret mean 107.7% against 50.0%): 187 rows over 9 problems are too few "
+                           "to learn from; it is saved all the same, but measure more rows (`costlearn collect`, or "
+                           "import more measurements) and train again")
+    table["xgboost"] = dict(top1_mean=0.05, top1_geomean=0.04, top5_mean=0.01, kendall_tau=0.5)
+    assert main(["train", "--data", str(dataset_dir), "--models", str(tmp_path / "m")]) == 0
+    assert "no better than" not in capsys.readouterr().out
+
+
+def test_info_lists_what_each_model_of_the_store_knows(capsys, tmp_path, model_dir):
+    """What a model knows was shown nowhere but in error messages: `costlearn info` (or `models`) lists each model's
+    device, family, dtype, layouts, epilogues, trained extents, OOD thresholds, held-out scores, training time and
+    size, as lines or JSON; a damaged model is listed with why it does not load."""
+    import shutil
+    device = model_dir.parents[1].name
+    side = json.loads((model_dir / "model.json").read_text())
+    assert main(["info", "--models", str(model_dir.parents[2])]) == 0
+    out = capsys.readouterr().out
+    lo, hi = side["envelope"]["min"]["M"], side["envelope"]["max"]["M"]
+    for said in (f"{device}/gemm/float32: xgboost model of {side['device']['name']}", f"trained {side['created']}",
+                 f"{side['training']['rows']} rows", f"M {lo}-{hi}", "layouts NN",
+                 f"{side['envelope']['density_threshold_log2']:.2f} doublings", "held-out problems", "    xgboost ",
+                 "    random ", " MiB in "):
+        assert said in out, (said, out)
+    assert main(["models", "--models", str(model_dir.parents[2]), "--json", "--dtype", "float32"]) == 0
+    store = json.loads(capsys.readouterr().out)
+    (model,) = store["models"]
+    assert model["extents"]["M"] == [lo, hi] and model["layouts"] == side["layouts"]
+    assert model["holdout"]["xgboost"]["top1_geomean"] == side["metrics"]["holdout"]["xgboost"]["top1_geomean"]
+    assert model["trained"] == side["created"] and model["size_bytes"] > 10 ** 6
+    copy = tmp_path / "store" / device / "gemm" / "float32"
+    shutil.copytree(model_dir, copy)
+    (copy / "scorer.npz").write_bytes(b"damaged")
+    assert main(["info", "--models", str(tmp_path / "store")]) == 0
+    assert f"{device}/gemm/float32: does not load: " in capsys.readouterr().out
+    assert main(["info", "--models", str(tmp_path / "store"), "--family", "triton_mm"]) == 0
+    assert "no model of --family triton_mm" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, patched", [
+    (["train", "--data", "DATA", "--models", "TMP/m"], "costlearn.learn.train.train"),
+    (["study", "--data", "DATA", "--out", "TMP/study"], "costlearn.learn.study.leave_one_log_out"),
+    (["transfer", "--from", "a100", "--to", "h100", "--models", "TMP"], "costlearn.learn.transfer.transfer"),
+    (["evaluate", "--no-measure", "--data", "DATA"], "costlearn.learn.study.score_measurements"),
+])
+def test_a_long_command_logs_a_progress_line_at_least_every_every_s(monkeypatch, capsys, tmp_path, dataset_dir,
+                                                                     argv, patched):
+    """Regression: `train` on the A100 logs (18 min), `study` (19 min) and `transfer` printed nothing between their
+    first line and their summary when stderr was a log file; every stage is now a line, and a stage that lasts is
+    repeated at least every EVERY_S seconds."""
+    from costlearn.core import progress as progress_module
+    monkeypatch.setattr(progress_module, "EVERY_S", 0.2)
+
+    def slow(*args, progress=None, **kwargs):
+        if progress is not None:
+            progress("fitting fold 1 of 5")
+        time.sleep(0.9)
+        raise ValueError("stopped by the test")
+    monkeypatch.setattr(patched, slow)
+    argv = [a.replace("DATA", str(dataset_dir)).replace("TMP", str(tmp_path)) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.splitlines()
+    lines = [ln for ln in err if re.match(r"\[\d+s\] ", ln)]
+    assert len(lines) >= 3 and any(" still: " in ln for ln in lines), err
+
+
+@pytest.mark.slow
+def test_train_logs_a_line_per_stage_folds_fits_and_export(capsys, tmp_path, dataset_dir, dataset_rows):
+    """What a log of `train` shows between its first line and its table: the rows, each held-out fold, the fits,
+    the export."""
+    import shutil
+    from costlearn.collect.dataset import write_part
+    shapes = dataset_rows[["m", "n", "k"]].drop_duplicates().sample(20, random_state=3)
+    rows = dataset_rows.merge(shapes, on=["m", "n", "k"]).groupby(["m", "n", "k"]).head(10)
+    (tmp_path / "d").mkdir()
+    shutil.copy(dataset_dir / "device.json", tmp_path / "d" / "device.json")
+    write_part(rows.to_dict("records"), tmp_path / "d")
+    assert main(["train", "--data", str(tmp_path / "d"), "--models", str(tmp_path / "m")]) == 0
+    err = [re.sub(r"^\[\d+(m\d\ds)?s?\] ", "", ln) for ln in capsys.readouterr().err.splitlines()]
+    assert err[:2] == [f"reading {tmp_path / 'd'}",
+                       f"gemm/float32: {len(rows)} valid rows over 20 problems of {tmp_path / 'd'}"]
+    folds = [ln for ln in err if ln.startswith("gemm/float32: held-out fold ")]
+    assert len(folds) >= 2 and folds[0].startswith("gemm/float32: held-out fold 1 of ")
+    for stage in ("fitting xgboost and the baselines on all", "checking the exported scorer",
+                  "answering real models' layer shapes"):
+        assert any(stage in ln for ln in err), (stage, err)

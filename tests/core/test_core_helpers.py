@@ -214,3 +214,19 @@ def test_read_file_refuses_a_file_larger_than_allowed_before_taking_memory(tmp_p
     assert read_file(small) == bytearray(b"abc")
     with pytest.raises(OSError, match="more than"):
         read_file(small, max_bytes=2)
+
+
+def test_an_output_check_creates_nothing_and_names_how_the_path_was_given(tmp_path):
+    from costlearn.core.files import check_output
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert check_output(tmp_path / "a" / "b" / "r.md", "--report") == tmp_path / "a" / "b" / "r.md"
+    assert check_output(tmp_path / "new", "--out", folder=True) and sorted(tmp_path.iterdir()) == [blocker]
+    with pytest.raises(ValueError, match=r"^COSTLEARN_CACHE=\S+file is a file, not a folder"):
+        check_output(blocker, "COSTLEARN_CACHE=", folder=True)
+    with pytest.raises(ValueError, match=r"^--report \S+ is a folder; give a file name \(e\.g\. \S+report\.md\)"):
+        check_output(tmp_path, "--report", example="report.md")
+    with pytest.raises(ValueError, match=r"^--report \S+file/x/r\.md: \S+file is a file, not a folder$"):
+        check_output(blocker / "x" / "r.md", "--report")
+    with pytest.raises(ValueError, match="the folder .*no does not exist; create it"):
+        check_output(tmp_path / "no" / "t.json", "--out", create=False)

@@ -236,7 +236,7 @@ def test_cli_export_needs_one_source_of_shapes(models, tmp_path, capsys):
     assert "does not exist; create it" in capsys.readouterr().err and not (tmp_path / "no").exists()
     assert main(["export", "inductor-lut", "--models", str(models), "--model", DEVICE, "--shapes-file", str(shapes),
                  "--dtype", "float16", "--out", str(tmp_path)]) == 2          # a folder
-    assert f"--out '{tmp_path}': give the JSON file to write" in capsys.readouterr().err
+    assert f"--out {tmp_path} is a folder; give a file name" in capsys.readouterr().err
     # a recorded table keeps its own device name, and what it leaves out is said
     rec = tmp_path / "inductor_lut_rec.json"
     p = Problem(512, 1024, 256, "float16")

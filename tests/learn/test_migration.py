@@ -62,7 +62,7 @@ def test_migrate_models_keeps_the_booster_and_the_answers(model_dir, tmp_path, c
 def test_migrate_models_refuses_a_missing_root(tmp_path):
     """Regression: a mistyped root printed 'nothing to migrate' and exited 0."""
     from costlearn.cli import main
-    from costlearn.learn.train import migrate_models
+    from costlearn.learn.migrate import migrate_models
     with pytest.raises(ValueError, match="is not a folder of models"):
         migrate_models(tmp_path / "no-such")
     assert main(["migrate-models", str(tmp_path / "no-such")]) != 0
@@ -71,7 +71,7 @@ def test_migrate_models_refuses_a_missing_root(tmp_path):
 def test_migrate_models_refuses_a_sidecar_missing_keys_and_keeps_it(model_dir, tmp_path):
     """Regression: a schema-2 sidecar without its envelope raised KeyError
     half-way through."""
-    from costlearn.learn.train import migrate_models
+    from costlearn.learn.migrate import migrate_models
     old = _old_layout(model_dir, tmp_path / "models")
     side = json.loads((old / "model.json").read_text())
     del side["envelope"]
@@ -84,7 +84,7 @@ def test_migrate_models_refuses_a_sidecar_missing_keys_and_keeps_it(model_dir, t
 def test_migrate_models_refuses_other_features(model_dir, tmp_path):
     """Regression: an artifact trained on another feature list was converted
     and then scored the wrong columns."""
-    from costlearn.learn.train import migrate_models
+    from costlearn.learn.migrate import migrate_models
     old = _old_layout(model_dir, tmp_path / "models")
     side = json.loads((old / "model.json").read_text())
     side["feature_names"] = side["feature_names"][::-1]
@@ -96,7 +96,7 @@ def test_migrate_models_refuses_other_features(model_dir, tmp_path):
 def test_migrate_models_never_replaces_a_model_in_the_new_layout(model_dir, tmp_path):
     """Regression: an old artifact beside a new one of the same device and
     dtype overwrote the new one."""
-    from costlearn.learn.train import migrate_models
+    from costlearn.learn.migrate import migrate_models
     root = tmp_path / "models"
     old = _old_layout(model_dir, root)
     new = root / model_dir.parents[1].name / "gemm" / "float32"

@@ -30,7 +30,7 @@ def two_logs(tmp_path_factory):
 def test_leave_one_log_out_scores_each_log_with_a_model_that_never_saw_it(two_logs, tmp_path):
     from costlearn.model.xgb import XGBParams
     res = leave_one_log_out(two_logs / "data" / DEVICE, tmp_path / "work", dtypes=["float16"],
-                            settings=dict(params=XGBParams(**FAST)), log=lambda line: None)
+                            settings=dict(params=XGBParams(**FAST)))
     t = res.table.set_index("source")
     assert set(t.index) == {"zoo_a.txt", "zoo_b.txt", "all"}
     assert t.loc["zoo_a.txt", "problems"] == len(SHAPES) and t.loc["all", "problems"] == 2 * len(SHAPES)
@@ -51,7 +51,7 @@ def test_a_single_log_cannot_be_left_out_and_says_so(tmp_path):
     write_log(tmp_path / "only.txt")
     import_file("inductor", tmp_path / "only.txt", device=DEVICE, data_root=tmp_path / "data")
     with pytest.raises(ValueError, match="needs two"):
-        leave_one_log_out(tmp_path / "data" / DEVICE, tmp_path / "work", log=lambda line: None)
+        leave_one_log_out(tmp_path / "data" / DEVICE, tmp_path / "work")
 
 
 def test_an_unmeasured_pick_is_counted_not_scored():

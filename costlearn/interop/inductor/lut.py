@@ -41,7 +41,7 @@ from costlearn.families import VENDOR_CONFIG_ID, get_family
 from costlearn.serve.predict import load_predictor, predict_many
 from costlearn.core.problem import Problem
 from costlearn.core.checks import check_int
-from costlearn.core.files import atomic_write
+from costlearn.core.files import atomic_write, check_output
 from costlearn.interop.tool_names import to_tool
 
 __all__ = ["LutProblem", "check_lut_out", "lookup_key", "inputs_key", "choices_for", "confident", "export_lut",
@@ -193,21 +193,15 @@ class LutReport:
 
 
 def check_lut_out(out) -> Path:
-    """``out`` as the lookup table's file path.
+    """``out`` as the lookup table's file path (:func:`costlearn.core.files.check_output` of ``--out``).
 
     Raises
     ------
     ValueError
-        If it is a folder, has no file name, or its folder does not exist
-        (a mistyped folder is not created).
+        If it is a folder, has no file name, its folder does not exist (a
+        mistyped folder is not created) or cannot be written.
     """
-    out = Path(out)
-    if out.is_dir() or (out.parent.exists() and not out.parent.is_dir()) or not out.name:
-        raise ValueError(f"--out {str(out)!r}: give the JSON file to write (a file path in an existing folder)")
-    if not out.parent.is_dir():
-        raise ValueError(f"--out {str(out)!r}: the folder {str(out.parent)!r} does not exist; create it, or give a "
-                         "file path in an existing folder")
-    return out
+    return check_output(out, "--out", create=False, example="lut.json")
 
 
 def export_lut(problems, out, *, device, top_k: int = 3, family: str = "triton_mm", models_dir=None,
