@@ -353,3 +353,59 @@ def test_addmm_keys_are_the_bias_epilogue_and_other_epilogues_are_refused_by_nam
     assert "bias of shape [64, 128] and strides [128, 1]" in why[1] and "full-matrix" in why[1]
     assert "torch.float32 bias and torch.float16 operands" in why[2]
     assert why[3].startswith("op 'bmm'")
+
+
+# -- hostile tables (Issue 62) --------------------------------------------------------
+
+from costlearn.interop.inductor import lut_keys  # noqa: E402
+
+KEY = "NVIDIA A100-SXM4-80GB+((torch.float16, [512, 256], [256, 1]), (torch.float16, [256, 1024], [1024, 1]))+mm"
+P512 = Problem(512, 1024, 256, "float16")
+
+
+def _cli(*argv):
+    from costlearn.cli import main
+    return main([str(a) for a in argv])
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    return err
+
+
+def test_a_key_that_made_the_key_pattern_backtrack_is_refused_by_length_and_split_in_linear_time(
+        monkeypatch, tmp_path, capsys, models):
+    """The key pattern backtracked: a 40,002-character key took 2.5 s, a
+    250 KB table with one such key kept `import inductor-lut` busy 100 s."""
+    import time
+    for key in ("+((" * 13334, "((a))+" + "=" * 40000, "((" + "+=" * 500_000 + "))+mm"):
+        with pytest.raises(ValueError, match=f"a key of {len(key)} characters .*longer than the 1024"):
+            lut_keys.split_key(key)
+    # the parsing itself is linear: with no length limit, 1 MB keys of each shape are split at once
+    monkeypatch.setattr(lut_keys, "MAX_KEY_CHARS", 10**8)
+    t0 = time.perf_counter()
+    for key, says in (("+((" * 333_334, "does not end in"), ("((a))+" + "=" * 10**6 + "+mm", None),
+                      ("a+((" * 250_000 + "))+mm", None), ("((" + "))+" * 333_334 + "mm", None)):
+        if says:
+            with pytest.raises(ValueError, match=says):
+                lut_keys.split_key(key)
+        else:
+            assert lut_keys.split_key(key).op == "mm"
+    assert time.perf_counter() - t0 < 2
+    monkeypatch.undo()
+    f = tmp_path / "inductor_lut_1.json"
+    f.write_text(json.dumps({"+((" * 333_334: [{"template_id": "aten::mm", "time_us": 1.0}],
+                             KEY: [{"template_id": "aten::mm", "time_us": 2.0}]}, indent=1))
+    t0 = time.perf_counter()
+    got = lut_sources.read_table(f)
+    assert time.perf_counter() - t0 < 2
+    assert [lp.problem for lp in got.problems] == [P512] and [m.time_us for m in got.measurements] == [2.0]
+    assert got.skipped == [(2, "a key of 1000002 characters ('+((+((+((+((+((+((+((+((+((+((+((+((...): longer "
+                               "than the 1024 a lookup-table key can be; not read")]
+    f.write_text(json.dumps({"+((" * 83_334: []}))
+    assert _cli("import", "inductor-lut", f, "--preset", "a100", "--data", tmp_path / "data") == 2
+    assert "a key of 250002 characters" in _one_line(capsys)
+    assert _cli("export", "inductor-lut", "--models", models, "--model", DEVICE, "--from-table", f,
+                "--out", tmp_path / "t.json") == 2
+    assert "a key of 250002 characters" in _one_line(capsys) and not (tmp_path / "t.json").exists()

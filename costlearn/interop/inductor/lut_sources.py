@@ -8,7 +8,8 @@ recorded (:func:`read_table`) or the tuning database
 (:func:`measured_from_db`); :func:`table_problems` reads the one a caller
 names and keeps the problems the model store serves. A recorded table whose
 entries carry a time imports as measurements (:class:`InductorLutImporter`,
-``costlearn import inductor-lut``).
+``costlearn import inductor-lut``). A table's keys are read by
+:mod:`costlearn.interop.inductor.lut_keys`.
 """
 from __future__ import annotations
 
@@ -20,30 +21,20 @@ from typing import NamedTuple
 
 from costlearn.collect.space import check_config
 from costlearn.core.device import device_slug
-from costlearn.core.dtypes import DTYPES, TORCH_DTYPES, dtype_names
+from costlearn.core.dtypes import DTYPES, dtype_names
 from costlearn.core.problem import LAYOUTS, Problem, extent_of_text
 from costlearn.core.version import __version__
 from costlearn.families import get_family
 from costlearn.interop.common import Importer, InteropError, Measurement, resolve_device
 from costlearn.interop.inductor.autoheuristic import parse as parse_log
-from costlearn.interop.inductor.lut import OP_EPILOGUES, TIME_KEYS, LutProblem
+from costlearn.interop.inductor.lut import TIME_KEYS, LutProblem
+from costlearn.interop.inductor.lut_keys import parse_key
 from costlearn.interop.tool_names import from_tool
 from costlearn.model.store import has_model, resolve_model
 from costlearn.serve.predict import load_predictor
 from costlearn.serve.tuning_db_server import open_store
 
-__all__ = ["read_shapes_file", "problems_from_log", "read_table", "RecordedTable", "dense_layout",
-           "addmm_bias_problem", "measured_from_db", "InductorLutImporter", "TableProblems", "table_problems"]
-
-
-_KEY = re.compile(r"(?:(?P<dev>.+?)\+)?(?P<inputs>\(\(.*\)\))(?:\+(?P<scalars>[^+]*=[^+]*))?\+(?P<op>\w+)")
-"""A table key: [device+]((inputs))[+scalars]+op."""
-
-
-_ANY_INPUT = re.compile(r"\((torch\.\w+), \[([\d, ]*)\], \[([\d, ]*)\]\)")
-
-
-_INPUT = re.compile(r"\((torch\.\w+), \[(\d+), (\d+)\], \[(\d+), (\d+)\]\)")
+__all__ = ["read_shapes_file", "problems_from_log", "read_table", "RecordedTable", "measured_from_db", "InductorLutImporter", "TableProblems", "table_problems"]
 
 
 def _problem(m, n, k, dtype, layout, where: str) -> Problem:
@@ -136,81 +127,6 @@ def problems_from_log(path, device) -> list:
     return list(out.values())
 
 
-def dense_layout(shape, strides) -> str | None:
-    """``N`` for a row-major matrix of ``shape`` (rows, cols) with these
-    element strides (the last 1, the first at least cols: padding allowed),
-    ``T`` for a column-major one, None for anything else (a broadcast, an
-    overlapping or a strided view)."""
-    (rows, cols), (s0, s1) = shape, strides
-    if s1 == 1 and (s0 >= cols or rows == 1):
-        return "N"
-    if s0 == 1 and (s1 >= rows or cols == 1):
-        return "T"
-    return None
-
-
-def _parse_key(key: str):
-    """(device name or None, LutProblem, op) of a table key; None when the
-    key is not a two-operand matmul key (after the bias of an ``addmm``
-    key, which :func:`addmm_bias_problem` checks); the problem's epilogue
-    is the op's (:data:`OP_EPILOGUES`)."""
-    m = _KEY.fullmatch(key)
-    if not m:
-        return None
-    inputs = m.group("inputs")
-    if m.group("op") == "addmm":                  # the bias first: drop it, read the two matrices
-        first = _ANY_INPUT.match(inputs, 1)
-        if first is None or inputs[first.end():first.end() + 2] != ", ":
-            return None
-        inputs = "(" + inputs[first.end() + 2:]
-    ops = _INPUT.findall(inputs)
-    if len(ops) != 2 or inputs != "(" + ", ".join(
-            f"({d}, [{x}, {y}], [{s}, {t}])" for d, x, y, s, t in ops) + ")":
-        return None
-    (da, m_, k, a0, a1), (db, k2, n, b0, b1) = ops
-    if da != db or k != k2 or da not in TORCH_DTYPES:
-        return None
-    sa, sb = (int(a0), int(a1)), (int(b0), int(b1))
-    la, lb = dense_layout((int(m_), int(k)), sa), dense_layout((int(k), int(n)), sb)
-    if la is None or lb is None:
-        return None
-    try:
-        p = Problem(int(m_), int(n), int(k), TORCH_DTYPES[da], la + lb, OP_EPILOGUES.get(m.group("op"), "none"))
-    except ValueError:                     # an extent of 0 or beyond 2**31 - 1
-        return None
-    return m.group("dev"), LutProblem(p, sa, sb), m.group("op")
-
-
-def addmm_bias_problem(key: str) -> str | None:
-    """Why an ``addmm`` key is not the ``bias`` epilogue, or None when it is:
-    ``alpha`` and ``beta`` 1 (or not recorded), and a bias of the operands'
-    dtype that is one length-N row broadcast over the rows: shape [N] with
-    stride [1], [1, N], or [M, N] with strides [0, 1]."""
-    m = _KEY.fullmatch(key)
-    if not m or m.group("op") != "addmm":
-        return "not an addmm key"
-    scalars = dict(kv.split("=", 1) for kv in (m.group("scalars") or "").split("&") if "=" in kv)
-    scaled = {k: v for k, v in scalars.items() if k in ("alpha", "beta") and v.strip() not in ("1", "1.0")}
-    if scaled:
-        return (f"addmm with {', '.join(f'{k}={v}' for k, v in scaled.items())}: a scaled product or bias is no "
-                f"epilogue costlearn maps (it maps bias = A @ B + bias[n])")
-    ops = _ANY_INPUT.findall(m.group("inputs"))
-    if len(ops) != 3:
-        return f"addmm with {len(ops)} inputs; expected bias, mat1, mat2"
-    (db, shape, stride), (da, mk, _), (_, kn, _) = ops
-    shape = [int(x) for x in shape.replace(" ", "").split(",") if x]
-    stride = [int(x) for x in stride.replace(" ", "").split(",") if x]
-    mm_, n = int(mk.split(",")[0]), int(kn.split(",")[-1])
-    row = shape == [n] and stride == [1] or shape == [1, n] and stride[-1:] == [1] \
-        or shape == [mm_, n] and stride == [0, 1]
-    if not row:
-        return (f"addmm with a bias of shape {shape} and strides {stride}: not a length-{n} row broadcast over the "
-                "rows (the bias epilogue); a full-matrix or column bias is no epilogue costlearn maps")
-    if db != da:
-        return f"addmm with a {db} bias and {da} operands: costlearn's bias has the operands' dtype"
-    return None
-
-
 class RecordedTable(NamedTuple):
     """What :func:`read_table` reads."""
 
@@ -263,10 +179,11 @@ def read_table(path, family: str = "triton_mm") -> RecordedTable:
         ``family``, as rows (``line``: the key's line in the file), each
         (problem, config) once (a table with device and device-agnostic keys
         lists it twice). ``skipped``: (line, why) for keys and entries left
-        out (another op such as ``addmm``, a key of no dense two-operand
-        matmul, an entry of no known template, a time that is not a
-        number). ``devices``: the device names of the keys, in order of
-        first use.
+        out (a key that :func:`costlearn.interop.inductor.lut_keys.parse_key`
+        does not read: too long, another op such as ``bmm``, an ``addmm``
+        that is no bias epilogue, no dense two-operand matmul; an entry of
+        no known template, a time that is not a number). ``devices``: the
+        device names of the keys, in order of first use.
 
     Raises
     ------
@@ -291,21 +208,11 @@ def read_table(path, family: str = "triton_mm") -> RecordedTable:
     lines = _key_lines(text, list(table))
     for index, (key, entries) in enumerate(table.items(), 1):
         i = lines[index - 1] or index                               # the key's line; else its position
-        op = re.search(r"\+(\w+)$", key)
-        if op and op.group(1) not in OP_EPILOGUES:
-            skipped.append((i, f"op {op.group(1)!r}: only {' and '.join(map(repr, OP_EPILOGUES))} keys are read "
-                               "(mm, and addmm as the bias epilogue)"))
+        try:
+            device, lp, _ = parse_key(key)
+        except ValueError as e:
+            skipped.append((i, str(e)))
             continue
-        why = addmm_bias_problem(key) if op and op.group(1) == "addmm" else None
-        if why is not None:
-            skipped.append((i, why))
-            continue
-        parsed = _parse_key(key)
-        if parsed is None:
-            skipped.append((i, f"key {key[:100]!r} is not an mm key costlearn reads (two operands of one dtype, "
-                               "extents >= 1, each a dense row- or column-major matrix)"))
-            continue
-        device, lp, _ = parsed
         if device:
             devices.setdefault(device, None)
         problems.setdefault((lp.problem, lp.strides_a, lp.strides_b), lp)
