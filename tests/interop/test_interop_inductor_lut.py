@@ -409,3 +409,58 @@ def test_a_key_that_made_the_key_pattern_backtrack_is_refused_by_length_and_spli
     assert _cli("export", "inductor-lut", "--models", models, "--model", DEVICE, "--from-table", f,
                 "--out", tmp_path / "t.json") == 2
     assert "a key of 250002 characters" in _one_line(capsys) and not (tmp_path / "t.json").exists()
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("time_us", 10**400, "time_us=1" + "0" * 56 + "... is not a finite positive time"),
+    ("time_us", -3, "time_us=-3 is not a finite positive time"), ("time_ms", 0, "time_ms=0 is not a finite positive"),
+    ("time_us", float("nan"), "time_us=nan is not a finite"), ("time_ms", -float("inf"), "time_ms=-inf is not a"),
+    ("time_ms", 1e308, "time_ms=1e+308 is not a finite"), ("time_us", True, "time_us=True is not a number"),
+    ("time_us", [1], "time_us=[1] is not a number"), ("time_ms", {"a": 1}, "time_ms={'a': 1} is not a number"),
+    ("time_us", "1" * 100, "time_us='" + "1" * 56 + "... is not a number"),
+], ids=["10**400", "negative", "zero", "nan", "-inf", "1e308-ms", "bool", "list", "dict", "str"])
+def test_a_time_of_10_to_the_400_or_of_a_wrong_kind_skips_its_entry_with_its_reason(tmp_path, capsys, key, value,
+                                                                                    says):
+    """`"time_us": 10**400` raised OverflowError through `import inductor-lut`."""
+    f = tmp_path / "inductor_lut_1.json"
+    f.write_text(json.dumps({KEY: [{"template_id": "aten::mm", key: value}, {**lut_entry(T1, P512), "time_us": 5.0}]}))
+    got = lut_sources.read_table(f)
+    assert [(m.config, m.time_us) for m in got.measurements] == [(T1, 5.0)]
+    assert len(got.skipped) == 1 and got.skipped[0][0] == 1 and got.skipped[0][1].startswith(f"entry 0: {says}")
+    assert len(got.skipped[0][1]) < 120
+    assert _cli("import", "inductor-lut", f, "--preset", "a100", "--data", tmp_path / "data") == 0
+    cap = capsys.readouterr()
+    assert "imported 1 rows" in cap.out and f"line 1: entry 0: {says}" in cap.out and "Traceback" not in cap.err
+
+
+def test_a_recorded_time_of_inf_is_a_failed_measurement(tmp_path):
+    f = tmp_path / "inductor_lut_1.json"
+    f.write_text(json.dumps({KEY: [{"template_id": "aten::mm", "time_us": float("inf")},
+                                   {**lut_entry(T1, P512), "time_ms": 1e400, "time_us": float("inf")}]}))
+    got = lut_sources.read_table(f)
+    assert got.skipped == [] and [(m.config, m.error) for m in got.measurements] == [
+        (VENDOR, "recorded time inf (the choice failed to compile or run)"),
+        (T1, "recorded time inf (the choice failed to compile or run)")]
+    assert all(m.time_us != m.time_us for m in got.measurements)                  # NaN
+
+
+@pytest.mark.parametrize("text, says", [
+    ('{"k": [{"time_us": ' + "[" * 100_000 + "]" * 100_000 + "}]}", "JSON nested too deep to read"),
+    ('{"%s": [{"template_id": "aten::mm", "time_us": 1%s}]}' % (KEY, "0" * 5000),
+     "a number of more than 4300 digits; a lookup table"),
+    ('{"%s": [{"template_id": "aten::mm", "time_us": 1, "x": [%s]}]}' % (KEY, "9" * 4400),
+     "a number of more than 4300 digits"),
+], ids=["nested-100000-deep", "a-5001-digit-time", "a-4400-digit-field"])
+def test_a_table_nested_too_deep_or_with_a_number_over_the_digit_limit_is_one_clear_error(tmp_path, capsys, models,
+                                                                                         text, says):
+    """A 5,001-digit time was a bare `Exceeds the limit (4300 digits) for integer string conversion` naming no
+    file."""
+    f = tmp_path / "inductor_lut_1.json"
+    f.write_text(text)
+    with pytest.raises(InteropError, match=re.escape(f"{f}: {says}")):
+        lut_sources.read_table(f)
+    assert _cli("import", "inductor-lut", f, "--preset", "a100", "--data", tmp_path / "data") == 2
+    assert says in _one_line(capsys) and not (tmp_path / "data").exists()
+    assert _cli("export", "inductor-lut", "--models", models, "--model", DEVICE, "--from-table", f,
+                "--out", tmp_path / "t.json") == 2
+    assert says in _one_line(capsys) and not (tmp_path / "t.json").exists()

@@ -20,12 +20,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 from costlearn.collect.space import check_config
+from costlearn.core.checks import shown
 from costlearn.core.device import device_slug
 from costlearn.core.dtypes import DTYPES, dtype_names
 from costlearn.core.problem import LAYOUTS, Problem, extent_of_text
 from costlearn.core.version import __version__
 from costlearn.families import get_family
-from costlearn.interop.common import Importer, InteropError, Measurement, resolve_device
+from costlearn.interop.common import (Importer, InteropError, Measurement, load_json, positive_time_us,
+                                      resolve_device)
 from costlearn.interop.inductor.autoheuristic import parse as parse_log
 from costlearn.interop.inductor.lut import TIME_KEYS, LutProblem
 from costlearn.interop.inductor.lut_keys import parse_key
@@ -159,6 +161,47 @@ def _key_lines(text: str, keys: list) -> list:
     return out
 
 
+def _entry_time(entry, j: int) -> float | None:
+    """The time in microseconds table entry ``j`` carries (:data:`TIME_KEYS`):
+    None for none, ``inf`` for a recorded ``inf`` (a choice that failed).
+
+    Raises
+    ------
+    ValueError
+        Naming the entry, where it is no object, a time is not a number or
+        not a finite positive time (:func:`costlearn.interop.common.positive_time_us`),
+        or ``time_us`` and ``time_ms`` disagree.
+    """
+    if not isinstance(entry, dict):
+        raise ValueError(f"entry {j} is {type(entry).__name__}, not an object")
+    times = []
+    for key, unit_us in TIME_KEYS.items():
+        if key not in entry:
+            continue
+        value = entry[key]
+        try:
+            times.append(math.inf if isinstance(value, float) and value == math.inf
+                         else positive_time_us(value, unit_us, key))
+        except ValueError as e:
+            raise ValueError(f"entry {j}: {e}") from None
+    if len(times) > 1 and not math.isclose(times[0], times[1], rel_tol=0.01):
+        raise ValueError(f"entry {j}: time_us={shown(entry['time_us'])} and time_ms={shown(entry['time_ms'])} "
+                         "disagree")
+    return times[0] if times else None
+
+
+def _entry_config(entry: dict, j: int, family: str):
+    """The ``family`` config table entry ``j`` names; ValueError naming the
+    entry where it names none (another template, an invalid parameter)."""
+    try:
+        config = from_tool(family, "inductor-lut", entry)
+    except (ValueError, OverflowError) as e:
+        raise ValueError(f"entry {j}: {e}"[:240]) from None
+    if config is None:
+        raise ValueError(f"entry {j}: template_id {shown(entry.get('template_id'))} is no {family} template")
+    return config
+
+
 def read_table(path, family: str = "triton_mm") -> RecordedTable:
     """A lookup table Inductor recorded or a user wrote (``inductor_lut_*.json``).
 
@@ -178,29 +221,29 @@ def read_table(path, family: str = "triton_mm") -> RecordedTable:
         that carry a time (:data:`TIME_KEYS`) and name a config of
         ``family``, as rows (``line``: the key's line in the file), each
         (problem, config) once (a table with device and device-agnostic keys
-        lists it twice). ``skipped``: (line, why) for keys and entries left
+        lists it twice); a time of ``inf`` is a failed measurement. ``skipped``: (line, why) for keys and entries left
         out (a key that :func:`costlearn.interop.inductor.lut_keys.parse_key`
         does not read: too long, another op such as ``bmm``, an ``addmm``
         that is no bias epilogue, no dense two-operand matmul; an entry of
-        no known template, a time that is not a number). ``devices``: the
-        device names of the keys, in order of first use.
+        no known template or an invalid parameter, a time that is not a
+        number or not a finite positive one). ``devices``: the device names
+        of the keys, in order of first use.
 
     Raises
     ------
     InteropError
-        If the file is unreadable, not JSON, or not an object of lists.
+        If the file is unreadable, not JSON (nested too deep or with a
+        number of more digits than the interpreter reads included), or not
+        an object of lists.
     """
     path = Path(path)
     try:
         text = Path(path).read_text(encoding="utf-8-sig")
-        table = json.loads(text)
+        table = load_json(text, path, "a lookup table (an object of key -> list of entries)")
     except (OSError, UnicodeDecodeError) as e:
         raise InteropError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
     except json.JSONDecodeError as e:
         raise InteropError(f"{path}: not JSON ({e}); a lookup table is an object of key -> list of entries") from None
-    except RecursionError:
-        raise InteropError(f"{path}: JSON nested too deep; a lookup table is an object of key -> list of "
-                           "entries") from None
     if not isinstance(table, dict) or not all(isinstance(v, list) for v in table.values()):
         raise InteropError(f"{path}: a lookup table is a JSON object of key -> list of entries")
     get_family(family)                                          # an unknown family: ValueError
@@ -217,37 +260,22 @@ def read_table(path, family: str = "triton_mm") -> RecordedTable:
             devices.setdefault(device, None)
         problems.setdefault((lp.problem, lp.strides_a, lp.strides_b), lp)
         for j, entry in enumerate(entries):
-            if not isinstance(entry, dict):
-                skipped.append((i, f"entry {j} is {type(entry).__name__}, not an object"))
-                continue
-            bad = [k for k in TIME_KEYS if k in entry and (isinstance(entry[k], bool)
-                                                           or not isinstance(entry[k], (int, float)))]
-            if bad:
-                skipped.append((i, f"entry {j}: {bad[0]}={entry[bad[0]]!r} is not a number"))
-                continue
-            times = [float(entry[k]) * f for k, f in TIME_KEYS.items() if k in entry]
-            if not times:
-                continue
-            if len(times) > 1 and not math.isclose(times[0], times[1], rel_tol=0.01):
-                skipped.append((i, f"entry {j}: time_us={entry['time_us']!r} and time_ms={entry['time_ms']!r} "
-                                   "disagree"))
-                continue
             try:
-                config = from_tool(family, "inductor-lut", entry)
+                t = _entry_time(entry, j)
+                if t is None:
+                    continue
+                config = _entry_config(entry, j, family)
             except ValueError as e:
-                skipped.append((i, str(e)[:200]))
+                skipped.append((i, str(e)))
                 continue
-            if config is None:
-                skipped.append((i, f"entry {str(entry)[:80]} is no {family} config"))
-                continue
-            p, t = lp.problem, times[0]
+            p = lp.problem
             if (p, lp.strides_a, lp.strides_b, config.config_id) in seen:
                 continue
             seen.add((p, lp.strides_a, lp.strides_b, config.config_id))
-            ok = math.isfinite(t) and t > 0
+            failed = "" if math.isfinite(t) else "recorded time inf (the choice failed to compile or run)"
             measurements.append(Measurement(i, p.m, p.n, p.k, p.dtype, p.layout, family, config,
-                                            t if ok else math.nan, "" if ok else "recorded time is not positive",
-                                            lp.strides_a + lp.strides_b, p.epilogue))
+                                            math.nan if failed else t, failed, lp.strides_a + lp.strides_b,
+                                            p.epilogue))
     return RecordedTable(list(problems.values()), measurements, skipped, tuple(devices))
 
 
