@@ -464,3 +464,27 @@ def test_a_table_nested_too_deep_or_with_a_number_over_the_digit_limit_is_one_cl
     assert _cli("export", "inductor-lut", "--models", models, "--model", DEVICE, "--from-table", f,
                 "--out", tmp_path / "t.json") == 2
     assert says in _one_line(capsys) and not (tmp_path / "t.json").exists()
+
+
+def test_entries_with_a_time_but_no_valid_config_are_not_called_untimed(tmp_path, capsys):
+    """A table whose entries carried time_us but an invalid config (BLOCK_M 10**400, a list, an unknown template)
+    was refused with "no entry carries a time; PyTorch's recorder writes none"."""
+    f = tmp_path / "inductor_lut_1.json"
+    entry = {**lut_entry(T1, P512), "time_us": 5.0}
+    f.write_text(json.dumps({KEY: [{**entry, "BLOCK_M": 10**400}, {**entry, "BLOCK_N": [64]},
+                                   {"template_id": "triton::persistent_tma_mm", "time_us": 5.0},
+                                   {**entry, "time_us": -1}, lut_entry(T2, P512)]}))
+    with pytest.raises(InteropError) as e:
+        import_file("inductor-lut", f, device="a100", data_root=tmp_path / "data")
+    said = str(e.value)
+    assert "no entry carries a time" not in said and "PyTorch's recorder" not in said
+    assert said.startswith(f"{f}: 4 entries carry a time, but none is a valid measurement (a triton_mm config and a "
+                           "finite positive time; line 1: entry 0: ")
+    assert "must be an int in [16, 4096]; line 1: entry 1: " in said and "block_n=[64]" in said
+    assert "entry 2: template_id 'triton::persistent_tma_mm' is no triton_mm template; ...)" in said
+    assert len(said) < 600
+    assert _cli("import", "inductor-lut", f, "--preset", "a100", "--data", tmp_path / "data") == 2
+    assert "4 entries carry a time, but none is a valid measurement" in _one_line(capsys)
+    f.write_text(json.dumps({KEY: [{"template_id": "aten::mm", "time_ms": "fast"}]}))
+    with pytest.raises(InteropError, match=r"1 entry carries a time, but it is no valid.*time_ms='fast' is not a "):
+        import_file("inductor-lut", f, device="a100", data_root=tmp_path / "data")

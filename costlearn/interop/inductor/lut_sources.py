@@ -130,12 +130,14 @@ def problems_from_log(path, device) -> list:
 
 
 class RecordedTable(NamedTuple):
-    """What :func:`read_table` reads."""
+    """What :func:`read_table` reads (its Returns). ``timed``: the entries of
+    the keys read that carry a time (:data:`TIME_KEYS`), valid or not."""
 
     problems: list
     measurements: list
     skipped: list
     devices: tuple
+    timed: int = 0
 
 
 def _key_lines(text: str, keys: list) -> list:
@@ -247,7 +249,7 @@ def read_table(path, family: str = "triton_mm") -> RecordedTable:
     if not isinstance(table, dict) or not all(isinstance(v, list) for v in table.values()):
         raise InteropError(f"{path}: a lookup table is a JSON object of key -> list of entries")
     get_family(family)                                          # an unknown family: ValueError
-    problems, measurements, skipped, devices, seen = {}, [], [], {}, set()
+    problems, measurements, skipped, devices, seen, timed = {}, [], [], {}, set(), 0
     lines = _key_lines(text, list(table))
     for index, (key, entries) in enumerate(table.items(), 1):
         i = lines[index - 1] or index                               # the key's line; else its position
@@ -260,6 +262,7 @@ def read_table(path, family: str = "triton_mm") -> RecordedTable:
             devices.setdefault(device, None)
         problems.setdefault((lp.problem, lp.strides_a, lp.strides_b), lp)
         for j, entry in enumerate(entries):
+            timed += isinstance(entry, dict) and any(k in entry for k in TIME_KEYS)
             try:
                 t = _entry_time(entry, j)
                 if t is None:
@@ -276,7 +279,7 @@ def read_table(path, family: str = "triton_mm") -> RecordedTable:
             measurements.append(Measurement(i, p.m, p.n, p.k, p.dtype, p.layout, family, config,
                                             math.nan if failed else t, failed, lp.strides_a + lp.strides_b,
                                             p.epilogue))
-    return RecordedTable(list(problems.values()), measurements, skipped, tuple(devices))
+    return RecordedTable(list(problems.values()), measurements, skipped, tuple(devices), timed)
 
 
 def measured_from_db(target, device: str, family: str = "triton_mm", models_dir=None) -> tuple:
@@ -333,8 +336,10 @@ class InductorLutImporter(Importer):
         ------
         InteropError
             As :func:`read_table`; if a key names a device of another class
-            than ``spec`` (``NVIDIA A100 80GB PCIe`` is an ``a100``); or if
-            the table holds mm keys but no timed entry.
+            than ``spec`` (``NVIDIA A100 80GB PCIe`` is an ``a100``); if
+            the table holds mm keys but no entry with a time; or if entries
+            carry a time but none is a valid measurement (naming how many,
+            and the first reasons).
         """
         if mapping is not None:
             raise InteropError("--mapping is for kernel-tuner files; a lookup table maps itself")
@@ -343,6 +348,12 @@ class InductorLutImporter(Importer):
         if other:
             raise InteropError(f"{path}: keyed for {other[0]!r}, not a {spec.name!r} ({spec.slug}); pass the "
                                "--preset the table was measured on")
+        if got.problems and not got.measurements and got.timed:
+            whys = [f"line {line}: {why}" for line, why in got.skipped if why.startswith("entry ")]
+            which = "1 entry carries a time, but it is no" if got.timed == 1 else \
+                f"{got.timed} entries carry a time, but none is a"
+            raise InteropError(f"{path}: {which} valid measurement (a triton_mm config and a finite positive time; "
+                               + "; ".join(whys[:3]) + ("; ..." if len(whys) > 3 else "") + ")")
         if got.problems and not got.measurements:
             raise InteropError(f"{path}: {len(got.problems)} mm keys, but no entry carries a time ("
                                f"{' or '.join(TIME_KEYS)}); PyTorch's recorder writes none. Its shapes can be "
