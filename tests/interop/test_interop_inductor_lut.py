@@ -488,3 +488,33 @@ def test_entries_with_a_time_but_no_valid_config_are_not_called_untimed(tmp_path
     f.write_text(json.dumps({KEY: [{"template_id": "aten::mm", "time_ms": "fast"}]}))
     with pytest.raises(InteropError, match=r"1 entry carries a time, but it is no valid.*time_ms='fast' is not a "):
         import_file("inductor-lut", f, device="a100", data_root=tmp_path / "data")
+
+
+def test_a_problem_of_a_layout_or_epilogue_the_model_does_not_serve_is_left_out_by_name_not_the_whole_export(
+        models, tmp_path, capsys):
+    """One TT problem in a shapes file or a recorded table made `export inductor-lut` write nothing."""
+    shapes, out = tmp_path / "s.txt", tmp_path / "t.json"
+    shapes.write_text("512 1024 256 float16 NN\n512 1024 256 float16 TT\n64 64 64 float16 TT\n")
+    assert _cli("export", "inductor-lut", "--models", models, "--model", DEVICE, "--shapes-file", shapes,
+                "--out", out) == 0
+    cap = capsys.readouterr()
+    assert "wrote 1 keys for 1 problems" in cap.out and list(json.loads(out.read_text())) == [KEY]
+    assert "left out the 2 float16 TT problems of the shapes file (e.g. 512x1024x256 float16 TT): the " \
+           "triton_mm/float16 model of a100 serves layouts ['NN', 'NT', 'TN'], epilogues ['none']" in cap.err
+    table = tmp_path / "inductor_lut_rec.json"
+    tt = lut.lookup_key(lut.LutProblem.contiguous(Problem(512, 1024, 256, "float16", "TT")), A100)
+    mats = "(torch.float16, [64, 32], [32, 1]), (torch.float16, [32, 128], [128, 1])"
+    table.write_text(json.dumps({tt: [], KEY: [], f"{A100}+((torch.float16, [128], [1]), {mats})+addmm": []}))
+    out.unlink()
+    assert _cli("export", "inductor-lut", "--models", models, "--model", DEVICE, "--from-table", table,
+                "--out", out) == 0
+    cap = capsys.readouterr()
+    assert list(json.loads(out.read_text())) == [KEY]
+    assert "left out the 1 float16 TT problems of the table" in cap.err
+    assert "left out the 1 float16 NN bias-epilogue problems of the table (e.g. 64x128x32 float16 NN +bias): the " \
+           "triton_mm/float16 model of a100 serves layouts ['NN', 'NT', 'TN'], epilogues ['none']" in cap.err
+    shapes.write_text("512 1024 256 float16 TT\n")                          # nothing left: refused, nothing written
+    assert _cli("export", "inductor-lut", "--models", models, "--model", DEVICE, "--shapes-file", shapes,
+                "--out", tmp_path / "none.json") == 2
+    assert "left out the 1 float16 TT problems of the shapes file" in _one_line(capsys)
+    assert not (tmp_path / "none.json").exists()

@@ -393,8 +393,9 @@ class TableProblems(NamedTuple):
 def table_problems(*, shapes_file=None, from_log=None, from_table=None, from_db=None, dtypes=None, device=None,
                    device_name: str | None = None, family: str = "triton_mm", models_dir=None) -> TableProblems:
     """The problems of one source a lookup table is exported for, kept to
-    the dtypes the model store serves for ``device`` (``costlearn export
-    inductor-lut``).
+    the dtypes, layouts and epilogues the model store serves for ``device``
+    (``costlearn export inductor-lut``); those left out are named in
+    ``notes``.
 
     Parameters
     ----------
@@ -426,8 +427,9 @@ def table_problems(*, shapes_file=None, from_log=None, from_table=None, from_db=
     ------
     ValueError
         If not exactly one source is given, the source holds no problem of
-        the dtypes asked for, or the store has no model for a dtype asked
-        for (the message names what there is).
+        the dtypes asked for, the store has no model for a dtype asked
+        for, or no problem is left of a layout and epilogue its dtype's
+        model serves (the message names what there is).
     InteropError
         If a source cannot be read.
     """
@@ -481,4 +483,30 @@ def table_problems(*, shapes_file=None, from_log=None, from_table=None, from_db=
         notes.append(f"left out the {sum(lp.problem.dtype == dt for lp in problems)} {dt} problems of the {what}: "
                      f"the store has no {family}/{dt} model of {device} (train one, or pass --dtype to choose)")
     problems = [lp for lp in problems if lp.problem.dtype in served]
+    problems, left = _served_kinds(problems, device, family, models_dir, what)
+    notes += left
+    if not problems:
+        raise ValueError("; ".join(left) + "; nothing left to export")
     return TableProblems(problems, device, device_name, winners, what, notes)
+
+
+def _served_kinds(problems: list, device: str, family: str, models_dir, what: str) -> tuple:
+    """``(kept, notes)``: the problems whose dtype's model serves their layout
+    and epilogue, and a note for each (dtype, layout, epilogue) it does not,
+    naming how many, one of them and what the model serves."""
+    kept, left = [], {}
+    for lp in problems:
+        p = lp.problem
+        pred = load_predictor(device, family, p.dtype, models_dir)
+        if p.layout in pred.layouts and p.epilogue in pred.epilogues:
+            kept.append(lp)
+        else:
+            left.setdefault((p.dtype, p.layout, p.epilogue), []).append(p)
+    notes = []
+    for (dtype, layout, epilogue), ps in left.items():
+        pred = load_predictor(device, family, dtype, models_dir)
+        kind = f"{layout}" + (f" {epilogue}-epilogue" if epilogue != "none" else "")
+        notes.append(f"left out the {len(ps)} {dtype} {kind} problems of the {what} (e.g. {ps[0]}): the "
+                     f"{family}/{dtype} model of {device} serves layouts {list(pred.layouts)}, epilogues "
+                     f"{list(pred.epilogues)}")
+    return kept, notes
