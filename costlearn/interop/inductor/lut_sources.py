@@ -140,27 +140,28 @@ class RecordedTable(NamedTuple):
     timed: int = 0
 
 
+_JSON_STRING = re.compile(r'("(?:[^"\\]|\\.)*")([ \t\n\r]*:)?')
+"""A JSON string, and the colon after it where it is an object's key."""
+
+
 def _key_lines(text: str, keys: list) -> list:
-    """The line of each top-level key of the JSON object ``text`` (keys in
-    file order), or 0 where its text is not found as a key (followed by a
-    colon). One pass: each key is looked for from where the previous one was
-    found, and lines are counted between the two."""
-    out, at, line = [], 0, 1
-    for key in keys:
-        found = -1
-        for form in (json.dumps(key), json.dumps(key, ensure_ascii=False)):
-            found = text.find(form, at)
-            while found >= 0 and not text[found + len(form):found + len(form) + 64].lstrip().startswith(":"):
-                found = text.find(form, found + 1)          # the same text inside a value: not the key
-            if found >= 0:
-                break
-        if found < 0:                          # e.g. written with other escapes: its position is used
-            out.append(0)
-            continue
-        line += text.count("\n", at, found)
-        at = found
-        out.append(line)
-    return out
+    """The line of each top-level key of the JSON object ``text`` (``keys``
+    as :func:`json.loads` gives them; a key written twice at its first
+    place), or 0 where one is not found. One pass over the text's strings:
+    the brackets between them give the depth, the newlines the line."""
+    first: dict = {}
+    depth, line, at = 0, 1, 0
+    for m in _JSON_STRING.finditer(text):
+        depth += sum(text.count(c, at, m.start()) for c in "{[") - sum(text.count(c, at, m.start()) for c in "}]")
+        line += text.count("\n", at, m.start())
+        if depth == 1 and m.group(2):
+            try:
+                first.setdefault(json.loads(m.group(1)), line)
+            except ValueError:                          # not JSON text: json.loads refused the file already
+                pass
+        line += text.count("\n", m.start(), m.end())
+        at = m.end()
+    return [first.get(key, 0) for key in keys]
 
 
 def _entry_time(entry, j: int) -> float | None:
