@@ -534,3 +534,20 @@ def test_keys_written_with_escapes_are_found_on_their_lines_in_one_pass(tmp_path
     assert [line for line, _ in got.skipped] == [2] + [3 + 2 * i for i in range(20_000)]
     assert got.skipped[1][1].startswith("op 'bmm'")
 
+
+def test_a_key_whose_value_is_no_list_is_left_out_by_name_not_the_whole_table(tmp_path, capsys):
+    """One key with a value that is not a list refused the whole table without naming it."""
+    f = tmp_path / "inductor_lut_1.json"
+    f.write_text(json.dumps({KEY: [{"template_id": "aten::mm", "time_us": 3.0}], "x": 5, "y": {"a": 1},
+                             "z": "s" * 1000}, indent=1))
+    got = lut_sources.read_table(f)
+    assert len(got.measurements) == 1
+    assert got.skipped == [(8, "key 'x': its value is int 5, not a list of entries"),
+                           (9, "key 'y': its value is dict {'a': 1}, not a list of entries"),
+                           (12, "key 'z': its value is str '" + "s" * 36 + "..., not a list of entries")]
+    assert _cli("import", "inductor-lut", f, "--preset", "a100", "--data", tmp_path / "data") == 0
+    assert "line 8: key 'x': its value is int 5" in capsys.readouterr().out
+    for text, kind in (("[1, 2]", "an array"), ("null", "null"), ('"a"', "a string"), ("7", "a number")):
+        f.write_text(text)
+        with pytest.raises(InteropError, match=f"the file holds {kind}; a lookup table is a JSON object"):
+            lut_sources.read_table(f)

@@ -237,7 +237,8 @@ def read_table(path, family: str = "triton_mm") -> RecordedTable:
     InteropError
         If the file is unreadable, not JSON (nested too deep or with a
         number of more digits than the interpreter reads included), or not
-        an object of lists.
+        an object (a key whose value is no list is left out, named in
+        ``skipped``).
     """
     path = Path(path)
     try:
@@ -247,14 +248,19 @@ def read_table(path, family: str = "triton_mm") -> RecordedTable:
         raise InteropError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
     except json.JSONDecodeError as e:
         raise InteropError(f"{path}: not JSON ({e}); a lookup table is an object of key -> list of entries") from None
-    if not isinstance(table, dict) or not all(isinstance(v, list) for v in table.values()):
-        raise InteropError(f"{path}: a lookup table is a JSON object of key -> list of entries")
+    if not isinstance(table, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(table), "a number")
+        raise InteropError(f"{path}: the file holds {kind}; a lookup table is a JSON object of key -> list of "
+                           "entries")
     get_family(family)                                          # an unknown family: ValueError
     problems, measurements, skipped, devices, seen, timed = {}, [], [], {}, set(), 0
     lines = _key_lines(text, list(table))
     for index, (key, entries) in enumerate(table.items(), 1):
         i = lines[index - 1] or index                               # the key's line; else its position
         try:
+            if not isinstance(entries, list):
+                raise ValueError(f"key {shown(key, 100)}: its value is {type(entries).__name__} "
+                                 f"{shown(entries, 40)}, not a list of entries")
             device, lp, _ = parse_key(key)
         except ValueError as e:
             skipped.append((i, str(e)))
