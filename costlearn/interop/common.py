@@ -29,7 +29,7 @@ from costlearn.core.errors import CostlearnError
 
 __all__ = ["InteropError", "ImportInterrupted", "ImportReport", "Measurement", "Importer", "import_measurements",
            "device_folder", "FAILED", "SkippedLines", "IMPORT_CHUNK_ROWS", "IMPORT_LOCK", "config_class", "load_json",
-           "positive_time_us"]
+           "positive_time_us", "source_file", "MAX_READ_BYTES"]
 
 FAILED = "failed"
 """Status of an imported row whose source recorded a failure (an ``inf``
@@ -207,6 +207,45 @@ class Importer(abc.ABC):
             On a file of another format, a header that contradicts ``spec``,
             or (``takes_mapping``) a missing or bad mapping.
         """
+
+
+MAX_READ_BYTES = 256 << 20
+"""The largest file read whole (a lookup table, a shapes file): hundreds of
+thousands of keys or shapes. A log, read a line at a time, has no limit."""
+
+
+def source_file(path, *, verb: str = "read", max_bytes: int | None = None) -> Path:
+    """``path`` as a regular file to read, checked before it is opened.
+
+    Parameters
+    ----------
+    path : path
+    verb : str
+        What is done with it, for the message (``"import"``).
+    max_bytes : int, optional
+        Refuse a larger file (:data:`MAX_READ_BYTES` for one read whole).
+
+    Returns
+    -------
+    Path
+
+    Raises
+    ------
+    InteropError
+        If there is no such file, it is a folder, it is not a regular file
+        (a FIFO or a device, whose reading would wait or never end), or it
+        is larger than ``max_bytes`` (naming its size and the limit).
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise InteropError(f"{path}: a folder; give the file to {verb}")
+    if not path.is_file():
+        raise InteropError(f"{path}: " + ("not a regular file" if path.exists() else "no such file"))
+    size = path.stat().st_size
+    if max_bytes is not None and size > max_bytes:
+        raise InteropError(f"{path}: {size} bytes; a file read whole may have at most {max_bytes} "
+                           f"({max_bytes >> 20} MiB)")
+    return path
 
 
 def load_json(text: str, path, kind: str):

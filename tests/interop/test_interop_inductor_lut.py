@@ -551,3 +551,28 @@ def test_a_key_whose_value_is_no_list_is_left_out_by_name_not_the_whole_table(tm
         f.write_text(text)
         with pytest.raises(InteropError, match=f"the file holds {kind}; a lookup table is a JSON object"):
             lut_sources.read_table(f)
+
+
+def test_a_fifo_or_a_device_as_a_source_is_refused_not_waited_on_and_an_enormous_file_by_its_size(models, tmp_path,
+                                                                                                capsys):
+    """`export inductor-lut --from-table FIFO` (or --shapes-file, --from-log) waited forever for a writer, and
+    /dev/zero read forever."""
+    import os
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    for flag in ("--shapes-file", "--from-table", "--from-log"):
+        for path in (fifo, "/dev/zero"):
+            assert _cli("export", "inductor-lut", "--models", models, "--model", DEVICE, flag, path,
+                        "--out", tmp_path / "t.json") == 2
+            assert f"{path}: not a regular file" in _one_line(capsys)
+        assert _cli("export", "inductor-lut", "--models", models, "--model", DEVICE, flag, tmp_path,
+                    "--out", tmp_path / "t.json") == 2
+        assert f"{tmp_path}: a folder; give the file to read" in _one_line(capsys)
+    big = tmp_path / "big.json"
+    with open(big, "wb") as fh:
+        fh.truncate((256 << 20) + 1)                            # sparse: no disk written
+    for read in (lut_sources.read_table, lut_sources.read_shapes_file):
+        with pytest.raises(InteropError, match=f"{big}: 268435457 bytes; a file read whole may have at most "
+                                               r"268435456 \(256 MiB\)"):
+            read(big)
+    assert not (tmp_path / "t.json").exists()

@@ -25,7 +25,7 @@ from pathlib import Path
 from costlearn.core.device import DeviceSpec
 from costlearn.core.dtypes import TORCH_DTYPES
 from costlearn.core.problem import MAX_EXTENT, layout_letter
-from costlearn.interop.common import Importer, InteropError, Measurement, SkippedLines
+from costlearn.interop.common import Importer, InteropError, Measurement, SkippedLines, source_file
 from costlearn.interop.tool_names import config_from_tool
 
 __all__ = ["InductorImporter", "parse", "check_header", "COLUMNS"]
@@ -84,10 +84,11 @@ def parse(path, spec: DeviceSpec):
     Raises
     ------
     InteropError
-        If the file is empty, line 1 is not Inductor's JSON header, line 2
+        If the file is no regular file (a FIFO, a device) or empty, line 1
+        is not Inductor's JSON header, line 2
         lacks a column of :data:`COLUMNS`, or the header contradicts ``spec``.
     """
-    path = Path(path)
+    path = source_file(path)
     try:
         fh = open(path, "rb")
     except OSError as e:

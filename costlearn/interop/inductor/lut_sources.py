@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from pathlib import Path
 from typing import NamedTuple
 
 from costlearn.collect.space import check_config
@@ -26,8 +25,8 @@ from costlearn.core.dtypes import DTYPES, dtype_names
 from costlearn.core.problem import LAYOUTS, Problem, extent_of_text
 from costlearn.core.version import __version__
 from costlearn.families import get_family
-from costlearn.interop.common import (Importer, InteropError, Measurement, load_json, positive_time_us,
-                                      resolve_device)
+from costlearn.interop.common import (MAX_READ_BYTES, Importer, InteropError, Measurement, load_json,
+                                      positive_time_us, resolve_device, source_file)
 from costlearn.interop.inductor.autoheuristic import parse as parse_log
 from costlearn.interop.inductor.lut import TIME_KEYS, LutProblem
 from costlearn.interop.inductor.lut_keys import parse_key
@@ -65,11 +64,13 @@ def read_shapes_file(path, *, only=None, why: str = "") -> list:
     Raises
     ------
     InteropError
-        Naming the file and line: unreadable file, a line of another form,
+        Naming the file and line: unreadable file (no regular file, or one
+        larger than :data:`~costlearn.interop.common.MAX_READ_BYTES`: it is
+        read whole), a line of another form,
         an extent out of [1, 2**31 - 1], an unknown dtype or layout, one
         other than ``only``; or a file with no problem.
     """
-    path = Path(path)
+    path = source_file(path, max_bytes=MAX_READ_BYTES)
     try:
         lines = path.read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as e:
@@ -235,14 +236,15 @@ def read_table(path, family: str = "triton_mm") -> RecordedTable:
     Raises
     ------
     InteropError
-        If the file is unreadable, not JSON (nested too deep or with a
+        If the file is unreadable (no regular file, or one larger than
+        :data:`~costlearn.interop.common.MAX_READ_BYTES`), not JSON (nested too deep or with a
         number of more digits than the interpreter reads included), or not
         an object (a key whose value is no list is left out, named in
         ``skipped``).
     """
-    path = Path(path)
+    path = source_file(path, max_bytes=MAX_READ_BYTES)
     try:
-        text = Path(path).read_text(encoding="utf-8-sig")
+        text = path.read_text(encoding="utf-8-sig")
         table = load_json(text, path, "a lookup table (an object of key -> list of entries)")
     except (OSError, UnicodeDecodeError) as e:
         raise InteropError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
