@@ -576,3 +576,18 @@ def test_a_fifo_or_a_device_as_a_source_is_refused_not_waited_on_and_an_enormous
                                                r"268435456 \(256 MiB\)"):
             read(big)
     assert not (tmp_path / "t.json").exists()
+
+
+@pytest.mark.parametrize("line, says", [
+    ("512 1024 256 " + "f" * 1_000_000, "dtype='" + "f" * 56 + "...; allowed: "),
+    ("512 1024 256 float16 " + "N" * 1_000_000, "layout='" + "N" * 56 + "...; allowed: "),
+    ("x" * 1_000_000, "'" + "x" * 76 + "...; each line is 'M N K dtype [layout]'"),
+], ids=["dtype", "layout", "line"])
+def test_a_shapes_line_of_a_megabyte_is_named_cut_not_repeated(models, tmp_path, capsys, line, says):
+    """A 1 MB token in a shapes file was repeated whole in the one-line error (a 1 MB line)."""
+    f = tmp_path / "s.txt"
+    f.write_text(line + "\n")
+    assert _cli("export", "inductor-lut", "--models", models, "--model", DEVICE, "--shapes-file", f,
+                "--out", tmp_path / "t.json") == 2
+    err = _one_line(capsys)
+    assert f"{f}:1: {says}" in err and len(err) < 400

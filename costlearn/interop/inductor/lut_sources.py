@@ -82,15 +82,15 @@ def read_shapes_file(path, *, only=None, why: str = "") -> list:
             continue
         where = f"{path}:{i}"
         if len(text) not in (4, 5) or not all(re.fullmatch(r"[+-]?[0-9]+", t) for t in text[:3]):
-            raise InteropError(f"{where}: {line.strip()!r}; each line is 'M N K dtype [layout]', e.g. "
+            raise InteropError(f"{where}: {shown(line.strip(), 80)}; each line is 'M N K dtype [layout]', e.g. "
                                "'4096 4096 1024 float16 NN'")
         dtype, layout = text[3], text[4] if len(text) == 5 else "NN"
         if dtype not in DTYPES:
-            raise InteropError(f"{where}: dtype={dtype!r}; allowed: {list(DTYPES)}")
+            raise InteropError(f"{where}: dtype={shown(dtype)}; allowed: {list(DTYPES)}")
         if layout not in LAYOUTS:
-            raise InteropError(f"{where}: layout={layout!r}; allowed: {list(LAYOUTS)}")
+            raise InteropError(f"{where}: layout={shown(layout)}; allowed: {list(LAYOUTS)}")
         if only is not None and (dtype, layout) != tuple(only):
-            raise InteropError(f"{where}: {line.strip()!r} is {dtype} {layout}; only {only[0]} {only[1]} lines "
+            raise InteropError(f"{where}: {shown(line.strip(), 80)} is {dtype} {layout}; only {only[0]} {only[1]} lines "
                                f"are taken here{why}")
         try:
             mnk = [extent_of_text(name, t) for name, t in zip("MNK", text[:3])]
