@@ -591,3 +591,36 @@ def test_a_shapes_line_of_a_megabyte_is_named_cut_not_repeated(models, tmp_path,
                 "--out", tmp_path / "t.json") == 2
     err = _one_line(capsys)
     assert f"{f}:1: {says}" in err and len(err) < 400
+
+
+@pytest.mark.parametrize("name", ["bad\nname", "x" * 5000, "\x01", " ", "a+b", "\ud800"],
+                         ids=["newline", "5000-chars", "control", "blank", "plus", "lone-surrogate"])
+def test_a_device_name_torch_could_not_report_is_refused_on_export_and_its_key_left_out_on_read(
+        models, tmp_path, capsys, name):
+    """`--device-name $'bad\\nname'` (or 5,000 characters) wrote keys no GPU reports and costlearn's own reader
+    refuses; such a key in a recorded table named a device the import was then refused for."""
+    shapes = tmp_path / "s.txt"
+    shapes.write_text("512 1024 256 float16\n")
+    assert _cli("export", "inductor-lut", "--models", models, "--model", DEVICE, "--shapes-file", shapes,
+                "--device-name", name, "--out", tmp_path / "t.json") == 2
+    assert "must be the GPU's name as torch reports it" in _one_line(capsys)
+    assert not (tmp_path / "t.json").exists()
+    f = tmp_path / "inductor_lut_1.json"
+    f.write_text(json.dumps({name + KEY[KEY.index("+(("):]: [{"template_id": "aten::mm", "time_us": 1.0}],
+                             KEY: [{"template_id": "aten::mm", "time_us": 2.0}]}))
+    got = lut_sources.read_table(f)
+    assert got.devices == (A100,) and [m.time_us for m in got.measurements] == [2.0]
+    why = got.skipped[0][1]
+    assert len(got.skipped) == 1 and len(why) < 250
+    assert ("longer than the 1024 a lookup-table key can be" if len(name) > 1024 else
+            "must be the GPU's name as torch reports it") in why
+
+
+def test_keys_with_digits_torch_does_not_print_are_left_out(tmp_path):
+    """Key numbers matched Unicode digits (`[５１２, 256]` read as 512) and leading zeros."""
+    f = tmp_path / "inductor_lut_1.json"
+    f.write_text(json.dumps({KEY.replace("[512, 256]", "[５１２, 256]"): [], KEY.replace("[512, 256]", "[0512, 256]"): [],
+                             KEY.replace("[256, 1]", "[256, 01]"): [], KEY: []}))
+    got = lut_sources.read_table(f)
+    assert [lp.problem for lp in got.problems] == [P512]
+    assert len(got.skipped) == 3 and all("is not an mm key costlearn reads" in why for _, why in got.skipped)

@@ -40,12 +40,12 @@ from costlearn.core.dtypes import TORCH_DTYPES
 from costlearn.families import VENDOR_CONFIG_ID, get_family
 from costlearn.serve.predict import load_predictor, predict_many
 from costlearn.core.problem import Problem
-from costlearn.core.checks import check_int
+from costlearn.core.checks import check_int, shown
 from costlearn.core.files import atomic_write
 from costlearn.interop.tool_names import to_tool
 
 __all__ = ["LutProblem", "check_lut_out", "lookup_key", "inputs_key", "choices_for", "confident", "export_lut",
-           "LutReport", "OP_NAME", "TIME_KEYS", "OP_EPILOGUES", "TORCH_NAME"]
+           "LutReport", "OP_NAME", "TIME_KEYS", "OP_EPILOGUES", "TORCH_NAME", "MAX_DEVICE_NAME", "check_device_name"]
 
 
 OP_NAME = "mm"
@@ -68,6 +68,29 @@ TIME_KEYS = {"time_us": 1.0, "time_ms": 1e3}
 """Fields of a recorded table's entry read as its measured time (factor to
 microseconds). PyTorch's own recorder writes none; an entry without one gives
 its shape only."""
+
+
+MAX_DEVICE_NAME = 256
+"""The longest device name a key carries (torch's names are a few dozen
+characters)."""
+
+
+def check_device_name(name) -> str:
+    """``name`` as the device part of a key: what
+    ``torch.cuda.get_device_properties(i).gcnArchName`` can report.
+
+    Raises
+    ------
+    ValueError
+        Naming it (cut), if it is not a str of 1 to :data:`MAX_DEVICE_NAME`
+        printable characters with something besides spaces and no ``+``
+        (which separates a key's parts).
+    """
+    if not isinstance(name, str) or not name.strip() or "+" in name or not name.isprintable() \
+            or len(name) > MAX_DEVICE_NAME:
+        raise ValueError(f"device name {shown(name)}; must be the GPU's name as torch reports it, e.g. 'NVIDIA H100 "
+                         f"80GB HBM3' (printable, no '+', not empty, at most {MAX_DEVICE_NAME} characters)")
+    return name
 
 
 @dataclass(frozen=True)
@@ -247,18 +270,17 @@ def export_lut(problems, out, *, device, top_k: int = 3, family: str = "triton_m
     Raises
     ------
     ValueError
-        If ``top_k`` < 1, ``problems`` is empty or ``out`` is a folder or
-        lies in a folder that does not exist; if two problems share a
+        If ``top_k`` < 1, ``device_name`` is no name torch reports
+        (:func:`check_device_name`), ``problems`` is empty or ``out`` is a
+        folder or lies in a folder that does not exist; if two problems share a
         key (float32 and tfloat32 of one shape), naming them; or as
         :func:`costlearn.predict_many` (no model for a dtype, a layout it
         does not serve).
     """
     top_k = check_int("top_k", top_k, 1)
     out = check_lut_out(out)
-    if device_name is not None and (not isinstance(device_name, str) or not device_name.strip()
-                                    or "+" in device_name):
-        raise ValueError(f"device_name={device_name!r}; must be the GPU's name as torch reports it, e.g. "
-                         "'NVIDIA H100 80GB HBM3' (no '+', not empty)")
+    if device_name is not None:
+        check_device_name(device_name)
     lps = [p if isinstance(p, LutProblem) else LutProblem.contiguous(p) for p in problems]
     if not lps:
         raise ValueError("no problems to export")

@@ -15,7 +15,7 @@ from typing import NamedTuple
 from costlearn.core.checks import shown
 from costlearn.core.dtypes import TORCH_DTYPES
 from costlearn.core.problem import Problem
-from costlearn.interop.inductor.lut import OP_EPILOGUES, LutProblem
+from costlearn.interop.inductor.lut import OP_EPILOGUES, LutProblem, check_device_name
 
 __all__ = ["MAX_KEY_CHARS", "KeyParts", "split_key", "ParsedKey", "parse_key", "dense_layout", "addmm_bias_problem"]
 
@@ -173,8 +173,8 @@ def parse_key(key: str) -> ParsedKey:
         Saying why the key is left out: too long or not of a key's form
         (:func:`split_key`), another op, an ``addmm`` that is no bias
         epilogue, not two dense operands of one dtype with extents in
-        [1, 2**31 - 1], or a device name torch could not report (empty, a
-        control character, a ``+``).
+        [1, 2**31 - 1], or a device name torch could not report
+        (:func:`~costlearn.interop.inductor.lut.check_device_name`).
     """
     parts = split_key(key)
     if parts.op not in OP_EPILOGUES:
@@ -203,8 +203,6 @@ def parse_key(key: str) -> ParsedKey:
         p = Problem(int(m), int(n), int(k), TORCH_DTYPES[da], la + lb, OP_EPILOGUES[parts.op])
     except ValueError:                     # an extent of 0 or beyond 2**31 - 1
         raise _not_mm(key) from None
-    device = parts.device
-    if device is not None and (not device.strip() or not device.isprintable() or "+" in device):
-        raise ValueError(f"device name {shown(device, 80)}: not a name torch reports (printable, no '+', not "
-                         "empty); key left out")
-    return ParsedKey(device, LutProblem(p, sa, sb), parts.op)
+    if parts.device is not None:
+        check_device_name(parts.device)
+    return ParsedKey(parts.device, LutProblem(p, sa, sb), parts.op)
