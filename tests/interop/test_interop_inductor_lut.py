@@ -624,3 +624,23 @@ def test_keys_with_digits_torch_does_not_print_are_left_out(tmp_path):
     got = lut_sources.read_table(f)
     assert [lp.problem for lp in got.problems] == [P512]
     assert len(got.skipped) == 3 and all("is not an mm key costlearn reads" in why for _, why in got.skipped)
+
+
+def test_export_from_a_log_names_the_lines_it_leaves_out(models, tmp_path, capsys):
+    """`export inductor-lut --from-log` dropped a log's malformed lines without a word."""
+    log = tmp_path / "log.txt"
+    write_log(log, shapes=SHAPES[:1], layouts=["NN"])
+    lines = log.read_text().splitlines()
+    bad = lines[2].replace("256,", "1" + "0" * 5000 + ",", 1)
+    log.write_text("\n".join(lines + [bad] * 7) + "\n")
+    out = tmp_path / "t.json"
+    assert _cli("export", "inductor-lut", "--models", models, "--model", DEVICE, "--from-log", log,
+                "--out", out) == 0
+    err = capsys.readouterr().err
+    first = len(lines) + 1
+    assert f"{log}:{first}: left out: m=100000000000... (5001 digits) is above 2147483647" in err
+    assert f"{log}:{first + 4}: left out:" in err and "... 2 more left out" in err and len(json.loads(out.read_text())) == 1
+    log.write_text("\n".join(lines[:2] + [bad]) + "\n")
+    assert _cli("export", "inductor-lut", "--models", models, "--model", DEVICE, "--from-log", log,
+                "--out", tmp_path / "none.json") == 2
+    assert f"{log}: no measurement found; line 3: m=100000000000... (5001 digits)" in _one_line(capsys)

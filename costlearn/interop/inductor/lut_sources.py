@@ -25,8 +25,8 @@ from costlearn.core.dtypes import DTYPES, dtype_names
 from costlearn.core.problem import LAYOUTS, Problem, extent_of_text
 from costlearn.core.version import __version__
 from costlearn.families import get_family
-from costlearn.interop.common import (MAX_READ_BYTES, Importer, InteropError, Measurement, load_json,
-                                      positive_time_us, resolve_device, source_file)
+from costlearn.interop.common import (MAX_READ_BYTES, Importer, InteropError, Measurement, SkippedLines,
+                                      load_json, positive_time_us, resolve_device, source_file)
 from costlearn.interop.inductor.autoheuristic import parse as parse_log
 from costlearn.interop.inductor.lut import TIME_KEYS, LutProblem
 from costlearn.interop.inductor.lut_keys import parse_key
@@ -103,7 +103,7 @@ def read_shapes_file(path, *, only=None, why: str = "") -> list:
     return list(out.values())
 
 
-def problems_from_log(path, device) -> list:
+def problems_from_log(path, device, skipped: SkippedLines | None = None) -> list:
     """The problems of an Inductor AutoHeuristic mm log, with the strides it
     recorded (:func:`costlearn.interop.inductor.autoheuristic.parse`), in log order.
 
@@ -112,21 +112,29 @@ def problems_from_log(path, device) -> list:
     path : path
     device : str or DeviceSpec
         The preset the log was measured on (its header must agree).
+    skipped : SkippedLines, optional
+        Gets the log's malformed lines, (line, why): each counted, the
+        first thousand kept.
 
     Raises
     ------
     InteropError
         As :func:`costlearn.interop.inductor.autoheuristic.parse`, or when the log holds no
-        measurement.
+        measurement (naming the first malformed lines).
     """
-    measurements, _ = parse_log(path, resolve_device(device))
+    measurements, left = parse_log(path, resolve_device(device))
     out = {}
     for x in measurements:
         p = Problem(x.m, x.n, x.k, x.dtype, x.layout)
         if (p, x.strides) not in out:
             out[(p, x.strides)] = LutProblem(p, tuple(x.strides[:2]), tuple(x.strides[2:]))
+    if skipped is not None:
+        for line, why in left:
+            skipped.add(line, why)
+        skipped.total += left.total - len(left)
     if not out:
-        raise InteropError(f"{path}: no measurement found; nothing to export")
+        raise InteropError(f"{path}: no measurement found" + "".join(f"; line {line}: {why}" for line, why in left[:3])
+                           + "; nothing to export")
     return list(out.values())
 
 
@@ -467,13 +475,13 @@ def table_problems(*, shapes_file=None, from_log=None, from_table=None, from_db=
     elif shapes_file:
         problems = read_shapes_file(shapes_file)
     elif from_log:
-        problems = problems_from_log(from_log, device)
+        left = SkippedLines()
+        problems = problems_from_log(from_log, device, left)
+        notes += _left_out(from_log, left, left.total)
     else:
         got = read_table(from_table)
         problems = got.problems
-        notes += [f"{from_table}:{line}: left out: {why}" for line, why in got.skipped[:5]]
-        if len(got.skipped) > 5:
-            notes.append(f"... {len(got.skipped) - 5} more left out")
+        notes += _left_out(from_table, got.skipped, len(got.skipped))
         if device_name is None and len(got.devices) == 1:
             device_name = got.devices[0]          # keep the table's own device name: its GPU's torch reports it
         if not problems:
@@ -497,6 +505,12 @@ def table_problems(*, shapes_file=None, from_log=None, from_table=None, from_db=
     if not problems:
         raise ValueError("; ".join(left) + "; nothing left to export")
     return TableProblems(problems, device, device_name, winners, what, notes)
+
+
+def _left_out(source, skipped, total: int) -> list:
+    """Notes naming the first five of a source's ``total`` lines left out."""
+    notes = [f"{source}:{line}: left out: {why}" for line, why in list(skipped)[:5]]
+    return notes + ([f"... {total - 5} more left out"] if total > 5 else [])
 
 
 def _served_kinds(problems: list, device: str, family: str, models_dir, what: str) -> tuple:
