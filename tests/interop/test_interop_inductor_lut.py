@@ -348,6 +348,9 @@ def test_addmm_keys_are_the_bias_epilogue_and_other_epilogues_are_refused_by_nam
     assert sorted((m.config.config_id, m.time_us, m.epilogue) for m in got.measurements) == \
         [(T1.config_id, 7.5, "bias"), ("vendor", 9.0, "bias")]
     why = [w for _, w in got.skipped]
+    assert why[0] == ("entry 0: vendor of 64x128x32 float16 NN +bias was read at line 2 with time_us 9; the first "
+                      "is kept, not this 9.5")          # aten::addmm of the [128] bias: the same problem, timed again
+    why = why[1:]
     assert len(why) == 4
     assert "beta=0.5" in why[0] and "scaled" in why[0]
     assert "bias of shape [64, 128] and strides [128, 1]" in why[1] and "full-matrix" in why[1]
@@ -531,7 +534,7 @@ def test_keys_written_with_escapes_are_found_on_their_lines_in_one_pass(tmp_path
     t0 = time.perf_counter()
     got = lut_sources.read_table(f)
     assert time.perf_counter() - t0 < 2
-    assert [line for line, _ in got.skipped] == [2] + [3 + 2 * i for i in range(20_000)]
+    assert got.skipped.total == 20_001 and [line for line, _ in got.skipped] == [2] + [3 + 2 * i for i in range(999)]
     assert got.skipped[1][1].startswith("op 'bmm'")
 
 
@@ -644,3 +647,35 @@ def test_export_from_a_log_names_the_lines_it_leaves_out(models, tmp_path, capsy
     assert _cli("export", "inductor-lut", "--models", models, "--model", DEVICE, "--from-log", log,
                 "--out", tmp_path / "none.json") == 2
     assert f"{log}: no measurement found; line 3: m=100000000000... (5001 digits)" in _one_line(capsys)
+
+
+def test_a_key_written_twice_or_a_config_timed_twice_is_named_not_dropped_silently(tmp_path):
+    """JSON keeps a repeated key's last entries: the first were dropped without a word; and a config listed twice
+    for one problem (two entries, or a device and a device-agnostic key) with another time kept the first quietly."""
+    agnostic = KEY[KEY.index("+((") + 1:]
+    f = tmp_path / "inductor_lut_1.json"
+    f.write_text('{"%s": [{"template_id": "aten::mm", "time_us": 1.0}],\n'
+                 '"%s": [{"template_id": "aten::mm", "time_us": 2.0}, {"template_id": "aten::mm", "time_us": 2.01},\n'
+                 '       {"template_id": "aten::mm", "time_us": 9.0}],\n'
+                 '"%s": [{"template_id": "aten::mm", "time_us": 2.0}, {"template_id": "aten::mm", "time_us": 3.0}]}'
+                 % (KEY, KEY, agnostic))
+    got = lut_sources.read_table(f)
+    assert [(m.line, m.time_us) for m in got.measurements] == [(2, 2.0)]
+    assert got.skipped[1:] == [
+        (2, "entry 2: vendor of 512x1024x256 float16 NN was read at line 2 with time_us 2; the first is kept, not "
+            "this 9"),
+        (4, "entry 1: vendor of 512x1024x256 float16 NN was read at line 2 with time_us 2; the first is kept, not "
+            "this 3")]
+    line, why = got.skipped[0]
+    assert line == 1 and why.startswith("key 'NVIDIA A100-SXM4-80GB+((torch.float16") and \
+        why.endswith("is written again at line 2: JSON keeps the last one's entries, not these")
+
+
+def test_a_table_of_a_million_bad_entries_keeps_a_thousand_reasons_and_counts_all(tmp_path, capsys):
+    """Every skipped entry's reason was kept: memory grew with the file."""
+    f = tmp_path / "inductor_lut_1.json"
+    f.write_text(json.dumps({KEY: [7] * 200_000 + [{"template_id": "aten::mm", "time_us": 1.0}]}))
+    got = lut_sources.read_table(f)
+    assert len(got.skipped) == 1000 and got.skipped.total == 200_000 and len(got.measurements) == 1
+    assert _cli("import", "inductor-lut", f, "--preset", "a100", "--data", tmp_path / "data") == 0
+    assert "skipped 200000 lines" in capsys.readouterr().out

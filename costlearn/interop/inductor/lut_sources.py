@@ -153,24 +153,24 @@ _JSON_STRING = re.compile(r'("(?:[^"\\]|\\.)*")([ \t\n\r]*:)?')
 """A JSON string, and the colon after it where it is an object's key."""
 
 
-def _key_lines(text: str, keys: list) -> list:
-    """The line of each top-level key of the JSON object ``text`` (``keys``
-    as :func:`json.loads` gives them; a key written twice at its first
-    place), or 0 where one is not found. One pass over the text's strings:
-    the brackets between them give the depth, the newlines the line."""
-    first: dict = {}
+def _key_lines(text: str) -> dict:
+    """The lines of each top-level key of the JSON object ``text`` (as
+    :func:`json.loads` reads the key): every place it is written, in file
+    order. One pass over the text's strings: the brackets between them give
+    the depth, the newlines the line."""
+    out: dict = {}
     depth, line, at = 0, 1, 0
     for m in _JSON_STRING.finditer(text):
         depth += sum(text.count(c, at, m.start()) for c in "{[") - sum(text.count(c, at, m.start()) for c in "}]")
         line += text.count("\n", at, m.start())
         if depth == 1 and m.group(2):
             try:
-                first.setdefault(json.loads(m.group(1)), line)
+                out.setdefault(json.loads(m.group(1)), []).append(line)
             except ValueError:                          # not JSON text: json.loads refused the file already
                 pass
         line += text.count("\n", m.start(), m.end())
         at = m.end()
-    return [first.get(key, 0) for key in keys]
+    return out
 
 
 def _entry_time(entry, j: int) -> float | None:
@@ -233,13 +233,17 @@ def read_table(path, family: str = "triton_mm") -> RecordedTable:
         that carry a time (:data:`TIME_KEYS`) and name a config of
         ``family``, as rows (``line``: the key's line in the file), each
         (problem, config) once (a table with device and device-agnostic keys
-        lists it twice); a time of ``inf`` is a failed measurement. ``skipped``: (line, why) for keys and entries left
+        lists it twice; another time for it is left out, named); a time of
+        ``inf`` is a failed measurement. ``skipped``: (line, why) for keys and entries left
         out (a key that :func:`costlearn.interop.inductor.lut_keys.parse_key`
         does not read: too long, another op such as ``bmm``, an ``addmm``
         that is no bias epilogue, no dense two-operand matmul; an entry of
         no known template or an invalid parameter, a time that is not a
-        number or not a finite positive one). ``devices``: the device names
-        of the keys, in order of first use.
+        number or not a finite positive one; a key written twice, whose
+        first entries JSON does not keep): a
+        :class:`~costlearn.interop.common.SkippedLines`, the first thousand
+        kept, all counted. ``devices``: the device names of the keys, in
+        order of first use.
 
     Raises
     ------
@@ -263,17 +267,20 @@ def read_table(path, family: str = "triton_mm") -> RecordedTable:
         raise InteropError(f"{path}: the file holds {kind}; a lookup table is a JSON object of key -> list of "
                            "entries")
     get_family(family)                                          # an unknown family: ValueError
-    problems, measurements, skipped, devices, seen, timed = {}, [], [], {}, set(), 0
-    lines = _key_lines(text, list(table))
+    problems, measurements, skipped, devices, seen, timed = {}, [], SkippedLines(), {}, {}, 0
+    lines = _key_lines(text)
     for index, (key, entries) in enumerate(table.items(), 1):
-        i = lines[index - 1] or index                               # the key's line; else its position
+        i = lines.get(key, [index])[-1]                 # the line of the key JSON keeps; else its position
+        for earlier in lines.get(key, [])[:-1]:
+            skipped.add(earlier, f"key {shown(key, 100)} is written again at line {i}: JSON keeps the last one's "
+                                 "entries, not these")
         try:
             if not isinstance(entries, list):
                 raise ValueError(f"key {shown(key, 100)}: its value is {type(entries).__name__} "
                                  f"{shown(entries, 40)}, not a list of entries")
             device, lp, _ = parse_key(key)
         except ValueError as e:
-            skipped.append((i, str(e)))
+            skipped.add(i, str(e))
             continue
         if device:
             devices.setdefault(device, None)
@@ -286,12 +293,16 @@ def read_table(path, family: str = "triton_mm") -> RecordedTable:
                     continue
                 config = _entry_config(entry, j, family)
             except ValueError as e:
-                skipped.append((i, str(e)))
+                skipped.add(i, str(e))
                 continue
-            p = lp.problem
-            if (p, lp.strides_a, lp.strides_b, config.config_id) in seen:
+            p, at = lp.problem, (lp.problem, lp.strides_a, lp.strides_b, config.config_id)
+            if at in seen:                      # a device and a device-agnostic key list it twice: said once
+                line, first = seen[at]
+                if not math.isclose(first, t, rel_tol=0.01):
+                    skipped.add(i, f"entry {j}: {config.config_id} of {p} was read at line {line} with time_us "
+                                   f"{first:.6g}; the first is kept, not this {t:.6g}")
                 continue
-            seen.add((p, lp.strides_a, lp.strides_b, config.config_id))
+            seen[at] = (i, t)
             failed = "" if math.isfinite(t) else "recorded time inf (the choice failed to compile or run)"
             measurements.append(Measurement(i, p.m, p.n, p.k, p.dtype, p.layout, family, config,
                                             math.nan if failed else t, failed, lp.strides_a + lp.strides_b,
@@ -481,11 +492,11 @@ def table_problems(*, shapes_file=None, from_log=None, from_table=None, from_db=
     else:
         got = read_table(from_table)
         problems = got.problems
-        notes += _left_out(from_table, got.skipped, len(got.skipped))
+        notes += _left_out(from_table, got.skipped, got.skipped.total)
         if device_name is None and len(got.devices) == 1:
             device_name = got.devices[0]          # keep the table's own device name: its GPU's torch reports it
         if not problems:
-            raise ValueError(f"{from_table}: no mm key costlearn reads ({len(got.skipped)} left out"
+            raise ValueError(f"{from_table}: no mm key costlearn reads ({got.skipped.total} left out"
                              + "".join(f"; line {line}: {why}" for line, why in got.skipped[:3]) + ")")
     problems = [p if isinstance(p, LutProblem) else LutProblem.contiguous(p) for p in problems]
     have = sorted({lp.problem.dtype for lp in problems})
