@@ -679,3 +679,15 @@ def test_a_table_of_a_million_bad_entries_keeps_a_thousand_reasons_and_counts_al
     assert len(got.skipped) == 1000 and got.skipped.total == 200_000 and len(got.measurements) == 1
     assert _cli("import", "inductor-lut", f, "--preset", "a100", "--data", tmp_path / "data") == 0
     assert "skipped 200000 lines" in capsys.readouterr().out
+
+
+def test_two_layouts_of_one_matmul_to_inductor_share_a_key_without_aborting_the_export(models, tmp_path, capsys):
+    """4096x1x1 NN and NT are the same tensors to Inductor (a 1x1 operand is both row- and column-major): the
+    export was refused whole, blaming float32 and tfloat32."""
+    shapes, out = tmp_path / "s.txt", tmp_path / "t.json"
+    shapes.write_text("4096 1 1 float16 NN\n4096 1 1 float16 NT\n512 1024 256 float16\n")
+    assert _cli("export", "inductor-lut", "--models", models, "--model", DEVICE, "--shapes-file", shapes,
+                "--out", out) == 0
+    said = capsys.readouterr().out
+    assert "wrote 2 keys for 2 problems" in said and "1 more with the key of another of their dtype" in said
+    assert len(json.loads(out.read_text())) == 2 and "tfloat32" not in said
