@@ -115,8 +115,9 @@ def _bias_problem(parts: KeyParts) -> str | None:
     scalars = dict(kv.split("=", 1) for kv in (parts.scalars or "").split("&") if "=" in kv)
     scaled = {k: v for k, v in scalars.items() if k in ("alpha", "beta") and v.strip() not in ("1", "1.0")}
     if scaled:
-        return (f"addmm with {', '.join(f'{k}={v if len(v) <= 20 and v.isprintable() else shown(v, 20)}' for k, v in scaled.items())}: a scaled product or "
-                "bias is no epilogue costlearn maps (it maps bias = A @ B + bias[n])")
+        named = ", ".join(f"{k}={v if len(v) <= 20 and v.isprintable() else shown(v, 20)}" for k, v in scaled.items())
+        return (f"addmm with {named}: a scaled product or bias is no epilogue costlearn maps (it maps bias = A @ B + "
+                "bias[n])")
     ops = _TENSOR.findall(parts.inputs)
     if len(ops) != 3:
         return f"addmm with {len(ops)} inputs; expected bias, mat1, mat2"

@@ -35,7 +35,8 @@ from costlearn.model.store import has_model, resolve_model
 from costlearn.serve.predict import load_predictor
 from costlearn.serve.tuning_db_server import open_store
 
-__all__ = ["read_shapes_file", "problems_from_log", "read_table", "RecordedTable", "measured_from_db", "InductorLutImporter", "TableProblems", "table_problems"]
+__all__ = ["read_shapes_file", "problems_from_log", "read_table", "RecordedTable", "measured_from_db",
+           "InductorLutImporter", "TableProblems", "table_problems"]
 
 
 def _problem(m, n, k, dtype, layout, where: str) -> Problem:
@@ -90,8 +91,8 @@ def read_shapes_file(path, *, only=None, why: str = "") -> list:
         if layout not in LAYOUTS:
             raise InteropError(f"{where}: layout={shown(layout)}; allowed: {list(LAYOUTS)}")
         if only is not None and (dtype, layout) != tuple(only):
-            raise InteropError(f"{where}: {shown(line.strip(), 80)} is {dtype} {layout}; only {only[0]} {only[1]} lines "
-                               f"are taken here{why}")
+            raise InteropError(f"{where}: {shown(line.strip(), 80)} is {dtype} {layout}; only {only[0]} {only[1]} "
+                               f"lines are taken here{why}")
         try:
             mnk = [extent_of_text(name, t) for name, t in zip("MNK", text[:3])]
         except ValueError as e:
