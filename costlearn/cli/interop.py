@@ -53,9 +53,11 @@ def cmd_export(args) -> int:
 
 
 def _export_lut(args) -> int:
-    from costlearn.interop.inductor.lut import check_lut_out, export_lut
+    from costlearn.interop.inductor.lut import check_device_name, check_lut_out, export_lut
     from costlearn.interop.inductor.lut_sources import table_problems
     check_lut_out(args.out)                      # before a log of 10^5 lines is read
+    if args.device_name is not None:
+        check_device_name(args.device_name)
     t0 = time.perf_counter()
     got = table_problems(shapes_file=args.shapes_file, from_log=args.from_log, from_table=args.from_table,
                          from_db=args.from_db, dtypes=args.dtype, device=args.model, device_name=args.device_name,

@@ -20,7 +20,7 @@ from costlearn.families import VENDOR_CONFIG_ID
 from costlearn.core.registry import Registry
 from costlearn.core.files import sha256_file
 from costlearn.interop.common import (Importer, ImportReport, InteropError, Measurement, import_measurements,
-                                      resolve_device)
+                                      resolve_device, source_file)
 
 __all__ = ["IMPORTERS", "EXPORTERS", "IMPORT_FORMATS", "EXPORT_FORMATS", "import_file", "export_dataset",
            "InteropError", "ImportReport", "Importer", "Measurement"]
@@ -69,11 +69,7 @@ def import_file(fmt: str, path, *, device, data_root, mapping=None) -> ImportRep
     """
     if fmt not in IMPORT_FORMATS:
         raise InteropError(f"import format {fmt!r}; allowed: {list(IMPORT_FORMATS)}")
-    path = Path(path)
-    if path.is_dir():
-        raise InteropError(f"{path}: a folder; give the file to import")
-    if not path.is_file():
-        raise InteropError(f"{path}: " + ("not a regular file" if path.exists() else "no such file"))
+    path = source_file(path, verb="import")
     if path.stat().st_size == 0:
         raise InteropError(f"{path}: empty file")
     spec = resolve_device(device)

@@ -9,6 +9,7 @@ import itertools
 import json
 import math
 import socket
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,12 +22,14 @@ from costlearn.collect.dataset import IMPORTED_PROTOCOL, SCHEMA_VERSION, device_
 from costlearn.core.device import DeviceSpec, preset
 from costlearn.families import get_family
 from costlearn.core.files import sha256_file
+from costlearn.core.checks import shown
 from costlearn.core.locks import FolderLock, sigint_deferred
 from costlearn.core.version import __version__
 from costlearn.core.errors import CostlearnError
 
 __all__ = ["InteropError", "ImportInterrupted", "ImportReport", "Measurement", "Importer", "import_measurements",
-           "device_folder", "FAILED", "SkippedLines", "IMPORT_CHUNK_ROWS", "IMPORT_LOCK", "config_class"]
+           "device_folder", "FAILED", "SkippedLines", "IMPORT_CHUNK_ROWS", "IMPORT_LOCK", "config_class", "load_json",
+           "positive_time_us", "source_file", "MAX_READ_BYTES"]
 
 FAILED = "failed"
 """Status of an imported row whose source recorded a failure (an ``inf``
@@ -204,6 +207,101 @@ class Importer(abc.ABC):
             On a file of another format, a header that contradicts ``spec``,
             or (``takes_mapping``) a missing or bad mapping.
         """
+
+
+MAX_READ_BYTES = 256 << 20
+"""The largest file read whole (a lookup table, a shapes file): hundreds of
+thousands of keys or shapes. A log, read a line at a time, has no limit."""
+
+
+def source_file(path, *, verb: str = "read", max_bytes: int | None = None) -> Path:
+    """``path`` as a regular file to read, checked before it is opened.
+
+    Parameters
+    ----------
+    path : path
+    verb : str
+        What is done with it, for the message (``"import"``).
+    max_bytes : int, optional
+        Refuse a larger file (:data:`MAX_READ_BYTES` for one read whole).
+
+    Returns
+    -------
+    Path
+
+    Raises
+    ------
+    InteropError
+        If there is no such file, it is a folder, it is not a regular file
+        (a FIFO or a device, whose reading would wait or never end), or it
+        is larger than ``max_bytes`` (naming its size and the limit).
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise InteropError(f"{path}: a folder; give the file to {verb}")
+    if not path.is_file():
+        raise InteropError(f"{path}: " + ("not a regular file" if path.exists() else "no such file"))
+    size = path.stat().st_size
+    if max_bytes is not None and size > max_bytes:
+        raise InteropError(f"{path}: {size} bytes; a file read whole may have at most {max_bytes} "
+                           f"({max_bytes >> 20} MiB)")
+    return path
+
+
+def load_json(text: str, path, kind: str):
+    """``json.loads(text)`` of an imported file, refusing a document no
+    reader should follow.
+
+    Parameters
+    ----------
+    text : str
+    path : path
+        The file, named in the message.
+    kind : str
+        What the file is, in words (``"a lookup table"``), for the message.
+
+    Raises
+    ------
+    InteropError
+        If the document nests deeper than the interpreter's recursion limit,
+        or holds an integer of more digits than its limit
+        (``sys.get_int_max_str_digits``).
+    json.JSONDecodeError
+        On a syntax error (the caller says what the file should be, or
+        repairs it).
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise InteropError(f"{path}: JSON nested too deep to read; {kind} nests a few levels") from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError:                     # json's int() of a number over the digit limit
+        raise InteropError(f"{path}: a number of more than {sys.get_int_max_str_digits()} digits; {kind} holds no "
+                           "such number") from None
+
+
+def positive_time_us(value, unit_us: float, what: str) -> float:
+    """``value``, a time in units of ``unit_us`` microseconds, as
+    microseconds.
+
+    Raises
+    ------
+    ValueError
+        Naming ``what`` and the value (cut: :func:`costlearn.core.checks.shown`)
+        where it is not a number (a bool, a str, a list, an object) or not
+        a finite positive time (zero, negative, NaN, infinite, an int too
+        large for a float).
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{what}={shown(value)} is not a number")
+    try:
+        t = float(value) * unit_us
+    except OverflowError:
+        t = math.inf
+    if not math.isfinite(t) or t <= 0:
+        raise ValueError(f"{what}={shown(value)} is not a finite positive time")
+    return t
 
 
 def config_class(fam):

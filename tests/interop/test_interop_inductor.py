@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import zipfile
 from pathlib import Path
 
@@ -449,3 +450,52 @@ def test_export_from_the_tuning_database_lists_measured_winners_alone_and_the_mo
     assert len(table) == 2 and sizes == [1, 3]
     one = next(v for v in table.values() if len(v) == 1)[0]
     assert one == to_tool("triton_mm", "inductor", best, measured)
+
+
+# -- hostile logs (Issue 62) ----------------------------------------------------------
+
+@pytest.mark.parametrize("header, says", [
+    ('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", "JSON nested too deep to read"),
+    ('{"shared_memory": 1' + "0" * 5000 + ', "device_capa": [8, 0]}', "a number of more than 4300 digits"),
+    (json.dumps(dict(HEADER, name="x" * 100_000)), "an AutoHeuristic log of '" + "x" * 56 + "...; only 'mm'"),
+    (json.dumps(dict(HEADER, device_capa=[True, False], shared_memory=True)),
+     "the header's device_capa [True, False] and shared_memory True must be [major, minor] and a number of bytes"),
+    (json.dumps(dict(HEADER, device_capa="8.0")), "the header's device_capa '8.0'"),
+], ids=["nested-100000-deep", "a-5001-digit-number", "a-100000-character-name", "bools", "a-string"])
+def test_a_header_nested_too_deep_or_of_a_wrong_kind_is_one_clear_line(tmp_path, capsys, header, says):
+    """A header nested 100,000 deep was a RecursionError traceback; a 5,001-digit shared_memory a bare
+    `Exceeds the limit (4300 digits)`; a 100,000-character name a 100 KB error line; [true, false] was read as
+    compute capability "True.False"."""
+    from costlearn.cli import main
+    log = tmp_path / "log.txt"
+    log.write_text(header + "\n" + COLUMNS + "\n" + LINES[0] + "\n")
+    with pytest.raises(InteropError, match=re.escape(f"{log}: {says}")):
+        import_file("inductor", log, device="a100", data_root=tmp_path / "data")
+    assert main(["import", "inductor", str(log), "--preset", "a100", "--data", str(tmp_path / "data")]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1 and len(err) < 400
+    assert not (tmp_path / "data").exists()
+
+
+def test_numbers_inductor_does_not_write_skip_their_line_by_name(tmp_path):
+    """A 5,001-digit m was "not an integer"; Unicode digits and "5_12" were read as numbers; a 1e400 or
+    100,000-digit feedback was imported as a failed measurement (float() gives inf); a choice with a 5,001-digit
+    block size was a bare `Exceeds the limit (4300 digits)`."""
+    good = LINES[0]
+    choice = "type=triton_BLOCK-M=64_BLOCK-K=32_BLOCK-N=64_numstages=3_numwarps=4"
+    lines = [good.replace("128,", "1" + "0" * 5000 + ",", 1), good.replace("128,", "１２８,", 1),
+             good.replace("128,", "1_28,", 1), good.replace("0.0125", "1e400"), good.replace("0.0125", "nan"),
+             good.replace("0.0125", "1" * 100_000), good.replace("0.0125", "１"),
+             good.replace(choice, choice.replace("BLOCK-M=64", "BLOCK-M=1" + "0" * 5000)),
+             good.replace("0.0125", "inf")]
+    log = _log(tmp_path / "log.txt", [good] + lines)
+    rep = import_file("inductor", log, device="a100", data_root=tmp_path / "data")
+    assert rep.rows_added == 2 and rep.failed == 1                     # the good line, and "inf": a failed config
+    why = dict(rep.skipped)
+    assert sorted(why) == list(range(4, 12)) and all(len(w) < 200 for w in why.values())
+    assert why[4] == "m=100000000000... (5001 digits) is above 2147483647 (2**31 - 1)"
+    assert why[5] == "m='１２８' is not an integer" and why[6] == "m='1_28' is not an integer"
+    assert why[7] == "feedback='1e400'; a time must be finite and positive (ms) or inf"
+    assert why[8] == "feedback='nan' is not a number" and why[10] == "feedback='１' is not a number"
+    assert why[9].startswith("feedback='1111") and why[9].endswith("; a time must be finite and positive (ms) or inf")
+    assert "a number of 5001 digits; its values are a config's block sizes, stages and warps" in why[11]

@@ -20,12 +20,14 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from pathlib import Path
 
+from costlearn.core.checks import shown
 from costlearn.core.device import DeviceSpec
 from costlearn.core.dtypes import TORCH_DTYPES
 from costlearn.core.problem import MAX_EXTENT, layout_letter
-from costlearn.interop.common import Importer, InteropError, Measurement, SkippedLines
+from costlearn.interop.common import Importer, InteropError, Measurement, SkippedLines, load_json, source_file
 from costlearn.interop.tool_names import config_from_tool
 
 __all__ = ["InductorImporter", "parse", "check_header", "COLUMNS"]
@@ -37,22 +39,25 @@ COLUMNS = ("m", "k", "n", "mat1_dtype", "mat2_dtype", "mat1_stride_0", "mat1_str
 
 def check_header(header: dict, spec: DeviceSpec, path) -> None:
     """Refuse a header whose ``device_capa`` or ``shared_memory`` contradicts
-    ``spec`` (the header names no GPU; these identify it).
+    ``spec`` (the header names no GPU; these identify it), or is not of the
+    kind Inductor writes (``[major, minor]`` ints, an int of bytes).
 
     Raises
     ------
     InteropError
         Naming both values.
     """
-    capa = header.get("device_capa")
-    if isinstance(capa, list) and len(capa) == 2 and all(isinstance(v, int) for v in capa):
-        have = f"{capa[0]}.{capa[1]}"
-        if spec.compute_capability and have != spec.compute_capability:
-            raise InteropError(f"{path}: the header says compute capability {have}, the preset {spec.name!r} is "
-                               f"{spec.compute_capability}; pass the --preset the log was measured on")
-    smem = header.get("shared_memory")
-    if isinstance(smem, int) and smem != spec.smem_per_block_optin_bytes:
-        raise InteropError(f"{path}: the header says {smem} bytes of shared memory per block, the preset "
+    capa, smem = header.get("device_capa"), header.get("shared_memory")
+    if not (isinstance(capa, list) and len(capa) == 2 and all(type(v) is int for v in capa)) \
+            or type(smem) is not int:
+        raise InteropError(f"{path}: the header's device_capa {shown(capa, 30)} and shared_memory {shown(smem, 30)} "
+                           "must be [major, minor] and a number of bytes (ints): they say which GPU measured")
+    have = f"{shown(capa[0], 12)}.{shown(capa[1], 12)}"
+    if spec.compute_capability and have != spec.compute_capability:
+        raise InteropError(f"{path}: the header says compute capability {have}, the preset {spec.name!r} is "
+                           f"{spec.compute_capability}; pass the --preset the log was measured on")
+    if smem != spec.smem_per_block_optin_bytes:
+        raise InteropError(f"{path}: the header says {shown(smem, 24)} bytes of shared memory per block, the preset "
                            f"{spec.name!r} has {spec.smem_per_block_optin_bytes}; pass the --preset the "
                            "log was measured on")
 
@@ -84,10 +89,11 @@ def parse(path, spec: DeviceSpec):
     Raises
     ------
     InteropError
-        If the file is empty, line 1 is not Inductor's JSON header, line 2
+        If the file is no regular file (a FIFO, a device) or empty, line 1
+        is not Inductor's JSON header, line 2
         lacks a column of :data:`COLUMNS`, or the header contradicts ``spec``.
     """
-    path = Path(path)
+    path = source_file(path)
     try:
         fh = open(path, "rb")
     except OSError as e:
@@ -119,14 +125,14 @@ def _columns(fh, path: Path, spec: DeviceSpec) -> dict:
     if not first.strip():
         raise InteropError(f"{path}: empty file")
     try:
-        header = json.loads(first)
+        header = load_json(first, path, "an Inductor AutoHeuristic header (line 1)")
     except json.JSONDecodeError:
         header = None
     if not isinstance(header, dict) or "shared_memory" not in header or "device_capa" not in header:
         raise InteropError(f"{path}: line 1 is not an Inductor AutoHeuristic header (a JSON object with "
                            "shared_memory and device_capa); is this another format?")
     if header.get("name") not in (None, "mm"):
-        raise InteropError(f"{path}: an AutoHeuristic log of {header.get('name')!r}; only 'mm' logs hold "
+        raise InteropError(f"{path}: an AutoHeuristic log of {shown(header.get('name'))}; only 'mm' logs hold "
                            "matmul measurements")
     check_header(header, spec, path)
     second = _text(fh.readline())
@@ -169,6 +175,10 @@ def _records(fh, pos: dict, skipped: list):
             yield m
 
 
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+"""An integer as Inductor writes one (ASCII digits)."""
+
+
 _MAX_STRIDE = 2**63 - 1
 """Largest stride (elements) a row may give: it is stored as int64."""
 
@@ -177,15 +187,21 @@ def _int(v: str, what: str, lo: int, hi: int) -> int:
     """``v`` as an int in [lo, hi]; ValueError naming ``what`` otherwise (the
     line is then skipped, not the import: an extent past 2**31 - 1 is one
     ``train`` would refuse, one past int64 one no column can hold)."""
-    try:
-        x = int(v)
-    except ValueError:
-        raise ValueError(f"{what}={v[:40]!r} is not an integer") from None
+    if not _INTEGER.fullmatch(v):
+        raise ValueError(f"{what}={shown(v, 40)} is not an integer")
+    if len(v.lstrip("+-").lstrip("0")) > len(str(hi)):
+        raise ValueError(f"{what}={v[:12]}... ({len(v.lstrip('+-').lstrip('0'))} digits) is above {hi} "
+                         f"(2**{hi.bit_length()} - 1)")
+    x = int(v)
     if x < lo:
         raise ValueError(f"{what}={x} is below {lo}")
     if x > hi:
         raise ValueError(f"{what}={str(x)[:40]} is above {hi} (2**{hi.bit_length()} - 1)")
     return x
+
+
+_DECIMAL = frozenset("0123456789+-.eE")
+"""The characters of a decimal number as Python writes a float."""
 
 
 def _measurement(rec: list, pos: dict, line: int, choices: dict) -> Measurement:
@@ -194,13 +210,13 @@ def _measurement(rec: list, pos: dict, line: int, choices: dict) -> Measurement:
     g = {c: rec[i].strip() for c, i in pos.items()}
     m, k, n = (_int(g[c], c, 1, MAX_EXTENT) for c in ("m", "k", "n"))
     if g["mat1_dtype"] != g["mat2_dtype"]:
-        raise ValueError(f"mixed dtypes {g['mat1_dtype']} x {g['mat2_dtype']}")
+        raise ValueError(f"mixed dtypes {shown(g['mat1_dtype'], 30)} x {shown(g['mat2_dtype'], 30)}")
     dtype = TORCH_DTYPES.get(g["mat1_dtype"])
     if dtype is None:
-        raise ValueError(f"mat1_dtype={g['mat1_dtype']!r}; allowed: {list(TORCH_DTYPES)}")
+        raise ValueError(f"mat1_dtype={shown(g['mat1_dtype'])}; allowed: {list(TORCH_DTYPES)}")
     if dtype == "float32":
         if g["using_tf32"] not in ("True", "False"):
-            raise ValueError(f"using_tf32={g['using_tf32']!r} for float32; need True or False")
+            raise ValueError(f"using_tf32={shown(g['using_tf32'])} for float32; need True or False")
         dtype = "tfloat32" if g["using_tf32"] == "True" else "float32"
     strides = [_int(g[c], c, 0, _MAX_STRIDE)
                for c in ("mat1_stride_0", "mat1_stride_1", "mat2_stride_0", "mat2_stride_1")]
@@ -211,17 +227,20 @@ def _measurement(rec: list, pos: dict, line: int, choices: dict) -> Measurement:
     if choice not in choices:                  # one lookup per distinct choice of the file
         choices[choice] = config_from_tool("inductor", choice)
     if choices[choice] is None:
-        raise ValueError(f"choice={choice[:80]!r} is neither extern_mm nor a Triton mm config")
+        raise ValueError(f"choice={shown(choice, 80)} is neither extern_mm nor a Triton mm config")
     family, config = choices[choice]
-    try:
-        ms = float(g["feedback"])
-    except ValueError:
-        raise ValueError(f"feedback={g['feedback']!r} is not a number") from None
-    if math.isinf(ms) and ms > 0:
+    feedback = g["feedback"]
+    if feedback.lower() in ("inf", "+inf", "infinity", "+infinity"):
         return Measurement(line, m, n, k, dtype, la + lb, family, config, math.nan,
                            "inductor recorded inf (the config failed to compile or run)", tuple(strides))
+    try:
+        if not _DECIMAL.issuperset(feedback):           # float() also reads "1_0", "nan" and other digits
+            raise ValueError
+        ms = float(feedback)
+    except ValueError:
+        raise ValueError(f"feedback={shown(feedback, 40)} is not a number") from None
     if not (math.isfinite(ms) and ms > 0):
-        raise ValueError(f"feedback={g['feedback']!r}; a time must be positive (ms) or inf")
+        raise ValueError(f"feedback={shown(feedback, 40)}; a time must be finite and positive (ms) or inf")
     return Measurement(line, m, n, k, dtype, la + lb, family, config, ms * 1e3, strides=tuple(strides))
 
 

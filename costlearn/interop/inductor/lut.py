@@ -40,12 +40,12 @@ from costlearn.core.dtypes import TORCH_DTYPES
 from costlearn.families import VENDOR_CONFIG_ID, get_family
 from costlearn.serve.predict import load_predictor, predict_many
 from costlearn.core.problem import Problem
-from costlearn.core.checks import check_int
+from costlearn.core.checks import check_int, shown
 from costlearn.core.files import atomic_write, check_output
 from costlearn.interop.tool_names import to_tool
 
 __all__ = ["LutProblem", "check_lut_out", "lookup_key", "inputs_key", "choices_for", "confident", "export_lut",
-           "LutReport", "OP_NAME", "TIME_KEYS", "OP_EPILOGUES", "TORCH_NAME"]
+           "LutReport", "OP_NAME", "TIME_KEYS", "OP_EPILOGUES", "TORCH_NAME", "MAX_DEVICE_NAME", "check_device_name"]
 
 
 OP_NAME = "mm"
@@ -68,6 +68,29 @@ TIME_KEYS = {"time_us": 1.0, "time_ms": 1e3}
 """Fields of a recorded table's entry read as its measured time (factor to
 microseconds). PyTorch's own recorder writes none; an entry without one gives
 its shape only."""
+
+
+MAX_DEVICE_NAME = 256
+"""The longest device name a key carries (torch's names are a few dozen
+characters)."""
+
+
+def check_device_name(name) -> str:
+    """``name`` as the device part of a key: what
+    ``torch.cuda.get_device_properties(i).gcnArchName`` can report.
+
+    Raises
+    ------
+    ValueError
+        Naming it (cut), if it is not a str of 1 to :data:`MAX_DEVICE_NAME`
+        printable characters with something besides spaces and no ``+``
+        (which separates a key's parts).
+    """
+    if not isinstance(name, str) or not name.strip() or "+" in name or not name.isprintable() \
+            or len(name) > MAX_DEVICE_NAME:
+        raise ValueError(f"device name {shown(name)}; must be the GPU's name as torch reports it, e.g. 'NVIDIA H100 "
+                         f"80GB HBM3' (printable, no '+', not empty, at most {MAX_DEVICE_NAME} characters)")
+    return name
 
 
 @dataclass(frozen=True)
@@ -172,6 +195,10 @@ class LutReport:
         Wall time of the predictions and the table, not the file write.
     measured : int
         Problems listed with the tuning database's measured winner alone.
+    same_key : int
+        Problems not counted in ``problems``: their keys are an earlier
+        problem's of the same dtype (a 1-by-1 operand is both row- and
+        column-major: NN and NT of K = N = 1 are one matmul to Inductor).
     """
 
     path: Path
@@ -182,14 +209,17 @@ class LutReport:
     short: int = 0
     seconds: float = 0.0
     measured: int = 0
+    same_key: int = 0
 
     def summary(self) -> str:
         """One line: keys, problems, choices per problem, time."""
         counts = ", ".join(f"{n} choice{'s' if n > 1 else ''}: {c}" for n, c in sorted(self.candidates.items()))
         short = f"; {self.short} with fewer candidate configs than asked" if self.short else ""
         measured = f"; {self.measured} measured winners from the tuning database" if self.measured else ""
+        same = f"; {self.same_key} more with the key of another of their dtype (one matmul to Inductor)" \
+            if self.same_key else ""
         return (f"wrote {self.keys} keys for {self.problems} problems into {self.path} ({counts}; the model was "
-                f"sure of {self.confident}{short}{measured}); answers and table in {self.seconds * 1e3:.0f} ms")
+                f"sure of {self.confident}{short}{measured}{same}); answers and table in {self.seconds * 1e3:.0f} ms")
 
 
 def check_lut_out(out) -> Path:
@@ -202,6 +232,28 @@ def check_lut_out(out) -> Path:
         mistyped folder is not created) or cannot be written.
     """
     return check_output(out, "--out", create=False, example="lut.json")
+
+
+def _one_per_key(lps: list, names: dict, portable: bool) -> tuple:
+    """``(kept, same)``: the problems whose keys no earlier problem has, in
+    order, and how many were left out for sharing the keys of one kept of
+    their dtype (the same matmul to Inductor: a 1-by-1 operand is both
+    row- and column-major). ValueError naming both where problems of two
+    dtypes share a key (float32 and tfloat32)."""
+    seen: dict = {}
+    kept, same = [], 0
+    for lp in lps:
+        keys = [lookup_key(lp, names[lp.problem.dtype])] + ([lookup_key(lp)] if portable else [])
+        other = next((seen[k] for k in keys if k in seen), None)
+        if other is None:
+            kept.append(lp)
+            seen.update(dict.fromkeys(keys, lp.problem))
+        elif other.dtype == lp.problem.dtype:
+            same += 1
+        else:
+            raise ValueError(f"{other} and {lp.problem} share the key {shown(keys[0], 120)} (float32 and tfloat32 "
+                             "tensors are both torch.float32); export them into separate tables")
+    return kept, same
 
 
 def export_lut(problems, out, *, device, top_k: int = 3, family: str = "triton_mm", models_dir=None,
@@ -241,36 +293,41 @@ def export_lut(problems, out, *, device, top_k: int = 3, family: str = "triton_m
     Raises
     ------
     ValueError
-        If ``top_k`` < 1, ``problems`` is empty or ``out`` is a folder or
-        lies in a folder that does not exist; if two problems share a
-        key (float32 and tfloat32 of one shape), naming them; or as
+        If ``top_k`` < 1, ``device_name`` is no name torch reports
+        (:func:`check_device_name`), ``problems`` is empty or ``out`` is a
+        folder or lies in a folder that does not exist; if problems of two
+        dtypes share a key (float32 and tfloat32 of one shape), naming them
+        (two of one dtype that share a key are one matmul to Inductor: the
+        first is listed, the others counted in ``same_key``); or as
         :func:`costlearn.predict_many` (no model for a dtype, a layout it
         does not serve).
     """
     top_k = check_int("top_k", top_k, 1)
     out = check_lut_out(out)
-    if device_name is not None and (not isinstance(device_name, str) or not device_name.strip()
-                                    or "+" in device_name):
-        raise ValueError(f"device_name={device_name!r}; must be the GPU's name as torch reports it, e.g. "
-                         "'NVIDIA H100 80GB HBM3' (no '+', not empty)")
+    if device_name is not None:
+        check_device_name(device_name)
     lps = [p if isinstance(p, LutProblem) else LutProblem.contiguous(p) for p in problems]
     if not lps:
         raise ValueError("no problems to export")
     fam = get_family(family)
     vendor = fam.config_from_id(fam.vendor_config_id) if fam.vendor_config_id is not None else None
     t0 = time.perf_counter()
+    names = {}
+    for lp in lps:
+        dtype = lp.problem.dtype
+        if dtype not in names:
+            names[dtype] = device_name or load_predictor(device, family, dtype, models_dir).spec.name
+    lps, same = _one_per_key(lps, names, portable)
     by_dtype: dict = {}
     for i, lp in enumerate(lps):
         by_dtype.setdefault(lp.problem.dtype, []).append(i)
     preds = [None] * len(lps)
-    names = {}
     for dtype, idx in by_dtype.items():
         answers = predict_many([lps[i].problem for i in idx], dtype, device, family=family, top_k=top_k + 1,
                                models_dir=models_dir)
         for i, a in zip(idx, answers):
             preds[i] = a
-        names[dtype] = device_name or load_predictor(device, family, dtype, models_dir).spec.name
-    table, seen, report = {}, {}, LutReport(Path(out), len(lps), 0)
+    table, report = {}, LutReport(Path(out), len(lps), 0, same_key=same)
     measured = measured or {}
     for lp, pred in zip(lps, preds):
         winner = measured.get(lp.problem)
@@ -284,12 +341,7 @@ def export_lut(problems, out, *, device, top_k: int = 3, family: str = "triton_m
         n = len(entries)
         report.candidates[n] = report.candidates.get(n, 0) + 1
         report.confident += confident(pred)
-        keys = [lookup_key(lp, names[lp.problem.dtype])] + ([lookup_key(lp)] if portable else [])
-        for key in keys:
-            if key in seen and seen[key] != lp.problem:
-                raise ValueError(f"{seen[key]} and {lp.problem} share the key {key[:120]!r} (float32 and tfloat32 "
-                                 "tensors are both torch.float32); export them into separate tables")
-            seen[key] = lp.problem
+        for key in [lookup_key(lp, names[lp.problem.dtype])] + ([lookup_key(lp)] if portable else []):
             table[key] = entries
     report.keys = len(table)
     report.seconds = time.perf_counter() - t0

@@ -8,42 +8,35 @@ recorded (:func:`read_table`) or the tuning database
 (:func:`measured_from_db`); :func:`table_problems` reads the one a caller
 names and keeps the problems the model store serves. A recorded table whose
 entries carry a time imports as measurements (:class:`InductorLutImporter`,
-``costlearn import inductor-lut``).
+``costlearn import inductor-lut``). A table's keys are read by
+:mod:`costlearn.interop.inductor.lut_keys`.
 """
 from __future__ import annotations
 
 import json
 import math
 import re
-from pathlib import Path
 from typing import NamedTuple
 
 from costlearn.collect.space import check_config
+from costlearn.core.checks import shown
 from costlearn.core.device import device_slug
-from costlearn.core.dtypes import DTYPES, TORCH_DTYPES, dtype_names
+from costlearn.core.dtypes import DTYPES, dtype_names
 from costlearn.core.problem import LAYOUTS, Problem, extent_of_text
 from costlearn.core.version import __version__
 from costlearn.families import get_family
-from costlearn.interop.common import Importer, InteropError, Measurement, resolve_device
+from costlearn.interop.common import (MAX_READ_BYTES, Importer, InteropError, Measurement, SkippedLines,
+                                      load_json, positive_time_us, resolve_device, source_file)
 from costlearn.interop.inductor.autoheuristic import parse as parse_log
-from costlearn.interop.inductor.lut import OP_EPILOGUES, TIME_KEYS, LutProblem
+from costlearn.interop.inductor.lut import TIME_KEYS, LutProblem
+from costlearn.interop.inductor.lut_keys import parse_key
 from costlearn.interop.tool_names import from_tool
 from costlearn.model.store import has_model, resolve_model
 from costlearn.serve.predict import load_predictor
 from costlearn.serve.tuning_db_server import open_store
 
-__all__ = ["read_shapes_file", "problems_from_log", "read_table", "RecordedTable", "dense_layout",
-           "addmm_bias_problem", "measured_from_db", "InductorLutImporter", "TableProblems", "table_problems"]
-
-
-_KEY = re.compile(r"(?:(?P<dev>.+?)\+)?(?P<inputs>\(\(.*\)\))(?:\+(?P<scalars>[^+]*=[^+]*))?\+(?P<op>\w+)")
-"""A table key: [device+]((inputs))[+scalars]+op."""
-
-
-_ANY_INPUT = re.compile(r"\((torch\.\w+), \[([\d, ]*)\], \[([\d, ]*)\]\)")
-
-
-_INPUT = re.compile(r"\((torch\.\w+), \[(\d+), (\d+)\], \[(\d+), (\d+)\]\)")
+__all__ = ["read_shapes_file", "problems_from_log", "read_table", "RecordedTable", "measured_from_db",
+           "InductorLutImporter", "TableProblems", "table_problems"]
 
 
 def _problem(m, n, k, dtype, layout, where: str) -> Problem:
@@ -72,11 +65,13 @@ def read_shapes_file(path, *, only=None, why: str = "") -> list:
     Raises
     ------
     InteropError
-        Naming the file and line: unreadable file, a line of another form,
+        Naming the file and line: unreadable file (no regular file, or one
+        larger than :data:`~costlearn.interop.common.MAX_READ_BYTES`: it is
+        read whole), a line of another form,
         an extent out of [1, 2**31 - 1], an unknown dtype or layout, one
         other than ``only``; or a file with no problem.
     """
-    path = Path(path)
+    path = source_file(path, max_bytes=MAX_READ_BYTES)
     try:
         lines = path.read_text(encoding="utf-8-sig").splitlines()
     except (OSError, UnicodeDecodeError) as e:
@@ -88,16 +83,16 @@ def read_shapes_file(path, *, only=None, why: str = "") -> list:
             continue
         where = f"{path}:{i}"
         if len(text) not in (4, 5) or not all(re.fullmatch(r"[+-]?[0-9]+", t) for t in text[:3]):
-            raise InteropError(f"{where}: {line.strip()!r}; each line is 'M N K dtype [layout]', e.g. "
+            raise InteropError(f"{where}: {shown(line.strip(), 80)}; each line is 'M N K dtype [layout]', e.g. "
                                "'4096 4096 1024 float16 NN'")
         dtype, layout = text[3], text[4] if len(text) == 5 else "NN"
         if dtype not in DTYPES:
-            raise InteropError(f"{where}: dtype={dtype!r}; allowed: {list(DTYPES)}")
+            raise InteropError(f"{where}: dtype={shown(dtype)}; allowed: {list(DTYPES)}")
         if layout not in LAYOUTS:
-            raise InteropError(f"{where}: layout={layout!r}; allowed: {list(LAYOUTS)}")
+            raise InteropError(f"{where}: layout={shown(layout)}; allowed: {list(LAYOUTS)}")
         if only is not None and (dtype, layout) != tuple(only):
-            raise InteropError(f"{where}: {line.strip()!r} is {dtype} {layout}; only {only[0]} {only[1]} lines "
-                               f"are taken here{why}")
+            raise InteropError(f"{where}: {shown(line.strip(), 80)} is {dtype} {layout}; only {only[0]} {only[1]} "
+                               f"lines are taken here{why}")
         try:
             mnk = [extent_of_text(name, t) for name, t in zip("MNK", text[:3])]
         except ValueError as e:
@@ -109,7 +104,7 @@ def read_shapes_file(path, *, only=None, why: str = "") -> list:
     return list(out.values())
 
 
-def problems_from_log(path, device) -> list:
+def problems_from_log(path, device, skipped: SkippedLines | None = None) -> list:
     """The problems of an Inductor AutoHeuristic mm log, with the strides it
     recorded (:func:`costlearn.interop.inductor.autoheuristic.parse`), in log order.
 
@@ -118,129 +113,106 @@ def problems_from_log(path, device) -> list:
     path : path
     device : str or DeviceSpec
         The preset the log was measured on (its header must agree).
+    skipped : SkippedLines, optional
+        Gets the log's malformed lines, (line, why): each counted, the
+        first thousand kept.
 
     Raises
     ------
     InteropError
         As :func:`costlearn.interop.inductor.autoheuristic.parse`, or when the log holds no
-        measurement.
+        measurement (naming the first malformed lines).
     """
-    measurements, _ = parse_log(path, resolve_device(device))
+    measurements, left = parse_log(path, resolve_device(device))
     out = {}
     for x in measurements:
         p = Problem(x.m, x.n, x.k, x.dtype, x.layout)
         if (p, x.strides) not in out:
             out[(p, x.strides)] = LutProblem(p, tuple(x.strides[:2]), tuple(x.strides[2:]))
+    if skipped is not None:
+        for line, why in left:
+            skipped.add(line, why)
+        skipped.total += left.total - len(left)
     if not out:
-        raise InteropError(f"{path}: no measurement found; nothing to export")
+        raise InteropError(f"{path}: no measurement found" + "".join(f"; line {line}: {why}" for line, why in left[:3])
+                           + "; nothing to export")
     return list(out.values())
 
 
-def dense_layout(shape, strides) -> str | None:
-    """``N`` for a row-major matrix of ``shape`` (rows, cols) with these
-    element strides (the last 1, the first at least cols: padding allowed),
-    ``T`` for a column-major one, None for anything else (a broadcast, an
-    overlapping or a strided view)."""
-    (rows, cols), (s0, s1) = shape, strides
-    if s1 == 1 and (s0 >= cols or rows == 1):
-        return "N"
-    if s0 == 1 and (s1 >= rows or cols == 1):
-        return "T"
-    return None
-
-
-def _parse_key(key: str):
-    """(device name or None, LutProblem, op) of a table key; None when the
-    key is not a two-operand matmul key (after the bias of an ``addmm``
-    key, which :func:`addmm_bias_problem` checks); the problem's epilogue
-    is the op's (:data:`OP_EPILOGUES`)."""
-    m = _KEY.fullmatch(key)
-    if not m:
-        return None
-    inputs = m.group("inputs")
-    if m.group("op") == "addmm":                  # the bias first: drop it, read the two matrices
-        first = _ANY_INPUT.match(inputs, 1)
-        if first is None or inputs[first.end():first.end() + 2] != ", ":
-            return None
-        inputs = "(" + inputs[first.end() + 2:]
-    ops = _INPUT.findall(inputs)
-    if len(ops) != 2 or inputs != "(" + ", ".join(
-            f"({d}, [{x}, {y}], [{s}, {t}])" for d, x, y, s, t in ops) + ")":
-        return None
-    (da, m_, k, a0, a1), (db, k2, n, b0, b1) = ops
-    if da != db or k != k2 or da not in TORCH_DTYPES:
-        return None
-    sa, sb = (int(a0), int(a1)), (int(b0), int(b1))
-    la, lb = dense_layout((int(m_), int(k)), sa), dense_layout((int(k), int(n)), sb)
-    if la is None or lb is None:
-        return None
-    try:
-        p = Problem(int(m_), int(n), int(k), TORCH_DTYPES[da], la + lb, OP_EPILOGUES.get(m.group("op"), "none"))
-    except ValueError:                     # an extent of 0 or beyond 2**31 - 1
-        return None
-    return m.group("dev"), LutProblem(p, sa, sb), m.group("op")
-
-
-def addmm_bias_problem(key: str) -> str | None:
-    """Why an ``addmm`` key is not the ``bias`` epilogue, or None when it is:
-    ``alpha`` and ``beta`` 1 (or not recorded), and a bias of the operands'
-    dtype that is one length-N row broadcast over the rows: shape [N] with
-    stride [1], [1, N], or [M, N] with strides [0, 1]."""
-    m = _KEY.fullmatch(key)
-    if not m or m.group("op") != "addmm":
-        return "not an addmm key"
-    scalars = dict(kv.split("=", 1) for kv in (m.group("scalars") or "").split("&") if "=" in kv)
-    scaled = {k: v for k, v in scalars.items() if k in ("alpha", "beta") and v.strip() not in ("1", "1.0")}
-    if scaled:
-        return (f"addmm with {', '.join(f'{k}={v}' for k, v in scaled.items())}: a scaled product or bias is no "
-                f"epilogue costlearn maps (it maps bias = A @ B + bias[n])")
-    ops = _ANY_INPUT.findall(m.group("inputs"))
-    if len(ops) != 3:
-        return f"addmm with {len(ops)} inputs; expected bias, mat1, mat2"
-    (db, shape, stride), (da, mk, _), (_, kn, _) = ops
-    shape = [int(x) for x in shape.replace(" ", "").split(",") if x]
-    stride = [int(x) for x in stride.replace(" ", "").split(",") if x]
-    mm_, n = int(mk.split(",")[0]), int(kn.split(",")[-1])
-    row = shape == [n] and stride == [1] or shape == [1, n] and stride[-1:] == [1] \
-        or shape == [mm_, n] and stride == [0, 1]
-    if not row:
-        return (f"addmm with a bias of shape {shape} and strides {stride}: not a length-{n} row broadcast over the "
-                "rows (the bias epilogue); a full-matrix or column bias is no epilogue costlearn maps")
-    if db != da:
-        return f"addmm with a {db} bias and {da} operands: costlearn's bias has the operands' dtype"
-    return None
-
-
 class RecordedTable(NamedTuple):
-    """What :func:`read_table` reads."""
+    """What :func:`read_table` reads (its Returns). ``timed``: the entries of
+    the keys read that carry a time (:data:`TIME_KEYS`), valid or not."""
 
     problems: list
     measurements: list
     skipped: list
     devices: tuple
+    timed: int = 0
 
 
-def _key_lines(text: str, keys: list) -> list:
-    """The line of each top-level key of the JSON object ``text`` (keys in
-    file order), or 0 where its text is not found as a key (followed by a
-    colon). One pass: each key is looked for from where the previous one was
-    found, and lines are counted between the two."""
-    out, at, line = [], 0, 1
-    for key in keys:
-        found = -1
-        for form in (json.dumps(key), json.dumps(key, ensure_ascii=False)):
-            found = text.find(form, at)
-            while found >= 0 and not text[found + len(form):found + len(form) + 64].lstrip().startswith(":"):
-                found = text.find(form, found + 1)          # the same text inside a value: not the key
-            if found >= 0:
-                break
-        if found < 0:                          # e.g. written with other escapes: its position is used
-            out.append(0)
-            continue
-        line += text.count("\n", at, found)
-        at = found
-        out.append(line)
+_JSON_STRING = re.compile(r'("(?:[^"\\]|\\.)*")([ \t\n\r]*:)?')
+"""A JSON string, and the colon after it where it is an object's key."""
+
+
+def _key_lines(text: str) -> dict:
+    """The lines of each top-level key of the JSON object ``text`` (as
+    :func:`json.loads` reads the key): every place it is written, in file
+    order. One pass over the text's strings: the brackets between them give
+    the depth, the newlines the line."""
+    out: dict = {}
+    depth, line, at = 0, 1, 0
+    for m in _JSON_STRING.finditer(text):
+        depth += sum(text.count(c, at, m.start()) for c in "{[") - sum(text.count(c, at, m.start()) for c in "}]")
+        line += text.count("\n", at, m.start())
+        if depth == 1 and m.group(2):
+            try:
+                out.setdefault(json.loads(m.group(1)), []).append(line)
+            except ValueError:                          # not JSON text: json.loads refused the file already
+                pass
+        line += text.count("\n", m.start(), m.end())
+        at = m.end()
     return out
+
+
+def _entry_time(entry, j: int) -> float | None:
+    """The time in microseconds table entry ``j`` carries (:data:`TIME_KEYS`):
+    None for none, ``inf`` for a recorded ``inf`` (a choice that failed).
+
+    Raises
+    ------
+    ValueError
+        Naming the entry, where it is no object, a time is not a number or
+        not a finite positive time (:func:`costlearn.interop.common.positive_time_us`),
+        or ``time_us`` and ``time_ms`` disagree.
+    """
+    if not isinstance(entry, dict):
+        raise ValueError(f"entry {j} is {type(entry).__name__}, not an object")
+    times = []
+    for key, unit_us in TIME_KEYS.items():
+        if key not in entry:
+            continue
+        value = entry[key]
+        try:
+            times.append(math.inf if isinstance(value, float) and value == math.inf
+                         else positive_time_us(value, unit_us, key))
+        except ValueError as e:
+            raise ValueError(f"entry {j}: {e}") from None
+    if len(times) > 1 and not math.isclose(times[0], times[1], rel_tol=0.01):
+        raise ValueError(f"entry {j}: time_us={shown(entry['time_us'])} and time_ms={shown(entry['time_ms'])} "
+                         "disagree")
+    return times[0] if times else None
+
+
+def _entry_config(entry: dict, j: int, family: str):
+    """The ``family`` config table entry ``j`` names; ValueError naming the
+    entry where it names none (another template, an invalid parameter)."""
+    try:
+        config = from_tool(family, "inductor-lut", entry)
+    except (ValueError, OverflowError) as e:
+        raise ValueError(f"entry {j}: {e}"[:240]) from None
+    if config is None:
+        raise ValueError(f"entry {j}: template_id {shown(entry.get('template_id'))} is no {family} template")
+    return config
 
 
 def read_table(path, family: str = "triton_mm") -> RecordedTable:
@@ -262,86 +234,81 @@ def read_table(path, family: str = "triton_mm") -> RecordedTable:
         that carry a time (:data:`TIME_KEYS`) and name a config of
         ``family``, as rows (``line``: the key's line in the file), each
         (problem, config) once (a table with device and device-agnostic keys
-        lists it twice). ``skipped``: (line, why) for keys and entries left
-        out (another op such as ``addmm``, a key of no dense two-operand
-        matmul, an entry of no known template, a time that is not a
-        number). ``devices``: the device names of the keys, in order of
-        first use.
+        lists it twice; another time for it is left out, named); a time of
+        ``inf`` is a failed measurement. ``skipped``: (line, why) for keys and entries left
+        out (a key that :func:`costlearn.interop.inductor.lut_keys.parse_key`
+        does not read: too long, another op such as ``bmm``, an ``addmm``
+        that is no bias epilogue, no dense two-operand matmul; an entry of
+        no known template or an invalid parameter, a time that is not a
+        number or not a finite positive one; a key written twice, whose
+        first entries JSON does not keep): a
+        :class:`~costlearn.interop.common.SkippedLines`, the first thousand
+        kept, all counted. ``devices``: the device names of the keys, in
+        order of first use.
 
     Raises
     ------
     InteropError
-        If the file is unreadable, not JSON, or not an object of lists.
+        If the file is unreadable (no regular file, or one larger than
+        :data:`~costlearn.interop.common.MAX_READ_BYTES`), not JSON (nested too deep or with a
+        number of more digits than the interpreter reads included), or not
+        an object (a key whose value is no list is left out, named in
+        ``skipped``).
     """
-    path = Path(path)
+    path = source_file(path, max_bytes=MAX_READ_BYTES)
     try:
-        text = Path(path).read_text(encoding="utf-8-sig")
-        table = json.loads(text)
+        text = path.read_text(encoding="utf-8-sig")
+        table = load_json(text, path, "a lookup table (an object of key -> list of entries)")
     except (OSError, UnicodeDecodeError) as e:
         raise InteropError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
     except json.JSONDecodeError as e:
         raise InteropError(f"{path}: not JSON ({e}); a lookup table is an object of key -> list of entries") from None
-    except RecursionError:
-        raise InteropError(f"{path}: JSON nested too deep; a lookup table is an object of key -> list of "
-                           "entries") from None
-    if not isinstance(table, dict) or not all(isinstance(v, list) for v in table.values()):
-        raise InteropError(f"{path}: a lookup table is a JSON object of key -> list of entries")
+    if not isinstance(table, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(table), "a number")
+        raise InteropError(f"{path}: the file holds {kind}; a lookup table is a JSON object of key -> list of "
+                           "entries")
     get_family(family)                                          # an unknown family: ValueError
-    problems, measurements, skipped, devices, seen = {}, [], [], {}, set()
-    lines = _key_lines(text, list(table))
+    problems, measurements, skipped, devices, seen, timed = {}, [], SkippedLines(), {}, {}, 0
+    lines = _key_lines(text)
     for index, (key, entries) in enumerate(table.items(), 1):
-        i = lines[index - 1] or index                               # the key's line; else its position
-        op = re.search(r"\+(\w+)$", key)
-        if op and op.group(1) not in OP_EPILOGUES:
-            skipped.append((i, f"op {op.group(1)!r}: only {' and '.join(map(repr, OP_EPILOGUES))} keys are read "
-                               "(mm, and addmm as the bias epilogue)"))
+        i = lines.get(key, [index])[-1]                 # the line of the key JSON keeps; else its position
+        for earlier in lines.get(key, [])[:-1]:
+            skipped.add(earlier, f"key {shown(key, 100)} is written again at line {i}: JSON keeps the last one's "
+                                 "entries, not these")
+        try:
+            if not isinstance(entries, list):
+                raise ValueError(f"key {shown(key, 100)}: its value is {type(entries).__name__} "
+                                 f"{shown(entries, 40)}, not a list of entries")
+            device, lp, _ = parse_key(key)
+        except ValueError as e:
+            skipped.add(i, str(e))
             continue
-        why = addmm_bias_problem(key) if op and op.group(1) == "addmm" else None
-        if why is not None:
-            skipped.append((i, why))
-            continue
-        parsed = _parse_key(key)
-        if parsed is None:
-            skipped.append((i, f"key {key[:100]!r} is not an mm key costlearn reads (two operands of one dtype, "
-                               "extents >= 1, each a dense row- or column-major matrix)"))
-            continue
-        device, lp, _ = parsed
         if device:
             devices.setdefault(device, None)
         problems.setdefault((lp.problem, lp.strides_a, lp.strides_b), lp)
         for j, entry in enumerate(entries):
-            if not isinstance(entry, dict):
-                skipped.append((i, f"entry {j} is {type(entry).__name__}, not an object"))
-                continue
-            bad = [k for k in TIME_KEYS if k in entry and (isinstance(entry[k], bool)
-                                                           or not isinstance(entry[k], (int, float)))]
-            if bad:
-                skipped.append((i, f"entry {j}: {bad[0]}={entry[bad[0]]!r} is not a number"))
-                continue
-            times = [float(entry[k]) * f for k, f in TIME_KEYS.items() if k in entry]
-            if not times:
-                continue
-            if len(times) > 1 and not math.isclose(times[0], times[1], rel_tol=0.01):
-                skipped.append((i, f"entry {j}: time_us={entry['time_us']!r} and time_ms={entry['time_ms']!r} "
-                                   "disagree"))
-                continue
+            timed += isinstance(entry, dict) and any(k in entry for k in TIME_KEYS)
             try:
-                config = from_tool(family, "inductor-lut", entry)
+                t = _entry_time(entry, j)
+                if t is None:
+                    continue
+                config = _entry_config(entry, j, family)
             except ValueError as e:
-                skipped.append((i, str(e)[:200]))
+                skipped.add(i, str(e))
                 continue
-            if config is None:
-                skipped.append((i, f"entry {str(entry)[:80]} is no {family} config"))
+            p, at = lp.problem, (lp.problem, lp.strides_a, lp.strides_b, config.config_id)
+            if at in seen:                      # a device and a device-agnostic key list it twice: said once
+                line, first = seen[at]
+                if not math.isclose(first, t, rel_tol=0.01):
+                    skipped.add(i, f"entry {j}: {config.config_id} of {p} was read at line {line} with time_us "
+                                   f"{first:.6g}; the first is kept, not this {t:.6g}")
                 continue
-            p, t = lp.problem, times[0]
-            if (p, lp.strides_a, lp.strides_b, config.config_id) in seen:
-                continue
-            seen.add((p, lp.strides_a, lp.strides_b, config.config_id))
-            ok = math.isfinite(t) and t > 0
+            seen[at] = (i, t)
+            failed = "" if math.isfinite(t) else "recorded time inf (the choice failed to compile or run)"
             measurements.append(Measurement(i, p.m, p.n, p.k, p.dtype, p.layout, family, config,
-                                            t if ok else math.nan, "" if ok else "recorded time is not positive",
-                                            lp.strides_a + lp.strides_b, p.epilogue))
-    return RecordedTable(list(problems.values()), measurements, skipped, tuple(devices))
+                                            math.nan if failed else t, failed, lp.strides_a + lp.strides_b,
+                                            p.epilogue))
+    return RecordedTable(list(problems.values()), measurements, skipped, tuple(devices), timed)
 
 
 def measured_from_db(target, device: str, family: str = "triton_mm", models_dir=None) -> tuple:
@@ -398,8 +365,10 @@ class InductorLutImporter(Importer):
         ------
         InteropError
             As :func:`read_table`; if a key names a device of another class
-            than ``spec`` (``NVIDIA A100 80GB PCIe`` is an ``a100``); or if
-            the table holds mm keys but no timed entry.
+            than ``spec`` (``NVIDIA A100 80GB PCIe`` is an ``a100``); if
+            the table holds mm keys but no entry with a time; or if entries
+            carry a time but none is a valid measurement (naming how many,
+            and the first reasons).
         """
         if mapping is not None:
             raise InteropError("--mapping is for kernel-tuner files; a lookup table maps itself")
@@ -408,6 +377,12 @@ class InductorLutImporter(Importer):
         if other:
             raise InteropError(f"{path}: keyed for {other[0]!r}, not a {spec.name!r} ({spec.slug}); pass the "
                                "--preset the table was measured on")
+        if got.problems and not got.measurements and got.timed:
+            whys = [f"line {line}: {why}" for line, why in got.skipped if why.startswith("entry ")]
+            which = "1 entry carries a time, but it is no" if got.timed == 1 else \
+                f"{got.timed} entries carry a time, but none is a"
+            raise InteropError(f"{path}: {which} valid measurement (a triton_mm config and a finite positive time; "
+                               + "; ".join(whys[:3]) + ("; ..." if len(whys) > 3 else "") + ")")
         if got.problems and not got.measurements:
             raise InteropError(f"{path}: {len(got.problems)} mm keys, but no entry carries a time ("
                                f"{' or '.join(TIME_KEYS)}); PyTorch's recorder writes none. Its shapes can be "
@@ -447,8 +422,9 @@ class TableProblems(NamedTuple):
 def table_problems(*, shapes_file=None, from_log=None, from_table=None, from_db=None, dtypes=None, device=None,
                    device_name: str | None = None, family: str = "triton_mm", models_dir=None) -> TableProblems:
     """The problems of one source a lookup table is exported for, kept to
-    the dtypes the model store serves for ``device`` (``costlearn export
-    inductor-lut``).
+    the dtypes, layouts and epilogues the model store serves for ``device``
+    (``costlearn export inductor-lut``); those left out are named in
+    ``notes``.
 
     Parameters
     ----------
@@ -480,8 +456,9 @@ def table_problems(*, shapes_file=None, from_log=None, from_table=None, from_db=
     ------
     ValueError
         If not exactly one source is given, the source holds no problem of
-        the dtypes asked for, or the store has no model for a dtype asked
-        for (the message names what there is).
+        the dtypes asked for, the store has no model for a dtype asked
+        for, or no problem is left of a layout and epilogue its dtype's
+        model serves (the message names what there is).
     InteropError
         If a source cannot be read.
     """
@@ -510,17 +487,17 @@ def table_problems(*, shapes_file=None, from_log=None, from_table=None, from_db=
     elif shapes_file:
         problems = read_shapes_file(shapes_file)
     elif from_log:
-        problems = problems_from_log(from_log, device)
+        left = SkippedLines()
+        problems = problems_from_log(from_log, device, left)
+        notes += _left_out(from_log, left, left.total)
     else:
         got = read_table(from_table)
         problems = got.problems
-        notes += [f"{from_table}:{line}: left out: {why}" for line, why in got.skipped[:5]]
-        if len(got.skipped) > 5:
-            notes.append(f"... {len(got.skipped) - 5} more left out")
+        notes += _left_out(from_table, got.skipped, got.skipped.total)
         if device_name is None and len(got.devices) == 1:
             device_name = got.devices[0]          # keep the table's own device name: its GPU's torch reports it
         if not problems:
-            raise ValueError(f"{from_table}: no mm key costlearn reads ({len(got.skipped)} left out"
+            raise ValueError(f"{from_table}: no mm key costlearn reads ({got.skipped.total} left out"
                              + "".join(f"; line {line}: {why}" for line, why in got.skipped[:3]) + ")")
     problems = [p if isinstance(p, LutProblem) else LutProblem.contiguous(p) for p in problems]
     have = sorted({lp.problem.dtype for lp in problems})
@@ -535,4 +512,36 @@ def table_problems(*, shapes_file=None, from_log=None, from_table=None, from_db=
         notes.append(f"left out the {sum(lp.problem.dtype == dt for lp in problems)} {dt} problems of the {what}: "
                      f"the store has no {family}/{dt} model of {device} (train one, or pass --dtype to choose)")
     problems = [lp for lp in problems if lp.problem.dtype in served]
+    problems, left = _served_kinds(problems, device, family, models_dir, what)
+    notes += left
+    if not problems:
+        raise ValueError("; ".join(left) + "; nothing left to export")
     return TableProblems(problems, device, device_name, winners, what, notes)
+
+
+def _left_out(source, skipped, total: int) -> list:
+    """Notes naming the first five of a source's ``total`` lines left out."""
+    notes = [f"{source}:{line}: left out: {why}" for line, why in list(skipped)[:5]]
+    return notes + ([f"... {total - 5} more left out"] if total > 5 else [])
+
+
+def _served_kinds(problems: list, device: str, family: str, models_dir, what: str) -> tuple:
+    """``(kept, notes)``: the problems whose dtype's model serves their layout
+    and epilogue, and a note for each (dtype, layout, epilogue) it does not,
+    naming how many, one of them and what the model serves."""
+    kept, left = [], {}
+    for lp in problems:
+        p = lp.problem
+        pred = load_predictor(device, family, p.dtype, models_dir)
+        if p.layout in pred.layouts and p.epilogue in pred.epilogues:
+            kept.append(lp)
+        else:
+            left.setdefault((p.dtype, p.layout, p.epilogue), []).append(p)
+    notes = []
+    for (dtype, layout, epilogue), ps in left.items():
+        pred = load_predictor(device, family, dtype, models_dir)
+        kind = f"{layout}" + (f" {epilogue}-epilogue" if epilogue != "none" else "")
+        notes.append(f"left out the {len(ps)} {dtype} {kind} problems of the {what} (e.g. {ps[0]}): the "
+                     f"{family}/{dtype} model of {device} serves layouts {list(pred.layouts)}, epilogues "
+                     f"{list(pred.epilogues)}")
+    return kept, notes

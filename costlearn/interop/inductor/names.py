@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 
+from costlearn.core.checks import shown
 from costlearn.families import VENDOR_CONFIG_ID, get_family
 from costlearn.interop.common import config_class
 
@@ -40,7 +41,8 @@ INDUCTOR_GROUP_M = 8
 VENDOR_CHOICE = "extern_mm"
 """The choice name of aten's mm (the vendor library) in Inductor's logs."""
 
-_CHOICE = re.compile(r"type=triton_BLOCK-M=(\d+)_BLOCK-K=(\d+)_BLOCK-N=(\d+)_numstages=(\d+)_numwarps=(\d+)")
+_CHOICE = re.compile(r"type=triton_BLOCK-M=([0-9]+)_BLOCK-K=([0-9]+)_BLOCK-N=([0-9]+)_numstages=([0-9]+)"
+                     r"_numwarps=([0-9]+)")
 
 
 def _vendor():
@@ -74,6 +76,10 @@ def config_from_choice(choice: str):
     m = _CHOICE.fullmatch(choice)
     if not m:
         return None
+    long = [v for v in m.groups() if len(v) > 9]
+    if long:                                    # no block size, stage or warp count has ten digits
+        raise ValueError(f"choice {shown(choice, 80)}: a number of {len(long[0])} digits; its values are a config's "
+                         "block sizes, stages and warps")
     bm, bk, bn, stages, warps = (int(v) for v in m.groups())
     return config_class(get_family(FAMILY))(bm, bn, bk, warps, stages, INDUCTOR_GROUP_M)
 

@@ -12,7 +12,8 @@ from costlearn.core.checks import shown
 from costlearn.core.device import device_slug
 from costlearn.core.problem import MAX_EXTENT
 from costlearn.families import get_family
-from costlearn.interop.common import Importer, InteropError, Measurement, config_class
+from costlearn.interop.common import (Importer, InteropError, Measurement, config_class, load_json,
+                                      positive_time_us)
 from costlearn.interop.kernel_tuner.mapping import EXTENTS, Mapping, is_int, load_mapping
 
 __all__ = ["KernelTunerImporter", "parse", "ERROR_NAMES", "TIME_UNITS"]
@@ -40,19 +41,8 @@ def _close_like_kernel_tuner(text: str) -> str:
 
 
 def _json(text: str, path: Path):
-    """``json.loads(text)``; InteropError (naming ``path``) for a document
-    no reader should follow: nested deeper than the interpreter's recursion
-    limit, or an integer longer than its digit limit
-    (``sys.get_int_max_str_digits``). A syntax error stays a
-    ``json.JSONDecodeError`` (an open cache is then closed and read again)."""
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise InteropError(f"{path}: JSON nested too deep to read; a Kernel Tuner file nests a few levels") from None
-    except json.JSONDecodeError:
-        raise
-    except ValueError as e:                     # json's int() of a number over the digit limit
-        raise InteropError(f"{path}: {e}; a Kernel Tuner file holds no such number") from None
+    """:func:`costlearn.interop.common.load_json` of a Kernel Tuner file."""
+    return load_json(text, path, "a Kernel Tuner file")
 
 
 def _read_document(path: Path):
@@ -149,22 +139,6 @@ def _config(values: dict, mapping: Mapping):
         raise ValueError(f"not a {mapping.family} config: {e}") from None
 
 
-def _positive_time_us(value, unit_us: float, what: str) -> float:
-    """``value`` in a unit of ``unit_us`` microseconds, as microseconds;
-    ValueError naming ``what`` where it is not a finite positive number (an
-    int too large for a float included)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{what}={shown(value)} is not a positive time")
-    try:
-        t = float(value) * unit_us
-    except OverflowError:
-        t = math.inf
-    if not math.isfinite(t) or t <= 0:
-        raise ValueError(f"{what}={shown(value)} is not a finite positive time")
-    return t
-
-
-
 def _check_source(path: Path, spec, mapping: Mapping, device_name, meta: dict) -> None:
     """Refuse a file that says it was measured on another device than
     ``spec`` (a cache's ``device_name``), or for another family, dtype or
@@ -256,7 +230,7 @@ def parse(path, mapping: Mapping, spec=None):
                     continue
                 if "time" not in entry:
                     raise ValueError("no time and no error recorded")
-                t = _positive_time_us(entry["time"], TIME_UNITS["ms"], "time (ms)")
+                t = positive_time_us(entry["time"], TIME_UNITS["ms"], "time (ms)")
                 out.append(Measurement(i, m, n, k, dtype, layout, fam_name, cfg, t))
             except ValueError as e:
                 skipped.append((i, f"entry {str(key)[:60]!r}: {e}"[:240]))
@@ -285,7 +259,7 @@ def parse(path, mapping: Mapping, spec=None):
                 unit = hit[0].get("unit") or default_unit
                 if not isinstance(unit, str) or unit not in TIME_UNITS:
                     raise ValueError(f"time unit {shown(unit)}; allowed: {list(TIME_UNITS)}")
-                t = _positive_time_us(hit[0].get("value"), TIME_UNITS[unit], f"time ({unit})")
+                t = positive_time_us(hit[0].get("value"), TIME_UNITS[unit], f"time ({unit})")
                 out.append(Measurement(i, m, n, k, dtype, layout, fam_name, cfg, t))
             except ValueError as e:
                 skipped.append((i, f"result {i}: {e}"[:240]))
