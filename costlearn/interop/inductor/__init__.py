@@ -1,2 +1,2 @@
-"""PyTorch Inductor: its autoheuristic logs imported (``autoheuristic``) and
-its lookup table imported and exported (``lut``)."""
+"""PyTorch Inductor: its autoheuristic logs imported (``autoheuristic``), its
+lookup table imported and exported (``lut``) and turned on (``choices``, needs torch)."""
