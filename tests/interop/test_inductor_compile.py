@@ -30,6 +30,7 @@ def readme_inductor_section() -> tuple[list[str], str]:
     section = re.search(r"^## Inside PyTorch Inductor.*?(?=^## )", text, flags=re.M | re.S).group(0)
     bash = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1)
     command = next(ln for ln in bash.splitlines() if ln.startswith("costlearn export inductor-lut"))
+    command = re.sub(r"<[^>]*>", "PLACEHOLDER", command)        # a file the user names: "<your log>"
     snippet = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
     return shlex.split(command.split("#")[0])[1:], snippet
 
