@@ -70,8 +70,7 @@ def _export_lut(args) -> int:
     rep = export_lut(got.problems, args.out, device=got.device, top_k=args.top_k or 3, models_dir=args.models,
                      device_name=got.device_name, portable=args.portable, measured=got.winners)
     print(rep.summary())
-    print("use it: torch._inductor.config.lookup_table.table = json.load(open(...)); "
-          "torch._inductor.config.inductor_choices_class = torch._inductor.lookup_table.LookupTableChoices; "
+    print(f"use it: costlearn.interop.inductor.choices.use_lookup_table({str(args.out)!r}), "
           "then torch.compile(..., mode='max-autotune') (README, 'Inside PyTorch Inductor')")
     return 0
 

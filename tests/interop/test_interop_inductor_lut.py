@@ -316,15 +316,6 @@ def test_exported_entries_pass_pytorchs_lookup_and_name_what_the_template_takes(
             assert set(cfg) <= takes, set(cfg) - takes
 
 
-@needs_torch
-def test_the_readmes_way_to_turn_the_table_on_gives_inductor_lookuptablechoices():
-    code = ("from torch._inductor import config\nfrom torch._inductor.lookup_table import LookupTableChoices\n"
-            "from torch._inductor.virtualized import V\nconfig.inductor_choices_class = LookupTableChoices\n"
-            "assert type(V.choices) is LookupTableChoices\n")
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
-
-
-
 def test_addmm_keys_are_the_bias_epilogue_and_other_epilogues_are_refused_by_name(tmp_path):
     """An addmm key with alpha = beta = 1 and a row bias broadcast over the
     rows is the bias epilogue, its entries (aten::bias_addmm is the vendor

@@ -1,3 +1,4 @@
-"""PyTorch Inductor: its autoheuristic logs imported (``autoheuristic``) and
-its lookup table imported and exported (``lut``); what it calls
-``triton_mm``'s configs (``names``)."""
+"""PyTorch Inductor: its autoheuristic logs imported (``autoheuristic``), its
+lookup table imported and exported (``lut``, its keys ``lut_keys``) and turned
+on (``choices``, needs torch); what it calls ``triton_mm``'s configs
+(``names``)."""
