@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 import re
 import socket
@@ -165,8 +164,8 @@ def device_dataset_folder(data, slug: str) -> Path:
     other = data.name
     if dev.is_file():
         try:
-            other = DeviceSpec.from_dict(json.loads(dev.read_text())).slug
-        except (OSError, ValueError, TypeError):
+            other = DeviceSpec.from_file(dev).slug
+        except ValueError:
             pass                                     # an unreadable description: its name decides
     if other != slug:
         raise ValueError(f"--data {str(data)!r} is the dataset folder of device {other!r}, not of this one "

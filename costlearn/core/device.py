@@ -11,12 +11,22 @@ import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from costlearn.core.dtypes import get_dtype
+from costlearn.core.errors import CostlearnError
 from costlearn.core.registry import Registry
-from costlearn.core.checks import check_instance, check_int, check_real
+from costlearn.core.checks import check_instance, check_int, check_real, shown
 
-__all__ = ["DeviceSpec", "PRESETS", "PRESET_SOURCES", "IDENTITY_FIELDS", "preset", "device_slug"]
+__all__ = ["DeviceSpec", "PRESETS", "PRESET_SOURCES", "IDENTITY_FIELDS", "preset", "device_slug",
+           "DeviceFileError", "MAX_DEVICE_FILE_BYTES"]
+
+MAX_DEVICE_FILE_BYTES = 1 << 20
+"""The largest ``device.json`` read (one is about 1 KB)."""
+
+
+class DeviceFileError(CostlearnError, ValueError):
+    """A ``device.json`` that describes no device (:meth:`DeviceSpec.from_file`)."""
 
 
 @dataclass(frozen=True)
@@ -215,13 +225,51 @@ class DeviceSpec:
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - names
         if unknown:
-            raise ValueError(f"unknown DeviceSpec fields {sorted(unknown)}; known: {sorted(names)}")
+            raise ValueError(f"unknown DeviceSpec fields {shown(sorted(map(str, unknown)), 200)}; known: "
+                             f"{sorted(names)}")
         required = {f.name for f in dataclasses.fields(cls)
                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
         missing = required - set(d)
         if missing:
             raise ValueError(f"DeviceSpec lacks fields {sorted(missing)}")
         return cls(**d)
+
+    @classmethod
+    def from_file(cls, path) -> "DeviceSpec":
+        """The device a ``device.json`` describes (:meth:`from_dict` of its JSON).
+
+        Parameters
+        ----------
+        path : path
+
+        Returns
+        -------
+        DeviceSpec
+
+        Raises
+        ------
+        DeviceFileError
+            Naming the file and why: it is not a regular file (a folder, a
+            FIFO), larger than :data:`MAX_DEVICE_FILE_BYTES`, not UTF-8, not
+            JSON, nested deeper than the interpreter reads, holding an
+            integer over its digit limit, or not a valid description.
+        """
+        path = Path(path)
+        try:
+            if not path.is_file():
+                raise ValueError("not a regular file" if path.exists() else "no such file")
+            size = path.stat().st_size
+            if size > MAX_DEVICE_FILE_BYTES:
+                raise ValueError(f"{size} bytes; a device description has at most {MAX_DEVICE_FILE_BYTES}")
+            return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        except RecursionError:
+            why = "JSON nested too deep to read"
+        except OSError as e:
+            why = f"cannot read ({e.strerror or e})"
+        except (ValueError, TypeError) as e:            # JSON, UTF-8, a digit limit, a field's check
+            why = str(e)
+        why = why if len(why) <= 300 else why[:297] + "..."
+        raise DeviceFileError(f"{path}: not a valid device description ({why})")
 
     def to_json(self) -> str:
         """:meth:`to_dict` as JSON with sorted keys (``device.json``)."""
