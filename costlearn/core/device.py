@@ -19,10 +19,14 @@ from costlearn.core.registry import Registry
 from costlearn.core.checks import check_instance, check_int, check_real, shown
 
 __all__ = ["DeviceSpec", "PRESETS", "PRESET_SOURCES", "IDENTITY_FIELDS", "preset", "device_slug",
-           "DeviceFileError", "MAX_DEVICE_FILE_BYTES"]
+           "DeviceFileError", "MAX_DEVICE_FILE_BYTES", "MAX_DEVICE_COUNT", "MAX_DEVICE_BYTES"]
 
 MAX_DEVICE_FILE_BYTES = 1 << 20
 """The largest ``device.json`` read (one is about 1 KB)."""
+MAX_DEVICE_COUNT = 2**31 - 1
+"""The largest count a DeviceSpec holds (multiprocessors, threads, registers): a product of two fits 64 bits."""
+MAX_DEVICE_BYTES = 2**40
+"""The largest size in bytes a DeviceSpec holds (shared memory, L2): 1 TiB."""
 
 
 class DeviceFileError(CostlearnError, ValueError):
@@ -93,6 +97,14 @@ class DeviceSpec:
         Kind of device; decides default shape bounds and pool size (a CPU
         runs a GEMM of 8192 a side far too slowly to sample it).
 
+    Raises
+    ------
+    ValueError
+        Naming the field, its value (cut) and what is allowed: a count that
+        is no int in [1, :data:`MAX_DEVICE_COUNT`], a size in bytes no int in
+        [1, :data:`MAX_DEVICE_BYTES`], a peak that is no finite positive
+        number, an unknown ``api`` or ``device_type``, a blank name.
+
     Notes
     -----
     The register and shared-memory figures for NVIDIA presets are those of
@@ -129,19 +141,20 @@ class DeviceSpec:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
-            raise ValueError(f"DeviceSpec.name={self.name!r}; must be a non-empty str")
+            raise ValueError(f"DeviceSpec.name={shown(self.name)}; must be a non-empty str")
         if self.api not in ("cuda", "opencl"):
-            raise ValueError(f"DeviceSpec.api={self.api!r}; allowed: 'cuda', 'opencl'")
+            raise ValueError(f"DeviceSpec.api={shown(self.api)}; allowed: 'cuda', 'opencl'")
         if self.device_type not in ("gpu", "cpu", "accelerator"):
-            raise ValueError(f"DeviceSpec.device_type={self.device_type!r}; allowed: 'gpu', 'cpu', 'accelerator'")
-        for f in ("multiprocessors", "warp_size", "max_threads_per_block",
-                  "max_threads_per_mp", "max_blocks_per_mp", "smem_per_block_bytes",
-                  "smem_per_block_optin_bytes", "smem_per_mp_bytes", "l2_bytes", "register_alloc_unit"):
-            check_int(f"DeviceSpec.{f}", getattr(self, f), 1)
-        check_int("DeviceSpec.smem_reserved_per_block_bytes", self.smem_reserved_per_block_bytes, 0)
+            raise ValueError(f"DeviceSpec.device_type={shown(self.device_type)}; allowed: 'gpu', 'cpu', 'accelerator'")
+        for f in ("multiprocessors", "warp_size", "max_threads_per_block", "max_threads_per_mp", "max_blocks_per_mp",
+                  "register_alloc_unit"):
+            check_int(f"DeviceSpec.{f}", getattr(self, f), 1, MAX_DEVICE_COUNT)
+        for f in ("smem_per_block_bytes", "smem_per_block_optin_bytes", "smem_per_mp_bytes", "l2_bytes"):
+            check_int(f"DeviceSpec.{f}", getattr(self, f), 1, MAX_DEVICE_BYTES)
+        check_int("DeviceSpec.smem_reserved_per_block_bytes", self.smem_reserved_per_block_bytes, 0, MAX_DEVICE_BYTES)
         for f in ("registers_per_mp", "max_registers_per_thread"):
             if getattr(self, f) is not None:
-                check_int(f"DeviceSpec.{f}", getattr(self, f), 1)
+                check_int(f"DeviceSpec.{f}", getattr(self, f), 1, MAX_DEVICE_COUNT)
         for f in ("peak_gflops", "memory_bandwidth_gbps") + _TENSOR_PEAKS:
             if getattr(self, f) is not None or f not in _TENSOR_PEAKS:
                 check_real(f"DeviceSpec.{f}", getattr(self, f), 0, strict=True)
