@@ -260,3 +260,16 @@ def test_a_damaged_device_json_is_named_not_a_traceback_or_a_hang(tmp_path, dama
         read_device_json(folder)
     with pytest.raises(InteropError, match=why):
         device_folder(tmp_path, preset("a100"))
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "1.0", "\u0663", "9" * 20, "9" * 5000])
+def test_a_device_index_variable_that_is_no_index_is_named(monkeypatch, value):
+    """COSTLEARN_OPENCL_DEVICE=abc said "invalid literal for int() with base 10: 'abc'", naming no variable."""
+    from costlearn.core.checks import env_index
+    monkeypatch.setenv("COSTLEARN_OPENCL_DEVICE", value)
+    with pytest.raises(ValueError, match="COSTLEARN_OPENCL_DEVICE=.*; must be a device index, an int >= 0") as e:
+        env_index("COSTLEARN_OPENCL_DEVICE")
+    assert len(str(e.value)) < 200
+    for ok, want in (("", None), (" 1 ", 1), ("0", 0)):
+        monkeypatch.setenv("COSTLEARN_OPENCL_DEVICE", ok)
+        assert env_index("COSTLEARN_OPENCL_DEVICE") == want
