@@ -358,7 +358,7 @@ def resolve_device(device) -> DeviceSpec:
     try:
         return preset(device)
     except ValueError as e:
-        raise InteropError(f"--preset {device!r}: {e}; the file names no GPU, so the preset says which") from None
+        raise InteropError(f"--preset {shown(device)}: {e}; the file names no GPU, so the preset says which") from None
 
 
 IMPORT_CHUNK_ROWS = 200_000

@@ -551,3 +551,10 @@ def test_cache_of_many_bad_entries_keeps_a_thousand_reasons(tmp_path, triton_fil
     entries = [((48, 64, 32, 4, 3, i), {"time": 0.1}) for i in range(1500)] + [TRITON_ENTRIES[0]]
     rep = _import(write_triton_cache(tmp_path / "c.json", entries=entries), mapping, data)
     assert rep.rows_added == 1 and rep.skipped.total == 1500 and len(rep.skipped) == 1000
+
+
+def test_a_long_preset_is_named_cut(triton_files):
+    cache, mapping, data = triton_files
+    with pytest.raises(InteropError, match=r"--preset 'x+\.\.\.: unknown device preset") as e:
+        import_file("kernel-tuner", cache, device="x" * 100_000, data_root=data, mapping=mapping)
+    assert len(str(e.value)) < 400 and not data.exists()
