@@ -14,8 +14,8 @@ from pathlib import Path
 
 from costlearn.core.errors import CostlearnError
 
-__all__ = ["ARTIFACT_SCHEMA", "ArtifactError", "parse_sidecar", "default_models_dir", "models_root", "list_models", "model_folder",
-           "old_layout_folders", "SIDECAR", "SCORER_FILE", "VENDOR_FILE", "LEGACY_FILES", "SAVE_LOCK",
+__all__ = ["ARTIFACT_SCHEMA", "ArtifactError", "default_models_dir", "models_root", "list_models", "model_folder",
+           "parse_sidecar", "old_layout_folders", "SIDECAR", "SCORER_FILE", "VENDOR_FILE", "LEGACY_FILES", "SAVE_LOCK",
            "PAYLOAD_PREFIX", "files_folder", "sidecar_digest", "SIDECAR_DIGEST", "current_payload",
            "payload_folder", "recorded_sha"]
 
