@@ -205,7 +205,8 @@ def _shapes_file(text: str, only, why: str) -> list | None:
         return [tuple(str(x) for x in lp.problem.shape) for lp in read_shapes_file(path, only=only, why=why)]
     if re.fullmatch(r"[\s\d+,xX-]*", text):
         return None                              # a malformed shape: the shape syntax says what is wrong
-    raise ValueError(f"shapes file {text!r}: " + ("a folder, not a file" if path.exists() else "no such file")
+    what = "a folder, not a file" if path.is_dir() else "not a regular file" if path.exists() else "no such file"
+    raise ValueError(f"shapes file {_shown(text)!r}: {what}"
                      + f"; give a shapes file ('M N K dtype [layout]' a line) or shapes: {SHAPE_SYNTAX}")
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 import re
 import socket
@@ -165,8 +164,8 @@ def device_dataset_folder(data, slug: str) -> Path:
     other = data.name
     if dev.is_file():
         try:
-            other = DeviceSpec.from_dict(json.loads(dev.read_text())).slug
-        except (OSError, ValueError, TypeError):
+            other = DeviceSpec.from_file(dev).slug
+        except ValueError:
             pass                                     # an unreadable description: its name decides
     if other != slug:
         raise ValueError(f"--data {str(data)!r} is the dataset folder of device {other!r}, not of this one "
@@ -249,10 +248,14 @@ def _read_part(part: Path, columns=None) -> pd.DataFrame:
     Raises
     ------
     DatasetError
-        If the bytes are not those written, or a column is missing.
+        If the part is not a regular file (a FIFO or a device, whose reading
+        would wait or never end), the bytes are not those written, or a
+        column is missing.
     Exception
         Whatever pyarrow raises for an unreadable part.
     """
+    if part.exists() and not part.is_file():
+        raise DatasetError("not a regular file" + (" but a folder" if part.is_dir() else ""))
     data = part.read_bytes()
     named = _DIGEST.search(part.name)
     if named and hashlib.sha256(data).hexdigest()[:PART_DIGEST_HEX] != named.group(1):
@@ -444,8 +447,8 @@ def load(folder: str | os.PathLike, *, strict: bool = False) -> tuple[pd.DataFra
 
 def compact(folder: str | os.PathLike) -> tuple[int, int]:
     """Merge every readable part of ``folder`` into one new part, then
-    remove the merged parts. Corrupt parts are left in place (and reported
-    by :func:`load`). Safe to kill at any point: the merged part is written
+    remove the merged parts. Corrupt parts are left in place, each named in
+    a warning (:func:`costlearn.core.errors.warn`). Safe to kill at any point: the merged part is written
     atomically before anything is removed, and :func:`load` drops the exact
     copies a kill between the two steps leaves. A :func:`load` during it
     reads every row once (it lists the folder again where a part vanished).
@@ -478,8 +481,9 @@ def _compact(folder: Path) -> tuple[int, int]:
         try:
             frames.append(_read_part(part))
             parts.append(part)
-        except Exception:  # left for load() to report
-            continue
+        except Exception as e:  # any unreadable part is left in place, named
+            if part.exists():
+                warn(f"costlearn: left in place a corrupt dataset part {part}: {type(e).__name__}: {e}"[:400])
     if len(parts) < 2:
         return 0, 0
     merged = pd.concat(frames, ignore_index=True).drop_duplicates(

@@ -6,7 +6,8 @@ import numbers
 import os
 from pathlib import Path
 
-__all__ = ["check_int", "check_real", "check_choice", "check_instance", "check_path", "check_pathlike", "shown"]
+__all__ = ["check_int", "check_real", "check_choice", "check_instance", "check_path", "check_pathlike", "shown",
+           "env_index"]
 
 
 def shown(value, limit: int = 60) -> str:
@@ -122,3 +123,32 @@ def check_pathlike(name: str, value, *, optional: bool = False):
         raise TypeError(f"{name}={shown(value)}; must be a path (str or pathlib.Path)"
                         + (" or None" if optional else ""))
     return value
+
+
+def env_index(variable: str, default: int | None = None) -> int | None:
+    """The device index the environment variable ``variable`` gives.
+
+    Parameters
+    ----------
+    variable : str
+        Its name (``COSTLEARN_OPENCL_DEVICE``).
+    default : int, optional
+        Where it is unset or empty.
+
+    Returns
+    -------
+    int or None
+
+    Raises
+    ------
+    ValueError
+        Naming the variable and its value (cut) where it is not ASCII
+        digits of at most nine (an index >= 0).
+    """
+    text = os.environ.get(variable, "")
+    if text.strip() == "":
+        return default
+    t = text.strip()
+    if not (t.isascii() and t.isdigit() and len(t) <= 9):
+        raise ValueError(f"{variable}={shown(text)}; must be a device index, an int >= 0 (0: the first device)")
+    return int(t)

@@ -11,12 +11,26 @@ import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from costlearn.core.dtypes import get_dtype
+from costlearn.core.errors import CostlearnError
 from costlearn.core.registry import Registry
-from costlearn.core.checks import check_instance, check_int, check_real
+from costlearn.core.checks import check_instance, check_int, check_real, shown
 
-__all__ = ["DeviceSpec", "PRESETS", "PRESET_SOURCES", "IDENTITY_FIELDS", "preset", "device_slug"]
+__all__ = ["DeviceSpec", "PRESETS", "PRESET_SOURCES", "IDENTITY_FIELDS", "preset", "device_slug",
+           "DeviceFileError", "MAX_DEVICE_FILE_BYTES", "MAX_DEVICE_COUNT", "MAX_DEVICE_BYTES"]
+
+MAX_DEVICE_FILE_BYTES = 1 << 20
+"""The largest ``device.json`` read (one is about 1 KB)."""
+MAX_DEVICE_COUNT = 2**31 - 1
+"""The largest count a DeviceSpec holds (multiprocessors, threads, registers): a product of two fits 64 bits."""
+MAX_DEVICE_BYTES = 2**40
+"""The largest size in bytes a DeviceSpec holds (shared memory, L2): 1 TiB."""
+
+
+class DeviceFileError(CostlearnError, ValueError):
+    """A ``device.json`` that describes no device (:meth:`DeviceSpec.from_file`)."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +97,14 @@ class DeviceSpec:
         Kind of device; decides default shape bounds and pool size (a CPU
         runs a GEMM of 8192 a side far too slowly to sample it).
 
+    Raises
+    ------
+    ValueError
+        Naming the field, its value (cut) and what is allowed: a count that
+        is no int in [1, :data:`MAX_DEVICE_COUNT`], a size in bytes no int in
+        [1, :data:`MAX_DEVICE_BYTES`], a peak that is no finite positive
+        number, an unknown ``api`` or ``device_type``, a blank name.
+
     Notes
     -----
     The register and shared-memory figures for NVIDIA presets are those of
@@ -119,19 +141,20 @@ class DeviceSpec:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
-            raise ValueError(f"DeviceSpec.name={self.name!r}; must be a non-empty str")
+            raise ValueError(f"DeviceSpec.name={shown(self.name)}; must be a non-empty str")
         if self.api not in ("cuda", "opencl"):
-            raise ValueError(f"DeviceSpec.api={self.api!r}; allowed: 'cuda', 'opencl'")
+            raise ValueError(f"DeviceSpec.api={shown(self.api)}; allowed: 'cuda', 'opencl'")
         if self.device_type not in ("gpu", "cpu", "accelerator"):
-            raise ValueError(f"DeviceSpec.device_type={self.device_type!r}; allowed: 'gpu', 'cpu', 'accelerator'")
-        for f in ("multiprocessors", "warp_size", "max_threads_per_block",
-                  "max_threads_per_mp", "max_blocks_per_mp", "smem_per_block_bytes",
-                  "smem_per_block_optin_bytes", "smem_per_mp_bytes", "l2_bytes", "register_alloc_unit"):
-            check_int(f"DeviceSpec.{f}", getattr(self, f), 1)
-        check_int("DeviceSpec.smem_reserved_per_block_bytes", self.smem_reserved_per_block_bytes, 0)
+            raise ValueError(f"DeviceSpec.device_type={shown(self.device_type)}; allowed: 'gpu', 'cpu', 'accelerator'")
+        for f in ("multiprocessors", "warp_size", "max_threads_per_block", "max_threads_per_mp", "max_blocks_per_mp",
+                  "register_alloc_unit"):
+            check_int(f"DeviceSpec.{f}", getattr(self, f), 1, MAX_DEVICE_COUNT)
+        for f in ("smem_per_block_bytes", "smem_per_block_optin_bytes", "smem_per_mp_bytes", "l2_bytes"):
+            check_int(f"DeviceSpec.{f}", getattr(self, f), 1, MAX_DEVICE_BYTES)
+        check_int("DeviceSpec.smem_reserved_per_block_bytes", self.smem_reserved_per_block_bytes, 0, MAX_DEVICE_BYTES)
         for f in ("registers_per_mp", "max_registers_per_thread"):
             if getattr(self, f) is not None:
-                check_int(f"DeviceSpec.{f}", getattr(self, f), 1)
+                check_int(f"DeviceSpec.{f}", getattr(self, f), 1, MAX_DEVICE_COUNT)
         for f in ("peak_gflops", "memory_bandwidth_gbps") + _TENSOR_PEAKS:
             if getattr(self, f) is not None or f not in _TENSOR_PEAKS:
                 check_real(f"DeviceSpec.{f}", getattr(self, f), 0, strict=True)
@@ -215,13 +238,51 @@ class DeviceSpec:
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(d) - names
         if unknown:
-            raise ValueError(f"unknown DeviceSpec fields {sorted(unknown)}; known: {sorted(names)}")
+            raise ValueError(f"unknown DeviceSpec fields {shown(sorted(map(str, unknown)), 200)}; known: "
+                             f"{sorted(names)}")
         required = {f.name for f in dataclasses.fields(cls)
                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
         missing = required - set(d)
         if missing:
             raise ValueError(f"DeviceSpec lacks fields {sorted(missing)}")
         return cls(**d)
+
+    @classmethod
+    def from_file(cls, path) -> "DeviceSpec":
+        """The device a ``device.json`` describes (:meth:`from_dict` of its JSON).
+
+        Parameters
+        ----------
+        path : path
+
+        Returns
+        -------
+        DeviceSpec
+
+        Raises
+        ------
+        DeviceFileError
+            Naming the file and why: it is not a regular file (a folder, a
+            FIFO), larger than :data:`MAX_DEVICE_FILE_BYTES`, not UTF-8, not
+            JSON, nested deeper than the interpreter reads, holding an
+            integer over its digit limit, or not a valid description.
+        """
+        path = Path(path)
+        try:
+            if not path.is_file():
+                raise ValueError("not a regular file" if path.exists() else "no such file")
+            size = path.stat().st_size
+            if size > MAX_DEVICE_FILE_BYTES:
+                raise ValueError(f"{size} bytes; a device description has at most {MAX_DEVICE_FILE_BYTES}")
+            return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        except RecursionError:
+            why = "JSON nested too deep to read"
+        except OSError as e:
+            why = f"cannot read ({e.strerror or e})"
+        except (ValueError, TypeError) as e:            # JSON, UTF-8, a digit limit, a field's check
+            why = str(e)
+        why = why if len(why) <= 300 else why[:297] + "..."
+        raise DeviceFileError(f"{path}: not a valid device description ({why})")
 
     def to_json(self) -> str:
         """:meth:`to_dict` as JSON with sorted keys (``device.json``)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 
+from costlearn.core.checks import shown
 from costlearn.core.errors import CostlearnError
 
 __all__ = ["Registry", "Unavailable"]
@@ -73,7 +74,7 @@ class Registry:
             If its module cannot be imported (with the install hint).
         """
         if name not in self:
-            raise ValueError(f"unknown {self.what} {name!r}; known: {list(self.names())}")
+            raise ValueError(f"unknown {self.what} {shown(name)}; known: {list(self.names())}")
         if name not in self._loaded:
             entry = self._entries[name]
             if isinstance(entry, str):
@@ -97,7 +98,7 @@ class Registry:
             If ``name`` is not a non-empty string or is already registered.
         """
         if not isinstance(name, str) or not name:
-            raise ValueError(f"name={name!r}; a {self.what} name must be a non-empty string")
+            raise ValueError(f"name={shown(name)}; a {self.what} name must be a non-empty string")
         if name in self:
             raise ValueError(f"{self.what} {name!r} is already registered; known: {list(self.names())}")
         self._entries[name] = entry
@@ -113,7 +114,7 @@ class Registry:
             If ``name`` is not registered.
         """
         if name not in self:
-            raise ValueError(f"unknown {self.what} {name!r}; known: {list(self.names())}")
+            raise ValueError(f"unknown {self.what} {shown(name)}; known: {list(self.names())}")
         del self._entries[name]
         self._loaded.pop(name, None)
         self._hints.pop(name, None)

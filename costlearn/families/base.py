@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from costlearn.core.checks import shown
 from costlearn.core.errors import CostlearnError
 
 __all__ = ["KernelFamily", "TileDescription", "DESCRIPTION_FIELDS", "bank_conflict_degree", "SMEM_BANKS",
@@ -319,9 +320,9 @@ class KernelFamily(abc.ABC):
         """Raise ValueError if this family does not run ``dtype`` (or, when
         given, ``layout``); the message lists what it supports."""
         if dtype not in self.dtypes:
-            raise ValueError(f"dtype={dtype!r}: the {self.name!r} family supports {list(self.dtypes)}")
+            raise ValueError(f"dtype={shown(dtype)}: the {self.name!r} family supports {list(self.dtypes)}")
         if layout is not None and layout not in self.layouts:
-            raise ValueError(f"layout={layout!r}: the {self.name!r} family supports {list(self.layouts)}")
+            raise ValueError(f"layout={shown(layout)}: the {self.name!r} family supports {list(self.layouts)}")
 
     def space_hash(self) -> str:
         """Short hash of the value ranges and rules (stored with models)."""

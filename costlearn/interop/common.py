@@ -337,11 +337,11 @@ def device_folder(data_root, spec: DeviceSpec) -> Path:
     except ValueError as e:
         raise InteropError(str(e)) from None
     dev = folder / "device.json"
-    if dev.is_file():
+    if dev.exists():
         try:
-            have = DeviceSpec.from_dict(json.loads(dev.read_text()))
-        except (OSError, ValueError, TypeError) as e:
-            raise InteropError(f"{dev}: not a valid device description ({e})") from e
+            have = DeviceSpec.from_file(dev)
+        except ValueError as e:
+            raise InteropError(str(e)) from None
         if have.name != spec.name:
             raise InteropError(f"{dev} describes {have.name!r}, not {spec.name!r}")
     else:
@@ -358,7 +358,7 @@ def resolve_device(device) -> DeviceSpec:
     try:
         return preset(device)
     except ValueError as e:
-        raise InteropError(f"--preset {device!r}: {e}; the file names no GPU, so the preset says which") from None
+        raise InteropError(f"--preset {shown(device)}: {e}; the file names no GPU, so the preset says which") from None
 
 
 IMPORT_CHUNK_ROWS = 200_000

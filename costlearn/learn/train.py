@@ -4,7 +4,6 @@ calibrate the scorer)."""
 from __future__ import annotations
 
 import copy
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,12 +204,9 @@ def read_device_json(data_dir: Path) -> DeviceSpec | None:
         If the file is not a valid device description.
     """
     dev_json = data_dir / "device.json"
-    if not dev_json.is_file():
+    if not dev_json.exists():
         return None
-    try:
-        return DeviceSpec.from_dict(json.loads(dev_json.read_text()))
-    except (json.JSONDecodeError, ValueError, TypeError) as e:
-        raise ValueError(f"{dev_json}: not a valid device description ({e})") from e
+    return DeviceSpec.from_file(dev_json)
 
 
 def _training_rows(data_dir: Path, family, dtype, exclude_sources) -> tuple:

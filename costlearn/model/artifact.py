@@ -32,7 +32,6 @@ re-exported here), the checked reading of each file
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,14 +43,15 @@ import numpy as np
 if TYPE_CHECKING:                   # pandas is loaded where a function needs it: not to serve a prediction
     import pandas as pd
 
+from costlearn.core.checks import shown
 from costlearn.core.device import DeviceSpec
 from costlearn.families import FAMILIES, get_family
 from costlearn.features import FEATURE_SETS, CandidateFeatures, ConfigTable, feature_version, get_feature_set
 from costlearn.model.artifact_files import load_scorer, load_shortlist, load_vendor
 from costlearn.model.artifact_layout import (    # the layout's public names: re-exported, as before the split
     ARTIFACT_SCHEMA, PAYLOAD_PREFIX, SAVE_LOCK, SCORER_FILE, SIDECAR, SIDECAR_DIGEST, ArtifactError,
-    default_models_dir, files_folder, list_models, model_folder, models_root, old_layout_folders, payload_folder,
-    sidecar_digest)
+    default_models_dir, files_folder, list_models, model_folder, models_root, old_layout_folders, parse_sidecar,
+    payload_folder, sidecar_digest)
 from costlearn.model.base import MODELS, CostModel
 from costlearn.model.envelope import Coverage, Envelope
 from costlearn.model.scorer import Scorer
@@ -291,10 +291,7 @@ def load(folder) -> Artifact:
 def _load(folder: Path, text: bytes) -> Artifact:
     """:func:`load` of the sidecar bytes ``text`` read from ``folder``."""
     side_path = folder / SIDECAR
-    try:
-        side = json.loads(text.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ArtifactError(f"unreadable model sidecar {side_path}: {e}") from e
+    side = parse_sidecar(text, side_path)
     if not isinstance(side, dict):
         raise ArtifactError(f"{side_path}: not a JSON object")
     if SIDECAR_DIGEST in side or "payload" in side:    # written with payload folders: always with its digest
@@ -306,7 +303,7 @@ def _load(folder: Path, text: bytes) -> Artifact:
         hint = (f"convert it with `costlearn migrate-models {folder.parents[1]}` (it moves to "
                 f"<device>/<family>/<dtype>/ and gains a compiled scorer)" if schema == 2
                 else "retrain with `costlearn train`")
-        raise ArtifactError(f"{side_path}: artifact schema {schema!r}, this code reads schema {ARTIFACT_SCHEMA}; "
+        raise ArtifactError(f"{side_path}: artifact schema {shown(schema)}, this code reads schema {ARTIFACT_SCHEMA}; "
                             + hint)
     missing = [key for key in _REQUIRED_KEYS if key not in side]
     if missing:

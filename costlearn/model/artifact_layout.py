@@ -15,7 +15,7 @@ from pathlib import Path
 from costlearn.core.errors import CostlearnError
 
 __all__ = ["ARTIFACT_SCHEMA", "ArtifactError", "default_models_dir", "models_root", "list_models", "model_folder",
-           "old_layout_folders", "SIDECAR", "SCORER_FILE", "VENDOR_FILE", "LEGACY_FILES", "SAVE_LOCK",
+           "parse_sidecar", "old_layout_folders", "SIDECAR", "SCORER_FILE", "VENDOR_FILE", "LEGACY_FILES", "SAVE_LOCK",
            "PAYLOAD_PREFIX", "files_folder", "sidecar_digest", "SIDECAR_DIGEST", "current_payload",
            "payload_folder", "recorded_sha"]
 
@@ -55,6 +55,25 @@ family has a vendor candidate; its sha256 is in the sidecar."""
 
 class ArtifactError(CostlearnError, ValueError):
     """A model artifact is missing, unreadable or does not match this code."""
+
+
+def parse_sidecar(text: bytes, side_path) -> object:
+    """The JSON document of a sidecar's bytes.
+
+    Raises
+    ------
+    ArtifactError
+        Naming ``side_path`` where the bytes are not UTF-8 or not JSON, nest
+        deeper than the interpreter reads, or hold an integer over its digit
+        limit.
+    """
+    try:
+        return json.loads(text.decode("utf-8"))
+    except RecursionError:
+        why = "JSON nested too deep to read"
+    except ValueError as e:                     # UTF-8, JSON, an integer over the digit limit
+        why = str(e)[:200]
+    raise ArtifactError(f"unreadable model sidecar {side_path}: {why}")
 
 
 def default_models_dir() -> Path:
@@ -136,8 +155,8 @@ def current_payload(folder: Path) -> str | None:
     ``""`` for an artifact whose files lie beside the sidecar, None where
     there is no readable sidecar."""
     try:
-        side = json.loads((folder / SIDECAR).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        side = parse_sidecar((folder / SIDECAR).read_bytes(), folder / SIDECAR)
+    except (OSError, ArtifactError):
         return None
     return str(side.get("payload") or "") if isinstance(side, dict) else None
 

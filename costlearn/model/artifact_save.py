@@ -29,7 +29,7 @@ from costlearn.features import feature_version, get_feature_set
 from costlearn.model.artifact_files import verified_file
 from costlearn.model.artifact_layout import (ARTIFACT_SCHEMA, LEGACY_FILES, PAYLOAD_PREFIX, SAVE_LOCK, SCORER_FILE,
                                              SIDECAR, SIDECAR_DIGEST, VENDOR_FILE, ArtifactError, current_payload,
-                                             payload_folder, recorded_sha, sidecar_digest)
+                                             parse_sidecar, payload_folder, recorded_sha, sidecar_digest)
 from costlearn.model.base import CostModel
 from costlearn.model.scorer import Scorer
 from costlearn.model.shortlist import SHORTLIST_FILE
@@ -224,8 +224,8 @@ def replace_shortlist(folder, shortlist, info: dict | None = None) -> Path:
     folder = Path(folder)
     with FolderLock(folder, "a model save", SAVE_LOCK, wait=True):
         try:
-            side = json.loads((folder / SIDECAR).read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            side = parse_sidecar((folder / SIDECAR).read_bytes(), folder / SIDECAR)
+        except OSError as e:
             raise ArtifactError(f"no readable model sidecar in {str(folder)!r}: {e}") from e
         if not isinstance(side, dict):
             raise ArtifactError(f"{folder / SIDECAR}: not a JSON object")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+from costlearn.core.checks import shown
 from costlearn.core.registry import Registry
 from costlearn.ranker.base import Ranker, RankResult
 from costlearn.ranker.native_library import library
@@ -28,12 +29,16 @@ def make_ranker(features, scorer, envelope, min_tile_caps, name: str | None = No
     Raises
     ------
     ValueError
-        If ``name`` is not a ranker.
+        If ``name`` (or ``$COSTLEARN_RANKER``, named) is not a ranker.
     OSError
         If ``native`` is asked for explicitly and cannot be built.
     """
-    name = name or os.environ.get("COSTLEARN_RANKER") or None
-    if name is not None:
+    if not name and os.environ.get("COSTLEARN_RANKER"):
+        name = os.environ["COSTLEARN_RANKER"]
+        if name not in RANKERS:
+            raise ValueError(f"COSTLEARN_RANKER={shown(name)}; allowed: {list(RANKERS.names())} (unset: native "
+                             "where the C library builds)")
+    if name:
         return RANKERS.get(name)(features, scorer, envelope, min_tile_caps, **rule)
     chosen = "native" if library() is not None and len(features.names) <= MAX_FEATURES else "numpy"
     return RANKERS.get(chosen)(features, scorer, envelope, min_tile_caps, **rule)

@@ -42,7 +42,7 @@ import pandas as pd
 
 from costlearn.families import family_of
 from costlearn.collect.space import tile_fits_problem
-from costlearn.core.checks import check_int
+from costlearn.core.checks import check_int, shown
 
 __all__ = ["Dispatch", "fit_dispatch", "evaluate_dispatch", "parse_range", "range_shapes", "check_name",
            "MAX_CONFIGS"]
@@ -58,10 +58,10 @@ def parse_range(text: str, name: str) -> tuple[int, int]:
     ValueError
         If the text is not of that form (the message names ``name``).
     """
-    got = re.fullmatch(r"(\d+)(?::(\d+))?", str(text))
+    got = re.fullmatch(r"([0-9]{1,10})(?::([0-9]{1,10}))?", str(text))     # ASCII digits: no Unicode ones
     lo, hi = (int(got.group(1)), int(got.group(2) or got.group(1))) if got else (0, -1)
     if not 1 <= lo <= hi < 2**31:
-        raise ValueError(f"{name} range {text!r}; expected LO:HI with 1 <= LO <= HI < 2**31 (e.g. 1:4096), "
+        raise ValueError(f"{name} range {shown(text)}; expected LO:HI with 1 <= LO <= HI < 2**31 (e.g. 1:4096), "
                          "or a single extent")
     return lo, hi
 
@@ -275,7 +275,7 @@ def check_name(name) -> str:
     """
     if not isinstance(name, str) or not name.isascii() or not name.isidentifier() or keyword.iskeyword(name) \
             or name in _C_KEYWORDS:
-        raise ValueError(f"name={name!r}; must be an ASCII identifier valid in Python and C (letters, digits, _; "
+        raise ValueError(f"name={shown(name)}; must be an ASCII identifier valid in Python and C (letters, digits, _; "
                          "not starting with a digit; not a keyword), e.g. select_tile")
     return name
 

@@ -93,7 +93,8 @@ class TuningDB(TuningStore):
     TypeError
         If ``path`` is not a str or Path.
     FileNotFoundError
-        If the file does not exist and ``create`` is False.
+        If the file does not exist and ``create`` is False, or
+        (``read_only``) it is empty.
     OSError
         If the folder cannot be created, or the file cannot be opened or
         written (a folder at that path, no permission, locked past
@@ -108,6 +109,9 @@ class TuningDB(TuningStore):
         if (read_only or not create) and not self.path.exists():
             raise FileNotFoundError(f"no tuning database at {self.path} (nothing recorded there yet; "
                                     "`costlearn predict ... --measure-top-k K` or `--tuning-db PATH` creates one)")
+        if read_only and self.path.is_file() and self.path.stat().st_size == 0:
+            raise FileNotFoundError(f"the tuning database {self.path} is an empty file (nothing recorded there yet; "
+                                    "a read-only open creates no tables)")
         self.read_only = bool(read_only)
         if not self.read_only:
             self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -90,6 +90,16 @@ def test_a_missing_shapes_file_is_no_such_file(tmp_path, monkeypatch, capsys):
     assert "shape '1x2': give M N K" in _one_line_error(capsys, "collect")
 
 
+def test_a_shapes_fifo_or_device_is_not_a_regular_file_not_a_folder(tmp_path, monkeypatch, capsys):
+    """`collect --shapes /dev/zero` (or a FIFO) said the shapes file was "a folder, not a file"."""
+    import os
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo(tmp_path / "fifo")
+    for source in ("fifo", "/dev/zero"):
+        assert main(["collect", "--device", "opencl", "--shapes", source]) == 2
+        assert f"shapes file '{source}': not a regular file; give a shapes file" in _one_line_error(capsys, "collect")
+
+
 def test_ctrl_c_during_an_import_says_what_was_written(tmp_path, monkeypatch, capsys):
     """SIGINT during an `import` that had written nothing said "everything measured so far is saved"; now it says
     that no row was written, or how many were and where."""

@@ -278,3 +278,29 @@ def test_two_compactions_of_one_folder_do_not_run_at_once(tmp_path):
         with pytest.raises(FolderBusy, match="a compaction"):
             compact(tmp_path)
     assert compact(tmp_path) == (2, 2) and len(load(tmp_path)[0]) == 2
+
+
+@pytest.mark.parametrize("kind", ["fifo", "folder"])
+def test_a_part_that_is_no_regular_file_is_reported_not_read(tmp_path, kind):
+    """Regression: a FIFO named like a part made load, compact and an import's duplicate check wait forever."""
+    from costlearn.collect.dataset import compact, part_columns
+    write_part([_row()], tmp_path)
+    odd = tmp_path / "part-odd.parquet"
+    os.mkfifo(odd) if kind == "fifo" else odd.mkdir()
+    with pytest.warns(UserWarning, match="part-odd.parquet: DatasetError: not a regular file"):
+        df, rep = load(tmp_path)
+    assert len(df) == 1 and len(rep.corrupt) == 1
+    assert len(list(part_columns(tmp_path, ("m",)))) == 1
+    with pytest.warns(UserWarning, match="left in place a corrupt dataset part .*part-odd"):
+        assert compact(tmp_path) == (0, 0)
+    assert odd.exists()
+
+
+def test_compact_names_each_corrupt_part_it_leaves_in_place(tmp_path):
+    from costlearn.collect.dataset import compact
+    write_part([_row()], tmp_path)
+    write_part([_row(m=64)], tmp_path)
+    (tmp_path / "part-broken.parquet").write_bytes(b"PAR1 this is not parquet")
+    with pytest.warns(UserWarning, match="left in place a corrupt dataset part .*part-broken"):
+        assert compact(tmp_path)[0] == 2
+    assert (tmp_path / "part-broken.parquet").read_bytes() == b"PAR1 this is not parquet"

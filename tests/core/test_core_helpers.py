@@ -230,3 +230,46 @@ def test_an_output_check_creates_nothing_and_names_how_the_path_was_given(tmp_pa
         check_output(blocker / "x" / "r.md", "--report")
     with pytest.raises(ValueError, match="the folder .*no does not exist; create it"):
         check_output(tmp_path / "no" / "t.json", "--out", create=False)
+
+
+@pytest.mark.parametrize("damage, why", [
+    (lambda p: p.write_text('{"extra": ' + "[" * 100_000 + "]" * 100_000 + "}"), "nested too deep"),
+    (lambda p: p.write_text('{"multiprocessors": ' + "9" * 5000 + "}"), "digits"),
+    (lambda p: p.write_bytes(b"\xb3\xff garbage"), "utf-8"),
+    (lambda p: p.write_text("[1, 2]"), "must be a JSON object"),
+    (lambda p: p.write_text('{"x' + "y" * 100_000 + '": 1}'), r"unknown DeviceSpec fields \['xyyy"),
+    (lambda p: p.mkdir(), "not a regular file"),
+    (lambda p: os.mkfifo(p), "not a regular file"),
+    (lambda p: p.write_text(" " * ((1 << 20) + 1)), "at most"),
+])
+def test_a_damaged_device_json_is_named_not_a_traceback_or_a_hang(tmp_path, damage, why):
+    """A device.json nested 100,000 deep was a RecursionError traceback, a FIFO hung the import into its folder
+    (a folder or a FIFO was taken for no device.json by train and evaluate); every reader uses
+    DeviceSpec.from_file."""
+    from costlearn.core.device import DeviceFileError, DeviceSpec
+    from costlearn.learn.train import read_device_json
+    from costlearn.interop.common import InteropError, device_folder
+    from costlearn.core.device import preset
+    folder = tmp_path / "a100"
+    folder.mkdir()
+    damage(folder / "device.json")
+    with pytest.raises(DeviceFileError, match=f"device.json: not a valid device description .*{why}") as e:
+        DeviceSpec.from_file(folder / "device.json")
+    assert len(str(e.value)) < 500
+    with pytest.raises(DeviceFileError, match=why):
+        read_device_json(folder)
+    with pytest.raises(InteropError, match=why):
+        device_folder(tmp_path, preset("a100"))
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "1.0", "\u0663", "9" * 20, "9" * 5000])
+def test_a_device_index_variable_that_is_no_index_is_named(monkeypatch, value):
+    """COSTLEARN_OPENCL_DEVICE=abc said "invalid literal for int() with base 10: 'abc'", naming no variable."""
+    from costlearn.core.checks import env_index
+    monkeypatch.setenv("COSTLEARN_OPENCL_DEVICE", value)
+    with pytest.raises(ValueError, match="COSTLEARN_OPENCL_DEVICE=.*; must be a device index, an int >= 0") as e:
+        env_index("COSTLEARN_OPENCL_DEVICE")
+    assert len(str(e.value)) < 200
+    for ok, want in (("", None), (" 1 ", 1), ("0", 0)):
+        monkeypatch.setenv("COSTLEARN_OPENCL_DEVICE", ok)
+        assert env_index("COSTLEARN_OPENCL_DEVICE") == want

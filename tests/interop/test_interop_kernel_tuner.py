@@ -281,7 +281,7 @@ def test_mapping_file_not_json_or_not_an_object(tmp_path):
     p.write_text("[1, 2]")
     with pytest.raises(InteropError, match="must be a JSON object"):
         load_mapping(p)
-    with pytest.raises(InteropError, match="cannot read"):
+    with pytest.raises(InteropError, match="no such file"):
         load_mapping(tmp_path / "absent.json")
 
 
@@ -465,3 +465,96 @@ def test_a_file_nested_too_deep_or_with_an_endless_number_is_one_clear_error(tmp
     err = capsys.readouterr().err
     assert says in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert _no_part(data)
+
+
+# ------------------------------------------------------------------------------------------------- hostile input
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_mapping_that_is_no_regular_file_is_refused_not_read(tmp_path, triton_files, kind):
+    import os
+    cache, _, data = triton_files
+    if kind == "fifo":
+        mapping = tmp_path / "fifo"
+        os.mkfifo(mapping)                       # reading it waited forever for a writer
+    else:
+        mapping = Path("/dev/zero")              # reading it never ended
+    with pytest.raises(InteropError, match="mapping .*: not a regular file"):
+        _import(cache, mapping, data)
+    assert not data.exists()
+
+
+@pytest.mark.parametrize("text, why", [('{"family": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deep"),
+                                       ('{"family": ' + "9" * 5000 + "}", "more than .* digits")])
+def test_mapping_nested_too_deep_or_with_a_huge_number_is_one_error_naming_it(tmp_path, text, why):
+    p = tmp_path / "m.json"
+    p.write_text(text)
+    with pytest.raises(InteropError, match=f"mapping {p}: .*{why}"):
+        load_mapping(p)
+
+
+@pytest.mark.parametrize("key, value", [("layout", None), ("layout", ["NN"]), ("dtype", 16), ("family", ["gemm"])])
+def test_mapping_family_dtype_or_layout_that_is_no_string_is_refused(tmp_path, key, value):
+    # a null layout was taken and wrote rows with no layout into the dataset
+    p = write_mapping(tmp_path / "m.json", dict(TRITON_MAPPING, **{key: value}))
+    with pytest.raises(InteropError, match=f"{key}="):
+        load_mapping(p)
+
+
+def test_mapping_long_value_is_named_cut(tmp_path):
+    p = write_mapping(tmp_path / "m.json", dict(TRITON_MAPPING, family="x" * 1_000_000))
+    with pytest.raises(InteropError, match=r"family='x+\.\.\.; allowed") as e:
+        load_mapping(p)
+    assert len(str(e.value)) < 300
+
+
+def test_cache_long_device_name_is_named_cut(tmp_path, triton_files):
+    _, mapping, data = triton_files
+    doc = json.loads(write_triton_cache(tmp_path / "c.json").read_text())
+    doc["device_name"] = "A" * 1_000_000
+    (tmp_path / "c.json").write_text(json.dumps(doc))
+    with pytest.raises(InteropError, match="measured on 'A+\\.\\.\\.") as e:
+        _import(tmp_path / "c.json", mapping, data)
+    assert len(str(e.value)) < 400
+
+
+def test_cache_tune_params_keys_that_is_no_list_is_refused(tmp_path, triton_files):
+    _, mapping, data = triton_files
+    doc = json.loads(write_triton_cache(tmp_path / "c.json").read_text())
+    doc["tune_params_keys"] = "BLOCK_SIZE_M"
+    (tmp_path / "c.json").write_text(json.dumps(doc))
+    with pytest.raises(InteropError, match="tune_params_keys='BLOCK_SIZE_M'; must be a list"):
+        _import(tmp_path / "c.json", mapping, data)
+
+
+def test_cache_with_a_byte_order_mark_is_read(tmp_path, triton_files):
+    cache, mapping, data = triton_files
+    bom = tmp_path / "bom.json"
+    bom.write_bytes(b"\xef\xbb\xbf" + cache.read_bytes())
+    assert _import(bom, mapping, data).rows_added == 5
+
+
+def test_t4_invalidity_that_is_no_string_skips_its_result(tmp_path, triton_files):
+    _, mapping, data = triton_files
+    cfg = dict(zip(TRITON_KEYS, (64, 64, 32, 4, 3, 1)))
+    ok = {"configuration": cfg, "invalidity": "correct", "measurements": [{"name": "time", "value": 0.1}]}
+    results = [ok] + [{"configuration": cfg, "invalidity": v} for v in (["x"], None, 5, "")]
+    t4 = tmp_path / "t4.json"
+    t4.write_text(json.dumps({"metadata": {"problem_size": [M, N, K]}, "results": results}))
+    rep = _import(t4, mapping, data)
+    assert rep.rows_added == 1 and rep.failed == 0
+    assert [ln for ln, _ in rep.skipped] == [2, 3, 4, 5] and all("invalidity=" in why for _, why in rep.skipped)
+
+
+def test_cache_of_many_bad_entries_keeps_a_thousand_reasons(tmp_path, triton_files):
+    _, mapping, data = triton_files
+    entries = [((48, 64, 32, 4, 3, i), {"time": 0.1}) for i in range(1500)] + [TRITON_ENTRIES[0]]
+    rep = _import(write_triton_cache(tmp_path / "c.json", entries=entries), mapping, data)
+    assert rep.rows_added == 1 and rep.skipped.total == 1500 and len(rep.skipped) == 1000
+
+
+def test_a_long_preset_is_named_cut(triton_files):
+    cache, mapping, data = triton_files
+    with pytest.raises(InteropError, match=r"--preset 'x+\.\.\.: unknown device preset") as e:
+        import_file("kernel-tuner", cache, device="x" * 100_000, data_root=data, mapping=mapping)
+    assert len(str(e.value)) < 400 and not data.exists()

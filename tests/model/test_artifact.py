@@ -340,3 +340,35 @@ def test_without_forest_py_readable_every_load_checks_the_forest(model_dir, tmp_
         artifact.load(model_dir)
     assert len(calls) == 2 and not (tmp_path / "cache").exists()
 
+
+
+@pytest.mark.parametrize("text, why", [
+    ('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", "JSON nested too deep to read"),
+    ('{"a": ' + "9" * 5000 + "}", "digits"),
+    ('{"artifact_schema": "' + "x" * 100_000 + '"}', r"artifact schema 'x+\.\.\., this code reads"),
+])
+def test_a_hostile_sidecar_is_one_error_naming_it(model_dir, tmp_path, text, why):
+    """A sidecar nested 100,000 deep was a RecursionError traceback (predict, info), one with a 5,000-digit number
+    a bare ValueError naming no file, a 100,000-character schema a 100,000-character line."""
+    from costlearn.model import artifact, artifact_layout
+    dst = tmp_path / "dev" / "gemm" / "float32"
+    shutil.copytree(model_dir, dst)
+    (dst / "model.json").write_text(text)
+    with pytest.raises(artifact_layout.ArtifactError, match=why) as e:
+        artifact.load(dst)
+    assert str(dst / "model.json") in str(e.value) and len(str(e.value)) < 500
+    assert artifact_layout.current_payload(dst) in (None, "")        # no traceback either
+
+
+def test_a_sidecar_device_with_a_count_too_large_is_refused_not_an_overflow(model_dir, tmp_path):
+    """A sidecar whose device had 10**30 multiprocessors loaded and predict died of an OverflowError traceback."""
+    from costlearn.model import artifact, artifact_layout
+    dst = tmp_path / "dev" / "gemm" / "float32"
+    shutil.copytree(model_dir, dst)
+    side = json.loads((dst / "model.json").read_text())
+    side["device"]["multiprocessors"] = 10**30
+    side.pop(artifact_layout.SIDECAR_DIGEST, None)
+    (dst / "model.json").write_text(json.dumps(side))
+    with pytest.raises(artifact_layout.ArtifactError, match=r"DeviceSpec.multiprocessors=1000.*must be an int in "
+                       r"\[1, 2147483647\]"):
+        artifact.load(dst)

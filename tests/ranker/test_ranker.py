@@ -537,3 +537,14 @@ def test_a_built_library_cut_short_is_refused_not_loaded(model_dir, tmp_path):
     lines = out.stdout.splitlines()
     assert lines[0] == "numpy" and "cut short" in out.stderr and "cut short" in lines[2]
     assert json.loads(lines[1]) == json.loads(_run(model_dir, ROOT).stdout.splitlines()[1])
+
+
+@pytest.mark.parametrize("value", ["garbage", "x" * 100_000])
+def test_an_unknown_costlearn_ranker_is_named_as_the_variable(monkeypatch, value):
+    """COSTLEARN_RANKER=garbage said "unknown ranker 'garbage'", naming no variable (a 100,000-character value was
+    printed whole)."""
+    from costlearn.ranker import make_ranker
+    monkeypatch.setenv("COSTLEARN_RANKER", value)
+    with pytest.raises(ValueError, match=r"COSTLEARN_RANKER='.*; allowed: \['native', 'numpy'\]") as e:
+        make_ranker(None, None, None, None)
+    assert len(str(e.value)) < 200

@@ -81,6 +81,22 @@ def test_bad_ranges_say_what_is_allowed(text):
         parse_range(text, "M")
 
 
+@pytest.mark.parametrize("text", ["\u0663:64", "1:\u0666\u0664", "9" * 5000, "1:" + "9" * 100_000])
+def test_a_range_of_unicode_digits_or_thousands_of_digits_is_refused_cut(text):
+    """`dispatch --m \u0663:64` (an Arabic-Indic 3) was taken as M 3..64; 5,000 digits were a bare "Exceeds the
+    limit (4300 digits)" naming no flag; the range was repeated whole."""
+    with pytest.raises(ValueError, match="M range .*; expected LO:HI") as e:
+        parse_range(text, "M")
+    assert len(str(e.value)) < 200
+
+
+def test_a_long_selector_name_is_refused_cut():
+    from costlearn.serve.dispatch import check_name
+    with pytest.raises(ValueError, match=r"name='x+\.\.\.; must be an ASCII identifier") as e:
+        check_name("x" * 5000 + "-")
+    assert len(str(e.value)) < 300
+
+
 def test_bad_settings_are_refused(fitted):
     pred, _ = fitted
     with pytest.raises(ValueError, match="max_configs=9"):

@@ -540,3 +540,16 @@ def test_a_schema_2_file_reads_its_entries_as_epilogue_none_and_upgrades_on_writ
     assert db.get(Problem(8, 8, 8, epilogue="bias_relu"), "gemm", "dev", TEMPLATE_HASH).time_us == 9.0
     assert db.get(Problem(8, 8, 8), "gemm", "dev", TEMPLATE_HASH).time_us == 7.5
     assert sorted(e.problem.epilogue for e in db.entries()) == ["bias_relu", "none"]
+
+
+def test_an_empty_file_opened_read_only_is_no_database_yet_not_no_such_table(tmp_path):
+    """`costlearn tuning-db list EMPTY` (and `copy EMPTY --to ...`) said "cannot use the tuning database ...: no
+    such table: tuned"; a writer takes an empty file as a new database, a reader now says it is empty."""
+    path = tmp_path / "t.sqlite"
+    path.write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match="is an empty file .*nothing recorded there yet"):
+        TuningDB(path, read_only=True)
+    assert path.read_bytes() == b""
+    db = TuningDB(path)                                         # a writer: a new database in the empty file
+    db.put(entry())
+    assert len(TuningDB(path, read_only=True).entries()) == 1

@@ -14,6 +14,7 @@ try:
 except ImportError as _e:  # pragma: no cover - exercised only without CuPy
     raise ImportError(f"CuPy is not installed ({_e})") from _e
 
+from costlearn.core.checks import env_index
 from costlearn.core.device import DeviceSpec
 from costlearn.collect.protocol import Protocol
 from costlearn.collect.verify import apply_epilogue, tolerance
@@ -52,7 +53,7 @@ class CudaBackend(Backend):
 
     def __init__(self, device_index: int | None = None):
         if device_index is None:
-            device_index = int(os.environ.get("COSTLEARN_CUDA_DEVICE", "0"))
+            device_index = env_index("COSTLEARN_CUDA_DEVICE", 0)
         n = cp.cuda.runtime.getDeviceCount()
         if not 0 <= device_index < n:
             raise ValueError(f"device_index={device_index}; this machine has CUDA devices 0..{n - 1}")

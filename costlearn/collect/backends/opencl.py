@@ -83,6 +83,7 @@ try:
 except ImportError as _e:  # pragma: no cover - exercised only without pyopencl
     raise ImportError(f"PyOpenCL is not installed ({_e})") from _e
 
+from costlearn.core.checks import env_index  # noqa: E402 (after the PoCL settings)
 from costlearn.core.device import DeviceSpec  # noqa: E402 (after the PoCL settings)
 from costlearn.families import get_family  # noqa: E402 (after the PoCL settings)
 from costlearn.collect.backends import BackendUnavailable  # noqa: E402 (after the PoCL settings)
@@ -196,9 +197,8 @@ class OpenCLBackend(Backend):
             return False
 
     def __init__(self, device_index: int | None = None):
-        env = os.environ.get("COSTLEARN_OPENCL_DEVICE")
-        if device_index is None and env not in (None, ""):
-            device_index = int(env)
+        if device_index is None:
+            device_index = env_index("COSTLEARN_OPENCL_DEVICE")
         self._device_index = device_index
         self.device, self.ctx, probe = _pick_device(device_index)
         self.queue = cl.CommandQueue(self.ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)

@@ -4,7 +4,6 @@ hardware on real numbers. Rows it produces say ``api="replay"`` in their
 provenance; they are never presented as new measurements."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -49,8 +48,8 @@ class ReplayBackend(Backend):
         if not isinstance(rows, pd.DataFrame):
             folder = Path(rows)
             rows, _ = load(folder)
-            if spec is None and (folder / "device.json").is_file():
-                spec = DeviceSpec.from_dict(json.loads((folder / "device.json").read_text()))
+            if spec is None and (folder / "device.json").exists():
+                spec = DeviceSpec.from_file(folder / "device.json")
         if spec is None:
             raise ValueError("ReplayBackend needs the recording's DeviceSpec (spec=... or device.json)")
         devs = rows["device_slug"].unique()

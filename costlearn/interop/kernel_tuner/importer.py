@@ -12,8 +12,8 @@ from costlearn.core.checks import shown
 from costlearn.core.device import device_slug
 from costlearn.core.problem import MAX_EXTENT
 from costlearn.families import get_family
-from costlearn.interop.common import (Importer, InteropError, Measurement, config_class, load_json,
-                                      positive_time_us)
+from costlearn.interop.common import (MAX_READ_BYTES, Importer, InteropError, Measurement, SkippedLines,
+                                      config_class, load_json, positive_time_us, source_file)
 from costlearn.interop.kernel_tuner.mapping import EXTENTS, Mapping, is_int, load_mapping
 
 __all__ = ["KernelTunerImporter", "parse", "ERROR_NAMES", "TIME_UNITS"]
@@ -47,17 +47,18 @@ def _json(text: str, path: Path):
 
 def _read_document(path: Path):
     """(kind, document, skipped): kind ``"cache"`` or ``"t4"``."""
+    source_file(path, verb="import", max_bytes=MAX_READ_BYTES)
     try:
         raw = path.read_bytes()
     except OSError as e:
         raise InteropError(f"{path}: cannot read ({e.strerror})") from None
     try:
-        text = raw.decode("utf-8").replace("\r\n", "\n")
+        text = raw.decode("utf-8-sig").replace("\r\n", "\n")
     except UnicodeDecodeError:
         raise InteropError(f"{path}: not a text file; a Kernel Tuner cache or T4 results file is JSON") from None
     if not text.strip():
         raise InteropError(f"{path}: empty file")
-    skipped: list = []
+    skipped = SkippedLines()
     doc = None
     try:
         doc = _json(text, path)
@@ -75,7 +76,7 @@ def _read_document(path: Path):
                     except json.JSONDecodeError:
                         doc = None
                     if isinstance(doc, dict) and isinstance(doc.get("cache"), dict):
-                        skipped.append((len(doc["cache"]) + 1, f"truncated entry {head[cut + 1:][:60]!r}"))
+                        skipped.add(len(doc["cache"]) + 1, f"truncated entry {shown(head[cut + 1:])}")
     if isinstance(doc, dict) and isinstance(doc.get("cache"), dict) and \
             ("tune_params_keys" in doc or "tune_params" in doc):
         return "cache", doc, skipped
@@ -103,19 +104,19 @@ def _extents(mapping: Mapping, problem_size, path: Path, where: str) -> tuple[in
             problem_size = [problem_size]
         if isinstance(problem_size, list):
             if len(problem_size) != len(mapping.problem_size):
-                raise InteropError(f"{path}: problem_size={problem_size} has {len(problem_size)} entries, the "
+                raise InteropError(f"{path}: problem_size={shown(problem_size)} has {len(problem_size)} entries, the "
                                    f"mapping {mapping.source} names {len(mapping.problem_size)} "
                                    f"({list(mapping.problem_size)})")
             for name, v in zip(mapping.problem_size, problem_size):
                 if name is None or name in got:
                     continue
                 if not is_int(v) or not 1 <= v <= MAX_EXTENT:
-                    raise InteropError(f"{path}: problem_size entry {name}={v!r}; must be an int in "
+                    raise InteropError(f"{path}: problem_size entry {name}={shown(v)}; must be an int in "
                                        "[1, 2**31 - 1]")
                 got[name] = v
         elif need:
-            raise InteropError(f"{path}: problem_size={problem_size!r}; need a list of ints (Kernel Tuner records a "
-                               f"callable problem size as a string): give {need} in the mapping's shape")
+            raise InteropError(f"{path}: problem_size={shown(problem_size)}; need a list of ints (Kernel Tuner "
+                               f"records a callable problem size as a string): give {need} in the mapping's shape")
     missing = [e for e in EXTENTS if e not in got]
     if missing:
         raise InteropError(f"{path}: {where} records no problem_size for {missing}; give them in the shape of the "
@@ -152,12 +153,12 @@ def _check_source(path: Path, spec, mapping: Mapping, device_name, meta: dict) -
     if spec is not None and isinstance(device_name, str) and device_name.strip():
         have = device_slug(device_name, spec.api)
         if have != device_slug(spec.name, spec.api):        # the class by name (a CPU slug adds its workers)
-            raise InteropError(f"{path}: measured on {device_name!r} ({have!r}), but --preset is {spec.name!r} "
-                               f"({spec.slug!r}); pass the preset of the GPU the file was measured on")
+            raise InteropError(f"{path}: measured on {shown(device_name)} ({shown(have)}), but --preset is "
+                               f"{spec.name!r} ({spec.slug!r}); pass the preset of the GPU the file was measured on")
     for key, want in (("family", mapping.family), ("dtype", mapping.dtype), ("layout", mapping.layout)):
         have = meta.get(key)
         if isinstance(have, str) and have and have != want:
-            raise InteropError(f"{path}: the file says {key} {have!r}, the mapping {mapping.source} says {want!r}")
+            raise InteropError(f"{path}: the file says {key} {shown(have)}, the mapping {mapping.source} says {want!r}")
 
 
 def parse(path, mapping: Mapping, spec=None):
@@ -192,17 +193,21 @@ def parse(path, mapping: Mapping, spec=None):
         cache value that is one of :data:`ERROR_NAMES`, a T4 ``invalidity``
         other than ``"correct"``) has ``time_us`` NaN and ``error`` that
         name. Tune parameters the mapping does not name are ignored.
-    skipped : list of (int, str)
-        Entries not imported (index, reason): parameters that make no valid
-        config of the family, a mapped parameter missing, no positive time,
-        an unknown time unit, a truncated last line.
+    skipped : SkippedLines
+        Entries not imported (index, reason; the first thousand kept, all
+        counted): parameters that make no valid config of the family, a
+        mapped parameter missing, no positive time, an unknown time unit, a
+        T4 ``invalidity`` that is no string, a truncated last line.
 
     Raises
     ------
     InteropError
-        If the file is empty, not text, or neither format ("is this another
-        format?"); if a cache's ``problem_size`` has another length than the
-        mapping's ``problem_size`` or an extent is not a positive int; if an
+        If the file is not a regular file, larger than
+        :data:`~costlearn.interop.common.MAX_READ_BYTES`, empty, not UTF-8
+        text (a byte-order mark is allowed), or neither format ("is this
+        another format?"); if a cache's ``tune_params_keys`` is not a list;
+        if a cache's ``problem_size`` has another length than the mapping's
+        ``problem_size`` or an extent is not a positive int; if an
         extent is known neither from the file nor from the mapping's
         ``shape``; if the mapping names a parameter a cache's
         ``tune_params_keys`` lacks; if the file names another device than
@@ -214,11 +219,14 @@ def parse(path, mapping: Mapping, spec=None):
     out: list = []
     if kind == "cache":
         keys = doc.get("tune_params_keys")
+        if keys is not None and not isinstance(keys, list):
+            raise InteropError(f"{path}: tune_params_keys={shown(keys)}; must be a list of the tuned parameters' "
+                               "names")
         if isinstance(keys, list):
             absent = [kt for kt in mapping.params if kt not in keys]
             if absent:
                 raise InteropError(f"{path}: the mapping {mapping.source} names parameters {absent} this cache does "
-                                   f"not tune; its tune_params_keys are {keys}")
+                                   f"not tune; its tune_params_keys are {shown(keys, 240)}")
         _check_source(path, spec, mapping, doc.get("device_name"), {})
         m, n, k = _extents(mapping, doc.get("problem_size"), path, "the cache")
         for i, (key, entry) in enumerate(doc["cache"].items(), start=1):
@@ -233,7 +241,7 @@ def parse(path, mapping: Mapping, spec=None):
                 t = positive_time_us(entry["time"], TIME_UNITS["ms"], "time (ms)")
                 out.append(Measurement(i, m, n, k, dtype, layout, fam_name, cfg, t))
             except ValueError as e:
-                skipped.append((i, f"entry {str(key)[:60]!r}: {e}"[:240]))
+                skipped.add(i, f"entry {shown(key)}: {e}"[:240])
     else:
         meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
         _check_source(path, spec, mapping, meta.get("device_name"), meta)
@@ -248,8 +256,10 @@ def parse(path, mapping: Mapping, spec=None):
                 if times is not None and not isinstance(times, dict):
                     raise ValueError(f"times={shown(times)} is not an object")
                 inv = res.get("invalidity", "correct")
+                if not isinstance(inv, str) or not inv:
+                    raise ValueError(f"invalidity={shown(inv)}; must be a string ('correct' or why not)")
                 if inv != "correct":
-                    out.append(Measurement(i, m, n, k, dtype, layout, fam_name, cfg, math.nan, str(inv)[:80]))
+                    out.append(Measurement(i, m, n, k, dtype, layout, fam_name, cfg, math.nan, inv[:80]))
                     continue
                 ms = res.get("measurements")
                 hit = [x for x in ms if isinstance(x, dict) and x.get("name") == "time"] \
@@ -262,7 +272,7 @@ def parse(path, mapping: Mapping, spec=None):
                 t = positive_time_us(hit[0].get("value"), TIME_UNITS[unit], f"time ({unit})")
                 out.append(Measurement(i, m, n, k, dtype, layout, fam_name, cfg, t))
             except ValueError as e:
-                skipped.append((i, f"result {i}: {e}"[:240]))
+                skipped.add(i, f"result {i}: {e}"[:240])
     return out, skipped
 
 

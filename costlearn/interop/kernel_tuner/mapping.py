@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from costlearn.core.checks import shown
 from costlearn.core.problem import MAX_EXTENT
 from costlearn.families import FAMILIES, get_family
-from costlearn.interop.common import InteropError, config_class
+from costlearn.interop.common import MAX_READ_BYTES, InteropError, config_class, load_json, source_file
 
 __all__ = ["Mapping", "load_mapping", "is_int", "EXTENTS"]
 
@@ -99,13 +99,14 @@ def load_mapping(path) -> Mapping:
         key is not m/n/k or its value not an int in [1, 2**31 - 1]; an extent
         ends up unknown.
     """
-    path = Path(path)
     try:
+        path = source_file(path, verb="read as the mapping", max_bytes=MAX_READ_BYTES)
         text = path.read_text(encoding="utf-8")
+        d = load_json(text, path, "a mapping")
+    except InteropError as e:
+        raise InteropError(f"mapping {e}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise InteropError(f"mapping {path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
-    try:
-        d = json.loads(text)
     except json.JSONDecodeError as e:
         raise InteropError(f"mapping {path}: not JSON ({e})") from None
     if not isinstance(d, dict):
@@ -118,10 +119,14 @@ def load_mapping(path) -> Mapping:
         if k not in d:
             raise InteropError(f"mapping {path}: no {k!r}; required: ['family', 'dtype', 'params']")
     family = d["family"]
-    if family not in FAMILIES:
-        raise InteropError(f"mapping {path}: family={family!r}; allowed: {list(FAMILIES.names())}")
+    if not isinstance(family, str) or family not in FAMILIES:
+        raise InteropError(f"mapping {path}: family={shown(family)}; allowed: {list(FAMILIES.names())}")
     fam = get_family(family)
     dtype, layout = d["dtype"], d.get("layout", "NN")
+    for key, v in (("dtype", dtype), ("layout", layout)):
+        if not isinstance(v, str):
+            raise InteropError(f"mapping {path}: {key}={shown(v)}; must be a string the {family!r} family runs "
+                               f"({list(fam.dtypes if key == 'dtype' else fam.layouts)})")
     try:
         fam.check_dtype(dtype, layout)
     except ValueError as e:
@@ -130,26 +135,26 @@ def load_mapping(path) -> Mapping:
     fields = [f.name for f in dataclasses.fields(cls)]
     params = d["params"]
     if not isinstance(params, dict) or not params:
-        raise InteropError(f"mapping {path}: params={params!r}; must be a non-empty object of Kernel Tuner "
+        raise InteropError(f"mapping {path}: params={shown(params)}; must be a non-empty object of Kernel Tuner "
                            f"parameter name -> {family} config field ({fields})")
     seen: dict = {}
     for kt, f in params.items():
         if f not in fields:
-            raise InteropError(f"mapping {path}: params[{kt!r}]={f!r} is not a parameter of the {family!r} "
+            raise InteropError(f"mapping {path}: params[{shown(kt)}]={shown(f)} is not a parameter of the {family!r} "
                                f"family; allowed: {fields}")
         if f in seen:
-            raise InteropError(f"mapping {path}: params {seen[f]!r} and {kt!r} both map to {f!r}; each field "
-                               "takes one Kernel Tuner parameter")
+            raise InteropError(f"mapping {path}: params {shown(seen[f])} and {shown(kt)} both map to {shown(f)}; "
+                               "each field takes one Kernel Tuner parameter")
         seen[f] = kt
     fixed = d.get("fixed", {})
     if not isinstance(fixed, dict):
-        raise InteropError(f"mapping {path}: fixed={fixed!r}; must be an object of {family} config field -> value")
+        raise InteropError(f"mapping {path}: fixed={shown(fixed)}; must be an object of {family} config field -> value")
     for f in fixed:
         if f not in fields:
-            raise InteropError(f"mapping {path}: fixed[{f!r}] is not a parameter of the {family!r} family; "
+            raise InteropError(f"mapping {path}: fixed[{shown(f)}] is not a parameter of the {family!r} family; "
                                f"allowed: {fields}")
         if f in seen:
-            raise InteropError(f"mapping {path}: {f!r} is both mapped (from {seen[f]!r}) and fixed; give one")
+            raise InteropError(f"mapping {path}: {shown(f)} is both mapped (from {shown(seen[f])}) and fixed; give one")
     required = [f.name for f in dataclasses.fields(cls)
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     missing = [f for f in required if f not in seen and f not in fixed]
@@ -158,21 +163,21 @@ def load_mapping(path) -> Mapping:
                            "given in fixed (they have no default)")
     ps = d.get("problem_size", [])
     if not isinstance(ps, list):
-        raise InteropError(f"mapping {path}: problem_size={ps!r}; must be a list of 'm', 'n', 'k' or null, one "
+        raise InteropError(f"mapping {path}: problem_size={shown(ps)}; must be a list of 'm', 'n', 'k' or null, one "
                            "per entry of Kernel Tuner's problem_size")
     for i, e in enumerate(ps):
         if e is not None and e not in EXTENTS:
-            raise InteropError(f"mapping {path}: problem_size[{i}]={e!r}; allowed: 'm', 'n', 'k' or null")
+            raise InteropError(f"mapping {path}: problem_size[{i}]={shown(e)}; allowed: 'm', 'n', 'k' or null")
         if e is not None and ps.index(e) != i:
-            raise InteropError(f"mapping {path}: problem_size names {e!r} twice (entries {ps.index(e)} and {i})")
+            raise InteropError(f"mapping {path}: problem_size names {shown(e)} twice (entries {ps.index(e)} and {i})")
     shape = d.get("shape", {})
     if not isinstance(shape, dict):
-        raise InteropError(f"mapping {path}: shape={shape!r}; must be an object of 'm', 'n', 'k' -> int")
+        raise InteropError(f"mapping {path}: shape={shown(shape)}; must be an object of 'm', 'n', 'k' -> int")
     for k, v in shape.items():
         if k not in EXTENTS:
-            raise InteropError(f"mapping {path}: shape key {k!r}; allowed: 'm', 'n', 'k'")
+            raise InteropError(f"mapping {path}: shape key {shown(k)}; allowed: 'm', 'n', 'k'")
         if not is_int(v) or not 1 <= v <= MAX_EXTENT:
-            raise InteropError(f"mapping {path}: shape[{k!r}]={v!r}; must be an int in [1, 2**31 - 1]")
+            raise InteropError(f"mapping {path}: shape[{shown(k)}]={shown(v)}; must be an int in [1, 2**31 - 1]")
     unknown_ext = [e for e in EXTENTS if e not in shape and e not in ps]
     if unknown_ext:
         raise InteropError(f"mapping {path}: extents {unknown_ext} are unknown; name them in problem_size or "
