@@ -37,7 +37,8 @@ def add_info(sub) -> None:
                        "and on what, and its size. A model that does not load is listed with why.")
     p.add_argument("--models", default=None,
                    help="model store root (default: $COSTLEARN_MODELS, else the source tree's models/)")
-    p.add_argument("--model", default=None, help="model device folder: only its models (e.g. a100) (default: every one)")
+    p.add_argument("--model", default=None,
+                   help="model device folder: only its models (e.g. a100) (default: every one)")
     p.add_argument("--family", default=None, choices=FAMILIES.names(), help="only this kernel family")
     add_dtypes_arg(p, "every one")
     p.add_argument("--json", action="store_true", help="one JSON document: the store's root, its models, each with "
