@@ -16,6 +16,11 @@ import pytest
 os.environ["COSTLEARN_CACHE"] = tempfile.mkdtemp(prefix="costlearn-tests-cache-")
 
 ROOT = Path(__file__).resolve().parents[1]
+
+A100_LOGS = Path(os.environ.get("COSTLEARN_A100_LOGS") or ROOT.parent / "shared" / "data"
+                 / "inductor-autoheuristic-a100" / "a100_mm.zip")
+"""Inductor's public A100 AutoHeuristic logs: ``$COSTLEARN_A100_LOGS`` (one log, a folder of them or a zip
+holding ``a100/``), else the zip beside the checkout where this project keeps it."""
 DATA = ROOT / "data"
 MODELS = ROOT / "models"
 

@@ -4,15 +4,13 @@ minutes, and docs/architecture.md, the map of the code, naming every module
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import zipfile
-from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, import_script
+from conftest import A100_LOGS, ROOT, import_script
 from inductor_fixture import DEVICE, write_log
 
 from costlearn.interop import export_dataset, import_file
@@ -157,10 +155,6 @@ def test_the_readmes_kernel_tuner_mapping_imports_what_costlearns_export_wrote(t
     assert rep.rows_added == len(json.loads(ours[0].read_text())["cache"]) > 0
 
 
-A100_LOGS = Path(os.environ.get("COSTLEARN_A100_LOGS") or ROOT.parent / "shared" / "data"
-                 / "inductor-autoheuristic-a100" / "a100_mm.zip")
-"""Inductor's public A100 AutoHeuristic logs (tests/interop/test_interop_inductor.py): a zip holding ``a100/``,
-a folder, or one log."""
 TORCH_DTYPE = {("torch.float16", "not_float_32"): "float16", ("torch.bfloat16", "not_float_32"): "bfloat16",
                ("torch.float32", "False"): "float32", ("torch.float32", "True"): "tfloat32"}
 
@@ -175,7 +169,8 @@ def log_dtypes(name: str) -> set:
     else:
         path = A100_LOGS / name if A100_LOGS.is_dir() else A100_LOGS
         if path.name != name or not path.is_file():
-            pytest.skip(f"Inductor's A100 log {name} not found ($COSTLEARN_A100_LOGS: {A100_LOGS})")
+            pytest.skip(f"Inductor's A100 log {name} not found in {A100_LOGS} (set COSTLEARN_A100_LOGS to the "
+                        "logs' folder or zip)")
         text = path.read_text()
     pairs = {(f[3], f[11]) for f in (ln.split(",") for ln in text.splitlines()[2:]) if len(f) > 11}
     return {TORCH_DTYPE[p] for p in pairs}

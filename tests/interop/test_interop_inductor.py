@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import zipfile
 from pathlib import Path
@@ -20,12 +19,9 @@ import pytest
 
 from costlearn.collect.dataset import load
 from costlearn.interop import InteropError, import_file
-from conftest import ROOT
+from conftest import A100_LOGS
 from inductor_fixture import COLUMNS, HEADER, build_models
 
-A100_LOGS = Path(os.environ.get("COSTLEARN_A100_LOGS") or ROOT.parent / "shared" / "data"
-                 / "inductor-autoheuristic-a100" / "a100_mm.zip")
-"""The A100 random-shape AutoHeuristic log, as a file, a folder holding it or a zip holding it."""
 
 
 def _a100_log(tmp_path) -> Path:
