@@ -258,6 +258,7 @@ def test_out_of_distribution_predictions_print_as_guesses(capsys, model_dir):
     assert "GUESS" not in rest[0] and "(guess)" not in rest[0]
 
 
+@pytest.mark.slow
 def test_train_says_what_it_read_and_when_it_replaces_a_model(tmp_path, capsys):
     """`train` silently rewrote the committed model and did
     not name the data folder or device."""

@@ -234,6 +234,7 @@ def test_collect_stops_cleanly_when_the_device_is_lost_and_keeps_earlier_shapes(
     assert set(map(tuple, df[["m", "n", "k"]].drop_duplicates().to_numpy())) == {shapes[0]}
 
 
+@pytest.mark.slow
 def test_a_short_budget_measures_its_first_epilogue_instead_of_compiling_the_others(dataset_dir, dataset_rows,
                                                                                    tmp_path):
     """Regression: the README's `collect --budget 120` collected 7 rows on 2 cores: compiling the pools of the
@@ -260,6 +261,7 @@ def test_a_short_budget_measures_its_first_epilogue_instead_of_compiling_the_oth
     assert res.epilogues_left_out == [] and set(load(tmp_path / "long")[0]["epilogue"]) == set(EPILOGUES)
 
 
+@pytest.mark.slow
 def test_a_large_pool_compiles_while_the_budget_lasts_not_to_its_end(dataset_dir, dataset_rows, tmp_path,
                                                                       monkeypatch):
     """`collect --pool 100000000 --budget 10` was still compiling after 150 s: the first problem

@@ -185,6 +185,7 @@ def test_imported_rows_train_predict_and_the_vendor_is_a_candidate(tmp_path):
                      models_dir=models)
 
 
+@pytest.mark.slow
 def test_cli_import_train_every_pair_and_evaluate_no_measure(tmp_path, capsys):
     from costlearn.cli import main
     from inductor_fixture import write_log
@@ -210,6 +211,7 @@ def test_cli_import_train_every_pair_and_evaluate_no_measure(tmp_path, capsys):
 
 @pytest.mark.skipif(not A100_LOGS.exists(), reason="no A100 Inductor log: set COSTLEARN_A100_LOGS to a100_mm.txt "
                     "(github.com/AlnisM/autoheuristic-datasets), a folder holding it or a zip holding a100/a100_mm.txt")
+@pytest.mark.slow
 def test_the_real_a100_log_imports_whole(tmp_path):
     rep = import_file("inductor", _a100_log(tmp_path), device="a100", data_root=tmp_path / "data")
     df, report = load(rep.folder)
@@ -258,6 +260,7 @@ def test_a_header_only_log_writes_no_device_folder(tmp_path):
     assert not (tmp_path / "data").exists()
 
 
+@pytest.mark.slow
 def test_train_with_a_log_of_one_problem_trains_every_pair(tmp_path, capsys):
     """Regression: `costlearn train` on three imported A100 logs stopped with rc 2 after writing three models
     ("need rows from at least 2 problems to fit, got 1"), without naming the pair: one log held a single problem
@@ -276,6 +279,7 @@ def test_train_with_a_log_of_one_problem_trains_every_pair(tmp_path, capsys):
     assert "held-out problems (5 regions of shapes)" in cap.out        # the one-problem log trains no fold
 
 
+@pytest.mark.slow
 def test_train_names_a_pair_it_could_not_train_and_trains_the_others(tmp_path, capsys, monkeypatch):
     """A pair whose training fails is skipped, named with the reason, and the rest are trained (rc 0); when
     none can be, train stops naming each (rc 2)."""

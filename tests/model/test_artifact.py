@@ -246,6 +246,7 @@ def test_a_training_killed_at_any_write_leaves_the_old_model_or_the_new_one_serv
     assert not (dst / "scorer.npz").exists()                          # and the files of the first model
 
 
+@pytest.mark.slow
 def test_a_reader_whose_model_is_replaced_twice_while_it_reads_gets_the_new_one(model_dir, tmp_path, monkeypatch):
     """A predict_best reloading during a retrain saw an ArtifactError ("retry") once in 2,653 loads.
     Here two saves complete between the reader's read of the sidecar and of the files it names (the first

@@ -55,6 +55,7 @@ def _shapes(n: int, seed: int) -> list:
     return [tuple(int(v) for v in np.exp(rng.uniform(0, np.log(8192), 3)).astype(int).clip(1)) for _ in range(n)]
 
 
+@pytest.mark.slow
 def test_a_model_replaced_by_a_retrain_is_served_by_the_running_process_and_no_answer_mixes_two(store, tmp_path):
     """Eight threads ask predict_best while another process
     replaces the model: every answer is the old model's or the new one's, whole, and the new one answers within
