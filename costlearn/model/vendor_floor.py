@@ -184,6 +184,7 @@ class VendorFloor:
                                     np.log1p(self.model_regret[idx]))
         self._all = (self.points, np.log1p(self.vendor_regret), np.log1p(self.model_regret))
         self._layout_count = {lay: int(np.sum(self.layout_of == lay)) for lay in self.layouts}
+        self._transfer_words: dict = {}     # transfer_reason's words of each layout (made at the first use)
 
     def near(self, m: int, n: int, k: int, layout: str) -> tuple[float, float]:
         """Geometric-mean (vendor, model) held-out regret over the
@@ -284,15 +285,24 @@ class VendorFloor:
         transferred estimate and the answer (``keeps``: the vendor)."""
         if estimate is None or self.estimate is None or not self.is_far(distance):
             return None
+        _, a, b, s = self.transfer
+        t = a + b * estimate.mean_log2                  # transferred(estimate, distance).mean_log2
+        head, middle = self._transfer_words.get(layout) or self._transfer_text(layout)
+        return (f"{head}{nearest}, {distance:.2f}{middle}{2.0 ** t:.2f} ({2.0 ** (t - 2 * s):.2f}-"
+                f"{2.0 ** (t + 2 * s):.2f}): {'the vendor library is kept' if keeps else 'a tile config is chosen'}")
+
+    def _transfer_text(self, layout: str) -> tuple:
+        """The words of :meth:`transfer_reason` that depend on ``layout``
+        alone (before the nearest shape's text, and between its distance and
+        the expected ratio), made once per layout."""
         near, a, b, s = self.transfer
-        t = self.transferred(estimate, distance).mean_log2
         count = self._layout_count.get(layout, 0)
-        answer = "the vendor library is kept" if keeps else "a tile config is chosen"
-        return (f"no training problem within {near:g} doublings (nearest {nearest}, {distance:.2f} doublings away "
-                f"in log-shape and aspect space; {count} {layout} problems measured): as held out by region, the "
-                f"vendor model's estimates here held as {a:+.2f} + {b:.2f} x estimate, spread {s:.2f} doublings, "
-                f"so best tile / vendor is expected at {2.0 ** t:.2f} ({2.0 ** (t - 2 * s):.2f}-"
-                f"{2.0 ** (t + 2 * s):.2f}): {answer}")
+        words = (f"no training problem within {near:g} doublings (nearest ",
+                 f" doublings away in log-shape and aspect space; {count} {layout} problems measured): as held out "
+                 f"by region, the vendor model's estimates here held as {a:+.2f} + {b:.2f} x estimate, spread "
+                 f"{s:.2f} doublings, so best tile / vendor is expected at ")
+        self._transfer_words[layout] = words
+        return words
 
     @staticmethod
     def plain() -> "VendorFloor":

@@ -132,13 +132,11 @@ class Answers:
                                   math.nan, None)
             return self._made(m, n, k, layout, epilogue, top_k, order, scores, tuple(reasons), "predicted",
                               2.0 ** (scores[0] - decision[1]), res.estimate)
-        if problem is None:
-            problem = Problem(m, n, k, self.dtype, layout, epilogue)
         if time_may:
-            reasons += ood.time_reasons(problem, 2.0 ** scores[0])
+            reasons += ood.time_reasons(m, n, k, 2.0 ** scores[0])
         nearest = (res.nearest, res.nearest_distance)
         choice = self.vendor_policy.decide(problem, order, scores, fallback, vendor_near, res.estimate, nearest) \
-            if decision is None else self.vendor_policy.decided(problem, order, scores, decision, res.estimate, nearest)
+            if decision is None else self.vendor_policy.decided(layout, order, scores, decision, res.estimate, nearest)
         if choice.doubt:
             reasons.append(choice.doubt)
         if running_on is not None or not self.says_nothing:

@@ -159,12 +159,11 @@ class OODVerdict:
         parts = self.level_parts.get(level)
         return None if parts is None else f"{parts[0]}{m}x{n}x{k}{parts[1]}"
 
-    def time_reasons(self, problem: Problem, best_us: float) -> list:
-        """Why a predicted ``best_us`` (microseconds) for ``problem`` cannot be
-        right: faster than the device's peak allows, or than its memory
-        bandwidth allows where A, B and C exceed the L2; empty for a model
-        that predicts no time."""
-        m, n, k = problem.m, problem.n, problem.k
+    def time_reasons(self, m: int, n: int, k: int, best_us: float) -> list:
+        """Why a predicted ``best_us`` (microseconds) for the problem of
+        extents ``m, n, k`` cannot be right: faster than the device's peak
+        allows, or than its memory bandwidth allows where A, B and C exceed
+        the L2; empty for a model that predicts no time."""
         reasons = []
         if self._peak_flop_per_us is not None:
             flops = 2 * m * n * k

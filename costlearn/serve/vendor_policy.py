@@ -111,13 +111,13 @@ class VendorPolicy:
         elif self.floor.keeps_vendor(scores[tile] - v_score, vendor_near, estimate, nearest[1]):
             chosen_by = "vendor_floor"
         far = estimate is not None and self.floor.estimate is not None and self.floor.is_far(nearest[1])
-        return self._choice(order, scores, tile, chosen_by, v_score, estimate, problem, nearest, far,
+        return self._choice(order, scores, tile, chosen_by, v_score, estimate, problem.layout, nearest, far,
                             not far and self.floor.estimate_reason(estimate) is not None)
 
-    def decided(self, problem: Problem, order: list, scores: list, decision: tuple, estimate,
+    def decided(self, layout: str, order: list, scores: list, decision: tuple, estimate,
                 nearest: tuple) -> VendorChoice:
-        """:meth:`decide`'s answer from the decision the native ranker made
-        in its call (:attr:`costlearn.ranker.RankResult.decision`: the bits,
+        """:meth:`decide`'s answer, for a problem of ``layout``, from the
+        decision the native ranker made in its call (:attr:`costlearn.ranker.RankResult.decision`: the bits,
         the vendor's score), for the same ranking ``order``/``scores``,
         ``estimate`` and ``nearest``; only the words (the vendor model's
         doubt, a far problem's transfer) are made here, where their bits are
@@ -129,23 +129,23 @@ class VendorPolicy:
         chosen_by, tile = CHOSEN_BY[bits >> 4 & 3], (bits >> 6 & 3) - 1
         if tile < 0:
             return VendorChoice(order, scores, chosen_by)
-        return self._choice(order, scores, tile, chosen_by, v_score, estimate, problem, nearest,
+        return self._choice(order, scores, tile, chosen_by, v_score, estimate, layout, nearest,
                             bool(bits & DECISION_FAR), bool(bits & DECISION_DOUBT))
 
     def _choice(self, order: list, scores: list, tile: int, chosen_by: str, v_score: float, estimate,
-                problem: Problem, nearest: tuple, far: bool, doubt: bool) -> VendorChoice:
+                layout: str, nearest: tuple, far: bool, doubt: bool) -> VendorChoice:
         """The VendorChoice of a decision: the ranking with the answer first
         (the best tile config, at ``tile`` in it, or the vendor, whose score
         is ``v_score``), the ratio of the two, the estimate the decision
         used (transferred where ``far``) and the words of ``far`` or
-        ``doubt``."""
+        ``doubt`` (a problem of ``layout``)."""
         vi = self.vendor_index
         ratio = 2.0 ** (scores[tile] - v_score)
         words = None
         if far:
             i, distance = nearest
             text = self.ranker.envelope.shape_text(i) if i >= 0 else "none"
-            words = self.floor.transfer_reason(estimate, distance, problem.layout, text, chosen_by != "predicted")
+            words = self.floor.transfer_reason(estimate, distance, layout, text, chosen_by != "predicted")
             estimate = self.floor.transferred(estimate, distance)
         elif doubt:
             words = self.floor.estimate_reason(estimate)

@@ -519,13 +519,13 @@ def test_the_native_rankers_decision_is_the_floors_on_every_branch(predictor):
                     near = (res.nearest, res.nearest_distance)
                     want = policy.decide(q, order, scores, fallback, vendor_near, res.estimate, near)
                     bits = res.decision[0]
-                    got = policy.decided(q, order, scores, res.decision, res.estimate, near)
+                    got = policy.decided(q.layout, order, scores, res.decision, res.estimate, near)
                     assert (got.order, got.scores, got.chosen_by, got.doubt, got.estimate) == \
                         (want.order, want.scores, want.chosen_by, want.doubt, want.estimate), (q, floor.floor)
                     assert got.ratio == want.ratio or (math.isnan(got.ratio) and math.isnan(want.ratio))
                     assert ood.decided_reasons(q.m, q.n, q.k, (res.nearest, res.nearest_distance), res.model_near,
                                                bits & DECISION_OUTSIDE, bits & DECISION_UNSURE) == reasons
-                    timed = ood.time_reasons(q, 2.0 ** scores[0])
+                    timed = ood.time_reasons(q.m, q.n, q.k, 2.0 ** scores[0])
                     assert bits & DECISION_TIME or not timed, q             # clear: no time reason, for sure
                     seen.update([want.chosen_by] + ["pruned"] * (vi not in order)
                                 + [name for name, bit in (("outside", DECISION_OUTSIDE), ("unsure", DECISION_UNSURE),
