@@ -7,18 +7,22 @@ import sys
 import time
 from pathlib import Path
 
-from costlearn.cli.common import DATA_HELP, add_dtypes_arg, dataset_folder, models_out, old_spelling, positive_int
+from costlearn.cli.common import (DATA_HELP, add_dtypes_arg, dataset_folder, models_out, nonneg_int, old_spelling,
+                                  positive_int)
 from costlearn.collect.sampler import STRATEGIES
 from costlearn.core.progress import ProgressLog
 from costlearn.families import FAMILIES
 
 
-def train_stage(data, models_dir, *, family: str | None, dtypes, learner: str, feature_set: str | None) -> list:
+def train_stage(data, models_dir, *, family: str | None, dtypes, learner: str, feature_set: str | None,
+                if_new_problems: int | None = None) -> list:
     """Train one model per (family, dtype) pair of a dataset folder (those of
     ``family`` and ``dtypes`` where given) and print each held-out table; a
     pair with too few rows, or whose training fails with a ValueError or
     ArtifactError, is skipped, named with the reason, and the others are
-    trained.
+    trained. With ``if_new_problems`` N, a pair whose model in the store was
+    trained on all but fewer than N of its problems is left as it is, in one
+    line (:func:`costlearn.learn.retrain.new_problems`).
 
     Returns
     -------
@@ -33,12 +37,14 @@ def train_stage(data, models_dir, *, family: str | None, dtypes, learner: str, f
     """
     from costlearn.collect.dataset import load
     from costlearn.model.artifact_layout import ArtifactError, models_root
+    from costlearn.learn.retrain import new_problems
     from costlearn.learn.train import MIN_PROBLEMS, MIN_ROWS, pair_counts, train
     folder = dataset_folder(data)
     settings = {} if feature_set is None else dict(feature_set=feature_set)
     with ProgressLog() as progress:
         progress(f"reading {folder}")
-        counts = pair_counts(load(folder)[0])
+        frame = load(folder)[0]
+        counts = pair_counts(frame)
     asked = [p for p in sorted(counts) if (family is None or p[0] == family) and (not dtypes or p[1] in dtypes)]
     if not asked:
         which = f"{family or '*'}/{'|'.join(dtypes) if dtypes else '*'}"
@@ -55,6 +61,15 @@ def train_stage(data, models_dir, *, family: str | None, dtypes, learner: str, f
         if (fam, dt) in skipped:
             print(f"skipping {fam}/{dt}: {skipped[fam, dt]}", file=sys.stderr)
             continue
+        if if_new_problems is not None:
+            news = new_problems(folder, models_root(models_dir or None), family=fam, dtype=dt, frame=frame)
+            if not news.due(if_new_problems):
+                print(f"{news.folder} is current: {news.new} new problem{'' if news.new == 1 else 's'} since it was "
+                      f"trained, fewer than --if-new-rows {if_new_problems}; not retrained")
+                continue
+            if news.has_model:
+                print(f"{news.folder}: {news.new} new problems since it was trained (--if-new-rows "
+                      f"{if_new_problems}); retraining", file=sys.stderr)
         t0 = time.perf_counter()
         try:
             with ProgressLog() as progress:          # a line per stage in a log, at least every EVERY_S s
@@ -133,7 +148,7 @@ def _print_trained(res, learner: str = "xgboost") -> None:
 def cmd_train(args) -> int:
     models_out(args.models)
     train_stage(args.data, args.models, family=args.family, dtypes=args.dtype, learner=args.learner,
-                feature_set=args.feature_set)
+                feature_set=args.feature_set, if_new_problems=args.if_new_rows)
     return 0
 
 
@@ -192,6 +207,10 @@ def add_train(sub) -> None:
     old_spelling(p, "--model", "--learner", check=MODELS.names())
     p.add_argument("--feature-set", default=None, choices=FEATURE_SETS.names(),
                    help="features a gradient-boosted model uses (default: analytic; raw and derived are ablations)")
+    p.add_argument("--if-new-rows", type=nonneg_int, default=None, metavar="N",
+                   help="retrain a (family, dtype) model only where the dataset holds at least N problems (M, N, K, "
+                   "dtype, layout, epilogue) it was not trained on, or it has no model yet; else say so and leave it "
+                   "(default: always train)")
     p.set_defaults(func=cmd_train)
 
 

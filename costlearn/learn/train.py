@@ -20,6 +20,7 @@ from costlearn.features import CandidateFeatures, ConfigTable, get_feature_set
 from costlearn.learn.coverage import data_coverage
 from costlearn.learn.holdout import calibrate_floor, heldout_folds, heldout_problems
 from costlearn.learn.metrics import evaluate_rows, random_scores, summarize
+from costlearn.learn.retrain import trained_problems
 from costlearn.model import BASELINES, artifact, artifact_save, get_model
 from costlearn.model.artifact_layout import SIDECAR, model_folder
 from costlearn.model.base import CostModel
@@ -253,8 +254,8 @@ def _training_rows(data_dir: Path, family, dtype, exclude_sources) -> tuple:
 def _training_record(data_dir: Path, df: pd.DataFrame, rows: pd.DataFrame, n_shapes: int, report, stale: int,
                      exclude_sources) -> dict:
     """The sidecar's ``training`` entry: what :func:`train` fitted on (``df``: the pair's current rows; ``rows``:
-    their valid ones)."""
-    return dict(dataset=str(data_dir), rows=int(len(rows)), shapes=n_shapes,
+    their valid ones; ``problems``: :func:`costlearn.learn.retrain.trained_problems`)."""
+    return dict(dataset=str(data_dir), rows=int(len(rows)), shapes=n_shapes, problems=trained_problems(rows),
                 rows_total=int(len(df)), status_counts=df["status"].value_counts().to_dict(),
                 run_ids=sorted(rows["run_id"].unique().tolist()),
                 protocol_versions=sorted(int(v) for v in rows["protocol_version"].unique()),
