@@ -9,7 +9,8 @@ from pathlib import Path
 
 from costlearn.cli.common import (DATA_HELP, SHAPE_SYNTAX, add_measure_args, add_problem_args, check_family_dtype,
                                   device_backend, device_folders, is_cpu, is_device_folder, nonneg_int, old_spelling,
-                                  parse_shapes, pool_size, positive_float, positive_int, positive_seconds, protocol_of)
+                                  parse_shapes, pool_size, positive_float, positive_int, positive_seconds, protocol_of,
+                                  tuning_db_target)
 from costlearn.collect.backends import auto_name
 from costlearn.collect.sampler import ShapeBounds
 from costlearn.collect.sampler import STRATEGIES
@@ -86,19 +87,51 @@ def _collection_defaults(spec, data_root, family: str, dtype: str, pool, configs
     return bounds, device_dataset_folder(data_root, spec.slug), size, per_shape
 
 
+def asked_shapes(target, device: str, family: str, dtype: str, epilogues, data, shapes) -> list:
+    """``--shapes-from-db``: the problems compilers asked of ``device`` (the tuning database ``target``, None: the
+    default; :func:`costlearn.serve.asked.asked_problems`), least certain first, then the user's ``shapes``; says
+    on stderr how many, how ordered and what was left out.
+
+    Raises
+    ------
+    ValueError, OSError
+        As :func:`costlearn.serve.asked.asked_problems`.
+    """
+    from costlearn.serve.asked import asked_problems
+    got = asked_problems(target, device, family, dtype, layout=COLLECTED_LAYOUT, epilogues=epilogues, data_dir=data)
+    d = got.distances_log2
+    how = (f", least certain first (farthest from {got.model}'s training shapes: {d[0]:.2f} to {d[-1]:.2f} "
+           "doublings)" if d else f", oldest first (no {family}/{dtype} model of {device} to rank them)"
+           if got.problems else "")
+    left = ([f"{got.measured} measured in {data} already"] if got.measured else []) + \
+        [f"{n} of {why}" for why, n in sorted(got.left_out.items())]
+    print(f"tuning database {got.target}: {got.asked} {family} problems compilers asked of {device}; measuring "
+          f"{len(got.problems)} of them first{how}" + (f"; left out {', '.join(left)}" if left else "")
+          + (f" (a collection measures {dtype} {COLLECTED_LAYOUT}, epilogues {' '.join(epilogues)})"
+             if got.left_out else ""), file=sys.stderr)
+    return got.problems + list(shapes or ())
+
+
+COLLECTED_LAYOUT = "NN"
+"""The layout a collection from the command line measures."""
+
+
 def collect_stage(backend, data_root, *, family: str, dtype: str, budget_s: float, pool: int | None,
                   configs_per_shape: int | None, max_extent: int | None, max_flops: float | None, shapes,
                   protocol, seed: int, progress: bool, recheck: int = 0, epilogues=("none",),
-                  strategy: str = "random"):
+                  strategy: str = "random", shapes_from_db=False):
     """Collect into ``<data_root>/<device>/`` (each problem with one of
     ``epilogues``, the shapes chosen by ``strategy``, :func:`costlearn.collect.loop.collect`) and print the
     summary, then
     (``recheck`` > 0) re-time that many shapes in a new process
-    (:func:`recheck_in_new_session`); returns (dataset folder, CollectResult)."""
+    (:func:`recheck_in_new_session`); returns (dataset folder, CollectResult). ``shapes_from_db``: False, or the
+    tuning database (None: the default) whose asked problems go before ``shapes`` (:func:`asked_shapes`)."""
     from costlearn.collect.loop import collect
     spec = backend.spec
     bounds, out, pool, per_shape = _collection_defaults(spec, data_root, family, dtype, pool, configs_per_shape,
                                                         max_extent, max_flops)
+    if shapes_from_db is not False:
+        shapes = asked_shapes(shapes_from_db, spec.slug, family, dtype, epilogues, out, shapes)
     print(f"device: {spec.name} ({backend.name}); dataset: {out}; {family}/{dtype}; pool {pool} configs, up to "
           f"{per_shape} a shape; "
           f"shapes M,N,K <= {bounds.max_extent}, 2MNK <= {bounds.max_flops:.3g}; epilogues {', '.join(epilogues)}; "
@@ -208,37 +241,45 @@ def cmd_collect(args) -> int:
     if not epilogues or (args.epilogues and len(epilogues) < len(asked)):
         raise ValueError(f"--epilogues {' '.join(asked)}: the {args.family!r} family fuses {list(fam.epilogues)}")
     shapes = parse_shapes(args.shapes, files=True, dtype=args.dtype) if args.shapes else None
-    strategy = resolve_strategy(args.strategy, shapes)
+    from_db = False if args.shapes_from_db is None else args.shapes_from_db or None    # None: the default target
+    if from_db is not False and args.strategy not in (None, "prior"):
+        raise ValueError(f"--shapes-from-db: the problems compilers asked are the prior's (--strategy prior), not "
+                         f"the {args.strategy} strategy's")
+    strategy = "prior" if from_db is not False else resolve_strategy(args.strategy, shapes)
     if args.ray is not None:
         fleet_collect_stage(args.ray or None, args.workers, args.device, args.data, family=args.family,
                             dtype=args.dtype, budget_s=args.budget, pool=args.pool,
                             configs_per_shape=args.configs_per_shape, max_extent=args.max_extent,
                             max_flops=args.max_flops, shapes=shapes, protocol=protocol_of(args), seed=args.seed,
-                            progress=not args.no_progress, epilogues=epilogues, strategy=strategy)
+                            progress=not args.no_progress, epilogues=epilogues, strategy=strategy,
+                            shapes_from_db=from_db)
         return 0
     collect_stage(device_backend(args.device, args.family), args.data, family=args.family, dtype=args.dtype,
                   budget_s=args.budget, pool=args.pool, configs_per_shape=args.configs_per_shape,
                   max_extent=args.max_extent, max_flops=args.max_flops, shapes=shapes, protocol=protocol_of(args),
                   seed=args.seed, progress=not args.no_progress, recheck=args.recheck, epilogues=epilogues,
-                  strategy=strategy)
+                  strategy=strategy, shapes_from_db=from_db)
     return 0
 
 
 def fleet_collect_stage(address, workers, device: str, data_root, *, family: str, dtype: str, budget_s: float,
                         pool: int | None, configs_per_shape: int | None, max_extent: int | None,
                         max_flops: float | None, shapes, protocol, seed: int, progress: bool, epilogues=("none",),
-                        strategy: str = "random"):
+                        strategy: str = "random", shapes_from_db=False):
     """``collect --ray``: start one worker per device on a Ray cluster
     (:func:`costlearn.collect.fleet.start_fleet`) and collect into
     ``<data_root>/<device>/`` with the defaults :func:`collect_stage` uses
     for that device (:func:`costlearn.collect.fleet.collect_fleet`); print the same
-    summary and what the fleet lost. Returns (dataset folder, FleetResult)."""
+    summary and what the fleet lost (``shapes_from_db``: as :func:`collect_stage`). Returns (dataset folder,
+    FleetResult)."""
     from costlearn.collect.fleet import collect_fleet, start_fleet
     backend = auto_name(family) if device == "auto" else device
     with start_fleet(backend, workers=workers, address=address) as fleet:
         spec = fleet.spec
         bounds, out, pool, per_shape = _collection_defaults(spec, data_root, family, dtype, pool, configs_per_shape,
                                                             max_extent, max_flops)
+        if shapes_from_db is not False:
+            shapes = asked_shapes(shapes_from_db, spec.slug, family, dtype, epilogues, out, shapes)
         print(f"fleet: {len(fleet.members)} workers of {spec.name} ({fleet.backend}) on Ray; dataset: {out}; "
               f"{family}/{dtype}; pool {pool} configs, up to {per_shape} a shape; shapes M,N,K <= {bounds.max_extent}, "
               f"2MNK <= {bounds.max_flops:.3g}; epilogues {', '.join(epilogues)}; strategy {strategy}", file=sys.stderr)
@@ -288,6 +329,13 @@ def add_collect(sub) -> None:
                    help="collect on a Ray cluster, one worker per device, into <data>/<device>/ here: ADDRESS of "
                    "its head (host:6379, ray://host:10001); without ADDRESS the cluster `ray start` made on this "
                    "machine, else a new local one; --recheck is not run (pip install 'costlearn[ray]')")
+    p.add_argument("--shapes-from-db", nargs="?", const="", default=None, type=tuning_db_target, metavar="PATH|URL",
+                   help="the prior starts from the problems compilers asked of this device class (the tuning "
+                   "database's predicted entries, read-only; those measured there or in --data left out), of "
+                   "--dtype, layout NN and --epilogues, least certain first: farthest from the training shapes of "
+                   "this device's model in the store ($COSTLEARN_MODELS, else the source tree's models/), else "
+                   "oldest first; then --shapes (default database: $COSTLEARN_TUNING_DB, else tuning.sqlite in the "
+                   "user cache)")
     p.add_argument("--workers", type=positive_int, default=None, metavar="N",
                    help="with --ray: workers to start (default: one per GPU of the cluster; for a CPU OpenCL "
                    "device, one per machine)")

@@ -129,7 +129,7 @@ def run_collection(executor: Executor, out_dir, *, budget_s: float, family: str,
             epilogue=in_play[0], active=active, protocol=protocol)
         problems = plan_problems(stream, dtype, layout, epilogues, seed, drawn=not exact, in_play=in_play)
         sw = Stopwatch()
-        total = len(shapes) * len(epilogues) if exact else min(
+        total = sum(1 if isinstance(s, Problem) else len(epilogues) for s in shapes) if exact else min(
             math.inf if max_problems is None else max_problems, math.inf if candidates is None else len(candidates))
         total = None if not math.isfinite(total) else int(total)
         run = Run(fam, dtype, layout, pool, epilogues, protocol, seed, uuid.uuid4().hex[:12], budget_s, t_start, total,
@@ -250,8 +250,26 @@ def _checked_plan(executor, family: str, dtype: str, layout: str, epilogues, str
     if strategy == "active" and check_active(active).cost == "auto":    # a budget of problems or of seconds
         active = dataclasses.replace(active, cost="problem" if max_problems is not None else "second")
     if shapes is not None:
-        shapes = [Problem(*s, dtype, layout).shape for s in shapes]
+        shapes = [_given(s, dtype, layout, epilogues, strategy) for s in shapes]
     return fam, epilogues, active, shapes, max_problems
+
+
+def _given(shape, dtype: str, layout: str, epilogues: tuple, strategy: str):
+    """A given shape as (M, N, K), checked as a problem's extents; a :class:`Problem` kept as it is, where it is of
+    the collection's ``dtype`` and ``layout``, one of its ``epilogues``, and not for ``active``.
+
+    Raises
+    ------
+    ValueError, TypeError
+        As :class:`Problem`, or a Problem another collection measures.
+    """
+    if not isinstance(shape, Problem):
+        return Problem(*shape, dtype, layout).shape
+    if strategy == "active":
+        raise ValueError(f"shape {shape}: the active strategy chooses among shapes (M, N, K), not problems")
+    if (shape.dtype, shape.layout) != (dtype, layout) or shape.epilogue not in epilogues:
+        raise ValueError(f"shape {shape}: this collection measures {dtype} {layout} with epilogues {list(epilogues)}")
+    return shape
 
 
 def _recorded(executor, fam, dtype: str, layout: str, epilogues) -> dict | None:
@@ -322,10 +340,13 @@ def collect(backend: Backend, out_dir, *, budget_s: float = 180.0, family: str =
     max_problems : int, optional
         Stop after this many problems (a shape with one epilogue) measured by
         this call (``max_shapes``: its old name, deprecated).
-    shapes : list of (int, int, int), optional
+    shapes : list of (int, int, int) or Problem, optional
         Measure these shapes (in order) instead of random ones; with
         ``strategy="prior"``, the user's shapes the prior starts from; with
-        ``"active"``, the only shapes it chooses among.
+        ``"active"``, the only shapes it chooses among. A :class:`Problem`
+        (of ``dtype`` and ``layout``, not for ``"active"``) is measured with
+        its own epilogue, which must be one of ``epilogues``: the problems
+        compilers asked (:func:`costlearn.serve.asked.asked_problems`).
     pool : list of configs of ``family``, optional
         Candidate pool to use instead of drawing one (``pool_size`` is then
         ignored); an evaluation passes a model's candidate set.

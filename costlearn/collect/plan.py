@@ -246,11 +246,12 @@ def plan_problems(shapes, dtype: str, layout: str, epilogues, seed: int, drawn: 
     """The problems a collection measures, in order: each shape of
     ``shapes`` with one epilogue of ``epilogues`` drawn for it (``drawn``,
     random shapes: seeded by the shape), or with every one of them in turn
-    (given shapes: an evaluation compares the epilogues on the same shapes).
+    (given shapes: an evaluation compares the epilogues on the same shapes);
+    a :class:`Problem` among them as it is.
 
     Parameters
     ----------
-    shapes : iterable of (int, int, int)
+    shapes : iterable of (int, int, int) or Problem
     dtype, layout : str
     epilogues : sequence of str
     seed : int
@@ -274,6 +275,9 @@ def plan_problems(shapes, dtype: str, layout: str, epilogues, seed: int, drawn: 
     """
     epilogues = check_epilogues(epilogues)
     for shape in shapes:
+        if isinstance(shape, Problem):          # a problem given with its epilogue (checked by the caller)
+            yield shape
+            continue
         m, n, k = shape
         if drawn:
             pick = epilogues[0]

@@ -15,6 +15,7 @@ import numpy as np
 from costlearn.collect.real_shapes import real_model_shape
 from costlearn.collect.sampler import ShapeBounds, distinct_shapes, iter_shapes
 from costlearn.core.errors import warn
+from costlearn.core.problem import Problem
 
 __all__ = ["RandomShapes", "PriorShapes", "nearest_unused"]
 
@@ -28,7 +29,13 @@ proposed, taken as a user shape with another token count (its M, or its K
 for a weight gradient, times a power of two in 1/16 ... 16)."""
 
 
+def _extents(shape) -> tuple:
+    """(M, N, K) of a stream's item: a shape, or a :class:`Problem` given with its epilogue."""
+    return shape.shape if isinstance(shape, Problem) else tuple(shape)
+
+
 def _fits(shape, bounds: ShapeBounds) -> bool:
+    shape = _extents(shape)
     m, n, k = shape
     return (all(bounds.min_extent <= x <= bounds.max_extent for x in shape) and 2.0 * m * n * k <= bounds.max_flops)
 
@@ -78,7 +85,8 @@ class RandomShapes:
 class PriorShapes:
     """The ``prior`` strategy: real models' shapes.
 
-    Yields first the user's shapes (in their order), then an endless stream
+    Yields first the user's shapes (in their order; a :class:`Problem` among
+    them is yielded as it is, keeping its epilogue), then an endless stream
     mixing three sources: with probability :data:`PRIOR_COVERAGE_SHARE` a
     log-uniform shape (:func:`~costlearn.collect.sampler.iter_shapes`); else,
     where the user gave shapes, with probability
@@ -94,8 +102,11 @@ class PriorShapes:
     ----------
     bounds : ShapeBounds
     seed : int
-    user_shapes : list of (int, int, int), optional
-        The shapes of the user's own models (``collect --shapes FILE``).
+    user_shapes : list of (int, int, int) or Problem, optional
+        The shapes of the user's own models (``collect --shapes FILE``), or
+        the problems compilers asked (``collect --shapes-from-db``: each a
+        Problem, measured with its epilogue; with ``candidates``, the
+        nearest candidate shape with that epilogue).
     candidates : list of (int, int, int), optional
 
     Raises
@@ -106,7 +117,7 @@ class PriorShapes:
 
     def __init__(self, bounds: ShapeBounds, seed: int, user_shapes=(), candidates=None):
         self.bounds, self.seed = bounds, seed
-        given = [tuple(int(x) for x in s) for s in (user_shapes or ())]
+        given = [s if isinstance(s, Problem) else tuple(int(x) for x in s) for s in (user_shapes or ())]
         self.candidates = None if candidates is None else sorted(set(map(tuple, candidates)))
         self.given = given
         self.user_shapes = given if self.candidates is not None else [s for s in given if _fits(s, bounds)]
@@ -114,7 +125,7 @@ class PriorShapes:
             out = [s for s in given if s not in self.user_shapes]
             warn(f"costlearn: {len(out)} of the {len(given)} shapes given lie outside the collection's bounds "
                  f"(M, N, K <= {bounds.max_extent}, 2MNK <= {bounds.max_flops:.3g}) and are not measured "
-                 f"(first: {'x'.join(map(str, out[0]))}); their other token counts inside the bounds are "
+                 f"(first: {'x'.join(map(str, _extents(out[0])))}); their other token counts inside the bounds are "
                  "(raise --max-extent or --max-flops to measure them)")
 
     def draws(self):
@@ -128,7 +139,7 @@ class PriorShapes:
             if u < PRIOR_COVERAGE_SHARE:
                 yield next(coverage)
             elif self.given and rng.random() < USER_NEIGHBOUR_SHARE:
-                m, n, k = self.given[int(rng.integers(len(self.given)))]
+                m, n, k = _extents(self.given[int(rng.integers(len(self.given)))])
                 scale = 2.0 ** int(rng.integers(-4, 5))
                 if k > max(m, n) and rng.random() < 0.5:           # a weight gradient: tokens are K
                     yield m, n, max(1, int(round(k * scale)))
@@ -145,8 +156,9 @@ class PriorShapes:
         logs = np.log2(np.asarray(self.candidates, np.float64))
         used = np.zeros(len(self.candidates), bool)
         for s in self.draws():
-            i = nearest_unused(s, logs, used)
+            i = nearest_unused(_extents(s), logs, used)
             if i is None:
                 return
             used[i] = True
-            yield self.candidates[i]
+            yield Problem(*self.candidates[i], s.dtype, s.layout, s.epilogue) if isinstance(s, Problem) \
+                else self.candidates[i]

@@ -165,8 +165,9 @@ def shape_stream(strategy: str, bounds: ShapeBounds, seed: int, *, candidates=No
     seed : int
     candidates : list of (int, int, int), optional
         The only shapes the backend can measure, or the user offers.
-    user_shapes : list of (int, int, int)
-        ``prior``: the user's own shapes.
+    user_shapes : list of (int, int, int) or Problem
+        ``prior``: the user's own shapes, or problems with their epilogue
+        (the ones compilers asked: :func:`costlearn.serve.asked.asked_problems`).
     measured, candidate_rows, spec, settings, layout, cost_s :
         ``active``: see :class:`~costlearn.collect.active_shapes.ActiveShapes`.
 

@@ -65,6 +65,28 @@ def test_a_users_shape_outside_the_bounds_is_named_and_not_measured():
     assert all(2 * m * n * k <= cpu.max_flops for m, n, k in shapes)
 
 
+def test_a_given_problem_keeps_its_epilogue_and_its_other_token_counts_are_drawn_as_shapes(dataset_dir, tmp_path):
+    """The problems compilers asked (collect --shapes-from-db) reach the prior as Problems."""
+    from costlearn.collect.backends.replay import ReplayBackend
+    from costlearn.collect.loop import collect
+    from costlearn.collect.plan import plan_problems
+    from costlearn.core.problem import Problem
+    asked = [Problem(128, 768, 768, "float32", "NN", "bias_gelu"), (64, 64, 64)]
+    shapes = _take(PriorShapes(GPU, 0, user_shapes=asked), 300)
+    assert shapes[:2] == asked
+    assert any(s[1:] == (768, 768) and s[0] != 128 for s in shapes[2:] if not isinstance(s, Problem))
+    assert list(plan_problems(shapes[:1], "float32", "NN", ("none", "bias"), 0, drawn=True)) == asked[:1]
+    near = list(PriorShapes(GPU, 0, user_shapes=asked[:1], candidates=[(1, 2, 3), (100, 700, 800)]))
+    assert near == [Problem(100, 700, 800, "float32", "NN", "bias_gelu"), (1, 2, 3)]     # the nearest candidate
+    be = ReplayBackend(dataset_dir)
+    for strategy, epilogues, says in [("active", ("bias_gelu",), "the active strategy chooses among shapes"),
+                                      ("prior", ("none",), r"this collection measures float32 NN with epilogues "
+                                                         r"\['none'\]")]:
+        with pytest.raises(ValueError, match=says):
+            collect(be, tmp_path / "d", strategy=strategy, shapes=asked, epilogues=epilogues, progress=False,
+                    active=SMALL)
+
+
 def test_over_candidates_every_strategy_proposes_each_candidate_once():
     cands = sample_shapes(60, GPU, np.random.default_rng(3))
     for stream in (RandomShapes(GPU, 0, cands), PriorShapes(GPU, 0, candidates=cands)):
