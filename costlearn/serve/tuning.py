@@ -136,6 +136,9 @@ class Tuner:
         self.holder = f"{host_name()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
         """This tuner's name on the leases it takes."""
         self.spool = spool_for(db)
+        self.template_hash = (backend.provenance().get("template_hash") or "") if backend is not None else ""
+        """The kernel template the backend times (a replay's: its recording's), which keys this tuner's entries;
+        "" where the backend names none or there is no backend: the family's own."""
 
     def tune(self, problem: Problem, *, top_k: int = 5, measure_top_k: int = 0, running_on=None) -> Prediction:
         """The predictor's answer through the tuning database, measuring its
@@ -167,7 +170,8 @@ class Tuner:
         where = backend.spec if backend is not None else (running_on or pred.spec)
         p = pred.predict(problem, max(top_k, measure_top_k + (pred.vendor_index is not None)), running_on)
         fam = pred.artifact.family
-        key = (problem, fam.name, where.slug, fam.template_hash)
+        template = self.template_hash or fam.template_hash
+        key = (problem, fam.name, where.slug, template)
         hit, away = read_entry(db, *key, spec=where)
         if away is None and self.spool.deliver(db):      # what was just delivered may answer this very problem
             hit, away = read_entry(db, *key, spec=where)
@@ -181,7 +185,7 @@ class Tuner:
         note = f"the tuning database was not read ({away}); answered from the model" if away else ""
         if not measure_top_k:
             if away is None:
-                _put(db, TuningEntry(problem, fam.name, where.slug, fam.template_hash, __version__, p.config,
+                _put(db, TuningEntry(problem, fam.name, where.slug, template, __version__, p.config,
                                      "predicted", p.time_us, {c.config_id: t for c, t in p.top_k}, pred.source))
             return p._replace(top_k=p.top_k[:top_k], tuning_db_note=note)
         if away is None and not _lease(db, *key, self.holder):
