@@ -2,6 +2,7 @@
 Tuner, T4)."""
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
@@ -9,15 +10,24 @@ from costlearn.cli.common import (DATA_HELP, add_dtypes_arg, dataset_folder, old
                                   tuning_db_target, typed_flag)
 from costlearn.core.device import PRESETS
 from costlearn.core.files import check_output
+from costlearn.core.progress import ProgressLog
 
 
 LUT_FORMAT = "inductor-lut"
 """``costlearn export inductor-lut``: a model's choices as PyTorch Inductor's template lookup table."""
+DB_FORMAT = "tuning-db"
+"""``costlearn import tuning-db``: a tuning database's measurements of one device class (not a file format)."""
 
 
 def cmd_import(args) -> int:
     from costlearn.interop import import_file
     from costlearn.interop.common import ImportInterrupted
+    if args.format == DB_FORMAT:
+        return _import_tuning_db(args)
+    if args.device_class is not None:
+        raise ValueError(f"--device-class is {DB_FORMAT}'s; an {args.format} file names its device with --preset")
+    if args.file is None:
+        raise ValueError(f"`costlearn import {args.format} FILE`: give the file to import")
     if args.preset is None:
         raise ValueError(f"--preset is required: the named device the file was measured on "
                          f"({', '.join(PRESETS.names())})")
@@ -26,6 +36,32 @@ def cmd_import(args) -> int:
         rep = import_file(args.format, args.file, device=args.preset, data_root=args.data, mapping=args.mapping)
     except KeyboardInterrupt as e:                 # before the writing began (the file's hash): nothing written
         raise e if isinstance(e, ImportInterrupted) else ImportInterrupted(args.file, None) from None
+    print(rep.summary())
+    if not rep.already_imported:
+        print(f"next: costlearn train --data {rep.folder} --models MODELS")
+    return 0
+
+
+def _import_tuning_db(args) -> int:
+    from costlearn.interop import import_tuning_db
+    from costlearn.interop.common import ImportInterrupted
+    if args.device_class is None:
+        raise ValueError(f"--device-class is required: the device slug of the measurements to import (a tuning "
+                         f"database key's device, e.g. {', '.join(PRESETS.names())})")
+    if args.mapping is not None:
+        raise ValueError(f"--mapping is kernel-tuner's; {DB_FORMAT} needs none")
+    try:
+        target = tuning_db_target(args.file) if args.file is not None else None
+    except argparse.ArgumentTypeError as e:
+        raise ValueError(f"TARGET: {e}") from None
+    check_output(args.data, "--data", folder=True)
+    try:
+        with ProgressLog() as progress:
+            rep = import_tuning_db(target, device_class=args.device_class, data_root=args.data, preset=args.preset,
+                                   progress=progress)
+    except KeyboardInterrupt as e:                 # while reading the database: nothing written
+        raise e if isinstance(e, ImportInterrupted) else ImportInterrupted(args.file or "the tuning database",
+                                                                           None) from None
     print(rep.summary())
     if not rep.already_imported:
         print(f"next: costlearn train --data {rep.folder} --models MODELS")
@@ -78,19 +114,31 @@ def _export_lut(args) -> int:
 def add_import(sub) -> None:
     from costlearn.interop import IMPORT_FORMATS
 
-    p = sub.add_parser("import", help="import measurements another tool made (Inductor logs, Kernel Tuner)",
-                       usage="costlearn import [-h] --preset PRESET [--data DATA] [--mapping MAPPING] FORMAT FILE",
+    p = sub.add_parser("import", help="import measurements another tool made (Inductor logs, Kernel Tuner) or a "
+                       "tuning database holds",
+                       usage="costlearn import [-h] --preset PRESET [--data DATA] [--mapping MAPPING] FORMAT FILE\n"
+                       "       costlearn import tuning-db [TARGET] --device-class SLUG [--preset PRESET] "
+                       "[--data DATA]",
                        description="Read a file of measurements made by another tool into DATA/<device>/ as "
                        "dataset rows (source file, format and sha256 recorded; the same file twice adds nothing; "
-                       "malformed lines are reported and skipped; a failed import writes nothing).")
-    p.add_argument("format", choices=IMPORT_FORMATS, metavar="FORMAT",
+                       "malformed lines are reported and skipped; a failed import writes nothing). tuning-db reads "
+                       "every measurement a tuning database (a file or a postgresql:// URL, opened read-only) holds "
+                       "of one device class, each with its host, clocks and tuning; run again, it adds only new "
+                       "measurements.")
+    p.add_argument("format", choices=[*IMPORT_FORMATS, DB_FORMAT], metavar="FORMAT",
                    help="inductor: PyTorch Inductor AutoHeuristic mm log; "
                    "inductor-lut: an Inductor lookup table whose entries carry time_us or time_ms; "
-                   "kernel-tuner: a Kernel Tuner cache file or T4 results JSON (needs --mapping)")
-    p.add_argument("file", metavar="FILE", help="the file to import")
+                   "kernel-tuner: a Kernel Tuner cache file or T4 results JSON (needs --mapping); "
+                   "tuning-db: a tuning database's measurements (needs --device-class)")
+    p.add_argument("file", metavar="FILE", nargs="?", default=None,
+                   help="the file to import (tuning-db: the database, a file or a postgresql:// URL without a "
+                   "password; default: $COSTLEARN_TUNING_DB, else the user cache's)")
     p.add_argument("--preset", default=None, help="the named device the file was measured on (h200, h100, a100); "
-                   "the file's header or keys, where it has them, must agree (required)")
+                   "the file's header or keys, where it has them, must agree (required; tuning-db: only where "
+                   "--device-class is not a preset)")
     old_spelling(p, "--device", "--preset")
+    p.add_argument("--device-class", default=None, metavar="SLUG", help="tuning-db: the device slug of the "
+                   "measurements to import, as the database's keys hold it (e.g. a100)")
     p.add_argument("--data", default="data", help=f"{DATA_HELP}: rows go to the preset's folder (default: data)")
     p.add_argument("--mapping", default=None, help="kernel-tuner: JSON file mapping the kernel's parameter names "
                    "to a family's (see the README)")

@@ -7,6 +7,10 @@ Import formats (``costlearn import FORMAT FILE --preset PRESET --data DIR``):
 - ``kernel-tuner``: a Kernel Tuner cache file or T4 results JSON, with a
   mapping file from the kernel's parameters to a family's (:mod:`.kernel_tuner`).
 
+A tuning database, not a file format (``costlearn import tuning-db [TARGET]
+--device-class SLUG --data DIR``): every measurement its hosts took of one
+device class (:func:`import_tuning_db`, :mod:`.tuning_db_import`).
+
 Export formats (``costlearn export FORMAT --data DIR --out FOLDER``): a
 dataset as Kernel Tuner cache files (``kernel-tuner``) or T4 results and
 metadata (``t4``).
@@ -21,9 +25,10 @@ from costlearn.core.registry import Registry
 from costlearn.core.files import sha256_file
 from costlearn.interop.common import (Importer, ImportReport, InteropError, Measurement, import_measurements,
                                       resolve_device, source_file)
+from costlearn.interop.tuning_db_import import import_tuning_db
 
 __all__ = ["IMPORTERS", "EXPORTERS", "IMPORT_FORMATS", "EXPORT_FORMATS", "import_file", "export_dataset",
-           "InteropError", "ImportReport", "Importer", "Measurement"]
+           "import_tuning_db", "InteropError", "ImportReport", "Importer", "Measurement"]
 
 IMPORTERS = Registry("import format", {"inductor": "costlearn.interop.inductor.autoheuristic:InductorImporter",
                                        "inductor-lut": "costlearn.interop.inductor.lut_sources:InductorLutImporter",

@@ -29,7 +29,7 @@ from costlearn.core.errors import CostlearnError
 
 __all__ = ["InteropError", "ImportInterrupted", "ImportReport", "Measurement", "Importer", "import_measurements",
            "device_folder", "FAILED", "SkippedLines", "IMPORT_CHUNK_ROWS", "IMPORT_LOCK", "config_class", "load_json",
-           "positive_time_us", "source_file", "MAX_READ_BYTES"]
+           "positive_time_us", "source_file", "MAX_READ_BYTES", "ROW_COLUMNS"]
 
 FAILED = "failed"
 """Status of an imported row whose source recorded a failure (an ``inf``
@@ -78,6 +78,11 @@ class Measurement:
     epilogue : str
         What the measured kernel computed after A @ B
         (:data:`costlearn.core.problem.EPILOGUES`): ``"bias"`` for an ``addmm``.
+    columns : dict of str to value
+        Dataset columns of :data:`ROW_COLUMNS` this measurement carries itself
+        (its own quantiles, samples, clocks, host, time, environment), in
+        place of the import's (``n_samples`` 1, the quantiles equal to
+        ``time_us``, the importing host, now); empty for a file's line.
     """
 
     line: int
@@ -92,6 +97,15 @@ class Measurement:
     error: str = ""
     strides: tuple = ()
     epilogue: str = "none"
+    columns: dict = field(default_factory=dict)
+
+
+ROW_COLUMNS = ("time_us_p20", "time_us_p80", "n_samples", "rse", "sm_clock_mhz", "mem_clock_mhz", "temperature_c",
+               "throttled", "host", "timestamp", "run_id", "session_id", "template_hash", "costlearn_version",
+               "driver_version", "runtime_version", "library_version", "device_settings")
+"""The dataset columns a :class:`Measurement` may set itself (``columns``):
+per-row provenance, where a source (a tuning database) records it per
+measurement."""
 
 
 class SkippedLines(list):
@@ -140,6 +154,8 @@ class ImportReport:
         The last part written.
     parts : int
         Parts written (one per :data:`IMPORT_CHUNK_ROWS` new rows at most).
+    unit : str
+        What ``skipped`` counts, for the summary: ``"line"`` of a file, ``"row"`` of a database.
     """
 
     format: str
@@ -153,21 +169,25 @@ class ImportReport:
     part: Path | None = None
     duplicates: int = 0
     parts: int = 0
+    unit: str = "line"
 
     def summary(self, max_lines: int = 5) -> str:
         """A few lines: what was added where, and the first skipped lines."""
         if self.already_imported:
-            return f"{self.file} (sha256 {self.sha256[:12]}): its measurements are already in {self.folder}; " \
-                "nothing added"
-        s = [f"imported {self.rows_added} rows ({self.failed} failed measurements) from {self.file} "
-             f"[{self.format}, sha256 {self.sha256[:12]}] into {self.folder}"]
+            s = [f"{self.file} (sha256 {self.sha256[:12]}): its measurements are already in {self.folder}; "
+                 "nothing added"]
+            if self.unit == "line":
+                return s[0]
+        else:
+            s = [f"imported {self.rows_added} rows ({self.failed} failed measurements) from {self.file} "
+                 f"[{self.format}, sha256 {self.sha256[:12]}] into {self.folder}"]
         if self.duplicates:
-            s.append(f"left out {self.duplicates} measurements already in the folder (the same lines of an earlier "
-                     "import of this log)")
+            s.append(f"left out {self.duplicates} measurements already in the folder (the same {self.unit}s of an "
+                     f"earlier import of this {'log' if self.unit == 'line' else 'source'})")
         if self.skipped:
             total = getattr(self.skipped, "total", len(self.skipped))
-            s.append(f"skipped {total} line{'s' if total != 1 else ''} (malformed, or nothing costlearn maps):")
-            s += [f"  line {ln}: {why}" for ln, why in self.skipped[:max_lines]]
+            s.append(f"skipped {total} {self.unit}{'s' if total != 1 else ''} (malformed, or nothing costlearn maps):")
+            s += [f"  {self.unit} {ln}: {why}" for ln, why in self.skipped[:max_lines]]
             if total > max_lines:
                 s.append(f"  ... and {total - max_lines} more")
         return "\n".join(s)
@@ -405,14 +425,16 @@ def _chunks(measurements, size: int):
 
 
 def import_measurements(fmt: str, path, measurements, skipped, spec: DeviceSpec, data_root, *,
-                        sha256: str | None = None) -> ImportReport:
+                        sha256: str | None = None, source_name: str | None = None, unit: str = "line") -> ImportReport:
     """Write parsed measurements of one source file as dataset parts, a
     chunk of :data:`IMPORT_CHUNK_ROWS` at a time (memory bounded by a chunk).
 
     Every row records ``source_format``, ``source_file`` (the file's name),
     ``source_sha256`` and ``source_line``; ``protocol_version`` is
     :data:`~costlearn.collect.dataset.IMPORTED_PROTOCOL`, ``run_id`` is
-    ``import-<sha256[:12]>``. A measurement the folder holds from the same
+    ``import-<sha256[:12]>``; a measurement's own columns
+    (:attr:`Measurement.columns`: a tuning database's host, clocks, tuning)
+    take the place of the import's. A measurement the folder holds from the same
     format at the same line with the same problem, config and time is not
     added again (:data:`KEY_COLUMNS`): importing a file twice adds nothing,
     a log that grew by appending (or a copy with other line endings) adds
@@ -436,7 +458,15 @@ def import_measurements(fmt: str, path, measurements, skipped, spec: DeviceSpec,
     data_root : path
         Data root; rows go to ``<data_root>/<spec.slug>/``.
     sha256 : str, optional
-        The file's sha256 if already computed.
+        The file's sha256 if already computed; required where ``source_name`` is given.
+    source_name : str, optional
+        The source when it is not a file (a tuning database's redacted URL):
+        its rows' ``source_file`` and the name messages and the report give
+        it; ``path`` is then that name, never opened. By default the file's
+        name (``source_file``) and ``path`` as given.
+    unit : str
+        What a measurement's position in the source is, for messages and the report's summary
+        (:attr:`ImportReport.unit`): ``"line"`` of a file, ``"row"`` of a database.
 
     Returns
     -------
@@ -454,23 +484,25 @@ def import_measurements(fmt: str, path, measurements, skipped, spec: DeviceSpec,
     """
     so_far: list = []
     try:
-        return _import_measurements(fmt, path, measurements, skipped, spec, data_root, sha256, so_far)
+        return _import_measurements(fmt, path, measurements, skipped, spec, data_root, sha256, so_far, source_name,
+                                    unit)
     except KeyboardInterrupt:
-        raise ImportInterrupted(path, so_far[0] if so_far else None) from None
+        raise ImportInterrupted(source_name or path, so_far[0] if so_far else None) from None
 
 
 def _import_measurements(fmt: str, path, measurements, skipped, spec: DeviceSpec, data_root, sha256,
-                         so_far: list) -> ImportReport:
+                         so_far: list, source_name: str | None, unit: str) -> ImportReport:
     """:func:`import_measurements`; ``so_far`` gets its report once made."""
-    path = Path(path)
+    path = Path(path) if source_name is None else source_name
     sha = sha256 or sha256_file(path)
     chunks = _chunks(measurements, IMPORT_CHUNK_ROWS)
     first = next(chunks, None)
     if first is None:               # before the device folder is made: a failed import writes nothing
-        lines = "; ".join(f"line {ln}: {why}" for ln, why in list(skipped)[:3])
-        raise InteropError(f"{path}: no measurement found in this {fmt} file" + (f" ({lines})" if lines else ""))
+        lines = "; ".join(f"{unit} {ln}: {why}" for ln, why in list(skipped)[:3])
+        what = f"this {fmt} file" if source_name is None else "it"
+        raise InteropError(f"{path}: no measurement found in {what}" + (f" ({lines})" if lines else ""))
     folder = device_folder(data_root, spec)
-    rep = ImportReport(format=fmt, file=str(path), sha256=sha, folder=folder)
+    rep = ImportReport(format=fmt, file=str(path), sha256=sha, folder=folder, unit=unit)
     so_far.append(rep)
     stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
     prov = dict(device_slug=spec.slug, device_name=spec.name, api=spec.api, compute_capability=spec.compute_capability,
@@ -478,7 +510,8 @@ def _import_measurements(fmt: str, path, measurements, skipped, spec: DeviceSpec
                 library_version="", host=socket.gethostname(), costlearn_version=__version__,
                 schema_version=SCHEMA_VERSION, run_id=f"import-{sha[:12]}", timestamp=stamp,
                 protocol_version=IMPORTED_PROTOCOL, distribution="", density=math.nan, rounds=0, source_format=fmt,
-                source_file=path.name, source_sha256=sha, session_id=f"import-{sha[:12]}", device_settings="")
+                source_file=path.name if source_name is None else source_name, source_sha256=sha,
+                session_id=f"import-{sha[:12]}", device_settings="")
     described: dict = {}
     with FolderLock(folder, "an import", IMPORT_LOCK):
         known = _known_keys(folder, fmt)
@@ -534,4 +567,25 @@ def _rows(chunk: list, prov: dict, described: dict) -> pd.DataFrame:
                   overhead_us=nan, compile_s=nan, repeat_time_us=nan, rotation_sets=0, rse=nan, stop_reason="",
                   tied_best=False, samples_us="", sm_clock_mhz=nan, mem_clock_mhz=nan, temperature_c=nan,
                   throttled=False, throttle_reasons="", **prov)
-    return rows.assign(**consts)
+    return _own_columns(rows.assign(**consts), chunk)
+
+
+def _own_columns(rows: pd.DataFrame, chunk: list) -> pd.DataFrame:
+    """``rows`` (of the measurements ``chunk``, in order) with the columns the
+    measurements carry themselves (:attr:`Measurement.columns`) in place of
+    the import's; the same frame where none carries any.
+
+    Raises
+    ------
+    ValueError
+        Naming a column not in :data:`ROW_COLUMNS`.
+    """
+    own = sorted({c for x in chunk for c in x.columns})
+    if not own:
+        return rows
+    unknown = [c for c in own if c not in ROW_COLUMNS]
+    if unknown:
+        raise ValueError(f"a measurement sets the columns {unknown}; it may set {list(ROW_COLUMNS)}")
+    for c in own:
+        rows[c] = [x.columns.get(c, v) for x, v in zip(chunk, rows[c].tolist())]
+    return rows

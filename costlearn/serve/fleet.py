@@ -34,9 +34,9 @@ from costlearn.families import get_family
 from costlearn.families.base import VENDOR_CONFIG_ID
 
 __all__ = ["DAMAGED", "parse_json", "check_name", "Measurement", "Verdict", "decide", "host_name", "environment",
-           "measurements_from_rows", "NOISE_FLOOR", "LEASE_S", "MAX_LEASE_S", "lease_seconds", "MEASUREMENT_COLUMNS",
-           "CREATE_MEASUREMENTS", "CREATE_LEASES", "INSERT_MEASUREMENT", "SELECT_MEASUREMENTS",
-           "SELECT_ALL_MEASUREMENTS", "TAKE_LEASE", "FREE_LEASE"]
+           "measurements_from_rows", "measurement_from_row", "NOISE_FLOOR", "LEASE_S", "MAX_LEASE_S", "lease_seconds",
+           "MEASUREMENT_COLUMNS", "CREATE_MEASUREMENTS", "CREATE_LEASES", "INSERT_MEASUREMENT", "SELECT_MEASUREMENTS",
+           "SELECT_ALL_MEASUREMENTS", "SELECT_DEVICE_MEASUREMENTS", "TAKE_LEASE", "FREE_LEASE"]
 
 NOISE_FLOOR = 0.002
 """Relative difference under which two configs' times are always a tie:
@@ -84,6 +84,9 @@ SELECT_MEASUREMENTS = f"SELECT {_VALUES} FROM measurements WHERE {_WHERE}"
 """One key's measurements (the columns after the key)."""
 SELECT_ALL_MEASUREMENTS = f"SELECT {_KEY_NAMES}, {_VALUES} FROM measurements ORDER BY measured"
 """Every measurement, key columns first."""
+SELECT_DEVICE_MEASUREMENTS = (f"SELECT {_KEY_NAMES}, {_VALUES} FROM measurements WHERE device = ? "
+                              "ORDER BY measured, tuning_id, config_id")
+"""Every measurement of one device class (its slug), key columns first, in a fixed order."""
 MAX_LEASE_S = 3600.0
 """The longest lease: one that claims to run longer (a hostile or damaged
 row: a date far ahead, text, infinity, NaN) is taken over as expired."""
@@ -259,15 +262,32 @@ def measurements_from_rows(rows, family: str) -> list[Measurement]:
     out = []
     for r in rows:
         try:
-            config_id, host, tuning_id, p20, p50, p80, samples, rse, clocks, env, measured = r
-            fam.config_from_id(config_id)
-            m = Measurement(config_id, p20, p50, p80, samples, host, tuning_id, parse_json(clocks), parse_json(env),
-                            str(measured), rse)
-            check(m)
+            m = measurement_from_row(r, fam)
         except DAMAGED:
             continue
         out.append(m)
     return out
+
+
+def measurement_from_row(row, fam) -> Measurement:
+    """The measurement of one stored row (the columns of
+    :data:`SELECT_MEASUREMENTS`) of the kernel family ``fam`` (a
+    :class:`~costlearn.families.base.KernelFamily`), checked.
+
+    Raises
+    ------
+    ValueError, TypeError, OverflowError, RecursionError
+        (:data:`DAMAGED`) Saying what is wrong where the row is damaged or
+        hostile: a config id that is not one of ``fam``'s, JSON that is not
+        a dict of at most :data:`MAX_JSON_CHARS` characters, a value
+        :func:`check` refuses.
+    """
+    config_id, host, tuning_id, p20, p50, p80, samples, rse, clocks, env, measured = row
+    fam.config_from_id(check_name("measurement config_id", config_id))
+    m = Measurement(config_id, p20, p50, p80, samples, host, tuning_id, parse_json(clocks), parse_json(env),
+                    str(measured), rse)
+    check(m)
+    return m
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """The queries both tuning databases answer, written once
 (:class:`TuningStore`): the entries (``get``, ``get_many``, ``put``,
-``entries``), a tuning's measurements (``record``, ``measurements``), a
-compiler's cached files (``get_blobs``, ``put_blob``) and the leases of
-:mod:`costlearn.serve.fleet` (``take_lease``, ``free_lease``), each over
-its store's way of running a statement. The stores are
+``entries``), a tuning's measurements (``record``, ``measurements``,
+``device_measurements``), a compiler's cached files (``get_blobs``,
+``put_blob``) and the leases of :mod:`costlearn.serve.fleet`
+(``take_lease``, ``free_lease``), each over its store's way of running a
+statement. The stores are
 :class:`~costlearn.serve.tuning_db.TuningDB` (an SQLite file) and
 :class:`~costlearn.serve.tuning_db_server.ServerTuningDB` (a PostgreSQL
 server); their statements and rows are :mod:`costlearn.serve.tuning_rows`'.
@@ -12,7 +13,8 @@ from __future__ import annotations
 
 from costlearn.core.problem import Problem
 from costlearn.core.version import __version__
-from costlearn.serve.fleet import FREE_LEASE, SELECT_ALL_MEASUREMENTS, TAKE_LEASE, Verdict, check_name, lease_seconds
+from costlearn.serve.fleet import (FREE_LEASE, SELECT_ALL_MEASUREMENTS, SELECT_DEVICE_MEASUREMENTS, TAKE_LEASE, Verdict,
+                                   check_name, lease_seconds)
 from costlearn.serve.tuning_rows import (KEY_COLUMNS, MANY, PUT_BLOB, UPSERT, TuningEntry, blob_values, decode_many,
                                          decode_row, entries_from_rows, entry_values, key_args, key_values,
                                          measurement_rows, measurements_by_key, record_in, select_blobs, select_entry,
@@ -189,6 +191,25 @@ class TuningStore:
         a store made before measurements (a file of an older schema read as
         it is, a server made by an older costlearn)."""
         return measurements_by_key(self._table_rows("measurements", self._statement(SELECT_ALL_MEASUREMENTS)))
+
+    def device_measurements(self, device: str) -> list:
+        """Every stored measurement row of the device class ``device`` as it
+        is stored, unchecked: tuples of the 10 key values then the 11 columns
+        of :data:`costlearn.serve.fleet.SELECT_MEASUREMENTS`, ordered by
+        ``measured``, ``tuning_id``, ``config_id``; none in a store made
+        before measurements. For a reader that reports each row it cannot
+        use (:func:`costlearn.serve.fleet.measurement_from_row` decodes one)
+        instead of leaving it out as :meth:`measurements` does.
+
+        Raises
+        ------
+        TypeError, ValueError
+            A ``device`` that is not a name (:func:`costlearn.serve.fleet.check_name`).
+        OSError
+            The store cannot be read.
+        """
+        params = (check_name("device", device),)
+        return self._table_rows("measurements", self._statement(SELECT_DEVICE_MEASUREMENTS), params)
 
     def get_blobs(self, cache_key: str, filenames) -> dict:
         """The stored files of ``filenames`` under ``cache_key``, ``{name:
