@@ -233,7 +233,7 @@ def test_measuring_while_the_database_is_away_spools_and_the_next_call_delivers(
     first call that reaches the store again; nothing measured twice, nothing lost."""
     from costlearn.serve.tuning import Tuner
     pred, db = _model(tmp_path)
-    backend = type("Backend", (), {"spec": pred.spec})()
+    backend = type("Backend", (), {"spec": pred.spec, "provenance": lambda self: {}})()
     tuner = Tuner(pred, db, backend)
     tuner.spool = Spool("t", folder=tmp_path / "spool")
     tuner._measure = lambda q, configs: tuning("h1", "eeeeeeee" + str(q.m), {c.config_id: 10.0 + i
@@ -253,7 +253,7 @@ def test_measuring_while_the_database_is_away_spools_and_the_next_call_delivers(
 def test_another_host_holding_the_lease_means_answering_from_the_model_without_measuring(tmp_path):
     from costlearn.serve.tuning import Tuner
     pred, db = _model(tmp_path)
-    tuner = Tuner(pred, db, type("Backend", (), {"spec": pred.spec})())
+    tuner = Tuner(pred, db, type("Backend", (), {"spec": pred.spec, "provenance": lambda self: {}})())
     tuner._measure = lambda q, configs: pytest.fail("measured under another host's lease")
     problem = pred.problem(48, 64, 96)
     assert db.take_lease(problem, "gemm", pred.spec.slug, pred.artifact.family.template_hash, "other", seconds=60)

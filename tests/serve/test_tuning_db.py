@@ -339,7 +339,7 @@ def _stood_in_tuner(tmp_path):
     from costlearn.serve.tuning import Tuner
     from inductor_fixture import DEVICE, build_models
     pred = Predictor(artifact_layout.model_folder(build_models(tmp_path), DEVICE, "triton_mm", "float16"))
-    backend = type("Backend", (), {"spec": pred.spec})()
+    backend = type("Backend", (), {"spec": pred.spec, "provenance": lambda self: {}})()
     tuner = Tuner(pred, TuningDB(tmp_path / "t.sqlite", create=True), backend=backend)
     asked = []
     tuner._measure = lambda q, configs: (asked.extend(configs), [
@@ -553,3 +553,28 @@ def test_an_empty_file_opened_read_only_is_no_database_yet_not_no_such_table(tmp
     db = TuningDB(path)                                         # a writer: a new database in the empty file
     db.put(entry())
     assert len(TuningDB(path, read_only=True).entries()) == 1
+
+
+def test_a_replayed_fleets_entries_carry_the_template_of_the_kernel_its_recording_timed(tmp_path):
+    """Regression: a tuner keyed its entries by the family's own kernel template whatever its backend timed, so the
+    measurements of a replayed Inductor log (Inductor's kernel) became rows of costlearn's template, and training
+    refused the folder holding both ("rows come from 2 kernel templates")."""
+    from costlearn.collect.backends.replay import ReplayBackend
+    from costlearn.collect.dataset import load
+    from costlearn.families import get_family
+    from costlearn.interop import import_file
+    from costlearn.model import artifact_layout
+    from costlearn.serve.predictor import Predictor
+    from costlearn.serve.tuning import Tuner
+    from inductor_fixture import DEVICE, build_models, write_log
+    pred = Predictor(artifact_layout.model_folder(build_models(tmp_path), DEVICE, "triton_mm", "float16"))
+    write_log(tmp_path / "stream.txt", [(640, 768, 512)], ["NN"])
+    import_file("inductor", tmp_path / "stream.txt", device=DEVICE, data_root=tmp_path / "stream")
+    backend = ReplayBackend(tmp_path / "stream" / DEVICE)
+    db = TuningDB(tmp_path / "t.sqlite", create=True)
+    got = Tuner(pred, db, backend).tune(pred.problem(640, 768, 512, "NN"), measure_top_k=2)
+    assert got.chosen_by == "measured"
+    fam = get_family("triton_mm")
+    (entry,) = db.entries()
+    assert entry.template_hash == fam.imported_template_hash != fam.template_hash
+    assert set(load(tmp_path / "stream" / DEVICE)[0]["template_hash"]) == {entry.template_hash}

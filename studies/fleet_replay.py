@@ -1,0 +1,300 @@
+"""A fleet that learns, replayed on recorded logs: does what its hosts measure
+make the model better where its users compile?
+
+    python -m studies.fleet_replay --train LOG[,LOG] --stream LOG[,LOG] --device PRESET
+                                   --top-k K --retrain-every N [--work DIR] [--json FILE]
+                                   [--train-share F] [--dtype DTYPE] [--report FILE]
+
+LOG: a PyTorch Inductor AutoHeuristic mm log (a text file), or
+``ARCHIVE.zip:MEMBER`` for one inside a zip archive. The fleet starts from a
+model trained (``costlearn.learn.train.train``, as ``costlearn train``) on the
+``--train`` logs (with ``--train-share F``: the problems whose key hashes
+below F, as ``studies.thin_data`` draws its thin splits). It then compiles the
+``--stream`` logs' problems in order (each log's problems in the order they
+first appear in it, the logs one after another), each answered twice:
+
+- **pure**: ``Predictor.predict`` (``predict_best``'s answer, vendor floor
+  included);
+- **measured**: :class:`costlearn.serve.tuning.Tuner` with
+  ``measure_top_k=K`` on a replay backend of the stream logs: the model's top
+  K tile configs plus cuBLAS are timed (their times read from the log; a
+  config the log never timed on the problem cannot be measured and is
+  counted as ``unmeasurable``), recorded in a SQLite tuning database under
+  ``--work``, and the database's verdict is the answer; a problem the
+  database already holds measured is answered from it and spends nothing.
+
+Every ``--retrain-every`` N problems the database's measurements are
+imported into the training data (``costlearn.interop.import_tuning_db``, as
+``costlearn import tuning-db``) and the model is retrained on all of it; the
+next problems are answered by the new model.
+
+Regret: the log's time of the answer over the best the log timed on the
+problem (cuBLAS included), minus 1, a fraction (0.05 is 5 %); geometric mean
+over the problems where it is defined (``pure`` leaves out answers the log
+never timed, counted in ``unmeasured``; ``vendor`` leaves out problems
+without a cuBLAS time). Printed per window (the problems between two
+retrains, split where the stream passes from one log to the next) and over
+the stream's second half; ``--json FILE`` writes the same figures:
+``windows``, a list of {log, first, last, problems, pure, measured, vendor,
+measurements, unmeasured, unmeasurable} (``first``/``last``: 1-based
+positions in the stream; ``measurements``: configs timed), and
+``second_half``, the same fields over the stream's second half.
+
+The logs have no licence: rows, models and the database stay under --work
+(default ``out/fleet-replay/``; this run's folder there is emptied first).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import sys
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from costlearn.collect.backends.replay import ReplayBackend
+from costlearn.collect.dataset import current_rows, load, valid_rows
+from costlearn.core.device import preset
+from costlearn.core.problem import Problem
+from costlearn.families import VENDOR_CONFIG_ID
+from costlearn.interop import import_file, import_tuning_db
+from costlearn.learn.metrics import geomean_regret
+from costlearn.learn.train import train
+from costlearn.model import artifact_layout
+from costlearn.serve.predictor import Predictor
+from costlearn.serve.tuning import Tuner
+from costlearn.serve.tuning_db import TuningDB
+
+ROOT = Path(__file__).resolve().parents[1]
+KEY_COLUMNS = "m k n mat1_dtype mat2_dtype mat1_stride_0 mat1_stride_1 mat2_stride_0 mat2_stride_1 using_tf32".split()
+"""A log row's problem key, as ``studies.thin_data`` hashes it to draw a share."""
+PROBLEM = ["m", "n", "k", "dtype", "layout", "epilogue"]
+FIELDS = ("log", "first", "last", "problems", "pure", "measured", "vendor", "measurements", "unmeasured",
+          "unmeasurable")
+
+
+def log_text(spec: str) -> tuple[str, str]:
+    """(name, text) of a LOG argument: a file, or ``ARCHIVE.zip:MEMBER``."""
+    if ".zip:" in spec:
+        archive, member = spec.split(".zip:", 1)
+        with zipfile.ZipFile(archive + ".zip") as z:
+            name = next((n for n in z.namelist() if n == member or n.endswith("/" + member)), None)
+            if name is None:
+                raise SystemExit(f"{spec}: no member {member!r} in {archive}.zip (it has {z.namelist()})")
+            return Path(name).name, z.read(name).decode()
+    path = Path(spec)
+    if not path.is_file():
+        raise SystemExit(f"{spec}: no such log file")
+    return path.name, path.read_text()
+
+
+def share_of(text: str, share: float) -> str:
+    """The log's header lines and the rows whose key (:data:`KEY_COLUMNS`
+    joined with ``|``) gives ``int(sha256, 16) % 1000 < 1000 * share``."""
+    if share >= 1:
+        return text
+    from io import StringIO
+    lines = text.splitlines()
+    df = pd.read_csv(StringIO("\n".join(lines[1:])))
+    key = df[KEY_COLUMNS].astype(str).agg("|".join, axis=1)
+    keep = key.map(lambda s: int(hashlib.sha256(s.encode()).hexdigest(), 16) % 1000 < 1000 * share).to_numpy()
+    return "\n".join(lines[:2] + [ln for ln, k in zip(lines[2:], keep) if k]) + "\n"
+
+
+def imported(folder: Path, logs: list, device: str, share: float = 1.0) -> Path:
+    """Import ``logs`` ((name, text) pairs) into ``folder/data``; its device folder."""
+    for name, text in logs:
+        path = folder / "raw" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(share_of(text, share))
+        import_file("inductor", path, device=device, data_root=folder / "data")
+    return folder / "data" / preset(device).slug
+
+
+@dataclass
+class Answered:
+    """One stream problem's outcome."""
+
+    log: str
+    pure: float                 # regret; NaN: the answer was never timed on it
+    measured: float
+    vendor: float               # NaN: no cuBLAS time
+    measurements: int
+    unmeasurable: int
+
+
+@dataclass
+class Fleet:
+    """The replayed fleet: its training data, model, tuning database and
+    replay backend."""
+
+    data: Path
+    models: Path
+    device: str
+    dtype: str
+    family: str
+    db: TuningDB
+    backend: ReplayBackend
+    top_k: int
+    predictor: Predictor = None
+    tuner: Tuner = None
+    trained_s: list = field(default_factory=list)
+
+    def retrain(self) -> None:
+        """Import the database's measurements (after the first time) and train."""
+        t0 = time.perf_counter()
+        if self.predictor is not None:
+            import_tuning_db(self.db.path, device_class=preset(self.device).slug, data_root=self.data.parent)
+        train(self.data, self.models, family=self.family, dtype=self.dtype)
+        self.predictor = Predictor(artifact_layout.model_folder(self.models, preset(self.device).slug, self.family,
+                                                                self.dtype))
+        self.tuner = Tuner(self.predictor, self.db, self.backend)
+        self.trained_s.append(time.perf_counter() - t0)
+
+    def answer(self, problem: Problem, times: dict, log: str) -> Answered:
+        """Both answers for ``problem`` and their regrets against the log's
+        ``times`` (config id -> microseconds)."""
+        best = min(times.values())
+        pure = self.predictor.predict(problem, top_k=1).config.config_id
+        got = self.tuner.tune(problem, top_k=self.top_k + 1, measure_top_k=self.top_k)
+        held = got.from_tuning_db                   # measured before: answered from the database, nothing spent
+        asked = self.top_k + (self.predictor.vendor_index is not None)
+        spent = 0 if held else len(got.measured_us)
+        vendor = times.get(VENDOR_CONFIG_ID, np.nan)
+        return Answered(log, times.get(pure, np.nan) / best - 1, times[got.config.config_id] / best - 1,
+                        vendor / best - 1, spent, 0 if held else asked - spent)
+
+
+def stream_problems(folder: Path, logs: list, device: str, dtype: str) -> tuple[list, pd.DataFrame]:
+    """The stream's problems in order, ``[(log name, Problem, {config id:
+    time_us})]``, and every valid row of its logs (the replay's recording)."""
+    out, frames = [], []
+    for i, (name, text) in enumerate(logs):
+        dev = imported(folder / f"log{i}", [(name, text)], device)
+        rows = valid_rows(current_rows(load(dev)[0])[0])
+        rows = rows[rows["dtype"].astype(str) == dtype]
+        frames.append(rows)
+        first = rows.groupby(PROBLEM, observed=True, sort=False)["source_line"].min().sort_values()
+        med = rows.groupby(PROBLEM + ["config_id"], observed=True)["time_us"].median()
+        times: dict = {}
+        for (m, n, k, dt, lay, epi, cid), t in med.items():
+            times.setdefault((int(m), int(n), int(k), str(dt), str(lay), str(epi)), {})[str(cid)] = float(t)
+        for key in first.index:
+            key = (int(key[0]), int(key[1]), int(key[2]), str(key[3]), str(key[4]), str(key[5]))
+            out.append((name, Problem(*key), times[key]))
+    return out, pd.concat(frames, ignore_index=True)
+
+
+def summary(rows: list, log: str, first: int, last: int) -> dict:
+    """The figures of the answered problems ``rows`` (positions first..last)."""
+    def g(xs):
+        v = geomean_regret([x for x in xs if np.isfinite(x)])
+        return None if np.isnan(v) else round(v, 6)
+    return dict(log=log, first=first, last=last, problems=len(rows), pure=g(r.pure for r in rows),
+                measured=g(r.measured for r in rows), vendor=g(r.vendor for r in rows),
+                measurements=sum(r.measurements for r in rows),
+                unmeasured=sum(not np.isfinite(r.pure) for r in rows),
+                unmeasurable=sum(r.unmeasurable for r in rows))
+
+
+def windows(answered: list, every: int) -> list:
+    """:func:`summary` per retrain window, split where the log changes."""
+    out, start = [], 0
+    for i in range(1, len(answered) + 1):
+        if i == len(answered) or i % every == 0 or answered[i].log != answered[start].log:
+            out.append(summary(answered[start:i], answered[start].log, start + 1, i))
+            start = i
+    return out
+
+
+def run(args) -> dict:
+    """Replay the fleet of ``args``; the figures."""
+    device = preset(args.device)
+    work = args.work / "-".join([args.dtype, f"share{args.train_share:g}", f"k{args.top_k}",
+                                 f"n{args.retrain_every}"])
+    if work.exists():
+        shutil.rmtree(work)
+    train_logs = [log_text(s) for s in args.train.split(",") if s]
+    stream_logs = [log_text(s) for s in args.stream.split(",") if s]
+    data = imported(work / "train", train_logs, args.device, args.train_share)
+    problems, recording = stream_problems(work / "stream", stream_logs, args.device, args.dtype)
+    if not problems:
+        raise SystemExit(f"the stream holds no {args.dtype} problem")
+    family = str(recording["family"].iloc[0])
+    fleet = Fleet(data, work / "models", args.device, args.dtype, family,
+                  TuningDB(work / "tuning.db", create=True), ReplayBackend(recording, device), args.top_k)
+    fleet.retrain()
+    answered = []
+    t0 = time.perf_counter()
+    for i, (log, problem, times) in enumerate(problems):
+        if i and i % args.retrain_every == 0:
+            fleet.retrain()
+        answered.append(fleet.answer(problem, times, log))
+        if (i + 1) % 100 == 0:
+            print(f"{i + 1}/{len(problems)} problems, {time.perf_counter() - t0:.0f} s", file=sys.stderr,
+                  flush=True)
+    half = len(answered) // 2
+    second = answered[half:]
+    return dict(train=[n for n, _ in train_logs], train_share=args.train_share, stream=[n for n, _ in stream_logs],
+                device=device.slug, dtype=args.dtype, top_k=args.top_k, retrain_every=args.retrain_every,
+                retrains=len(fleet.trained_s) - 1, train_s=[round(s, 1) for s in fleet.trained_s],
+                windows=windows(answered, args.retrain_every),
+                second_half=summary(second, ",".join(dict.fromkeys(r.log for r in second)), half + 1,
+                                    len(answered)),
+                whole=summary(answered, ",".join(n for n, _ in stream_logs), 1, len(answered)))
+
+
+def pct(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.2f}%"
+
+
+def table(res: dict) -> str:
+    """The figures as Markdown."""
+    head = ("| log | problems | first-last | pure prediction | measured top-k + cuBLAS | cuBLAS alone | measurements "
+            "| pure never timed | unmeasurable |\n|---|---|---|---|---|---|---|---|---|")
+    lines = [f"#### Train {'+'.join(res['train'])} at {res['train_share']:g}, stream {' then '.join(res['stream'])}, "
+             f"{res['dtype']}, K = {res['top_k']}, retrain every {res['retrain_every']} ({res['retrains']} retrains)",
+             "", head]
+    for w in res["windows"] + [dict(res["second_half"], log="second half"), dict(res["whole"], log="whole stream")]:
+        lines.append(f"| {w['log']} | {w['problems']} | {w['first']}-{w['last']} | {pct(w['pure'])} | "
+                     f"{pct(w['measured'])} | {pct(w['vendor'])} | {w['measurements']} | {w['unmeasured']} | "
+                     f"{w['unmeasurable']} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--train", required=True, metavar="LOG[,LOG]", help="the logs the fleet's first model learns")
+    ap.add_argument("--stream", required=True, metavar="LOG[,LOG]", help="the logs whose problems it compiles")
+    ap.add_argument("--device", required=True, metavar="PRESET", help="the logs' device (a costlearn preset)")
+    ap.add_argument("--top-k", type=int, required=True, metavar="K", help="tile configs measured per problem")
+    ap.add_argument("--retrain-every", type=int, required=True, metavar="N", help="problems between retrains")
+    ap.add_argument("--work", type=Path, default=ROOT / "out" / "fleet-replay")
+    ap.add_argument("--json", type=Path, default=None, metavar="FILE")
+    ap.add_argument("--train-share", type=float, default=1.0, metavar="F",
+                    help="train on this share of the --train logs' problems (default 1)")
+    ap.add_argument("--dtype", default="float16", help="the dtype replayed (default float16)")
+    ap.add_argument("--report", type=Path, default=None, metavar="FILE", help="append the table to FILE")
+    args = ap.parse_args(argv)
+    if args.top_k < 1 or args.retrain_every < 1 or not 0 < args.train_share <= 1:
+        ap.error("--top-k and --retrain-every must be >= 1, --train-share in (0, 1]")
+    res = run(args)
+    text = table(res)
+    print(text)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(res, indent=1))
+    if args.report is not None:
+        with open(args.report, "a") as f:
+            f.write(text + "\n\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
