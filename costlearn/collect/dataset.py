@@ -29,7 +29,8 @@ from costlearn.core.files import atomic_write, fsync_dir
 from costlearn.core.locks import FolderLock
 from costlearn.core.errors import CostlearnError, warn
 
-__all__ = ["SCHEMA_VERSION", "COLUMNS", "ADDED_COLUMNS", "NOT_IMPORTED", "IMPORTED_PROTOCOL", "write_part", "load",
+__all__ = ["SCHEMA_VERSION", "COLUMNS", "ADDED_COLUMNS", "NOT_IMPORTED", "IMPORTED_PROTOCOL", "TUNED_FORMAT",
+           "write_part", "load",
            "compact", "noise_floor", "LoadReport",
            "valid_rows", "measured_keys", "KEY_COLUMNS", "DatasetError", "current_rows", "rows_where",
            "device_dataset_folder", "part_columns"]
@@ -91,6 +92,11 @@ NOT_IMPORTED = {"source_format": "", "source_file": "", "source_sha256": "", "so
 IMPORTED_PROTOCOL = 0
 """``protocol_version`` of imported rows: measured by another tool's protocol
 (``source_format`` names it), not :data:`costlearn.collect.protocol.PROTOCOL_VERSION`."""
+
+TUNED_FORMAT = "tuning-db"
+"""``source_format`` of rows imported from a tuning database
+(:func:`costlearn.interop.import_tuning_db`): a tuning's measurements, the
+configs a model chose for the problem and the vendor, not a sweep."""
 
 ADDED_COLUMNS = {"repeat_time_us": float("nan"), "rotation_sets": 0, "throttled": False,
                  "throttle_reasons": "", "family": "gemm", "layout": "NN", "pipeline_stages": 1, **NOT_IMPORTED,

@@ -19,6 +19,7 @@ import json
 import math
 from pathlib import Path
 
+from costlearn.collect.dataset import TUNED_FORMAT
 from costlearn.core.checks import shown
 from costlearn.core.device import PRESETS, DeviceSpec
 from costlearn.core.problem import Problem
@@ -31,7 +32,7 @@ from costlearn.serve.tuning_rows import default_target, is_server_url
 
 __all__ = ["import_tuning_db", "device_spec", "source_line", "FORMAT", "ENV_COLUMNS", "MAX_SETTINGS_CHARS"]
 
-FORMAT = "tuning-db"
+FORMAT = TUNED_FORMAT
 """The rows' ``source_format``."""
 
 ENV_COLUMNS = ("driver_version", "runtime_version", "library_version")

@@ -70,6 +70,7 @@ import pandas as pd
 from costlearn.model.envelope import embed
 from costlearn.families import VENDOR_CONFIG_ID
 from costlearn.learn.metrics import PROBLEM_COLUMNS, geomean_regret
+from costlearn.collect.dataset import TUNED_FORMAT
 from costlearn.model.base import shape_groups
 from costlearn.model.vendor_floor import (ESTIMATE_RULE, ESTIMATE_UNSURE_QUANTILE, MIN_TRANSFER_PROBLEMS, NEAR_LOG2,
                                           NEIGHBORS, estimate_doubt, estimate_wins, plain_floor)
@@ -105,6 +106,17 @@ REGIONS = 5
 def heldout_folds(rows: pd.DataFrame, seed: int = 0, min_train_problems: int = 2) -> tuple[list, str]:
     """Train/test row indices from which every held-out prediction comes.
 
+    A tuning's measurements (rows of source format
+    :data:`~costlearn.collect.dataset.TUNED_FORMAT`:
+    a model's top k and the vendor, imported from a tuning database) are
+    on the training side of every fold and never held out, unless every
+    row is one: the configs of such a problem were chosen by a model, so
+    a held-out model's pick is mostly unmeasured there and the best
+    measured is the best of those few, not of the problem; scored, they
+    would make held-out evidence of another kind than a log's, and the
+    vendor floor would trust the model by it. The folds are then made over
+    the other rows:
+
     Leave one log out where the rows come from two or more logs
     (``source_file``: imported files, or collected rows as ``""``) and at
     least two of those folds keep ``min_train_problems`` problems to train
@@ -132,6 +144,14 @@ def heldout_folds(rows: pd.DataFrame, seed: int = 0, min_train_problems: int = 2
         ``"leave-one-log-out (N logs)"`` (``"(N logs, H held out)"`` where
         some were not) or ``"K regions of shapes"``.
     """
+    tuned = rows["source_format"].astype(object).to_numpy() == TUNED_FORMAT if "source_format" in rows else \
+        np.zeros(len(rows), bool)
+    if tuned.any() and not tuned.all():
+        logged = np.flatnonzero(~tuned)
+        folds, kind = heldout_folds(rows.iloc[logged], seed, min_train_problems)
+        groups, extra = shape_groups(rows), np.flatnonzero(tuned)
+        return [(np.concatenate([logged[tr], extra[~np.isin(groups[extra], groups[logged[te]])]]), logged[te])
+                for tr, te in folds], f"{kind}; {len(extra)} tuning rows trained on in every fold"
     src = rows["source_file"].astype(object).fillna("").to_numpy() if "source_file" in rows else \
         np.full(len(rows), "", object)
     logs = sorted(set(src))

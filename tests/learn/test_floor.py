@@ -165,6 +165,28 @@ def test_heldout_folds_never_train_a_fold_on_a_log_of_one_problem():
     held = {three.iloc[te]["source_file"].iloc[0] for _, te in folds}
     assert held == {"one.txt", "mid.txt"}                   # big.txt's fold would train on 4 problems: not made
 
+def test_a_tunings_rows_train_every_fold_and_are_never_held_out():
+    """Regression: rows imported from a tuning database (a model's top k and the vendor per problem) were a log of
+    their own, held out in a fold of their own: a held-out model was scored among the few configs another model
+    chose, its regret looked small, and the vendor floor trusted the model beside them (a replayed fleet's pure
+    predictions lost 9.1 % where they had lost 7.9 % before it retrained)."""
+    logged = pd.DataFrame(dict(m=list(range(1, 13)), n=8, k=8, dtype="float16", layout="NN", source_format="inductor",
+                               source_file=["a.txt"] * 6 + ["b.txt"] * 6))
+    tuned = pd.DataFrame(dict(m=[3, 50, 51, 52], n=8, k=8, dtype="float16", layout="NN", source_format="tuning-db",
+                              source_file="tuning.db"))
+    rows = pd.concat([logged, tuned], ignore_index=True)
+    folds, kind = heldout_folds(rows)
+    want, want_kind = heldout_folds(logged)
+    assert kind == f"{want_kind}; 4 tuning rows trained on in every fold" and len(folds) == len(want) == 2
+    for (tr, te), (wtr, wte) in zip(folds, want):
+        assert te.tolist() == wte.tolist()                          # the logs' folds, as without the tuning
+        extra = set(tr) - set(wtr)
+        assert extra <= set(range(12, 16)) and not set(te) & set(range(12, 16))
+        # every tuned problem trains the fold, but the one of a shape the fold holds out (m=3, in a.txt)
+        assert extra == ({13, 14, 15} if 2 in te else set(range(12, 16)))
+    folds, kind = heldout_folds(tuned)                              # nothing else to hold out: regions of it
+    assert kind.endswith("regions of shapes")
+
 
 def test_one_log_is_held_out_by_region_every_layout_of_a_shape_together():
     """Within one log the hold-out leaves regions of shapes out, not random problems: two clusters of shapes far
