@@ -3,7 +3,7 @@ make the model better where its users compile?
 
     python -m studies.fleet_replay --train LOG[,LOG] --stream LOG[,LOG] --device PRESET
                                    --top-k K --retrain-every N [--work DIR] [--json FILE]
-                                   [--train-share F] [--dtype DTYPE] [--report FILE]
+                                   [--train-share F] [--dtype DTYPE] [--report FILE] [--per-problem CSV]
 
 LOG: a PyTorch Inductor AutoHeuristic mm log (a text file), or
 ``ARCHIVE.zip:MEMBER`` for one inside a zip archive. The fleet starts from a
@@ -122,6 +122,9 @@ class Answered:
     """One stream problem's outcome."""
 
     log: str
+    problem: Problem
+    pure_config: str
+    pure_chosen_by: str
     pure: float                 # regret; NaN: the answer was never timed on it
     measured: float
     vendor: float               # NaN: no cuBLAS time
@@ -161,13 +164,14 @@ class Fleet:
         """Both answers for ``problem`` and their regrets against the log's
         ``times`` (config id -> microseconds)."""
         best = min(times.values())
-        pure = self.predictor.predict(problem, top_k=1).config.config_id
+        answer = self.predictor.predict(problem, top_k=1)
+        pure = answer.config.config_id
         got = self.tuner.tune(problem, top_k=self.top_k + 1, measure_top_k=self.top_k)
         held = got.from_tuning_db                   # measured before: answered from the database, nothing spent
         asked = self.top_k + (self.predictor.vendor_index is not None)
         spent = 0 if held else len(got.measured_us)
         vendor = times.get(VENDOR_CONFIG_ID, np.nan)
-        return Answered(log, times.get(pure, np.nan) / best - 1, times[got.config.config_id] / best - 1,
+        return Answered(log, problem, pure, answer.chosen_by, times.get(pure, np.nan) / best - 1, times[got.config.config_id] / best - 1,
                         vendor / best - 1, spent, 0 if held else asked - spent)
 
 
@@ -239,6 +243,13 @@ def run(args) -> dict:
         if (i + 1) % 100 == 0:
             print(f"{i + 1}/{len(problems)} problems, {time.perf_counter() - t0:.0f} s", file=sys.stderr,
                   flush=True)
+    if args.per_problem is not None:
+        args.per_problem.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame([dict(position=i + 1, log=a.log, m=a.problem.m, n=a.problem.n, k=a.problem.k,
+                           layout=a.problem.layout, pure_config=a.pure_config, pure_chosen_by=a.pure_chosen_by,
+                           pure=a.pure, measured=a.measured, vendor=a.vendor, measurements=a.measurements,
+                           unmeasurable=a.unmeasurable) for i, a in enumerate(answered)]).to_csv(args.per_problem,
+                                                                                                  index=False)
     half = len(answered) // 2
     second = answered[half:]
     return dict(train=[n for n, _ in train_logs], train_share=args.train_share, stream=[n for n, _ in stream_logs],
@@ -281,6 +292,8 @@ def main(argv=None) -> int:
                     help="train on this share of the --train logs' problems (default 1)")
     ap.add_argument("--dtype", default="float16", help="the dtype replayed (default float16)")
     ap.add_argument("--report", type=Path, default=None, metavar="FILE", help="append the table to FILE")
+    ap.add_argument("--per-problem", type=Path, default=None, metavar="CSV",
+                    help="write each stream problem's answers and regrets")
     args = ap.parse_args(argv)
     if args.top_k < 1 or args.retrain_every < 1 or not 0 < args.train_share <= 1:
         ap.error("--top-k and --retrain-every must be >= 1, --train-share in (0, 1]")

@@ -30,7 +30,7 @@ def replayed(study, tmp_path_factory):
     out = tmp / "replay.json"
     assert study.main(["--train", str(tmp / "train.txt"), "--stream", f"{tmp / 'stream1.txt'},{tmp / 'stream2.txt'}",
                        "--device", "a100", "--top-k", "1", "--retrain-every", "4", "--work", str(tmp / "work"),
-                       "--json", str(out)]) == 0
+                       "--json", str(out), "--per-problem", str(tmp / "per_problem.csv")]) == 0
     return json.loads(out.read_text()), tmp
 
 
@@ -73,3 +73,12 @@ def test_each_retrain_learns_the_measurements_of_the_database(replayed):
     # Retrained after problems 4 and 8: the measurements of the first 8 (two spent nothing) are training rows.
     assert fleet[["m", "n", "k"]].drop_duplicates().shape[0] == 6
     assert len(fleet) == res["windows"][0]["measurements"] + res["windows"][1]["measurements"]
+
+
+def test_each_problems_answers_are_written_in_stream_order(replayed):
+    import pandas as pd
+    res, tmp = replayed
+    per = pd.read_csv(tmp / "per_problem.csv")
+    assert per["position"].tolist() == list(range(1, 10)) and per["log"].iloc[-1] == "stream2.txt"
+    assert (per["measured"] <= per["vendor"] + 1e-12).all() and (per["measurements"] <= 2).all()
+    assert per["measurements"].sum() == sum(w["measurements"] for w in res["windows"])
