@@ -67,7 +67,10 @@ def train_stage(data, models_dir, *, family: str | None, dtypes, learner: str, f
                 print(f"{news.folder} is current: {news.new} new problem{'' if news.new == 1 else 's'} since it was "
                       f"trained, fewer than --if-new-rows {if_new_problems}; not retrained")
                 continue
-            if news.has_model:
+            if news.damaged:
+                print(f"{news.folder}: the model there does not load ({news.damaged}); training a new one",
+                      file=sys.stderr)
+            elif news.has_model:
                 print(f"{news.folder}: {news.new} new problems since it was trained (--if-new-rows "
                       f"{if_new_problems}); retraining", file=sys.stderr)
         t0 = time.perf_counter()

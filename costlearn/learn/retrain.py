@@ -19,7 +19,8 @@ import numpy as np
 import pandas as pd
 
 from costlearn.collect.dataset import current_rows, load, rows_where, valid_rows
-from costlearn.model.artifact_layout import SIDECAR, ArtifactError, model_folder, models_root, parse_sidecar
+from costlearn.model import artifact
+from costlearn.model.artifact_layout import SIDECAR, ArtifactError, model_folder, models_root
 
 __all__ = ["PROBLEM_KEY", "PROBLEM_HASH", "problem_hashes", "trained_problems", "recorded_hashes", "NewProblems",
            "new_problems"]
@@ -92,13 +93,17 @@ class NewProblems:
         Those the model there was not trained on: all of them where there is no model, or its sidecar records no
         trained problems.
     has_model : bool
-        Whether the folder holds a readable model sidecar.
+        Whether the folder holds a model that loads (:func:`costlearn.model.artifact.load`): a damaged one (its
+        sidecar's digest differs, its payload folder is gone, its sidecar is a FIFO) is no model, and is retrained.
+    damaged : str
+        Why the model in the folder does not load, where it holds a sidecar that does not (``""`` otherwise).
     """
 
     folder: Path
     problems: int
     new: int
     has_model: bool
+    damaged: str = ""
 
     def due(self, threshold: int) -> bool:
         """Whether to train: no model yet, or at least ``threshold`` new problems."""
@@ -123,7 +128,8 @@ def new_problems(data_dir, models_dir=None, *, family: str, dtype: str, frame: p
     Returns
     -------
     NewProblems
-        A model folder whose sidecar is missing or unreadable holds no model (training replaces it).
+        A model folder whose model does not load (missing, damaged, of an older schema) holds no model: training
+        replaces it, whatever the sidecar's ``training.problems`` says.
 
     Raises
     ------
@@ -139,9 +145,10 @@ def new_problems(data_dir, models_dir=None, *, family: str, dtype: str, frame: p
     folder = model_folder(models_root(models_dir), devices[0], family, dtype)
     hashes = problem_hashes(rows)
     try:
-        side = parse_sidecar((folder / SIDECAR).read_bytes(), folder / SIDECAR)
-    except (OSError, ArtifactError):
-        return NewProblems(folder, len(hashes), len(hashes), False)
+        side = artifact.load(folder).sidecar          # what a process would serve: a damaged model is no model
+    except (OSError, ArtifactError) as e:
+        why = str(e)[:300] if (folder / SIDECAR).exists() or (folder / SIDECAR).is_symlink() else ""
+        return NewProblems(folder, len(hashes), len(hashes), False, why)
     trained = recorded_hashes(side)
     new = len(hashes) if trained is None else int((~np.isin(hashes, trained, assume_unique=True)).sum())
     return NewProblems(folder, len(hashes), new, True)

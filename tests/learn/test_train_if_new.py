@@ -110,3 +110,29 @@ def test_train_if_new_rows_leaves_a_current_model_untouched_and_a_running_proces
     assert first == loaded.predict_shape(*shape, "NN")
     assert main(argv) == 0
     assert "is current: 0 new problems" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_train_if_new_rows_retrains_a_damaged_model_whatever_its_sidecar_records(folders, capsys):
+    """A model that does not load (its sidecar's digest differs, its payload folder is gone) is no model: its
+    sidecar's training.problems still lists every problem, yet it is retrained, never called current."""
+    data, models, rows, shapes = folders
+    argv = ["train", "--data", str(data), "--models", str(models), "--learner", "roofline", "--if-new-rows", "3"]
+    assert main(argv) == 0
+    folder = models / data.name / "gemm" / "float32"
+    side = json.loads((folder / "model.json").read_text())
+    for damage in ("digest", "payload"):
+        if damage == "digest":
+            (folder / "model.json").write_text(json.dumps(dict(side, sidecar_sha256="0" * 64)))
+        else:
+            shutil.rmtree(folder / artifact.load(folder).sidecar["payload"])
+        with pytest.raises(artifact.ArtifactError):
+            artifact.load(folder)
+        got = new_problems(data, models, family="gemm", dtype="float32")
+        assert (got.has_model, got.new, got.due(10**6)) == (False, FIRST, True) and got.damaged
+        capsys.readouterr()
+        assert main(argv) == 0
+        cap = capsys.readouterr()
+        assert "is current" not in cap.out and f"{folder}: the model there does not load (" in cap.err
+        side = artifact.load(folder).sidecar                      # retrained: it loads again
+        assert side["training"]["problems"]["count"] == FIRST
