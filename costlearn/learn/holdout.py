@@ -115,7 +115,9 @@ def heldout_folds(rows: pd.DataFrame, seed: int = 0, min_train_problems: int = 2
     measured is the best of those few, not of the problem; scored, they
     would make held-out evidence of another kind than a log's, and the
     vendor floor would trust the model by it. The folds are then made over
-    the other rows:
+    the other rows; where those hold fewer than 2 shapes (no fold can be
+    made of them) the folds are regions of every row's shapes
+    (:func:`region_folds`), or ``costlearn train`` would have no hold-out:
 
     Leave one log out where the rows come from two or more logs
     (``source_file``: imported files, or collected rows as ``""``) and at
@@ -146,8 +148,11 @@ def heldout_folds(rows: pd.DataFrame, seed: int = 0, min_train_problems: int = 2
     """
     tuned = rows["source_format"].astype(object).to_numpy() == TUNED_FORMAT if "source_format" in rows else \
         np.zeros(len(rows), bool)
+    logged = np.flatnonzero(~tuned)
+    if tuned.any() and not tuned.all() and len(np.unique(rows[["m", "n", "k"]].to_numpy(np.int64)[logged],
+                                                          axis=0)) < 2:
+        return region_folds(rows, REGIONS, seed)
     if tuned.any() and not tuned.all():
-        logged = np.flatnonzero(~tuned)
         folds, kind = heldout_folds(rows.iloc[logged], seed, min_train_problems)
         groups, extra = shape_groups(rows), np.flatnonzero(tuned)
         return [(np.concatenate([logged[tr], extra[~np.isin(groups[extra], groups[logged[te]])]]), logged[te])

@@ -188,6 +188,26 @@ def test_a_tunings_rows_train_every_fold_and_are_never_held_out():
     assert kind.endswith("regions of shapes")
 
 
+
+def test_one_logged_problem_beside_a_tunings_rows_holds_out_regions_of_every_row_never_crashes():
+    """Regression: one logged problem (any number of its layouts) beside a tuning's rows left the hold-out one shape
+    to make folds of, and ``costlearn train`` skipped the pair ("a hold-out needs rows of 2 shapes at least; got 1")
+    where every row a tuning's trained; the folds are then regions of every row's shapes (the tuning's rows are not
+    held out as a log of their own)."""
+    tuned = pd.DataFrame(dict(m=[3, 50, 51, 52, 900, 901], n=8, k=8, dtype="float16", layout="NN",
+                              source_format="tuning-db", source_file="tuning.db"))
+    for logged_m in (7, 50):                                    # a shape of its own, or one the tuning measured too
+        logged = pd.DataFrame(dict(m=logged_m, n=8, k=8, dtype="float16", layout=["NN", "TN"],
+                                   source_format="inductor", source_file="a.txt"))
+        rows = pd.concat([tuned, logged], ignore_index=True)
+        folds, kind = heldout_folds(rows)
+        assert kind.endswith("regions of shapes") and len(folds) >= 2
+        assert [(tr.tolist(), te.tolist()) for tr, te in folds] == [
+            (tr.tolist(), te.tolist()) for tr, te in region_folds(rows)[0]]
+        assert sorted(np.concatenate([te for _, te in folds]).tolist()) == list(range(len(rows)))
+    two = pd.concat([tuned, logged.assign(m=[7, 8])], ignore_index=True)  # two logged shapes: their folds again
+    assert heldout_folds(two)[1].endswith("; 6 tuning rows trained on in every fold")
+
 def test_one_log_is_held_out_by_region_every_layout_of_a_shape_together():
     """Within one log the hold-out leaves regions of shapes out, not random problems: two clusters of shapes far
     apart are never split across a fold's training and test sides, and a shape's layouts are held out together
