@@ -101,8 +101,9 @@ def asked_shapes(target, device: str, family: str, dtype: str, epilogues, data, 
     got = asked_problems(target, device, family, dtype, layout=COLLECTED_LAYOUT, epilogues=epilogues, data_dir=data)
     d = got.distances_log2
     how = (f", least certain first (farthest from {got.model}'s training shapes: {d[0]:.2f} to {d[-1]:.2f} "
-           "doublings)" if d else f", oldest first (no {family}/{dtype} model of {device} to rank them)"
-           if got.problems else "")
+           "doublings)" if d else f", oldest first (the {family}/{dtype} model of {device} does not load: "
+           f"{got.unordered})" if got.unordered else f", oldest first (no {family}/{dtype} model of {device} to rank "
+           "them)" if got.problems else "")
     left = ([f"{got.measured} measured in {data} already"] if got.measured else []) + \
         [f"{n} of {why}" for why, n in sorted(got.left_out.items())]
     print(f"tuning database {got.target}: {got.asked} {family} problems compilers asked of {device}; measuring "

@@ -5,12 +5,13 @@ least certain first (`asked_problems`, `AskedProblems`).
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from costlearn.collect.dataset import load, rows_where
 from costlearn.core.problem import EPILOGUES
 from costlearn.families import get_family
+from costlearn.model.artifact_layout import ArtifactError
 from costlearn.model.store import has_model, resolve_model
 from costlearn.serve.predictor import load_predictor
 from costlearn.serve.tuning_db_server import open_store
@@ -39,6 +40,9 @@ class AskedProblems:
         Those another collection measures, by why (``"dtype float16"``, ``"layout NT"``, ``"epilogue bias"``).
     model : Path or None
         The model whose distances ordered them (None: no model, the database's order, oldest first).
+    unordered : str
+        Why the model of the device, family and dtype did not order them where it is in the store but does not load
+        (``""`` otherwise): the database's order then.
     """
 
     problems: list
@@ -51,6 +55,7 @@ class AskedProblems:
     left_out: dict = field(default_factory=dict)
     distances_log2: list = field(default_factory=list)
     model: Path | None = None
+    unordered: str = ""
 
 
 def asked_problems(target, device: str, family: str, dtype: str, *, layout: str = "NN", epilogues=EPILOGUES,
@@ -65,8 +70,9 @@ def asked_problems(target, device: str, family: str, dtype: str, *, layout: str 
     first (:meth:`costlearn.model.envelope.Envelope.nearest_index`, the ranker's
     :attr:`~costlearn.ranker.RankResult.nearest_distance`), ties in the database's order: that distance is where
     the model knows least, as the OOD check and the vendor floor read it, whereas a tree ensemble's spread shrinks
-    rather than grows away from its data (design.md, "What "good" means for a user"). Without a model, the
-    database's order, oldest first.
+    rather than grows away from its data (design.md, "What "good" means for a user"). Without a model, or with
+    one that does not load (damaged, of another schema: :attr:`AskedProblems.unordered` says why; the collection
+    that would retrain it is not refused for it), the database's order, oldest first.
 
     Parameters
     ----------
@@ -127,7 +133,10 @@ def asked_problems(target, device: str, family: str, dtype: str, *, layout: str 
     out = AskedProblems(todo, where, device, family, dtype, len(asked), len(keep) - len(todo), dict(left_out))
     if not todo or not has_model(device, family, dtype, models_dir):
         return out
-    envelope = load_predictor(device, family, dtype, models_dir).artifact.envelope
+    try:
+        envelope = load_predictor(device, family, dtype, models_dir).artifact.envelope
+    except ArtifactError as e:
+        return replace(out, unordered=str(e)[:300])
     far = [envelope.nearest_index(*p.shape)[1] for p in todo]
     order = sorted(range(len(todo)), key=lambda i: -far[i])        # stable: ties keep the database's order
     return AskedProblems([todo[i] for i in order], where, device, family, dtype, len(asked), out.measured,

@@ -2,11 +2,14 @@
 device class's predicted entries, least certain first, measured ones left out, each with its epilogue."""
 from __future__ import annotations
 
+import shutil
+
 import pandas as pd
 import pytest
 
 from costlearn import __version__
 from costlearn.cli import main
+from costlearn.cli.collect import asked_shapes
 from costlearn.collect.backends.replay import ReplayBackend
 from costlearn.collect.loop import collect
 from costlearn.core.problem import Problem
@@ -69,6 +72,26 @@ def test_without_a_model_the_database_order_oldest_first(fleet, tmp_path):
     only_none = asked_problems(db, device, "gemm", "float32", epilogues=("none",), models_dir=tmp_path / "none")
     assert only_none.left_out == {"dtype float16": 1, "epilogue bias": 1, "epilogue bias_gelu": 1}
 
+
+
+def test_a_damaged_model_orders_nothing_and_refuses_no_collection(fleet, model_dir, tmp_path, monkeypatch, capsys):
+    """Regression: a model in the store whose sidecar does not load made `collect --shapes-from-db` fail (an
+    ArtifactError), refusing the very collection that would retrain it; the problems come in the database's order,
+    and the line says why."""
+    db, device, asks, in_data = fleet
+    store = tmp_path / "models"
+    shutil.copytree(model_dir.parents[2], store)
+    side = store / device / "gemm" / "float32" / "model.json"
+    side.write_bytes(side.read_bytes()[:-50])                         # cut short: not JSON
+    got = asked_problems(db, device, "gemm", "float32", models_dir=store)
+    assert got.problems == [asks[0], asks[1], asks[2], in_data, asks[3]] and got.model is None
+    assert got.distances_log2 == [] and got.unordered.startswith(f"unreadable model sidecar {side}")
+    monkeypatch.setenv("COSTLEARN_MODELS", str(store))
+    clear_cache()
+    assert asked_shapes(db, device, "gemm", "float32", ("none", "bias", "bias_relu", "bias_gelu"), None, ()) == \
+        got.problems
+    assert (f"measuring 5 of them first, oldest first (the gemm/float32 model of {device} does not load: "
+            f"unreadable model sidecar {side}") in capsys.readouterr().err
 
 def test_an_empty_database_or_none_of_this_device_is_one_line_naming_both(tmp_path, fleet):
     db, device, *_ = fleet
