@@ -171,8 +171,8 @@ class Fleet:
         asked = self.top_k + (self.predictor.vendor_index is not None)
         spent = 0 if held else len(got.measured_us)
         vendor = times.get(VENDOR_CONFIG_ID, np.nan)
-        return Answered(log, problem, pure, answer.chosen_by, times.get(pure, np.nan) / best - 1, times[got.config.config_id] / best - 1,
-                        vendor / best - 1, spent, 0 if held else asked - spent)
+        return Answered(log, problem, pure, answer.chosen_by, times.get(pure, np.nan) / best - 1,
+                        times[got.config.config_id] / best - 1, vendor / best - 1, spent, 0 if held else asked - spent)
 
 
 def stream_problems(folder: Path, logs: list, device: str, dtype: str) -> tuple[list, pd.DataFrame]:
