@@ -135,7 +135,8 @@ def add_import(sub) -> None:
                    "password; default: $COSTLEARN_TUNING_DB, else the user cache's)")
     p.add_argument("--preset", default=None, help="the named device the file was measured on (h200, h100, a100); "
                    "the file's header or keys, where it has them, must agree (required; tuning-db: only where "
-                   "--device-class is not a preset)")
+                   "--device-class is not a preset and --data holds no device.json of it, and then also a "
+                   "device.json file)")
     old_spelling(p, "--device", "--preset")
     p.add_argument("--device-class", default=None, metavar="SLUG", help="tuning-db: the device slug of the "
                    "measurements to import, as the database's keys hold it (e.g. a100)")

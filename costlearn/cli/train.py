@@ -65,13 +65,13 @@ def train_stage(data, models_dir, *, family: str | None, dtypes, learner: str, f
             news = new_problems(folder, models_root(models_dir or None), family=fam, dtype=dt, frame=frame)
             if not news.due(if_new_problems):
                 print(f"{news.folder} is current: {news.new} new problem{'' if news.new == 1 else 's'} since it was "
-                      f"trained, fewer than --if-new-rows {if_new_problems}; not retrained")
+                      f"trained, fewer than --if-new-problems {if_new_problems}; not retrained")
                 continue
             if news.damaged:
                 print(f"{news.folder}: the model there does not load ({news.damaged}); training a new one",
                       file=sys.stderr)
             elif news.has_model:
-                print(f"{news.folder}: {news.new} new problems since it was trained (--if-new-rows "
+                print(f"{news.folder}: {news.new} new problems since it was trained (--if-new-problems "
                       f"{if_new_problems}); retraining", file=sys.stderr)
         t0 = time.perf_counter()
         try:
@@ -151,7 +151,7 @@ def _print_trained(res, learner: str = "xgboost") -> None:
 def cmd_train(args) -> int:
     models_out(args.models)
     train_stage(args.data, args.models, family=args.family, dtypes=args.dtype, learner=args.learner,
-                feature_set=args.feature_set, if_new_problems=args.if_new_rows)
+                feature_set=args.feature_set, if_new_problems=args.if_new_problems)
     return 0
 
 
@@ -210,8 +210,8 @@ def add_train(sub) -> None:
     old_spelling(p, "--model", "--learner", check=MODELS.names())
     p.add_argument("--feature-set", default=None, choices=FEATURE_SETS.names(),
                    help="features a gradient-boosted model uses (default: analytic; raw and derived are ablations)")
-    p.add_argument("--if-new-rows", type=nonneg_int, default=None, metavar="N",
-                   help="retrain a (family, dtype) model only where the dataset holds at least N problems (M, N, K, "
+    p.add_argument("--if-new-problems", "--if-new-rows", dest="if_new_problems", type=nonneg_int, default=None,
+                   metavar="N", help="retrain a (family, dtype) model only where the dataset holds at least N problems (M, N, K, "
                    "dtype, layout, epilogue) it was not trained on, or it has no model yet; else say so and leave it "
                    "(default: always train)")
     p.set_defaults(func=cmd_train)

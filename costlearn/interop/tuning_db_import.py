@@ -19,7 +19,7 @@ import json
 import math
 from pathlib import Path
 
-from costlearn.collect.dataset import TUNED_FORMAT
+from costlearn.collect.dataset import TUNED_FORMAT, device_dataset_folder
 from costlearn.core.checks import shown
 from costlearn.core.device import PRESETS, DeviceSpec
 from costlearn.core.problem import Problem
@@ -69,10 +69,11 @@ def import_tuning_db(target=None, *, device_class: str, data_root, preset=None, 
     data_root : path
         Data root (or the device's dataset folder); rows go to the folder of the device's slug
         (:func:`costlearn.interop.common.device_folder`), its ``device.json`` written when absent.
-    preset : str or DeviceSpec, optional
-        The device the measurements were taken on, where ``device_class`` is not a preset name
-        (:data:`costlearn.core.device.PRESETS`); a DeviceSpec's own slug names the folder (a preset name's
-        is the preset's).
+    preset : str, path or DeviceSpec, optional
+        The device the measurements were taken on (a preset name, a ``device.json`` file or a DeviceSpec,
+        whose slug must be ``device_class``), where ``device_class`` is not a preset name
+        (:data:`costlearn.core.device.PRESETS`) and ``data_root`` holds no ``device.json`` of it
+        (:func:`device_spec`).
     progress : callable, optional
         Given one line per stage (reading, writing).
 
@@ -108,7 +109,7 @@ def import_tuning_db(target=None, *, device_class: str, data_root, preset=None, 
     >>> print(rep.summary())                                                               # doctest: +SKIP
     """
     say = progress or (lambda line: None)
-    spec = device_spec(device_class, preset)
+    spec = device_spec(device_class, preset, data_root)
     target = default_target() if target is None else target
     server = is_server_url(target)
     store = open_store(target, read_only=True)
@@ -128,16 +129,20 @@ def import_tuning_db(target=None, *, device_class: str, data_root, preset=None, 
                                sha256=sha, source_name=str(store.path) if server else None, unit="row")
 
 
-def device_spec(device_class: str, preset=None) -> DeviceSpec:
-    """The device of ``device_class``'s measurements: its preset, or ``preset``.
+def device_spec(device_class: str, preset=None, data_root=None) -> DeviceSpec:
+    """The device of ``device_class``'s measurements: its preset, ``preset``, or the ``device.json`` of its
+    dataset folder under ``data_root``.
 
     Parameters
     ----------
     device_class : str
         A device slug (a key's ``device``).
-    preset : str or DeviceSpec, optional
-        Required where ``device_class`` is not a preset name; where it is one, a ``preset`` must describe
-        the same class.
+    preset : str, path or DeviceSpec, optional
+        A preset name, a ``device.json`` file (a collection writes one in ``<data>/<slug>/``) or a DeviceSpec;
+        where ``device_class`` is a preset name, it must describe the same class.
+    data_root : path, optional
+        Where ``preset`` is None and ``device_class`` is not a preset name: the dataset root (or the device's
+        folder) whose ``<device_class>/device.json`` describes the device, as a collection on it wrote.
 
     Returns
     -------
@@ -146,7 +151,7 @@ def device_spec(device_class: str, preset=None) -> DeviceSpec:
     Raises
     ------
     InteropError
-        Naming the value and what is allowed.
+        Naming the value and what is allowed (no preset, no such file, a device.json of another device).
     """
     try:
         check_name("device_class", device_class)
@@ -154,15 +159,42 @@ def device_spec(device_class: str, preset=None) -> DeviceSpec:
         raise InteropError(str(e)) from None
     known = device_class in PRESETS.names()
     if preset is None:
-        if not known:
-            raise InteropError(f"device_class={shown(device_class)} is not a preset ({', '.join(PRESETS.names())}): "
-                               "give the preset (or DeviceSpec) of the device it names (preset=, --preset)")
-        return resolve_device(device_class)
-    spec = resolve_device(preset)
-    if known and spec.slug != device_class:
+        if known:
+            return resolve_device(device_class)
+        found = _collected_spec(device_class, data_root)
+        if found is None:
+            raise InteropError(f"device_class={shown(device_class)} is not a preset ({', '.join(PRESETS.names())}) "
+                               "and --data holds no device.json of it: give --preset the device.json of its "
+                               "dataset folder (a collection on it writes <data>/<slug>/device.json), or a preset")
+        return found
+    if isinstance(preset, (str, Path)) and str(preset) not in PRESETS.names() and Path(preset).is_file():
+        spec = _spec_file(Path(preset))
+    else:
+        spec = resolve_device(preset)
+    if spec.slug != device_class:
         raise InteropError(f"--preset {shown(getattr(preset, 'name', preset))} describes {spec.slug}, not the "
-                           f"device class {device_class} (itself a preset): leave --preset out")
+                           f"device class {device_class}" + (" (itself a preset): leave --preset out" if known else ""))
     return spec
+
+
+def _collected_spec(device_class: str, data_root) -> DeviceSpec | None:
+    """The DeviceSpec of ``<data_root>/<device_class>/device.json`` (or of ``data_root``'s own, where it is that
+    device's folder); None where there is none."""
+    if data_root is None:
+        return None
+    try:
+        path = device_dataset_folder(data_root, device_class) / "device.json"
+    except ValueError:
+        return None
+    return _spec_file(path) if path.is_file() else None
+
+
+def _spec_file(path: Path) -> DeviceSpec:
+    """:meth:`DeviceSpec.from_file`, its errors as InteropError."""
+    try:
+        return DeviceSpec.from_file(path)
+    except (OSError, ValueError) as e:
+        raise InteropError(f"--preset {shown(str(path))}: {e}") from None
 
 
 def source_line(key: tuple, tuning_id: str, config_id: str) -> int:

@@ -113,7 +113,7 @@ class NewProblems:
 def new_problems(data_dir, models_dir=None, *, family: str, dtype: str, frame: pd.DataFrame | None = None
                  ) -> NewProblems:
     """How many problems of ``family``/``dtype`` in the dataset folder ``data_dir`` the model in the store was
-    not trained on: the test of ``costlearn train --if-new-rows N``.
+    not trained on: the test of ``costlearn train --if-new-problems N``.
 
     Parameters
     ----------

@@ -340,3 +340,28 @@ def test_a_fleet_server_s_hostile_rows_nan_among_them_are_skipped_and_counted(pg
                         _raw(tid=tid, **over))
     rep = import_tuning_db(pg_url, device_class="a100", data_root=tmp_path / "data")
     assert rep.rows_added == 3 and rep.skipped.total == 4
+
+
+def test_a_device_that_is_no_preset_is_described_by_its_collections_device_json(db_path, tmp_path):
+    """Regression: a new user's tuning database of their own (PoCL) device could not be imported at all: its
+    device class is no preset, and --preset took preset names only. The device.json a collection wrote in
+    <data>/<slug>/ describes it, or --preset names that file."""
+    from costlearn.collect.loop import write_device_json
+    spec = DeviceSpec.from_dict({**preset("a100").to_dict(), "name": "NVIDIA RTX 4090", "compute_capability": "8.9"})
+    db = TuningDB(db_path)
+    record(db, 128, "r1", device=spec.slug)
+    db.close()
+    collected = tmp_path / "collected" / spec.slug
+    collected.mkdir(parents=True)
+    write_device_json(spec, collected)
+    rep = import_tuning_db(db_path, device_class=spec.slug, data_root=tmp_path / "collected")
+    assert rep.rows_added == 3 and rep.folder == collected
+    rep = import_tuning_db(db_path, device_class=spec.slug, preset=str(collected / "device.json"),
+                           data_root=tmp_path / "elsewhere")
+    assert rep.rows_added == 3 and set(load(tmp_path / "elsewhere" / spec.slug)[0]["device_name"]) == {spec.name}
+    with pytest.raises(InteropError, match="holds no device.json of it"):
+        import_tuning_db(db_path, device_class=spec.slug, data_root=tmp_path / "empty")
+    write_device_json(preset("h100"), tmp_path)
+    with pytest.raises(InteropError, match=f"describes h100, not the device class {spec.slug}"):
+        import_tuning_db(db_path, device_class=spec.slug, preset=str(tmp_path / "device.json"),
+                         data_root=tmp_path / "x")

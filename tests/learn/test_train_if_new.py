@@ -91,7 +91,7 @@ def test_train_if_new_rows_leaves_a_current_model_untouched_and_a_running_proces
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert out.splitlines() == [f"{folder} is current: 2 new problems since it was trained, fewer than "
-                                "--if-new-rows 3; not retrained"]
+                                "--if-new-problems 3; not retrained"]
     assert _files(folder) == before                               # not one byte or timestamp changed
     PREDICTORS.next_watch_s = 0.0
     assert load_predictor(device, "gemm", "float32", str(models)) is loaded
@@ -99,7 +99,7 @@ def test_train_if_new_rows_leaves_a_current_model_untouched_and_a_running_proces
     write_part(_rows_of(rows, shapes.iloc[FIRST + 2:FIRST + 3]).to_dict("records"), data)
     assert main(argv) == 0
     cap = capsys.readouterr()
-    assert f"{folder}: 3 new problems since it was trained (--if-new-rows 3); retraining" in cap.err
+    assert f"{folder}: 3 new problems since it was trained (--if-new-problems 3); retraining" in cap.err
     assert "(replaced the model that was there)" in cap.out
     assert _files(folder) != before
     PREDICTORS.next_watch_s = 0.0                                 # the staleness rule's period passed
@@ -117,7 +117,7 @@ def test_train_if_new_rows_retrains_a_damaged_model_whatever_its_sidecar_records
     """A model that does not load (its sidecar's digest differs, its payload folder is gone) is no model: its
     sidecar's training.problems still lists every problem, yet it is retrained, never called current."""
     data, models, rows, shapes = folders
-    argv = ["train", "--data", str(data), "--models", str(models), "--learner", "roofline", "--if-new-rows", "3"]
+    argv = ["train", "--data", str(data), "--models", str(models), "--learner", "roofline", "--if-new-problems", "3"]
     assert main(argv) == 0
     folder = models / data.name / "gemm" / "float32"
     side = json.loads((folder / "model.json").read_text())
