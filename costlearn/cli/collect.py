@@ -87,9 +87,10 @@ def _collection_defaults(spec, data_root, family: str, dtype: str, pool, configs
     return bounds, device_dataset_folder(data_root, spec.slug), size, per_shape
 
 
-def asked_shapes(target, device: str, family: str, dtype: str, epilogues, data, shapes) -> list:
+def asked_shapes(target, device: str, family: str, dtype: str, epilogues, data, shapes, models_dir=None) -> list:
     """``--shapes-from-db``: the problems compilers asked of ``device`` (the tuning database ``target``, None: the
-    default; :func:`costlearn.serve.asked.asked_problems`), least certain first, then the user's ``shapes``; says
+    default; :func:`costlearn.serve.asked.asked_problems`), least certain first by the model of ``models_dir`` (the
+    store root; None: the default store), then the user's ``shapes``; says
     on stderr how many, how ordered and what was left out.
 
     Raises
@@ -98,7 +99,8 @@ def asked_shapes(target, device: str, family: str, dtype: str, epilogues, data, 
         As :func:`costlearn.serve.asked.asked_problems`.
     """
     from costlearn.serve.asked import asked_problems
-    got = asked_problems(target, device, family, dtype, layout=COLLECTED_LAYOUT, epilogues=epilogues, data_dir=data)
+    got = asked_problems(target, device, family, dtype, layout=COLLECTED_LAYOUT, epilogues=epilogues, data_dir=data,
+                         models_dir=models_dir)
     d = got.distances_log2
     how = (f", least certain first (farthest from {got.model}'s training shapes: {d[0]:.2f} to {d[-1]:.2f} "
            "doublings)" if d else f", oldest first (the {family}/{dtype} model of {device} does not load: "
@@ -120,7 +122,7 @@ COLLECTED_LAYOUT = "NN"
 def collect_stage(backend, data_root, *, family: str, dtype: str, budget_s: float, pool: int | None,
                   configs_per_shape: int | None, max_extent: int | None, max_flops: float | None, shapes,
                   protocol, seed: int, progress: bool, recheck: int = 0, epilogues=("none",),
-                  strategy: str = "random", shapes_from_db=False):
+                  strategy: str = "random", shapes_from_db=False, models_dir=None):
     """Collect into ``<data_root>/<device>/`` (each problem with one of
     ``epilogues``, the shapes chosen by ``strategy``, :func:`costlearn.collect.loop.collect`) and print the
     summary, then
@@ -132,7 +134,7 @@ def collect_stage(backend, data_root, *, family: str, dtype: str, budget_s: floa
     bounds, out, pool, per_shape = _collection_defaults(spec, data_root, family, dtype, pool, configs_per_shape,
                                                         max_extent, max_flops)
     if shapes_from_db is not False:
-        shapes = asked_shapes(shapes_from_db, spec.slug, family, dtype, epilogues, out, shapes)
+        shapes = asked_shapes(shapes_from_db, spec.slug, family, dtype, epilogues, out, shapes, models_dir)
     print(f"device: {spec.name} ({backend.name}); dataset: {out}; {family}/{dtype}; pool {pool} configs, up to "
           f"{per_shape} a shape; "
           f"shapes M,N,K <= {bounds.max_extent}, 2MNK <= {bounds.max_flops:.3g}; epilogues {', '.join(epilogues)}; "
@@ -253,20 +255,20 @@ def cmd_collect(args) -> int:
                             configs_per_shape=args.configs_per_shape, max_extent=args.max_extent,
                             max_flops=args.max_flops, shapes=shapes, protocol=protocol_of(args), seed=args.seed,
                             progress=not args.no_progress, epilogues=epilogues, strategy=strategy,
-                            shapes_from_db=from_db)
+                            shapes_from_db=from_db, models_dir=args.models)
         return 0
     collect_stage(device_backend(args.device, args.family), args.data, family=args.family, dtype=args.dtype,
                   budget_s=args.budget, pool=args.pool, configs_per_shape=args.configs_per_shape,
                   max_extent=args.max_extent, max_flops=args.max_flops, shapes=shapes, protocol=protocol_of(args),
                   seed=args.seed, progress=not args.no_progress, recheck=args.recheck, epilogues=epilogues,
-                  strategy=strategy, shapes_from_db=from_db)
+                  strategy=strategy, shapes_from_db=from_db, models_dir=args.models)
     return 0
 
 
 def fleet_collect_stage(address, workers, device: str, data_root, *, family: str, dtype: str, budget_s: float,
                         pool: int | None, configs_per_shape: int | None, max_extent: int | None,
                         max_flops: float | None, shapes, protocol, seed: int, progress: bool, epilogues=("none",),
-                        strategy: str = "random", shapes_from_db=False):
+                        strategy: str = "random", shapes_from_db=False, models_dir=None):
     """``collect --ray``: start one worker per device on a Ray cluster
     (:func:`costlearn.collect.fleet.start_fleet`) and collect into
     ``<data_root>/<device>/`` with the defaults :func:`collect_stage` uses
@@ -280,7 +282,7 @@ def fleet_collect_stage(address, workers, device: str, data_root, *, family: str
         bounds, out, pool, per_shape = _collection_defaults(spec, data_root, family, dtype, pool, configs_per_shape,
                                                             max_extent, max_flops)
         if shapes_from_db is not False:
-            shapes = asked_shapes(shapes_from_db, spec.slug, family, dtype, epilogues, out, shapes)
+            shapes = asked_shapes(shapes_from_db, spec.slug, family, dtype, epilogues, out, shapes, models_dir)
         print(f"fleet: {len(fleet.members)} workers of {spec.name} ({fleet.backend}) on Ray; dataset: {out}; "
               f"{family}/{dtype}; pool {pool} configs, up to {per_shape} a shape; shapes M,N,K <= {bounds.max_extent}, "
               f"2MNK <= {bounds.max_flops:.3g}; epilogues {', '.join(epilogues)}; strategy {strategy}", file=sys.stderr)
@@ -334,9 +336,10 @@ def add_collect(sub) -> None:
                    help="the prior starts from the problems compilers asked of this device class (the tuning "
                    "database's predicted entries, read-only; those measured there or in --data left out), of "
                    "--dtype, layout NN and --epilogues, least certain first: farthest from the training shapes of "
-                   "this device's model in the store ($COSTLEARN_MODELS, else the source tree's models/), else "
-                   "oldest first; then --shapes (default database: $COSTLEARN_TUNING_DB, else tuning.sqlite in the "
-                   "user cache)")
+                   "this device's model in --models, else oldest first; then --shapes (default database: "
+                   "$COSTLEARN_TUNING_DB, else tuning.sqlite in the user cache)")
+    p.add_argument("--models", default=None, help="with --shapes-from-db: the model store whose model orders the "
+                   "asked problems (default: $COSTLEARN_MODELS, else the source tree's models/)")
     p.add_argument("--workers", type=positive_int, default=None, metavar="N",
                    help="with --ray: workers to start (default: one per GPU of the cluster; for a CPU OpenCL "
                    "device, one per machine)")

@@ -127,6 +127,11 @@ def test_collect_shapes_from_db_through_the_command_line(fleet, dataset_dir, tmp
             "certain first (farthest from ") in err
     assert "left out 1 of dtype float16 (a collection measures float32 NN, epilogues none bias bias_relu bias_gelu)" \
         in err
+    (tmp_path / "no-models").mkdir()                                      # --models names the store that orders
+    with pytest.raises(Stop):
+        main(["collect", "--shapes-from-db", "--data", str(tmp_path / "d"), "--recheck", "0", "--models",
+              str(tmp_path / "no-models")])
+    assert "oldest first (no gemm/float32 model of" in capsys.readouterr().err
     for argv, says in [(["--shapes-from-db", str(db), "--strategy", "random"], "--shapes-from-db: the problems "
                         "compilers asked are the prior's (--strategy prior), not the random strategy's"),
                        (["--shapes-from-db", str(tmp_path / "empty.sqlite")], "no tuning database at ")]:
