@@ -11,7 +11,8 @@ Usage::
 The scripts that measure call :func:`update` after writing their report
 (``a100_study.py``, ``transfer_study.py``, ``bench_predict.py``, ``sampling_study.py``,
 ``bench_noise.py``, ``model_study.py``, ``ood_study.py``, ``lut_study.py``, ``epilogue_study.py``,
-``thin_data_study.py``, ``bench_tuning_db.py``, ``fleet_hosts_study.py``, ``fleet_chaos_study.py``); ``costlearn
+``thin_data_study.py``, ``bench_tuning_db.py``, ``fleet_hosts_study.py``, ``fleet_chaos_study.py``,
+``fleet_replay``'s tables); ``costlearn
 evaluate --report reports/pocl_eval.md`` and ``costlearn dispatch --out
 reports/dispatch`` write theirs, then run this script.
 """
@@ -129,6 +130,10 @@ def fleet_hosts(reports: Path) -> str:
 
 def fleet_chaos(reports: Path) -> str:
     return _demote((reports / "fleet_chaos.md").read_text().strip(), 2)
+
+
+def fleet_replay(reports: Path) -> str:
+    return _demote(_drop_title((reports / "fleet_replay.md").read_text()), 1)
 
 
 def model_study(reports: Path) -> str:
@@ -316,6 +321,7 @@ BLOCKS = (Block("lolo", "docs/results.md", lolo), Block("transfer", "docs/result
           Block("sampling", "docs/results.md", sampling),
           Block("fleet-bench", "docs/results.md", fleet_bench), Block("fleet-hosts", "docs/results.md", fleet_hosts),
           Block("fleet-chaos", "docs/results.md", fleet_chaos),
+          Block("fleet-replay", "docs/results.md", fleet_replay),
           Block("ood", "docs/guide.md", ood), Block("dispatch", "docs/guide.md", dispatch),
           Block("headline", "README.md", headline))
 """Every generated block, in the order written."""

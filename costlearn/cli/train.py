@@ -211,9 +211,9 @@ def add_train(sub) -> None:
     p.add_argument("--feature-set", default=None, choices=FEATURE_SETS.names(),
                    help="features a gradient-boosted model uses (default: analytic; raw and derived are ablations)")
     p.add_argument("--if-new-problems", "--if-new-rows", dest="if_new_problems", type=nonneg_int, default=None,
-                   metavar="N", help="retrain a (family, dtype) model only where the dataset holds at least N problems (M, N, K, "
-                   "dtype, layout, epilogue) it was not trained on, or it has no model yet; else say so and leave it "
-                   "(default: always train)")
+                   metavar="N", help="retrain a (family, dtype) model only where the dataset holds at least N "
+                   "problems (M, N, K, dtype, layout, epilogue) it was not trained on, or it has no model yet; else "
+                   "say so and leave it (default: always train)")
     p.set_defaults(func=cmd_train)
 
 
