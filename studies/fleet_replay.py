@@ -4,6 +4,7 @@ make the model better where its users compile?
     python -m studies.fleet_replay --train LOG[,LOG] --stream LOG[,LOG] --device PRESET
                                    --top-k K --retrain-every N [--work DIR] [--json FILE]
                                    [--train-share F] [--dtype DTYPE] [--report FILE] [--per-problem CSV]
+    python -m studies.fleet_replay --report-from JSON[,JSON] --report FILE
 
 LOG: a PyTorch Inductor AutoHeuristic mm log (a text file), or
 ``ARCHIVE.zip:MEMBER`` for one inside a zip archive. The fleet starts from a
@@ -279,22 +280,56 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
+def report(results: list) -> str:
+    """The report of several replays (their JSON figures): a summary of each one's second half, then its table."""
+    lines = ["# A fleet that learns, replayed on recorded logs", "",
+             "Written by `python -m studies.fleet_replay --report-from JSON,... --report FILE` from the replays' "
+             "`--json` figures. Regret: the log's time of the answer over the best it timed on the problem "
+             "(cuBLAS included) - 1, geometric mean; pure: `predict_best`'s answer; measured: the tuning "
+             "database's verdict on the model's top K tile configs and cuBLAS, timed from the log.", "",
+             "| train | K | retrain every | retrains | second half: pure prediction | measured top-k + cuBLAS | "
+             "cuBLAS alone | measurements per problem | windows where measured > cuBLAS |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        h = r["second_half"]
+        worse = sum(w["measured"] is not None and w["vendor"] is not None and w["measured"] > w["vendor"]
+                    for w in r["windows"])
+        lines.append(f"| {'+'.join(r['train'])} at {r['train_share']:g} | {r['top_k']} | "
+                     f"{r['retrain_every'] if r['retrains'] else 'never'} | "
+                     f"{r['retrains']} | {pct(h['pure'])} | {pct(h['measured'])} | {pct(h['vendor'])} | "
+                     f"{h['measurements'] / max(h['problems'], 1):.2f} | {worse} of {len(r['windows'])} |")
+    for r in results:
+        lines += ["", table(r)]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name}", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--train", required=True, metavar="LOG[,LOG]", help="the logs the fleet's first model learns")
-    ap.add_argument("--stream", required=True, metavar="LOG[,LOG]", help="the logs whose problems it compiles")
-    ap.add_argument("--device", required=True, metavar="PRESET", help="the logs' device (a costlearn preset)")
-    ap.add_argument("--top-k", type=int, required=True, metavar="K", help="tile configs measured per problem")
-    ap.add_argument("--retrain-every", type=int, required=True, metavar="N", help="problems between retrains")
+    ap.add_argument("--train", metavar="LOG[,LOG]", help="the logs the fleet's first model learns")
+    ap.add_argument("--stream", metavar="LOG[,LOG]", help="the logs whose problems it compiles")
+    ap.add_argument("--device", metavar="PRESET", help="the logs' device (a costlearn preset)")
+    ap.add_argument("--top-k", type=int, metavar="K", help="tile configs measured per problem")
+    ap.add_argument("--retrain-every", type=int, metavar="N", help="problems between retrains")
     ap.add_argument("--work", type=Path, default=ROOT / "out" / "fleet-replay")
     ap.add_argument("--json", type=Path, default=None, metavar="FILE")
     ap.add_argument("--train-share", type=float, default=1.0, metavar="F",
                     help="train on this share of the --train logs' problems (default 1)")
     ap.add_argument("--dtype", default="float16", help="the dtype replayed (default float16)")
-    ap.add_argument("--report", type=Path, default=None, metavar="FILE", help="append the table to FILE")
+    ap.add_argument("--report", type=Path, default=None, metavar="FILE",
+                    help="append the replay's table to FILE (with --report-from: write the report there)")
+    ap.add_argument("--report-from", default=None, metavar="JSON[,JSON]",
+                    help="replay nothing: write --report from these replays' --json figures")
     ap.add_argument("--per-problem", type=Path, default=None, metavar="CSV",
                     help="write each stream problem's answers and regrets")
     args = ap.parse_args(argv)
+    if args.report_from is not None:
+        if args.report is None:
+            ap.error("--report-from needs --report FILE")
+        args.report.write_text(report([json.loads(Path(f).read_text()) for f in args.report_from.split(",") if f]))
+        return 0
+    missing = [f for f in ("train", "stream", "device", "top_k", "retrain_every") if getattr(args, f) is None]
+    if missing:
+        ap.error("the replay needs " + ", ".join("--" + f.replace("_", "-") for f in missing))
     if args.top_k < 1 or args.retrain_every < 1 or not 0 < args.train_share <= 1:
         ap.error("--top-k and --retrain-every must be >= 1, --train-share in (0, 1]")
     res = run(args)

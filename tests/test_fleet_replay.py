@@ -82,3 +82,16 @@ def test_each_problems_answers_are_written_in_stream_order(replayed):
     assert per["position"].tolist() == list(range(1, 10)) and per["log"].iloc[-1] == "stream2.txt"
     assert (per["measured"] <= per["vendor"] + 1e-12).all() and (per["measurements"] <= 2).all()
     assert per["measurements"].sum() == sum(w["measurements"] for w in res["windows"])
+
+
+def test_a_report_is_written_from_replays_json_without_replaying(study, replayed):
+    res, tmp = replayed
+    out = tmp / "report.md"
+    assert study.main(["--report-from", str(tmp / "replay.json"), "--report", str(out)]) == 0
+    text = out.read_text()
+    h = res["second_half"]
+    assert f"| train.txt at 1 | 1 | 4 | 2 | {study.pct(h['pure'])} | {study.pct(h['measured'])} | " \
+        f"{study.pct(h['vendor'])} | {h['measurements'] / h['problems']:.2f} | 0 of 4 |" in text
+    assert text.count("#### Train train.txt at 1") == 1
+    with pytest.raises(SystemExit):
+        study.main(["--train", "x.txt"])                                 # a replay needs its flags, named
