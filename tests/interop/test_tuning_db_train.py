@@ -84,9 +84,9 @@ def test_a_fleet_s_measurements_train_beside_rows_costlearn_collected(dataset_di
         if i == 0:                          # the same problem under an old kernel template: stale
             db.record(Problem(int(m), int(n), int(k)), "gemm", spec.slug, "0ld0template", ms, source="test")
     db.close()
-    with pytest.raises(InteropError, match="not a preset"):
-        import_tuning_db(tmp_path / "tuning.sqlite", device_class=spec.slug, data_root=tmp_path / "data")
-    rep = import_tuning_db(tmp_path / "tuning.sqlite", device_class=spec.slug, preset=spec,
+    with pytest.raises(InteropError, match="not a preset"):          # no device.json of it there
+        import_tuning_db(tmp_path / "tuning.sqlite", device_class=spec.slug, data_root=tmp_path / "elsewhere")
+    rep = import_tuning_db(tmp_path / "tuning.sqlite", device_class=spec.slug,   # the collection's device.json
                            data_root=tmp_path / "data")
     old = len(groups[0][1])
     assert rep.folder == data and rep.rows_added == len(fleet) + old
