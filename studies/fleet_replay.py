@@ -53,6 +53,7 @@ import shutil
 import sys
 import time
 import zipfile
+from io import StringIO
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,7 +101,6 @@ def share_of(text: str, share: float) -> str:
     joined with ``|``) gives ``int(sha256, 16) % 1000 < 1000 * share``."""
     if share >= 1:
         return text
-    from io import StringIO
     lines = text.splitlines()
     df = pd.read_csv(StringIO("\n".join(lines[1:])))
     key = df[KEY_COLUMNS].astype(str).agg("|".join, axis=1)
