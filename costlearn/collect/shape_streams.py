@@ -125,8 +125,8 @@ class PriorShapes:
             out = [s for s in given if s not in self.user_shapes]
             warn(f"costlearn: {len(out)} of the {len(given)} shapes given lie outside the collection's bounds "
                  f"(M, N, K <= {bounds.max_extent}, 2MNK <= {bounds.max_flops:.3g}) and are not measured "
-                 f"(first: {'x'.join(map(str, _extents(out[0])))}); their other token counts inside the bounds are "
-                 "(raise --max-extent or --max-flops to measure them)")
+                 f"(first: {'x'.join(map(str, _extents(out[0])))}; raise --max-extent or --max-flops to measure "
+                 "them); their other token counts inside the bounds are still drawn")
 
     def draws(self):
         """The endless prior stream before bounds, repeats and candidates."""

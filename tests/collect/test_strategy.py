@@ -56,13 +56,17 @@ def test_prior_starts_with_the_users_shapes_then_draws_their_other_token_counts(
     assert any(s[1:] == (4096, 1024) and s[0] != 4096 for s in others)
 
 
-def test_a_users_shape_outside_the_bounds_is_named_and_not_measured():
+def test_a_users_shape_outside_the_bounds_is_named_and_not_measured_and_the_warning_says_what_is_drawn():
+    """The warning's last clause once trailed off ("... inside the bounds are"); it states what the stream does."""
     cpu = ShapeBounds.for_device(True)
-    with pytest.warns(UserWarning, match=r"1 of the 2 shapes given lie outside .* \(first: 512x768x3072\)"):
-        prior = PriorShapes(cpu, 0, user_shapes=[(8, 64, 64), (512, 768, 3072)])
-    shapes = _take(prior, 50)
-    assert shapes[0] == (8, 64, 64) and (512, 768, 3072) not in shapes
+    with pytest.warns(UserWarning, match=r"1 of the 2 shapes given lie outside .* \(first: 256x512x1024; raise "
+                      r"--max-extent or --max-flops to measure them\); their other token counts inside the "
+                      r"bounds are still drawn$"):
+        prior = PriorShapes(cpu, 0, user_shapes=[(8, 64, 64), (256, 512, 1024)])    # 2MNK over the bound
+    shapes = _take(prior, 300)
+    assert shapes[0] == (8, 64, 64) and (256, 512, 1024) not in shapes
     assert all(2 * m * n * k <= cpu.max_flops for m, n, k in shapes)
+    assert any(s[1:] == (512, 1024) and s[0] < 256 for s in shapes)     # its other token counts, as the warning says
 
 
 def test_a_given_problem_keeps_its_epilogue_and_its_other_token_counts_are_drawn_as_shapes(dataset_dir, tmp_path):
