@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import uuid
 from pathlib import Path
 
@@ -182,10 +183,21 @@ def read_file(path, max_bytes: int = 1 << 30) -> bytearray:
     Raises
     ------
     OSError
-        If the file cannot be read, is larger than ``max_bytes``, or changes
-        size while it is read.
+        If the file cannot be read, is no regular file (a FIFO, whose opening
+        would wait for a writer, or a device or folder; opened without
+        blocking and refused), is larger than ``max_bytes``, or changes size
+        while it is read.
     """
-    with open(path, "rb") as fh:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(f"{path} is not a regular file but a "
+                          f"{'folder' if stat.S_ISDIR(mode) else 'FIFO' if stat.S_ISFIFO(mode) else 'device'}")
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
         if size > max_bytes:
             raise OSError(f"{path} holds {size} bytes, more than the {max_bytes} a file read here may")

@@ -45,6 +45,7 @@ if TYPE_CHECKING:                   # pandas is loaded where a function needs it
 
 from costlearn.core.checks import shown
 from costlearn.core.device import DeviceSpec
+from costlearn.core.files import read_file
 from costlearn.families import FAMILIES, get_family
 from costlearn.features import FEATURE_SETS, CandidateFeatures, ConfigTable, feature_version, get_feature_set
 from costlearn.model.artifact_files import load_scorer, load_shortlist, load_vendor
@@ -273,14 +274,14 @@ def load(folder) -> Artifact:
         if not side_path.is_file():
             raise ArtifactError(f"no model artifact in {str(folder)!r} (need {SIDECAR})")
         try:
-            text = side_path.read_bytes()
+            text = bytes(read_file(side_path))
         except OSError as e:
             raise ArtifactError(f"unreadable model sidecar {side_path}: {e}") from e
         try:
             return _load(folder, text)
         except ArtifactError:
             try:
-                changed = side_path.read_bytes() != text
+                changed = bytes(read_file(side_path)) != text
             except OSError:
                 changed = True
             if not changed or attempt == LOAD_TRIES - 1:

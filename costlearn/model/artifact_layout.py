@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from costlearn.core.errors import CostlearnError
+from costlearn.core.files import read_file
 
 __all__ = ["ARTIFACT_SCHEMA", "ArtifactError", "default_models_dir", "models_root", "list_models", "model_folder",
            "parse_sidecar", "old_layout_folders", "SIDECAR", "SCORER_FILE", "VENDOR_FILE", "LEGACY_FILES", "SAVE_LOCK",
@@ -155,7 +156,7 @@ def current_payload(folder: Path) -> str | None:
     ``""`` for an artifact whose files lie beside the sidecar, None where
     there is no readable sidecar."""
     try:
-        side = parse_sidecar((folder / SIDECAR).read_bytes(), folder / SIDECAR)
+        side = parse_sidecar(bytes(read_file(folder / SIDECAR)), folder / SIDECAR)
     except (OSError, ArtifactError):
         return None
     return str(side.get("payload") or "") if isinstance(side, dict) else None

@@ -20,7 +20,7 @@ if TYPE_CHECKING:                   # pandas is loaded where a function needs it
     import pandas as pd
 
 from costlearn.core.device import DeviceSpec
-from costlearn.core.files import atomic_write, sha256_file
+from costlearn.core.files import atomic_write, read_file, sha256_file
 from costlearn.core.locks import FolderLock
 from costlearn.core.npz import npz_bytes
 from costlearn.core.version import __version__
@@ -224,7 +224,7 @@ def replace_shortlist(folder, shortlist, info: dict | None = None) -> Path:
     folder = Path(folder)
     with FolderLock(folder, "a model save", SAVE_LOCK, wait=True):
         try:
-            side = parse_sidecar((folder / SIDECAR).read_bytes(), folder / SIDECAR)
+            side = parse_sidecar(bytes(read_file(folder / SIDECAR)), folder / SIDECAR)
         except OSError as e:
             raise ArtifactError(f"no readable model sidecar in {str(folder)!r}: {e}") from e
         if not isinstance(side, dict):

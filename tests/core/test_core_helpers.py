@@ -216,6 +216,24 @@ def test_read_file_refuses_a_file_larger_than_allowed_before_taking_memory(tmp_p
         read_file(small, max_bytes=2)
 
 
+@pytest.mark.parametrize("kind", ["fifo", "folder", "device"])
+def test_read_file_refuses_a_fifo_a_folder_or_a_device_without_waiting(tmp_path, kind):
+    """Regression: a FIFO in place of a model's sidecar made `costlearn train` wait forever for a writer (the
+    sidecar was read with open(), which blocks on a FIFO); read_file opens without blocking and refuses it."""
+    import signal
+    path = {"fifo": tmp_path / "model.json", "folder": tmp_path, "device": "/dev/zero"}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    old = signal.signal(signal.SIGALRM, lambda *_: pytest.fail(f"read_file waited on a {kind}"))
+    signal.alarm(10)
+    try:
+        with pytest.raises(OSError, match=f"is not a regular file but a {kind.replace('fifo', 'FIFO')}"):
+            read_file(path)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
 def test_an_output_check_creates_nothing_and_names_how_the_path_was_given(tmp_path):
     from costlearn.core.files import check_output
     blocker = tmp_path / "file"

@@ -136,3 +136,22 @@ def test_train_if_new_rows_retrains_a_damaged_model_whatever_its_sidecar_records
         assert "is current" not in cap.out and f"{folder}: the model there does not load (" in cap.err
         side = artifact.load(folder).sidecar                      # retrained: it loads again
         assert side["training"]["problems"]["count"] == FIRST
+
+
+def test_plain_train_replaces_a_fifo_sidecar_instead_of_waiting_for_a_writer(folders):
+    """Regression: a FIFO named model.json made `costlearn train` (without --if-new-problems) hang in the save,
+    which read the old sidecar to keep its payload; it is no model, and the new one replaces it."""
+    import os
+    import signal
+    data, models, _, _ = folders
+    folder = models / data.name / "gemm" / "float32"
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / "model.json")
+    old = signal.signal(signal.SIGALRM, lambda *_: pytest.fail("train waited on the FIFO"))
+    signal.alarm(60)
+    try:
+        assert main(["train", "--data", str(data), "--models", str(models), "--learner", "roofline"]) == 0
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert (folder / "model.json").is_file() and artifact.load(folder).sidecar["training"]["problems"]["count"] == FIRST
