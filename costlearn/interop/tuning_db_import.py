@@ -15,6 +15,7 @@ host's file and from the fleet's server is one row.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 from pathlib import Path
@@ -116,17 +117,19 @@ def import_tuning_db(target=None, *, device_class: str, data_root, preset=None, 
     try:
         label = str(store.path) if server else str(Path(store.path).resolve())
         say(f"reading the measurements of device class {device_class} from {store.path}")
-        rows = store.device_measurements(device_class)
+        rows = store.device_measurements(device_class)        # a page at a time: memory bounded by a page
+        first = next(rows, None)
+        if first is None:
+            raise InteropError(f"{store.path}: no measurement of device class {device_class!r} (`costlearn "
+                               "tuning-db [TARGET] --measurements` lists what it holds)")
+        sha = hashlib.sha256(f"{'server' if server else 'file'}:{label}".encode()).hexdigest()
+        say(f"writing the measurements of {device_class} as rows of {spec.slug} under {data_root}")
+        skipped = SkippedLines()
+        return import_measurements(FORMAT, store.path, _measurements(itertools.chain([first], rows), skipped),
+                                   skipped, spec, data_root, sha256=sha,
+                                   source_name=str(store.path) if server else None, unit="row")
     finally:
         store.close()
-    if not rows:
-        raise InteropError(f"{store.path}: no measurement of device class {device_class!r} (`costlearn tuning-db "
-                           "[TARGET] --measurements` lists what it holds)")
-    sha = hashlib.sha256(f"{'server' if server else 'file'}:{label}".encode()).hexdigest()
-    say(f"read {len(rows)} measurements of {device_class}; writing them as rows of {spec.slug} under {data_root}")
-    skipped = SkippedLines()
-    return import_measurements(FORMAT, store.path, _measurements(rows, skipped), skipped, spec, data_root,
-                               sha256=sha, source_name=str(store.path) if server else None, unit="row")
 
 
 def device_spec(device_class: str, preset=None, data_root=None) -> DeviceSpec:

@@ -342,6 +342,33 @@ def test_a_fleet_server_s_hostile_rows_nan_among_them_are_skipped_and_counted(pg
     assert rep.rows_added == 3 and rep.skipped.total == 4
 
 
+@pytest.mark.parametrize("store", ["file", "server"])
+def test_a_device_class_is_read_a_page_at_a_time_and_no_row_is_read_twice_or_skipped(store, tmp_path, request,
+                                                                                    monkeypatch):
+    """Regression: the import read a device class's every measurement into one list (memory grew with the
+    fleet's database). It reads keyset pages now; tunings measured at the same instant (a tie in the first order
+    column) and rows recorded between two pages are each read once."""
+    from costlearn.serve import fleet
+    from costlearn.serve.tuning_db_server import open_store
+    target = request.getfixturevalue("pg_url") if store == "server" else tmp_path / "t.sqlite"
+    db = open_store(target, create=True) if store == "file" else open_store(target)
+    for i in range(7):                                    # 21 rows, at 3 instants
+        record(db, 64 * (i + 1), f"t{i}", measured=f"2025-03-0{1 + i % 3}T10:00:00+00:00")
+    pages = db.device_measurements("a100", page_rows=4)
+    got = [next(pages) for _ in range(4)]
+    record(db, 2048, "late", measured="2025-03-09T10:00:00+00:00")    # after the first page was read
+    got += list(pages)
+    keys = [(r[12], r[10]) for r in got]                  # (tuning id, config id)
+    assert len(got) == 24 and len(set(keys)) == 24
+    at = [fleet.DEVICE_ORDER_AT[fleet.DEVICE_ORDER.index(c)] for c in ("measured", "tuning_id", "config_id")]
+    assert [tuple(r[i] for i in at) for r in got] == sorted(tuple(r[i] for i in at) for r in got)
+    db.close()
+    monkeypatch.setattr(fleet, "DEVICE_PAGE_ROWS", 5)
+    rep = import_tuning_db(target, device_class="a100", data_root=tmp_path / "data")
+    assert rep.rows_added == 24 and len(rows_of(tmp_path / "data")) == 24
+    assert import_tuning_db(target, device_class="a100", data_root=tmp_path / "data").already_imported
+
+
 def test_a_device_that_is_no_preset_is_described_by_its_collections_device_json(db_path, tmp_path):
     """Regression: a new user's tuning database of their own (PoCL) device could not be imported at all: its
     device class is no preset, and --preset took preset names only. The device.json a collection wrote in
