@@ -39,7 +39,8 @@ def add_collect_args(p, budget_s: float, epilogues: tuple = EPILOGUES):
     p.add_argument("--shapes", nargs="+", default=None, metavar="SHAPE",
                    help="measure these shapes (every pool config feasible for each) instead of random ones: "
                    + SHAPE_SYNTAX + ", or a shapes file ('M N K dtype [layout]' a line, as `export inductor-lut "
-                   "--shapes-file` reads; every line of --dtype and layout NN, the one a collection measures); "
+                   "--shapes-file` reads; every line of --dtype and of the layout measured: --layout where the command "
+                   "has it, else NN); "
                    "with --strategy prior, the shapes the prior starts from; with active, the "
                    "only shapes it chooses among")
     p.add_argument("--strategy", choices=STRATEGIES, default=None,
@@ -87,11 +88,12 @@ def _collection_defaults(spec, data_root, family: str, dtype: str, pool, configs
     return bounds, device_dataset_folder(data_root, spec.slug), size, per_shape
 
 
-def asked_shapes(target, device: str, family: str, dtype: str, epilogues, data, shapes, models_dir=None) -> list:
-    """``--shapes-from-db``: the problems compilers asked of ``device`` (the tuning database ``target``, None: the
-    default; :func:`costlearn.serve.asked.asked_problems`), least certain first by the model of ``models_dir`` (the
-    store root; None: the default store), then the user's ``shapes``; says
-    on stderr how many, how ordered and what was left out.
+def asked_shapes(target, device: str, family: str, dtype: str, epilogues, data, shapes, models_dir=None,
+                 layout: str = "NN") -> list:
+    """``--shapes-from-db``: the problems compilers asked of ``device`` in ``layout`` (the tuning database
+    ``target``, None: the default; :func:`costlearn.serve.asked.asked_problems`), least certain first by the
+    model of ``models_dir`` (the store root; None: the default store), then the user's ``shapes``; says on
+    stderr how many, how ordered and what was left out.
 
     Raises
     ------
@@ -99,7 +101,7 @@ def asked_shapes(target, device: str, family: str, dtype: str, epilogues, data, 
         As :func:`costlearn.serve.asked.asked_problems`.
     """
     from costlearn.serve.asked import asked_problems
-    got = asked_problems(target, device, family, dtype, layout=COLLECTED_LAYOUT, epilogues=epilogues, data_dir=data,
+    got = asked_problems(target, device, family, dtype, layout=layout, epilogues=epilogues, data_dir=data,
                          models_dir=models_dir)
     d = got.distances_log2
     how = (f", least certain first (farthest from {got.model}'s training shapes: {d[0]:.2f} to {d[-1]:.2f} "
@@ -110,20 +112,16 @@ def asked_shapes(target, device: str, family: str, dtype: str, epilogues, data, 
         [f"{n} of {why}" for why, n in sorted(got.left_out.items())]
     print(f"tuning database {got.target}: {got.asked} {family} problems compilers asked of {device}; measuring "
           f"{len(got.problems)} of them first{how}" + (f"; left out {', '.join(left)}" if left else "")
-          + (f" (a collection measures {dtype} {COLLECTED_LAYOUT}, epilogues {' '.join(epilogues)})"
+          + (f" (a collection measures {dtype} {layout}, epilogues {' '.join(epilogues)})"
              if got.left_out else ""), file=sys.stderr)
     return got.problems + list(shapes or ())
-
-
-COLLECTED_LAYOUT = "NN"
-"""The layout a collection from the command line measures."""
 
 
 def collect_stage(backend, data_root, *, family: str, dtype: str, budget_s: float, pool: int | None,
                   configs_per_shape: int | None, max_extent: int | None, max_flops: float | None, shapes,
                   protocol, seed: int, progress: bool, recheck: int = 0, epilogues=("none",),
-                  strategy: str = "random", shapes_from_db=False, models_dir=None):
-    """Collect into ``<data_root>/<device>/`` (each problem with one of
+                  strategy: str = "random", shapes_from_db=False, models_dir=None, layout: str = "NN"):
+    """Collect into ``<data_root>/<device>/`` (problems of ``layout``, each with one of
     ``epilogues``, the shapes chosen by ``strategy``, :func:`costlearn.collect.loop.collect`) and print the
     summary, then
     (``recheck`` > 0) re-time that many shapes in a new process
@@ -134,12 +132,12 @@ def collect_stage(backend, data_root, *, family: str, dtype: str, budget_s: floa
     bounds, out, pool, per_shape = _collection_defaults(spec, data_root, family, dtype, pool, configs_per_shape,
                                                         max_extent, max_flops)
     if shapes_from_db is not False:
-        shapes = asked_shapes(shapes_from_db, spec.slug, family, dtype, epilogues, out, shapes, models_dir)
-    print(f"device: {spec.name} ({backend.name}); dataset: {out}; {family}/{dtype}; pool {pool} configs, up to "
-          f"{per_shape} a shape; "
+        shapes = asked_shapes(shapes_from_db, spec.slug, family, dtype, epilogues, out, shapes, models_dir, layout)
+    print(f"device: {spec.name} ({backend.name}); dataset: {out}; {family}/{dtype} {layout}; pool {pool} configs, "
+          f"up to {per_shape} a shape; "
           f"shapes M,N,K <= {bounds.max_extent}, 2MNK <= {bounds.max_flops:.3g}; epilogues {', '.join(epilogues)}; "
           f"strategy {strategy}", file=sys.stderr)
-    res = collect(backend, out, budget_s=budget_s, family=family, dtype=dtype, pool_size=pool,
+    res = collect(backend, out, budget_s=budget_s, family=family, dtype=dtype, layout=layout, pool_size=pool,
                   configs_per_shape=per_shape,
                   bounds=bounds, shapes=shapes, protocol=protocol, seed=seed, progress=progress,
                   epilogues=epilogues, strategy=strategy, active=_active(strategy))
@@ -237,13 +235,14 @@ def cmd_collect(args) -> int:
     if args.workers is not None and args.ray is None:
         raise ValueError(f"--workers {args.workers}: --workers needs --ray (the workers are a Ray cluster's)")
     check_family_dtype(args)
-    check_output(args.data, "--data", folder=True)
     fam = get_family(args.family)
+    fam.check_dtype(args.dtype, args.layout)
+    check_output(args.data, "--data", folder=True)
     asked = args.epilogues or args.default_epilogues
     epilogues = [e for e in asked if e in fam.epilogues]
     if not epilogues or (args.epilogues and len(epilogues) < len(asked)):
         raise ValueError(f"--epilogues {' '.join(asked)}: the {args.family!r} family fuses {list(fam.epilogues)}")
-    shapes = parse_shapes(args.shapes, files=True, dtype=args.dtype) if args.shapes else None
+    shapes = parse_shapes(args.shapes, files=True, dtype=args.dtype, layout=args.layout) if args.shapes else None
     from_db = False if args.shapes_from_db is None else args.shapes_from_db or None    # None: the default target
     if from_db is not False and args.strategy not in (None, "prior"):
         raise ValueError(f"--shapes-from-db: the problems compilers asked are the prior's (--strategy prior), not "
@@ -255,20 +254,20 @@ def cmd_collect(args) -> int:
                             configs_per_shape=args.configs_per_shape, max_extent=args.max_extent,
                             max_flops=args.max_flops, shapes=shapes, protocol=protocol_of(args), seed=args.seed,
                             progress=not args.no_progress, epilogues=epilogues, strategy=strategy,
-                            shapes_from_db=from_db, models_dir=args.models)
+                            shapes_from_db=from_db, models_dir=args.models, layout=args.layout)
         return 0
     collect_stage(device_backend(args.device, args.family), args.data, family=args.family, dtype=args.dtype,
                   budget_s=args.budget, pool=args.pool, configs_per_shape=args.configs_per_shape,
                   max_extent=args.max_extent, max_flops=args.max_flops, shapes=shapes, protocol=protocol_of(args),
                   seed=args.seed, progress=not args.no_progress, recheck=args.recheck, epilogues=epilogues,
-                  strategy=strategy, shapes_from_db=from_db, models_dir=args.models)
+                  strategy=strategy, shapes_from_db=from_db, models_dir=args.models, layout=args.layout)
     return 0
 
 
 def fleet_collect_stage(address, workers, device: str, data_root, *, family: str, dtype: str, budget_s: float,
                         pool: int | None, configs_per_shape: int | None, max_extent: int | None,
                         max_flops: float | None, shapes, protocol, seed: int, progress: bool, epilogues=("none",),
-                        strategy: str = "random", shapes_from_db=False, models_dir=None):
+                        strategy: str = "random", shapes_from_db=False, models_dir=None, layout: str = "NN"):
     """``collect --ray``: start one worker per device on a Ray cluster
     (:func:`costlearn.collect.fleet.start_fleet`) and collect into
     ``<data_root>/<device>/`` with the defaults :func:`collect_stage` uses
@@ -282,12 +281,14 @@ def fleet_collect_stage(address, workers, device: str, data_root, *, family: str
         bounds, out, pool, per_shape = _collection_defaults(spec, data_root, family, dtype, pool, configs_per_shape,
                                                             max_extent, max_flops)
         if shapes_from_db is not False:
-            shapes = asked_shapes(shapes_from_db, spec.slug, family, dtype, epilogues, out, shapes, models_dir)
+            shapes = asked_shapes(shapes_from_db, spec.slug, family, dtype, epilogues, out, shapes, models_dir,
+                                  layout)
         print(f"fleet: {len(fleet.members)} workers of {spec.name} ({fleet.backend}) on Ray; dataset: {out}; "
-              f"{family}/{dtype}; pool {pool} configs, up to {per_shape} a shape; shapes M,N,K <= {bounds.max_extent}, "
-              f"2MNK <= {bounds.max_flops:.3g}; epilogues {', '.join(epilogues)}; strategy {strategy}", file=sys.stderr)
-        res = collect_fleet(fleet, out, budget_s=budget_s, family=family, dtype=dtype, pool_size=pool,
-                            configs_per_shape=per_shape,
+              f"{family}/{dtype} {layout}; pool {pool} configs, up to {per_shape} a shape; shapes M,N,K <= "
+              f"{bounds.max_extent}, 2MNK <= {bounds.max_flops:.3g}; epilogues {', '.join(epilogues)}; "
+              f"strategy {strategy}", file=sys.stderr)
+        res = collect_fleet(fleet, out, budget_s=budget_s, family=family, dtype=dtype, layout=layout,
+                            pool_size=pool, configs_per_shape=per_shape,
                             bounds=bounds, shapes=shapes, protocol=protocol, seed=seed, progress=progress,
                             epilogues=epilogues, strategy=strategy, active=_active(strategy))
     for line in res.lost + res.notes:
@@ -326,7 +327,7 @@ def add_collect(sub) -> None:
                        description="Measure random feasible tile configs on shapes chosen by --strategy (real "
                        "models' layers mixed with log-uniform shapes by default) under a time budget; resumable.")
     add_measure_args(p)
-    add_problem_args(p)
+    add_problem_args(p, layout=True)
     add_collect_args(p, 240.0)
     p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                    help="collect on a Ray cluster, one worker per device, into <data>/<device>/ here: ADDRESS of "
@@ -335,7 +336,7 @@ def add_collect(sub) -> None:
     p.add_argument("--shapes-from-db", nargs="?", const="", default=None, type=tuning_db_target, metavar="PATH|URL",
                    help="the prior starts from the problems compilers asked of this device class (the tuning "
                    "database's predicted entries, read-only; those measured there or in --data left out), of "
-                   "--dtype, layout NN and --epilogues, least certain first: farthest from the training shapes of "
+                   "--dtype, --layout and --epilogues, least certain first: farthest from the training shapes of "
                    "this device's model in --models, else oldest first; then --shapes (default database: "
                    "$COSTLEARN_TUNING_DB, else tuning.sqlite in the user cache)")
     p.add_argument("--models", default=None, help="with --shapes-from-db: the model store whose model orders the "

@@ -721,3 +721,32 @@ def test_train_logs_a_line_per_stage_folds_fits_and_export(capsys, tmp_path, dat
     for stage in ("fitting xgboost and the baselines on all", "checking the exported scorer",
                   "answering real models' layer shapes"):
         assert any(stage in ln for ln in err), (stage, err)
+
+
+def test_collect_measures_the_layout_given_and_refuses_one_its_family_lacks(monkeypatch, capsys, tmp_path):
+    """Regression: `costlearn collect` measured layout NN whatever a user's models compile (Triton's matmul runs
+    NN, NT, TN and TT); --layout chooses, the shapes file and --shapes-from-db follow it, and a layout the family
+    lacks is refused before any device is opened."""
+    from costlearn.collect.backends.replay import ReplayBackend
+    from costlearn.collect.dataset import load
+    from costlearn.interop import import_file
+    from inductor_fixture import SHAPE_LAYOUTS, SHAPES, write_log
+    write_log(tmp_path / "log.txt")
+    import_file("inductor", tmp_path / "log.txt", device="a100", data_root=tmp_path / "rec")
+    opened = []
+    monkeypatch.setattr("costlearn.cli.collect.device_backend",
+                        lambda *a: opened.append(a) or ReplayBackend(tmp_path / "rec" / "a100"))
+    nt = [s for s, lay in zip(SHAPES, SHAPE_LAYOUTS) if lay == "NT"]
+    shapes = tmp_path / "shapes.txt"
+    shapes.write_text("".join(f"{m} {n} {k} float16 NT\n" for m, n, k in nt))
+    argv = ["collect", "--family", "triton_mm", "--dtype", "float16", "--data", str(tmp_path / "d"), "--recheck",
+            "0", "--no-progress", "--budget", "60"]
+    assert main([*argv, "--layout", "NT", "--shapes", str(shapes), "--strategy", "random"]) == 0
+    rows = load(tmp_path / "d" / "a100")[0]
+    assert set(rows["layout"]) == {"NT"} and {tuple(r) for r in rows[["m", "n", "k"]].to_numpy()} == set(nt)
+    assert "triton_mm/float16 NT" in capsys.readouterr().err
+    assert main([*argv, "--shapes", str(shapes)]) == 2                   # the file's lines are NT, the collection NN
+    assert "layout NN" in capsys.readouterr().err
+    opened.clear()
+    assert main(["collect", "--family", "gemm", "--layout", "NT", "--data", str(tmp_path / "d")]) == 2
+    assert "layout='NT': the 'gemm' family supports ['NN']" in capsys.readouterr().err and not opened
