@@ -93,15 +93,6 @@ class VendorEstimate(NamedTuple):
     sd_log2: float
 
 
-def _pow2(x: np.ndarray) -> np.ndarray:
-    """Trailing zero bits of positive int64 ``x``, capped at :data:`POW2_CAP` (float64)."""
-    x = np.asarray(x, np.int64)
-    out = np.zeros(x.shape, np.float64)
-    for b in range(1, POW2_CAP + 1):
-        out += (x % (1 << b)) == 0
-    return out
-
-
 def problem_row(m: int, n: int, k: int, layout: str, epilogue: str = "none") -> list:
     """:data:`FEATURES` of one problem (validated extents and names), a list
     of F floats (float64; a forest reads them rounded to float32). The
