@@ -1,0 +1,47 @@
+"""studies/replay_floor.py on hand-made per-problem rows: the perfect floor takes the better of the model's pick and
+cuBLAS, and the floor told by the tunings decides each problem from earlier problems only."""
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import import_script
+
+
+@pytest.fixture(scope="module")
+def study():
+    return import_script("studies.replay_floor")
+
+
+def _rows(pure, vendor, chosen, shapes=None):
+    n = len(pure)
+    shapes = shapes or [(64 * (i + 1), 256, 512) for i in range(n)]
+    return pd.DataFrame(dict(position=np.arange(1, n + 1), layout="NN", m=[s[0] for s in shapes],
+                             n=[s[1] for s in shapes], k=[s[2] for s in shapes], pure_chosen_by=chosen,
+                             pure=pure, vendor=vendor))
+
+
+def test_the_perfect_floor_keeps_the_better_of_the_pick_and_cublas_where_the_model_picked(study):
+    df = _rows([0.0, 0.0, 0.5, 0.1, 0.2, 0.3], [0.0, 0.0, 0.1, 0.4, 0.2, 0.3],
+               ["predicted", "predicted", "predicted", "predicted", "vendor_floor", "vendor_floor"])
+    f = study.figures(df, radius=2.0, neighbours=5)
+    assert f["problems"] == 3 and f["picked"] == 1 and f["vendor_better"] == 0
+    assert f["perfect"] == pytest.approx(np.expm1(np.log1p([0.1, 0.2, 0.3]).mean()))
+    assert f["pure"] == pytest.approx(np.expm1(np.log1p([0.1, 0.2, 0.3]).mean()))
+
+
+def test_the_told_floor_turns_a_pick_to_cublas_where_earlier_picks_near_it_lost_and_never_looks_ahead(study):
+    # the first half: the model's picks lost to cuBLAS near 1,000-sized problems, won near 64
+    shapes = [(1000, 1000, 1000), (1024, 1000, 1000), (64, 64, 64), (1000, 1024, 1000), (64, 64, 72), (70, 64, 64)]
+    df = _rows([0.5, 0.4, 0.0, 0.3, 0.2, 0.0], [0.0, 0.0, 0.3, 0.0, 0.0, 0.3], ["predicted"] * 6, shapes)
+    told, flips, right = study.told_floor(df, radius=1.0, neighbours=2)
+    # problem 4 (near the losses) goes to cuBLAS (right); problem 5 (near 64) keeps its pick, as does 6
+    assert told.tolist() == [0.0, 0.2, 0.0] and (flips, right) == (1, 1)
+    later = df.copy()
+    later.loc[5, ["pure", "vendor"]] = [9.0, 0.0]                 # the last problem changes: no earlier decision does
+    assert study.told_floor(later, radius=1.0, neighbours=2)[0][:2].tolist() == told[:2].tolist()
+
+
+def test_a_file_that_is_no_per_problem_file_is_named(study, tmp_path):
+    (tmp_path / "x.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(SystemExit, match=r"x.csv: no column .*fleet_replay --per-problem"):
+        study.read(tmp_path / "x.csv")
