@@ -115,7 +115,8 @@ def add_predict(sub) -> None:
     p.add_argument("--top-k", type=positive_int, default=5, help="how many ranked configs to list (default: 5)")
     p.add_argument("--json", action="store_true", help="one JSON object per shape")
     p.add_argument("--measure-top-k", type=nonneg_int, default=0, metavar="K",
-                   help="measure the model's top K on the local device and keep the fastest, recording it in "
+                   help="measure the model's top K on the local device and keep the fastest (configs within "
+                   "the measurement noise of it tie: the vendor library, else the first by name), recording it in "
                    "the tuning database; the vendor library (cuBLAS) is timed beside them where the family has "
                    "one (default: 0, predict only)")
     add_device_arg(p, "for --measure-top-k")
