@@ -114,10 +114,10 @@ def import_tuning_db(target=None, *, device_class: str, data_root, preset=None, 
     target = default_target() if target is None else target
     server = is_server_url(target)
     store = open_store(target, read_only=True)
+    rows = store.device_measurements(device_class)            # streamed: memory bounded by a batch of rows
     try:
         label = str(store.path) if server else str(Path(store.path).resolve())
         say(f"reading the measurements of device class {device_class} from {store.path}")
-        rows = store.device_measurements(device_class)        # a page at a time: memory bounded by a page
         first = next(rows, None)
         if first is None:
             raise InteropError(f"{store.path}: no measurement of device class {device_class!r} (`costlearn "
@@ -129,6 +129,7 @@ def import_tuning_db(target=None, *, device_class: str, data_root, preset=None, 
                                    skipped, spec, data_root, sha256=sha,
                                    source_name=str(store.path) if server else None, unit="row")
     finally:
+        rows.close()
         store.close()
 
 
@@ -209,10 +210,17 @@ def source_line(key: tuple, tuning_id: str, config_id: str) -> int:
 
 def _measurements(rows, skipped: SkippedLines):
     """The import :class:`~costlearn.interop.common.Measurement` of each stored row (10 key values, 11 columns),
-    a row that does not decode added to ``skipped`` (its 1-based position, why)."""
+    a row that does not decode added to ``skipped`` (its 1-based position, why), as is a row of the key, tuning
+    and config of the row before it (a table made without costlearn's primary key; the rows come sorted by it)."""
+    before = None
     for i, r in enumerate(rows, 1):
+        r = tuple(r)
+        key = r[:10] + r[10:13:2]                             # the primary key: the problem's, tuning, config
         try:
-            x = _measurement(tuple(r))
+            if key == before:
+                raise ValueError("a second row of the measurement before it (its key, tuning and config)")
+            before = key
+            x = _measurement(r)
         except DAMAGED as e:
             skipped.add(i, _why(r, e))
             continue
@@ -223,6 +231,8 @@ def _measurement(r: tuple) -> Measurement:
     """One stored row as an import measurement; :data:`~costlearn.serve.fleet.DAMAGED` where it is damaged."""
     if len(r) != 21:
         raise ValueError(f"a row of {len(r)} values; a measurement has 21")
+    if any(isinstance(v, (bytes, bytearray, memoryview)) for v in r):
+        raise ValueError("a value that is bytes, or text that is not UTF-8")
     key = r[:10]
     for name, v in zip(("family", "device", "template_hash", "costlearn_version"), key[6:]):
         check_name(name, v)

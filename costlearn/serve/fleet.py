@@ -36,8 +36,7 @@ from costlearn.families.base import VENDOR_CONFIG_ID
 __all__ = ["DAMAGED", "parse_json", "check_name", "Measurement", "Verdict", "decide", "host_name", "environment",
            "measurements_from_rows", "measurement_from_row", "NOISE_FLOOR", "LEASE_S", "MAX_LEASE_S", "lease_seconds",
            "MEASUREMENT_COLUMNS", "CREATE_MEASUREMENTS", "CREATE_LEASES", "INSERT_MEASUREMENT", "SELECT_MEASUREMENTS",
-           "SELECT_ALL_MEASUREMENTS", "SELECT_DEVICE_MEASUREMENTS", "SELECT_DEVICE_MEASUREMENTS_AFTER", "DEVICE_ORDER",
-           "DEVICE_ORDER_AT", "DEVICE_PAGE_ROWS", "TAKE_LEASE", "FREE_LEASE"]
+           "SELECT_ALL_MEASUREMENTS", "SELECT_DEVICE_MEASUREMENTS", "TAKE_LEASE", "FREE_LEASE"]
 
 NOISE_FLOOR = 0.002
 """Relative difference under which two configs' times are always a tie:
@@ -85,23 +84,11 @@ SELECT_MEASUREMENTS = f"SELECT {_VALUES} FROM measurements WHERE {_WHERE}"
 """One key's measurements (the columns after the key)."""
 SELECT_ALL_MEASUREMENTS = f"SELECT {_KEY_NAMES}, {_VALUES} FROM measurements ORDER BY measured"
 """Every measurement, key columns first."""
-DEVICE_ORDER = ("measured", "tuning_id", "config_id", "m", "n", "k", "dtype", "layout", "epilogue", "family",
-                "template_hash", "costlearn_version")
-"""The order a device class's measurements are read in: when measured, then the rest of the primary key (so no
-two rows tie, and a page can start after the last row of the one before)."""
-DEVICE_ORDER_AT = tuple((MEASUREMENT_COLUMNS[:10] + MEASUREMENT_COLUMNS[10:]).index(c) for c in DEVICE_ORDER)
-"""Where each :data:`DEVICE_ORDER` column lies in a row of :data:`SELECT_DEVICE_MEASUREMENTS`."""
-_DEVICE_ORDER = ", ".join(DEVICE_ORDER)
 SELECT_DEVICE_MEASUREMENTS = (f"SELECT {_KEY_NAMES}, {_VALUES} FROM measurements WHERE device = ? "
-                              f"ORDER BY {_DEVICE_ORDER} LIMIT ?")
-"""The first page of one device class's measurements (its slug; the most rows), key columns first."""
-SELECT_DEVICE_MEASUREMENTS_AFTER = (f"SELECT {_KEY_NAMES}, {_VALUES} FROM measurements WHERE device = ? AND "
-                                    f"({_DEVICE_ORDER}) > ({', '.join('?' * len(DEVICE_ORDER))}) "
-                                    f"ORDER BY {_DEVICE_ORDER} LIMIT ?")
-"""The page after a row (its :data:`DEVICE_ORDER` values): a keyset page, which neither rereads nor skips a row
-however many come before it."""
-DEVICE_PAGE_ROWS = 10_000
-"""Rows of a device class's measurements read at a time (a few MB)."""
+                              "ORDER BY m, n, k, dtype, layout, epilogue, family, template_hash, costlearn_version, "
+                              "tuning_id, config_id")
+"""Every measurement of one device class (its slug), key columns first, in the order of the primary key (its
+index: no sort; rows that share the key, in a table made without it, are adjacent)."""
 MAX_LEASE_S = 3600.0
 """The longest lease: one that claims to run longer (a hostile or damaged
 row: a date far ahead, text, infinity, NaN) is taken over as expired."""

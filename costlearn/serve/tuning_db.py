@@ -259,6 +259,34 @@ class TuningDB(TuningStore):
             return []
         return self._run(lambda c: c.execute(sql, params or ()).fetchall())
 
+    def _stream(self, table: str, sql: str, params=()):
+        """The rows of ``sql`` on ``table``, :data:`STREAM_ROWS` at a time,
+        from one query on a connection of its own: one snapshot of the file
+        opened, read to the end even if another file is renamed over the
+        path meanwhile; a text value that is not UTF-8 as its bytes. None in
+        a file of a schema before :data:`SCHEMA`."""
+        try:
+            conn, version = self._file.connect()
+        except sqlite3.OperationalError as e:
+            raise OSError(f"cannot use the tuning database {self.path}: {e}") from None
+        except sqlite3.DatabaseError as e:
+            raise TuningDBError(f"the tuning database {self.path} is unreadable ({e})") from None
+        opened = _identity(self.path)
+        try:
+            if table != "tuned" and version < SCHEMA:
+                return
+            conn.text_factory = _text_or_bytes
+            cur = conn.execute(sql, params)
+            while rows := cur.fetchmany(STREAM_ROWS):
+                yield from rows
+        except sqlite3.Error as e:
+            raise OSError(f"cannot use the tuning database {self.path}: {e}") from None
+        finally:
+            if _identity(self.path) == opened:
+                conn.close()
+            else:
+                _close_stale(conn)
+
     def _statement(self, sql: str) -> str:
         """``sql`` on this machine's clock (one machine shares an SQLite file)."""
         return sql.replace("{now}", _SQLITE_NOW)
@@ -286,6 +314,20 @@ class TuningDB(TuningStore):
                     for p in problems]
         return super().get_many(problems, family, device, template_hash, spec=spec,
                                 costlearn_version=costlearn_version)
+
+
+STREAM_ROWS = 1000
+"""Rows a streamed read (:meth:`TuningDB._stream`) fetches at a time."""
+
+
+def _text_or_bytes(data: bytes):
+    """A stored text value as str, or as its bytes where it is not UTF-8
+    (a damaged or hostile row: a reader names and skips it, where decoding
+    would end the whole read)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return bytes(data)
 
 
 def _identity(path: Path):

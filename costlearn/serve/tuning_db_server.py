@@ -411,6 +411,23 @@ class ServerTuningDB(TuningStore):
         it)."""
         return self._run(lambda conn: conn.execute(sql, params).fetchall() if table in self._tables else [])
 
+    def _stream(self, table: str, sql: str, params=()):
+        """The rows of ``sql`` on ``table`` as the server sends them
+        (psycopg's ``Cursor.stream``: one query, a row at a time, one
+        snapshot), on a connection of its own (this store's stays free for
+        other statements meanwhile); none where the server has no such
+        table. A server lost part way raises OSError; what was read stays
+        read."""
+        self._run(lambda c: None)                           # reachable, its tables known
+        if table not in self._tables:
+            return
+        psycopg = self._psycopg
+        try:
+            with self._connect() as conn, conn.cursor() as cur:
+                yield from cur.stream(sql, params)
+        except psycopg.Error as e:
+            raise OSError(f"cannot use the tuning database {self.path}: {self._said(e)}") from None
+
     def _transaction(self, work):
         """``work(execute)`` in one serializable transaction: two hosts
         recording one key at once, one is rolled back by the server and

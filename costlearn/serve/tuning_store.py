@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from costlearn.core.problem import Problem
 from costlearn.core.version import __version__
-from costlearn.serve import fleet
-from costlearn.serve.fleet import (DEVICE_ORDER_AT, FREE_LEASE, SELECT_ALL_MEASUREMENTS, SELECT_DEVICE_MEASUREMENTS,
-                                   SELECT_DEVICE_MEASUREMENTS_AFTER, TAKE_LEASE, Verdict, check_name, lease_seconds)
+from costlearn.serve.fleet import (FREE_LEASE, SELECT_ALL_MEASUREMENTS, SELECT_DEVICE_MEASUREMENTS, TAKE_LEASE, Verdict,
+                                   check_name, lease_seconds)
 from costlearn.serve.tuning_rows import (KEY_COLUMNS, MANY, PUT_BLOB, UPSERT, TuningEntry, blob_values, decode_many,
                                          decode_row, entries_from_rows, entry_values, key_args, key_values,
                                          measurement_rows, measurements_by_key, record_in, select_blobs, select_entry,
@@ -32,7 +31,8 @@ class TuningStore:
     A store sets ``path`` (what messages name), ``read_only`` and
     :attr:`PLACEHOLDER`, and provides :meth:`_run` (a statement's read),
     :meth:`_transaction` (statements in one write transaction) and
-    :meth:`_table_rows` (a read of a table an older store may lack); it may
+    :meth:`_table_rows` (a read of a table an older store may lack) and
+    :meth:`_stream` (the same, streamed); it may
     change :meth:`_write` (a write), :meth:`_statement` (a shared statement
     in its dialect) and :meth:`_key_columns` (the key as its table holds
     it).
@@ -60,6 +60,12 @@ class TuningStore:
     def _table_rows(self, table: str, sql: str, params=None) -> list:
         """The rows ``sql`` (built for this store) reads from ``table``;
         none where the store has no such table (an older one)."""
+        raise NotImplementedError
+
+    def _stream(self, table: str, sql: str, params=()):
+        """The rows ``sql`` (built for this store) reads from ``table``, a
+        batch at a time from one query on one connection, a text value that
+        is not UTF-8 as its bytes; none where the store has no such table."""
         raise NotImplementedError
 
     def _statement(self, sql: str) -> str:
@@ -193,42 +199,30 @@ class TuningStore:
         it is, a server made by an older costlearn)."""
         return measurements_by_key(self._table_rows("measurements", self._statement(SELECT_ALL_MEASUREMENTS)))
 
-    def device_measurements(self, device: str, page_rows: int | None = None):
+    def device_measurements(self, device: str):
         """Every stored measurement row of the device class ``device`` as it
         is stored, unchecked: tuples of the 10 key values then the 11 columns
         of :data:`costlearn.serve.fleet.SELECT_MEASUREMENTS`, in the order of
-        :data:`costlearn.serve.fleet.DEVICE_ORDER`; none in a store made
-        before measurements. For a reader that reports each row it cannot
-        use (:func:`costlearn.serve.fleet.measurement_from_row` decodes one)
-        instead of leaving it out as :meth:`measurements` does.
+        :data:`costlearn.serve.fleet.SELECT_DEVICE_MEASUREMENTS`; none in a
+        store made before measurements. For a reader that reports each row
+        it cannot use (:func:`costlearn.serve.fleet.measurement_from_row`
+        decodes one) instead of leaving it out as :meth:`measurements` does.
 
-        A generator: it reads ``page_rows`` rows at a time (default
-        :data:`costlearn.serve.fleet.DEVICE_PAGE_ROWS`), each page after
-        the last row of the one before (a keyset page), so memory is bounded
-        by a page whatever the store holds. Rows recorded while it reads are
-        read where they sort after the last page read.
+        A generator over one query, streamed (:meth:`_stream`): memory is
+        bounded by a batch of rows whatever the store holds, every row is
+        read once, and all come from the one database and moment the query
+        started at (rows recorded meanwhile are the next reader's). A text
+        value that is not UTF-8 comes as its bytes.
 
         Raises
         ------
         TypeError, ValueError
             A ``device`` that is not a name (:func:`costlearn.serve.fleet.check_name`).
         OSError
-            The store cannot be read, or a page does not move past the one
-            before (a damaged store whose rows do not sort).
+            The store cannot be read (also part way through).
         """
         params = (check_name("device", device),)
-        page_rows = fleet.DEVICE_PAGE_ROWS if page_rows is None else page_rows
-        page = self._table_rows("measurements", self._statement(SELECT_DEVICE_MEASUREMENTS), params + (page_rows,))
-        after_sql = self._statement(SELECT_DEVICE_MEASUREMENTS_AFTER)
-        while page:
-            yield from page
-            if len(page) < page_rows:
-                return
-            after = tuple(page[-1][i] for i in DEVICE_ORDER_AT)
-            page = self._table_rows("measurements", after_sql, params + after + (page_rows,))
-            if page and tuple(page[-1][i] for i in DEVICE_ORDER_AT) == after:
-                raise OSError(f"the tuning database {self.path}: its measurements of {device} do not sort "
-                              f"(a page read after {after!r} ends there again)")
+        yield from self._stream("measurements", self._statement(SELECT_DEVICE_MEASUREMENTS), params)
 
     def get_blobs(self, cache_key: str, filenames) -> dict:
         """The stored files of ``filenames`` under ``cache_key``, ``{name:

@@ -343,30 +343,79 @@ def test_a_fleet_server_s_hostile_rows_nan_among_them_are_skipped_and_counted(pg
 
 
 @pytest.mark.parametrize("store", ["file", "server"])
-def test_a_device_class_is_read_a_page_at_a_time_and_no_row_is_read_twice_or_skipped(store, tmp_path, request,
-                                                                                    monkeypatch):
+def test_a_device_class_is_streamed_from_one_snapshot_each_row_read_once(store, tmp_path, request, monkeypatch):
     """Regression: the import read a device class's every measurement into one list (memory grew with the
-    fleet's database). It reads keyset pages now; tunings measured at the same instant (a tie in the first order
-    column) and rows recorded between two pages are each read once."""
-    from costlearn.serve import fleet
+    fleet's database). One query is streamed now, a batch of rows at a time: rows recorded while it reads are the
+    next import's, none is read twice or skipped."""
+    import inspect
+    from costlearn.serve import tuning_db
     from costlearn.serve.tuning_db_server import open_store
+    monkeypatch.setattr(tuning_db, "STREAM_ROWS", 2)
     target = request.getfixturevalue("pg_url") if store == "server" else tmp_path / "t.sqlite"
     db = open_store(target, create=True) if store == "file" else open_store(target)
     for i in range(7):                                    # 21 rows, at 3 instants
         record(db, 64 * (i + 1), f"t{i}", measured=f"2025-03-0{1 + i % 3}T10:00:00+00:00")
-    pages = db.device_measurements("a100", page_rows=4)
-    got = [next(pages) for _ in range(4)]
-    record(db, 2048, "late", measured="2025-03-09T10:00:00+00:00")    # after the first page was read
-    got += list(pages)
-    keys = [(r[12], r[10]) for r in got]                  # (tuning id, config id)
-    assert len(got) == 24 and len(set(keys)) == 24
-    at = [fleet.DEVICE_ORDER_AT[fleet.DEVICE_ORDER.index(c)] for c in ("measured", "tuning_id", "config_id")]
-    assert [tuple(r[i] for i in at) for r in got] == sorted(tuple(r[i] for i in at) for r in got)
-    db.close()
-    monkeypatch.setattr(fleet, "DEVICE_PAGE_ROWS", 5)
+    rows = db.device_measurements("a100")
+    assert inspect.isgenerator(rows)
+    got = [next(rows) for _ in range(4)]
+    record(db, 2048, "late")                              # recorded while the read is under way
+    got += list(rows)
+    assert len(got) == 21 and len({(r[12], r[10]) for r in got}) == 21 and "late" not in {r[12] for r in got}
     rep = import_tuning_db(target, device_class="a100", data_root=tmp_path / "data")
-    assert rep.rows_added == 24 and len(rows_of(tmp_path / "data")) == 24
-    assert import_tuning_db(target, device_class="a100", data_root=tmp_path / "data").already_imported
+    again = import_tuning_db(target, device_class="a100", data_root=tmp_path / "data")
+    assert (rep.rows_added, again.rows_added, again.duplicates) == (24, 0, 24)
+    db.close()
+
+
+def _unkeyed(path):
+    """Rebuild the file's measurements table without costlearn's NOT NULL and primary key (a damaged or hostile
+    database the schema check passes)."""
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE m2 AS SELECT * FROM measurements")
+    con.execute("DROP TABLE measurements")
+    con.execute("ALTER TABLE m2 RENAME TO measurements")
+    con.commit()
+    return con
+
+
+def test_rows_a_keyless_table_holds_null_twice_or_not_utf8_are_skipped_and_counted_the_rest_imported(db_path,
+                                                                                                    tmp_path):
+    """Regression (an attack on the paged read): a NULL in an ordering column lost the rows tied with it, a second
+    copy of a row was dropped or imported twice by where a page ended, and one host name that was not UTF-8
+    stopped every import of the class at that row."""
+    con = _unkeyed(db_path)
+    con.execute("UPDATE measurements SET tuning_id = NULL WHERE tuning_id = 't1' AND config_id = 'vendor'")
+    con.execute("INSERT INTO measurements SELECT * FROM measurements WHERE tuning_id = 't3'")     # 3 rows again
+    con.execute("UPDATE measurements SET host = CAST(x'fffe' AS TEXT) WHERE tuning_id = 't2' AND config_id = ?",
+                (TILE,))
+    con.commit()
+    con.close()
+    rep = import_tuning_db(db_path, device_class="a100", data_root=tmp_path / "data")
+    assert (rep.rows_added, rep.skipped.total) == (7, 5)           # 9 + 3 rows: 1 NULL, 3 copies, 1 not UTF-8
+    whys = " ".join(why for _, why in rep.skipped)
+    assert "a second row of the measurement before it" in whys and "not UTF-8" in whys
+    df = rows_of(tmp_path / "data")
+    assert len(df) == 7 and sorted(df["run_id"].value_counts().to_dict().items()) == [("t1", 2), ("t2", 2), ("t3", 3)]
+
+
+def test_a_database_renamed_over_the_path_during_an_import_is_not_mixed_in(db_path, tmp_path, monkeypatch):
+    """Regression (an attack): a file renamed over the database's path part way through was read on from the
+    same position, so one import held rows of two databases. The read keeps to the file it opened."""
+    from costlearn.serve import tuning_db
+    monkeypatch.setattr(tuning_db, "STREAM_ROWS", 2)
+    other = tmp_path / "other.sqlite"
+    db = TuningDB(other, create=True)
+    for i in range(3):
+        record(db, 1024 + i, f"b{i}")
+    db.close()
+    store = TuningDB(db_path, read_only=True)
+    rows = store.device_measurements("a100")
+    got = [next(rows)]
+    import os
+    os.replace(other, db_path)
+    got += list(rows)
+    store.close()
+    assert len(got) == 9 and {r[12] for r in got} == {"t1", "t2", "t3"}
 
 
 def test_a_device_that_is_no_preset_is_described_by_its_collections_device_json(db_path, tmp_path):
