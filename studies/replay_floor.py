@@ -39,12 +39,26 @@ COLUMNS = ("position", "layout", "m", "n", "k", "pure_chosen_by", "pure", "vendo
 
 
 def read(path: Path) -> pd.DataFrame:
-    """The per-problem rows of one replay, in stream order."""
-    df = pd.read_csv(path)
+    """The per-problem rows of one replay, in stream order; SystemExit naming the file where it is none."""
+    try:
+        df = pd.read_csv(path)
+    except (OSError, ValueError) as e:                   # no file, empty, not CSV
+        raise SystemExit(f"{path}: {str(e)[:200]}") from None
     missing = [c for c in COLUMNS if c not in df.columns]
     if missing:
         raise SystemExit(f"{path}: no column {missing}; give a `studies.fleet_replay --per-problem` file")
-    return df.sort_values("position").reset_index(drop=True)
+    for c in ("position", "m", "n", "k", "pure", "vendor"):
+        v = pd.to_numeric(df[c], errors="coerce")
+        bad = v.isna() & df[c].notna() if c in ("pure", "vendor") else ~(v >= 1)
+        bad |= v < 0
+        if bad.any():
+            raise SystemExit(f"{path}: column {c} holds {str(df[c][bad].iloc[0])!r} (row {int(bad.idxmax()) + 2}); "
+                             f"{'a regret is a number >= 0 or empty' if c in ('pure', 'vendor') else 'at least 1'}")
+        df[c] = v
+    df = df.sort_values("position").reset_index(drop=True)
+    if not np.isfinite(df["pure"].iloc[len(df) // 2:]).any():
+        raise SystemExit(f"{path}: no problem of the stream's second half has a timed pure answer")
+    return df
 
 
 def told_floor(df: pd.DataFrame, radius: float, neighbours: int) -> tuple[np.ndarray, int, int]:
@@ -106,8 +120,10 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.neighbours < 1 or not args.radius > 0:
         ap.error("--neighbours must be >= 1 and --radius > 0")
-    rows = [(Path(p).stem, figures(read(Path(p)), args.radius, args.neighbours))
-            for p in args.per_problem.split(",") if p]
+    files = [Path(p) for p in args.per_problem.split(",") if p]
+    if not files:
+        ap.error("--per-problem names no file")
+    rows = [(p.stem, figures(read(p), args.radius, args.neighbours)) for p in files]
     text = report(rows, args.radius, args.neighbours)
     print(text)
     if args.report is not None:

@@ -41,7 +41,24 @@ def test_the_told_floor_turns_a_pick_to_cublas_where_earlier_picks_near_it_lost_
     assert study.told_floor(later, radius=1.0, neighbours=2)[0][:2].tolist() == told[:2].tolist()
 
 
-def test_a_file_that_is_no_per_problem_file_is_named(study, tmp_path):
-    (tmp_path / "x.csv").write_text("a,b\n1,2\n")
-    with pytest.raises(SystemExit, match=r"x.csv: no column .*fleet_replay --per-problem"):
+HEAD = "position,layout,m,n,k,pure_chosen_by,pure,vendor\n"
+
+
+@pytest.mark.parametrize("text, why", [
+    ("a,b\n1,2\n", r"no column .*fleet_replay --per-problem"),
+    ("", "No columns to parse"),
+    (HEAD, "no problem of the stream's second half has a timed pure answer"),
+    (HEAD + "1,NN,abc,2,3,predicted,0.1,0.2\n", "column m holds 'abc' .*at least 1"),
+    (HEAD + "1,NN,0,2,3,predicted,0.1,0.2\n", "column m holds '0' "),
+    (HEAD + "1,NN,1,2,3,predicted,abc,0.2\n", "column pure holds 'abc'.*a regret is a number >= 0"),
+    (HEAD + "1,NN,1,2,3,predicted,-1,0.2\n", "column pure holds '-1'"),
+    (HEAD + "1,NN,1,2,3,predicted,,0.2\n2,NN,1,2,3,predicted,,0.2\n", "no problem of the stream's second half"),
+])
+def test_a_file_that_is_no_per_problem_file_is_named_not_a_traceback_or_nan(study, tmp_path, text, why):
+    """Regression (an attack): an empty or header-only file, text or 0 in an extent, text or a negative regret
+    were tracebacks or a row of nan% / -100%."""
+    (tmp_path / "x.csv").write_text(text)
+    with pytest.raises(SystemExit, match=f"x.csv: .*{why}"):
         study.read(tmp_path / "x.csv")
+    with pytest.raises(SystemExit, match="No such file"):
+        study.read(tmp_path / "missing.csv")
