@@ -100,7 +100,7 @@ def verified_file(folder: Path, name, side_path: Path, sha256, what: str) -> tup
     path = folder / name
     if path.exists() and path.resolve().parent != folder.resolve():
         raise ArtifactError(f"{path} leads outside {folder} (a link); an artifact's files live in its folder")
-    if not path.is_file():
+    if not path.exists():
         raise ArtifactError(f"{path} is missing (the artifact's {what})")
     try:
         data = read_file(path)

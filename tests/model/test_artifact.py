@@ -373,3 +373,17 @@ def test_a_sidecar_device_with_a_count_too_large_is_refused_not_an_overflow(mode
     with pytest.raises(artifact_layout.ArtifactError, match=r"DeviceSpec.multiprocessors=1000.*must be an int in "
                        r"\[1, 2147483647\]"):
         artifact.load(dst)
+
+
+@pytest.mark.parametrize("kind", ["FIFO", "folder"])
+def test_a_scorer_that_is_a_fifo_or_a_folder_is_named_as_such_not_as_missing(model_dir, tmp_path, kind):
+    """Regression (an attack): a FIFO or a folder in place of scorer.npz was reported as missing."""
+    import os
+    from costlearn.model import artifact, artifact_layout
+    dst = tmp_path / "dev" / "gemm" / "float32"
+    shutil.copytree(model_dir, dst)
+    (dst / "scorer.npz").unlink()
+    os.mkfifo(dst / "scorer.npz") if kind == "FIFO" else (dst / "scorer.npz").mkdir()
+    with pytest.raises(artifact_layout.ArtifactError, match=f"scorer.npz is unreadable .*not a regular file but a "
+                                                            f"{kind}"):
+        artifact.load(dst)
