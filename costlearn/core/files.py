@@ -169,7 +169,7 @@ def sha256_file(path) -> str:
     return h.hexdigest()
 
 
-def read_file(path, max_bytes: int = 1 << 30) -> bytearray:
+def read_file(path, max_bytes: int = 1 << 30, *, follow_links: bool = True) -> bytearray:
     """A file's bytes in a writable buffer (arrays read from it with
     :func:`npz_arrays` need no copy of their own).
 
@@ -179,16 +179,20 @@ def read_file(path, max_bytes: int = 1 << 30) -> bytearray:
     max_bytes : int
         Largest file read (default 1 GiB; a model's files are tens of MB):
         a larger one is refused before any memory is taken for it.
+    follow_links : bool
+        False: a symbolic link at ``path`` is refused (``O_NOFOLLOW``, where
+        the OS has it), for a folder other processes may write into.
 
     Raises
     ------
     OSError
         If the file cannot be read, is no regular file (a FIFO, whose opening
         would wait for a writer, or a device or folder; opened without
-        blocking and refused), is larger than ``max_bytes``, or changes size
-        while it is read.
+        blocking and refused), is a link and ``follow_links`` is False, is
+        larger than ``max_bytes``, or changes size while it is read.
     """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    fd = os.open(path, flags if follow_links else flags | getattr(os, "O_NOFOLLOW", 0))
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):

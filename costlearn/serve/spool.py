@@ -20,14 +20,13 @@ import hashlib
 import json
 import os
 import re
-import stat
 import threading
 import time
 import uuid
 from pathlib import Path
 
 from costlearn.core.problem import Problem
-from costlearn.core.files import atomic_write
+from costlearn.core.files import atomic_write, read_file
 from costlearn.core.keyed_cache import cache_dir
 from costlearn.serve.fleet import DAMAGED, Measurement
 from costlearn.core.errors import warn
@@ -147,17 +146,11 @@ class Spool:
         return done
 
     def _read(self, path: Path) -> tuple:
-        """(key, measurements, source) of a spooled file; ValueError etc. if
-        it is not one. Opened without following a link and without blocking
-        (a FIFO there would hang the compile), and only a regular file is
-        read."""
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
-        with os.fdopen(fd, "rb") as fh:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise ValueError("not a regular file")
-            data = fh.read(_MAX_BYTES + 1)
-        if len(data) > _MAX_BYTES:
-            raise ValueError(f"larger than {_MAX_BYTES} bytes")
+        """(key, measurements, source) of a spooled file; OSError, ValueError
+        etc. if it is not one. Read by :func:`costlearn.core.files.read_file`
+        without following a link and without blocking (a FIFO there would
+        hang the compile): only a regular file of at most ``_MAX_BYTES``."""
+        data = read_file(path, _MAX_BYTES, follow_links=False)
         doc = json.loads(data)
         if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != _VERSION:
             raise ValueError(f"not a {FORMAT} file of version {_VERSION}")

@@ -216,6 +216,16 @@ def test_read_file_refuses_a_file_larger_than_allowed_before_taking_memory(tmp_p
         read_file(small, max_bytes=2)
 
 
+def test_read_file_without_following_links_refuses_a_link_and_reads_the_file_it_names_otherwise(tmp_path):
+    """The tuning spool reads its folder's files this way (one implementation of the non-blocking read)."""
+    (tmp_path / "f").write_bytes(b"abc")
+    (tmp_path / "link").symlink_to(tmp_path / "f")
+    assert read_file(tmp_path / "link") == bytearray(b"abc")
+    with pytest.raises(OSError):
+        read_file(tmp_path / "link", follow_links=False)
+    assert read_file(tmp_path / "f", follow_links=False) == bytearray(b"abc")
+
+
 @pytest.mark.parametrize("kind", ["fifo", "folder", "device"])
 def test_read_file_refuses_a_fifo_a_folder_or_a_device_without_waiting(tmp_path, kind):
     """Regression: a FIFO in place of a model's sidecar made `costlearn train` wait forever for a writer (the
