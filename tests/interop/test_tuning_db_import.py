@@ -441,3 +441,42 @@ def test_a_device_that_is_no_preset_is_described_by_its_collections_device_json(
     with pytest.raises(InteropError, match=f"describes h100, not the device class {spec.slug}"):
         import_tuning_db(db_path, device_class=spec.slug, preset=str(tmp_path / "device.json"),
                          data_root=tmp_path / "x")
+
+
+def test_a_server_stopped_mid_import_loses_and_doubles_nothing(pg_server, pg_url, tmp_path, monkeypatch):
+    """The fleet's server dies while an import streams its rows: the import is an OSError naming the database, what
+    it wrote stays, and after the restart the same import adds exactly the rest (50,000 rows: more than the
+    server's socket can hold, so the stop lands mid-stream)."""
+    import psycopg
+    from costlearn.interop import common
+    from costlearn.serve.tuning_db_server import ServerTuningDB, open_store
+    server = open_store(pg_url)
+    record(server, 64, "first")                                    # costlearn's tables, and 3 rows
+    server.close()
+    row = _raw(tid="x")
+    cols = ", ".join(MEASUREMENT_COLUMNS)
+    values = ", ".join("'s' || i" if c == "tuning_id" else "%s" for c in MEASUREMENT_COLUMNS)
+    with psycopg.connect(pg_url, autocommit=True) as con:
+        con.execute(f"INSERT INTO measurements ({cols}) SELECT {values} FROM generate_series(1, 50000) AS i",
+                    [v for c, v in zip(MEASUREMENT_COLUMNS, row) if c != "tuning_id"])
+    monkeypatch.setattr(common, "IMPORT_CHUNK_ROWS", 5000)           # parts written as the rows arrive
+    stream = ServerTuningDB._stream
+
+    def dies_part_way(self, table, sql, params=()):
+        for i, r in enumerate(stream(self, table, sql, params)):
+            if i == 12_000:
+                pg_server.stop("immediate")
+            yield r
+    monkeypatch.setattr(ServerTuningDB, "_stream", dies_part_way)
+    try:
+        with pytest.raises(OSError, match="cannot use the tuning database"):
+            import_tuning_db(pg_url, device_class="a100", data_root=tmp_path / "data")
+    finally:
+        pg_server.start()
+    monkeypatch.setattr(ServerTuningDB, "_stream", stream)
+    kept = len(rows_of(tmp_path / "data"))
+    assert 10_000 <= kept < 50_003
+    rep = import_tuning_db(pg_url, device_class="a100", data_root=tmp_path / "data")
+    df = rows_of(tmp_path / "data")
+    assert rep.rows_added == 50_003 - kept and len(df) == 50_003
+    assert not df.duplicated(["run_id", "config_id", "m"]).any()
