@@ -20,7 +20,7 @@ model among the measured configs, cuBLAS alone and the best of the top 5:
   the other two.
 
 The A100 and H100 splits are float16 unless named (the H100 80/20 is every
-dtype). Per split: each log and, for float16, each layout. ``far``: the share
+dtype). Per split: each log (each dtype) and its layouts. ``far``: the share
 of answers beyond the vendor floor's reach of every training shape (decided
 by the transfer); ``sure``: the answers with ``Prediction.sure``, their
 geometric-mean regret and the worst; ``unmeasured``: picks the log never
@@ -168,9 +168,8 @@ def split_table(title: str, per: pd.DataFrame) -> str:
         lines.append(row(str(name), g))
     if len(groups) > 1:
         lines.append(row("all", per))
-    if by == "source":
-        for (src, lay), g in per.groupby(["source", "layout"], sort=True):
-            lines.append(row(f"{src} {lay}" if len(groups) > 1 else lay, g))
+    for (head, lay), g in per.groupby([by, "layout"], sort=True):     # each log's (each dtype's) layouts
+        lines.append(row(f"{head} {lay}" if len(groups) > 1 else lay, g))
     tr = per.drop_duplicates("dtype")[["dtype", "transfer_intercept", "transfer_slope"]]
     fits = ", ".join(f"{d}: {a:+.2f} + {b:.2f} x estimate" for d, a, b in tr.itertuples(index=False)
                      if a is not None and np.isfinite(a))
