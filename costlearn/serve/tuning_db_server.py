@@ -22,7 +22,7 @@ import time
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from costlearn.serve.fleet import CREATE_LEASES, CREATE_MEASUREMENTS
-from costlearn.serve.tuning_db import TuningDB
+from costlearn.serve.tuning_db import STREAM_ROWS, TuningDB
 from costlearn.serve.tuning_rows import (CREATE_BLOBS, CREATE_TABLE, TABLES, TuningDBError, default_target,
                                          is_server_url, key_args, key_values)
 from costlearn.serve.tuning_store import TuningStore
@@ -412,19 +412,30 @@ class ServerTuningDB(TuningStore):
         return self._run(lambda conn: conn.execute(sql, params).fetchall() if table in self._tables else [])
 
     def _stream(self, table: str, sql: str, params=()):
-        """The rows of ``sql`` on ``table`` as the server sends them
-        (psycopg's ``Cursor.stream``: one query, a row at a time, one
-        snapshot), on a connection of its own (this store's stays free for
-        other statements meanwhile); none where the server has no such
-        table. A server lost part way raises OSError; what was read stays
-        read."""
+        """The rows of ``sql`` on ``table``, :data:`STREAM_ROWS` at a time
+        through a server-side cursor (one query, one snapshot), on a
+        connection of its own (this store's stays free for other statements
+        meanwhile); none where the server has no such table.
+
+        Each ``FETCH`` is its own statement, so ``timeout_s`` bounds one
+        batch, not the whole read: a caller that takes the rows slowly (an
+        import writing its parts) is never cancelled, and a server that
+        hangs mid-read is still a server away. The session's
+        ``idle_in_transaction_session_timeout`` is lifted for the same
+        reason (the cursor lives in a read-only transaction). A server lost
+        part way raises OSError; what was read stays read."""
         self._run(lambda c: None)                           # reachable, its tables known
         if table not in self._tables:
             return
         psycopg = self._psycopg
         try:
-            with self._connect() as conn, conn.cursor() as cur:
-                yield from cur.stream(sql, params)
+            with self._connect() as conn:
+                conn.execute("SET idle_in_transaction_session_timeout = 0")
+                conn.autocommit = False                     # a server-side cursor lives in a transaction
+                with conn.cursor(name="costlearn_stream") as cur:
+                    cur.itersize = STREAM_ROWS
+                    cur.execute(sql, params)
+                    yield from cur
         except psycopg.Error as e:
             raise OSError(f"cannot use the tuning database {self.path}: {self._said(e)}") from None
 

@@ -480,3 +480,26 @@ def test_a_server_stopped_mid_import_loses_and_doubles_nothing(pg_server, pg_url
     df = rows_of(tmp_path / "data")
     assert rep.rows_added == 50_003 - kept and len(df) == 50_003
     assert not df.duplicated(["run_id", "config_id", "m"]).any()
+
+
+def test_a_slow_import_is_not_cancelled_by_the_statement_timeout(pg_url):
+    """Regression: the streamed read of an import ran under the store's statement_timeout (5 s), which counts the
+    whole stream, so an import that wrote its parts more slowly than that (CI on two contended cores, 50,003 rows)
+    was cancelled by the server half way. The stream's connection has no statement timeout; the rows arrive however
+    slowly they are taken."""
+    import time
+    import psycopg
+    from costlearn.serve.tuning_db_server import ServerTuningDB
+    server = ServerTuningDB(pg_url, timeout_s=0.5)
+    record(server, 64, "first")
+    row = _raw(tid="x")
+    cols = ", ".join(MEASUREMENT_COLUMNS)
+    values = ", ".join("'s' || i" if c == "tuning_id" else "%s" for c in MEASUREMENT_COLUMNS)
+    with psycopg.connect(pg_url, autocommit=True) as con:
+        con.execute(f"INSERT INTO measurements ({cols}) SELECT {values} FROM generate_series(1, 50000) AS i",
+                    [v for c, v in zip(MEASUREMENT_COLUMNS, row) if c != "tuning_id"])
+    rows = server.device_measurements("a100")
+    first = next(rows)
+    time.sleep(1.5)                                                  # three statement timeouts
+    assert 1 + sum(1 for _ in rows) == 50_003 and first is not None
+    server.close()

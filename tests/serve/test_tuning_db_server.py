@@ -208,6 +208,7 @@ def test_init_makes_a_writer_role_that_tunes_and_a_reader_role_every_write_of_wh
                                                                                                       m=128))
     reader = ServerTuningDB(pg_server.url(database, user="serving_host", password="pw-never-shown"))
     assert get(reader).time_us == 5.0 and len(reader.measurements()) == 1
+    assert len(list(reader.device_measurements("dev"))) == 1           # the import's cursor: the reader may stream
     refused = 0
     for write in (lambda: reader.put(entry("measured", 1.0, m=256)),
                   lambda: reader.record(Problem(256, 64, 64), "gemm", "dev", TEMPLATE_HASH,
