@@ -6,7 +6,11 @@ server runs as the user ``postgres`` (Debian's package makes it).
 
 Run it in the background with ``python scripts/throwaway_postgres.py > url.txt &``
 and stop it with ``kill %1``; it stops the server and deletes its folder
-either way. Needs PostgreSQL's server programs (``apt install postgresql``).
+either way. A process that made a server and died without removing it (kill -9,
+a killed pytest) leaves none behind: a watchdog started with the server
+(``--watch``, reading a pipe only its maker holds) stops it and deletes its
+folder when that pipe closes. Needs PostgreSQL's server programs
+(``apt install postgresql``).
 """
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import glob
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -39,6 +44,7 @@ class PostgresServer:
         self.bindir, self.root, self.run_as = bindir, root, run_as
         self.data, self.socket = root / "data", root
         self.tls_port = tls_port                 # also on 127.0.0.1:tls_port with TLS (a self-signed certificate)
+        self._watchdog = None                    # the process that removes this server once its maker is gone
 
     @classmethod
     def make(cls, tls: bool = False) -> "PostgresServer":
@@ -67,9 +73,19 @@ class PostgresServer:
             os.chown(root, pw.pw_uid, pw.pw_gid)
             run_as = ["runuser", "-u", "postgres", "--"]
         server = cls(programs, root, run_as, _free_port() if tls else None)
+        server._watchdog = server._watch()
         server.init()
         server.start()
         return server
+
+    def _watch(self) -> subprocess.Popen:
+        """A process of its own session that waits for this process's end
+        (its stdin, a pipe only this process writes, reaches end of file:
+        at :meth:`remove`, at exit, or when the process is killed), then
+        stops the server and deletes its folder."""
+        return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--watch", str(self.root),
+                                 str(self.bindir), *self.run_as], stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
     def _cmd(self, *args, check=True):
         return subprocess.run([*self.run_as, *map(str, args)], check=check, capture_output=True, text=True,
@@ -102,9 +118,12 @@ class PostgresServer:
         self._cmd(self.bindir / "pg_ctl", "-D", self.data, "-m", mode, "-w", "stop", check=False)
 
     def remove(self) -> None:
-        """Stop the server and delete its folder."""
+        """Stop the server and delete its folder; its watchdog ends."""
         self.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+        if self._watchdog is not None:
+            self._watchdog.stdin.close()
+            self._watchdog.wait(timeout=60)
 
     def url(self, database: str = "postgres", user: str = "postgres", password: str | None = None) -> str:
         auth = user + (f":{password}" if password else "")
@@ -136,10 +155,26 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def watch(root: Path, programs: Path, run_as: list) -> None:
+    """The watchdog of :meth:`PostgresServer._watch`: wait for end of file on
+    stdin, then stop the server in ``root`` (if it runs) and delete ``root``."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)         # a Ctrl-C of the maker's terminal is the maker's to act on
+    while sys.stdin.buffer.read(4096):
+        pass
+    if (root / "data").is_dir():
+        subprocess.run([*run_as, str(programs / "pg_ctl"), "-D", str(root / "data"), "-m", "immediate", "-w",
+                        "stop"], capture_output=True, timeout=120, check=False)
+    shutil.rmtree(root, ignore_errors=True)
+
+
 def main(argv=None) -> int:
     import argparse
     import signal
-    import sys
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--watch"]:
+        watch(Path(argv[1]), Path(argv[2]), argv[3:])
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tls", action="store_true", help="also listen on loopback with TLS; print that URL too")
     args = ap.parse_args(argv)

@@ -367,3 +367,40 @@ def test_a_trigger_on_the_server_s_tables_is_refused(pg_server, pg_url):
     pg_server.execute("ALTER TABLE tuned ALTER COLUMN time_us TYPE TEXT", database)
     with pytest.raises(TuningDBError, match="columns"):
         get(open_store(pg_url))
+
+
+_MAKER = """
+import sys, time
+from scripts.throwaway_postgres import PostgresServer
+server = PostgresServer.make()
+print(server.root, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_maker_leaves_no_throwaway_server_running(pg_server):
+    """Regression: a pytest run killed mid-suite (kill -9) left its throwaway PostgreSQL server running and its
+    folder in /tmp for good. The server's watchdog stops it and deletes the folder once its maker is gone.
+    (pg_server: the session's server, asked for its skip where no server can be had.)"""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+    root_dir = Path(__file__).resolve().parents[2]
+    maker = subprocess.Popen([sys.executable, "-c", _MAKER], cwd=root_dir, stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(root_dir)})
+    try:
+        root = Path(maker.stdout.readline().strip())
+        assert (root / "data" / "postmaster.pid").exists()
+    finally:
+        os.kill(maker.pid, signal.SIGKILL)
+        maker.wait()
+    for _ in range(600):
+        if not root.exists():
+            break
+        time.sleep(0.1)
+    assert not root.exists()
+    running = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(root) not in running
