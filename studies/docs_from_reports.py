@@ -8,11 +8,11 @@ Usage::
     python -m studies.docs_from_reports            # rewrite every block
     python -m studies.docs_from_reports --check    # exit 1 naming each stale block (the tests run this)
 
-The scripts that measure call :func:`update` after writing their report
-(``a100_study.py``, ``transfer_study.py``, ``bench_predict.py``, ``sampling_study.py``,
-``bench_noise.py``, ``model_study.py``, ``ood_study.py``, ``lut_study.py``, ``epilogue_study.py``,
-``thin_data_study.py``, ``bench_tuning_db.py``, ``fleet_hosts_study.py``, ``fleet_chaos_study.py``,
-``fleet_replay``'s tables); ``costlearn
+The modules that measure call :func:`update` after writing their report
+(``studies.a100``, ``studies.transfer``, ``benchmarks.predict``, ``studies.sampling``,
+``benchmarks.noise``, ``studies.models``, ``studies.ood``, ``studies.lut``, ``studies.epilogue``,
+``studies.thin_data``, ``studies.strategy_pocl``, ``benchmarks.tuning_db``, ``studies.fleet_hosts``,
+``studies.fleet_chaos``); ``studies.fleet_replay --report-from``, ``costlearn
 evaluate --report reports/pocl_eval.md`` and ``costlearn dispatch --out
 reports/dispatch`` write theirs, then run this script.
 """

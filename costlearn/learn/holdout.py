@@ -94,11 +94,11 @@ TOLERANCE = 0.02
 gives up for a more conservative floor: among the settings within it of the
 best, the one that keeps the vendor most often. A hold-out of one log sees
 shapes like the training rows, not the shapes the model will be asked
-about: on an A100, a float16 model of the random-shape log scored 8.1 %
-(against 5.2 % for cuBLAS alone) on HuggingFace shapes with the plain
-calibration, 4.0 % with this one (timm: 11.5 % and 10.4 %, cuBLAS 10.8 %);
-0.5 and 1 point were not enough. Where the hold-out leaves whole logs out,
-it sees the shift itself and no tolerance is given."""
+about, so the best setting there is too bold on real models' shapes (what
+the plain calibration and this one scored, and why 0.5 and 1 point were not
+enough: docs/results.md, "The vendor floor and the vendor model"). Where the
+hold-out leaves whole logs out, it sees the shift itself and no tolerance is
+given."""
 REGIONS = 5
 """Regions of shapes a hold-out within one log leaves out in turn."""
 

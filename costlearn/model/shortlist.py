@@ -51,10 +51,9 @@ SHORTLIST_FILE = "shortlist.npz"
 SHORTLIST_FORMAT = 1
 
 STEP_LOG2 = 0.5
-"""Grid step, doublings of each extent. On the A100 bfloat16 model (200
-log-uniform problems), against the full scorer's argmin: a step of 1 lost
-0.16 % of model-predicted time on average, 0.5 lost 0.09 % (8 tiles, 64
-trees)."""
+"""Grid step, doublings of each extent: a finer grid loses less
+model-predicted time against the full scorer's argmin, at a larger table
+(what each step lost: docs/results.md, "Speed", the shortlist table)."""
 TILES = 8
 """Tile configs listed per grid point (the vendor candidate besides)."""
 TREES = 64

@@ -37,9 +37,9 @@ static inline int32_t max2(int32_t a, int32_t b) { return a > b ? a : b; }
  * writes them. Tree-major: a few trees at a time, each row (or pair of rows)
  * walks those (eight independent chains of dependent loads), so each tree's
  * nodes come into the cache once per call, not once per row: four trees for a
- * pair of rows, eight for a row alone (the vendor model's one row; 1.3x and
- * 1.37x the speed of eight trees with a leaf flag, on 11 and 64 rows of a
- * real model). */
+ * pair of rows, eight for a row alone (the vendor model's one row). What this
+ * walk gained over a leaf flag, and what more chains did not: docs/results.md,
+ * "A walk without a leaf flag". */
 int32_t costlearn_forest_predict(const costlearn_node *nodes, const int32_t *roots, const int32_t *depths,
                                  int32_t n_trees, const float *X, int32_t n_rows, int32_t n_features, double *out)
 {
