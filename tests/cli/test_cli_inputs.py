@@ -1,4 +1,4 @@
-"""Bad input on the command line (issue 62, an attack on a fresh clone): rc 2 and one line naming the value and
+"""Bad input on the command line, as a fresh clone's user gives it: rc 2 and one line naming the value and
 what is allowed, or rc 0 with the bad entry named; never a traceback, never a silent change."""
 from __future__ import annotations
 

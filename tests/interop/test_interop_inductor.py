@@ -452,7 +452,7 @@ def test_export_from_the_tuning_database_lists_measured_winners_alone_and_the_mo
     assert one == to_tool("triton_mm", "inductor", best, measured)
 
 
-# -- hostile logs (Issue 62) ----------------------------------------------------------
+# -- hostile logs ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("header, says", [
     ('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}", "JSON nested too deep to read"),

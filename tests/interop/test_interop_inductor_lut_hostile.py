@@ -1,6 +1,6 @@
 """PyTorch Inductor's lookup table, hostile: tables, logs and shapes files
 crafted to break ``costlearn import inductor-lut`` and ``costlearn export
-inductor-lut`` (Issue 62). Each input gives rc 0 with the bad entry named,
+inductor-lut``. Each input gives rc 0 with the bad entry named,
 or rc 2 with one line naming the value and what is allowed; no traceback,
 no wait on a file of under a megabyte, nothing dropped unnamed."""
 from __future__ import annotations
