@@ -8,8 +8,9 @@ Run it in the background with ``python scripts/throwaway_postgres.py > url.txt &
 and stop it with ``kill %1``; it stops the server and deletes its folder
 either way. A process that made a server and died without removing it (kill -9,
 a killed pytest) leaves none behind: a watchdog started with the server
-(``--watch``, reading a pipe only its maker holds) stops it and deletes its
-folder when that pipe closes. Needs PostgreSQL's server programs
+(``--watch``, reading a pipe only its maker and the maker's forked children
+hold) stops it, even stopped (SIGSTOP), and deletes its folder when that
+pipe closes. Needs PostgreSQL's server programs
 (``apt install postgresql``).
 """
 from __future__ import annotations
@@ -74,8 +75,12 @@ class PostgresServer:
             run_as = ["runuser", "-u", "postgres", "--"]
         server = cls(programs, root, run_as, _free_port() if tls else None)
         server._watchdog = server._watch()
-        server.init()
-        server.start()
+        try:
+            server.init()
+            server.start()
+        except BaseException:
+            server.remove()
+            raise
         return server
 
     def _watch(self) -> subprocess.Popen:
@@ -122,6 +127,7 @@ class PostgresServer:
         self.stop()
         shutil.rmtree(self.root, ignore_errors=True)
         if self._watchdog is not None:
+            self._watchdog.stdin.write(b"removed")
             self._watchdog.stdin.close()
             self._watchdog.wait(timeout=60)
 
@@ -155,17 +161,93 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+ABSENT_S = 3.0
+"""Seconds the watchdog sees a server's folder gone before it ends: a maker
+killed while ``initdb`` or ``pg_ctl start`` ran leaves that child running,
+and it may make the folder again after a first removal."""
+
+
 def watch(root: Path, programs: Path, run_as: list) -> None:
     """The watchdog of :meth:`PostgresServer._watch`: wait for end of file on
-    stdin, then stop the server in ``root`` (if it runs) and delete ``root``."""
+    stdin, then stop the server in ``root`` and delete ``root``. Where the
+    maker did not say it removed them (``removed`` on the pipe: it died),
+    again until the folder has stayed gone :data:`ABSENT_S` seconds (at
+    most two minutes); a child of the maker that still uses the server
+    keeps the pipe open, and the server, until it exits."""
     import signal
+    import time
     signal.signal(signal.SIGINT, signal.SIG_IGN)         # a Ctrl-C of the maker's terminal is the maker's to act on
-    while sys.stdin.buffer.read(4096):
-        pass
+    removed = False
+    while data := sys.stdin.buffer.read(4096):
+        removed = removed or b"removed" in data             # the maker removed it (PostgresServer.remove)
+    gone_since, give_up = None, time.monotonic() + (0 if removed else 120)
+    if removed and root.exists():                          # what remove() could not: once more, then done
+        _stop_hard(root, programs, run_as)
+        shutil.rmtree(root, ignore_errors=True)
+    while time.monotonic() < give_up:
+        if root.exists():
+            gone_since = None
+            _stop_hard(root, programs, run_as)
+            shutil.rmtree(root, ignore_errors=True)
+        elif gone_since is None:
+            gone_since = time.monotonic()
+        elif time.monotonic() - gone_since >= ABSENT_S:
+            return
+        time.sleep(0.2)
+
+
+def _stop_hard(root: Path, programs: Path, run_as: list) -> None:
+    """Stop the server of ``root`` whatever its state: its processes woken
+    (a stopped postmaster or backend cannot shut down), ``pg_ctl stop -m
+    immediate``, then SIGKILL to whichever of them still runs."""
+    import signal
+    processes = _server_processes(root)
+    for pid in processes:
+        _signal(pid, signal.SIGCONT)
     if (root / "data").is_dir():
-        subprocess.run([*run_as, str(programs / "pg_ctl"), "-D", str(root / "data"), "-m", "immediate", "-w",
-                        "stop"], capture_output=True, timeout=120, check=False)
-    shutil.rmtree(root, ignore_errors=True)
+        subprocess.run([*run_as, str(programs / "pg_ctl"), "-D", str(root / "data"), "-m", "immediate", "-w", "-t",
+                        "30", "stop"], capture_output=True, timeout=120, check=False)
+    for pid in processes:
+        if _is_server_process(pid, root, processes[0]):
+            _signal(pid, signal.SIGKILL)
+
+
+def _server_processes(root: Path) -> list:
+    """The postmaster of ``root``'s data folder (its ``postmaster.pid``) and
+    its children, by Linux's /proc; empty where none runs or there is no
+    /proc."""
+    try:
+        postmaster = int((root / "data" / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return []
+    if not _is_server_process(postmaster, root, postmaster):
+        return []
+    children = [int(d) for d in os.listdir("/proc") if d.isdigit() and _parent(int(d)) == postmaster]
+    return [postmaster, *children]
+
+
+def _is_server_process(pid: int, root: Path, postmaster: int) -> bool:
+    """Whether ``pid`` still is the postmaster of ``root`` or a child of it (not a process that took its number)."""
+    if pid != postmaster:
+        return _parent(pid) == postmaster
+    try:
+        return str(root / "data") in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return False
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _signal(pid: int, sig) -> None:
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        pass
 
 
 def main(argv=None) -> int:

@@ -14,7 +14,9 @@ costlearn never does.
 """
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import random
 import re
 import threading
@@ -58,6 +60,12 @@ _SERIAL_RETRIES = 8
 
 AWAY_S = 10.0
 """Seconds a server found down or unreachable is not asked again."""
+
+STREAM_IDLE_S = 600
+"""Seconds a streamed read's session may wait between two batches (the
+caller writing what it read) before the server ends it: a suspended or
+cut-off reader holds its snapshot and its table locks no longer than that,
+whatever the server's own ``idle_in_transaction_session_timeout``."""
 
 _LOCK_ID = 0x636F73746C6561  # "costlea": the advisory lock creation holds, so two hosts never race CREATE TABLE
 
@@ -260,11 +268,14 @@ class ServerTuningDB(TuningStore):
         reached within a second may set 1, so an unreachable host costs a
         compile one second, once per :data:`AWAY_S`), and each statement
         cancelled by the server after ``timeout_s`` (a server that hangs is
-        a server away)."""
+        a server away). The URL's own ``options`` (a ``search_path``, say)
+        are kept, the statement timeout added after them."""
+        from psycopg.conninfo import conninfo_to_dict
         ms = max(1, int(self.timeout_s * 1000))
         given = "connect_timeout" in parse_qs(urlsplit(self._url).query)
         wait = {} if given else {"connect_timeout": max(1, math.ceil(self.timeout_s))}
-        return self._psycopg.connect(self._url, autocommit=True, options=f"-c statement_timeout={ms}", **wait)
+        options = f"{conninfo_to_dict(self._url).get('options', '')} -c statement_timeout={ms}".strip()
+        return self._psycopg.connect(self._url, autocommit=True, options=options, **wait)
 
     def _prepare(self, conn) -> None:
         """Check that the tables present have costlearn's columns; create
@@ -421,23 +432,46 @@ class ServerTuningDB(TuningStore):
         batch, not the whole read: a caller that takes the rows slowly (an
         import writing its parts) is never cancelled, and a server that
         hangs mid-read is still a server away. The session's
-        ``idle_in_transaction_session_timeout`` is lifted for the same
-        reason (the cursor lives in a read-only transaction). A server lost
-        part way raises OSError; what was read stays read."""
+        ``idle_in_transaction_session_timeout`` is :data:`STREAM_IDLE_S`
+        (the cursor lives in a read-only transaction). A server that stops
+        answering altogether (a frozen host, a cut network) sends no cancel:
+        a wait on it of over twice ``timeout_s`` plus a second shuts the
+        connection from this side (:class:`_Deadline`). A server lost part
+        way raises OSError; what was read stays read."""
         self._run(lambda c: None)                           # reachable, its tables known
         if table not in self._tables:
             return
         psycopg = self._psycopg
         try:
-            with self._connect() as conn:
-                conn.execute("SET idle_in_transaction_session_timeout = 0")
-                conn.autocommit = False                     # a server-side cursor lives in a transaction
-                with conn.cursor(name="costlearn_stream") as cur:
-                    cur.itersize = STREAM_ROWS
-                    cur.execute(sql, params)
-                    yield from cur
+            conn = self._connect()
+            try:
+                yield from self._fetched(conn, sql, params)
+            finally:
+                conn.close()                                # no wait for the server: a read left part way too
         except psycopg.Error as e:
             raise OSError(f"cannot use the tuning database {self.path}: {self._said(e)}") from None
+
+    def _fetched(self, conn, sql: str, params):
+        """The rows of ``sql`` through a server-side cursor on ``conn``,
+        :data:`STREAM_ROWS` at a time, each wait under a :class:`_Deadline`
+        (:meth:`_stream`)."""
+        deadline = _Deadline(conn, 2 * self.timeout_s + 1)
+        try:
+            with deadline.waiting():
+                conn.execute(f"SET idle_in_transaction_session_timeout = {STREAM_IDLE_S * 1000}")
+                conn.autocommit = False                     # a server-side cursor lives in a transaction
+                cur = conn.cursor(name="costlearn_stream")
+                cur.execute(sql, params)
+            while True:
+                with deadline.waiting():
+                    rows = cur.fetchmany(STREAM_ROWS)
+                if not rows:
+                    break
+                yield from rows
+            with deadline.waiting():
+                conn.rollback()                             # it only read: the transaction ends, the cursor too
+        finally:
+            deadline.close()
 
     def _transaction(self, work):
         """``work(execute)`` in one serializable transaction: two hosts
@@ -471,3 +505,48 @@ def _first_line(e: Exception) -> str:
     """The error's first line (libpq's messages name host and user, never the password)."""
     text = str(e).strip().splitlines()
     return text[0] if text else type(e).__name__
+
+
+class _Deadline:
+    """A client-side limit on one connection's waits for its server.
+    ``statement_timeout`` is the server's to enforce; a server that cannot
+    (its host frozen, the network cut) would keep a wait going for ever.
+    Inside :meth:`waiting`, a wait of over ``limit_s`` shuts the
+    connection's socket (through a duplicate of its descriptor, so the
+    connection's own is still valid to close) and psycopg's wait returns
+    with OperationalError. One watching thread per guard, not per wait."""
+
+    def __init__(self, conn, limit_s: float):
+        import socket
+        self._socket = socket.socket(fileno=os.dup(conn.fileno()))
+        self._limit_s = float(limit_s)
+        self._since = None                      # monotonic start of the wait in progress; None between waits
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="costlearn-tuning-db-deadline", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        import socket
+        while not self._stop.wait(min(1.0, self._limit_s / 4)):
+            since = self._since
+            if since is not None and time.monotonic() - since > self._limit_s:
+                try:
+                    self._socket.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                return
+
+    @contextlib.contextmanager
+    def waiting(self):
+        """The block waits on the server: limited to ``limit_s``."""
+        self._since = time.monotonic()
+        try:
+            yield
+        finally:
+            self._since = None
+
+    def close(self) -> None:
+        """Stop watching and close the duplicate descriptor."""
+        self._stop.set()
+        self._thread.join()
+        self._socket.close()

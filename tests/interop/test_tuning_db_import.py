@@ -503,3 +503,68 @@ def test_a_slow_import_is_not_cancelled_by_the_statement_timeout(pg_url):
     time.sleep(1.5)                                                  # three statement timeouts
     assert 1 + sum(1 for _ in rows) == 50_003 and first is not None
     server.close()
+
+
+def _bulk(pg_url, n: int) -> None:
+    """``n`` more measurements of device class a100 on the server (one INSERT ... SELECT)."""
+    import psycopg
+    row = _raw(tid="x")
+    cols = ", ".join(MEASUREMENT_COLUMNS)
+    values = ", ".join("'s' || i" if c == "tuning_id" else "%s" for c in MEASUREMENT_COLUMNS)
+    with psycopg.connect(pg_url, autocommit=True) as con:
+        con.execute(f"INSERT INTO measurements ({cols}) SELECT {values} FROM generate_series(1, {n}) AS i",
+                    [v for c, v in zip(MEASUREMENT_COLUMNS, row) if c != "tuning_id"])
+
+
+def _stream_backend(pg_server) -> int:
+    """The server process of the streamed read in progress."""
+    rows = pg_server.execute("SELECT pid FROM pg_stat_activity WHERE query ILIKE '%costlearn_stream%' "
+                             "AND pid <> pg_backend_pid()")
+    assert len(rows) == 1, rows
+    return rows[0][0]
+
+
+def test_a_frozen_server_ends_the_streamed_read_instead_of_hanging_it(pg_server, pg_url):
+    """Regression: a server that stops answering mid-read (its process stopped: a frozen host, a cut network) sends
+    no statement-timeout cancel, and the import waited for ever. A wait of over twice timeout_s plus a second now
+    shuts the connection from this side: an OSError naming the database."""
+    import os
+    import signal
+    import time
+    from costlearn.serve.tuning_db_server import ServerTuningDB
+    server = ServerTuningDB(pg_url, timeout_s=0.5)
+    record(server, 64, "first")
+    _bulk(pg_url, 5000)
+    rows = server.device_measurements("a100")
+    next(rows)
+    backend = _stream_backend(pg_server)
+    os.kill(backend, signal.SIGSTOP)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(OSError, match="cannot use the tuning database"):
+            sum(1 for _ in rows)
+        waited_s = time.monotonic() - t0
+    finally:
+        os.kill(backend, signal.SIGCONT)
+    assert waited_s < 10
+    assert 64 in [e.problem.m for e in server.entries()]                 # the store itself still works
+    server.close()
+
+
+def test_a_suspended_import_does_not_hold_its_snapshot_for_ever(pg_url, monkeypatch):
+    """Regression: the streamed read lifted the server's idle_in_transaction_session_timeout altogether, so an
+    import suspended between two batches (Ctrl-Z, a cut host) held its snapshot and table locks without limit. The
+    session ends after STREAM_IDLE_S idle; the read then raises OSError, and the import can be run again."""
+    import time
+    from costlearn.serve import tuning_db_server
+    monkeypatch.setattr(tuning_db_server, "STREAM_IDLE_S", 1)
+    server = tuning_db_server.ServerTuningDB(pg_url)
+    record(server, 64, "first")
+    _bulk(pg_url, 3000)
+    rows = server.device_measurements("a100")
+    next(rows)
+    time.sleep(2.5)                                                  # suspended within the first batch
+    with pytest.raises(OSError, match="cannot use the tuning database"):
+        sum(1 for _ in rows)
+    assert sum(1 for _ in server.device_measurements("a100")) == 3003
+    server.close()

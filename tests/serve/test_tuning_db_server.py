@@ -370,18 +370,29 @@ def test_a_trigger_on_the_server_s_tables_is_refused(pg_server, pg_url):
 
 
 _MAKER = """
-import sys, time
+import os, signal, subprocess, sys, time
 from scripts.throwaway_postgres import PostgresServer
+if sys.argv[1] == "initdb":              # killed while initdb runs: initdb outlives it
+    def init(self):
+        subprocess.Popen([*self.run_as, str(self.bindir / "initdb"), "-D", str(self.data), "-A", "trust", "-U",
+                          "postgres", "--no-sync"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        print(self.root, flush=True)
+        time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGKILL)
+    PostgresServer.init = init
 server = PostgresServer.make()
 print(server.root, flush=True)
 time.sleep(600)
 """
 
 
-def test_a_killed_maker_leaves_no_throwaway_server_running(pg_server):
+@pytest.mark.parametrize("when", ["running", "stopped", "initdb"])
+def test_a_killed_maker_leaves_no_throwaway_server_running(pg_server, when):
     """Regression: a pytest run killed mid-suite (kill -9) left its throwaway PostgreSQL server running and its
-    folder in /tmp for good. The server's watchdog stops it and deletes the folder once its maker is gone.
-    (pg_server: the session's server, asked for its skip where no server can be had.)"""
+    folder in /tmp for good. The server's watchdog stops it and deletes the folder once its maker is gone: a server
+    running, one whose postmaster was stopped (SIGSTOP, a test of a hung server), and one whose initdb was still
+    running (it outlives the maker and makes the folder again). (pg_server: the session's server, asked for its
+    skip where no server can be had.)"""
     import os
     import signal
     import subprocess
@@ -389,18 +400,23 @@ def test_a_killed_maker_leaves_no_throwaway_server_running(pg_server):
     import time
     from pathlib import Path
     root_dir = Path(__file__).resolve().parents[2]
-    maker = subprocess.Popen([sys.executable, "-c", _MAKER], cwd=root_dir, stdout=subprocess.PIPE, text=True,
+    maker = subprocess.Popen([sys.executable, "-c", _MAKER, when], cwd=root_dir, stdout=subprocess.PIPE, text=True,
                              env={**os.environ, "PYTHONPATH": str(root_dir)})
     try:
         root = Path(maker.stdout.readline().strip())
-        assert (root / "data" / "postmaster.pid").exists()
+        if when != "initdb":
+            postmaster = int((root / "data" / "postmaster.pid").read_text().split()[0])
+            if when == "stopped":
+                os.kill(postmaster, signal.SIGSTOP)
     finally:
-        os.kill(maker.pid, signal.SIGKILL)
+        if maker.poll() is None:
+            os.kill(maker.pid, signal.SIGKILL)
         maker.wait()
-    for _ in range(600):
+    for _ in range(900):
         if not root.exists():
             break
         time.sleep(0.1)
+    time.sleep(5)                                                   # and it stays gone
     assert not root.exists()
     running = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(root) not in running
