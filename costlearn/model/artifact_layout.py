@@ -16,9 +16,9 @@ from costlearn.core.errors import CostlearnError
 from costlearn.core.files import read_file
 
 __all__ = ["ARTIFACT_SCHEMA", "ArtifactError", "default_models_dir", "models_root", "list_models", "model_folder",
-           "parse_sidecar", "old_layout_folders", "SIDECAR", "SCORER_FILE", "VENDOR_FILE", "LEGACY_FILES", "SAVE_LOCK",
-           "PAYLOAD_PREFIX", "files_folder", "sidecar_digest", "SIDECAR_DIGEST", "current_payload",
-           "payload_folder", "recorded_sha"]
+           "parse_sidecar", "old_layout_folders", "sidecar_schema", "SIDECAR", "SCORER_FILE", "VENDOR_FILE",
+           "LEGACY_FILES", "SAVE_LOCK", "PAYLOAD_PREFIX", "files_folder", "sidecar_digest", "SIDECAR_DIGEST",
+           "current_payload", "payload_folder", "recorded_sha"]
 
 
 ARTIFACT_SCHEMA = 3
@@ -107,11 +107,24 @@ def list_models(models_dir=None) -> list[tuple[str, str, str]]:
 
 
 def old_layout_folders(models_dir=None) -> list[Path]:
-    """Artifacts in the layout before kernel families (``<root>/<device>/<dtype>/model.json``)."""
+    """Artifacts in the layout before kernel families (``<root>/<device>/<dtype>/model.json``).
+    A sidecar of a later schema there is no such artifact: it is a model of
+    today's layout seen from one of a store's device folders
+    (:func:`sidecar_schema`)."""
     root = models_root(models_dir)
     if not root.is_dir():
         return []
-    return sorted(p.parent for p in root.glob(f"*/*/{SIDECAR}"))
+    return sorted(p.parent for p in root.glob(f"*/*/{SIDECAR}") if sidecar_schema(p) in (2, None))
+
+
+def sidecar_schema(path):
+    """The ``artifact_schema`` of the sidecar at ``path``, or None where it
+    cannot be read as a JSON object that names one."""
+    try:
+        side = json.loads(read_file(path))
+    except (OSError, ValueError):
+        return None
+    return side.get("artifact_schema") if isinstance(side, dict) else None
 
 
 def files_folder(folder) -> Path:

@@ -119,7 +119,7 @@ def find_model(key: ModelKey, models_dir=None, *, cli: bool = False) -> Path:
     present = [f"{d}/{f}/{t}" for d, f, t in have] or "none"
     old = _artifact_layout.old_layout_folders(root)
     hint = (f"; {len(old)} artifact(s) in the layout before kernel families ({old[0]}): convert them with "
-            f"`costlearn migrate-models {root}`" if old else "")
+            f"`costlearn migrate-models {root}`" if old else "") + ("" if have else _store_hint(root, cli))
     if device is None:
         devs = sorted({d for d, f, t in have if (f, t) == (family, dtype)})
         if len(devs) != 1:
@@ -137,6 +137,20 @@ def find_model(key: ModelKey, models_dir=None, *, cli: bool = False) -> Path:
         raise ValueError(f"no model for device={device!r}, family={family!r}, dtype={dtype!r} in {str(root)!r}; "
                          f"models present: {present}" + hint)
     return _artifact_layout.model_folder(root, device, family, dtype)
+
+
+def _store_hint(root: Path, cli: bool) -> str:
+    """Where a store with no model is a folder one level off a store: one
+    of its device folders, or the folder that holds it; the words that say
+    which folder to name instead."""
+    flag = "--models" if cli else "models_dir"
+    layout = _artifact_layout
+    if any(layout.sidecar_schema(p) not in (2, None) for p in root.glob(f"*/*/{layout.SIDECAR}")):
+        return (f"; {str(root)!r} is one device's folder of the model store {str(root.parent)!r}: {flag} names "
+                "the store (" + (f"--models {root.parent} --model {root.name})" if cli else
+                                 f"models_dir={str(root.parent)!r}, device={root.name!r})"))
+    below = sorted({p.parents[3] for p in root.glob(f"*/*/*/*/{layout.SIDECAR}")})
+    return f"; {str(below[0])!r} holds models: {flag} names that folder" if below else ""
 
 
 def has_model(device: str, family: str, dtype: str, models_dir=None) -> bool:

@@ -105,3 +105,23 @@ def test_migrate_models_never_replaces_a_model_in_the_new_layout(model_dir, tmp_
     with pytest.raises(artifact_layout.ArtifactError, match="already holds a model"):
         migrate_models(root)
     assert {p.name: sha256_file(p) for p in new.iterdir()} == before and old.is_dir()
+
+
+def test_a_stores_device_folder_given_as_the_store_names_the_store_not_a_migration(model_dir, tmp_path, capsys):
+    """Regression: ``--models`` naming one device's folder of a store (one level too deep) was taken for the layout
+    before kernel families, and the error advised ``costlearn migrate-models``, which then failed on the model. It now
+    names the store and the device folder; ``--models`` naming the store's parent names the store below it."""
+    from costlearn.cli import main
+    from costlearn.serve.predict import predict_best
+    store = tmp_path / "out" / "models"
+    device = model_dir.parents[1].name
+    shutil.copytree(model_dir.parents[1], store / device)
+    assert artifact_layout.old_layout_folders(store / device) == []
+    assert main(["predict", "1", "64", "64", "--models", str(store / device)]) == 2
+    err = capsys.readouterr().err
+    assert "migrate-models" not in err and f"--models {store} --model {device}" in err
+    with pytest.raises(ValueError, match=f"models_dir='{store}', device='{device}'"):
+        predict_best(1, 64, 64, models_dir=store / device)
+    assert main(["predict", "1", "64", "64", "--models", str(tmp_path / "out")]) == 2
+    assert f"'{store}' holds models: --models names that folder" in capsys.readouterr().err
+    assert main(["predict", "1", "64", "64", "--models", str(store)]) == 0
