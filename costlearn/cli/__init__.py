@@ -80,8 +80,8 @@ def _run(argv: list) -> int:
     for token in argv:                  # argparse takes "-1x2x3" for an option and says a shape is missing
         if re.fullmatch(r"-\d+[x,]\S*", str(token)):
             command = next((a for a in argv if not str(a).startswith("-")), "")
-            print(f"costlearn {command}: error: shape {token}: extents must be integers >= 1".replace("  ", " "),
-                  file=sys.stderr)
+            print(f"costlearn {command}: error: shape {token}: M={token.split('x')[0].split(',')[0]}; extents must "
+                  "be integers >= 1".replace("  ", " "), file=sys.stderr)
             return 2
     args = build_parser().parse_args(argv)
     for note in renamed_notes(args):

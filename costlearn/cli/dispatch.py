@@ -23,6 +23,10 @@ def cmd_dispatch(args) -> int:
     folder = resolve_model(model_device(args.model, args.family, args.dtype, args.models), args.family, args.dtype,
                            args.models, cli=True)
     pred = Predictor(folder)
+    try:
+        eval_dir = Path(args.eval_dir) if args.eval_dir else default_eval_dir(pred.device, args.data)
+    except ValueError as e:
+        raise ValueError(f"--data: {e}") from None
     d = fit_dispatch(pred, ranges, max_configs=args.configs, samples=args.samples, max_depth=args.depth,
                      seed=args.seed, epilogue=args.epilogue)
     paths = d.write(args.out, args.name)
@@ -30,7 +34,6 @@ def cmd_dispatch(args) -> int:
     for line in predicted:
         print(line)
     print("wrote " + ", ".join(str(p) for p in paths) + f", {Path(args.out) / 'report.md'}")
-    eval_dir = Path(args.eval_dir) if args.eval_dir else default_eval_dir(pred.device)
     if args.measure:
         measure_fresh_shapes(pred, device_backend(args.device), ranges, eval_dir, n=args.measure, seed=args.seed,
                              budget_s=args.budget, epilogue=args.epilogue)
@@ -68,8 +71,10 @@ def add_dispatch(sub) -> None:
     p.add_argument("--measure", type=nonneg_int, default=0, metavar="N",
                    help="measure N fresh shapes in range (every candidate) for the evaluation (default: 0)")
     add_device_arg(p, "for --measure")
+    p.add_argument("--data", default="data", help="dataset root or the model device's dataset folder, where the "
+                   "measured fresh shapes go unless --eval-dir (default: data)")
     p.add_argument("--eval-dir", default=None, help="measured fresh shapes; resumed by --measure "
-                   "(default: data/<model device>/dispatch-eval)")
+                   "(default: <data>/<model device>/dispatch-eval)")
     p.add_argument("--budget", type=positive_seconds, default=900.0, help="seconds of measuring (default: 900)")
     p.add_argument("--per-shape", action="store_true", help="also print the per-shape regrets")
     p.set_defaults(func=cmd_dispatch)

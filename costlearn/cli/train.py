@@ -50,7 +50,7 @@ def train_stage(data, models_dir, *, family: str | None, dtypes, learner: str, f
         which = f"{family or '*'}/{'|'.join(dtypes) if dtypes else '*'}"
         raise ValueError(f"{folder} holds no valid {which} rows; it holds "
                          f"{[f'{f}/{d}' for f, d in sorted(counts)] or 'none'}")
-    skipped = {p: f"{counts[p][0]} valid rows over {counts[p][1]} problems; need {MIN_ROWS} over {MIN_PROBLEMS} "
+    skipped = {p: f"{counts[p][0]} valid rows over {counts[p][1]} shapes; need {MIN_ROWS} over {MIN_PROBLEMS} "
                "(collect longer, or import more measurements)"
                for p in asked if counts[p][0] < MIN_ROWS or counts[p][1] < MIN_PROBLEMS}
     if len(asked) > 1:
@@ -115,7 +115,7 @@ def _print_trained(res, learner: str = "xgboost") -> None:
             figure = "mean" if worse.metric == "top1_mean" else "geomean"
             print(f"warning: the {learner} model is no better than the {worse.baseline} baseline on these held-out "
                   f"problems (top-1 regret {figure} {worse.model_regret:.1%} against {worse.baseline_regret:.1%}): "
-                  f"{res.rows} rows over {res.shapes} problems are too few to learn from; it is saved all the same, "
+                  f"{res.rows} rows over {res.shapes} shapes are too few to learn from; it is saved all the same, "
                   "but measure more rows (`costlearn collect`, or import more measurements) and train again")
     cal = (res.floor or {}).get("calibration", {})
     if "rule_geomean" in cal:

@@ -21,10 +21,18 @@ REPORT_NAME = "report.md"
 """The report's file name in the selector's folder."""
 
 
-def default_eval_dir(device: str) -> Path:
+def default_eval_dir(device: str, data="data") -> Path:
     """Where the measured fresh shapes of a model device's selectors go unless given:
-    ``data/<device>/dispatch-eval``."""
-    return Path("data") / device / "dispatch-eval"
+    ``dispatch-eval`` in the device's dataset folder that ``data`` (a dataset root or that folder) names
+    (:func:`costlearn.collect.dataset.device_dataset_folder`).
+
+    Raises
+    ------
+    ValueError
+        If ``data`` is another device's dataset folder.
+    """
+    from costlearn.collect.dataset import device_dataset_folder
+    return device_dataset_folder(data, device) / "dispatch-eval"
 
 
 def _span(ranges: dict, epilogue: str) -> str:

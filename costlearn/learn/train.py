@@ -245,8 +245,8 @@ def _training_rows(data_dir: Path, family, dtype, exclude_sources) -> tuple:
                          "one: keep them in separate folders")
     if len(rows) < MIN_ROWS or n_shapes < MIN_PROBLEMS:
         others = [f"{f}/{d}" for f, d in pairs if (f, d) != (family, dtype)]
-        raise ValueError(f"{data_dir} has {len(rows)} valid {family}/{dtype} rows over {n_shapes} problems; "
-                         f"need at least {MIN_ROWS} rows over {MIN_PROBLEMS} problems (collect longer, or import "
+        raise ValueError(f"{data_dir} has {len(rows)} valid {family}/{dtype} rows over {n_shapes} shapes; "
+                         f"need at least {MIN_ROWS} rows over {MIN_PROBLEMS} shapes (collect longer, or import "
                          "more measurements)" + (f"; it also holds {others}" if others else ""))
     return fam, dtype, df, rows, int(n_shapes), templates[0] if templates else fam.template_hash, report, stale
 
@@ -323,7 +323,7 @@ def train(data_dir, models_dir, *, spec: DeviceSpec | None = None, family: str |
     fam, dtype, df, rows, n_shapes, template, report, stale = _training_rows(data_dir, family, dtype,
                                                                              exclude_sources)
     step = say(progress)
-    step(f"{fam.name}/{dtype}: {len(rows)} valid rows over {n_shapes} problems of {data_dir}")
+    step(f"{fam.name}/{dtype}: {len(rows)} valid rows over {n_shapes} shapes of {data_dir}")
     spec = spec_from_rows(rows, spec if spec is not None else read_device_json(data_dir))
     settings = dict(settings or {})
     summary, held, kind = {}, pd.DataFrame(), ""

@@ -40,8 +40,9 @@ def describe(folder) -> dict:
         still in range, in doublings; ``density_threshold_log2``: the distance to the nearest training shape past
         which it is flagged; ``quantile``: of held-out training shapes it was set at), ``holdout`` (name ->
         :data:`SCORES` and ``shapes``, the model's and the baselines'), ``holdout_kind``, ``trained`` (UTC ISO
-        time), ``rows``, ``problems``, ``dataset``, ``candidates``, ``transferred_from`` (the source device, or
-        None), ``sha256`` (of its scorer) and ``size_bytes``.
+        time), ``rows``, ``shapes`` (distinct M, N, K and layout), ``problems`` (distinct problems, an epilogue
+        and dtype counted; None where the sidecar records no count), ``dataset``, ``candidates``,
+        ``transferred_from`` (the source device, or None), ``sha256`` (of its scorer) and ``size_bytes``.
     """
     folder = Path(folder)
     out = dict(device=folder.parents[1].name, family=folder.parent.name, dtype=folder.name, path=str(folder))
@@ -60,7 +61,8 @@ def describe(folder) -> dict:
                               density_threshold_log2=art.envelope.threshold_log2,
                               quantile=env.get("calibration", {}).get("quantile")),
                 holdout=holdout, holdout_kind=metrics.get("holdout_kind", ""), trained=side.get("created"),
-                rows=training.get("rows"), problems=training.get("shapes"), dataset=training.get("dataset"),
+                rows=training.get("rows"), shapes=training.get("shapes"), problems=_count(training.get("problems")),
+                dataset=training.get("dataset"),
                 candidates=len(art.configs), transferred_from=(side.get("transfer") or {}).get("source_device"),
                 sha256=art.model_sha256, size_bytes=_size_bytes(art))
 
@@ -103,7 +105,7 @@ def summary_lines(model: dict) -> list[str]:
     size_text = f"{size / 2 ** 20:.1f} MiB" if size >= 2 ** 20 else f"{size / 2 ** 10:.0f} KiB"
     source = f", carried from {model['transferred_from']}" if model.get("transferred_from") else ""
     lines = [f"{head}: {model['learner']} model of {model['device_name']}{source}, trained {model['trained']} on "
-             f"{model['rows']} rows over {model['problems']} problems ({model['dataset'] or 'no dataset named'}); "
+             f"{model['rows']} rows over {_over(model)} ({model['dataset'] or 'no dataset named'}); "
              f"{model['candidates']} candidate configs; {size_text} in {model['path']}",
              f"  layouts {', '.join(model['layouts'])}; epilogues {', '.join(model['epilogues'])}"]
     ext, env = model["extents"], model["envelope"]
@@ -123,3 +125,17 @@ def summary_lines(model: dict) -> list[str]:
     else:
         lines.append("  no held-out scores (trained without a hold-out)")
     return lines
+
+
+def _count(problems):
+    """``training.problems``'s count (:func:`costlearn.learn.retrain.trained_problems`), or None."""
+    count = problems.get("count") if isinstance(problems, dict) else None
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
+
+
+def _over(model: dict) -> str:
+    """What a model's rows are over, in words: its problems and its shapes (shapes alone where no count is
+    recorded)."""
+    if model.get("problems") is None:
+        return f"{model['shapes']} shapes"
+    return f"{model['problems']} problems, {model['shapes']} shapes of M, N, K and layout"

@@ -515,9 +515,12 @@ def test_export_of_a_dataset_refuses_the_lookup_tables_flags(tmp_path, dataset_d
 
 
 def test_a_negative_shape_is_named_not_taken_for_an_option(capsys):
-    """Regression: `predict -1x2x3` said "the following arguments are required: SHAPE"."""
+    """Regression: `predict -1x2x3` said "the following arguments are required: SHAPE"; then it did not say which
+    extent (`predict 0 1 1` says M=0)."""
     assert main(["predict", "-1x2x3"]) == 2
-    assert "shape -1x2x3: extents must be integers >= 1" in capsys.readouterr().err
+    assert "shape -1x2x3: M=-1; extents must be integers >= 1" in capsys.readouterr().err
+    assert main(["predict", "-7,2,3"]) == 2
+    assert "shape -7,2,3: M=-7;" in capsys.readouterr().err
 
 
 def test_more_old_spellings_map_to_their_new_flags():
@@ -636,7 +639,7 @@ def test_train_says_when_its_model_is_no_better_than_a_baseline_it_printed(monke
     out = capsys.readouterr().out.splitlines()
     at = next(i for i, line in enumerate(out) if line.startswith("  random "))
     assert out[at + 1] == ("warning: the xgboost model is no better than the random baseline on these held-out "
-                           "problems (top-1 regret mean 107.7% against 50.0%): 187 rows over 9 problems are too few "
+                           "problems (top-1 regret mean 107.7% against 50.0%): 187 rows over 9 shapes are too few "
                            "to learn from; it is saved all the same, but measure more rows (`costlearn collect`, or "
                            "import more measurements) and train again")
     table["xgboost"] = dict(top1_mean=0.05, top1_geomean=0.04, top5_mean=0.01, kendall_tau=0.5)
@@ -655,7 +658,8 @@ def test_info_lists_what_each_model_of_the_store_knows(capsys, tmp_path, model_d
     out = capsys.readouterr().out
     lo, hi = side["envelope"]["min"]["M"], side["envelope"]["max"]["M"]
     for said in (f"{device}/gemm/float32: xgboost model of {side['device']['name']}", f"trained {side['created']}",
-                 f"{side['training']['rows']} rows", f"M {lo}-{hi}", "layouts NN",
+                 f"{side['training']['rows']} rows over {side['training']['shapes']} shapes", f"M {lo}-{hi}",
+                 "layouts NN",
                  f"{side['envelope']['density_threshold_log2']:.2f} doublings", "held-out problems", "    xgboost ",
                  "    random ", " MiB in "):
         assert said in out, (said, out)
@@ -665,6 +669,7 @@ def test_info_lists_what_each_model_of_the_store_knows(capsys, tmp_path, model_d
     assert model["extents"]["M"] == [lo, hi] and model["layouts"] == side["layouts"]
     assert model["holdout"]["xgboost"]["top1_geomean"] == side["metrics"]["holdout"]["xgboost"]["top1_geomean"]
     assert model["trained"] == side["created"] and model["size_bytes"] > 10 ** 6
+    assert model["shapes"] == side["training"]["shapes"]        # regression: the shapes were listed as problems
     copy = tmp_path / "store" / device / "gemm" / "float32"
     shutil.copytree(model_dir, copy)
     (copy / "scorer.npz").write_bytes(b"damaged")
@@ -715,7 +720,7 @@ def test_train_logs_a_line_per_stage_folds_fits_and_export(capsys, tmp_path, dat
     assert main(["train", "--data", str(tmp_path / "d"), "--models", str(tmp_path / "m")]) == 0
     err = [re.sub(r"^\[\d+(m\d\ds)?s?\] ", "", ln) for ln in capsys.readouterr().err.splitlines()]
     assert err[:2] == [f"reading {tmp_path / 'd'}",
-                       f"gemm/float32: {len(rows)} valid rows over 20 problems of {tmp_path / 'd'}"]
+                       f"gemm/float32: {len(rows)} valid rows over 20 shapes of {tmp_path / 'd'}"]
     folds = [ln for ln in err if ln.startswith("gemm/float32: held-out fold ")]
     assert len(folds) >= 2 and folds[0].startswith("gemm/float32: held-out fold 1 of ")
     for stage in ("fitting xgboost and the baselines on all", "checking the exported scorer",

@@ -111,3 +111,22 @@ def test_dispatch_name_must_be_an_identifier(model_dir, tmp_path, name):
     rc = main(["dispatch", "--m", "1:64", "--n", "64:128", "--k", "64:128", "--samples", "50",
                "--out", str(tmp_path / "d"), "--name", name])
     assert rc == 2 and not (tmp_path / "d").exists()
+
+
+def test_dispatch_reads_and_measures_under_data(model_dir, dataset_dir, tmp_path, capsys):
+    """Regression: `dispatch` had no --data, and --measure wrote its fresh shapes to data/<device>/dispatch-eval of
+    the current folder (the source tree's, from a fresh clone), whatever the other commands were given. They go to
+    <data>/<device>/dispatch-eval now; --data naming another device's dataset folder is refused."""
+    import json
+    from costlearn.cli import main
+    device = model_dir.parents[1].name
+    args = ["dispatch", "--m", "1:64", "--n", "64:128", "--k", "64:128", "--samples", "50", "--out",
+            str(tmp_path / "d"), "--models", str(model_dir.parents[2])]
+    assert main(args + ["--data", str(tmp_path / "out" / "data")]) == 0
+    assert f"no measurements in {tmp_path / 'out' / 'data' / device / 'dispatch-eval'}" in capsys.readouterr().out
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "device.json").write_text(json.dumps({**json.loads((dataset_dir / "device.json").read_text()),
+                                                   "name": "another device"}))
+    assert main(args + ["--data", str(other)]) == 2
+    assert "--data: " in capsys.readouterr().err
