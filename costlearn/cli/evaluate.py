@@ -7,7 +7,8 @@ import time
 from pathlib import Path
 
 from costlearn.cli.collect import recheck_in_new_session
-from costlearn.cli.common import (DATA_HELP, add_dtypes_arg, add_measure_args, add_problem_args, check_report_path,
+from costlearn.cli.common import (DATA_HELP, add_dtypes_arg, add_measure_args, add_problem_args, check_family_dtype,
+                                  check_report_path,
                                   dataset_folder, device_backend, nonneg_int, old_spelling, positive_seconds,
                                   protocol_of)
 from costlearn.core.files import check_output
@@ -74,6 +75,7 @@ def cmd_evaluate(args) -> int:
                 f.write("\n" + table + "\n")
         return 0
     check_output(args.out or args.data or "data", "--out" if args.out else "--data", folder=True)
+    check_family_dtype(args)                        # what the family measures, before a device is opened
     be = device_backend(args.device, args.family)
     # default: this device's model
     folder = resolve_model(args.model or be.spec.slug, args.family, args.dtype, args.models, cli=True)

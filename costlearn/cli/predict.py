@@ -60,7 +60,7 @@ def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_
             unrecorded += bool(p.tuning_db_note)
         if as_json:
             continue
-        earlier = ", an earlier answer" + ((" measured then" + (f" by {p.tuning_db_source}" if p.tuning_db_source
+        earlier = ", an earlier answer" + ((" measured then" + (f": {p.tuning_db_source}" if p.tuning_db_source
                                                                   else "")) if p.chosen_by == "measured" else "")
         how = f"{p.chosen_by} {p.time_us:.1f} us" + (f" (from the tuning database{earlier})" if p.from_tuning_db
                                                      else "")

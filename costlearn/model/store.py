@@ -111,7 +111,9 @@ def find_model(key: ModelKey, models_dir=None, *, cli: bool = False) -> Path:
     device, family, dtype = key
     root = _artifact_layout.models_root(models_dir)
     if not root.is_dir():
-        raise ValueError(f"models_dir {str(root)!r} is not a folder" + (" (it does not exist)" if not root.exists()
+        env = os.environ.get("COSTLEARN_MODELS")
+        named = "$COSTLEARN_MODELS" if env and Path(env).absolute() == root.absolute() else "models_dir"
+        raise ValueError(f"{named} {str(root)!r} is not a folder" + (" (it does not exist)" if not root.exists()
                                                                        else "") + "; train a model into it with "
                          "`costlearn train --models DIR`, or point models_dir / --models / $COSTLEARN_MODELS at "
                          "a model store")

@@ -254,7 +254,8 @@ def predict_many(problems, dtype: str = "float32", device=None, *, family: str =
         problems = problems.tolist()
     if isinstance(problems, (str, bytes, dict)) or not hasattr(problems, "__len__") \
             or not hasattr(problems, "__getitem__"):
-        raise TypeError(f"problems={problems!r}; must be a list of (M, N, K) or (M, N, K, layout) tuples "
+        raise TypeError(f"problems={problems!r}; must be a list of (M, N, K), (M, N, K, layout) or (M, N, K, layout, "
+                        "epilogue) tuples "
                         "(or an integer array of shape (n, 3))")
     PREDICTORS.watch_due()
     fam = get_family(family)

@@ -755,3 +755,13 @@ def test_collect_measures_the_layout_given_and_refuses_one_its_family_lacks(monk
     opened.clear()
     assert main(["collect", "--family", "gemm", "--layout", "NT", "--data", str(tmp_path / "d")]) == 2
     assert "layout='NT': the 'gemm' family supports ['NN']" in capsys.readouterr().err and not opened
+
+
+def test_evaluate_refuses_an_unsupported_dtype_before_opening_a_device(tmp_path, monkeypatch, capsys):
+    """Regression: `evaluate --dtype float16` (gemm) opened the device, then said "no model for ... dtype='float16'";
+    predict and collect say what the family supports, before any device is opened."""
+    from costlearn.cli import evaluate
+    opened = []
+    monkeypatch.setattr(evaluate, "device_backend", lambda *a, **k: opened.append(a))
+    assert main(["evaluate", "--dtype", "float16", "--data", str(tmp_path / "d")]) == 2
+    assert "dtype='float16': the 'gemm' family supports ['float32']" in capsys.readouterr().err and not opened

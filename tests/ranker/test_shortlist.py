@@ -302,7 +302,7 @@ def test_predict_many_answers_as_predict_best_in_order(folder, tmp_path, monkeyp
     ([(64, 64, 64), (64, 0, 64)], ValueError, r"problems\[1\].*N"),
     ([(64, 64, 64.0)], TypeError, r"problems\[0\]"),
     ([(64, 64, 64, "XX")], ValueError, r"problems\[0\].*layout"),
-    ("64 64 64", TypeError, "list of"),
+    ("64 64 64", TypeError, r"list of .*\(M, N, K, layout, epilogue\) tuples"),   # all three forms named
     ({(64, 64, 64): 1}, TypeError, "list of"),
     ((p for p in [(64, 64, 64)]), TypeError, "list of"),
     (np.array([[64.0, 64, 64]]), TypeError, r"integers of shape \(n, 3\)"),

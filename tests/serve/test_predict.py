@@ -637,3 +637,19 @@ def test_a_signal_handler_that_predicts_never_mixes_into_the_answer_it_interrupt
         served.floor = served.floor
     assert len(fired) > 50
     assert [i for i, (a, b) in enumerate(zip(got, want)) if a != b] == []
+
+
+def test_a_missing_store_from_the_environment_is_named_as_such(tmp_path, monkeypatch):
+    """Regression: a $COSTLEARN_MODELS naming no folder was reported as "models_dir ... is not a folder", though no
+    models_dir was given: the message names the variable."""
+    from costlearn.serve import predict as P
+    monkeypatch.setenv("COSTLEARN_MODELS", str(tmp_path / "no-such-models"))
+    P.clear_cache()
+    try:
+        with pytest.raises(ValueError, match=r"^\$COSTLEARN_MODELS '.*no-such-models' is not a folder"):
+            P.predict_best(64, 64, 64)
+        with pytest.raises(ValueError, match=r"^models_dir '.*elsewhere' is not a folder"):
+            P.predict_best(64, 64, 64, models_dir=tmp_path / "elsewhere")
+    finally:
+        monkeypatch.delenv("COSTLEARN_MODELS", raising=False)
+        P.clear_cache()

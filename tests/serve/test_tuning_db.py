@@ -280,7 +280,7 @@ def test_an_answer_measured_under_another_model_says_which(model_dir, device_nam
     assert main(["predict", "300", "200", "100", "--model", device_name,
                  "--tuning-db", str(tmp_path / "t.sqlite")]) == 0
     out = capsys.readouterr().out
-    assert f"an earlier answer measured then by {src}" in out
+    assert f"an earlier answer measured then: {src}" in out
 
 
 def test_measuring_with_the_default_backend_keeps_the_running_on_reason(model_dir, device_name, dataset_dir,
