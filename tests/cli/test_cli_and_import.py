@@ -765,3 +765,18 @@ def test_evaluate_refuses_an_unsupported_dtype_before_opening_a_device(tmp_path,
     monkeypatch.setattr(evaluate, "device_backend", lambda *a, **k: opened.append(a))
     assert main(["evaluate", "--dtype", "float16", "--data", str(tmp_path / "d")]) == 2
     assert "dtype='float16': the 'gemm' family supports ['float32']" in capsys.readouterr().err and not opened
+
+
+def test_predict_names_a_shape_the_model_does_not_serve_by_its_shape_not_an_index(model_dir, tmp_path, capsys):
+    """Regression: on the command line, an epilogue the model was not trained on was reported as
+    "problems[0] 1x64x64 ...", the Python API's index; the command line names the shape."""
+    import shutil
+    device = model_dir.parents[1].name
+    folder = tmp_path / "store" / device / "gemm" / "float32"
+    shutil.copytree(model_dir, folder)
+    side = json.loads((folder / "model.json").read_text())
+    side["epilogues"] = ["none"]                                        # a model trained without epilogues
+    (folder / "model.json").write_text(json.dumps(side))
+    assert main(["predict", "1x64x64", "8x64x64", "--epilogue", "bias", "--models", str(tmp_path / "store")]) == 2
+    err = capsys.readouterr().err
+    assert "error: shape 1x64x64 float32 NN +bias: " in err and "problems[" not in err
