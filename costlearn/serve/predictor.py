@@ -520,8 +520,30 @@ def load_predictor(device=None, family: str = "gemm", dtype: str = "float32", mo
     loaded once: names that resolve to the same artifact folder share one
     (:meth:`costlearn.model.store.LoadedModels.load`).
 
+    With no ``device`` named, the store's only model of the family and
+    dtype answers; where that is another device's than this machine's (as
+    the user cache last recorded it: :func:`costlearn.collect.backends.local_device`,
+    never probed here), a RuntimeWarning says so, once per model folder in
+    the process (the command line prints the same as a note).
+
     Raises
     ------
     As :func:`costlearn.model.store.resolve_model` and :class:`Predictor`.
     """
-    return PREDICTORS.load(ModelKey.of(device, family, dtype), models_dir, Predictor)
+    pred = PREDICTORS.load(ModelKey.of(device, family, dtype), models_dir, Predictor)
+    if device is None and pred.artifact.path not in _SAID_ANOTHER_DEVICE:
+        _SAID_ANOTHER_DEVICE.add(pred.artifact.path)
+        from costlearn.collect.backends import local_device
+        here = local_device(probe=False)
+        if here is not None and here.get("slug") != pred.spec.slug:
+            import warnings
+            warnings.warn(f"costlearn: no device named, so the store's only {pred.family}/{pred.dtype} model "
+                          f"answers, {pred.device}'s (trained on {pred.spec.name}); this machine's device is "
+                          f"{here.get('name')} ({here['slug']}, as the user cache last recorded it): its times "
+                          "are the other device's (name device= to choose a model, or collect and train here)",
+                          RuntimeWarning, stacklevel=3)
+    return pred
+
+
+_SAID_ANOTHER_DEVICE: set = set()
+"""The model folders :func:`load_predictor` warned of as another device's (once each per process)."""

@@ -653,3 +653,37 @@ def test_a_missing_store_from_the_environment_is_named_as_such(tmp_path, monkeyp
     finally:
         monkeypatch.delenv("COSTLEARN_MODELS", raising=False)
         P.clear_cache()
+
+
+def test_the_api_says_when_the_only_model_is_another_devices(model_dir, tmp_path, monkeypatch):
+    """Regression: `predict_best` with no device named answered from the store's only model, another machine's,
+    without a word (the command line prints a note). A RuntimeWarning says so, once per model in the process; a
+    device named, or no device recorded in the user cache, says nothing."""
+    import json
+    import warnings
+    from costlearn.serve import predict as P
+    from costlearn.serve import predictor
+    monkeypatch.setenv("COSTLEARN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(predictor, "_SAID_ANOTHER_DEVICE", set())
+    store = model_dir.parents[2]
+    P.clear_cache()
+    try:
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            P.predict_best(64, 64, 64, models_dir=store)                 # nothing recorded: nothing said
+        assert not said
+        (tmp_path / "cache").mkdir(exist_ok=True)
+        (tmp_path / "cache" / "local_device.json").write_text(json.dumps({"slug": "other-gpu", "name": "Other GPU"}))
+        P.clear_cache()
+        monkeypatch.setattr(predictor, "_SAID_ANOTHER_DEVICE", set())
+        with pytest.warns(RuntimeWarning, match=r"only gemm/float32 model answers, .*this machine's device is "
+                                                r"Other GPU \(other-gpu"):
+            P.predict_best(64, 64, 64, models_dir=store)
+        P.clear_cache()
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            P.predict_best(64, 64, 128, models_dir=store)                # once per model in the process
+            P.predict_best(64, 64, 64, device=model_dir.parents[1].name, models_dir=store)   # a device named
+        assert not said
+    finally:
+        P.clear_cache()
