@@ -1,7 +1,8 @@
 """Where a replayed fleet's pure prediction loses: could the vendor floor,
 told by the fleet's own measurements, close the gap?
 
-    python -m studies.replay_floor --per-problem CSV[,CSV] [--radius R] [--neighbours K] [--report FILE]
+    python -m studies.replay_floor --per-problem CSV[,CSV] [--radius R] [--neighbours K] [--align E]
+                                   [--report FILE]
 
 CSV: a ``studies.fleet_replay --per-problem`` file (one row per stream
 problem: its position, layout, extents, ``pure_chosen_by`` and the regrets
@@ -18,6 +19,17 @@ scores it, this prints:
   (log2 distance of (M, N, K)) where it also picked a tile. A fleet knows
   this for each earlier problem: its top K and cuBLAS were timed. The rule
   uses only problems answered before the one it decides (as a fleet would).
+
+Where the loss lies, a second table:
+
+- **the worst problem**: its shape and regret, and the pure figure without
+  it (how much one problem carries);
+- **unaligned picks**: where the model picked a tile on a problem whose K or
+  N is not a multiple of ``--align`` elements (default 8: 16 bytes of
+  float16; Triton vectorises a row's loads only at that alignment, so such
+  a problem is unlike the aligned ones the data mostly holds), their pure
+  regret and cuBLAS's there, and the second half with every such pick
+  turned to cuBLAS: whether a floor that knows alignment would help.
 
 Regrets as ``studies.fleet_replay``'s: geometric mean of time / best - 1,
 problems whose pure answer the log never timed left out. A problem where the
@@ -86,28 +98,46 @@ def told_floor(df: pd.DataFrame, radius: float, neighbours: int) -> tuple[np.nda
     return np.array(out), flips, right
 
 
-def figures(df: pd.DataFrame, radius: float, neighbours: int) -> dict:
-    """The three second-half regrets of one replay, and the counts behind them."""
+def figures(df: pd.DataFrame, radius: float, neighbours: int, align: int = 8) -> dict:
+    """The second-half regrets of one replay (pure, the perfect and the told floor; the worst problem, the
+    unaligned picks: see the module), and the counts behind them."""
     half = df.iloc[len(df) // 2:]
     half = half[np.isfinite(half["pure"])]
     picked = half["pure_chosen_by"] == "predicted"
-    perfect = np.where(picked & np.isfinite(half["vendor"]), np.fmin(half["pure"], half["vendor"]), half["pure"])
+    with_vendor = picked & np.isfinite(half["vendor"])
+    perfect = np.where(with_vendor, np.fmin(half["pure"], half["vendor"]), half["pure"])
     told, flips, right = told_floor(df, radius, neighbours)
+    worst = half["pure"].idxmax()
+    unaligned = with_vendor & ((half["k"] % align != 0) | (half["n"] % align != 0))
     return dict(problems=len(half), picked=int(picked.sum()),
                 vendor_better=int((picked & (half["vendor"] < half["pure"])).sum()),
                 pure=geomean_regret(half["pure"]), perfect=geomean_regret(perfect), told=geomean_regret(told),
-                flips=flips, flips_right=right)
+                flips=flips, flips_right=right,
+                worst=f"{half.at[worst, 'm']}x{half.at[worst, 'n']}x{half.at[worst, 'k']} {half.at[worst, 'layout']}",
+                worst_regret=float(half.at[worst, "pure"]), without_worst=geomean_regret(half["pure"].drop(worst)),
+                unaligned=int(unaligned.sum()), unaligned_pure=geomean_regret(half["pure"][unaligned]),
+                unaligned_vendor=geomean_regret(half["vendor"][unaligned]),
+                unaligned_to_vendor=geomean_regret(np.where(unaligned, half["vendor"], half["pure"])))
 
 
-def report(rows: list, radius: float, neighbours: int) -> str:
+def report(rows: list, radius: float, neighbours: int, align: int = 8) -> str:
     lines = ["# Where a replayed fleet's pure prediction loses: the vendor floor", "",
              f"Written by `python -m studies.replay_floor --per-problem ... --radius {radius:g} --neighbours "
-             f"{neighbours}` from `studies.fleet_replay --per-problem` files; the stream's second half.", "",
+             f"{neighbours} --align {align}` from `studies.fleet_replay --per-problem` files; the stream's second "
+             "half.", "",
              "| replay | problems | model picked a tile | cuBLAS was better there | pure | perfect floor | "
              "floor told by the tunings | picks turned to cuBLAS (cuBLAS won) |", "|---|---|---|---|---|---|---|---|"]
     for name, f in rows:
         lines.append(f"| {name} | {f['problems']} | {f['picked']} | {f['vendor_better']} | {100 * f['pure']:.2f}% | "
                      f"{100 * f['perfect']:.2f}% | {100 * f['told']:.2f}% | {f['flips']} ({f['flips_right']}) |")
+    lines += ["", "Where it loses: the worst problem, and the model's picks on problems whose K or N is not a "
+              f"multiple of {align} elements.", "",
+              "| replay | pure | worst problem | its regret | pure without it | unaligned picks | their pure | "
+              "cuBLAS there | pure with them turned to cuBLAS |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, f in rows:
+        lines.append(f"| {name} | {100 * f['pure']:.2f}% | {f['worst']} | {100 * f['worst_regret']:.0f}% | "
+                     f"{100 * f['without_worst']:.2f}% | {f['unaligned']} | {100 * f['unaligned_pure']:.2f}% | "
+                     f"{100 * f['unaligned_vendor']:.2f}% | {100 * f['unaligned_to_vendor']:.2f}% |")
     return "\n".join(lines) + "\n"
 
 
@@ -116,15 +146,17 @@ def main(argv=None) -> int:
     ap.add_argument("--per-problem", required=True, metavar="CSV[,CSV]", help="fleet_replay --per-problem files")
     ap.add_argument("--radius", type=float, default=2.0, help="largest log2 distance of a neighbour (default 2)")
     ap.add_argument("--neighbours", type=int, default=5, help="nearest earlier problems asked (default 5)")
-    ap.add_argument("--report", type=Path, default=None, metavar="FILE", help="write the table there too")
+    ap.add_argument("--align", type=int, default=8, metavar="E",
+                    help="elements K and N must be a multiple of to count as aligned (default 8: 16 bytes of float16)")
+    ap.add_argument("--report", type=Path, default=None, metavar="FILE", help="write the tables there too")
     args = ap.parse_args(argv)
-    if args.neighbours < 1 or not args.radius > 0:
-        ap.error("--neighbours must be >= 1 and --radius > 0")
+    if args.neighbours < 1 or not args.radius > 0 or args.align < 1:
+        ap.error("--neighbours and --align must be >= 1 and --radius > 0")
     files = [Path(p) for p in args.per_problem.split(",") if p]
     if not files:
         ap.error("--per-problem names no file")
-    rows = [(p.stem, figures(read(p), args.radius, args.neighbours)) for p in files]
-    text = report(rows, args.radius, args.neighbours)
+    rows = [(p.stem, figures(read(p), args.radius, args.neighbours, args.align)) for p in files]
+    text = report(rows, args.radius, args.neighbours, args.align)
     print(text)
     if args.report is not None:
         args.report.write_text(text)

@@ -62,3 +62,20 @@ def test_a_file_that_is_no_per_problem_file_is_named_not_a_traceback_or_nan(stud
         study.read(tmp_path / "x.csv")
     with pytest.raises(SystemExit, match="No such file"):
         study.read(tmp_path / "missing.csv")
+
+
+def test_the_worst_problem_and_the_unaligned_picks_are_told_apart(study):
+    """The second table: the worst problem and the pure figure without it; the picks on problems whose K or N is not
+    a multiple of --align, their regret and cuBLAS's, and the half with them turned to cuBLAS."""
+    shapes = [(64, 64, 64)] * 3 + [(64, 64, 64), (64, 64, 185), (64, 100, 64), (64, 64, 64)]
+    df = _rows([0.0, 0.0, 0.0, 0.1, 2.0, 0.5, 0.2], [0.0, 0.0, 0.0, 0.3, 0.4, 0.1, 0.0],
+               ["predicted"] * 6 + ["vendor_floor"], shapes)
+    f = study.figures(df, radius=2.0, neighbours=5, align=8)
+    mean = lambda x: np.expm1(np.log1p(x).mean())                              # noqa: E731
+    assert f["worst"] == "64x64x185 NN" and f["worst_regret"] == 2.0
+    assert f["without_worst"] == pytest.approx(mean([0.1, 0.5, 0.2]))
+    assert f["unaligned"] == 2                                   # K = 185 and N = 100; the vendor's pick not counted
+    assert f["unaligned_pure"] == pytest.approx(mean([2.0, 0.5]))
+    assert f["unaligned_vendor"] == pytest.approx(mean([0.4, 0.1]))
+    assert f["unaligned_to_vendor"] == pytest.approx(mean([0.1, 0.4, 0.1, 0.2]))
+    assert study.figures(df, radius=2.0, neighbours=5, align=4)["unaligned"] == 1     # 100 is a multiple of 4
