@@ -1,14 +1,23 @@
-"""The user cache folder, folders private to this user, and records in it that a check was done."""
+"""The user cache folder, folders private to this user, and records in it: that a check was done, and which
+device this machine's is."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 from pathlib import Path
 
 from costlearn.core.files import atomic_write, check_output
 
-__all__ = ["cache_dir", "check_cache_dir", "private_folder", "KeyedCache"]
+__all__ = ["cache_dir", "check_cache_dir", "private_folder", "KeyedCache", "LOCAL_DEVICE_FILE",
+           "recorded_local_device"]
+
+LOCAL_DEVICE_FILE = "local_device.json"
+"""In the user cache: the device the ``auto`` backend found last
+(:func:`costlearn.collect.backends.record_local_device`), so what only reads
+models (``predict``, ``dispatch``, the Python API) knows this machine's
+device without opening it."""
 
 def cache_dir() -> Path:
     """The user cache: ``$COSTLEARN_CACHE``, else ``$XDG_CACHE_HOME/costlearn``,
@@ -124,3 +133,14 @@ class KeyedCache:
             os.chmod(path, 0o600)
         except OSError:
             pass
+
+
+def recorded_local_device() -> dict | None:
+    """This machine's device as the user cache records it
+    (:data:`LOCAL_DEVICE_FILE`: ``{"slug", "name", "api", "spec"}``), or None
+    where there is no readable record. Reads one small file; opens no device."""
+    try:
+        record = json.loads((cache_dir() / LOCAL_DEVICE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("slug"), str) else None

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from costlearn.collect.dataset import current_rows, load, rows_where, valid_rows
+from costlearn.collect.dataset import current_rows, device_dataset_folder, load, rows_where, valid_rows
 from costlearn.collect.loop import collect
 from costlearn.collect.summary import CollectResult
 from costlearn.collect.noise import noise_floors
@@ -31,7 +31,6 @@ def default_eval_dir(device: str, data="data") -> Path:
     ValueError
         If ``data`` is another device's dataset folder.
     """
-    from costlearn.collect.dataset import device_dataset_folder
     return device_dataset_folder(data, device) / "dispatch-eval"
 
 

@@ -14,11 +14,14 @@ neither the collection loop nor a backend.
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from costlearn.core.device import DeviceSpec
 from costlearn.core.problem import MAX_EXTENT, Problem
 from costlearn.core.checks import check_instance, check_int
+from costlearn.core.keyed_cache import recorded_local_device
 from costlearn.families import family_of
 from costlearn.features import CandidateFeatures, ConfigTable, get_feature_set
 from costlearn.model import artifact as _artifact
@@ -522,7 +525,7 @@ def load_predictor(device=None, family: str = "gemm", dtype: str = "float32", mo
 
     With no ``device`` named, the store's only model of the family and
     dtype answers; where that is another device's than this machine's (as
-    the user cache last recorded it: :func:`costlearn.collect.backends.local_device`,
+    the user cache last recorded it: :func:`costlearn.core.keyed_cache.recorded_local_device`,
     never probed here), a RuntimeWarning says so, once per model folder in
     the process (the command line prints the same as a note).
 
@@ -533,10 +536,8 @@ def load_predictor(device=None, family: str = "gemm", dtype: str = "float32", mo
     pred = PREDICTORS.load(ModelKey.of(device, family, dtype), models_dir, Predictor)
     if device is None and pred.artifact.path not in _SAID_ANOTHER_DEVICE:
         _SAID_ANOTHER_DEVICE.add(pred.artifact.path)
-        from costlearn.collect.backends import local_device
-        here = local_device(probe=False)
+        here = recorded_local_device()
         if here is not None and here.get("slug") != pred.spec.slug:
-            import warnings
             warnings.warn(f"costlearn: no device named, so the store's only {pred.family}/{pred.dtype} model "
                           f"answers, {pred.device}'s (trained on {pred.spec.name}); this machine's device is "
                           f"{here.get('name')} ({here['slug']}, as the user cache last recorded it): its times "

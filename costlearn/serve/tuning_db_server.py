@@ -19,6 +19,7 @@ import math
 import os
 import random
 import re
+import socket
 import threading
 import time
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -517,7 +518,6 @@ class _Deadline:
     with OperationalError. One watching thread per guard, not per wait."""
 
     def __init__(self, conn, limit_s: float):
-        import socket
         self._socket = socket.socket(fileno=os.dup(conn.fileno()))
         self._limit_s = float(limit_s)
         self._since = None                      # monotonic start of the wait in progress; None between waits
@@ -526,7 +526,6 @@ class _Deadline:
         self._thread.start()
 
     def _watch(self) -> None:
-        import socket
         while not self._stop.wait(min(1.0, self._limit_s / 4)):
             since = self._since
             if since is not None and time.monotonic() - since > self._limit_s:

@@ -443,22 +443,35 @@ def test_a_device_that_is_no_preset_is_described_by_its_collections_device_json(
                          data_root=tmp_path / "x")
 
 
+def _bulk(pg_url, n: int) -> None:
+    """``n`` more measurements of device class a100 on the server (one INSERT ... SELECT)."""
+    import psycopg
+    row = _raw(tid="x")
+    cols = ", ".join(MEASUREMENT_COLUMNS)
+    values = ", ".join("'s' || i" if c == "tuning_id" else "%s" for c in MEASUREMENT_COLUMNS)
+    with psycopg.connect(pg_url, autocommit=True) as con:
+        con.execute(f"INSERT INTO measurements ({cols}) SELECT {values} FROM generate_series(1, {n}) AS i",
+                    [v for c, v in zip(MEASUREMENT_COLUMNS, row) if c != "tuning_id"])
+
+
+def _stream_backend(pg_server) -> int:
+    """The server process of the streamed read in progress."""
+    rows = pg_server.execute("SELECT pid FROM pg_stat_activity WHERE query ILIKE '%costlearn_stream%' "
+                             "AND pid <> pg_backend_pid()")
+    assert len(rows) == 1, rows
+    return rows[0][0]
+
+
 def test_a_server_stopped_mid_import_loses_and_doubles_nothing(pg_server, pg_url, tmp_path, monkeypatch):
     """The fleet's server dies while an import streams its rows: the import is an OSError naming the database, what
     it wrote stays, and after the restart the same import adds exactly the rest (50,000 rows: more than the
     server's socket can hold, so the stop lands mid-stream)."""
-    import psycopg
     from costlearn.interop import common
     from costlearn.serve.tuning_db_server import ServerTuningDB, open_store
     server = open_store(pg_url)
     record(server, 64, "first")                                    # costlearn's tables, and 3 rows
     server.close()
-    row = _raw(tid="x")
-    cols = ", ".join(MEASUREMENT_COLUMNS)
-    values = ", ".join("'s' || i" if c == "tuning_id" else "%s" for c in MEASUREMENT_COLUMNS)
-    with psycopg.connect(pg_url, autocommit=True) as con:
-        con.execute(f"INSERT INTO measurements ({cols}) SELECT {values} FROM generate_series(1, 50000) AS i",
-                    [v for c, v in zip(MEASUREMENT_COLUMNS, row) if c != "tuning_id"])
+    _bulk(pg_url, 50_000)
     monkeypatch.setattr(common, "IMPORT_CHUNK_ROWS", 5000)           # parts written as the rows arrive
     stream = ServerTuningDB._stream
 
@@ -488,40 +501,15 @@ def test_a_slow_import_is_not_cancelled_by_the_statement_timeout(pg_url):
     was cancelled by the server half way. The stream's connection has no statement timeout; the rows arrive however
     slowly they are taken."""
     import time
-    import psycopg
     from costlearn.serve.tuning_db_server import ServerTuningDB
     server = ServerTuningDB(pg_url, timeout_s=0.5)
     record(server, 64, "first")
-    row = _raw(tid="x")
-    cols = ", ".join(MEASUREMENT_COLUMNS)
-    values = ", ".join("'s' || i" if c == "tuning_id" else "%s" for c in MEASUREMENT_COLUMNS)
-    with psycopg.connect(pg_url, autocommit=True) as con:
-        con.execute(f"INSERT INTO measurements ({cols}) SELECT {values} FROM generate_series(1, 50000) AS i",
-                    [v for c, v in zip(MEASUREMENT_COLUMNS, row) if c != "tuning_id"])
+    _bulk(pg_url, 50_000)
     rows = server.device_measurements("a100")
     first = next(rows)
     time.sleep(1.5)                                                  # three statement timeouts
     assert 1 + sum(1 for _ in rows) == 50_003 and first is not None
     server.close()
-
-
-def _bulk(pg_url, n: int) -> None:
-    """``n`` more measurements of device class a100 on the server (one INSERT ... SELECT)."""
-    import psycopg
-    row = _raw(tid="x")
-    cols = ", ".join(MEASUREMENT_COLUMNS)
-    values = ", ".join("'s' || i" if c == "tuning_id" else "%s" for c in MEASUREMENT_COLUMNS)
-    with psycopg.connect(pg_url, autocommit=True) as con:
-        con.execute(f"INSERT INTO measurements ({cols}) SELECT {values} FROM generate_series(1, {n}) AS i",
-                    [v for c, v in zip(MEASUREMENT_COLUMNS, row) if c != "tuning_id"])
-
-
-def _stream_backend(pg_server) -> int:
-    """The server process of the streamed read in progress."""
-    rows = pg_server.execute("SELECT pid FROM pg_stat_activity WHERE query ILIKE '%costlearn_stream%' "
-                             "AND pid <> pg_backend_pid()")
-    assert len(rows) == 1, rows
-    return rows[0][0]
 
 
 def test_a_frozen_server_ends_the_streamed_read_instead_of_hanging_it(pg_server, pg_url):

@@ -8,7 +8,7 @@ import json
 from costlearn.families import FAMILIES, get_family
 from costlearn.core.registry import Registry, Unavailable
 from costlearn.core.files import atomic_write
-from costlearn.core.keyed_cache import cache_dir
+from costlearn.core.keyed_cache import LOCAL_DEVICE_FILE, cache_dir, recorded_local_device
 from costlearn.collect.backends.base import Backend, CompiledKernel, Workspace
 
 __all__ = ["Backend", "CompiledKernel", "Workspace", "BACKENDS", "BackendUnavailable", "get_backend", "available",
@@ -109,12 +109,6 @@ def get_backend(name: str = "auto", family: str = "gemm", **kwargs) -> Backend:
     return backend
 
 
-LOCAL_DEVICE_FILE = "local_device.json"
-"""In the user cache (:func:`costlearn.core.keyed_cache.cache_dir`): the device ``auto``
-found last, so commands that only read models (``predict``, ``dispatch``)
-know this machine's device without opening it."""
-
-
 def record_local_device(spec) -> None:
     """Remember ``spec`` as this machine's device (best effort: an unwritable
     cache is ignored)."""
@@ -134,12 +128,9 @@ def local_device(probe: bool = True) -> dict | None:
     Never called on :func:`costlearn.predict_best`'s path: the CLI uses it to
     choose a default model and to say when a model is another device's.
     """
-    try:
-        d = json.loads((cache_dir() / LOCAL_DEVICE_FILE).read_text())
-        if isinstance(d, dict) and isinstance(d.get("slug"), str):
-            return d
-    except (OSError, ValueError):
-        pass
+    recorded = recorded_local_device()
+    if recorded is not None:
+        return recorded
     if not probe:
         return None
     try:
