@@ -151,7 +151,8 @@ def _store_hint(root: Path, cli: bool) -> str:
         return (f"; {str(root)!r} is one device's folder of the model store {str(root.parent)!r}: {flag} names "
                 "the store (" + (f"--models {root.parent} --model {root.name})" if cli else
                                  f"models_dir={str(root.parent)!r}, device={root.name!r})"))
-    below = sorted({p.parents[3] for p in root.glob(f"*/*/*/*/{layout.SIDECAR}")})
+    below = sorted({p.parents[3] for p in root.glob(f"*/*/*/*/{layout.SIDECAR}")
+                    if layout.sidecar_schema(p) not in (2, None)})
     return f"; {str(below[0])!r} holds models: {flag} names that folder" if below else ""
 
 
