@@ -8,7 +8,7 @@ import os
 import stat
 from pathlib import Path
 
-from costlearn.core.files import atomic_write, check_output
+from costlearn.core.files import atomic_write, check_output, read_file
 
 __all__ = ["cache_dir", "check_cache_dir", "private_folder", "KeyedCache", "LOCAL_DEVICE_FILE",
            "recorded_local_device"]
@@ -138,9 +138,11 @@ class KeyedCache:
 def recorded_local_device() -> dict | None:
     """This machine's device as the user cache records it
     (:data:`LOCAL_DEVICE_FILE`: ``{"slug", "name", "api", "spec"}``), or None
-    where there is no readable record. Reads one small file; opens no device."""
+    where there is no readable record. Reads one small file (a FIFO, a
+    folder or a file over 1 MiB there is no record: nothing waits on it);
+    opens no device."""
     try:
-        record = json.loads((cache_dir() / LOCAL_DEVICE_FILE).read_text())
+        record = json.loads(bytes(read_file(cache_dir() / LOCAL_DEVICE_FILE, 1 << 20)))
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) and isinstance(record.get("slug"), str) else None

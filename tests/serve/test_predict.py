@@ -687,3 +687,31 @@ def test_the_api_says_when_the_only_model_is_another_devices(model_dir, tmp_path
         assert not said
     finally:
         P.clear_cache()
+
+
+def test_a_hostile_record_of_this_machines_device_is_no_record(model_dir, tmp_path, monkeypatch):
+    """The device note reads the user cache's local_device.json at a model's first load: a FIFO there (whose opening
+    would wait for a writer), a folder, text that is not JSON or a JSON list is no record, and the answer comes."""
+    import os
+    import signal
+    from costlearn.core.keyed_cache import recorded_local_device
+    from costlearn.serve import predict as P
+    from costlearn.serve import predictor
+    monkeypatch.setenv("COSTLEARN_CACHE", str(tmp_path))
+    record = tmp_path / "local_device.json"
+    old = signal.signal(signal.SIGALRM, lambda *_: pytest.fail("waited on the record"))   # not an OSError
+    try:
+        for make in (lambda: os.mkfifo(record), lambda: record.mkdir(), lambda: record.write_text("{not json"),
+                     lambda: record.write_text('["a", "list"]')):
+            make()
+            signal.alarm(5)
+            assert recorded_local_device() is None
+            monkeypatch.setattr(predictor, "_SAID_ANOTHER_DEVICE", set())
+            P.clear_cache()
+            assert P.predict_best(64, 64, 64, models_dir=model_dir.parents[2]).config is not None
+            signal.alarm(0)
+            os.rmdir(record) if record.is_dir() else record.unlink()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+        P.clear_cache()
