@@ -23,10 +23,9 @@ def cmd_dispatch(args) -> int:
     folder = resolve_model(model_device(args.model, args.family, args.dtype, args.models), args.family, args.dtype,
                            args.models, cli=True)
     pred = Predictor(folder)
-    try:
-        eval_dir = Path(args.eval_dir) if args.eval_dir else default_eval_dir(pred.device, args.data)
-    except ValueError as e:
-        raise ValueError(f"--data: {e}") from None
+    eval_dir = Path(args.eval_dir) if args.eval_dir else default_eval_dir(pred.device, args.data)
+    if args.measure and not args.eval_dir:
+        check_output(eval_dir, "--data", folder=True)      # before the fit and the device: where rows will go
     d = fit_dispatch(pred, ranges, max_configs=args.configs, samples=args.samples, max_depth=args.depth,
                      seed=args.seed, epilogue=args.epilogue)
     paths = d.write(args.out, args.name)

@@ -138,11 +138,13 @@ class KeyedCache:
 def recorded_local_device() -> dict | None:
     """This machine's device as the user cache records it
     (:data:`LOCAL_DEVICE_FILE`: ``{"slug", "name", "api", "spec"}``), or None
-    where there is no readable record. Reads one small file (a FIFO, a
+    where there is no readable record (one without a text slug and name
+    included). Reads one small file (a FIFO, a
     folder or a file over 1 MiB there is no record: nothing waits on it);
     opens no device."""
     try:
         record = json.loads(bytes(read_file(cache_dir() / LOCAL_DEVICE_FILE, 1 << 20)))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):         # RecursionError: arrays nested thousands deep
         return None
-    return record if isinstance(record, dict) and isinstance(record.get("slug"), str) else None
+    ok = isinstance(record, dict) and all(isinstance(record.get(key), str) for key in ("slug", "name"))
+    return record if ok else None

@@ -122,7 +122,7 @@ def sidecar_schema(path):
     cannot be read as a JSON object that names one."""
     try:
         side = json.loads(read_file(path))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return side.get("artifact_schema") if isinstance(side, dict) else None
 

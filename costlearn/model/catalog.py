@@ -130,7 +130,7 @@ def summary_lines(model: dict) -> list[str]:
 def _count(problems):
     """``training.problems``'s count (:func:`costlearn.learn.retrain.trained_problems`), or None."""
     count = problems.get("count") if isinstance(problems, dict) else None
-    return count if isinstance(count, int) and not isinstance(count, bool) else None
+    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
 
 
 def _over(model: dict) -> str:

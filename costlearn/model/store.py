@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import shlex
 import threading
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import NamedTuple
 
 from costlearn.core.device import DeviceSpec
 from costlearn.core.checks import check_path, check_pathlike
+from costlearn.families import FAMILIES
 from costlearn.model import artifact_layout as _artifact_layout
 
 __all__ = ["ModelKey", "default_store", "find_model", "resolve_model", "has_model", "store_key", "LoadedModels"]
@@ -119,7 +121,7 @@ def find_model(key: ModelKey, models_dir=None, *, cli: bool = False) -> Path:
                          "a model store")
     have = _artifact_layout.list_models(root)
     present = [f"{d}/{f}/{t}" for d, f, t in have] or "none"
-    old = _artifact_layout.old_layout_folders(root)
+    old = [p for p in _artifact_layout.old_layout_folders(root) if p.parent.name not in FAMILIES.names()]
     hint = (f"; {len(old)} artifact(s) in the layout before kernel families ({old[0]}): convert them with "
             f"`costlearn migrate-models {root}`" if old else "") + ("" if have else _store_hint(root, cli))
     if device is None:
@@ -142,15 +144,22 @@ def find_model(key: ModelKey, models_dir=None, *, cli: bool = False) -> Path:
 
 
 def _store_hint(root: Path, cli: bool) -> str:
-    """Where a store with no model is a folder one level off a store: one
-    of its device folders, or the folder that holds it; the words that say
-    which folder to name instead."""
+    """Where a store with no model is a folder off a store (a model's own
+    folder, its family's, its device's, or the folder that holds the
+    store), the words that say which folder to name instead. A model of
+    today's layout is a sidecar in ``<family>/<dtype>/`` (a known family's
+    name, or a sidecar of today's schema where it is damaged or renamed)."""
     flag = "--models" if cli else "models_dir"
-    layout = _artifact_layout
-    if any(layout.sidecar_schema(p) not in (2, None) for p in root.glob(f"*/*/{layout.SIDECAR}")):
-        return (f"; {str(root)!r} is one device's folder of the model store {str(root.parent)!r}: {flag} names "
-                "the store (" + (f"--models {root.parent} --model {root.name})" if cli else
-                                 f"models_dir={str(root.parent)!r}, device={root.name!r})"))
+    layout, root = _artifact_layout, Path(os.path.abspath(root))
+    for pattern in (layout.SIDECAR, f"*/{layout.SIDECAR}", f"*/*/{layout.SIDECAR}"):
+        for side in root.glob(pattern):
+            if len(side.parents) > 3 and (side.parents[1].name in FAMILIES.names()
+                                          or layout.sidecar_schema(side) not in (2, None)):
+                store, device = side.parents[3], side.parents[2].name
+                return (f"; {str(root)!r} is inside the model store {str(store)!r} (the {device} model's folders): "
+                        f"{flag} names the store (" + (f"--models {shlex.quote(str(store))} --model "
+                                                      f"{shlex.quote(device)})" if cli else
+                                                      f"models_dir={str(store)!r}, device={device!r})"))
     below = sorted({p.parents[3] for p in root.glob(f"*/*/*/*/{layout.SIDECAR}")
                     if layout.sidecar_schema(p) not in (2, None)})
     return f"; {str(below[0])!r} holds models: {flag} names that folder" if below else ""

@@ -125,3 +125,24 @@ def test_a_stores_device_folder_given_as_the_store_names_the_store_not_a_migrati
     assert main(["predict", "1", "64", "64", "--models", str(tmp_path / "out")]) == 2
     assert f"'{store}' holds models: --models names that folder" in capsys.readouterr().err
     assert main(["predict", "1", "64", "64", "--models", str(store)]) == 0
+
+
+def test_every_folder_off_a_store_names_the_store_even_relative_or_damaged(model_dir, tmp_path, capsys, monkeypatch):
+    """Regression (an attack on the hint above): `--models .` gave a circular hint ("the store '.': --models .
+    --model "), a damaged sidecar seen from a device folder still got the migrate advice, and a model's own folder
+    or its family's (the path `predict` prints as `model:`) got no hint."""
+    from costlearn.cli import main
+    store = tmp_path / "my store"
+    device = model_dir.parents[1].name
+    shutil.copytree(model_dir.parents[1], store / device)
+    want = f"--models '{store}' --model {device})"
+    for given in (store / device / "gemm" / "float32", store / device / "gemm", store / device):
+        assert main(["predict", "1", "64", "64", "--models", str(given)]) == 2
+        assert want in capsys.readouterr().err, given
+    monkeypatch.chdir(store / device)
+    assert main(["predict", "1", "64", "64", "--models", "."]) == 2
+    assert want in capsys.readouterr().err
+    (store / device / "gemm" / "float32" / "model.json").write_text("{damaged")
+    assert main(["predict", "1", "64", "64", "--models", "."]) == 2
+    err = capsys.readouterr().err
+    assert "migrate-models" not in err and want in err

@@ -129,4 +129,7 @@ def test_dispatch_reads_and_measures_under_data(model_dir, dataset_dir, tmp_path
     (other / "device.json").write_text(json.dumps({**json.loads((dataset_dir / "device.json").read_text()),
                                                    "name": "another device"}))
     assert main(args + ["--data", str(other)]) == 2
-    assert "--data: " in capsys.readouterr().err
+    assert "--data '" in capsys.readouterr().err
+    (tmp_path / "a file").write_text("x")
+    assert main(args + ["--data", str(tmp_path / "a file"), "--measure", "1"]) == 2       # before the fit
+    assert "--data" in capsys.readouterr().err

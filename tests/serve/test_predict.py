@@ -702,7 +702,8 @@ def test_a_hostile_record_of_this_machines_device_is_no_record(model_dir, tmp_pa
     old = signal.signal(signal.SIGALRM, lambda *_: pytest.fail("waited on the record"))   # not an OSError
     try:
         for make in (lambda: os.mkfifo(record), lambda: record.mkdir(), lambda: record.write_text("{not json"),
-                     lambda: record.write_text('["a", "list"]')):
+                     lambda: record.write_text('["a", "list"]'), lambda: record.write_text("[" * 200_000),
+                     lambda: record.write_text('{"slug": "x"}')):          # nested past the recursion limit; no name
             make()
             signal.alarm(5)
             assert recorded_local_device() is None
