@@ -127,8 +127,11 @@ class PostgresServer:
         self.stop()
         shutil.rmtree(self.root, ignore_errors=True)
         if self._watchdog is not None:
-            self._watchdog.stdin.write(b"removed")
-            self._watchdog.stdin.close()
+            try:
+                self._watchdog.stdin.write(b"removed")
+                self._watchdog.stdin.close()
+            except BrokenPipeError:                 # the watchdog is gone already
+                pass
             self._watchdog.wait(timeout=60)
 
     def url(self, database: str = "postgres", user: str = "postgres", password: str | None = None) -> str:
