@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from costlearn.cli.common import add_dtypes_arg
 from costlearn.families import FAMILIES
@@ -10,6 +11,7 @@ from costlearn.families import FAMILIES
 
 def cmd_info(args) -> int:
     from costlearn.model.catalog import describe_store, summary_lines
+    from costlearn.model.store import store_hint
     store = describe_store(args.models, device=args.model, family=args.family, dtypes=args.dtype)
     if args.json:
         print(json.dumps(store, indent=1))
@@ -17,7 +19,8 @@ def cmd_info(args) -> int:
     if not store["models"]:
         which = " ".join(f"{flag} {v if isinstance(v, str) else ' '.join(v)}" for flag, v in (
             ("--model", args.model), ("--family", args.family), ("--dtype", args.dtype)) if v)
-        print(f"{store['root']}: no model{' of ' + which if which else ''} (`costlearn train` makes one)")
+        print(f"{store['root']}: no model{' of ' + which if which else ''} (`costlearn train` makes one)"
+              + (store_hint(Path(store["root"]), cli=True) if not which and not store["old"] else ""))
     else:
         print(f"{store['root']}: {len(store['models'])} model{'' if len(store['models']) == 1 else 's'}")
     for model in store["models"]:

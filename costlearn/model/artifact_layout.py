@@ -14,6 +14,7 @@ from pathlib import Path
 
 from costlearn.core.errors import CostlearnError
 from costlearn.core.files import read_file
+from costlearn.families import FAMILIES
 
 __all__ = ["ARTIFACT_SCHEMA", "ArtifactError", "default_models_dir", "models_root", "list_models", "model_folder",
            "parse_sidecar", "old_layout_folders", "sidecar_schema", "SIDECAR", "SCORER_FILE", "VENDOR_FILE",
@@ -108,13 +109,14 @@ def list_models(models_dir=None) -> list[tuple[str, str, str]]:
 
 def old_layout_folders(models_dir=None) -> list[Path]:
     """Artifacts in the layout before kernel families (``<root>/<device>/<dtype>/model.json``).
-    A sidecar of a later schema there is no such artifact: it is a model of
-    today's layout seen from one of a store's device folders
-    (:func:`sidecar_schema`)."""
+    A sidecar in a folder named after a kernel family, or of a later schema
+    (:func:`sidecar_schema`), is no such artifact: it is a model of today's
+    layout seen from one of a store's device folders."""
     root = models_root(models_dir)
     if not root.is_dir():
         return []
-    return sorted(p.parent for p in root.glob(f"*/*/{SIDECAR}") if sidecar_schema(p) in (2, None))
+    return sorted(p.parent for p in root.glob(f"*/*/{SIDECAR}")
+                  if p.parents[1].name not in FAMILIES.names() and sidecar_schema(p) in (2, None))
 
 
 def sidecar_schema(path):

@@ -28,7 +28,8 @@ from costlearn.core.checks import check_path, check_pathlike
 from costlearn.families import FAMILIES
 from costlearn.model import artifact_layout as _artifact_layout
 
-__all__ = ["ModelKey", "default_store", "find_model", "resolve_model", "has_model", "store_key", "LoadedModels"]
+__all__ = ["ModelKey", "default_store", "find_model", "resolve_model", "has_model", "store_key", "store_hint",
+           "LoadedModels"]
 
 _LOCK = threading.Lock()
 _DEFAULT_STORE: Path | None = None
@@ -121,9 +122,9 @@ def find_model(key: ModelKey, models_dir=None, *, cli: bool = False) -> Path:
                          "a model store")
     have = _artifact_layout.list_models(root)
     present = [f"{d}/{f}/{t}" for d, f, t in have] or "none"
-    old = [p for p in _artifact_layout.old_layout_folders(root) if p.parent.name not in FAMILIES.names()]
+    old = _artifact_layout.old_layout_folders(root)
     hint = (f"; {len(old)} artifact(s) in the layout before kernel families ({old[0]}): convert them with "
-            f"`costlearn migrate-models {root}`" if old else "") + ("" if have else _store_hint(root, cli))
+            f"`costlearn migrate-models {root}`" if old else "") + ("" if have else store_hint(root, cli))
     if device is None:
         devs = sorted({d for d, f, t in have if (f, t) == (family, dtype)})
         if len(devs) != 1:
@@ -143,10 +144,11 @@ def find_model(key: ModelKey, models_dir=None, *, cli: bool = False) -> Path:
     return _artifact_layout.model_folder(root, device, family, dtype)
 
 
-def _store_hint(root: Path, cli: bool) -> str:
+def store_hint(root: Path, cli: bool) -> str:
     """Where a store with no model is a folder off a store (a model's own
     folder, its family's, its device's, or the folder that holds the
-    store), the words that say which folder to name instead. A model of
+    store), the words that say which folder to name instead (empty where
+    it is none of these); ``cli``: in the command line's flags. A model of
     today's layout is a sidecar in ``<family>/<dtype>/`` (a known family's
     name, or a sidecar of today's schema where it is damaged or renamed)."""
     flag = "--models" if cli else "models_dir"

@@ -125,6 +125,9 @@ def test_a_stores_device_folder_given_as_the_store_names_the_store_not_a_migrati
     assert main(["predict", "1", "64", "64", "--models", str(tmp_path / "out")]) == 2
     assert f"'{store}' holds models: --models names that folder" in capsys.readouterr().err
     assert main(["predict", "1", "64", "64", "--models", str(store)]) == 0
+    capsys.readouterr()
+    assert main(["info", "--models", str(store / device)]) == 0                 # info says the same
+    assert f"--models {store} --model {device}" in capsys.readouterr().out
 
 
 def test_every_folder_off_a_store_names_the_store_even_relative_or_damaged(model_dir, tmp_path, capsys, monkeypatch):
