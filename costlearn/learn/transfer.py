@@ -48,6 +48,7 @@ from costlearn.collect.active_shapes import ActiveSettings
 from costlearn.collect.strategy import choose_problems
 from costlearn.core.device import PRESETS, DeviceSpec, preset
 from costlearn.model.envelope import fit_envelope, outside_rows
+from costlearn.model.store import store_hint
 from costlearn.families import get_family
 from costlearn.learn.active import EnsembleDisagreement, member_params
 from costlearn.learn.holdout import VENDOR_NEAR_GRID, calibrate_floor, heldout_problems
@@ -274,7 +275,7 @@ def transfer(models_dir, source: str, destination: str, *, data_dir=None, source
         have = sorted({dev for dev, _, _ in artifact_layout.list_models(models_dir)}) if models_dir.is_dir() else []
         which = "/".join(x for x in (family, "|".join(dtypes or [])) if x)
         raise ValueError(f"{models_dir} holds no {which + ' ' if which else ''}model of device {source!r}; it holds "
-                         f"models of {have}")
+                         f"models of {have}" + ("" if have else store_hint(models_dir, cli=True, device_flag="--from")))
     spec = _destination_spec(destination, data_dir)
     if data_dir is not None:
         _say_unused(data_dir, pairs, source, family, dtypes, say)

@@ -144,11 +144,12 @@ def find_model(key: ModelKey, models_dir=None, *, cli: bool = False) -> Path:
     return _artifact_layout.model_folder(root, device, family, dtype)
 
 
-def store_hint(root: Path, cli: bool) -> str:
+def store_hint(root: Path, cli: bool, device_flag: str = "--model") -> str:
     """Where a store with no model is a folder off a store (a model's own
     folder, its family's, its device's, or the folder that holds the
     store), the words that say which folder to name instead (empty where
-    it is none of these); ``cli``: in the command line's flags. A model of
+    it is none of these); ``cli``: in the command line's flags, the device
+    named by ``device_flag``. A model of
     today's layout is a sidecar in ``<family>/<dtype>/`` (a known family's
     name, or a sidecar of today's schema where it is damaged or renamed)."""
     flag = "--models" if cli else "models_dir"
@@ -159,7 +160,7 @@ def store_hint(root: Path, cli: bool) -> str:
                                           or layout.sidecar_schema(side) not in (2, None)):
                 store, device = side.parents[3], side.parents[2].name
                 return (f"; {str(root)!r} is inside the model store {str(store)!r} (the {device} model's folders): "
-                        f"{flag} names the store (" + (f"--models {shlex.quote(str(store))} --model "
+                        f"{flag} names the store (" + (f"--models {shlex.quote(str(store))} {device_flag} "
                                                       f"{shlex.quote(device)})" if cli else
                                                       f"models_dir={str(store)!r}, device={device!r})"))
     below = sorted({p.parents[3] for p in root.glob(f"*/*/*/*/{layout.SIDECAR}")

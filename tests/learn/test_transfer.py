@@ -115,6 +115,8 @@ def test_transfer_refuses_bad_requests_naming_the_value(source, tmp_path):
         transfer(models, "a100", "a100")
     with pytest.raises(ValueError, match="holds no model of device 'v100'"):
         transfer(models, "v100", "h100")
+    with pytest.raises(ValueError, match=f"--models names the store \\(--models {models} --from a100\\)"):
+        transfer(models / "a100", "a100", "h100")              # regression: a device folder given as the store
     with pytest.raises(ValueError, match="is not a folder"):
         transfer(tmp_path / "nope", "a100", "h100")
     with pytest.raises(ValueError, match="not a preset \\(\\['a100', 'h100', 'h200'\\]\\)"):
