@@ -3,7 +3,6 @@ recorded in the tuning database."""
 from __future__ import annotations
 
 import json
-import re
 import sys
 
 from costlearn.cli.common import (SHAPE_SYNTAX, add_device_arg, add_problem_args, check_family_dtype, device_backend,
@@ -38,12 +37,12 @@ def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_
     print(f"model: {resolve_model(device, family, dtype, models_dir, cli=True)}", file=sys.stderr)
     from_db = recorded = unrecorded = 0
     if not measure_top_k and tuning_db is None:         # predictions only: every shape in one call
-        from costlearn.serve.predict import predict_many
-        try:
-            preds = iter(predict_many([(m, n, k, layout, epilogue) for m, n, k in triples], dtype, device,
-                                      family=family, top_k=top_k, models_dir=models_dir))
-        except ValueError as e:             # the API names a problem by its index; a command line by its shape
-            raise ValueError(re.sub(r"^problems\[\d+\] ", "shape ", str(e))) from None
+        from costlearn.serve.predict import load_predictor, predict_many
+        m, n, k = triples[0]                # one dtype, layout and epilogue for all: served, named by a shape
+        load_predictor(device, family, dtype, models_dir).check_served(Problem(m, n, k, dtype, layout, epilogue),
+                                                                        "shape")
+        preds = iter(predict_many([(m, n, k, layout, epilogue) for m, n, k in triples], dtype, device,
+                                  family=family, top_k=top_k, models_dir=models_dir))
     else:
         preds = (predict_best(m, n, k, dtype=dtype, device=device, family=family, layout=layout, top_k=top_k,
                               models_dir=models_dir, measure_top_k=measure_top_k, backend=backend,

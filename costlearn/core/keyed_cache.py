@@ -136,12 +136,21 @@ class KeyedCache:
 
 
 def recorded_local_device() -> dict | None:
-    """This machine's device as the user cache records it
-    (:data:`LOCAL_DEVICE_FILE`: ``{"slug", "name", "api", "spec"}``), or None
-    where there is no readable record (one without a text slug and name
-    included). Reads one small file (a FIFO, a
-    folder or a file over 1 MiB there is no record: nothing waits on it);
-    opens no device."""
+    """This machine's device as the user cache records it.
+
+    Reads :data:`LOCAL_DEVICE_FILE` (at most 1 MiB, without blocking:
+    :func:`costlearn.core.files.read_file`); opens no device.
+
+    Returns
+    -------
+    dict or None
+        ``{"slug", "name", "api", "spec"}`` as
+        :func:`costlearn.collect.backends.local_record` wrote it; None where
+        there is no readable record: no file, a FIFO, folder or file over
+        1 MiB there, text that is not a JSON object (or nests past the
+        recursion limit), or one without a text ``slug`` and ``name``.
+        Never raises for what the file holds.
+    """
     try:
         record = json.loads(bytes(read_file(cache_dir() / LOCAL_DEVICE_FILE, 1 << 20)))
     except (OSError, ValueError, RecursionError):         # RecursionError: arrays nested thousands deep

@@ -120,8 +120,21 @@ def old_layout_folders(models_dir=None) -> list[Path]:
 
 
 def sidecar_schema(path):
-    """The ``artifact_schema`` of the sidecar at ``path``, or None where it
-    cannot be read as a JSON object that names one."""
+    """The ``artifact_schema`` a sidecar records.
+
+    Parameters
+    ----------
+    path : path
+        A ``model.json``.
+
+    Returns
+    -------
+    object or None
+        Its ``artifact_schema`` value (2 for the layout before kernel
+        families, :data:`ARTIFACT_SCHEMA` today), or None where the file
+        cannot be read (missing, no regular file, over 1 GiB) or is not a
+        JSON object. Never raises for what the file holds.
+    """
     try:
         side = json.loads(read_file(path))
     except (OSError, ValueError, RecursionError):

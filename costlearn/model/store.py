@@ -145,13 +145,32 @@ def find_model(key: ModelKey, models_dir=None, *, cli: bool = False) -> Path:
 
 
 def store_hint(root: Path, cli: bool, device_flag: str = "--model") -> str:
-    """Where a store with no model is a folder off a store (a model's own
-    folder, its family's, its device's, or the folder that holds the
-    store), the words that say which folder to name instead (empty where
-    it is none of these); ``cli``: in the command line's flags, the device
-    named by ``device_flag``. A model of
-    today's layout is a sidecar in ``<family>/<dtype>/`` (a known family's
-    name, or a sidecar of today's schema where it is damaged or renamed)."""
+    """The words that name the store where ``root``, a folder holding no
+    model, is a folder off one: a model's own folder, its family's, its
+    device's, or the folder that holds the store.
+
+    A model of today's layout is a sidecar in ``<family>/<dtype>/`` (a
+    known family's name, or a sidecar of today's schema where the folder is
+    renamed); one of the layout before kernel families is not.
+
+    Parameters
+    ----------
+    root : Path
+        The folder given as the store (relative to the working folder or
+        absolute).
+    cli : bool
+        Word it in the command line's flags (``--models`` and
+        ``device_flag``), else in the Python API's (``models_dir``,
+        ``device``).
+    device_flag : str
+        The command's flag that names a device's models.
+
+    Returns
+    -------
+    str
+        ``"; <what to give instead>"``, or empty where ``root`` is none of
+        these folders.
+    """
     flag = "--models" if cli else "models_dir"
     layout, root = _artifact_layout, Path(os.path.abspath(root))
     for pattern in (layout.SIDECAR, f"*/{layout.SIDECAR}", f"*/*/{layout.SIDECAR}"):
