@@ -120,26 +120,27 @@ def server_away(device: str | None) -> dict:
     """predict_best with a tuning database whose server is not there, against predict_best without one."""
     from costlearn import predict_best
     from costlearn.core.problem import Problem  # noqa: F401  (the import cost outside the clock)
-    url = f"postgresql://bench@/none?host={tempfile.mkdtemp(prefix='costlearn-no-server-')}"
-    rng = random.Random(5)
-    shapes = [(rng.randrange(1, 8192), rng.randrange(1, 8192), rng.randrange(1, 8192)) for _ in range(402)]
-    kw = {"device": device} if device else {}
-    predict_best(7, 7, 7, **kw)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        t = time.perf_counter()
-        first = predict_best(*shapes[0], tuning_db=url, **kw)
-        first_s = time.perf_counter() - t
-        away = []
-        for s in shapes[1:201]:
+    with tempfile.TemporaryDirectory(prefix="costlearn-no-server-") as nowhere:   # a socket folder no server uses
+        url = f"postgresql://bench@/none?host={nowhere}"
+        rng = random.Random(5)
+        shapes = [(rng.randrange(1, 8192), rng.randrange(1, 8192), rng.randrange(1, 8192)) for _ in range(402)]
+        kw = {"device": device} if device else {}
+        predict_best(7, 7, 7, **kw)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             t = time.perf_counter()
-            predict_best(*s, tuning_db=url, **kw)
-            away.append(time.perf_counter() - t)
-    plain = []
-    for s in shapes[201:]:
-        t = time.perf_counter()
-        predict_best(*s, **kw)
-        plain.append(time.perf_counter() - t)
+            first = predict_best(*shapes[0], tuning_db=url, **kw)
+            first_s = time.perf_counter() - t
+            away = []
+            for s in shapes[1:201]:
+                t = time.perf_counter()
+                predict_best(*s, tuning_db=url, **kw)
+                away.append(time.perf_counter() - t)
+        plain = []
+        for s in shapes[201:]:
+            t = time.perf_counter()
+            predict_best(*s, **kw)
+            plain.append(time.perf_counter() - t)
     return {"first_call_ms": 1e3 * first_s, "away_p50_ms": 1e3 * statistics.median(away),
             "plain_p50_ms": 1e3 * statistics.median(plain), "note": first.tuning_db_note}
 

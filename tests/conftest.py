@@ -2,6 +2,7 @@
 GPU tests skip cleanly where there is no GPU."""
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -12,8 +13,13 @@ import pytest
 
 # The tests never write the user's cache (the local device record, the tuning database, the compiled
 # ranker): a test process's PoCL settings are not a user's, and a record it left made `costlearn run`
-# call the model it had just trained another device's. Subprocesses inherit this.
-os.environ["COSTLEARN_CACHE"] = tempfile.mkdtemp(prefix="costlearn-tests-cache-")
+# call the model it had just trained another device's. Subprocesses inherit this, and a process that imports
+# this file again under a test session (a spawned worker) keeps the session's folder; the process that made it
+# deletes it at exit (every run used to leave one in the temporary folder, and a spawned worker one more).
+if not os.environ.get("COSTLEARN_TESTS_CACHE"):
+    os.environ["COSTLEARN_TESTS_CACHE"] = tempfile.mkdtemp(prefix="costlearn-tests-cache-")
+    atexit.register(shutil.rmtree, os.environ["COSTLEARN_TESTS_CACHE"], ignore_errors=True)
+os.environ["COSTLEARN_CACHE"] = os.environ["COSTLEARN_TESTS_CACHE"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
