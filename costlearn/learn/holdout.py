@@ -66,6 +66,7 @@ import math
 
 import numpy as np
 import pandas as pd
+from threadpoolctl import threadpool_limits
 
 from costlearn.model.envelope import embed
 from costlearn.families import VENDOR_CONFIG_ID
@@ -179,7 +180,9 @@ def region_folds(rows: pd.DataFrame, regions: int = 5, seed: int = 0) -> tuple[l
     """Leave regions of shapes out: the distinct (M, N, K) of ``rows`` are
     clustered by k-means on (log2 M, log2 N, log2 K) into
     ``min(regions, shapes)`` regions (at least 2; scikit-learn's ``KMeans``,
-    ``n_init=10``, ``random_state=seed``), and each region is one fold's test
+    ``n_init=10``, ``random_state=seed``, on one OpenMP thread: its parallel
+    sums' order then does not depend on the machine's cores, and a core
+    another process keeps busy does not stall it), and each region is one fold's test
     set, every layout of a shape with it.
 
     Returns
@@ -202,7 +205,8 @@ def region_folds(rows: pd.DataFrame, regions: int = 5, seed: int = 0) -> tuple[l
     if len(shapes) < 2:
         raise ValueError(f"a hold-out needs rows of 2 shapes at least; got {len(shapes)}")
     k = max(2, min(int(regions), len(shapes)))
-    label = KMeans(n_clusters=k, n_init=10, random_state=seed).fit_predict(np.log2(shapes.astype(np.float64)))
+    with threadpool_limits(limits=1, user_api="openmp"):
+        label = KMeans(n_clusters=k, n_init=10, random_state=seed).fit_predict(np.log2(shapes.astype(np.float64)))
     row_label = label[np.asarray(inverse).reshape(-1)]
     folds = [(np.flatnonzero(row_label != r), np.flatnonzero(row_label == r)) for r in range(k)]
     return folds, f"{k} regions of shapes"

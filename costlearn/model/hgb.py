@@ -19,7 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from threadpoolctl import threadpool_limits
 
+from costlearn.core.checks import check_int
 from costlearn.model.base import BoostedTreesModel, check_rows
 from costlearn.model.forest import FlatForest, ForestError
 from costlearn.model.scorer import Scorer
@@ -42,6 +44,10 @@ class HGBParams:
         Early-stopping patience, iterations.
     validation_share : float
         Share of training problems held out (whole) for early stopping.
+    n_jobs : int
+        OpenMP threads scikit-learn uses in fit and predict (its own default
+        is every core: on a core another process keeps busy, each of its
+        many short parallel regions then waits for a descheduled thread).
     seed : int
     """
 
@@ -54,7 +60,11 @@ class HGBParams:
     max_bins: int = 255
     n_iter_no_change: int = 100
     validation_share: float = 0.2
+    n_jobs: int = 1
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_int("HGBParams.n_jobs", self.n_jobs, 1)
 
 
 SKLEARN_TESTED = ((1, 6), (1, 9))
@@ -152,13 +162,15 @@ class HGBCostModel(BoostedTreesModel):
         p = self._params()
         rows, _, X, tr, va = self._split(rows)
         y = np.log2(rows["time_us"].to_numpy(np.float64))
-        probe = self._estimator(p.max_iter, True).fit(X[tr], y[tr], X_val=X[va], y_val=y[va])
-        self.n_iter_ = int(probe.n_iter_)
-        self.validation_rmse_log2_ = float(np.sqrt(np.mean((probe.predict(X[va]) - y[va]) ** 2)))
-        est = self._estimator(self.n_iter_, False).fit(X, y)
+        with threadpool_limits(limits=p.n_jobs, user_api="openmp"):
+            probe = self._estimator(p.max_iter, True).fit(X[tr], y[tr], X_val=X[va], y_val=y[va])
+            self.n_iter_ = int(probe.n_iter_)
+            self.validation_rmse_log2_ = float(np.sqrt(np.mean((probe.predict(X[va]) - y[va]) ** 2)))
+            est = self._estimator(self.n_iter_, False).fit(X, y)
+            sk_margin = est.predict(X[:2000]) if len(X) else None
         predictors, base = _sklearn_internals(est)
         forest = FlatForest.from_trees(_trees_of(predictors), base, X.shape[1])
-        err = np.abs(forest.margin_numpy(X[:2000]) - est.predict(X[:2000])).max() if len(X) else 0.0
+        err = np.abs(forest.margin_numpy(X[:2000]) - sk_margin).max() if len(X) else 0.0
         if not err <= 1e-4:
             raise ForestError(f"the flattened trees differ from scikit-learn's predictions by {err:.3g} (log2)")
         self.forest_ = forest

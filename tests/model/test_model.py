@@ -102,6 +102,35 @@ def test_second_gbdt_export_equals_scikit_learns_predictions(small_rows, dataset
     assert np.isfinite(log2).all() and log2.std() > 0
 
 
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_hgb_fits_on_its_n_jobs_openmp_threads_not_every_core(n_jobs, small_rows, dataset_spec, monkeypatch):
+    """scikit-learn's HistGradientBoosting fit and predict run on ``n_jobs``
+    OpenMP threads (default 1), whatever the process allows: on every core it
+    took 108-125 s instead of 1.4 s here while another process kept one of two
+    cores busy (short parallel regions waiting on a descheduled thread)."""
+    from sklearn.ensemble import HistGradientBoostingRegressor
+    from threadpoolctl import threadpool_info, threadpool_limits
+    seen = []
+
+    def openmp_threads():
+        seen.extend(p["num_threads"] for p in threadpool_info() if p["user_api"] == "openmp")
+
+    fit, predict = HistGradientBoostingRegressor.fit, HistGradientBoostingRegressor.predict
+    monkeypatch.setattr(HistGradientBoostingRegressor, "fit", lambda self, *a, **kw: (openmp_threads(),
+                                                                                     fit(self, *a, **kw))[1])
+    monkeypatch.setattr(HistGradientBoostingRegressor, "predict", lambda self, X: (openmp_threads(),
+                                                                                   predict(self, X))[1])
+    params = HGBParams(max_iter=3, n_iter_no_change=2, n_jobs=n_jobs)
+    with threadpool_limits(limits=3, user_api="openmp"):       # what the process allows (more than n_jobs)
+        get_model("hgb", params=params).fit(small_rows.iloc[:300], dataset_spec)
+    assert len(seen) >= 4 and set(seen) == {n_jobs}
+
+
+def test_hgb_params_refuse_a_thread_count_below_one():
+    with pytest.raises(ValueError, match="n_jobs"):
+        HGBParams(n_jobs=0)
+
+
 def test_loading_an_artifact_with_other_features_says_what_differs(model_dir, tmp_path):
     dst = tmp_path / "dev" / "gemm" / "float32"
     shutil.copytree(model_dir, dst)
