@@ -16,10 +16,14 @@ import pytest
 # call the model it had just trained another device's. Subprocesses inherit this, and a process that imports
 # this file again under a test session (a spawned worker) keeps the session's folder; the process that made it
 # deletes it at exit (every run used to leave one in the temporary folder, and a spawned worker one more).
+# Each pytest-xdist worker (-n) has a folder of its own inside it, as two users' machines would: a test that
+# reads what the cache recorded is never answered by the other worker's test.
 if not os.environ.get("COSTLEARN_TESTS_CACHE"):
     os.environ["COSTLEARN_TESTS_CACHE"] = tempfile.mkdtemp(prefix="costlearn-tests-cache-")
     atexit.register(shutil.rmtree, os.environ["COSTLEARN_TESTS_CACHE"], ignore_errors=True)
-os.environ["COSTLEARN_CACHE"] = os.environ["COSTLEARN_TESTS_CACHE"]
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+os.environ["COSTLEARN_CACHE"] = os.path.join(os.environ["COSTLEARN_TESTS_CACHE"], _WORKER) if _WORKER.isidentifier() \
+    else os.environ["COSTLEARN_TESTS_CACHE"]
 
 ROOT = Path(__file__).resolve().parents[1]
 
