@@ -114,8 +114,11 @@ def find_model(key: ModelKey, models_dir=None, *, cli: bool = False) -> Path:
     device, family, dtype = key
     root = _artifact_layout.models_root(models_dir)
     if not root.is_dir():
-        env = os.environ.get("COSTLEARN_MODELS")
-        named = "$COSTLEARN_MODELS" if env and Path(env).absolute() == root.absolute() else "models_dir"
+        # the store given, or the default one (None, or default_store()'s own object, which LoadedModels.load
+        # passes): an explicit folder equal to the variable's is named as given
+        given = models_dir is not None and models_dir is not _DEFAULT_STORE
+        named = ("--models" if cli else "models_dir") if given \
+            else "$COSTLEARN_MODELS" if os.environ.get("COSTLEARN_MODELS") else "the default model store"
         raise ValueError(f"{named} {str(root)!r} is not a folder" + (" (it does not exist)" if not root.exists()
                                                                        else "") + "; train a model into it with "
                          "`costlearn train --models DIR`, or point models_dir / --models / $COSTLEARN_MODELS at "

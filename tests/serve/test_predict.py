@@ -650,6 +650,9 @@ def test_a_missing_store_from_the_environment_is_named_as_such(tmp_path, monkeyp
             P.predict_best(64, 64, 64)
         with pytest.raises(ValueError, match=r"^models_dir '.*elsewhere' is not a folder"):
             P.predict_best(64, 64, 64, models_dir=tmp_path / "elsewhere")
+        # the same missing folder given explicitly is named as given (it was named as the variable)
+        with pytest.raises(ValueError, match=r"^models_dir '.*no-such-models' is not a folder"):
+            P.predict_best(64, 64, 64, models_dir=tmp_path / "no-such-models")
     finally:
         monkeypatch.delenv("COSTLEARN_MODELS", raising=False)
         P.clear_cache()
