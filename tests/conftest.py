@@ -6,6 +6,7 @@ import atexit
 import json
 import os
 import shutil
+import signal
 import tempfile
 from pathlib import Path
 
@@ -80,6 +81,24 @@ def committed_model() -> Path:
     if not folders:
         pytest.skip("no committed model under models/")
     return folders[0]
+
+
+@pytest.fixture
+def python_ctrl_c():
+    """Python's own Ctrl-C handler (SIGINT raises KeyboardInterrupt) for the test, put back after. A suite started
+    in the background (``cmd &``, nohup) inherits SIGINT ignored, and Python then installs no handler, as a
+    shell's background job should: a test that sends SIGINT would see nothing happen."""
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def default_ctrl_c() -> None:
+    """``preexec_fn`` of a child process a test sends SIGINT to: the default disposition (the suite's may be
+    ignored, see :func:`python_ctrl_c`), so that the child's Python installs its handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.fixture(scope="session")

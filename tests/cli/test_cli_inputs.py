@@ -100,7 +100,7 @@ def test_a_shapes_fifo_or_device_is_not_a_regular_file_not_a_folder(tmp_path, mo
         assert f"shapes file '{source}': not a regular file; give a shapes file" in _one_line_error(capsys, "collect")
 
 
-def test_ctrl_c_during_an_import_says_what_was_written(tmp_path, monkeypatch, capsys):
+def test_ctrl_c_during_an_import_says_what_was_written(tmp_path, monkeypatch, capsys, python_ctrl_c):
     """SIGINT during an `import` that had written nothing said "everything measured so far is saved"; now it says
     that no row was written, or how many were and where."""
     import os

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, needs_opencl
+from conftest import ROOT, default_ctrl_c, needs_opencl
 from costlearn.collect.dataset import KEY_COLUMNS, load
 from costlearn.collect.protocol import Protocol
 from costlearn.families.gemm import GemmConfig as TileConfig
@@ -68,7 +68,8 @@ def test_ctrl_c_says_how_many_rows_it_saved(tmp_path):
     cmd = [sys.executable, "-m", "costlearn", "collect", "--device", "opencl", "--data", str(data),
            "--pool", "6", "--max-extent", "48", "--rounds", "2", "--budget", "300", "--no-progress"]
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_ctrl_c)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and len(list(data.glob("*/part-*.parquet"))) < 2:
         time.sleep(0.05)

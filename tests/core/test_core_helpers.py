@@ -66,7 +66,7 @@ def test_a_record_others_can_write_counts_for_nothing(tmp_path):
     assert not cache.has("k")
 
 
-def test_a_ctrl_c_during_a_write_waits_for_the_write_and_its_count():
+def test_a_ctrl_c_during_a_write_waits_for_the_write_and_its_count(python_ctrl_c):
     """The collector's Ctrl-C summary once undercounted what was saved: a
     SIGINT landing between a part's write and its count. Inside
     ``sigint_deferred`` the block finishes first, then the interrupt comes."""
