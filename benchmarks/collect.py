@@ -37,8 +37,15 @@ def main(argv=None) -> int:
                     help="with --ray: the worker counts to compare (default: 1 2)")
     args = ap.parse_args(argv)
     if args.ray:
-        return bench_fleet(args)
-    tmp = tempfile.mkdtemp(prefix="costlearn-bench-")
+        with tempfile.TemporaryDirectory(prefix="costlearn-bench-ray-") as tmp:
+            return bench_fleet(args, tmp)
+    with tempfile.TemporaryDirectory(prefix="costlearn-bench-") as tmp:
+        return bench_local(args, tmp)
+
+
+def bench_local(args, tmp: str) -> int:
+    """Measurements per second of a collection on the local device into
+    ``tmp`` (a temporary folder the caller removes); prints a table."""
     if args.fresh_cache:
         os.environ["POCL_CACHE_DIR"] = os.path.join(tmp, "pocl-cache")   # before PoCL starts
     from costlearn.collect.backends import get_backend
@@ -68,13 +75,13 @@ def main(argv=None) -> int:
     return 0
 
 
-def bench_fleet(args) -> int:
+def bench_fleet(args, tmp: str) -> int:
     """``--ray``: measurements per second of a fleet collection on a local
-    Ray cluster, for each worker count; prints a table."""
+    Ray cluster, for each worker count, into ``tmp`` (a temporary folder the
+    caller removes); prints a table."""
     import ray
 
     from costlearn.collect.fleet import collect_fleet, start_fleet
-    tmp = tempfile.mkdtemp(prefix="costlearn-bench-ray-")
     if args.fresh_cache:
         os.environ["POCL_CACHE_DIR"] = os.path.join(tmp, "pocl-cache")   # inherited by the Ray workers
     ray.init(num_cpus=max(max(args.workers), os.cpu_count() or 1), include_dashboard=False, logging_level="WARNING")

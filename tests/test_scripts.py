@@ -17,12 +17,18 @@ def test_gpu_check_quick_on_opencl(tmp_path):
     assert "0 wrong" in md and "best at (384, 384, 384)" in md and (tmp_path / "gpu_check.json").is_file()
 
 
-def test_bench_collect_prints_the_table():
+def test_bench_collect_prints_the_table_and_removes_its_folder(tmp_path):
+    """The table; and the collection's folder is removed at the end (each run left a costlearn-bench-* folder in
+    the temporary folder)."""
+    import os
+    env = dict(os.environ, TMPDIR=str(tmp_path))
     out = subprocess.run([sys.executable, "-m", "benchmarks.collect", "--device", "opencl",
-                          "--budget", "8", "--pool", "4"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+                          "--budget", "8", "--pool", "4"], capture_output=True, text=True, timeout=600, cwd=ROOT,
+                         env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     for line in ("measurements per second (wall)", "| compile |", "| measure |", "| write |", "noise floor"):
         assert line in out.stdout
+    assert not list(tmp_path.glob("costlearn-bench-*"))
 
 
 def test_bench_predict_prints_the_table_and_checks_agreement(tmp_path):
