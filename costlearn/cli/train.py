@@ -115,8 +115,9 @@ def _print_trained(res, learner: str = "xgboost") -> None:
             figure = "mean" if worse.metric == "top1_mean" else "geomean"
             print(f"warning: the {learner} model is no better than the {worse.baseline} baseline on these held-out "
                   f"problems (top-1 regret {figure} {worse.model_regret:.1%} against {worse.baseline_regret:.1%}): "
-                  f"{res.rows} rows over {res.shapes} shapes are too few to learn from; it is saved all the same, "
-                  "but measure more rows (`costlearn collect`, or import more measurements) and train again")
+                  f"{res.rows} rows over {res.shapes} shapes are too few, or too unlike the held-out problems "
+                  f"({res.holdout_kind}), to learn from; it is saved all the same, but measure more rows like the "
+                  "problems you compile (`costlearn collect`, or import more measurements) and train again")
     cal = (res.floor or {}).get("calibration", {})
     if "rule_geomean" in cal:
         f = res.floor

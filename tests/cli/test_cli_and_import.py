@@ -623,7 +623,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_any_work_naming_its_
 
 def test_train_says_when_its_model_is_no_better_than_a_baseline_it_printed(monkeypatch, capsys, tmp_path, dataset_dir):
     """Regression: a model of 187 rows, held-out xgboost 107.7 % top-1 regret against random's 50.0 %, was saved
-    without a word."""
+    without a word. The warning names the hold-out too: 311,188 A100 rows held out by log were called too few."""
     from costlearn.learn import train as train_module
     sidecar = tmp_path / "model.json"
     sidecar.write_text("{}")
@@ -639,8 +639,9 @@ def test_train_says_when_its_model_is_no_better_than_a_baseline_it_printed(monke
     out = capsys.readouterr().out.splitlines()
     at = next(i for i, line in enumerate(out) if line.startswith("  random "))
     assert out[at + 1] == ("warning: the xgboost model is no better than the random baseline on these held-out "
-                           "problems (top-1 regret mean 107.7% against 50.0%): 187 rows over 9 shapes are too few "
-                           "to learn from; it is saved all the same, but measure more rows (`costlearn collect`, or "
+                           "problems (top-1 regret mean 107.7% against 50.0%): 187 rows over 9 shapes are too few, "
+                           "or too unlike the held-out problems (5 regions of shapes), to learn from; it is saved all "
+                           "the same, but measure more rows like the problems you compile (`costlearn collect`, or "
                            "import more measurements) and train again")
     table["xgboost"] = dict(top1_mean=0.05, top1_geomean=0.04, top5_mean=0.01, kendall_tau=0.5)
     assert main(["train", "--data", str(dataset_dir), "--models", str(tmp_path / "m")]) == 0
