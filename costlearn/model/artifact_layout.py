@@ -17,9 +17,9 @@ from costlearn.core.files import read_file
 from costlearn.families import FAMILIES
 
 __all__ = ["ARTIFACT_SCHEMA", "ArtifactError", "default_models_dir", "models_root", "list_models", "model_folder",
-           "parse_sidecar", "old_layout_folders", "sidecar_schema", "SIDECAR", "SCORER_FILE", "VENDOR_FILE",
-           "LEGACY_FILES", "SAVE_LOCK", "PAYLOAD_PREFIX", "files_folder", "sidecar_digest", "SIDECAR_DIGEST",
-           "current_payload", "payload_folder", "recorded_sha"]
+           "parse_sidecar", "old_layout_folders", "todays_layout", "sidecar_schema", "SIDECAR", "SCORER_FILE",
+           "VENDOR_FILE", "LEGACY_FILES", "SAVE_LOCK", "PAYLOAD_PREFIX", "files_folder", "sidecar_digest",
+           "SIDECAR_DIGEST", "current_payload", "payload_folder", "recorded_sha"]
 
 
 ARTIFACT_SCHEMA = 3
@@ -115,8 +115,17 @@ def old_layout_folders(models_dir=None) -> list[Path]:
     root = models_root(models_dir)
     if not root.is_dir():
         return []
-    return sorted(p.parent for p in root.glob(f"*/*/{SIDECAR}")
-                  if p.parents[1].name not in FAMILIES.names() and sidecar_schema(p) in (2, None))
+    return sorted(p.parent for p in root.glob(f"*/*/{SIDECAR}") if not todays_layout(p))
+
+
+def todays_layout(side: Path) -> bool:
+    """Whether the sidecar ``side`` is a model of today's layout
+    (``<device>/<family>/<dtype>/model.json``), not of the layout before
+    kernel families (``<device>/<dtype>/model.json``): its folder's parent
+    is named after a kernel family, or it records a later schema than 2
+    (:func:`sidecar_schema`; a renamed family folder). An unreadable
+    sidecar elsewhere counts as the old layout's."""
+    return side.parents[1].name in FAMILIES.names() or sidecar_schema(side) not in (2, None)
 
 
 def sidecar_schema(path):

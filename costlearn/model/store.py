@@ -25,7 +25,6 @@ from typing import NamedTuple
 
 from costlearn.core.device import DeviceSpec
 from costlearn.core.checks import check_path, check_pathlike
-from costlearn.families import FAMILIES
 from costlearn.model import artifact_layout as _artifact_layout
 
 __all__ = ["ModelKey", "default_store", "find_model", "resolve_model", "has_model", "store_key", "store_hint",
@@ -178,15 +177,13 @@ def store_hint(root: Path, cli: bool, device_flag: str = "--model") -> str:
     layout, root = _artifact_layout, Path(os.path.abspath(root))
     for pattern in (layout.SIDECAR, f"*/{layout.SIDECAR}", f"*/*/{layout.SIDECAR}"):
         for side in root.glob(pattern):
-            if len(side.parents) > 3 and (side.parents[1].name in FAMILIES.names()
-                                          or layout.sidecar_schema(side) not in (2, None)):
+            if len(side.parents) > 3 and layout.todays_layout(side):
                 store, device = side.parents[3], side.parents[2].name
                 return (f"; {str(root)!r} is inside the model store {str(store)!r} (the {device} model's folders): "
                         f"{flag} names the store (" + (f"--models {shlex.quote(str(store))} {device_flag} "
                                                       f"{shlex.quote(device)})" if cli else
                                                       f"models_dir={str(store)!r}, device={device!r})"))
-    below = sorted({p.parents[3] for p in root.glob(f"*/*/*/*/{layout.SIDECAR}")
-                    if layout.sidecar_schema(p) not in (2, None)})
+    below = sorted({p.parents[3] for p in root.glob(f"*/*/*/*/{layout.SIDECAR}") if layout.todays_layout(p)})
     return f"; {str(below[0])!r} holds models: {flag} names that folder" if below else ""
 
 
