@@ -4,6 +4,7 @@ make the model better where its users compile?
     python -m studies.fleet_replay --train LOG[,LOG] --stream LOG[,LOG] --device PRESET
                                    --top-k K --retrain-every N [--work DIR] [--json FILE]
                                    [--train-share F] [--dtype DTYPE] [--report FILE] [--per-problem CSV]
+                                   [--resume]
     python -m studies.fleet_replay --report-from JSON[,JSON] --report FILE
 
 LOG: a PyTorch Inductor AutoHeuristic mm log (a text file), or
@@ -43,12 +44,25 @@ positions in the stream; ``measurements``: configs timed), and
 
 The logs have no licence: rows, models and the database stay under --work
 (default ``out/fleet-replay/``; this run's folder there is emptied first).
+
+A replay of the whole A100 random log takes hours. Each answer and each
+retrain is appended to the run's journal (``answers.jsonl`` in its folder,
+one JSON line each, written through with ``fsync``) as it happens;
+``--resume`` goes on from the journal of a replay that was stopped (kill -9
+included) instead of starting over, with the model, training data and
+tuning database it left. The answers are those an unbroken replay gives:
+the model a stopped replay left on disk is the one its next problem needs
+(a retrain replaces the model whole before the problem after it is
+answered, and the retrain a stop interrupted is redone), and a problem the
+database holds that no journalled answer covers was measured by the answer
+the stop interrupted, so its measurements count as spent.
 """
 from __future__ import annotations
 
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import sys
 import time
@@ -79,6 +93,8 @@ KEY_COLUMNS = "m k n mat1_dtype mat2_dtype mat1_stride_0 mat1_stride_1 mat2_stri
 PROBLEM = ["m", "n", "k", "dtype", "layout", "epilogue"]
 FIELDS = ("log", "first", "last", "problems", "pure", "measured", "vendor", "measurements", "unmeasured",
           "unmeasurable")
+SETTINGS = ("train", "stream", "device", "top_k", "retrain_every", "train_share", "dtype")
+"""The flags that make a replay: ``--resume`` goes on only from a journal of the same ones."""
 
 
 def log_text(spec: str) -> tuple[str, str]:
@@ -132,6 +148,74 @@ class Answered:
     measurements: int
     unmeasurable: int
 
+    def record(self, position: int) -> dict:
+        """The answer as a journal or per-problem row (``position``: 1-based, in the stream)."""
+        p = self.problem
+        return dict(position=position, log=self.log, m=p.m, n=p.n, k=p.k, dtype=p.dtype, layout=p.layout,
+                    epilogue=p.epilogue, pure_config=self.pure_config, pure_chosen_by=self.pure_chosen_by,
+                    pure=self.pure, measured=self.measured, vendor=self.vendor, measurements=self.measurements,
+                    unmeasurable=self.unmeasurable)
+
+    @classmethod
+    def from_record(cls, r: dict) -> "Answered":
+        """The answer of a :meth:`record`."""
+        problem = Problem(int(r["m"]), int(r["n"]), int(r["k"]), r["dtype"], r["layout"], r["epilogue"])
+        return cls(r["log"], problem, r["pure_config"], r["pure_chosen_by"], float(r["pure"]), float(r["measured"]),
+                   float(r["vendor"]), int(r["measurements"]), int(r["unmeasurable"]))
+
+
+class Journal:
+    """A replay's answers and retrains as they happen, one JSON line each in
+    ``answers.jsonl``, each written through (``fsync``) before the replay
+    goes on; the settings it was made with in ``run.json``."""
+
+    def __init__(self, folder: Path):
+        self.path, self.settings_path = folder / "answers.jsonl", folder / "run.json"
+
+    def start(self, settings: dict) -> None:
+        """Begin an empty journal of a replay with ``settings``."""
+        self.settings_path.write_text(json.dumps(settings, sort_keys=True))
+        self.path.write_text("")
+
+    def settings(self):
+        """The settings the journal was begun with; None where it has none readable."""
+        try:
+            return json.loads(self.settings_path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def read(self) -> tuple[list, dict]:
+        """The journalled answers in stream order and the retrains ({position
+        before which it retrained: seconds}); a torn last line (a write the stop
+        cut short) is cut off the file."""
+        answered, retrains, good = [], {}, 0
+        data = self.path.read_bytes()
+        for line in data.splitlines(keepends=True):
+            try:
+                if not line.endswith(b"\n"):
+                    raise ValueError("torn")
+                r = json.loads(line)
+                if "retrained_before" in r:
+                    retrains[int(r["retrained_before"])] = float(r["s"])
+                elif int(r["position"]) == len(answered) + 1:
+                    answered.append(Answered.from_record(r))
+                else:
+                    raise ValueError(f"answer {r['position']} after {len(answered)}")
+            except (ValueError, KeyError, TypeError):
+                break
+            good += len(line)
+        if good < len(data):
+            with open(self.path, "r+b") as f:
+                f.truncate(good)
+        return answered, retrains
+
+    def add(self, record: dict) -> None:
+        """Append ``record`` and write it through."""
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
 
 @dataclass
 class Fleet:
@@ -148,18 +232,23 @@ class Fleet:
     top_k: int
     predictor: Predictor = None
     tuner: Tuner = None
-    trained_s: list = field(default_factory=list)
+    answered_problems: set = field(default_factory=set)
 
-    def retrain(self) -> None:
-        """Import the database's measurements (after the first time) and train."""
+    def retrain(self) -> float:
+        """Import the database's measurements (after the first time) and
+        train; the seconds it took."""
         t0 = time.perf_counter()
         if self.predictor is not None:
             import_tuning_db(self.db.path, device_class=preset(self.device).slug, data_root=self.data.parent)
         train(self.data, self.models, family=self.family, dtype=self.dtype)
+        self.load()
+        return time.perf_counter() - t0
+
+    def load(self) -> None:
+        """Answer with the model on disk."""
         self.predictor = Predictor(artifact_layout.model_folder(self.models, preset(self.device).slug, self.family,
                                                                 self.dtype))
         self.tuner = Tuner(self.predictor, self.db, self.backend)
-        self.trained_s.append(time.perf_counter() - t0)
 
     def answer(self, problem: Problem, times: dict, log: str) -> Answered:
         """Both answers for ``problem`` and their regrets against the log's
@@ -168,7 +257,10 @@ class Fleet:
         answer = self.predictor.predict(problem, top_k=1)
         pure = answer.config.config_id
         got = self.tuner.tune(problem, top_k=self.top_k + 1, measure_top_k=self.top_k)
-        held = got.from_tuning_db                   # measured before: answered from the database, nothing spent
+        # Measured for an earlier problem: answered from the database, nothing spent. One the database holds that
+        # no answer covered was measured by the answer a stop interrupted (see --resume): those were spent.
+        held = got.from_tuning_db and problem in self.answered_problems
+        self.answered_problems.add(problem)
         asked = self.top_k + (self.predictor.vendor_index is not None)
         spent = 0 if held else len(got.measured_us)
         vendor = times.get(VENDOR_CONFIG_ID, np.nan)
@@ -219,43 +311,64 @@ def windows(answered: list, every: int) -> list:
 
 
 def run(args) -> dict:
-    """Replay the fleet of ``args``; the figures."""
+    """Replay the fleet of ``args`` (from its journal with ``args.resume``); the figures."""
     device = preset(args.device)
     work = args.work / "-".join([args.dtype, f"share{args.train_share:g}", f"k{args.top_k}",
                                  f"n{args.retrain_every}"])
-    if work.exists():
-        shutil.rmtree(work)
+    journal, settings = Journal(work), {f: getattr(args, f) for f in SETTINGS}
+    answered, retrains = [], {}
+    if args.resume and journal.settings() is not None:
+        if journal.settings() != settings:
+            raise SystemExit(f"--resume: {work} holds a replay of other settings ({journal.settings()}); this one is "
+                             f"{settings}. Run without --resume to start this one over there.")
+        answered, retrains = journal.read()
+    if not answered:                                # nothing to go on from: start over
+        if args.resume:
+            print(f"--resume: {work} holds no answer of this replay; starting it", file=sys.stderr)
+        if work.exists():
+            shutil.rmtree(work)
+        work.mkdir(parents=True)
+        journal.start(settings)
     train_logs = [log_text(s) for s in args.train.split(",") if s]
     stream_logs = [log_text(s) for s in args.stream.split(",") if s]
-    data = imported(work / "train", train_logs, args.device, args.train_share)
+    data = (imported(work / "train", train_logs, args.device, args.train_share) if not answered
+            else work / "train" / "data" / device.slug)
     problems, recording = stream_problems(work / "stream", stream_logs, args.device, args.dtype)
     if not problems:
         raise SystemExit(f"the stream holds no {args.dtype} problem")
+    if [(a.log, a.problem) for a in answered] != [(log, p) for log, p, _ in problems[:len(answered)]]:
+        raise SystemExit(f"--resume: the journal's answers in {work} are not the stream's first {len(answered)} "
+                         f"problems; run without --resume to start over")
     family = str(recording["family"].iloc[0])
     fleet = Fleet(data, work / "models", args.device, args.dtype, family,
-                  TuningDB(work / "tuning.db", create=True), ReplayBackend(recording, device), args.top_k)
-    fleet.retrain()
-    answered = []
+                  TuningDB(work / "tuning.db", create=True), ReplayBackend(recording, device), args.top_k,
+                  answered_problems={a.problem for a in answered})
+    if answered:
+        fleet.load()            # the model the last answer was given with: a retrain is journalled after it
+        print(f"--resume: {len(answered)} of {len(problems)} problems answered before", file=sys.stderr)
+    else:
+        retrains[0] = fleet.retrain()
+        journal.add(dict(retrained_before=0, s=retrains[0]))
     t0 = time.perf_counter()
-    for i, (log, problem, times) in enumerate(problems):
-        if i and i % args.retrain_every == 0:
-            fleet.retrain()
+    for i in range(len(answered), len(problems)):
+        log, problem, times = problems[i]
+        if i and i % args.retrain_every == 0 and i not in retrains:
+            retrains[i] = fleet.retrain()
+            journal.add(dict(retrained_before=i, s=retrains[i]))
         answered.append(fleet.answer(problem, times, log))
+        journal.add(answered[-1].record(i + 1))
         if (i + 1) % 100 == 0:
             print(f"{i + 1}/{len(problems)} problems, {time.perf_counter() - t0:.0f} s", file=sys.stderr,
                   flush=True)
     if args.per_problem is not None:
         args.per_problem.parent.mkdir(parents=True, exist_ok=True)
-        pd.DataFrame([dict(position=i + 1, log=a.log, m=a.problem.m, n=a.problem.n, k=a.problem.k,
-                           layout=a.problem.layout, pure_config=a.pure_config, pure_chosen_by=a.pure_chosen_by,
-                           pure=a.pure, measured=a.measured, vendor=a.vendor, measurements=a.measurements,
-                           unmeasurable=a.unmeasurable) for i, a in enumerate(answered)]).to_csv(args.per_problem,
-                                                                                                  index=False)
+        pd.DataFrame([a.record(i + 1) for i, a in enumerate(answered)]).drop(
+            columns=["dtype", "epilogue"]).to_csv(args.per_problem, index=False)
     half = len(answered) // 2
     second = answered[half:]
     return dict(train=[n for n, _ in train_logs], train_share=args.train_share, stream=[n for n, _ in stream_logs],
                 device=device.slug, dtype=args.dtype, top_k=args.top_k, retrain_every=args.retrain_every,
-                retrains=len(fleet.trained_s) - 1, train_s=[round(s, 1) for s in fleet.trained_s],
+                retrains=len(retrains) - 1, train_s=[round(retrains[i], 1) for i in sorted(retrains)],
                 windows=windows(answered, args.retrain_every),
                 second_half=summary(second, ",".join(dict.fromkeys(r.log for r in second)), half + 1,
                                     len(answered)),
@@ -321,6 +434,8 @@ def main(argv=None) -> int:
                     help="replay nothing: write --report from these replays' --json figures")
     ap.add_argument("--per-problem", type=Path, default=None, metavar="CSV",
                     help="write each stream problem's answers and regrets")
+    ap.add_argument("--resume", action="store_true",
+                    help="go on from the journal a stopped replay of the same flags left in --work")
     args = ap.parse_args(argv)
     if args.report_from is not None:
         if args.report is None:

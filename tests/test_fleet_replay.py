@@ -95,3 +95,61 @@ def test_a_report_is_written_from_replays_json_without_replaying(study, replayed
     assert text.count("#### Train train.txt at 1") == 1
     with pytest.raises(SystemExit):
         study.main(["--train", "x.txt"])                                 # a replay needs its flags, named
+
+
+def replay_args(tmp, work, *extra):
+    return ["--train", str(tmp / "train.txt"), "--stream", f"{tmp / 'stream1.txt'},{tmp / 'stream2.txt'}",
+            "--device", "a100", "--top-k", "1", "--retrain-every", "4", "--work", str(work), *extra]
+
+
+def figures(res):
+    """A replay's figures but the seconds its retrains took."""
+    return {k: v for k, v in res.items() if k != "train_s"}
+
+
+def test_a_replay_killed_mid_stream_resumes_to_the_figures_of_an_unbroken_one(study, replayed):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+    res, tmp = replayed
+    work = tmp / "killed"
+    journal = work / "float16-share1-k1-n4" / "answers.jsonl"
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen([sys.executable, "-m", "studies.fleet_replay", *replay_args(tmp, work)], cwd=root,
+                            env=dict(os.environ, PYTHONPATH=str(root)), stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if journal.is_file() and '"position": 5' in journal.read_text():    # answered past the retrain before 5
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.01)
+    assert proc.wait() == -signal.SIGKILL, "the replay ended before it could be stopped mid-stream"
+    out = tmp / "resumed.json"
+    assert study.main(replay_args(tmp, work, "--resume", "--json", str(out))) == 0
+    assert figures(json.loads(out.read_text())) == figures(res)
+
+
+def test_a_problem_measured_by_the_answer_a_stop_interrupted_counts_its_measurements(study, replayed):
+    res, tmp = replayed
+    work = tmp / "cut"
+    assert study.main(replay_args(tmp, work)) == 0
+    journal = work / "float16-share1-k1-n4" / "answers.jsonl"
+    lines = journal.read_text().splitlines(keepends=True)
+    # The stop came after the last problem was measured into the database, while its answer was being journalled.
+    journal.write_text("".join(lines[:-1]) + lines[-1][:20])
+    out = tmp / "cut.json"
+    assert study.main(replay_args(tmp, work, "--resume", "--json", str(out))) == 0
+    assert figures(json.loads(out.read_text())) == figures(res)
+    assert journal.read_text() == "".join(lines)         # the torn line cut off, the answer journalled whole
+
+
+def test_resume_refuses_a_journal_of_other_settings(study, replayed):
+    _, tmp = replayed
+    work = tmp / "other"
+    assert study.main(replay_args(tmp, work)) == 0
+    (work / "float16-share1-k1-n4" / "run.json").write_text(json.dumps({"train": "another.txt"}))
+    with pytest.raises(SystemExit, match="other settings"):
+        study.main(replay_args(tmp, work, "--resume"))
