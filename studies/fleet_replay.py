@@ -77,6 +77,7 @@ import pandas as pd
 from costlearn.collect.backends.replay import ReplayBackend
 from costlearn.collect.dataset import current_rows, load, valid_rows
 from costlearn.core.device import preset
+from costlearn.core.locks import FolderBusy, FolderLock
 from costlearn.core.problem import Problem
 from costlearn.families import VENDOR_CONFIG_ID
 from costlearn.interop import import_file, import_tuning_db
@@ -93,8 +94,13 @@ KEY_COLUMNS = "m k n mat1_dtype mat2_dtype mat1_stride_0 mat1_stride_1 mat2_stri
 PROBLEM = ["m", "n", "k", "dtype", "layout", "epilogue"]
 FIELDS = ("log", "first", "last", "problems", "pure", "measured", "vendor", "measurements", "unmeasured",
           "unmeasurable")
-SETTINGS = ("train", "stream", "device", "top_k", "retrain_every", "train_share", "dtype")
-"""The flags that make a replay: ``--resume`` goes on only from a journal of the same ones."""
+LEASE_HOLDER = "studies.fleet_replay"
+"""The name the replay's tuner takes the tuning database's leases in, the same in every process: the database is
+the replay's own, so a replay that goes on (``--resume``) takes over the lease its stopped process held on the problem
+it was measuring, instead of waiting it out (:data:`costlearn.serve.fleet.LEASE_S`) as a fleet's other host must."""
+SETTINGS = ("device", "top_k", "retrain_every", "train_share", "dtype")
+"""The flags that make a replay, with its logs (by name and content, :func:`settings`): ``--resume`` goes on only
+from a journal of the same."""
 
 
 def log_text(spec: str) -> tuple[str, str]:
@@ -173,9 +179,10 @@ class Journal:
         self.path, self.settings_path = folder / "answers.jsonl", folder / "run.json"
 
     def start(self, settings: dict) -> None:
-        """Begin an empty journal of a replay with ``settings``."""
-        self.settings_path.write_text(json.dumps(settings, sort_keys=True))
+        """Begin an empty journal of a replay with ``settings`` (the journal
+        first: a folder whose settings read has its journal)."""
         self.path.write_text("")
+        self.settings_path.write_text(json.dumps(settings, sort_keys=True))
 
     def settings(self):
         """The settings the journal was begun with; None where it has none readable."""
@@ -186,14 +193,26 @@ class Journal:
 
     def read(self) -> tuple[list, dict]:
         """The journalled answers in stream order and the retrains ({position
-        before which it retrained: seconds}); a torn last line (a write the stop
-        cut short) is cut off the file."""
-        answered, retrains, good = [], {}, 0
-        data = self.path.read_bytes()
-        for line in data.splitlines(keepends=True):
+        before which it retrained: seconds}); none without a journal. A last line without its newline
+        (a write the stop cut short) is cut off the file; any other line that
+        does not read is damage no resume can go on from.
+
+        Raises
+        ------
+        SystemExit
+            Naming the first damaged line (the journal is left as it is), or a journal that cannot be read.
+        """
+        answered, retrains = [], {}
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return answered, retrains
+        except OSError as e:
+            raise SystemExit(f"--resume: the journal {self.path} cannot be read ({e}); run without --resume to start "
+                             "the replay over") from None
+        *lines, torn = data.split(b"\n")
+        for i, line in enumerate(lines, 1):
             try:
-                if not line.endswith(b"\n"):
-                    raise ValueError("torn")
                 r = json.loads(line)
                 if "retrained_before" in r:
                     retrains[int(r["retrained_before"])] = float(r["s"])
@@ -201,12 +220,12 @@ class Journal:
                     answered.append(Answered.from_record(r))
                 else:
                     raise ValueError(f"answer {r['position']} after {len(answered)}")
-            except (ValueError, KeyError, TypeError):
-                break
-            good += len(line)
-        if good < len(data):
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                raise SystemExit(f"--resume: {self.path} line {i} is damaged ({type(e).__name__}: {str(e)[:100]}); "
+                                 "run without --resume to start the replay over") from None
+        if torn:
             with open(self.path, "r+b") as f:
-                f.truncate(good)
+                f.truncate(len(data) - len(torn))
         return answered, retrains
 
     def add(self, record: dict) -> None:
@@ -249,6 +268,7 @@ class Fleet:
         self.predictor = Predictor(artifact_layout.model_folder(self.models, preset(self.device).slug, self.family,
                                                                 self.dtype))
         self.tuner = Tuner(self.predictor, self.db, self.backend)
+        self.tuner.holder = LEASE_HOLDER
 
     def answer(self, problem: Problem, times: dict, log: str) -> Answered:
         """Both answers for ``problem`` and their regrets against the log's
@@ -310,17 +330,39 @@ def windows(answered: list, every: int) -> list:
     return out
 
 
+def settings(args, train_logs: list, stream_logs: list) -> dict:
+    """What makes a replay: the flags of :data:`SETTINGS` and each log's name
+    and the sha256 of its text (a log changed under the same path is another
+    replay; the same log by another path is not)."""
+    def logs(pairs):
+        return [[name, hashlib.sha256(text.encode()).hexdigest()] for name, text in pairs]
+    return dict({f: getattr(args, f) for f in SETTINGS}, train=logs(train_logs), stream=logs(stream_logs))
+
+
 def run(args) -> dict:
-    """Replay the fleet of ``args`` (from its journal with ``args.resume``); the figures."""
-    device = preset(args.device)
+    """Replay the fleet of ``args`` (from its journal with ``args.resume``),
+    one process at a time in its folder; the figures."""
     work = args.work / "-".join([args.dtype, f"share{args.train_share:g}", f"k{args.top_k}",
                                  f"n{args.retrain_every}"])
-    journal, settings = Journal(work), {f: getattr(args, f) for f in SETTINGS}
+    try:
+        lock = FolderLock(args.work, "a fleet replay", name=f".{work.name}.lock")
+    except FolderBusy as e:
+        raise SystemExit(f"{work}: {e}") from None
+    with lock:
+        return replay(args, work)
+
+
+def replay(args, work: Path) -> dict:
+    """:func:`run`'s replay, its lock held."""
+    device = preset(args.device)
+    train_logs = [log_text(s) for s in args.train.split(",") if s]
+    stream_logs = [log_text(s) for s in args.stream.split(",") if s]
+    journal, made_of = Journal(work), settings(args, train_logs, stream_logs)
     answered, retrains = [], {}
     if args.resume and journal.settings() is not None:
-        if journal.settings() != settings:
+        if journal.settings() != made_of:
             raise SystemExit(f"--resume: {work} holds a replay of other settings ({journal.settings()}); this one is "
-                             f"{settings}. Run without --resume to start this one over there.")
+                             f"{made_of}. Run without --resume to start this one over there.")
         answered, retrains = journal.read()
     if not answered:                                # nothing to go on from: start over
         if args.resume:
@@ -328,9 +370,7 @@ def run(args) -> dict:
         if work.exists():
             shutil.rmtree(work)
         work.mkdir(parents=True)
-        journal.start(settings)
-    train_logs = [log_text(s) for s in args.train.split(",") if s]
-    stream_logs = [log_text(s) for s in args.stream.split(",") if s]
+        journal.start(made_of)
     data = (imported(work / "train", train_logs, args.device, args.train_share) if not answered
             else work / "train" / "data" / device.slug)
     problems, recording = stream_problems(work / "stream", stream_logs, args.device, args.dtype)

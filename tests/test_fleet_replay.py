@@ -153,3 +153,73 @@ def test_resume_refuses_a_journal_of_other_settings(study, replayed):
     (work / "float16-share1-k1-n4" / "run.json").write_text(json.dumps({"train": "another.txt"}))
     with pytest.raises(SystemExit, match="other settings"):
         study.main(replay_args(tmp, work, "--resume"))
+
+
+def test_resume_refuses_a_journal_damaged_before_its_last_line_and_leaves_it(study, replayed):
+    _, tmp = replayed
+    work = tmp / "damaged"
+    assert study.main(replay_args(tmp, work)) == 0
+    journal = work / "float16-share1-k1-n4" / "answers.jsonl"
+    lines = journal.read_text().splitlines(keepends=True)
+    damaged = "".join(lines[:3] + ['{"position": 3, "log": \n'] + lines[4:])
+    journal.write_text(damaged)
+    with pytest.raises(SystemExit, match="line 4 is damaged"):
+        study.main(replay_args(tmp, work, "--resume"))
+    assert journal.read_text() == damaged
+
+
+class Stopped(BaseException):
+    """A stop while measuring, as kill -9 would leave it: nothing after it runs."""
+
+
+def test_a_replay_stopped_while_measuring_takes_over_its_own_lease_when_resumed(study, replayed, monkeypatch):
+    from costlearn.serve import tuning
+    res, tmp = replayed
+    work = tmp / "leased"
+    measured = tuning.Tuner._measured
+
+    def stop_at_the_sixth(self, p, key, *args):
+        if (key[0].m, key[0].n, key[0].k) == STREAM_SHAPES[5]:       # the sixth problem, after the first retrain
+            raise Stopped
+        return measured(self, p, key, *args)
+    monkeypatch.setattr(tuning.Tuner, "_measured", stop_at_the_sixth)
+    monkeypatch.setattr(tuning, "_free", lambda *a: None)        # killed: the lease is never freed
+    with pytest.raises(Stopped):
+        study.main(replay_args(tmp, work))
+    monkeypatch.undo()
+    out = tmp / "leased.json"
+    assert study.main(replay_args(tmp, work, "--resume", "--json", str(out))) == 0
+    assert figures(json.loads(out.read_text())) == figures(res)
+
+
+def test_a_second_replay_of_the_same_folder_at_once_is_refused(study, replayed):
+    from costlearn.core.locks import FolderLock
+    _, tmp = replayed
+    work = tmp / "busy"
+    with FolderLock(work, "a fleet replay", name=".float16-share1-k1-n4.lock"):     # the first replay's lock
+        with pytest.raises(SystemExit, match="a fleet replay holds"):
+            study.main(replay_args(tmp, work, "--resume"))
+
+
+def test_resume_refuses_a_stream_log_changed_under_the_same_path(study, replayed):
+    _, tmp = replayed
+    work = tmp / "changed"
+    for name in ("train.txt", "stream1.txt", "stream2.txt"):
+        (tmp / "changed-logs").mkdir(exist_ok=True)
+        (tmp / "changed-logs" / name).write_text((tmp / name).read_text())
+    assert study.main(replay_args(tmp / "changed-logs", work)) == 0
+    log = tmp / "changed-logs" / "stream1.txt"
+    log.write_text(log.read_text().replace("extern_mm,", "extern_mm,1"))      # every vendor time 10 ms longer
+    with pytest.raises(SystemExit, match="other settings"):
+        study.main(replay_args(tmp / "changed-logs", work, "--resume"))
+
+
+def test_resume_of_a_folder_without_its_journal_starts_over(study, replayed, capsys):
+    res, tmp = replayed
+    work = tmp / "nojournal"
+    assert study.main(replay_args(tmp, work)) == 0
+    (work / "float16-share1-k1-n4" / "answers.jsonl").unlink()
+    out = tmp / "nojournal.json"
+    assert study.main(replay_args(tmp, work, "--resume", "--json", str(out))) == 0
+    assert "holds no answer of this replay; starting it" in capsys.readouterr().err
+    assert figures(json.loads(out.read_text())) == figures(res)
