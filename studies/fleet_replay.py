@@ -55,7 +55,10 @@ the model a stopped replay left on disk is the one its next problem needs
 (a retrain replaces the model whole before the problem after it is
 answered, and the retrain a stop interrupted is redone), and a problem the
 database holds that no journalled answer covers was measured by the answer
-the stop interrupted, so its measurements count as spent.
+the stop interrupted, so its measurements count as spent. It goes on only
+from a journal of the same flags and logs (by content), damaged at most in
+its last line, and one replay runs in a folder at a time (a lock file
+beside it in --work).
 """
 from __future__ import annotations
 
