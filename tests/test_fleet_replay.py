@@ -107,6 +107,21 @@ def figures(res):
     return {k: v for k, v in res.items() if k != "train_s"}
 
 
+def finished_copy(tmp, name):
+    """A copy of the unbroken replay's folder (``replayed``'s), its journal and its lines."""
+    import shutil
+    work = tmp / name
+    shutil.copytree(tmp / "work", work)
+    journal = work / "float16-share1-k1-n4" / "answers.jsonl"
+    return work, journal, journal.read_text().splitlines(keepends=True)
+
+
+def assert_resumes_to_the_unbroken_figures(study, tmp, work, res):
+    out = work.with_suffix(".json")
+    assert study.main(replay_args(tmp, work, "--resume", "--json", str(out))) == 0
+    assert figures(json.loads(out.read_text())) == figures(res)
+
+
 def test_a_replay_killed_mid_stream_resumes_to_the_figures_of_an_unbroken_one(study, replayed):
     import os
     import signal
@@ -127,29 +142,21 @@ def test_a_replay_killed_mid_stream_resumes_to_the_figures_of_an_unbroken_one(st
             break
         time.sleep(0.01)
     assert proc.wait() == -signal.SIGKILL, "the replay ended before it could be stopped mid-stream"
-    out = tmp / "resumed.json"
-    assert study.main(replay_args(tmp, work, "--resume", "--json", str(out))) == 0
-    assert figures(json.loads(out.read_text())) == figures(res)
+    assert_resumes_to_the_unbroken_figures(study, tmp, work, res)
 
 
 def test_a_problem_measured_by_the_answer_a_stop_interrupted_counts_its_measurements(study, replayed):
     res, tmp = replayed
-    work = tmp / "cut"
-    assert study.main(replay_args(tmp, work)) == 0
-    journal = work / "float16-share1-k1-n4" / "answers.jsonl"
-    lines = journal.read_text().splitlines(keepends=True)
+    work, journal, lines = finished_copy(tmp, "cut")
     # The stop came after the last problem was measured into the database, while its answer was being journalled.
     journal.write_text("".join(lines[:-1]) + lines[-1][:20])
-    out = tmp / "cut.json"
-    assert study.main(replay_args(tmp, work, "--resume", "--json", str(out))) == 0
-    assert figures(json.loads(out.read_text())) == figures(res)
+    assert_resumes_to_the_unbroken_figures(study, tmp, work, res)
     assert journal.read_text() == "".join(lines)         # the torn line cut off, the answer journalled whole
 
 
 def test_resume_refuses_a_journal_of_other_settings(study, replayed):
     _, tmp = replayed
-    work = tmp / "other"
-    assert study.main(replay_args(tmp, work)) == 0
+    work, _, _ = finished_copy(tmp, "other")
     (work / "float16-share1-k1-n4" / "run.json").write_text(json.dumps({"train": "another.txt"}))
     with pytest.raises(SystemExit, match="other settings"):
         study.main(replay_args(tmp, work, "--resume"))
@@ -157,10 +164,7 @@ def test_resume_refuses_a_journal_of_other_settings(study, replayed):
 
 def test_resume_refuses_a_journal_damaged_before_its_last_line_and_leaves_it(study, replayed):
     _, tmp = replayed
-    work = tmp / "damaged"
-    assert study.main(replay_args(tmp, work)) == 0
-    journal = work / "float16-share1-k1-n4" / "answers.jsonl"
-    lines = journal.read_text().splitlines(keepends=True)
+    work, journal, lines = finished_copy(tmp, "damaged")
     damaged = "".join(lines[:3] + ['{"position": 3, "log": \n'] + lines[4:])
     journal.write_text(damaged)
     with pytest.raises(SystemExit, match="line 4 is damaged"):
@@ -187,9 +191,7 @@ def test_a_replay_stopped_while_measuring_takes_over_its_own_lease_when_resumed(
     with pytest.raises(Stopped):
         study.main(replay_args(tmp, work))
     monkeypatch.undo()
-    out = tmp / "leased.json"
-    assert study.main(replay_args(tmp, work, "--resume", "--json", str(out))) == 0
-    assert figures(json.loads(out.read_text())) == figures(res)
+    assert_resumes_to_the_unbroken_figures(study, tmp, work, res)
 
 
 def test_a_second_replay_of_the_same_folder_at_once_is_refused(study, replayed):
@@ -216,10 +218,7 @@ def test_resume_refuses_a_stream_log_changed_under_the_same_path(study, replayed
 
 def test_resume_of_a_folder_without_its_journal_starts_over(study, replayed, capsys):
     res, tmp = replayed
-    work = tmp / "nojournal"
-    assert study.main(replay_args(tmp, work)) == 0
-    (work / "float16-share1-k1-n4" / "answers.jsonl").unlink()
-    out = tmp / "nojournal.json"
-    assert study.main(replay_args(tmp, work, "--resume", "--json", str(out))) == 0
+    work, journal, _ = finished_copy(tmp, "nojournal")
+    journal.unlink()
+    assert_resumes_to_the_unbroken_figures(study, tmp, work, res)
     assert "holds no answer of this replay; starting it" in capsys.readouterr().err
-    assert figures(json.loads(out.read_text())) == figures(res)
