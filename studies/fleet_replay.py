@@ -80,6 +80,7 @@ import pandas as pd
 from costlearn.collect.backends.replay import ReplayBackend
 from costlearn.collect.dataset import current_rows, load, valid_rows
 from costlearn.core.device import preset
+from costlearn.core.files import atomic_write
 from costlearn.core.locks import FolderBusy, FolderLock
 from costlearn.core.problem import Problem
 from costlearn.families import VENDOR_CONFIG_ID
@@ -185,7 +186,7 @@ class Journal:
         """Begin an empty journal of a replay with ``settings`` (the journal
         first: a folder whose settings read has its journal)."""
         self.path.write_text("")
-        self.settings_path.write_text(json.dumps(settings, sort_keys=True))
+        atomic_write(self.settings_path, json.dumps(settings, sort_keys=True).encode())
 
     def settings(self):
         """The settings the journal was begun with; None where it has none readable."""
