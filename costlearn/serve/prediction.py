@@ -60,8 +60,10 @@ class Prediction(NamedTuple):
     tied_with : tuple of str
         Config ids within the measurement noise of the fastest by the
         measurements of every host (:func:`costlearn.serve.fleet.decide`:
-        a tie, decided the same way on every host). Empty when the winner
-        was separated, or not measured in this call.
+        a tie, decided the same way on every host), whether measured in
+        this call or read from the tuning database. Empty when the winner
+        was separated or not measured, or when the database cannot say (no
+        measurements kept beside the entry: a store of an older costlearn).
     tuning_db_source : str
         With ``from_tuning_db``: what chose the database's answer (the model
         folder and its sha256 prefix, and for a measured answer the top k it

@@ -181,7 +181,7 @@ class Tuner:
             measured = tuple(sorted(hit.times_us.items(), key=lambda kv: kv[1])) if hit.chosen_by == "measured" else ()
             return p._replace(config=hit.config, time_us=hit.time_us, top_k=p.top_k[:top_k],
                               chosen_by=hit.chosen_by, measured_us=measured, from_tuning_db=True,
-                              tuning_db_source=hit.source)
+                              tuning_db_source=hit.source, tied_with=_tied(db, key, hit) if measured else ())
         note = f"the tuning database was not read ({away}); answered from the model" if away else ""
         if not measure_top_k:
             if away is None:
@@ -322,6 +322,19 @@ def read_entry(db, *args, **kwargs) -> tuple:
     except OSError as e:
         warn(f"costlearn: the tuning database was not read, answering from the model: {e}", RuntimeWarning)
         return None, str(e)
+
+
+def _tied(db, key: tuple, entry) -> tuple:
+    """The configs tied with a measured entry's, as the host that measured
+    it was told (:meth:`~costlearn.serve.tuning_store.TuningStore.verdict`);
+    none where the store cannot say: no measurements (an older store), a
+    verdict that moved on since the entry was read (another host's tuning
+    landed between the two reads), a store away."""
+    try:
+        verdict = db.verdict(*key)
+    except OSError:
+        return ()
+    return verdict.tied if verdict is not None and verdict.config_id == entry.config.config_id else ()
 
 
 def _lease(db, problem, family, device, template_hash, holder) -> bool:

@@ -27,8 +27,8 @@ from costlearn.serve.fleet import (DAMAGED, INSERT_MEASUREMENT, MEASUREMENT_COLU
 __all__ = ["TuningEntry", "TuningDBError", "default_path", "default_target", "check_file_target", "is_server_url",
            "entry_values", "decode_row", "key_values", "key_args", "select_entry", "entries_from_rows", "CHOSEN_BY",
            "TUNED_COLUMNS", "LEASE_COLUMNS", "KEY_COLUMNS", "CREATE_TABLE", "UPSERT", "TABLES", "measurement_rows",
-           "record_in", "measurements_by_key", "select_many", "decode_many", "SCHEMA", "CREATE_BLOBS", "PUT_BLOB",
-           "blob_values", "select_blobs", "MAX_BLOB_BYTES", "MANY"]
+           "record_in", "key_verdict", "measurements_by_key", "select_many", "decode_many", "SCHEMA", "CREATE_BLOBS",
+           "PUT_BLOB", "blob_values", "select_blobs", "MAX_BLOB_BYTES", "MANY"]
 
 SCHEMA = 4
 """4 added the tables ``measurements`` and ``leases`` (:mod:`costlearn.serve.fleet`), 3 ``epilogue``, 2
@@ -245,13 +245,22 @@ def record_in(execute, key: tuple, rows: list, source: str) -> tuple[TuningEntry
         execute(INSERT_MEASUREMENT, r)
     family = key[6]
     fam = get_family(family)
-    verdict = decide(measurements_from_rows(execute(SELECT_MEASUREMENTS, key).fetchall(), family),
-                     fam.vendor_config_id)
+    verdict = key_verdict(execute(SELECT_MEASUREMENTS, key).fetchall(), family)
     entry = TuningEntry(Problem(*key[:6]), family, key[7], key[8], key[9], fam.config_from_id(verdict.config_id),
                         "measured",
                         verdict.times_us[verdict.config_id], verdict.times_us, str(source))
     execute(UPSERT, entry_values(entry))
     return entry, verdict
+
+
+def key_verdict(rows, family: str) -> Verdict | None:
+    """What a key's stored measurements decide (:func:`costlearn.serve.fleet.decide`):
+    ``rows`` are the key's (the columns of
+    :data:`costlearn.serve.fleet.SELECT_MEASUREMENTS`) for the kernel family
+    ``family``; None where none decodes (damaged or hostile rows decide
+    nothing)."""
+    found = measurements_from_rows(rows, family)
+    return decide(found, get_family(family).vendor_config_id) if found else None
 
 
 def measurements_by_key(rows) -> dict:

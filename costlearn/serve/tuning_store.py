@@ -1,7 +1,7 @@
 """The queries both tuning databases answer, written once
 (:class:`TuningStore`): the entries (``get``, ``get_many``, ``put``,
-``entries``), a tuning's measurements (``record``, ``measurements``,
-``device_measurements``), a compiler's cached files (``get_blobs``,
+``entries``), a tuning's measurements (``record``, ``verdict``,
+``measurements``, ``device_measurements``), a compiler's cached files (``get_blobs``,
 ``put_blob``) and the leases of :mod:`costlearn.serve.fleet`
 (``take_lease``, ``free_lease``), each over its store's way of running a
 statement. The stores are
@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from costlearn.core.problem import Problem
 from costlearn.core.version import __version__
-from costlearn.serve.fleet import (FREE_LEASE, SELECT_ALL_MEASUREMENTS, SELECT_DEVICE_MEASUREMENTS, TAKE_LEASE, Verdict,
-                                   check_name, lease_seconds)
+from costlearn.serve.fleet import (FREE_LEASE, SELECT_ALL_MEASUREMENTS, SELECT_DEVICE_MEASUREMENTS,
+                                   SELECT_MEASUREMENTS, TAKE_LEASE, Verdict, check_name, lease_seconds)
 from costlearn.serve.tuning_rows import (KEY_COLUMNS, MANY, PUT_BLOB, UPSERT, TuningEntry, blob_values, decode_many,
                                          decode_row, entries_from_rows, entry_values, key_args, key_values,
-                                         measurement_rows, measurements_by_key, record_in, select_blobs, select_entry,
-                                         select_many)
+                                         key_verdict, measurement_rows, measurements_by_key, record_in, select_blobs,
+                                         select_entry, select_many)
 
 __all__ = ["TuningStore"]
 
@@ -190,6 +190,27 @@ class TuningStore:
         self._check_writable()
         key, rows = measurement_rows(problem, family, device, template_hash, costlearn_version, measurements)
         return self._transaction(lambda execute: record_in(execute, key, rows, source))
+
+    def verdict(self, problem: Problem, family: str, device: str, template_hash: str, *,
+                costlearn_version: str = __version__) -> Verdict | None:
+        """What the key's stored measurements decide now, as :meth:`record`
+        decided them (:func:`~costlearn.serve.tuning_rows.key_verdict`): the
+        winner, each config's time and the configs tied with the winner.
+        None where the key has no measurements (a prediction, a store made
+        before measurements).
+
+        Parameters
+        ----------
+        problem, family, device, template_hash, costlearn_version
+            The key (as :meth:`get`).
+
+        Raises
+        ------
+        OSError
+            The store cannot be read.
+        """
+        key = key_values(problem, family, device, template_hash, costlearn_version)
+        return key_verdict(self._table_rows("measurements", self._statement(SELECT_MEASUREMENTS), key), family)
 
     def measurements(self) -> dict:
         """Every stored measurement, by key (the 10 values of

@@ -145,7 +145,10 @@ def test_the_worker_thread_setting_is_recorded_on_every_row(tmp_path):
     assert df["stop_reason"].iloc[0] in ("target", "cap") and len(json.loads(df["samples_us"].iloc[0])) >= 3
 
 
-def test_filter_then_measure_returns_the_tie_set_when_it_cannot_separate(model_dir, dataset_dir, tmp_path):
+def _tie_of_two(model_dir, dataset_dir, db_path):
+    """Filter-then-measure of a problem whose model's first two configs run
+    equally fast (a replay backend): (predictor, rows, shape, the model's
+    top 3, the Prediction)."""
     from costlearn.collect.backends.replay import ReplayBackend
     from costlearn.collect.dataset import load, valid_rows
     from costlearn.serve.predictor import Predictor
@@ -155,18 +158,26 @@ def test_filter_then_measure_returns_the_tie_set_when_it_cannot_separate(model_d
     rows = valid_rows(load(dataset_dir)[0])
     rows = rows[rows["epilogue"] == "none"]             # the problems asked below have no epilogue
     recorded = rows.groupby(["m", "n", "k"])["config_id"].apply(set).to_dict()
-    shape = next(s for s, ids in recorded.items() if {c.config_id for c, _ in pred.predict_best(*s).top_k[:3]} <= ids)
-    top = [c.config_id for c, _ in pred.predict_best(*shape).top_k[:3]]
+    top3 = {s: [c.config_id for c, _ in pred.predict_best(*s).top_k[:3]] for s in recorded}
+    shape = next(s for s, ids in recorded.items() if len(top3[s]) == 3 and set(top3[s]) <= ids)  # three to tie in
+    top = top3[shape]
 
     class TwoEqual(ReplayBackend):            # the model's first two run equally fast: no measurement separates them
         def workspace(self, problem, *a, **kw):
             ws = super().workspace(problem)
             ws.sample = lambda kern, n: n * (100.0 if kern.config.config_id in top[:2] else 500.0)
             return ws
-    tuner = Tuner(pred, TuningDB(tmp_path / "t.sqlite", create=True), TwoEqual(rows, spec=pred.spec))
-    p = tuner.tune(pred.problem(*shape), measure_top_k=3)
+    tuner = Tuner(pred, TuningDB(db_path, create=True), TwoEqual(rows, spec=pred.spec))
+    return pred, rows, shape, top, tuner.tune(pred.problem(*shape), measure_top_k=3)
+
+
+def test_filter_then_measure_returns_the_tie_set_when_it_cannot_separate(model_dir, dataset_dir, tmp_path):
+    from costlearn.collect.backends.replay import ReplayBackend
+    from costlearn.serve.tuning import Tuner
+    from costlearn.serve.tuning_db import TuningDB
+    pred, rows, shape, top, p = _tie_of_two(model_dir, dataset_dir, tmp_path / "t.sqlite")
     assert p.chosen_by == "measured" and p.config.config_id in top[:2]
-    assert set(p.tied_with) == set(top[:2]) - {p.config.config_id}
+    assert p.tied_with == tuple(set(top[:2]) - {p.config.config_id})
 
     class Apart(ReplayBackend):
         def workspace(self, problem, *a, **kw):
@@ -176,6 +187,24 @@ def test_filter_then_measure_returns_the_tie_set_when_it_cannot_separate(model_d
     tuner = Tuner(pred, TuningDB(tmp_path / "u.sqlite", create=True), Apart(rows, spec=pred.spec))
     p = tuner.tune(pred.problem(*shape), measure_top_k=3)
     assert p.config.config_id == top[0] and p.tied_with == ()
+
+
+def test_a_measured_answer_read_from_the_tuning_database_keeps_its_tie_set(model_dir, dataset_dir, tmp_path):
+    """Regression: another host (or a later call) that found the measured
+    answer in the database was told no tie: ``tied_with`` came only with a
+    measurement made in the call."""
+    from costlearn.collect.backends.replay import ReplayBackend
+    from costlearn.serve.tuning import Tuner
+    from costlearn.serve.tuning_db import TuningDB
+    pred, rows, shape, _, p = _tie_of_two(model_dir, dataset_dir, tmp_path / "t.sqlite")
+
+    class NeverMeasures(ReplayBackend):
+        def compile_many(self, *a, **kw):
+            raise AssertionError("a measured answer in the database was measured again")
+    again = Tuner(pred, TuningDB(tmp_path / "t.sqlite"), NeverMeasures(rows, spec=pred.spec)).tune(
+        pred.problem(*shape), measure_top_k=3)
+    assert again.from_tuning_db and again.chosen_by == "measured" and again.config == p.config
+    assert again.tied_with == p.tied_with != ()
 
 
 def test_a_retiming_pairs_only_with_the_row_of_its_epilogue():

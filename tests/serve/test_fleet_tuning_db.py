@@ -107,6 +107,15 @@ def test_every_host_s_measurements_decide_one_answer_and_a_tuning_recorded_twice
     assert m.clocks == {"sm_clock_mhz": 1410.0} and m.env == {"costlearn": __version__} and m.measured
 
 
+def test_a_key_s_verdict_read_back_is_the_one_its_tunings_were_told(store):
+    assert store.verdict(*KEY) is None                                  # nothing measured
+    _, told = store.record(*KEY, tuning("h1", "aaaaaaaa01", {A: 10.0, B: 10.01, C: 15.0}), source="s")
+    assert told.tied == (max(A, B),)                                     # the test means a tie
+    assert store.verdict(*KEY) == told
+    _, told = store.record(*KEY, tuning("h2", "aaaaaaaa02", {A: 10.0, B: 14.0}), source="s")
+    assert store.verdict(*KEY) == told and store.verdict(P, "gemm", "other-dev", TEMPLATE_HASH) is None
+
+
 def test_a_prediction_never_replaces_what_the_fleet_measured(store):
     from costlearn.serve.tuning_db import TuningEntry
     store.record(*KEY, tuning("h1", "aaaaaaaa01", {A: 10.0}), source="s")
