@@ -101,7 +101,9 @@ class PostgresServer:
                   "--no-sync")
 
     def start(self) -> None:
-        opts = f"-k {self.socket} -c fsync=off -c max_connections=200"
+        # dynamic shared memory as files of the data folder, deleted with it: POSIX segments (/dev/shm) of a
+        # server that was killed, as the tests kill servers, outlived it
+        opts = f"-k {self.socket} -c fsync=off -c max_connections=200 -c dynamic_shared_memory_type=mmap"
         if self.tls_port is None:
             opts += " -c listen_addresses=''"
         else:

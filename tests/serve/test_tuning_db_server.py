@@ -420,3 +420,13 @@ def test_a_killed_maker_leaves_no_throwaway_server_running(pg_server, when):
     assert not root.exists()
     running = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(root) not in running
+
+
+def test_a_throwaway_server_keeps_its_dynamic_shared_memory_in_its_folder(pg_server, pg_url):
+    """Regression: a throwaway server that was killed (SIGKILL by its watchdog, as after a killed test run) left its
+    dynamic shared memory segments in /dev/shm for good, about 1 MB each. They are files of its data folder now,
+    deleted with it."""
+    import psycopg
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute("SHOW dynamic_shared_memory_type").fetchone()[0] == "mmap"
+    assert any((pg_server.data / "pg_dynshmem").iterdir())
