@@ -206,6 +206,8 @@ class TuningStore:
 
         Raises
         ------
+        TypeError, ValueError
+            A bad key (as :meth:`get`).
         OSError
             The store cannot be read.
         """
