@@ -39,8 +39,15 @@ retrains, split where the stream passes from one log to the next) and over
 the stream's second half; ``--json FILE`` writes the same figures:
 ``windows``, a list of {log, first, last, problems, pure, measured, vendor,
 measurements, unmeasured, unmeasurable} (``first``/``last``: 1-based
-positions in the stream; ``measurements``: configs timed), and
-``second_half``, the same fields over the stream's second half.
+positions in the stream; ``measurements``: configs timed),
+``second_half``, the same fields over the stream's second half, and
+``second_half_by_alignment``, the same fields over its problems whose M, N
+and K are all multiples of 16 (``aligned``) and over the rest (``ragged``):
+Triton specialises its kernels on integer arguments that are multiples of
+16 (:func:`costlearn.families.triton_mm.compile.compile_for`, ``aligned``),
+and a ragged problem's loads stay element-wise and unpipelined, so the two
+kinds of problems differ in which tile wins, and a log says how much of a
+figure each carries.
 
 The logs have no licence: rows, models and the database stay under --work
 (default ``out/fleet-replay/``; this run's folder there is emptied first).
@@ -324,6 +331,19 @@ def summary(rows: list, log: str, first: int, last: int) -> dict:
                 unmeasurable=sum(r.unmeasurable for r in rows))
 
 
+def aligned(problem: Problem) -> bool:
+    """Whether M, N and K are all multiples of 16: what Triton's launch-time
+    specialisation needs to vectorise and pipeline a matmul's loads
+    (:func:`costlearn.families.triton_mm.compile.compile_for`)."""
+    return problem.m % 16 == 0 and problem.n % 16 == 0 and problem.k % 16 == 0
+
+
+def by_alignment(rows: list, log: str, first: int, last: int) -> dict:
+    """:func:`summary` of the ``aligned`` and the ``ragged`` problems of ``rows`` (:func:`aligned`)."""
+    return {kind: summary([r for r in rows if aligned(r.problem) == want], log, first, last)
+            for kind, want in (("aligned", True), ("ragged", False))}
+
+
 def windows(answered: list, every: int) -> list:
     """:func:`summary` per retrain window, split where the log changes."""
     out, start = [], 0
@@ -416,6 +436,8 @@ def replay(args, work: Path) -> dict:
                 windows=windows(answered, args.retrain_every),
                 second_half=summary(second, ",".join(dict.fromkeys(r.log for r in second)), half + 1,
                                     len(answered)),
+                second_half_by_alignment=by_alignment(second, ",".join(dict.fromkeys(r.log for r in second)),
+                                                      half + 1, len(answered)),
                 whole=summary(answered, ",".join(n for n, _ in stream_logs), 1, len(answered)))
 
 
@@ -430,11 +452,24 @@ def table(res: dict) -> str:
     lines = [f"#### Train {'+'.join(res['train'])} at {res['train_share']:g}, stream {' then '.join(res['stream'])}, "
              f"{res['dtype']}, K = {res['top_k']}, retrain every {res['retrain_every']} ({res['retrains']} retrains)",
              "", head]
-    for w in res["windows"] + [dict(res["second_half"], log="second half"), dict(res["whole"], log="whole stream")]:
+    split = res.get("second_half_by_alignment", {})        # (a replay's figures from before the split: none)
+    parts = [dict(split[kind], log=f"second half, {words}") for kind, words in
+             (("aligned", "M, N, K multiples of 16"), ("ragged", "the rest")) if kind in split]
+    for w in res["windows"] + [dict(res["second_half"], log="second half"), *parts,
+                               dict(res["whole"], log="whole stream")]:
         lines.append(f"| {w['log']} | {w['problems']} | {w['first']}-{w['last']} | {pct(w['pure'])} | "
                      f"{pct(w['measured'])} | {pct(w['vendor'])} | {w['measurements']} | {w['unmeasured']} | "
                      f"{w['unmeasurable']} |")
     return "\n".join(lines)
+
+
+def split_words(res: dict) -> str:
+    """The second half's pure regret of the aligned and the ragged problems, with their counts ("-" for a
+    replay's figures from before the split)."""
+    split = res.get("second_half_by_alignment")
+    if not split:
+        return "-"
+    return " / ".join(f"{pct(split[kind]['pure'])} ({split[kind]['problems']})" for kind in ("aligned", "ragged"))
 
 
 def report(results: list) -> str:
@@ -443,10 +478,14 @@ def report(results: list) -> str:
              "Written by `python -m studies.fleet_replay --report-from JSON,... --report FILE` from the replays' "
              "`--json` figures. Regret: the log's time of the answer over the best it timed on the problem "
              "(cuBLAS included) - 1, geometric mean; pure: `predict_best`'s answer; measured: the tuning "
-             "database's verdict on the model's top K tile configs and cuBLAS, timed from the log.", "",
+             "database's verdict on the model's top K tile configs and cuBLAS, timed from the log. The last column "
+             "splits the second half's pure prediction by whether M, N and K are all multiples of 16 (Triton "
+             "specialises its kernels on that), with the problems of each; '-': figures written before the split.",
+             "",
              "| train | K | retrain every | retrains | second half: pure prediction | measured top-k + cuBLAS | "
-             "cuBLAS alone | measurements per problem | windows where measured > cuBLAS |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "cuBLAS alone | measurements per problem | windows where measured > cuBLAS | pure prediction: M, N, K "
+             "multiples of 16 / the rest |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         h = r["second_half"]
         worse = sum(w["measured"] is not None and w["vendor"] is not None and w["measured"] > w["vendor"]
@@ -454,7 +493,8 @@ def report(results: list) -> str:
         lines.append(f"| {'+'.join(r['train'])} at {r['train_share']:g} | {r['top_k']} | "
                      f"{r['retrain_every'] if r['retrains'] else 'never'} | "
                      f"{r['retrains']} | {pct(h['pure'])} | {pct(h['measured'])} | {pct(h['vendor'])} | "
-                     f"{h['measurements'] / max(h['problems'], 1):.2f} | {worse} of {len(r['windows'])} |")
+                     f"{h['measurements'] / max(h['problems'], 1):.2f} | {worse} of {len(r['windows'])} | "
+                     f"{split_words(r)} |")
     for r in results:
         lines += ["", table(r)]
     return "\n".join(lines) + "\n"

@@ -44,6 +44,21 @@ def test_the_json_has_the_figures_the_issue_names_per_window_and_log(replayed):
     assert res["retrains"] == 2 and res["top_k"] == 1 and res["retrain_every"] == 4
 
 
+def test_the_second_half_is_split_by_triton_s_alignment_and_its_parts_add_up(study, replayed):
+    res, _ = replayed
+    split, h = res["second_half_by_alignment"], res["second_half"]
+    assert split["aligned"] == h and split["ragged"]["problems"] == 0    # the fixture's extents are multiples of 16
+    assert split["ragged"]["pure"] is None
+    made = [study.Answered.from_record(dict(
+        log="l", m=m, n=n, k=k, dtype="float16", layout="NT", epilogue="none", pure_config="c",
+        pure_chosen_by="predicted", pure=pure, measured=0.0, vendor=0.25, measurements=2, unmeasurable=0))
+        for (m, n, k), pure in [((64, 4096, 64), 0.0), ((64, 64, 61), 1.0), ((48, 72, 64), 0.5), ((16, 16, 16), 0.0)]]
+    split = study.by_alignment(made, "l", 1, 4)
+    assert (split["aligned"]["problems"], split["ragged"]["problems"]) == (2, 2)      # K = 61, N = 72: the rest
+    assert split["aligned"]["pure"] == 0 and split["ragged"]["pure"] == pytest.approx((2.0 * 1.5) ** 0.5 - 1)
+    assert split["aligned"]["measurements"] + split["ragged"]["measurements"] == 8
+
+
 def study_fields():
     return ("log", "first", "last", "problems", "pure", "measured", "vendor", "measurements")
 
@@ -93,6 +108,12 @@ def test_a_report_is_written_from_replays_json_without_replaying(study, replayed
     assert f"| train.txt at 1 | 1 | 4 | 2 | {study.pct(h['pure'])} | {study.pct(h['measured'])} | " \
         f"{study.pct(h['vendor'])} | {h['measurements'] / h['problems']:.2f} | 0 of 4 |" in text
     assert text.count("#### Train train.txt at 1") == 1
+    assert f"| {study.pct(h['pure'])} (5) / n/a (0) |" in text                  # every fixture problem is aligned
+    assert "| second half, M, N, K multiples of 16 | 5 | 5-9 |" in text and "| second half, the rest | 0 |" in text
+    older = {key: v for key, v in res.items() if key != "second_half_by_alignment"}
+    (tmp / "older.json").write_text(json.dumps(older))                       # a replay's figures from before it
+    assert study.main(["--report-from", str(tmp / "older.json"), "--report", str(out)]) == 0
+    assert "| 0 of 4 | - |" in out.read_text() and "second half, the rest" not in out.read_text()
     with pytest.raises(SystemExit):
         study.main(["--train", "x.txt"])                                 # a replay needs its flags, named
 

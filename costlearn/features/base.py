@@ -4,7 +4,7 @@ config, float64, no NaN; computed from the family's tile description, so one
 feature set serves every family.
 
 Every feature is either *per config* (depends on the config, the dtype and
-the device) or one of the 18 *shape* features of :data:`SHAPE_FEATURES`
+the device) or one of the 23 *shape* features of :data:`SHAPE_FEATURES`
 (depends on the problem too). The split is what makes ranking fast: the
 predictor computes the per-config columns once per candidate
 (:class:`CandidateFeatures`) and only the shape columns per call, in C
