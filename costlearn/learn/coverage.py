@@ -72,8 +72,8 @@ def coverage_lines(coverage: dict, dtype: str, transfer) -> list[str]:
     near = NEAR_LOG2 if transfer is None else transfer[0]
     for layout, c in coverage.items():
         span = ", ".join(f"{e.upper()} {c[e][0]}-{c[e][1]}" for e in "mnk" if c[e])
-        far = f"{c['far']} farther than {near:g} doublings from every measured shape" + (
-            " (decided by what leaving regions out measured)" if transfer is not None else "")
+        far = f"{c['far']} farther than {near:g} doublings from every measured shape (the vendor floor's reach" + (
+            ", decided by what leaving regions out measured)" if transfer is not None else ")")
         lines.append(f"  {dtype} {layout}: {c['problems']} problems ({span}); of {c['reference']} real-model "
                      f"layer shapes: {c['tile']} tile configs, {c['vendor']} vendor, {far}, {c['sure']} sure")
     return lines
