@@ -65,9 +65,13 @@ def data_coverage(predictor, rows: pd.DataFrame) -> dict:
 
 def coverage_lines(coverage: dict, dtype: str, transfer) -> list[str]:
     """:func:`data_coverage` in words, one line per layout (what ``costlearn
-    train`` prints). ``transfer``: the floor's (its ``near_log2`` is the
-    reach; None: :data:`~costlearn.model.vendor_floor.NEAR_LOG2`, and far
-    problems are only counted)."""
+    train`` prints). "Sure" and "flagged" are :attr:`Prediction.sure
+    <costlearn.serve.prediction.Prediction.sure>` (in distribution, and the
+    vendor estimate's interval on the answer's side), not the floor's reach:
+    a shape farther than the reach may still be sure. ``transfer``: the
+    floor's (its ``near_log2`` is the reach; None:
+    :data:`~costlearn.model.vendor_floor.NEAR_LOG2`, and far problems are
+    only counted)."""
     lines = []
     near = NEAR_LOG2 if transfer is None else transfer[0]
     for layout, c in coverage.items():
@@ -75,5 +79,6 @@ def coverage_lines(coverage: dict, dtype: str, transfer) -> list[str]:
         far = f"{c['far']} farther than {near:g} doublings from every measured shape (the vendor floor's reach" + (
             ", decided by what leaving regions out measured)" if transfer is not None else ")")
         lines.append(f"  {dtype} {layout}: {c['problems']} problems ({span}); of {c['reference']} real-model "
-                     f"layer shapes: {c['tile']} tile configs, {c['vendor']} vendor, {far}, {c['sure']} sure")
+                     f"layer shapes: {c['tile']} tile configs, {c['vendor']} vendor, {far}; {c['sure']} answered "
+                     f"sure, {c['reference'] - c['sure']} flagged as guesses (Prediction.sure false)")
     return lines

@@ -484,7 +484,8 @@ def test_the_vendor_floor_line_reads_as_a_sentence_when_nothing_is_flagged(tmp_p
            "only where +0.12 + 0.10 x the estimate" in out
     assert "float16 TN: 27 problems (M 8-115072, N 8-76672, K 2-92800); of 33 real-model layer shapes: 0 tile " \
            "configs, 33 vendor, 33 farther than 0.5 doublings from every measured shape (the vendor floor's reach, " \
-           "decided by what leaving regions out measured)" in out
+           "decided by what leaving regions out measured); 0 answered sure, 33 flagged as guesses (Prediction.sure " \
+           "false)" in out
 
 
 def test_data_names_a_root_or_a_device_folder_in_every_command(tmp_path):
