@@ -134,7 +134,8 @@ def run_split(name: str, spec: tuple, work: Path) -> pd.DataFrame:
         tr_fit = res.floor.get("transfer") or {}
         pred = Predictor(artifact_layout.model_folder(folder / "models", device, "triton_mm", dtype))
         frames.append(decision_scores(pred, te).assign(
-            split=name, transfer_intercept=tr_fit.get("intercept"), transfer_slope=tr_fit.get("slope")))
+            split=name, transfer_intercept=tr_fit.get("intercept"), transfer_slope=tr_fit.get("slope"),
+            transfer_layouts=", ".join(f"{lay} {a:+.2f}" for lay, a in sorted(tr_fit.get("intercepts", {}).items()))))
         print(f"{name} {dtype}: trained in {time.perf_counter() - t0:.0f} s ({res.holdout_kind}; transfer "
               f"{tr_fit.get('intercept', float('nan')):+.2f} + {tr_fit.get('slope', float('nan')):.2f} x estimate)",
               file=sys.stderr, flush=True)
@@ -170,9 +171,9 @@ def split_table(title: str, per: pd.DataFrame) -> str:
         lines.append(row("all", per))
     for (head, lay), g in per.groupby([by, "layout"], sort=True):     # each log's (each dtype's) layouts
         lines.append(row(f"{head} {lay}" if len(groups) > 1 else lay, g))
-    tr = per.drop_duplicates("dtype")[["dtype", "transfer_intercept", "transfer_slope"]]
-    fits = ", ".join(f"{d}: {a:+.2f} + {b:.2f} x estimate" for d, a, b in tr.itertuples(index=False)
-                     if a is not None and np.isfinite(a))
+    tr = per.drop_duplicates("dtype")[["dtype", "transfer_intercept", "transfer_slope", "transfer_layouts"]]
+    fits = ", ".join(f"{d}: {a:+.2f} + {b:.2f} x estimate" + (f" (intercepts {own})" if own else "")
+                     for d, a, b, own in tr.itertuples(index=False) if a is not None and np.isfinite(a))
     return "\n".join(lines + ["", f"Transfer measured at training: {fits or 'none'}."])
 
 

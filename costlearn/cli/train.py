@@ -132,8 +132,11 @@ def _print_trained(res, learner: str = "xgboost") -> None:
                    if rho is not None else "no problem is flagged for the model's held-out regret")
         outside = "; outside the extent envelope the vendor is kept" if f.get("ood_fallback") else ""
         tr = f.get("transfer")
+        own = sorted((tr or {}).get("intercepts", {}).items())
+        a = f"{tr['intercept']:+.2f}" if tr and not own else tr and "a (" + ", ".join(
+            f"{v:+.2f} {lay}" for lay, v in own) + f", {tr['intercept']:+.2f} any other layout)"
         far = (f"; farther than {tr['near_log2']:g} doublings from every training shape, where the estimate "
-               f"extrapolates, a tile config only where {tr['intercept']:+.2f} + {tr['slope']:.2f} x the estimate "
+               f"extrapolates, a tile config only where {a} + {tr['slope']:.2f} x the estimate "
                f"(the line the estimates held to on the {tr['problems']} held-out problems) is below 0"
                if tr else "")
         which = "the near-data rule on every one (the line was fitted on them)" if tr else "the floor"

@@ -45,8 +45,9 @@ training shape the
 members extrapolate, and their agreement there says nothing. The held-out
 problems, left out by region or log, measure what an estimate was worth on
 shapes the members had not seen (:func:`fit_transfer`: the measured tile /
-vendor ratio regressed on the estimate), and a problem that far is decided
-by that line (:meth:`VendorFloor.keeps_vendor`).
+vendor ratio regressed on the estimate, an intercept per layout), and a
+problem that far is decided by its layout's line
+(:meth:`VendorFloor.keeps_vendor`).
 
 The thresholds are calibrated together (:func:`calibrate_floor`) on the
 held-out problems, each scored with its *other* neighbours: among the grid
@@ -214,16 +215,24 @@ def region_folds(rows: pd.DataFrame, regions: int = 5, seed: int = 0) -> tuple[l
 
 def fit_transfer(held: pd.DataFrame) -> dict:
     """How far the vendor model's estimate carried to held-out problems:
-    the least-squares line of each problem's measured ``log2(chosen tile
+    a least-squares line of each problem's measured ``log2(chosen tile
     time / vendor time)`` (the cost model's pick among tiles, from
     ``tile_regret`` and ``vendor_regret``) on its cross-fitted
-    ``estimate_log2``, over the problems with all three.
+    ``estimate_log2``, over the problems with all three, with an intercept
+    of its own for each layout of at least
+    :data:`~costlearn.model.vendor_floor.MIN_TRANSFER_PROBLEMS` of them.
 
     Where the hold-out left regions (or logs) out, the line measures what an
     estimate is worth on shapes unlike the training ones: a slope near 1
     and a small intercept where it transfers, a slope near 0 where the
-    members extrapolate a constant. A negative slope is no evidence that
-    the estimate ranks problems: the line is then flat at the mean. With
+    members extrapolate a constant. The vendor library and the tile
+    template each treat a layout's operands their own way (which operand
+    is read along its rows, which kernels the library keeps), so where the
+    pick lands against the vendor at a given estimate differs by layout:
+    one slope, measured within the layouts (each centred on its own means:
+    the fixed-effects estimator), and one intercept per layout (the layouts
+    with fewer problems share one). A negative slope is no evidence that
+    the estimate ranks problems: the line is then flat at each mean. With
     fewer than :data:`~costlearn.model.vendor_floor.MIN_TRANSFER_PROBLEMS`
     problems, intercept and slope are 0: beyond the data no tile is
     expected to win.
@@ -232,8 +241,10 @@ def fit_transfer(held: pd.DataFrame) -> dict:
     -------
     dict
         JSON-ready: ``near_log2`` (:data:`~costlearn.model.vendor_floor.NEAR_LOG2`),
-        ``intercept``, ``slope`` (>= 0), ``spread_log2`` (the residuals'
-        standard deviation, n - 2 degrees of freedom; 0 where too few
+        ``intercept`` (of every problem's means: a layout without its own),
+        ``slope`` (>= 0), ``intercepts`` ({layout: intercept}, the layouts
+        with their own), ``spread_log2`` (the residuals' standard deviation,
+        one degree of freedom per fitted parameter taken; 0 where too few
         problems gave no line), ``problems``.
     """
     est = held["estimate_log2"].to_numpy(np.float64) if "estimate_log2" in held else np.zeros(0)
@@ -241,16 +252,26 @@ def fit_transfer(held: pd.DataFrame) -> dict:
         if len(est) else np.zeros(0)
     ok = np.isfinite(est) & np.isfinite(y)
     x, y = est[ok], y[ok]
-    out = dict(near_log2=NEAR_LOG2, intercept=0.0, slope=0.0, spread_log2=0.0, problems=int(len(x)))
+    lay = held["layout"].astype(str).to_numpy(object)[ok] if len(est) and "layout" in held \
+        else np.full(len(x), "", object)
+    out = dict(near_log2=NEAR_LOG2, intercept=0.0, slope=0.0, intercepts={}, spread_log2=0.0, problems=int(len(x)))
     if len(x) < MIN_TRANSFER_PROBLEMS:
         return out
-    xm, ym = float(np.mean(x)), float(np.mean(y))
-    sxx = float(np.sum((x - xm) ** 2))
-    slope = float(np.sum((x - xm) * (y - ym)) / sxx) if sxx > 0 else 0.0
-    slope = max(slope, 0.0)
-    intercept = ym - slope * xm
-    resid = y - (intercept + slope * x)
-    out.update(intercept=intercept, slope=slope, spread_log2=float(np.sqrt(np.sum(resid ** 2) / (len(x) - 2))))
+    names, counts = np.unique(lay, return_counts=True)
+    own = [str(g) for g, c in zip(names, counts) if c >= MIN_TRANSFER_PROBLEMS]
+    group = np.where(np.isin(lay, own), lay, "")                       # "": the layouts that share an intercept
+    xc, yc = x.copy(), y.copy()
+    for g in np.unique(group):
+        at = group == g
+        xc[at] -= x[at].mean()
+        yc[at] -= y[at].mean()
+    sxx = float(np.sum(xc ** 2))
+    slope = max(float(np.sum(xc * yc) / sxx) if sxx > 0 else 0.0, 0.0)
+    mean_of = {g: float(np.mean(y[group == g] - slope * x[group == g])) for g in np.unique(group)}
+    resid = y - slope * x - np.array([mean_of[g] for g in group])
+    dof = max(len(x) - 1 - len(mean_of), 1)
+    out.update(intercept=float(np.mean(y) - slope * np.mean(x)), slope=slope,
+               intercepts={g: mean_of[g] for g in own}, spread_log2=float(np.sqrt(np.sum(resid ** 2) / dof)))
     return out
 
 

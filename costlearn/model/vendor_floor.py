@@ -109,6 +109,10 @@ class VendorFloor:
         held-out-by-region fit, :func:`costlearn.learn.holdout.fit_transfer`);
         None: the estimate is used as it is everywhere (a floor without a
         vendor model, or written before the transfer existed).
+    transfer_intercepts : dict
+        {layout: intercept} of the layouts the transfer fitted an intercept
+        of their own for (:meth:`transfer_line`); empty in a floor written
+        before they existed: every layout takes ``intercept``.
 
     Raises
     ------
@@ -147,6 +151,11 @@ class VendorFloor:
             if not ok:
                 raise ValueError(f"transfer={tr!r:.200}; need an object of finite near_log2, slope, spread_log2 "
                                  ">= 0 and a finite intercept, or null")
+            by = {} if tr is None else tr.get("intercepts", {})
+            if not (isinstance(by, dict) and all(type(k) is str and type(v) in (int, float) and math.isfinite(v)
+                                                 for k, v in by.items())):
+                raise ValueError(f"transfer intercepts={by!r:.200}; need an object of layout: finite number")
+            self.transfer_intercepts = {k: float(v) for k, v in by.items()}
             u = floor.get("estimate_unsure")
             self.estimate_unsure = math.inf if u is None else float(u)
             if self.estimate is not None and (len(self.estimate) != 2 or not all(map(math.isfinite, self.estimate))
@@ -239,18 +248,28 @@ class VendorFloor:
         not within its ``near_log2`` (NaN and inf are far)."""
         return self.transfer is not None and not distance <= self.transfer[0]
 
-    def transferred(self, estimate, distance: float):
-        """The estimate the decision uses for a problem ``distance``
-        doublings from its nearest training shape: ``estimate`` (a
-        :class:`~costlearn.model.vendor.VendorEstimate`, or None) as it is
-        near the data, and beyond it (:meth:`is_far`) ``intercept + slope *
-        mean`` with the transfer's spread as its deviation."""
+    def transfer_line(self, layout: str) -> tuple[float, float]:
+        """(intercept, slope) of the transfer for problems of ``layout``:
+        the layout's own intercept where the hold-out had enough of its
+        problems, else the one of all (:func:`costlearn.learn.holdout.fit_transfer`).
+        Needs a transfer."""
+        _, a, b, _ = self.transfer
+        return self.transfer_intercepts.get(layout, a), b
+
+    def transferred(self, estimate, distance: float, layout: str = ""):
+        """The estimate the decision uses for a problem of ``layout``
+        ``distance`` doublings from its nearest training shape:
+        ``estimate`` (a :class:`~costlearn.model.vendor.VendorEstimate`, or
+        None) as it is near the data, and beyond it (:meth:`is_far`)
+        :meth:`transfer_line`'s ``intercept + slope * mean`` with the
+        transfer's spread as its deviation."""
         if estimate is None or not self.is_far(distance):
             return estimate
-        _, a, b, s = self.transfer
-        return type(estimate)(a + b * estimate.mean_log2, s)
+        a, b = self.transfer_line(layout)
+        return type(estimate)(a + b * estimate.mean_log2, self.transfer[3])
 
-    def keeps_vendor(self, tile_lr: float, vendor_near: float, estimate=None, distance: float = 0.0) -> bool:
+    def keeps_vendor(self, tile_lr: float, vendor_near: float, estimate=None, distance: float = 0.0,
+                     layout: str = "") -> bool:
         """True when the vendor stays: the best tile's predicted log2 time
         ratio to the vendor, ``tile_lr``, is not below ``-margin_log2``, the
         vendor was within ``vendor_near_min`` of the best on the neighbours,
@@ -260,7 +279,8 @@ class VendorFloor:
         (``distance``, doublings to the nearest training shape, within the
         transfer's ``near_log2``) a tile must win one deviation up
         (:func:`estimate_wins` with :data:`ESTIMATE_RULE`); beyond it the
-        transferred estimate (:meth:`transferred`) must expect a tile to win:
+        transferred estimate (:meth:`transferred`, by the line of the
+        problem's ``layout``) must expect a tile to win:
         its expected log2 ratio below ``-margin`` (the regression's mean
         already carries what the hold-out measured, its spread is the
         residuals', not the estimate's uncertainty)."""
@@ -273,7 +293,7 @@ class VendorFloor:
             if estimate is None:
                 return True
             if self.is_far(distance):
-                return not self.transferred(estimate, distance).mean_log2 < -margin
+                return not self.transferred(estimate, distance, layout).mean_log2 < -margin
             return not estimate.mean_log2 + z * estimate.sd_log2 < -margin
         return False
 
@@ -285,8 +305,9 @@ class VendorFloor:
         transferred estimate and the answer (``keeps``: the vendor)."""
         if estimate is None or self.estimate is None or not self.is_far(distance):
             return None
-        _, a, b, s = self.transfer
-        t = a + b * estimate.mean_log2                  # transferred(estimate, distance).mean_log2
+        s = self.transfer[3]
+        a, b = self.transfer_line(layout)
+        t = a + b * estimate.mean_log2                  # transferred(estimate, distance, layout).mean_log2
         head, middle = self._transfer_words.get(layout) or self._transfer_text(layout)
         return (f"{head}{nearest}, {distance:.2f}{middle}{2.0 ** t:.2f} ({2.0 ** (t - 2 * s):.2f}-"
                 f"{2.0 ** (t + 2 * s):.2f}): {'the vendor library is kept' if keeps else 'a tile config is chosen'}")
@@ -295,7 +316,8 @@ class VendorFloor:
         """The words of :meth:`transfer_reason` that depend on ``layout``
         alone (before the nearest shape's text, and between its distance and
         the expected ratio), made once per layout."""
-        near, a, b, s = self.transfer
+        near, _, _, s = self.transfer
+        a, b = self.transfer_line(layout)
         count = self._layout_count.get(layout, 0)
         words = (f"no training problem within {near:g} doublings (nearest ",
                  f" doublings away in log-shape and aspect space; {count} {layout} problems measured): as held out "

@@ -210,7 +210,10 @@ class NativeRanker(Ranker):
         table = table and epilogue == "none"
         ptrs.update({k: a.ctypes.data for k, a in lay_arrays.items() if table or not k.startswith("tab_")})
         epi_flops, epi_bytes = epilogue_values(epilogue, self.features.element_bytes)
-        rc = RankContext(**self._const, **ptrs, template_=self._templates[layout].ctypes.data, n_ev=n_ev, ev_k=ev_k,
+        const = self._const
+        if self._decides and self.floor.transfer is not None:          # the transfer's line of this layout
+            const = dict(const, fl_far_a=self.floor.transfer_line(layout)[0])
+        rc = RankContext(**const, **ptrs, template_=self._templates[layout].ctypes.data, n_ev=n_ev, ev_k=ev_k,
                          epi_flops=epi_flops, epi_bytes=epi_bytes)
         rc.embed[:] = self._embed
         if self._decides:

@@ -108,7 +108,7 @@ class VendorPolicy:
         chosen_by = "predicted"
         if fallback:
             chosen_by = "ood_fallback"
-        elif self.floor.keeps_vendor(scores[tile] - v_score, vendor_near, estimate, nearest[1]):
+        elif self.floor.keeps_vendor(scores[tile] - v_score, vendor_near, estimate, nearest[1], problem.layout):
             chosen_by = "vendor_floor"
         far = estimate is not None and self.floor.estimate is not None and self.floor.is_far(nearest[1])
         return self._choice(order, scores, tile, chosen_by, v_score, estimate, problem.layout, nearest, far,
@@ -146,7 +146,7 @@ class VendorPolicy:
             i, distance = nearest
             text = self.ranker.envelope.shape_text(i) if i >= 0 else "none"
             words = self.floor.transfer_reason(estimate, distance, layout, text, chosen_by != "predicted")
-            estimate = self.floor.transferred(estimate, distance)
+            estimate = self.floor.transferred(estimate, distance, layout)
         elif doubt:
             words = self.floor.estimate_reason(estimate)
         if chosen_by == "predicted":            # the best tile first, the rest in order
@@ -199,7 +199,7 @@ class VendorPolicy:
             if fallback:
                 return v, "ood_fallback", tuple(reasons)
             if self.floor.keeps_vendor(float(lt[t] - lt[v]), vendor_near, self.vendor_estimate(problem),
-                                       self._distance(problem)):
+                                       self._distance(problem), problem.layout):
                 return v, "vendor_floor", tuple(reasons)
             return t, "predicted", ()
         unsure = bool(reasons) or fallback or not lt[best] - lt[0] < -self.floor.margin_log2

@@ -486,6 +486,11 @@ def test_the_vendor_floor_line_reads_as_a_sentence_when_nothing_is_flagged(tmp_p
            "configs, 33 vendor, 33 farther than 0.5 doublings from every measured shape (the vendor floor's reach, " \
            "decided by what leaving regions out measured); 0 answered sure, 33 flagged as guesses (Prediction.sure " \
            "false)" in out
+    own = dict(transfer, intercepts={"TN": 0.31, "NN": -0.05})          # a layout's own intercept is printed
+    _print_trained(SimpleNamespace(path=tmp_path / "model.json", holdout={}, dtype="float16",
+                                   floor=dict(floor, estimate=[0.0, 1.0], transfer=own), data_coverage=None))
+    assert "a tile config only where a (-0.05 NN, +0.31 TN, +0.12 any other layout) + 0.10 x the estimate" in \
+        capsys.readouterr().out
 
 
 def test_data_names_a_root_or_a_device_folder_in_every_command(tmp_path):

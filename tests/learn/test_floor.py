@@ -555,9 +555,10 @@ def test_the_native_rankers_decision_is_the_floors_on_every_branch(predictor):
     floors = [VendorFloor.plain(), VendorFloor(calibrate_floor(_held(), True)), VendorFloor(flagged),
               VendorFloor(dict(calibrate_floor(_held(), True), vendor_near_min=0.2)), VendorFloor(wide),
               VendorFloor(dict(calibrate_floor(pd.DataFrame(), True), margin_log2=5.0))]
-    for a, b in ((-0.3, 0.8), (0.2, 0.1)):                  # a transfer that lets tiles win far away, one that does not
+    # a transfer that lets tiles win far away, one that does not, and one that does in one layout alone
+    for a, b, own in ((-0.3, 0.8, {}), (0.2, 0.1, {}), (0.2, 0.8, {predictor.layouts[0]: -0.3})):
         floors.append(VendorFloor(dict(calibrate_floor(_held(), True), estimate=[0.0, 1.0], transfer=dict(
-            near_log2=1.0, intercept=a, slope=b, spread_log2=0.4, problems=30))))
+            near_log2=1.0, intercept=a, slope=b, intercepts=own, spread_log2=0.4, problems=30))))
     rng = np.random.default_rng(0)
     problems = [predictor.problem(*(int(v) for v in np.round(2 ** rng.uniform(0, 15, 3))), layout)
                 for layout in predictor.layouts for _ in range(25)]

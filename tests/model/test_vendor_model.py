@@ -414,10 +414,45 @@ def test_the_transfer_is_the_held_out_line_of_measured_ratio_on_estimate():
     assert old.transfer is None and not old.is_far(math.inf) and not old.keeps_vendor(-1.0, math.nan, e, 9.0)
 
 
+def test_the_transfer_has_an_intercept_per_layout_and_one_slope_measured_within_them():
+    """Where the pick lands against the vendor at a given estimate differs by layout (the vendor's kernels and the
+    tile template treat each layout's operands their own way): each layout of enough held-out problems gets its own
+    intercept, the slope is measured within the layouts (a pooled line, biased by the layouts' different estimates,
+    would not find it), and a far problem is decided by its layout's line."""
+    from costlearn.learn.holdout import fit_transfer
+    rng = np.random.default_rng(1)
+    parts = []
+    for layout, a, centre, n in (("NN", 0.3, -1.0, 120), ("TN", -0.2, 1.0, 120), ("NT", 0.0, 0.0, 12)):
+        est = centre + rng.uniform(-0.5, 0.5, n)
+        y = a + 0.5 * est + 0.02 * rng.standard_normal(n)
+        vendor_regret = np.where(y > 0, 0.0, 2.0 ** -y - 1.0)
+        parts.append(pd.DataFrame(dict(layout=layout, estimate_log2=est, vendor_regret=vendor_regret,
+                                       tile_regret=(1.0 + vendor_regret) * 2.0 ** y - 1.0)))
+    held = pd.concat(parts, ignore_index=True)
+    t = fit_transfer(held)
+    assert t["slope"] == pytest.approx(0.5, abs=0.02) and set(t["intercepts"]) == {"NN", "TN"}     # NT: 12 < 20
+    assert t["intercepts"]["NN"] == pytest.approx(0.3, abs=0.02) and t["intercepts"]["TN"] == pytest.approx(-0.2,
+                                                                                                         abs=0.02)
+    assert t["spread_log2"] == pytest.approx(0.02, abs=0.01)
+    pooled = np.polyfit(held["estimate_log2"], np.log2((1 + held["tile_regret"]) / (1 + held["vendor_regret"])), 1)
+    assert pooled[0] < 0.3                                              # what one line over the layouts saw
+    floor = VendorFloor(dict(calibrate_floor(pd.DataFrame(), True), estimate=[0.0, 1.0], transfer=t))
+    assert floor.transfer_line("TN") == (t["intercepts"]["TN"], t["slope"])
+    assert floor.transfer_line("NT") == (t["intercept"], t["slope"])   # too few of its own: the line of all
+    e = VendorEstimate(0.0, 0.01)
+    assert floor.keeps_vendor(-1.0, math.nan, e, 2.0, "NN") and not floor.keeps_vendor(-1.0, math.nan, e, 2.0, "TN")
+    assert floor.transferred(e, 2.0, "TN").mean_log2 == pytest.approx(t["intercepts"]["TN"])
+    assert "held as -0.20 + 0.50 x estimate" in floor.transfer_reason(e, 2.0, "TN", "1x1x1", False)
+
+
 @pytest.mark.parametrize("transfer", [dict(near_log2=-1.0, intercept=0.0, slope=0.5, spread_log2=0.1),
                                       dict(near_log2=0.5, intercept=math.nan, slope=0.5, spread_log2=0.1),
                                       dict(near_log2=0.5, intercept=0.0, slope=-0.5, spread_log2=0.1),
-                                      dict(near_log2=0.5, intercept=0.0, slope=0.5), [0.5, 0.0, 0.5, 0.1], "far"])
+                                      dict(near_log2=0.5, intercept=0.0, slope=0.5), [0.5, 0.0, 0.5, 0.1], "far",
+                                      dict(near_log2=0.5, intercept=0.0, slope=0.5, spread_log2=0.1,
+                                           intercepts={"NN": math.inf}),
+                                      dict(near_log2=0.5, intercept=0.0, slope=0.5, spread_log2=0.1,
+                                           intercepts=[0.1])])
 def test_a_malformed_transfer_is_refused_by_name(transfer):
     with pytest.raises(ValueError, match="transfer"):
         VendorFloor(dict(calibrate_floor(pd.DataFrame(), True), estimate=[0.0, 1.0], transfer=transfer))
