@@ -38,7 +38,8 @@ def data_coverage(predictor, rows: pd.DataFrame) -> dict:
         JSON-ready, by layout name: ``problems`` (distinct M, N, K trained
         on), ``m``, ``n``, ``k`` ([min, max] of each extent over them), and
         for the reference layers: ``reference`` (how many), ``tile`` and
-        ``vendor`` (answers of each kind), ``far`` (beyond the floor's reach,
+        ``vendor`` (answers of each kind), ``has_vendor`` (the family has a
+        vendor candidate), ``far`` (beyond the floor's reach,
         :data:`~costlearn.model.vendor_floor.NEAR_LOG2` where it has no
         transfer, of every training shape), ``sure``
         (:attr:`~costlearn.serve.prediction.Prediction.sure`) and
@@ -51,7 +52,8 @@ def data_coverage(predictor, rows: pd.DataFrame) -> dict:
         trained = rows[rows["layout"].astype(str) == layout][["m", "n", "k"]].drop_duplicates()
         rec = dict(problems=int(len(trained)),
                    **{c: [int(trained[c].min()), int(trained[c].max())] if len(trained) else [] for c in "mnk"},
-                   reference=len(REFERENCE_LAYERS), tile=0, vendor=0, far=0, sure=0, chosen_by={})
+                   reference=len(REFERENCE_LAYERS), tile=0, vendor=0, far=0, sure=0, chosen_by={},
+                   has_vendor=predictor.vendor_index is not None)
         for _, m, n, k in REFERENCE_LAYERS:
             p = predictor.predict(predictor.problem(m, n, k, layout), 1)
             vendor = p.config.config_id == VENDOR_CONFIG_ID
@@ -65,7 +67,8 @@ def data_coverage(predictor, rows: pd.DataFrame) -> dict:
 
 def coverage_lines(coverage: dict, dtype: str, transfer) -> list[str]:
     """:func:`data_coverage` in words, one line per layout (what ``costlearn
-    train`` prints). "Sure" and "flagged" are :attr:`Prediction.sure
+    train`` prints; the tile-or-vendor counts only for a family with a
+    vendor candidate). "Sure" and "flagged" are :attr:`Prediction.sure
     <costlearn.serve.prediction.Prediction.sure>` (in distribution, and the
     vendor estimate's interval on the answer's side), not the floor's reach:
     a shape farther than the reach may still be sure. ``transfer``: the
@@ -78,7 +81,9 @@ def coverage_lines(coverage: dict, dtype: str, transfer) -> list[str]:
         span = ", ".join(f"{e.upper()} {c[e][0]}-{c[e][1]}" for e in "mnk" if c[e])
         far = f"{c['far']} farther than {near:g} doublings from every measured shape (the vendor floor's reach" + (
             ", decided by what leaving regions out measured)" if transfer is not None else ")")
+        vendor = (f"{c['tile']} answered with a tile config, {c['vendor']} with the vendor library, {far}; "
+                  if c.get("has_vendor", True) else "")
         lines.append(f"  {dtype} {layout}: {c['problems']} problems ({span}); of {c['reference']} real-model "
-                     f"layer shapes: {c['tile']} tile configs, {c['vendor']} vendor, {far}; {c['sure']} answered "
-                     f"sure, {c['reference'] - c['sure']} flagged as guesses (Prediction.sure false)")
+                     f"layer shapes: {vendor}{c['sure']} answered sure, {c['reference'] - c['sure']} flagged as "
+                     "guesses (`costlearn predict M N K` says why)")
     return lines

@@ -482,10 +482,14 @@ def test_the_vendor_floor_line_reads_as_a_sentence_when_nothing_is_flagged(tmp_p
     out = capsys.readouterr().out
     assert "farther than 0.5 doublings from every training shape, where the estimate extrapolates, a tile config " \
            "only where +0.12 + 0.10 x the estimate" in out
-    assert "float16 TN: 27 problems (M 8-115072, N 8-76672, K 2-92800); of 33 real-model layer shapes: 0 tile " \
-           "configs, 33 vendor, 33 farther than 0.5 doublings from every measured shape (the vendor floor's reach, " \
-           "decided by what leaving regions out measured); 0 answered sure, 33 flagged as guesses (Prediction.sure " \
-           "false)" in out
+    assert "float16 TN: 27 problems (M 8-115072, N 8-76672, K 2-92800); of 33 real-model layer shapes: 0 answered " \
+           "with a tile config, 33 with the vendor library, 33 farther than 0.5 doublings from every measured shape " \
+           "(the vendor floor's reach, decided by what leaving regions out measured); 0 answered sure, 33 flagged " \
+           "as guesses (`costlearn predict M N K` says why)" in out
+    from costlearn.learn.coverage import coverage_lines        # a family without a vendor: no vendor words
+    line = coverage_lines({"NN": dict(coverage["TN"], tile=33, vendor=0, sure=2, has_vendor=False)}, "float32", None)
+    assert line == ["  float32 NN: 27 problems (M 8-115072, N 8-76672, K 2-92800); of 33 real-model layer shapes: 2 "
+                    "answered sure, 31 flagged as guesses (`costlearn predict M N K` says why)"]
     own = dict(transfer, intercepts={"TN": 0.31, "NN": -0.05})          # a layout's own intercept is printed
     _print_trained(SimpleNamespace(path=tmp_path / "model.json", holdout={}, dtype="float16",
                                    floor=dict(floor, estimate=[0.0, 1.0], transfer=own), data_coverage=None))
