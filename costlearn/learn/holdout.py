@@ -213,13 +213,13 @@ def region_folds(rows: pd.DataFrame, regions: int = 5, seed: int = 0) -> tuple[l
     return folds, f"{k} regions of shapes"
 
 
-def fit_transfer(held: pd.DataFrame) -> dict:
+def fit_transfer(held: pd.DataFrame, per_layout: bool = True) -> dict:
     """How far the vendor model's estimate carried to held-out problems:
     a least-squares line of each problem's measured ``log2(chosen tile
     time / vendor time)`` (the cost model's pick among tiles, from
     ``tile_regret`` and ``vendor_regret``) on its cross-fitted
-    ``estimate_log2``, over the problems with all three, with an intercept
-    of its own for each layout of at least
+    ``estimate_log2``, over the problems with all three, with (where
+    ``per_layout``) an intercept of its own for each layout of at least
     :data:`~costlearn.model.vendor_floor.MIN_TRANSFER_PROBLEMS` of them.
 
     Where the hold-out left regions (or logs) out, the line measures what an
@@ -231,8 +231,15 @@ def fit_transfer(held: pd.DataFrame) -> dict:
     pick lands against the vendor at a given estimate differs by layout:
     one slope, measured within the layouts (each centred on its own means:
     the fixed-effects estimator), and one intercept per layout (the layouts
-    with fewer problems share one). A negative slope is no evidence that
-    the estimate ranks problems: the line is then flat at each mean. With
+    with fewer problems share one). :func:`calibrate_floor` asks for the
+    layouts' intercepts only where the held-out problems come from two logs
+    or more: there a layout's offset is measured on a kind of shape its
+    model had not seen (another model zoo), the case it is used for; the
+    regions of one log share that log's shapes per layout, and an offset
+    measured there is the log's own, which a real model's shapes of that
+    layout need not share (docs/results.md, "Where the data is thin", has
+    both). A negative slope is no evidence that the estimate ranks
+    problems: the line is then flat at each mean. With
     fewer than :data:`~costlearn.model.vendor_floor.MIN_TRANSFER_PROBLEMS`
     problems, intercept and slope are 0: beyond the data no tile is
     expected to win.
@@ -258,7 +265,7 @@ def fit_transfer(held: pd.DataFrame) -> dict:
     if len(x) < MIN_TRANSFER_PROBLEMS:
         return out
     names, counts = np.unique(lay, return_counts=True)
-    own = [str(g) for g, c in zip(names, counts) if c >= MIN_TRANSFER_PROBLEMS]
+    own = [str(g) for g, c in zip(names, counts) if c >= MIN_TRANSFER_PROBLEMS] if per_layout else []
     group = np.where(np.isin(lay, own), lay, "")                       # "": the layouts that share an intercept
     xc, yc = x.copy(), y.copy()
     for g in np.unique(group):
@@ -493,7 +500,7 @@ def calibrate_floor(held: pd.DataFrame, has_vendor: bool, kind: str = "", tolera
         u = estimate_doubt(held["estimate_log2"].to_numpy(np.float64), held["estimate_sd_log2"].to_numpy(np.float64))
         u = u[np.isfinite(u)]
         out["estimate_unsure"] = float(np.quantile(u, ESTIMATE_UNSURE_QUANTILE)) if len(u) else None
-        out["transfer"] = fit_transfer(held)
+        out["transfer"] = fit_transfer(held, per_layout=len(logs) >= 2)
     out["calibration"].update(
         tolerance=tol, rule_geomean=geomean_regret(r), vendor_geomean=geomean_regret(vr),
         argmin_geomean=geomean_regret(plain),

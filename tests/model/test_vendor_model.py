@@ -443,6 +443,15 @@ def test_the_transfer_has_an_intercept_per_layout_and_one_slope_measured_within_
     assert floor.keeps_vendor(-1.0, math.nan, e, 2.0, "NN") and not floor.keeps_vendor(-1.0, math.nan, e, 2.0, "TN")
     assert floor.transferred(e, 2.0, "TN").mean_log2 == pytest.approx(t["intercepts"]["TN"])
     assert "held as -0.20 + 0.50 x estimate" in floor.transfer_reason(e, 2.0, "TN", "1x1x1", False)
+    # one line over every layout where asked: the pooled least squares, as before the intercepts
+    one = fit_transfer(held, per_layout=False)
+    assert one["intercepts"] == {} and (one["slope"], one["intercept"]) == pytest.approx((pooled[0], pooled[1]))
+    # the calibration asks for the layouts' intercepts only where the held-out problems come from two logs or more
+    held = held.assign(m=rng.integers(1, 4096, len(held)), n=64, k=64, model_regret=held["tile_regret"],
+                       tile_lr=-1.0, estimate_sd_log2=0.01)
+    two = calibrate_floor(held.assign(source=np.where(np.arange(len(held)) % 2, "a.txt", "b.txt")), True)
+    assert set(two["transfer"]["intercepts"]) == {"NN", "TN"}
+    assert calibrate_floor(held.assign(source="a.txt"), True)["transfer"]["intercepts"] == {}
 
 
 @pytest.mark.parametrize("transfer", [dict(near_log2=-1.0, intercept=0.0, slope=0.5, spread_log2=0.1),
