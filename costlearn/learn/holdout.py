@@ -274,8 +274,8 @@ def fit_transfer(held: pd.DataFrame, per_layout: bool = True) -> dict:
         yc[at] -= y[at].mean()
     sxx = float(np.sum(xc ** 2))
     slope = max(float(np.sum(xc * yc) / sxx) if sxx > 0 else 0.0, 0.0)
-    mean_of = {g: float(np.mean(y[group == g] - slope * x[group == g])) for g in np.unique(group)}
-    resid = y - slope * x - np.array([mean_of[g] for g in group])
+    mean_of = {g: float(np.mean(y[group == g])) - slope * float(np.mean(x[group == g])) for g in np.unique(group)}
+    resid = y - (np.array([mean_of[g] for g in group]) + slope * x)      # one group: the pooled line's, bit for bit
     dof = max(len(x) - 1 - len(mean_of), 1)
     out.update(intercept=float(np.mean(y) - slope * np.mean(x)), slope=slope,
                intercepts={g: mean_of[g] for g in own}, spread_log2=float(np.sqrt(np.sum(resid ** 2) / dof)))
