@@ -82,7 +82,7 @@ def coverage_lines(coverage: dict, dtype: str, transfer) -> list[str]:
         far = f"{c['far']} farther than {near:g} doublings from every measured shape (the vendor floor's reach" + (
             ", decided by what leaving regions out measured)" if transfer is not None else ")")
         vendor = (f"{c['tile']} answered with a tile config, {c['vendor']} with the vendor library, {far}; "
-                  if c.get("has_vendor", True) else "")
+                  if c["has_vendor"] else "")
         lines.append(f"  {dtype} {layout}: {c['problems']} problems ({span}); of {c['reference']} real-model "
                      f"layer shapes: {vendor}{c['sure']} answered sure, {c['reference'] - c['sure']} flagged as "
                      "guesses (`costlearn predict M N K` says why)")

@@ -110,9 +110,11 @@ class VendorFloor:
         None: the estimate is used as it is everywhere (a floor without a
         vendor model, or written before the transfer existed).
     transfer_intercepts : dict
-        {layout: intercept} of the layouts the transfer fitted an intercept
-        of their own for (:meth:`transfer_line`); empty in a floor written
-        before they existed: every layout takes ``intercept``.
+        {layout: intercept} (log2 of the pick's time over the vendor's at an
+        estimate of 0) of the layouts the transfer fitted an intercept of
+        their own for (:meth:`transfer_line`); empty in a floor written
+        before they existed or fitted within one log: every layout takes
+        ``intercept``.
 
     Raises
     ------

@@ -476,7 +476,7 @@ def test_the_vendor_floor_line_reads_as_a_sentence_when_nothing_is_flagged(tmp_p
     assert "held-out top-1 regret there is above 20%. On" in capsys.readouterr().out
     transfer = dict(near_log2=0.5, intercept=0.12, slope=0.1, spread_log2=0.3, problems=82)
     coverage = {"TN": dict(problems=27, m=[8, 115072], n=[8, 76672], k=[2, 92800], reference=33, tile=0, vendor=33,
-                           far=33, sure=0, chosen_by={"vendor_floor": 33})}
+                           has_vendor=True, far=33, sure=0, chosen_by={"vendor_floor": 33})}
     _print_trained(SimpleNamespace(path=tmp_path / "model.json", holdout={}, dtype="float16",
                                    floor=dict(floor, estimate=[0.0, 1.0], transfer=transfer), data_coverage=coverage))
     out = capsys.readouterr().out
