@@ -1,6 +1,7 @@
 """PyTorch Inductor's template lookup table (costlearn.interop.inductor.lut):
 keys, entries and the choice rule; export from a shapes file, a log and a
-recorded table; and, where torch is installed (``costlearn[inductor]``), the
+recorded table; and, where torch is installed (``costlearn[test-torch]`` for
+the tests, as CI; users get it with ``costlearn[inductor]``), the
 keys and entries checked against PyTorch's own ``LookupTableChoices``."""
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from costlearn.core.problem import LAYOUTS, Problem
 HAS_TORCH = subprocess.run([sys.executable, "-c", "import torch._inductor.lookup_table"],
                            capture_output=True).returncode == 0
 needs_torch = pytest.mark.skipif(not HAS_TORCH,
-                                 reason="PyTorch 2.13+ not installed (pip install 'costlearn[inductor]')")
+                                 reason="PyTorch 2.13+ not installed (pip install 'costlearn[test-torch]': "
+                                        "PyTorch 2.13.0, as CI)")
 A100 = "NVIDIA A100-SXM4-80GB"
 
 
