@@ -55,7 +55,7 @@ def predict_stage(triples, *, device, family: str, dtype: str, layout: str, top_
                                   time_us=p.time_us, chosen_by=p.chosen_by, from_tuning_db=p.from_tuning_db,
                                   measured_us=dict(p.measured_us), tied_with=list(p.tied_with),
                                   tuning_db_source=p.tuning_db_source, tuning_db_note=p.tuning_db_note, ood=p.ood,
-                                  ood_reasons=list(p.ood_reasons),
+                                  ood_reasons=list(p.ood_reasons), model=p.model,
                                   top_k=[dict(config_id=c.config_id, time_us=t) for c, t in p.top_k])))
         if tuning_db is not None:
             from_db += p.from_tuning_db

@@ -65,7 +65,8 @@ def train_stage(data, models_dir, *, family: str | None, dtypes, learner: str, f
             news = new_problems(folder, models_root(models_dir or None), family=fam, dtype=dt, frame=frame)
             if not news.due(if_new_problems):
                 print(f"{news.folder} is current: {news.new} new problem{'' if news.new == 1 else 's'} since it was "
-                      f"trained, fewer than --if-new-problems {if_new_problems}; not retrained")
+                      f"trained, fewer than --if-new-problems {if_new_problems} (--if-new-rows counts problems too: "
+                      "a problem counts once however many configs were measured on it); not retrained")
                 continue
             if news.damaged:
                 print(f"{news.folder}: the model there does not load ({news.damaged}); training a new one",
@@ -217,7 +218,8 @@ def add_train(sub) -> None:
     p.add_argument("--if-new-problems", "--if-new-rows", dest="if_new_problems", type=nonneg_int, default=None,
                    metavar="N", help="retrain a (family, dtype) model only where the dataset holds at least N "
                    "problems (M, N, K, dtype, layout, epilogue) it was not trained on, or it has no model yet; else "
-                   "say so and leave it (default: always train)")
+                   "say so and leave it (default: always train); --if-new-rows is the same, and counts problems too, "
+                   "not rows")
     p.set_defaults(func=cmd_train)
 
 

@@ -2,6 +2,7 @@
 ``init`` one on a PostgreSQL server with its two roles."""
 from __future__ import annotations
 
+import argparse
 import statistics
 
 from costlearn.cli.common import old_spelling, positive_int, tuning_db_target
@@ -9,7 +10,18 @@ from costlearn.serve.tuning_db import default_path, default_target, is_server_ur
 from costlearn.serve.tuning_db_server import READER_ROLE, WRITER_ROLE, copy_store, initialize, open_store
 
 
+ACTIONS = ("list", "init", "copy")
+
+
 def cmd_tuning_db(args) -> int:
+    if args.action not in ACTIONS:              # `costlearn tuning-db FILE`: the file, listed
+        if args.target is not None:
+            raise ValueError(f"tuning-db action {args.action!r}; allowed: {', '.join(ACTIONS)} (or a PATH|URL "
+                             "alone, to list it)")
+        try:
+            args.action, args.target = "list", tuning_db_target(args.action)
+        except argparse.ArgumentTypeError as e:
+            raise ValueError(str(e)) from None
     if args.action == "init":
         return _init(args)
     if args.action == "copy":
@@ -87,7 +99,8 @@ def add_tuning_db(sub) -> None:
                        "server and two group roles, one for tuning hosts (read and write) and one for serving "
                        "hosts (read only). copy SOURCE --to TARGET: every entry and measurement of one tuning "
                        "database into another (a host's file into a fleet's server; twice adds nothing).")
-    p.add_argument("action", nargs="?", choices=("list", "init", "copy"), default="list")
+    p.add_argument("action", nargs="?", default="list", metavar="{list,init,copy}",
+                   help="what to do (default: list); a PATH|URL alone lists that database")
     p.add_argument("target", nargs="?", type=tuning_db_target, default=None, metavar="PATH|URL",
                    help="the tuning database (as --tuning-db)")
     p.add_argument("--tuning-db", default=None, type=tuning_db_target, metavar="PATH|URL",

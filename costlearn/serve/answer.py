@@ -60,6 +60,7 @@ class Answers:
     def __init__(self, predictor, ranker, ood, vendor_policy, margin_log2: float):
         self.configs, self.vendor_index = predictor.configs, predictor.vendor_index
         self.family, self.dtype, self.device = predictor.family, predictor.dtype, predictor.device
+        self.model = predictor.source
         self.cascade = predictor.cascade
         self.ranker, self.ood, self.vendor_policy, self.margin_log2 = ranker, ood, vendor_policy, margin_log2
         self.ranked_more = int(self.vendor_index is not None)     # ranked beyond the top k: the vendor's place
@@ -160,7 +161,7 @@ class Answers:
             band = (2.0 ** mean, 2.0 ** (mean - 2 * sd), 2.0 ** (mean + 2 * sd))
         return _tuple_new(Prediction, (
             best[0], best[1], top, bool(reasons), reasons, m, n, k, self.dtype, layout, self.family, self.device,
-            chosen_by, ratio, self.margin_log2, (), False, (), "", epilogue, band, ""))
+            chosen_by, ratio, self.margin_log2, (), False, (), "", epilogue, band, "", self.model))
 
     def many(self, shapes: list, top_k: int, running_on, problems) -> list:
         """The Predictions of ``shapes`` (checked (m, n, k, layout, epilogue)

@@ -87,6 +87,12 @@ class Prediction(NamedTuple):
         within the store's bounded wait), another host is measuring the
         problem (its lease), or the measurements were spooled on this host
         for delivery later. Empty otherwise.
+    model : str
+        The model that answered: its device, family and dtype and the
+        first 12 hex digits of its scorer file's sha256
+        (:attr:`costlearn.serve.predictor.Predictor.source`). A running
+        process that starts serving a retrained model answers with its
+        name from then on. Empty in a Prediction built by hand.
     """
 
     config: object
@@ -111,6 +117,7 @@ class Prediction(NamedTuple):
     epilogue: str = "none"
     tile_vendor_estimate: tuple = ()
     tuning_db_note: str = ""
+    model: str = ""
 
     @property
     def sure(self) -> bool:

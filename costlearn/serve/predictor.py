@@ -79,6 +79,10 @@ class Predictor:
         template or costlearn version than at training, a zero-shot
         transfer from another device: :func:`costlearn.serve.ood.identity_reasons`),
         else empty.
+    source : str
+        The model's name in answers and errors: ``"<device>/<family>/<dtype>
+        model <the first 12 hex digits of its scorer file's sha256>"``, each
+        Prediction's :attr:`~costlearn.serve.prediction.Prediction.model`.
     ood : costlearn.serve.ood.OODVerdict
         Why a problem's answer is a guess (rebuilt with :attr:`floor`).
     vendor_policy : costlearn.serve.vendor_policy.VendorPolicy
@@ -117,9 +121,9 @@ class Predictor:
         ids = [c.config_id for c in self.configs]
         self.vendor_index = ids.index(vid) if vid is not None and vid in ids else None
         self._ranker_args = (ranker, shortlist)
-        self.floor = art.floor                      # makes the ranker (see the setter)
-        self.identity_reasons = self.ood.identity_reasons
         self.source = f"{self.device}/{self.family}/{self.dtype} model {art.model_sha256[:12]}"
+        self.floor = art.floor                      # makes the ranker and the Answers (see the setter)
+        self.identity_reasons = self.ood.identity_reasons
 
     @property
     def floor(self):

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from costlearn.cli import main
+from costlearn.serve.predictor import Predictor
 
 
 def test_help_lists_every_command(capsys):
@@ -46,6 +47,7 @@ def test_predict_command_answers_several_shapes_in_order(capsys, model_dir):
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["m"], r["n"], r["k"]) for r in rows] == [(8, 768, 768), (64, 64, 64), (8, 768, 768)]
     assert rows[0] == rows[2]
+    assert {r["model"] for r in rows} == {Predictor(model_dir).source}         # which model answered
 
 
 def test_import_without_cupy_or_pyopencl():

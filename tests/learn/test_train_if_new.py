@@ -91,7 +91,8 @@ def test_train_if_new_rows_leaves_a_current_model_untouched_and_a_running_proces
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert out.splitlines() == [f"{folder} is current: 2 new problems since it was trained, fewer than "
-                                "--if-new-problems 3; not retrained"]
+                                "--if-new-problems 3 (--if-new-rows counts problems too: a problem counts once "
+                                "however many configs were measured on it); not retrained"]
     assert _files(folder) == before                               # not one byte or timestamp changed
     PREDICTORS.next_watch_s = 0.0
     assert load_predictor(device, "gemm", "float32", str(models)) is loaded

@@ -108,6 +108,10 @@ def test_predict_many_and_load_predictor_notice_a_replaced_model(store):
     assert load_predictor(device, "gemm", "float32", models) is not pred
     after = costlearn.predict_many(shapes, device=device, models_dir=models)
     assert [a.time_us * 2 for a in before] == pytest.approx([b.time_us for b in after])
+    # each answer names its model (a fresh-clone user had to hash model.json to tell which one answered)
+    new = load_predictor(device, "gemm", "float32", models)
+    assert {a.model for a in before} == {pred.source} and {b.model for b in after} == {new.source}
+    assert pred.source != new.source and new.source.startswith(f"{device}/gemm/float32 model ")
     PREDICTORS.next_watch_s = 0.0
     assert costlearn.predict_many(shapes, device=device, models_dir=models) == after     # nothing changed: kept
 

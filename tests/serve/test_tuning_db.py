@@ -63,6 +63,19 @@ def test_a_path_that_does_not_exist_is_an_error_for_reading_and_nothing_is_creat
     assert TuningDB(missing, create=True).entries() == [] and missing.is_file()
 
 
+def test_tuning_db_with_a_path_alone_lists_that_database(tmp_path, capsys):
+    """Regression (a fresh-clone user): `costlearn tuning-db FILE`, as the README's `costlearn tuning-db` line
+    suggests, failed with "invalid choice: 'FILE' (choose from 'list', 'init', 'copy')"."""
+    from costlearn.cli import main
+    path = tmp_path / "t.sqlite"
+    TuningDB(path, create=True).put(entry())
+    assert main(["tuning-db", str(path)]) == 0
+    assert capsys.readouterr().out.startswith(f"{path}: 1 entry, 0 measurements")
+    assert main(["tuning-db", "lsit", str(path)]) == 2                 # a wrong action beside a path is named
+    assert "tuning-db action 'lsit'; allowed: list, init, copy" in capsys.readouterr().err
+    assert main(["tuning-db", "postgresql://u:secret@db.example/t"]) == 2     # a password in a URL, refused
+    assert "carries a password" in capsys.readouterr().err
+
 def _schema_1_file(path):
     with sqlite3.connect(path) as c:
         c.execute("""CREATE TABLE tuned (m INTEGER NOT NULL, n INTEGER NOT NULL, k INTEGER NOT NULL,
