@@ -110,6 +110,10 @@ def asked_shapes(target, device: str, family: str, dtype: str, epilogues, data, 
            "them)" if got.problems else "")
     left = ([f"{got.measured} measured in {data} already"] if got.measured else []) + \
         [f"{n} of {why}" for why, n in sorted(got.left_out.items())]
+    if not got.asked:
+        print(f"tuning database {got.target}: every {family} problem compilers asked of {device} is measured "
+              f"there ({got.answered}); the collection measures its strategy's shapes", file=sys.stderr)
+        return list(shapes or ())
     print(f"tuning database {got.target}: {got.asked} {family} problems compilers asked of {device}; measuring "
           f"{len(got.problems)} of them first{how}" + (f"; left out {', '.join(left)}" if left else "")
           + (f" (a collection measures {dtype} {layout}, epilogues {' '.join(epilogues)})"

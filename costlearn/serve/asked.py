@@ -43,6 +43,9 @@ class AskedProblems:
     unordered : str
         Why the model of the device, family and dtype did not order them where it is in the store but does not load
         (``""`` otherwise): the database's order then.
+    answered : int
+        Distinct problems of ``device`` and ``family`` with a measured entry: asked and measured by the fleet
+        (all of them, where ``asked`` is 0).
     """
 
     problems: list
@@ -56,6 +59,7 @@ class AskedProblems:
     distances_log2: list = field(default_factory=list)
     model: Path | None = None
     unordered: str = ""
+    answered: int = 0
 
 
 def asked_problems(target, device: str, family: str, dtype: str, *, layout: str = "NN", epilogues=EPILOGUES,
@@ -98,8 +102,9 @@ def asked_problems(target, device: str, family: str, dtype: str, *, layout: str 
     Raises
     ------
     ValueError
-        If the database holds no entry, or no predicted ``family`` entry of ``device`` that nobody measured (one
-        line naming the database and the device).
+        If the database holds no entry, or none of ``family`` and ``device`` (one line naming the database, the
+        device and the classes it holds: a device slug mistyped). Where every problem asked of the device is
+        measured, no problem is returned (``asked`` 0): the fleet's steady state, not an error.
     OSError, FileNotFoundError
         As :func:`costlearn.serve.tuning_db_server.open_store` (no database there, one costlearn cannot read).
     """
@@ -115,10 +120,12 @@ def asked_problems(target, device: str, family: str, dtype: str, *, layout: str 
     mine = [e for e in entries if e.device == device and e.family == family]
     measured = {e.problem for e in mine if e.chosen_by == "measured"}
     asked = list(dict.fromkeys(e.problem for e in mine if e.chosen_by == "predicted" and e.problem not in measured))
-    if not asked:
+    if not mine:
         classes = sorted({e.device for e in entries})
-        raise ValueError(f"the tuning database {where} holds no predicted {family} entry of {device} that is not "
-                         f"measured ({len(entries)} entries, of device classes {', '.join(classes)})")
+        raise ValueError(f"the tuning database {where} holds no {family} entry of {device} ({len(entries)} "
+                         f"entries, of device classes {', '.join(classes)})")
+    if not asked:           # the fleet measured all it was asked: a steady state, not a mistake
+        return AskedProblems([], where, device, family, dtype, 0, answered=len(measured))
     left_out = Counter()
     keep = []
     for p in asked:
@@ -130,7 +137,8 @@ def asked_problems(target, device: str, family: str, dtype: str, *, layout: str 
             keep.append(p)
     done = _measured_problems(data_dir, family)
     todo = [p for p in keep if (p.m, p.n, p.k, p.dtype, p.layout, p.epilogue) not in done]
-    out = AskedProblems(todo, where, device, family, dtype, len(asked), len(keep) - len(todo), dict(left_out))
+    out = AskedProblems(todo, where, device, family, dtype, len(asked), len(keep) - len(todo), dict(left_out),
+                        answered=len(measured))
     if not todo or not has_model(device, family, dtype, models_dir):
         return out
     try:

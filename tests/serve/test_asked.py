@@ -99,9 +99,24 @@ def test_an_empty_database_or_none_of_this_device_is_one_line_naming_both(tmp_pa
     with pytest.raises(ValueError, match=f"the tuning database {empty} is empty: no problem compilers asked of "
                                          f"{device}$"):
         asked_problems(empty, device, "gemm", "float32")
-    with pytest.raises(ValueError, match=f"the tuning database {db} holds no predicted gemm entry of h100 that is "
-                                         r"not measured \(8 entries, of device classes "):
+    with pytest.raises(ValueError, match=f"the tuning database {db} holds no gemm entry of h100 "
+                                         r"\(8 entries, of device classes "):
         asked_problems(db, "h100", "gemm", "float32")
+
+
+def test_a_database_whose_asked_problems_are_all_measured_is_no_error(tmp_path, fleet, capsys):
+    """Regression (a fresh-clone user): where the fleet had measured every problem compilers asked, `collect
+    --shapes-from-db` stopped with "holds no predicted gemm entry ... that is not measured", so an idle host's
+    collection failed in the fleet's steady state; it goes on with the strategy's shapes and says so."""
+    _, device, *_ = fleet
+    p, q = Problem(300, 5, 700), Problem(64, 64, 64)
+    db = _db(tmp_path / "done.sqlite", [(p, device, "predicted"), (p, device, "measured"), (q, device, "measured")])
+    got = asked_problems(db, device, "gemm", "float32")
+    assert (got.problems, got.asked, got.answered) == ([], 0, 2)
+    mine = [Problem(8, 8, 8)]
+    assert asked_shapes(db, device, "gemm", "float32", ("none",), None, mine) == mine
+    assert (f"tuning database {db}: every gemm problem compilers asked of {device} is measured there (2); the "
+            "collection measures its strategy's shapes") in capsys.readouterr().err
 
 
 def test_collect_shapes_from_db_through_the_command_line(fleet, dataset_dir, tmp_path, monkeypatch, capsys):
