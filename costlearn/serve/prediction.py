@@ -92,7 +92,9 @@ class Prediction(NamedTuple):
         first 12 hex digits of its scorer file's sha256
         (:attr:`costlearn.serve.predictor.Predictor.source`). A running
         process that starts serving a retrained model answers with its
-        name from then on. Empty in a Prediction built by hand.
+        name from then on. With ``from_tuning_db``, the model this process
+        holds; ``tuning_db_source`` names what chose the database's
+        answer. Empty in a Prediction built by hand.
     """
 
     config: object
