@@ -44,6 +44,13 @@ class Executor:
         measured with: the family's (the default), a replay's recording's."""
         return family.template_hash
 
+    def epilogue_compile_s(self, epilogue: str) -> float:
+        """The expected compile time of the pool for ``epilogue``, seconds,
+        asked before the loop brings that epilogue in, where
+        :attr:`pool_compile_s` already lets it: the default is
+        :attr:`pool_compile_s` itself."""
+        return self.pool_compile_s
+
     def open(self, run: Run) -> None:
         """Start measuring for ``run`` (before the first task)."""
         raise NotImplementedError

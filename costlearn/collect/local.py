@@ -42,6 +42,8 @@ class LocalExecutor(Executor):
         self.backend, self.spec = backend, backend.spec
         self.stopped, self.pool_compile_s = "", 0.0
         self._task, self._compiled, self._futures, self._threads = None, {}, {}, None
+        self._pools: set = set()            # the epilogues whose pool compile has started
+        self._probed: dict = {}             # epilogue -> its pool's compile time, estimated from one config
 
     def check_family(self, family) -> None:
         if family.name not in self.backend.families:
@@ -62,6 +64,23 @@ class LocalExecutor(Executor):
         # device the compiler would compete with the kernels being timed.
         if getattr(self.backend, "overlap_compile", False):
             self._threads = ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1))
+
+    def epilogue_compile_s(self, epilogue: str) -> float:
+        """The pool's compile time for ``epilogue``, from one config of it
+        compiled now (kept for the problem that needs it) times the pool's
+        size, the first time it is asked. The pools compiled so far may have
+        come from the backend's compile cache (PoCL keeps the kernels a
+        previous run built), which says nothing of another epilogue's
+        kernels: a 3 s pool brought in an epilogue whose pool then compiled
+        for 48 s of a 60 s budget."""
+        if epilogue not in self._probed:
+            config = self.run.pool[0]
+            t0 = time.monotonic()
+            if (config.config_id, epilogue) not in self._compiled:
+                with self.run.stopwatch.phase("compile"):
+                    self._compile_now([config], epilogue)
+            self._probed[epilogue] = (time.monotonic() - t0) * len(self.run.pool)
+        return self._probed[epilogue]
 
     def progress_bar(self):
         # a bar on a terminal; in a log, a line at least every EVERY_S seconds
@@ -101,24 +120,26 @@ class LocalExecutor(Executor):
         at the epilogue's first need, on a CPU while the budget lasts),
         noting the pool's compile time (estimated from the part compiled)."""
         pool, dtype = self.run.pool, self.run.dtype
+        first = bool(missing) and epi not in self._pools
+        if first:
+            self._pools.add(epi)
         if missing and self._threads is not None:
-            first = not any(e == epi for _, e in self._futures)
             if first:
                 # Compile the whole pool in background threads while the
                 # device measures; each problem waits only for its own configs.
                 self._futures.update({(c.config_id, epi): self._threads.submit(self.backend.compile, c, dtype, epi)
-                                      for c in pool})
+                                      for c in pool if (c.config_id, epi) not in self._compiled})
             t_pool = time.monotonic()
             for c in missing:
                 self._compiled[c.config_id, epi] = self._futures[c.config_id, epi].result()
             if first:
                 self.pool_compile_s = max(self.pool_compile_s, time.monotonic() - t_pool)
         elif missing:
-            first = not any(e == epi for _, e in self._compiled)
             if first and self.bar is not None:
                 self.bar.set_postfix_str(f"compiling {len(pool)} configs ({epi})", refresh=True)
             t_pool = time.monotonic()
-            head = list(pool) if first and len(pool) <= COMPILE_BATCH else missing
+            head = [c for c in pool if (c.config_id, epi) not in self._compiled] \
+                if first and len(pool) <= COMPILE_BATCH else missing
             self._compile_now(head, epi)
             if first:
                 # First need of this epilogue: compile the rest of the pool too, in batches a backend can

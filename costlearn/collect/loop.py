@@ -183,15 +183,18 @@ def _tasks(problems, executor, run: Run, spec, key, done: set, in_play: list, ma
     drawn once the budget or ``max_problems`` has run out; brings in the next
     of ``run.epilogues`` (appended to ``in_play``, read by the next draw)
     while compiling its pool fits the budget left
-    (:data:`~costlearn.collect.plan.EPILOGUE_COMPILE_SHARE`)."""
+    (:data:`~costlearn.collect.plan.EPILOGUE_COMPILE_SHARE`): by the pools
+    compiled so far, and then by the executor's estimate for that epilogue
+    (:meth:`~costlearn.collect.executor.Executor.epilogue_compile_s`)."""
     res, epilogues, handed = run.result, run.epilogues, 0
     for problem in problems:
         left = run.budget_s - (time.monotonic() - run.t_start)
         if left < 0:
             yield None
             continue
-        pool_s = executor.pool_compile_s
-        if len(in_play) < len(epilogues) and pool_s and pool_s <= EPILOGUE_COMPILE_SHARE * left:
+        pool_s, share = executor.pool_compile_s, EPILOGUE_COMPILE_SHARE * left
+        if len(in_play) < len(epilogues) and pool_s and pool_s <= share \
+                and executor.epilogue_compile_s(epilogues[len(in_play)]) <= share:
             in_play.append(epilogues[len(in_play)])     # read by the next draw
         if max_problems is not None and handed >= max_problems:
             yield None

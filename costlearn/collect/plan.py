@@ -295,8 +295,10 @@ def plan_problems(shapes, dtype: str, layout: str, epilogues, seed: int, drawn: 
 EPILOGUE_COMPILE_SHARE = 0.25
 """A collection of random shapes starts with its first epilogue's kernels and
 brings in the next epilogue (whose pool compiles at its first shape) only
-while compiling it, estimated as long as the slowest pool compiled so far,
-takes at most this share of the budget left: where a pool's compile is a
+while compiling it, estimated as long as the slowest pool compiled so far
+and as the executor's estimate for that epilogue
+(:meth:`costlearn.collect.executor.Executor.epilogue_compile_s`), takes at
+most this share of the budget left: where a pool's compile is a
 large part of the budget (PoCL on a few cores), a short collection that
 brought in every epilogue would spend its budget compiling rather than
 measuring, so it measures one epilogue."""

@@ -263,6 +263,39 @@ def test_a_short_budget_measures_its_first_epilogue_instead_of_compiling_the_oth
 
 
 @pytest.mark.slow
+def test_a_warm_compile_cache_of_one_epilogue_does_not_bring_in_a_cold_one_past_the_budget(dataset_dir, dataset_rows,
+                                                                                          tmp_path):
+    """Regression (a fresh-clone user on PoCL): `collect --budget 60` brought in bias_gelu at 33 s because the
+    `none` pool had compiled in 3 s from PoCL's kernel cache (the main job's kernels); bias_gelu's pool then
+    compiled for 48 s. Before an epilogue comes in, one config of it is compiled and timed."""
+    from costlearn.collect.backends.replay import ReplayBackend
+    from costlearn.collect.loop import EPILOGUES, collect
+    from costlearn.collect.dataset import load
+    _, pool = _replay_setup(dataset_dir, dataset_rows, 1)
+    compiled = []
+
+    class WarmNone(ReplayBackend):
+        cold_s = 1.0                                        # a config of another epilogue: not in the cache
+
+        def compile_many(self, configs, dtype, epilogue="none"):
+            compiled.extend((c.config_id, epilogue) for c in configs)
+            time.sleep(0.0 if epilogue == "none" else self.cold_s * len(configs))
+            return super().compile_many(configs, dtype, epilogue=epilogue)
+    t0 = time.monotonic()
+    res = collect(WarmNone(dataset_dir), tmp_path / "cold", pool=pool, configs_per_shape=2, budget_s=6.0,
+                  progress=False, epilogues=EPILOGUES)
+    took = time.monotonic() - t0
+    # the probe: one config of the second epilogue (1 s; its pool of 6 would be 6 s, over a quarter of the budget)
+    assert res.epilogues_left_out == list(EPILOGUES[1:]) and took < 6.0 + 2.0, took
+    assert [e for _, e in compiled if e != "none"] == [EPILOGUES[1]]
+    assert set(load(tmp_path / "cold")[0]["epilogue"]) == {"none"}
+    WarmNone.cold_s, compiled[:] = 0.0, []                  # every epilogue's kernels cached: all come in
+    res = collect(WarmNone(dataset_dir), tmp_path / "warm", pool=pool, configs_per_shape=2, budget_s=60,
+                  progress=False, epilogues=EPILOGUES, max_problems=40)
+    assert res.epilogues_left_out == [] and set(load(tmp_path / "warm")[0]["epilogue"]) == set(EPILOGUES)
+    assert len(compiled) == len(set(compiled))              # the probed config is not compiled again
+
+@pytest.mark.slow
 def test_a_large_pool_compiles_while_the_budget_lasts_not_to_its_end(dataset_dir, dataset_rows, tmp_path,
                                                                       monkeypatch):
     """`collect --pool 100000000 --budget 10` was still compiling after 150 s: the first problem
