@@ -71,8 +71,7 @@ class LocalExecutor(Executor):
         size, the first time it is asked. The pools compiled so far may have
         come from the backend's compile cache (PoCL keeps the kernels a
         previous run built), which says nothing of another epilogue's
-        kernels: a 3 s pool brought in an epilogue whose pool then compiled
-        for 48 s of a 60 s budget."""
+        kernels."""
         if epilogue not in self._probed:
             config = self.run.pool[0]
             t0 = time.monotonic()
