@@ -43,13 +43,14 @@ import pandas as pd
 from costlearn.core.dtypes import get_dtype
 from costlearn.families import VENDOR_CONFIG_ID
 from costlearn.learn.metrics import geomean_regret
+from costlearn.model.vendor import problem_table as vendor_problems
 from studies.a100 import import_logs
 
 CLIFF = 10.0
 """A tile config at least this many times slower than the best on a problem falls off a cliff there."""
 VECTOR_BYTES = 16
 """The widest load one thread issues (``ld.global.v4.b32``): the width of a vector load is capped at this."""
-PROBLEM = ["source_file", "dtype", "m", "n", "k", "layout"]
+PROBLEM = ["source_file", "dtype", "m", "n", "k", "layout", "epilogue"]
 
 
 def vector_width(ld, elem_bytes) -> np.ndarray:
@@ -69,20 +70,23 @@ def classes(m, n, k, layout, dtype) -> tuple[np.ndarray, np.ndarray]:
     return vector_width(lda, nbytes), vector_width(ldb, nbytes)
 
 
-def problem_table(rows: pd.DataFrame) -> pd.DataFrame:
+def class_problems(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per problem (K > 1) of ``rows`` (dataset rows: the problem columns, ``config_id``, ``time_us``):
     its class (``width_a``, ``width_b``), its tile configs timed (``tiles``) and those :data:`CLIFF` times slower
-    than the best (``cliffs``), log2 of the best tile's time over the vendor's (``tile_lr``) and the vendor's regret
-    (NaN where not measured)."""
-    rows = rows[rows["k"] > 1]
+    than the best (``cliffs``), log2 of the best tile's time over the vendor's (``tile_lr``: the vendor model's
+    target, :func:`costlearn.model.vendor.problem_table`) and the vendor's regret, ``max(1, 2**-tile_lr) - 1``
+    (both NaN where the vendor was not measured). A config timed more than once counts with its median."""
+    rows = rows[rows["k"] > 1].assign(epilogue=rows["epilogue"] if "epilogue" in rows else "none")
     t = rows.groupby(PROBLEM + ["config_id"], observed=True)["time_us"].median().reset_index()
-    best = t.groupby(PROBLEM, observed=True)["time_us"].transform("min")
-    t["ratio"] = t["time_us"] / best
-    vendor = t["config_id"].astype(str) == VENDOR_CONFIG_ID
-    tiles = t[~vendor].assign(cliff=t["ratio"] >= CLIFF).groupby(PROBLEM, observed=True)
-    out = tiles.agg(tiles=("ratio", "size"), cliffs=("cliff", "sum"), best_tile=("ratio", "min")).reset_index()
-    v = (t[vendor].set_index(PROBLEM)["ratio"]).reindex(pd.MultiIndex.from_frame(out[PROBLEM])).to_numpy()
-    out["vendor_regret"], out["tile_lr"] = v - 1.0, np.log2(out["best_tile"].to_numpy() / v)
+    t["ratio"] = t["time_us"] / t.groupby(PROBLEM, observed=True)["time_us"].transform("min")
+    tiles = t[t["config_id"].astype(str) != VENDOR_CONFIG_ID].assign(cliff=lambda d: d["ratio"] >= CLIFF)
+    out = tiles.groupby(PROBLEM, observed=True).agg(tiles=("ratio", "size"), cliffs=("cliff", "sum")).reset_index()
+    y = pd.concat([vendor_problems(g).assign(source_file=log, dtype=dtype)
+                   for (log, dtype), g in rows.groupby(["source_file", "dtype"], observed=True)])
+    y = y.astype({c: out[c].dtype for c in PROBLEM})           # (a group without a vendor time: an empty frame)
+    out = out.merge(y, on=PROBLEM, how="left")
+    out["tile_lr"] = out.pop("y").to_numpy(np.float64)
+    out["vendor_regret"] = np.maximum(1.0, np.exp2(-out["tile_lr"])) - 1.0
     out["width_a"], out["width_b"] = classes(out["m"], out["n"], out["k"], out["layout"], out["dtype"])
     return out
 
@@ -163,7 +167,7 @@ def main(argv=None) -> int:
             rows = import_logs(zpath, args.work / device, device)
         except (OSError, zipfile.BadZipFile) as e:
             raise SystemExit(f"--log {device}={zpath}: {str(e)[:200]}") from None
-        lines += class_table(problem_table(rows), device)
+        lines += class_table(class_problems(rows), device)
     if per_problem:
         lines += ["", "By class, a `studies.thin_data` split's scores (geometric-mean regret vs the best measured):",
                   "", "| split | dtype | A's width | B's width | problems | tile answers | predict_best | "

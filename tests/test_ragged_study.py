@@ -36,7 +36,7 @@ def _rows(times: dict, m=64, n=64, k=117, layout="NT"):
 def test_a_problem_s_cliffs_and_best_tile_over_the_vendor_come_from_median_times(study):
     rows = pd.concat([_rows({"a": [1.0, 9.0, 1.0], "b": 40.0, "c": 2.0, "vendor": 2.0}),
                       _rows({"a": 1.0, "vendor": 0.5}, k=1)])           # K = 1: left out
-    per = study.problem_table(rows)
+    per = study.class_problems(rows)
     assert len(per) == 1
     got = per.iloc[0]
     assert (got["tiles"], got["cliffs"], got["width_a"], got["width_b"]) == (3, 1, 1, 1)
@@ -46,7 +46,7 @@ def test_a_problem_s_cliffs_and_best_tile_over_the_vendor_come_from_median_times
 
 
 def test_a_problem_without_a_vendor_time_has_no_ratio_and_no_vendor_regret(study):
-    per = study.problem_table(_rows({"a": 1.0, "b": 2.0}))
+    per = study.class_problems(_rows({"a": 1.0, "b": 2.0}))
     assert np.isnan(per.iloc[0]["tile_lr"]) and np.isnan(per.iloc[0]["vendor_regret"])
     assert "| n/a | n/a |" in study.class_table(per, "a100")[0]
 
